@@ -1,0 +1,35 @@
+# The two front-door commands. Everything else is CMake (build/) and ctest.
+#   make run   build, then run the main job: the embedded Qwen3-30B-A3B layer benchmark
+#   make test  build, then run the whole test suite
+BUILD ?= build
+JOBS ?= 2
+CMAKE_FLAGS ?= -DMOE_WERROR=ON
+
+.PHONY: all deps build run test test-fast test-asan clean
+
+all: build
+
+deps:
+	@./scripts/install-deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+	cmake --build $(BUILD) -j$(JOBS)
+
+run: build
+	./$(BUILD)/moe bench
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+test-fast: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L fast
+
+# AddressSanitizer + UndefinedBehaviorSanitizer build, fast tier.
+test-asan: deps
+	cmake -S . -B build-asan -DMOE_WERROR=ON -DMOE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	cmake --build build-asan -j$(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS) -L fast
+
+clean:
+	rm -rf $(BUILD) build-asan

@@ -1,0 +1,56 @@
+/* Internal definitions shared by the stages. Not installed; not API. */
+#ifndef MOE_CORE_INTERNAL_H
+#define MOE_CORE_INTERNAL_H
+
+#include "moe.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MOE_ERRMSG_LEN 1024
+
+#if defined(__GNUC__)
+#define MOE_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define MOE_PRINTF(a, b)
+#endif
+
+struct moe_kernels; /* src/core/kernels.h */
+
+struct moe_ctx {
+    int num_threads;
+    moe_log_level log_level;
+    moe_log_fn log_fn;
+    void *log_user;
+    int64_t chunk_size;
+    const struct moe_kernels *kernels; /* the chosen ISA table */
+    char last_error[MOE_ERRMSG_LEN];
+};
+
+/* Record the message of a failing call on ctx (if non-NULL) and log it at DEBUG. Errors are
+ * returned, not logged at ERROR: the caller decides. Returns `st` so callers can write
+ * `return moe_set_error(ctx, MOE_EINVAL, "...")`. */
+moe_status moe_set_error(moe_ctx *ctx, moe_status st, const char *fmt, ...) MOE_PRINTF(3, 4);
+moe_status moe_set_errorv(moe_ctx *ctx, moe_status st, const char *fmt, va_list ap);
+
+/* Log one line through ctx's sink if `level` <= ctx->log_level. ctx may be NULL (stderr,
+ * WARN threshold). */
+void moe_log(const moe_ctx *ctx, moe_log_level level, const char *fmt, ...) MOE_PRINTF(3, 4);
+
+/* Allocation aligned to 64 bytes; free with moe_free_aligned. Returns NULL on overflow or
+ * failure. */
+void *moe_alloc_aligned(size_t bytes);
+void moe_free_aligned(void *p);
+
+/* a * b with overflow check: false on overflow. */
+static inline bool moe_mul_size(size_t a, size_t b, size_t *out)
+{
+    if (a != 0 && b > SIZE_MAX / a)
+        return false;
+    *out = a * b;
+    return true;
+}
+
+#endif

@@ -1,0 +1,108 @@
+/* The packed weight layout, the per-ISA kernel table, and the plan and weights objects. */
+#ifndef MOE_CORE_KERNELS_H
+#define MOE_CORE_KERNELS_H
+
+#include "core/internal.h"
+
+/* Output features per panel of a packed matrix. */
+#define MOE_PANEL 16
+
+/* A linear layer's weight W [N, K] (N output features, K input features, nn.Linear layout)
+ * packed into panels of MOE_PANEL output features, K-contiguous:
+ *
+ *   panel p (p = 0 .. ceil(N/16)-1) covers features n = 16p .. 16p + nw - 1, where
+ *   nw = min(16, N - 16p), and is stored [K][nw] at element offset p * 16 * K.
+ *
+ * The last panel is stored at its true width (no padding). Element (n, k) lives at
+ *   (n / 16) * 16 * K + k * nw(n / 16) + n % 16.
+ * The packed matrix holds exactly N * K elements in the weight dtype. */
+typedef struct moe_pmat {
+    const void *data; /* N * K elements of dtype */
+    moe_dtype dtype;  /* F32, BF16 or F16 */
+    int64_t n, k;
+} moe_pmat;
+
+static inline int64_t moe_pmat_panels(int64_t n)
+{
+    return (n + MOE_PANEL - 1) / MOE_PANEL;
+}
+
+/* Width of panel p of a matrix with n rows. */
+static inline int moe_pmat_panel_width(int64_t n, int64_t p)
+{
+    int64_t w = n - p * MOE_PANEL;
+    return (int)(w < MOE_PANEL ? w : MOE_PANEL);
+}
+
+/* Element offset of (row, col) in the packed layout. */
+static inline int64_t moe_pmat_offset(int64_t n, int64_t k, int64_t row, int64_t col)
+{
+    int64_t p = row / MOE_PANEL;
+    return p * MOE_PANEL * k + col * moe_pmat_panel_width(n, p) + row % MOE_PANEL;
+}
+
+/* Pack W [n, k] (row-major, `src_dtype` elements) into the panel layout at dst (same dtype;
+ * n * k elements). */
+void moe_pack_panels(void *dst, const void *src, moe_dtype dtype, int64_t n, int64_t k);
+
+/* Convert `count` elements of dtype at src to f32. */
+void moe_convert_to_f32(float *dst, const void *src, moe_dtype dtype, size_t count);
+
+/* ------------------------------------------------------------------------------------------
+ * The kernel table. Every ISA fills the same entries; the reduction order is fixed by the
+ * contract below, so all tables give the same bits (they use no FMA contraction).
+ * ---------------------------------------------------------------------------------------- */
+
+/* Linear microkernel over a range of panels:
+ *
+ *   for m in [0, mb), for n in [16 * p0, min(N, 16 * p1)):
+ *       out[m][n - 16 * p0] = sum over k = 0, 1, ..., K-1 of (x[m][k] * W[n][k])
+ *
+ * summed strictly in increasing k, starting from +0.0f, each product rounded to f32 and then
+ * added (no fused multiply-add). x rows are given as mb pointers to K floats; out rows start at
+ * out + m * ldo. W's elements are converted to f32 exactly before the multiply. mb >= 1; any
+ * mb is allowed (implementations block it internally). */
+typedef void (*moe_linear_fn)(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x,
+                              int mb, float *out, int64_t ldo);
+
+typedef struct moe_kernels {
+    const char *name; /* "ref", "avx2", "avx512" */
+    moe_linear_fn linear;
+} moe_kernels;
+
+extern const moe_kernels moe_kernels_ref;
+extern const moe_kernels moe_kernels_avx2;
+extern const moe_kernels moe_kernels_avx512;
+
+/* Which ISAs this CPU and OS support (CPUID and XCR0). */
+int moe_cpu_has_avx2(void);
+int moe_cpu_has_avx512(void);
+
+/* ------------------------------------------------------------------------------------------
+ * Plan and weights.
+ * ---------------------------------------------------------------------------------------- */
+struct moe_plan {
+    moe_ctx *ctx;
+    moe_layer_desc desc;
+    int64_t chunk_size; /* tokens per chunk */
+};
+
+struct moe_weights {
+    const moe_plan *plan;
+    moe_dtype dtype;     /* expert weight dtype */
+    moe_pmat router;     /* [E, H] f32, packed */
+    void *w13;           /* E experts, each: gate [I, H] and up [I, H], see gate_up() */
+    void *w2;            /* E experts, each [H, I] packed */
+    void *shared_w13;    /* gate [Is, H] then up [Is, H], packed; NULL without shared expert */
+    void *shared_w2;     /* [H, Is] packed */
+    moe_pmat shared_gate; /* [1, H] f32, packed; data NULL unless gated */
+    void *router_buf;    /* owns router.data */
+    void *shared_gate_buf;
+    size_t expert_bytes;
+};
+
+/* Packed gate [I, H], up [I, H] and down [H, I] of expert e (e = -1: the shared expert). */
+void moe_weights_expert(const moe_weights *w, int64_t e, moe_pmat *gate, moe_pmat *up,
+                        moe_pmat *down);
+
+#endif

@@ -1,0 +1,304 @@
+/* Plan creation, workspace sizing and the forward pass: route -> permute -> experts ->
+ * finalize, in chunks of at most chunk_size tokens. */
+#include "core/kernels.h"
+#include "gemm/grouped.h"
+#include "permute/permute.h"
+#include "quant/convert.h"
+#include "route/route.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <omp.h>
+
+void moe_layer_desc_init(moe_layer_desc *d)
+{
+    memset(d, 0, sizeof *d);
+    d->family = MOE_FAMILY_CUSTOM;
+    d->scoring_func = MOE_SCORING_SOFTMAX;
+    d->renormalize = 0;
+    d->routed_scaling_factor = 1.0f;
+    d->activation = MOE_ACT_SWIGLU;
+    d->shared_expert_intermediate_size = 0;
+    d->shared_expert_gated = 0;
+    d->weight_dtype = MOE_DTYPE_BF16;
+}
+
+/* Largest sizes accepted: keep every product below 2^62 elements. */
+#define MOE_MAX_DIM ((int64_t)1 << 24)
+
+moe_status moe_plan_create(moe_ctx *ctx, const moe_layer_desc *desc, moe_plan **out)
+{
+    if (!out)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_create: out is NULL");
+    *out = NULL;
+    if (!ctx)
+        return MOE_EINVAL;
+    if (!desc)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_create: desc is NULL");
+    const moe_layer_desc *d = desc;
+    struct {
+        const char *name;
+        int64_t v;
+    } sizes[] = {{"hidden_size", d->hidden_size},
+                 {"moe_intermediate_size", d->moe_intermediate_size},
+                 {"num_experts", d->num_experts},
+                 {"top_k", d->top_k}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        if (sizes[i].v <= 0 || sizes[i].v > MOE_MAX_DIM)
+            return moe_set_error(ctx, MOE_EINVAL, "layer description: %s = %lld, must be in [1, %lld]",
+                                 sizes[i].name, (long long)sizes[i].v, (long long)MOE_MAX_DIM);
+    }
+    if (d->top_k > d->num_experts)
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: top_k = %lld exceeds num_experts = %lld",
+                             (long long)d->top_k, (long long)d->num_experts);
+    if (d->shared_expert_intermediate_size < 0 || d->shared_expert_intermediate_size > MOE_MAX_DIM)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "layer description: shared_expert_intermediate_size = %lld, must be in [0, %lld]",
+                             (long long)d->shared_expert_intermediate_size, (long long)MOE_MAX_DIM);
+    if (d->shared_expert_gated && d->shared_expert_intermediate_size == 0)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "layer description: shared_expert_gated set without a shared expert "
+                             "(shared_expert_intermediate_size = 0)");
+    if (!(d->routed_scaling_factor > 0.0f) || isinf(d->routed_scaling_factor))
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: routed_scaling_factor = %g, must be finite and > 0",
+                             (double)d->routed_scaling_factor);
+    if (d->scoring_func == MOE_SCORING_SIGMOID)
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "layer description: scoring_func sigmoid (DeepSeek-V3) is not implemented yet");
+    if (d->scoring_func != MOE_SCORING_SOFTMAX)
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: scoring_func = %d is not a moe_scoring value",
+                             (int)d->scoring_func);
+    if (d->activation != MOE_ACT_SWIGLU)
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: activation = %d is not a moe_activation value",
+                             (int)d->activation);
+    if (d->weight_dtype != MOE_DTYPE_F32 && d->weight_dtype != MOE_DTYPE_BF16 &&
+        d->weight_dtype != MOE_DTYPE_F16)
+        return moe_set_error(ctx, MOE_EDTYPE, "layer description: weight_dtype %s, expected F32, BF16 or F16",
+                             moe_dtype_name(d->weight_dtype));
+    /* the packed weights must be addressable */
+    size_t bytes = 0;
+    if (!moe_mul_size((size_t)d->num_experts, (size_t)(3 * d->moe_intermediate_size), &bytes) ||
+        !moe_mul_size(bytes, (size_t)d->hidden_size * moe_dtype_size(d->weight_dtype), &bytes))
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: expert weights exceed the address space");
+
+    moe_plan *p = calloc(1, sizeof *p);
+    if (!p)
+        return moe_set_error(ctx, MOE_ENOMEM, "moe_plan_create: out of memory");
+    p->ctx = ctx;
+    p->desc = *d;
+    /* Row ids t*K+k of a chunk are int32: keep chunk * K below 2^31. */
+    int64_t max_chunk = (int64_t)(INT32_MAX / d->top_k);
+    p->chunk_size = ctx->chunk_size < max_chunk ? ctx->chunk_size : max_chunk;
+    if (p->chunk_size < ctx->chunk_size)
+        moe_log(ctx, MOE_LOG_INFO, "chunk size lowered from %lld to %lld tokens so that row ids fit in 32 bits",
+                (long long)ctx->chunk_size, (long long)p->chunk_size);
+    *out = p;
+    return MOE_OK;
+}
+
+void moe_plan_free(moe_plan *plan)
+{
+    free(plan);
+}
+
+const moe_layer_desc *moe_plan_desc(const moe_plan *plan)
+{
+    return plan ? &plan->desc : NULL;
+}
+
+/* Workspace of one chunk of Tc tokens, as byte offsets (each slice 64-byte aligned). */
+typedef struct ws_layout {
+    size_t xf;       /* [Tc, H] f32: bf16 hidden_states converted */
+    size_t logits;   /* [Tc, E] f32 */
+    size_t ids;      /* [Tc, K] i32 */
+    size_t wts;      /* [Tc, K] f32 */
+    size_t scores;   /* [E] f32 */
+    size_t offsets;  /* [E + 1] i64 */
+    size_t item_off; /* [E + 1] i64 */
+    size_t rows;     /* [Tc * K] i32, sorted by expert */
+    size_t pos;      /* [Tc * K] i32, inverse of rows */
+    size_t h;        /* [max(Tc * K * I, Tc * Is)] f32 */
+    size_t y;        /* [Tc * K, H] f32, sorted-row order */
+    size_t sgate;    /* [Tc] f32 shared-expert gate */
+    size_t scratch;  /* [threads, moe_gemm_thread_scratch_floats()] f32 */
+    size_t total;
+} ws_layout;
+
+static size_t take(size_t *cur, size_t bytes)
+{
+    size_t at = *cur;
+    *cur += (bytes + 63) & ~(size_t)63;
+    return at;
+}
+
+static ws_layout layout(const moe_plan *p, int64_t Tc)
+{
+    const moe_layer_desc *d = &p->desc;
+    const size_t T = (size_t)Tc, H = (size_t)d->hidden_size, E = (size_t)d->num_experts;
+    const size_t K = (size_t)d->top_k, I = (size_t)d->moe_intermediate_size;
+    const size_t Is = (size_t)d->shared_expert_intermediate_size;
+    ws_layout l;
+    size_t c = 0;
+    l.xf = take(&c, T * H * 4);
+    l.logits = take(&c, T * E * 4);
+    l.ids = take(&c, T * K * 4);
+    l.wts = take(&c, T * K * 4);
+    l.scores = take(&c, E * 4);
+    l.offsets = take(&c, (E + 1) * 8);
+    l.item_off = take(&c, (E + 1) * 8);
+    l.rows = take(&c, T * K * 4);
+    l.pos = take(&c, T * K * 4);
+    size_t hn = T * K * I > T * Is ? T * K * I : T * Is;
+    l.h = take(&c, hn * 4);
+    l.y = take(&c, T * K * H * 4);
+    l.sgate = take(&c, T * 4);
+    l.scratch = take(&c, (size_t)p->ctx->num_threads * moe_gemm_thread_scratch_floats() * 4);
+    l.total = c + 64; /* room to align the caller's pointer up to 64 bytes */
+    return l;
+}
+
+size_t moe_plan_workspace_size(const moe_plan *plan, int64_t max_tokens)
+{
+    if (!plan || max_tokens <= 0)
+        return 0;
+    int64_t Tc = max_tokens < plan->chunk_size ? max_tokens : plan->chunk_size;
+    return layout(plan, Tc).total;
+}
+
+static int same_desc(const moe_layer_desc *a, const moe_layer_desc *b)
+{
+    return a->hidden_size == b->hidden_size && a->moe_intermediate_size == b->moe_intermediate_size &&
+           a->num_experts == b->num_experts && a->top_k == b->top_k &&
+           a->shared_expert_intermediate_size == b->shared_expert_intermediate_size &&
+           a->shared_expert_gated == b->shared_expert_gated && a->weight_dtype == b->weight_dtype;
+}
+
+/* One chunk: tokens [t0, t0 + Tc). */
+static void run_chunk(const moe_plan *p, const moe_weights *w, const moe_exec_args *a, int64_t t0,
+                      int64_t Tc, unsigned char *ws, const ws_layout *l)
+{
+    const moe_ctx *ctx = p->ctx;
+    const moe_layer_desc *d = &p->desc;
+    const int64_t H = d->hidden_size, E = d->num_experts, K = d->top_k;
+    const int64_t Is = d->shared_expert_intermediate_size;
+    float *scratch = (float *)(ws + l->scratch);
+
+    /* x: [Tc, H] f32 */
+    const float *x;
+    if (a->hidden_dtype == MOE_DTYPE_BF16) {
+        float *xf = (float *)(ws + l->xf);
+        const uint16_t *src = (const uint16_t *)a->hidden_states + t0 * H;
+        moe_convert_to_f32(xf, src, MOE_DTYPE_BF16, (size_t)(Tc * H));
+        x = xf;
+    } else {
+        x = (const float *)a->hidden_states + t0 * H;
+    }
+
+    /* route: logits [Tc, E] -> ids, wts [Tc, K] */
+    const float *logits;
+    if (a->router_logits) {
+        logits = a->router_logits + t0 * E;
+    } else {
+        float *lg = (float *)(ws + l->logits);
+        moe_linear_rows(ctx, &w->router, x, H, Tc, lg, E, scratch);
+        logits = lg;
+    }
+    int32_t *ids = (int32_t *)(ws + l->ids);
+    float *wts = (float *)(ws + l->wts);
+    moe_route_topk(d, logits, Tc, ids, wts, (float *)(ws + l->scores));
+
+    /* permute */
+    int64_t *offsets = (int64_t *)(ws + l->offsets);
+    int32_t *rows = (int32_t *)(ws + l->rows);
+    int32_t *pos = (int32_t *)(ws + l->pos);
+    moe_permute_sort(ids, Tc, K, E, offsets, rows, pos);
+
+    float *out = a->output + t0 * H; /* [Tc, H] */
+    float *h = (float *)(ws + l->h);
+    float *y = (float *)(ws + l->y);
+    int64_t *item_off = (int64_t *)(ws + l->item_off);
+
+    /* shared expert first, straight into out; its gate into sgate */
+    float *sgate = (float *)(ws + l->sgate);
+    if (Is > 0) {
+        int64_t one[2] = {0, Tc};
+        moe_mlp_run(ctx, w, 1, x, 1, one, NULL, 1, h, out, scratch, item_off);
+        if (d->shared_expert_gated) {
+            moe_linear_rows(ctx, &w->shared_gate, x, H, Tc, sgate, 1, scratch);
+            for (int64_t t = 0; t < Tc; t++)
+                sgate[t] = 1.0f / (1.0f + expf(-sgate[t]));
+        } else {
+            for (int64_t t = 0; t < Tc; t++)
+                sgate[t] = 1.0f;
+        }
+    }
+
+    /* routed experts: y [Tc*K, H] in sorted order */
+    moe_mlp_run(ctx, w, 0, x, E, offsets, rows, K, h, y, scratch, item_off);
+
+    /* finalize: weighted sum over K in top-k order, threaded over tokens */
+    const int nt = ctx->num_threads;
+#pragma omp parallel num_threads(nt)
+    {
+        int tid = omp_get_thread_num(), n = omp_get_num_threads();
+        int64_t a0 = Tc * tid / n, a1 = Tc * (tid + 1) / n;
+        moe_combine(d, a0, a1, wts, y, pos, Is > 0, sgate, out);
+    }
+
+    if (a->topk_ids)
+        memcpy(a->topk_ids + t0 * K, ids, sizeof(int32_t) * (size_t)(Tc * K));
+    if (a->topk_weights)
+        memcpy(a->topk_weights + t0 * K, wts, sizeof(float) * (size_t)(Tc * K));
+}
+
+moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
+                               const moe_exec_args *a)
+{
+    if (!plan)
+        return MOE_EINVAL;
+    moe_ctx *ctx = plan->ctx;
+    if (!weights || !a)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: %s is NULL", !weights ? "weights" : "args");
+    if (weights->plan != plan && !same_desc(&weights->plan->desc, &plan->desc))
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: weights were packed for a different layer description");
+    if (a->n_tokens < 0)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: n_tokens = %lld is negative", (long long)a->n_tokens);
+    if (a->n_tokens == 0)
+        return MOE_OK;
+    if (a->hidden_dtype != MOE_DTYPE_F32 && a->hidden_dtype != MOE_DTYPE_BF16)
+        return moe_set_error(ctx, MOE_EDTYPE, "moe_plan_execute: hidden_states dtype %s, expected F32 or BF16",
+                             moe_dtype_name(a->hidden_dtype));
+    if (!a->hidden_states || !a->output)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: %s is NULL",
+                             !a->hidden_states ? "hidden_states" : "output");
+    size_t need = moe_plan_workspace_size(plan, a->n_tokens);
+    if (!a->workspace || a->workspace_size < need)
+        return moe_set_error(ctx, MOE_EWORKSPACE,
+                             "moe_plan_execute: workspace of %zu bytes at %p, need %zu for %lld tokens "
+                             "(moe_plan_workspace_size)",
+                             a->workspace ? a->workspace_size : 0, a->workspace, need, (long long)a->n_tokens);
+
+    int64_t Tc = a->n_tokens < plan->chunk_size ? a->n_tokens : plan->chunk_size;
+    ws_layout l = layout(plan, Tc);
+    unsigned char *ws = (unsigned char *)(((uintptr_t)a->workspace + 63) & ~(uintptr_t)63);
+    for (int64_t t0 = 0; t0 < a->n_tokens; t0 += Tc) {
+        int64_t n = a->n_tokens - t0 < Tc ? a->n_tokens - t0 : Tc;
+        run_chunk(plan, weights, a, t0, n, ws, &l);
+    }
+    return MOE_OK;
+}
+
+moe_status moe_plan_execute(const moe_plan *plan, const moe_weights *weights, const float *x,
+                            int64_t n_tokens, float *out, void *workspace, size_t workspace_size)
+{
+    moe_exec_args a = {0};
+    a.hidden_states = x;
+    a.hidden_dtype = MOE_DTYPE_F32;
+    a.n_tokens = n_tokens;
+    a.output = out;
+    a.workspace = workspace;
+    a.workspace_size = workspace_size;
+    return moe_plan_execute_ex(plan, weights, &a);
+}

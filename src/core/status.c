@@ -1,0 +1,83 @@
+/* Names of status codes, dtypes and families; the version. */
+#include "core/internal.h"
+
+int moe_version_number(void)
+{
+    return MOE_VERSION_NUMBER;
+}
+
+#define MOE_STR2(x) #x
+#define MOE_STR(x) MOE_STR2(x)
+
+const char *moe_version_string(void)
+{
+    return MOE_STR(MOE_VERSION_MAJOR) "." MOE_STR(MOE_VERSION_MINOR) "." MOE_STR(MOE_VERSION_PATCH);
+}
+
+const char *moe_status_name(moe_status s)
+{
+    switch (s) {
+    case MOE_OK: return "MOE_OK";
+    case MOE_EINVAL: return "MOE_EINVAL";
+    case MOE_ENOMEM: return "MOE_ENOMEM";
+    case MOE_EIO: return "MOE_EIO";
+    case MOE_EFORMAT: return "MOE_EFORMAT";
+    case MOE_ENOTFOUND: return "MOE_ENOTFOUND";
+    case MOE_ESHAPE: return "MOE_ESHAPE";
+    case MOE_EDTYPE: return "MOE_EDTYPE";
+    case MOE_EUNSUPPORTED: return "MOE_EUNSUPPORTED";
+    case MOE_ERANGE: return "MOE_ERANGE";
+    case MOE_EDENSE: return "MOE_EDENSE";
+    case MOE_EWORKSPACE: return "MOE_EWORKSPACE";
+    }
+    return "MOE_E?";
+}
+
+size_t moe_dtype_size(moe_dtype dt)
+{
+    switch (dt) {
+    case MOE_DTYPE_F32: return 4;
+    case MOE_DTYPE_BF16: return 2;
+    case MOE_DTYPE_F16: return 2;
+    case MOE_DTYPE_I32: return 4;
+    case MOE_DTYPE_I64: return 8;
+    case MOE_DTYPE_F64: return 8;
+    case MOE_DTYPE_U8: return 1;
+    case MOE_DTYPE_I8: return 1;
+    case MOE_DTYPE_F8_E4M3: return 1;
+    case MOE_DTYPE_I16: return 2;
+    case MOE_DTYPE_BOOL: return 1;
+    case MOE_DTYPE_COUNT: break;
+    }
+    return 0;
+}
+
+const char *moe_dtype_name(moe_dtype dt)
+{
+    switch (dt) {
+    case MOE_DTYPE_F32: return "F32";
+    case MOE_DTYPE_BF16: return "BF16";
+    case MOE_DTYPE_F16: return "F16";
+    case MOE_DTYPE_I32: return "I32";
+    case MOE_DTYPE_I64: return "I64";
+    case MOE_DTYPE_F64: return "F64";
+    case MOE_DTYPE_U8: return "U8";
+    case MOE_DTYPE_I8: return "I8";
+    case MOE_DTYPE_F8_E4M3: return "F8_E4M3";
+    case MOE_DTYPE_I16: return "I16";
+    case MOE_DTYPE_BOOL: return "BOOL";
+    case MOE_DTYPE_COUNT: break;
+    }
+    return "?";
+}
+
+const char *moe_family_name(moe_family f)
+{
+    switch (f) {
+    case MOE_FAMILY_CUSTOM: return "custom";
+    case MOE_FAMILY_MIXTRAL: return "mixtral";
+    case MOE_FAMILY_QWEN2_MOE: return "qwen2_moe";
+    case MOE_FAMILY_QWEN3_MOE: return "qwen3_moe";
+    }
+    return "?";
+}

@@ -1,0 +1,35 @@
+/* The scalar linear microkernel: the "ref" kernel table. Readable on purpose; the vector
+ * tables must give exactly these bits. */
+#include "core/kernels.h"
+#include "quant/convert.h"
+
+static float load_w(const void *base, moe_dtype dt, int64_t i)
+{
+    switch (dt) {
+    case MOE_DTYPE_BF16: return moe_bf16_to_f32(((const uint16_t *)base)[i]);
+    case MOE_DTYPE_F16: return moe_f16_to_f32(((const uint16_t *)base)[i]);
+    default: return ((const float *)base)[i];
+    }
+}
+
+static void linear_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb,
+                       float *out, int64_t ldo)
+{
+    for (int64_t p = p0; p < p1; p++) {
+        int nw = moe_pmat_panel_width(w->n, p);
+        int64_t panel = p * MOE_PANEL * w->k; /* element offset of panel p: [k][nw] */
+        for (int m = 0; m < mb; m++) {
+            for (int j = 0; j < nw; j++) {
+                float acc = 0.0f;
+                for (int64_t kk = 0; kk < w->k; kk++)
+                    acc += x[m][kk] * load_w(w->data, w->dtype, panel + kk * nw + j);
+                out[m * ldo + (p - p0) * MOE_PANEL + j] = acc;
+            }
+        }
+    }
+}
+
+const moe_kernels moe_kernels_ref = {
+    .name = "ref",
+    .linear = linear_ref,
+};

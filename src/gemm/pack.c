@@ -1,0 +1,97 @@
+/* Packing into the panel layout (core/kernels.h) and dtype conversion. */
+#include "core/kernels.h"
+#include "quant/convert.h"
+
+#include <string.h>
+
+/* Panels of 16 rows of src [n, k] -> dst, each panel [k][nw]; 2-byte elements. */
+static void pack_u16(uint16_t *dst, const uint16_t *src, int64_t n, int64_t k)
+{
+    for (int64_t p = 0; p < moe_pmat_panels(n); p++) {
+        int nw = moe_pmat_panel_width(n, p);
+        uint16_t *panel = dst + p * MOE_PANEL * k; /* [k][nw] */
+        for (int j = 0; j < nw; j++) {
+            const uint16_t *row = src + (p * MOE_PANEL + j) * k; /* [k] */
+            for (int64_t kk = 0; kk < k; kk++)
+                panel[kk * nw + j] = row[kk];
+        }
+    }
+}
+
+/* The same for 4-byte elements. */
+static void pack_u32(uint32_t *dst, const uint32_t *src, int64_t n, int64_t k)
+{
+    for (int64_t p = 0; p < moe_pmat_panels(n); p++) {
+        int nw = moe_pmat_panel_width(n, p);
+        uint32_t *panel = dst + p * MOE_PANEL * k; /* [k][nw] */
+        for (int j = 0; j < nw; j++) {
+            const uint32_t *row = src + (p * MOE_PANEL + j) * k; /* [k] */
+            for (int64_t kk = 0; kk < k; kk++)
+                panel[kk * nw + j] = row[kk];
+        }
+    }
+}
+
+void moe_pack_panels(void *dst, const void *src, moe_dtype dtype, int64_t n, int64_t k)
+{
+    size_t es = moe_dtype_size(dtype);
+    if ((uintptr_t)src % es != 0) {
+        /* A file may place a tensor at an odd offset: read it through memcpy, one row at a
+         * time, so no misaligned access happens. */
+        unsigned char *dst_b = dst;
+        const unsigned char *src_b = src;
+        for (int64_t r = 0; r < n; r++) {
+            for (int64_t kk = 0; kk < k; kk++) {
+                int64_t off = moe_pmat_offset(n, k, r, kk);
+                memcpy(dst_b + (size_t)off * es, src_b + (size_t)(r * k + kk) * es, es);
+            }
+        }
+        return;
+    }
+    if (es == 2)
+        pack_u16(dst, src, n, k);
+    else
+        pack_u32(dst, src, n, k);
+}
+
+void moe_convert_to_f32(float *dst, const void *src, moe_dtype dtype, size_t count)
+{
+    size_t es = moe_dtype_size(dtype);
+    if (es > 1 && (uintptr_t)src % es != 0) {
+        /* misaligned source: convert element by element through memcpy */
+        const unsigned char *b = src;
+        for (size_t i = 0; i < count; i++) {
+            uint32_t v = 0;
+            memcpy(&v, b + i * es, es);
+            if (dtype == MOE_DTYPE_F32)
+                dst[i] = moe_bits_to_f32(v);
+            else if (dtype == MOE_DTYPE_BF16)
+                dst[i] = moe_bf16_to_f32((uint16_t)v);
+            else if (dtype == MOE_DTYPE_F16)
+                dst[i] = moe_f16_to_f32((uint16_t)v);
+            else
+                dst[i] = 0.0f;
+        }
+        return;
+    }
+    switch (dtype) {
+    case MOE_DTYPE_F32:
+        memcpy(dst, src, count * sizeof(float));
+        break;
+    case MOE_DTYPE_BF16: {
+        const uint16_t *s = src;
+        for (size_t i = 0; i < count; i++)
+            dst[i] = moe_bf16_to_f32(s[i]);
+        break;
+    }
+    case MOE_DTYPE_F16: {
+        const uint16_t *s = src;
+        for (size_t i = 0; i < count; i++)
+            dst[i] = moe_f16_to_f32(s[i]);
+        break;
+    }
+    default:
+        memset(dst, 0, count * sizeof(float));
+        break;
+    }
+}

@@ -1,0 +1,20 @@
+/* Production permutation (counting sort) and combine. */
+#ifndef MOE_PERMUTE_H
+#define MOE_PERMUTE_H
+
+#include "core/kernels.h"
+
+/* Counting sort of the T*K rows by expert, stable (ascending row id within an expert).
+ * ids [T*K] in [0, E); offsets [E+1]; rows [T*K] row ids t*K+k; pos [T*K] inverse:
+ * rows[pos[r]] == r. */
+void moe_permute_sort(const int32_t *ids, int64_t T, int64_t K, int64_t E, int64_t *offsets,
+                      int32_t *rows, int32_t *pos);
+
+/* out[t][h] = scale * (sum over k of weights[t][k] * y[pos[t*K+k]][h]) (+ shared_scale[t] *
+ * out[t][h] when has_shared: out then holds the shared expert's output on entry).
+ * y [T*K, H] in expert-sorted order. Tokens [t0, t1). */
+void moe_combine(const moe_layer_desc *desc, int64_t t0, int64_t t1, const float *weights,
+                 const float *y, const int32_t *pos, int has_shared, const float *shared_scale,
+                 float *out);
+
+#endif

@@ -1,0 +1,53 @@
+/* src/ref: one readable scalar MoE layer, the numerics baseline and the test oracle.
+ *
+ * It reads the caller's unpacked weights (moe_weight_source), allocates what it needs, runs
+ * single-threaded, accumulates in f32 and follows docs/numerics.md literally. Every kernel
+ * table is tested against it. Split by stage so each production stage has its twin here:
+ * route (ref_route.c), permute (ref_permute.c), experts (ref_experts.c), finalize
+ * (ref_finalize.c), and the whole layer (ref_layer.c). */
+#ifndef MOE_REF_H
+#define MOE_REF_H
+
+#include "moe.h"
+
+/* Weight element i of a matrix in dtype dt, as f32 (exact). */
+float moe_ref_load(const void *base, moe_dtype dt, int64_t i);
+
+/* logits[t][e] = sum_h x[t][h] * Wr[e][h], h increasing from +0.0f, multiply then add.
+ * x [T, H] f32, router [E, H] in router_dtype, logits [T, E]. */
+void moe_ref_router_logits(const float *x, int64_t T, int64_t H, int64_t E, const void *router,
+                           moe_dtype router_dtype, float *logits);
+
+/* Softmax scoring of one row of E logits into scores [E] (docs/numerics.md, NaN/Inf rules). */
+void moe_ref_softmax(const float *logits, int64_t E, float *scores);
+
+/* Route T tokens: scores from logits [T, E], top-k by K rounds of row-max (value descending,
+ * lower id first, NaN below every number), renormalize if desc->renormalize.
+ * ids [T, K], weights [T, K]. scores_scratch [E]. */
+void moe_ref_route(const moe_layer_desc *desc, const float *logits, int64_t T, int32_t *ids,
+                   float *weights, float *scores_scratch);
+
+/* Group the T*K (token, k) rows by expert: offsets [E+1], rows [T*K] holding row ids t*K + k,
+ * ascending within each expert. */
+void moe_ref_permute(const int32_t *ids, int64_t T, int64_t K, int64_t E, int64_t *offsets,
+                     int32_t *rows);
+
+/* One SwiGLU expert on one token: y[H] = down (silu(gate x) * (up x)).
+ * gate, up [I, H] and down [H, I] in dtype dt; x [H]; h_scratch [I]. */
+void moe_ref_expert(const void *gate, const void *up, const void *down, moe_dtype dt, int64_t H,
+                    int64_t I, const float *x, float *y, float *h_scratch);
+
+/* out[t][:] = routed_scaling_factor * (sum over k in top-k order of weights[t][k] * y[t*K+k][:])
+ *             (+ shared_scale[t] * shared_y[t][:] when shared_y is non-NULL).
+ * y [T*K, H] indexed by row id; shared_y [T, H]; shared_scale [T] (1 when ungated). */
+void moe_ref_finalize(const moe_layer_desc *desc, int64_t T, const float *weights, const float *y,
+                      const float *shared_y, const float *shared_scale, float *out);
+
+/* The whole layer. x [T, H] f32; router_logits [T, E] or NULL; out [T, H]; ids, weights
+ * [T, K] or NULL. Allocates (it is the oracle, not the product). Errors: MOE_EINVAL,
+ * MOE_ENOMEM. */
+moe_status moe_ref_forward(const moe_layer_desc *desc, const moe_weight_source *src,
+                           const float *x, int64_t T, const float *router_logits, float *out,
+                           int32_t *ids, float *weights);
+
+#endif

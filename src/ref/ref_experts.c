@@ -1,0 +1,24 @@
+/* Reference expert MLP: SwiGLU on one token, dot products summed in increasing index. */
+#include "ref/ref.h"
+
+#include <math.h>
+
+void moe_ref_expert(const void *gate, const void *up, const void *down, moe_dtype dt, int64_t H,
+                    int64_t I, const float *x, float *y, float *h)
+{
+    for (int64_t i = 0; i < I; i++) {
+        float g = 0.0f, u = 0.0f;
+        for (int64_t k = 0; k < H; k++)
+            g += x[k] * moe_ref_load(gate, dt, i * H + k);
+        for (int64_t k = 0; k < H; k++)
+            u += x[k] * moe_ref_load(up, dt, i * H + k);
+        float silu = g / (1.0f + expf(-g));
+        h[i] = silu * u;
+    }
+    for (int64_t o = 0; o < H; o++) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < I; i++)
+            acc += h[i] * moe_ref_load(down, dt, o * I + i);
+        y[o] = acc;
+    }
+}

@@ -1,0 +1,91 @@
+#include "testutil.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+char *tu_data_path(char *buf, size_t len, const char *rel)
+{
+    const char *d = getenv("MOE_TEST_DATA");
+    snprintf(buf, len, "%s/%s", d ? d : "tests/fixtures", rel);
+    return buf;
+}
+
+char *tu_tmpdir(char *buf, size_t len, const char *tag)
+{
+    const char *d = getenv("MOE_TEST_TMP");
+    snprintf(buf, len, "%s/%s-XXXXXX", d ? d : "/tmp", tag);
+    if (!mkdtemp(buf)) {
+        fail_msg("mkdtemp %s failed", buf);
+    }
+    return buf;
+}
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void tu_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi)
+{
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; i++) {
+        double u = (double)(splitmix64(&s) >> 11) * (1.0 / 9007199254740992.0);
+        x[i] = (float)(lo + (hi - lo) * u);
+    }
+}
+
+double tu_max_abs_diff(const float *a, const float *b, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (isnan(d))
+            return INFINITY;
+        if (d > m)
+            m = d;
+    }
+    return m;
+}
+
+double tu_max_abs(const float *a, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs((double)a[i]) > m)
+            m = fabs((double)a[i]);
+    return m;
+}
+
+int tu_write_file(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t w = fwrite(data, 1, len, f);
+    int rc = fclose(f);
+    return (w == len && rc == 0) ? 0 : -1;
+}
+
+moe_ctx *tu_ctx(void)
+{
+    moe_options o;
+    moe_options_init(&o);
+    o.num_threads = 1;
+    moe_ctx *ctx = NULL;
+    char err[512];
+    moe_status st = moe_ctx_create(&o, &ctx, err, sizeof err);
+    if (st != MOE_OK)
+        fail_msg("moe_ctx_create: %s", err);
+    return ctx;
+}

@@ -1,0 +1,24 @@
+/* Helpers shared by the C tests. */
+#ifndef MOE_TESTUTIL_H
+#define MOE_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moe.h"
+
+/* $MOE_TEST_DATA/<rel> (fixtures folder) into buf. Returns buf. */
+char *tu_data_path(char *buf, size_t len, const char *rel);
+/* A fresh empty directory under $MOE_TEST_TMP (or /tmp) whose name starts with `tag`. */
+char *tu_tmpdir(char *buf, size_t len, const char *tag);
+/* Deterministic uniform floats in [lo, hi) from a 64-bit seed (splitmix64). */
+void tu_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi);
+/* max_i |a_i - b_i| and max_i |b_i| */
+double tu_max_abs_diff(const float *a, const float *b, size_t n);
+double tu_max_abs(const float *a, size_t n);
+/* Write a file with the given bytes; returns 0 on success. */
+int tu_write_file(const char *path, const void *data, size_t len);
+/* A context with defaults and one thread; fails the test on error. */
+moe_ctx *tu_ctx(void);
+
+#endif
