@@ -167,7 +167,7 @@ static void check_case(int64_t H, int64_t I, int64_t E, int64_t K, int64_t Is, i
                 float *out = malloc(sizeof(float) * (nx + 1));
                 int32_t *id = malloc(sizeof(int32_t) * (nk + 1));
                 float *w = malloc(sizeof(float) * (nk + 1));
-                for (size_t j = 0; j < nx; j++)
+                for (size_t j = 0; j <= nx; j++)
                     out[j] = -12345.0f;
                 run_plan(ctx, &L, x, T, NULL, out, id, w);
                 if (T > 0) {
@@ -180,6 +180,7 @@ static void check_case(int64_t H, int64_t I, int64_t E, int64_t K, int64_t Is, i
                     assert_memory_equal(id, rid, sizeof(int32_t) * nk);
                     assert_memory_equal(w, rw, sizeof(float) * nk);
                 }
+                assert_true(out[nx] == -12345.0f); /* nothing written past T*H; T = 0 writes nothing */
                 free(out);
                 free(id);
                 free(w);
