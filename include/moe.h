@@ -242,9 +242,12 @@ typedef struct moe_weight_source {
 typedef struct moe_weights moe_weights;
 
 /* Pack the weights described by `src` for `plan` (borrowed: it must outlive the weights).
- * Copies everything; `src` may be freed afterwards. Layout: w13 [E, 2I, H] (gate rows
- * first, then up rows), w2 [E, H, I], router [E, H] f32.
- * Errors: MOE_EINVAL naming the NULL pointer, MOE_EDTYPE, MOE_ENOMEM. */
+ * Copies everything; `src` may be freed afterwards. The pointers in `src` need no alignment
+ * (tensors mmapped from a safetensors file may sit at odd addresses). Packed layout: per
+ * expert gate [I, H] and up [I, H] (w13), and down [H, I] (w2), each in panels of 16 output
+ * features, K-contiguous, at their true size (no padding); the router as f32.
+ * Errors (recorded on the plan's ctx): MOE_EINVAL naming the NULL pointer, MOE_EDTYPE,
+ * MOE_ENOMEM. */
 moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src,
                               moe_weights **out);
 void moe_weights_free(moe_weights *w);
@@ -302,8 +305,10 @@ typedef struct moe_tensor_info {
 /* Open and validate: 8-byte little-endian header length within the file, header valid JSON
  * object, every tensor with a known dtype, shape of non-negative ints, data_offsets
  * [begin, end] inside the data section with end - begin = numel * dtype size, and no two
- * tensors overlapping. Errors (message names the file and the tensor or field): MOE_EIO,
- * MOE_EFORMAT, MOE_EDTYPE, MOE_ENOMEM. */
+ * tensors overlapping. Errors (message names the file and the tensor or field): MOE_ENOTFOUND
+ * (no such file), MOE_EIO, MOE_EFORMAT, MOE_EDTYPE, MOE_ENOMEM.
+ * Safetensors does not promise aligned tensor data: moe_tensor_info.data may be unaligned for
+ * its dtype (read it with memcpy, or copy it, before using it as a typed array). */
 moe_status moe_safetensors_open(moe_ctx *ctx, const char *path, moe_safetensors **out);
 void moe_safetensors_free(moe_safetensors *f);
 size_t moe_safetensors_count(const moe_safetensors *f);
