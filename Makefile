@@ -3,7 +3,7 @@
 #   make test  build, then run the whole test suite
 BUILD ?= build
 JOBS ?= 2
-CMAKE_FLAGS ?= -DMOE_WERROR=ON
+CMAKE_FLAGS ?= -DMOE_WERROR=ON -DPython3_EXECUTABLE=$(shell command -v python3)
 
 .PHONY: all deps build run test test-fast test-asan clean
 
@@ -27,7 +27,7 @@ test-fast: build
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build, fast tier.
 test-asan: deps
-	cmake -S . -B build-asan -DMOE_WERROR=ON -DMOE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+	cmake -S . -B build-asan $(CMAKE_FLAGS) -DMOE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 	cmake --build build-asan -j$(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS) -L fast
 

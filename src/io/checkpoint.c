@@ -444,6 +444,11 @@ moe_status moe_checkpoint_open(moe_ctx *ctx, const char *dir, moe_checkpoint **o
     *out = NULL;
     if (!dir)
         return moe_set_error(ctx, MOE_EINVAL, "moe_checkpoint_open: dir is NULL");
+    struct stat dst;
+    if (stat(dir, &dst) != 0)
+        return moe_set_error(ctx, MOE_ENOTFOUND, "%s: checkpoint folder does not exist (%s)", dir, strerror(errno));
+    if (!S_ISDIR(dst.st_mode))
+        return moe_set_error(ctx, MOE_EINVAL, "%s: not a folder (a checkpoint is a folder with config.json)", dir);
 
     moe_checkpoint *ck = calloc(1, sizeof *ck);
     if (!ck)

@@ -4,7 +4,7 @@
 For every case: write a random Hugging Face checkpoint (make_ckpt.py) and hidden states into
 a temporary folder, run
 
-    $MOE_BIN run --checkpoint DIR --layer L --input IN --output OUT --threads N
+    $LIBMOE_BIN run --checkpoint DIR --layer L --input IN --output OUT --threads N
 
 with N = 1 and N = 3 (the two outputs must be bit-identical), and compare OUT's
 output [T, H] F32, topk_ids [T, K] I32 and topk_weights [T, K] F32 with ref64:
@@ -23,7 +23,7 @@ transformers' outputs (validates the reference) and `moe run` on each fixture; a
 dense layer and an out-of-range layer are refused without writing OUT.
 
 Prints one line per case and a final "N passed, M failed"; exits 1 on any failure.
-Needs only numpy and safetensors. Usage: MOE_BIN=build/moe python3 run_conformance.py
+Needs only numpy and safetensors. Usage: LIBMOE_BIN=build/moe python3 run_conformance.py
 [-k SUBSTRING] [--keep]
 """
 
@@ -125,7 +125,7 @@ def draw_input(case, params, rng):
 
 
 def run_cli(ckpt, layer, inp, out, threads, expect_ok=True):
-    moe_bin = os.environ["MOE_BIN"]
+    moe_bin = os.environ["LIBMOE_BIN"]
     cmd = [moe_bin, "run", "--checkpoint", ckpt, "--layer", str(layer), "--input", inp,
            "--output", out, "--threads", str(threads)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -272,12 +272,12 @@ def main():
     ap.add_argument("-k", default="", help="run only cases whose name contains this")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folders")
     a = ap.parse_args()
-    if not os.environ.get("MOE_BIN"):
-        print("MOE_BIN is not set: it must name the `moe` executable", file=sys.stderr)
+    if not os.environ.get("LIBMOE_BIN"):
+        print("LIBMOE_BIN is not set: it must name the `moe` executable", file=sys.stderr)
         print("0 passed, 1 failed")
         return 1
-    if not os.access(os.environ["MOE_BIN"], os.X_OK):
-        print(f"MOE_BIN={os.environ['MOE_BIN']} is not an executable", file=sys.stderr)
+    if not os.access(os.environ["LIBMOE_BIN"], os.X_OK):
+        print(f"LIBMOE_BIN={os.environ['LIBMOE_BIN']} is not an executable", file=sys.stderr)
         print("0 passed, 1 failed")
         return 1
 

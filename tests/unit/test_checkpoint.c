@@ -862,7 +862,7 @@ static void test_config_errors(void **state)
     assert_null(ck);
     char nodir[700];
     snprintf(nodir, sizeof nodir, "%s/nonexistent", dir);
-    expect_error(ctx, moe_checkpoint_open(ctx, nodir, &ck), MOE_ENOTFOUND, "nonexistent/config.json");
+    expect_error(ctx, moe_checkpoint_open(ctx, nodir, &ck), MOE_ENOTFOUND, "nonexistent: checkpoint folder does not exist");
 
     /* Not JSON. */
     write_text(dir, "config.json", "{\"hidden_size\": 16,");
@@ -1167,7 +1167,7 @@ static int group_setup(void **state)
 {
     (void)state;
     tu_tmpdir(g_root, sizeof g_root, "test_checkpoint");
-    return setenv("MOE_TEST_TMP", g_root, 1);
+    return setenv("LIBMOE_TEST_TMP", g_root, 1);
 }
 
 static int group_teardown(void **state)

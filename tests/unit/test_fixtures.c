@@ -1,6 +1,6 @@
 /* Golden fixtures from Hugging Face transformers (tests/fixtures, made by gen_fixtures.py).
  *
- * Every folder of $MOE_TEST_DATA holding a meta.json is one fixture: a Hugging Face
+ * Every folder of $LIBMOE_TEST_DATA holding a meta.json is one fixture: a Hugging Face
  * checkpoint written by save_pretrained, input.safetensors (hidden_states [T, H]) and the
  * outputs of transformers' own MoE block. Each is run through exactly the path `moe run`
  * takes:
@@ -491,7 +491,7 @@ static int cmp_fixture(const void *a, const void *b)
     return strcmp(((const fixture *)a)->name, ((const fixture *)b)->name);
 }
 
-/* Every folder of $MOE_TEST_DATA with a meta.json. */
+/* Every folder of $LIBMOE_TEST_DATA with a meta.json. */
 static void discover(void)
 {
     char root[1024];
@@ -501,7 +501,7 @@ static void discover(void)
         root[--rl] = '\0';
     DIR *d = opendir(root);
     if (!d) {
-        fprintf(stderr, "test_fixtures: cannot open MOE_TEST_DATA folder %s\n", root);
+        fprintf(stderr, "test_fixtures: cannot open LIBMOE_TEST_DATA folder %s\n", root);
         return;
     }
     struct dirent *de;
@@ -533,7 +533,7 @@ static void test_required_fixtures_present(void **state)
         for (size_t j = 0; j < g_n_fixtures; j++)
             found |= !strcmp(g_fixtures[j].name, k_required[i]);
         if (!found)
-            fail_msg("fixture %s missing from MOE_TEST_DATA (run tests/fixtures/gen_fixtures.py)",
+            fail_msg("fixture %s missing from LIBMOE_TEST_DATA (run tests/fixtures/gen_fixtures.py)",
                      k_required[i]);
     }
 }

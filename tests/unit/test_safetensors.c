@@ -639,7 +639,7 @@ static int group_setup(void **state)
 {
     (void)state;
     tu_tmpdir(g_root, sizeof g_root, "test_safetensors");
-    return setenv("MOE_TEST_TMP", g_root, 1);
+    return setenv("LIBMOE_TEST_TMP", g_root, 1);
 }
 
 static int group_teardown(void **state)

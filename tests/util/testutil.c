@@ -13,14 +13,14 @@
 
 char *tu_data_path(char *buf, size_t len, const char *rel)
 {
-    const char *d = getenv("MOE_TEST_DATA");
+    const char *d = getenv("LIBMOE_TEST_DATA");
     snprintf(buf, len, "%s/%s", d ? d : "tests/fixtures", rel);
     return buf;
 }
 
 char *tu_tmpdir(char *buf, size_t len, const char *tag)
 {
-    const char *d = getenv("MOE_TEST_TMP");
+    const char *d = getenv("LIBMOE_TEST_TMP");
     snprintf(buf, len, "%s/%s-XXXXXX", d ? d : "/tmp", tag);
     if (!mkdtemp(buf)) {
         fail_msg("mkdtemp %s failed", buf);

@@ -7,9 +7,9 @@
 
 #include "moe.h"
 
-/* $MOE_TEST_DATA/<rel> (fixtures folder) into buf. Returns buf. */
+/* $LIBMOE_TEST_DATA/<rel> (fixtures folder) into buf. Returns buf. */
 char *tu_data_path(char *buf, size_t len, const char *rel);
-/* A fresh empty directory under $MOE_TEST_TMP (or /tmp) whose name starts with `tag`. */
+/* A fresh empty directory under $LIBMOE_TEST_TMP (or /tmp) whose name starts with `tag`. */
 char *tu_tmpdir(char *buf, size_t len, const char *tag);
 /* Deterministic uniform floats in [lo, hi) from a 64-bit seed (splitmix64). */
 void tu_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi);

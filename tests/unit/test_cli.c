@@ -1,0 +1,750 @@
+/* The `moe` command line ($LIBMOE_BIN): exit codes, messages, no output file on failure, and
+ * `moe run` bit-identical to a direct moe_plan_execute_ex on the same checkpoint. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "moe.h"
+#include "testutil.h"
+
+#define RUN_DEADLINE_S 900.0
+
+typedef struct cli_result {
+    int exited;  /* 1 when the child exited normally */
+    int code;    /* its exit status */
+    char *out;   /* stdout, NUL-terminated */
+    char *err;   /* stderr */
+    double secs; /* wall time */
+} cli_result;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return strdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)(n < 0 ? 0 : n) + 1);
+    assert_non_null(b);
+    size_t got = n > 0 ? fread(b, 1, (size_t)n, f) : 0;
+    b[got] = '\0';
+    fclose(f);
+    return b;
+}
+
+static const char *moe_bin(void)
+{
+    const char *b = getenv("LIBMOE_BIN");
+    return (b && *b && access(b, X_OK) == 0) ? b : NULL;
+}
+
+/* Run $LIBMOE_BIN with args (NULL-terminated, without argv[0]), capturing stdout and stderr. */
+static void run_moe(cli_result *r, const char *const *args)
+{
+    memset(r, 0, sizeof *r);
+    const char *bin = moe_bin();
+    assert_non_null(bin);
+    char dir[512], outp[600], errp[600];
+    tu_tmpdir(dir, sizeof dir, "cli-io");
+    snprintf(outp, sizeof outp, "%s/stdout", dir);
+    snprintf(errp, sizeof errp, "%s/stderr", dir);
+    char *argv[64];
+    int n = 0;
+    argv[n++] = (char *)bin;
+    for (; args[n - 1] && n < 63; n++)
+        argv[n] = (char *)args[n - 1];
+    argv[n] = NULL;
+
+    double t0 = now_s();
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fo = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fo < 0 || fe < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0)
+            _exit(127);
+        close(fo);
+        close(fe);
+        execv(bin, argv);
+        _exit(127);
+    }
+    int status = 0;
+    for (;;) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid)
+            break;
+        assert_true(w == 0 || errno == EINTR);
+        if (now_s() - t0 > RUN_DEADLINE_S) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            fail_msg("moe %s did not finish within %.0f s", args[0], RUN_DEADLINE_S);
+        }
+        usleep(2000);
+    }
+    r->secs = now_s() - t0;
+    r->exited = WIFEXITED(status);
+    r->code = r->exited ? WEXITSTATUS(status) : -1;
+    r->out = slurp(outp);
+    r->err = slurp(errp);
+    unlink(outp);
+    unlink(errp);
+    rmdir(dir);
+}
+
+static void result_free(cli_result *r)
+{
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+}
+
+#define SKIP_WITHOUT_BIN()                                                                \
+    do {                                                                                  \
+        if (!moe_bin()) {                                                                 \
+            print_message("LIBMOE_BIN is not set to an executable: skipped\n");              \
+            skip();                                                                       \
+        }                                                                                 \
+    } while (0)
+
+static void expect(cli_result *r, int code, const char *const *in_err)
+{
+    if (!r->exited || r->code != code)
+        fail_msg("expected exit %d, got %s %d\nstdout:\n%s\nstderr:\n%s", code,
+                 r->exited ? "exit" : "signal/abnormal", r->code, r->out, r->err);
+    for (; in_err && *in_err; in_err++)
+        if (!strstr(r->err, *in_err))
+            fail_msg("stderr lacks \"%s\":\n%s", *in_err, r->err);
+}
+
+static int dir_is_empty(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return 1;
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            n++;
+    closedir(d);
+    return n == 0;
+}
+
+/* ---- a tiny Qwen3-MoE checkpoint ---------------------------------------------------- */
+
+enum { CK_H = 32, CK_I = 16, CK_E = 4, CK_K = 2, CK_LAYERS = 2 };
+
+static uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static void fill_bf16(uint16_t *dst, size_t n, uint64_t seed, float bound)
+{
+    float *tmp = malloc(n * sizeof(float));
+    assert_non_null(tmp);
+    tu_fill_uniform(tmp, n, seed, -bound, bound);
+    for (size_t i = 0; i < n; i++)
+        dst[i] = to_bf16(tmp[i]);
+    free(tmp);
+}
+
+/* Writes config.json and model.safetensors into a fresh folder `dir`. */
+static void make_checkpoint(char *dir, size_t len)
+{
+    tu_tmpdir(dir, len, "cli-ck");
+    char path[700];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char cfg[1024];
+    int n = snprintf(cfg, sizeof cfg,
+                     "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", "
+                     "\"hidden_size\": %d, \"intermediate_size\": %d, \"moe_intermediate_size\": %d, "
+                     "\"num_experts\": %d, \"num_experts_per_tok\": %d, \"num_hidden_layers\": %d, "
+                     "\"norm_topk_prob\": true, \"decoder_sparse_step\": 1, \"mlp_only_layers\": [], "
+                     "\"torch_dtype\": \"bfloat16\", \"vocab_size\": 128, "
+                     "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+                     "\"rms_norm_eps\": 1e-06}\n",
+                     CK_H, 4 * CK_H, CK_I, CK_E, CK_K, CK_LAYERS);
+    assert_int_equal(tu_write_file(path, cfg, (size_t)n), 0);
+
+    enum { PER_LAYER = 1 + 3 * CK_E, NT = CK_LAYERS * PER_LAYER };
+    moe_tensor_out t[NT];
+    char names[NT][96];
+    uint16_t *bufs[NT];
+    memset(t, 0, sizeof t);
+    int k = 0;
+    for (int l = 0; l < CK_LAYERS; l++) {
+        snprintf(names[k], sizeof names[k], "model.layers.%d.mlp.gate.weight", l);
+        t[k].shape[0] = CK_E;
+        t[k].shape[1] = CK_H;
+        k++;
+        for (int e = 0; e < CK_E; e++) {
+            static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+            for (int p = 0; p < 3; p++) {
+                snprintf(names[k], sizeof names[k], "model.layers.%d.mlp.experts.%d.%s.weight", l,
+                         e, proj[p]);
+                t[k].shape[0] = p == 2 ? CK_H : CK_I;
+                t[k].shape[1] = p == 2 ? CK_I : CK_H;
+                k++;
+            }
+        }
+    }
+    for (int i = 0; i < NT; i++) {
+        size_t ne = (size_t)(t[i].shape[0] * t[i].shape[1]);
+        bufs[i] = malloc(ne * sizeof(uint16_t));
+        assert_non_null(bufs[i]);
+        /* routers get larger values so routing is decisive */
+        fill_bf16(bufs[i], ne, 1000 + (uint64_t)i, i % PER_LAYER == 0 ? 1.0f : 0.25f);
+        t[i].name = names[i];
+        t[i].dtype = MOE_DTYPE_BF16;
+        t[i].ndim = 2;
+        t[i].data = bufs[i];
+    }
+    moe_ctx *ctx = tu_ctx();
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    moe_status st = moe_safetensors_write(ctx, path, t, NT);
+    if (st != MOE_OK)
+        fail_msg("writing %s: %s", path, moe_ctx_last_error(ctx));
+    moe_ctx_free(ctx);
+    for (int i = 0; i < NT; i++)
+        free(bufs[i]);
+}
+
+/* Writes hidden_states [T, W] (F32 or BF16) to `path`; returns the f32 values (caller frees). */
+static float *make_input(const char *path, int64_t T, int64_t W, moe_dtype dt, uint64_t seed)
+{
+    size_t n = (size_t)(T * W);
+    float *x = malloc(n * sizeof(float) + 1);
+    uint16_t *xb = malloc(n * sizeof(uint16_t) + 1);
+    assert_non_null(x);
+    assert_non_null(xb);
+    tu_fill_uniform(x, n, seed, -2.0f, 2.0f);
+    if (dt == MOE_DTYPE_BF16)
+        for (size_t i = 0; i < n; i++)
+            xb[i] = to_bf16(x[i]);
+    moe_tensor_out t;
+    memset(&t, 0, sizeof t);
+    t.name = "hidden_states";
+    t.dtype = dt;
+    t.ndim = 2;
+    t.shape[0] = T;
+    t.shape[1] = W;
+    t.data = dt == MOE_DTYPE_BF16 ? (const void *)xb : (const void *)x;
+    moe_ctx *ctx = tu_ctx();
+    moe_status st = moe_safetensors_write(ctx, path, &t, 1);
+    if (st != MOE_OK)
+        fail_msg("writing %s: %s", path, moe_ctx_last_error(ctx));
+    moe_ctx_free(ctx);
+    if (dt == MOE_DTYPE_BF16) { /* the values the layer sees */
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)xb[i] << 16;
+            memcpy(&x[i], &u, sizeof u);
+        }
+    }
+    free(xb);
+    return x;
+}
+
+static void rm_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char p[1024];
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode))
+            rm_tree(p);
+        else
+            unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* ---- general ------------------------------------------------------------------------ */
+
+static void test_help(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    cli_result r;
+    const char *a1[] = {"help", NULL};
+    run_moe(&r, a1);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "bench"));
+    assert_non_null(strstr(r.out, "run"));
+    result_free(&r);
+
+    const char *a2[] = {"run", "--help", NULL};
+    run_moe(&r, a2);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "--checkpoint"));
+    result_free(&r);
+
+    const char *a3[] = {"bench", "--help", NULL};
+    run_moe(&r, a3);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "--tokens"));
+    result_free(&r);
+
+    const char *a4[] = {"version", NULL};
+    run_moe(&r, a4);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, moe_version_string()));
+    result_free(&r);
+
+    const char *a5[] = {NULL};
+    run_moe(&r, a5);
+    expect(&r, 2, NULL);
+    result_free(&r);
+}
+
+static void test_unknown(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    cli_result r;
+    const char *a1[] = {"frobnicate", NULL};
+    const char *e1[] = {"frobnicate", NULL};
+    run_moe(&r, a1);
+    expect(&r, 2, e1);
+    result_free(&r);
+
+    const char *a2[] = {"bench", "--frob", NULL};
+    const char *e2[] = {"--frob", NULL};
+    run_moe(&r, a2);
+    expect(&r, 2, e2);
+    result_free(&r);
+
+    const char *a3[] = {"run", "--checkpoint", "x", "--layer", "0", "--input", "a",
+                        "--output", "b", "--bogus", "1", NULL};
+    const char *e3[] = {"--bogus", NULL};
+    run_moe(&r, a3);
+    expect(&r, 2, e3);
+    result_free(&r);
+
+    const char *a4[] = {"run", "--checkpoint", "x", "--layer", "0", NULL};
+    const char *e4[] = {"--input", NULL};
+    run_moe(&r, a4);
+    expect(&r, 2, e4);
+    result_free(&r);
+
+    const char *a5[] = {"run", "--checkpoint", "x", "--layer", "1x", "--input", "a",
+                        "--output", "b", NULL};
+    const char *e5[] = {"--layer", "1x", NULL};
+    run_moe(&r, a5);
+    expect(&r, 2, e5);
+    result_free(&r);
+}
+
+/* ---- bench options ------------------------------------------------------------------ */
+
+static void test_bench_bad_numbers(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    static const char *const cases[][4] = {
+        {"--tokens", "0", "--tokens", NULL},
+        {"--tokens", "abc", "--tokens", NULL},
+        {"--tokens", "1,,2", "--tokens", NULL},
+        {"--tokens", "16,", "--tokens", NULL},
+        {"--tokens", "-1", "--tokens", NULL},
+        {"--tokens", "4x", "--tokens", NULL},
+        {"--threads", "0", "--threads", NULL},
+        {"--threads", "two", "--threads", NULL},
+        {"--iters", "0", "--iters", NULL},
+        {"--min-time", "nan", "--min-time", NULL},
+        {"--min-time", "1s", "--min-time", NULL},
+        {"--num-experts", "1e3", "--num-experts", NULL},
+        {"--dtype", "f8", "--dtype", NULL},
+        {"--mem-limit", "lots", "--mem-limit", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cli_result r;
+        const char *a[] = {"bench", cases[i][0], cases[i][1], NULL};
+        const char *e[] = {cases[i][2], NULL};
+        run_moe(&r, a);
+        expect(&r, 2, e);
+        result_free(&r);
+    }
+    cli_result r;
+    const char *a[] = {"bench", "--tokens", NULL};
+    const char *e[] = {"--tokens", NULL};
+    run_moe(&r, a);
+    expect(&r, 2, e);
+    result_free(&r);
+}
+
+static void test_bench_unknown_model(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    cli_result r;
+    const char *a[] = {"bench", "--model", "nosuch", NULL};
+    const char *e[] = {"nosuch", "qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v3",
+                       "granite-3.0-1b-a400m", NULL};
+    run_moe(&r, a);
+    expect(&r, 2, e);
+    result_free(&r);
+
+    const char *a2[] = {"bench", "--list-models", NULL};
+    run_moe(&r, a2);
+    expect(&r, 0, NULL);
+    static const char *const models[] = {
+        "qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b",
+        "qwen1.5-moe-a2.7b", "mixtral-8x7b", "deepseek-v3", "deepseek-v2-lite", "gpt-oss-20b",
+        "gpt-oss-120b", "olmoe-1b-7b", "llama4-scout", "granite-3.0-1b-a400m"};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
+        if (!strstr(r.out, models[i]))
+            fail_msg("--list-models lacks %s:\n%s", models[i], r.out);
+    result_free(&r);
+}
+
+static void test_bench_does_not_fit(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    /* 22.5 GB of bf16 experts: refused before anything is allocated, whatever the machine,
+     * since --mem-limit caps the memory the bench may use. */
+    cli_result r;
+    const char *a[] = {"bench", "--model", "deepseek-v3", "--mem-limit", "16G", NULL};
+    const char *e[] = {"does not fit", "--num-experts", NULL};
+    run_moe(&r, a);
+    expect(&r, 1, e);
+    if (r.secs > 30.0)
+        fail_msg("the refusal took %.1f s", r.secs);
+    result_free(&r);
+}
+
+static void test_bench_json(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    cli_result r;
+    const char *a[] = {"bench", "--model", "granite-3.0-1b-a400m", "--tokens", "1,3",
+                       "--iters", "3", "--json", "--threads", "1", NULL};
+    run_moe(&r, a);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "\"rows\""));
+    json_error_t jerr;
+    json_t *doc = json_loads(r.out, 0, &jerr);
+    if (!doc)
+        fail_msg("stdout is not JSON (line %d: %s):\n%s", jerr.line, jerr.text, r.out);
+    json_t *rows = json_object_get(doc, "rows");
+    assert_true(json_is_array(rows));
+    assert_int_equal(json_array_size(rows), 2);
+    static const int64_t tok[2] = {1, 3};
+    for (size_t i = 0; i < 2; i++) {
+        json_t *row = json_array_get(rows, i);
+        assert_int_equal(json_integer_value(json_object_get(row, "tokens")), tok[i]);
+        assert_int_equal(json_integer_value(json_object_get(row, "runs")), 3);
+        assert_true(json_number_value(json_object_get(row, "median_ms")) > 0.0);
+        assert_true(json_number_value(json_object_get(row, "best_ms")) <=
+                    json_number_value(json_object_get(row, "median_ms")));
+        /* the controlled router: T*K distinct experts (E = 32 > 3 * 8) */
+        assert_true(json_number_value(json_object_get(row, "distinct_experts")) == 8.0 * (double)tok[i]);
+        assert_int_equal(json_integer_value(json_object_get(row, "routing_mismatches")), 0);
+    }
+    json_t *layer = json_object_get(doc, "layer");
+    assert_int_equal(json_integer_value(json_object_get(layer, "hidden_size")), 1024);
+    assert_int_equal(json_integer_value(json_object_get(layer, "num_experts")), 32);
+    json_decref(doc);
+    result_free(&r);
+}
+
+/* ---- moe run failures --------------------------------------------------------------- */
+
+typedef struct run_fixture {
+    char ck[512];
+    char io[512];
+    char in[700];
+    char out[700];
+} run_fixture;
+
+static int run_setup(void **state)
+{
+    if (!moe_bin())
+        return 0;
+    run_fixture *f = calloc(1, sizeof *f);
+    if (!f)
+        return -1;
+    make_checkpoint(f->ck, sizeof f->ck);
+    tu_tmpdir(f->io, sizeof f->io, "cli-run");
+    snprintf(f->in, sizeof f->in, "%s/in.safetensors", f->io);
+    snprintf(f->out, sizeof f->out, "%s/out/out.safetensors", f->io);
+    char od[700];
+    snprintf(od, sizeof od, "%s/out", f->io);
+    mkdir(od, 0700);
+    *state = f;
+    return 0;
+}
+
+static int run_teardown(void **state)
+{
+    run_fixture *f = *state;
+    if (f) {
+        rm_tree(f->ck);
+        rm_tree(f->io);
+        free(f);
+    }
+    return 0;
+}
+
+static void expect_no_output(const run_fixture *f)
+{
+    if (access(f->out, F_OK) == 0)
+        fail_msg("%s exists after a failed run", f->out);
+    char od[700];
+    snprintf(od, sizeof od, "%s/out", f->io);
+    if (!dir_is_empty(od))
+        fail_msg("%s holds files after a failed run", od);
+}
+
+static void test_run_missing_checkpoint(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    run_fixture *f = *state;
+    free(make_input(f->in, 2, CK_H, MOE_DTYPE_F32, 1));
+    char missing[700];
+    snprintf(missing, sizeof missing, "%s/no-such-checkpoint", f->io);
+    cli_result r;
+    const char *a[] = {"run", "--checkpoint", missing, "--layer", "0", "--input", f->in,
+                       "--output", f->out, NULL};
+    const char *e[] = {"moe run: ", "no-such-checkpoint", NULL};
+    run_moe(&r, a);
+    expect(&r, 1, e);
+    expect_no_output(f);
+    result_free(&r);
+}
+
+static void test_run_no_config(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    run_fixture *f = *state;
+    free(make_input(f->in, 2, CK_H, MOE_DTYPE_F32, 1));
+    char empty[700];
+    snprintf(empty, sizeof empty, "%s/empty-ck", f->io);
+    assert_int_equal(mkdir(empty, 0700), 0);
+    cli_result r;
+    const char *a[] = {"run", "--checkpoint", empty, "--layer", "0", "--input", f->in,
+                       "--output", f->out, NULL};
+    const char *e[] = {"moe run: ", "config.json", NULL};
+    run_moe(&r, a);
+    expect(&r, 1, e);
+    expect_no_output(f);
+    result_free(&r);
+    rmdir(empty);
+}
+
+static void test_run_bad_width(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    run_fixture *f = *state;
+    free(make_input(f->in, 3, CK_H - 1, MOE_DTYPE_F32, 2));
+    cli_result r;
+    const char *a[] = {"run", "--checkpoint", f->ck, "--layer", "0", "--input", f->in,
+                       "--output", f->out, NULL};
+    const char *e[] = {"moe run: ", "in.safetensors", "hidden_states", "31", "32", NULL};
+    run_moe(&r, a);
+    expect(&r, 1, e);
+    expect_no_output(f);
+    result_free(&r);
+}
+
+static void test_run_missing_tensor(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    run_fixture *f = *state;
+    /* a safetensors file without hidden_states */
+    float v[4] = {1, 2, 3, 4};
+    moe_tensor_out t;
+    memset(&t, 0, sizeof t);
+    t.name = "something_else";
+    t.dtype = MOE_DTYPE_F32;
+    t.ndim = 2;
+    t.shape[0] = 1;
+    t.shape[1] = 4;
+    t.data = v;
+    moe_ctx *ctx = tu_ctx();
+    assert_int_equal(moe_safetensors_write(ctx, f->in, &t, 1), MOE_OK);
+    moe_ctx_free(ctx);
+    cli_result r;
+    const char *a[] = {"run", "--checkpoint", f->ck, "--layer", "0", "--input", f->in,
+                       "--output", f->out, NULL};
+    const char *e[] = {"moe run: ", "hidden_states", NULL};
+    run_moe(&r, a);
+    expect(&r, 1, e);
+    expect_no_output(f);
+    result_free(&r);
+}
+
+static void test_run_layer_out_of_range(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    run_fixture *f = *state;
+    free(make_input(f->in, 2, CK_H, MOE_DTYPE_F32, 3));
+    cli_result r;
+    const char *a[] = {"run", "--checkpoint", f->ck, "--layer", "7", "--input", f->in,
+                       "--output", f->out, NULL};
+    const char *e[] = {"moe run: ", "7", NULL};
+    run_moe(&r, a);
+    expect(&r, 1, e);
+    if (!strstr(r.err, "layer") && !strstr(r.err, "Layer"))
+        fail_msg("stderr does not name the layer:\n%s", r.err);
+    expect_no_output(f);
+    result_free(&r);
+}
+
+/* ---- moe run success: bitwise equal to a direct execute --------------------------------- */
+
+static void check_run_matches(run_fixture *f, moe_dtype in_dt, int64_t layer, int64_t T)
+{
+    float *x = make_input(f->in, T, CK_H, in_dt, 40 + (uint64_t)T);
+    char lay[32];
+    snprintf(lay, sizeof lay, "%lld", (long long)layer);
+    cli_result r;
+    const char *a[] = {"run", "--checkpoint", f->ck, "--layer", lay, "--input", f->in,
+                       "--output", f->out, "--threads", "2", NULL};
+    run_moe(&r, a);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.err, "qwen3_moe"));
+    result_free(&r);
+
+    /* the reference: the same checkpoint through the API */
+    moe_ctx *ctx = tu_ctx();
+    moe_checkpoint *ck = NULL;
+    moe_plan *plan = NULL;
+    moe_weights *w = NULL;
+    moe_layer_desc desc;
+    if (moe_checkpoint_open(ctx, f->ck, &ck) != MOE_OK ||
+        moe_checkpoint_layer_desc(ck, layer, &desc) != MOE_OK ||
+        moe_plan_create(ctx, &desc, &plan) != MOE_OK ||
+        moe_checkpoint_load_weights(ck, layer, plan, &w) != MOE_OK)
+        fail_msg("reference setup: %s", moe_ctx_last_error(ctx));
+    assert_int_equal(desc.hidden_size, CK_H);
+    assert_int_equal(desc.top_k, CK_K);
+    size_t ws_size = moe_plan_workspace_size(plan, T);
+    void *ws = ws_size ? aligned_alloc(64, (ws_size + 63) / 64 * 64) : NULL;
+    float *out = calloc((size_t)(T * CK_H), sizeof(float));
+    int32_t *ids = calloc((size_t)(T * CK_K), sizeof(int32_t));
+    float *tw = calloc((size_t)(T * CK_K), sizeof(float));
+    uint16_t *xb = malloc((size_t)(T * CK_H) * sizeof(uint16_t));
+    assert_non_null(out);
+    assert_non_null(ids);
+    assert_non_null(tw);
+    assert_non_null(xb);
+    for (int64_t i = 0; i < T * CK_H; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        xb[i] = (uint16_t)(u >> 16); /* exact: x holds bf16 values when in_dt is BF16 */
+    }
+    moe_exec_args ea;
+    memset(&ea, 0, sizeof ea);
+    ea.hidden_states = in_dt == MOE_DTYPE_BF16 ? (const void *)xb : (const void *)x;
+    ea.hidden_dtype = in_dt;
+    ea.n_tokens = T;
+    ea.output = out;
+    ea.topk_ids = ids;
+    ea.topk_weights = tw;
+    ea.workspace = ws;
+    ea.workspace_size = ws_size;
+    if (moe_plan_execute_ex(plan, w, &ea) != MOE_OK)
+        fail_msg("reference execute: %s", moe_ctx_last_error(ctx));
+
+    moe_safetensors *sf = NULL;
+    if (moe_safetensors_open(ctx, f->out, &sf) != MOE_OK)
+        fail_msg("reading %s: %s", f->out, moe_ctx_last_error(ctx));
+    moe_tensor_info ti;
+    assert_int_equal(moe_safetensors_get(sf, "output", &ti), MOE_OK);
+    assert_int_equal(ti.dtype, MOE_DTYPE_F32);
+    assert_int_equal(ti.ndim, 2);
+    assert_int_equal(ti.shape[0], T);
+    assert_int_equal(ti.shape[1], CK_H);
+    assert_int_equal(ti.nbytes, (size_t)(T * CK_H) * sizeof(float));
+    assert_memory_equal(ti.data, out, ti.nbytes);
+    assert_int_equal(moe_safetensors_get(sf, "topk_ids", &ti), MOE_OK);
+    assert_int_equal(ti.dtype, MOE_DTYPE_I32);
+    assert_int_equal(ti.shape[1], CK_K);
+    assert_memory_equal(ti.data, ids, (size_t)(T * CK_K) * sizeof(int32_t));
+    assert_int_equal(moe_safetensors_get(sf, "topk_weights", &ti), MOE_OK);
+    assert_int_equal(ti.dtype, MOE_DTYPE_F32);
+    assert_memory_equal(ti.data, tw, (size_t)(T * CK_K) * sizeof(float));
+    /* and the output is not trivially zero */
+    assert_true(tu_max_abs(out, (size_t)(T * CK_H)) > 0.0);
+
+    moe_safetensors_free(sf);
+    free(xb);
+    free(tw);
+    free(ids);
+    free(out);
+    free(ws);
+    moe_weights_free(w);
+    moe_plan_free(plan);
+    moe_checkpoint_free(ck);
+    moe_ctx_free(ctx);
+    free(x);
+    unlink(f->out);
+}
+
+static void test_run_matches_api_f32(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    check_run_matches(*state, MOE_DTYPE_F32, 0, 5);
+}
+
+static void test_run_matches_api_bf16(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    check_run_matches(*state, MOE_DTYPE_BF16, 1, 17);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_help),
+        cmocka_unit_test(test_unknown),
+        cmocka_unit_test(test_bench_bad_numbers),
+        cmocka_unit_test(test_bench_unknown_model),
+        cmocka_unit_test(test_bench_does_not_fit),
+        cmocka_unit_test(test_bench_json),
+        cmocka_unit_test_setup_teardown(test_run_missing_checkpoint, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_run_no_config, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_run_bad_width, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_run_missing_tensor, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_run_layer_out_of_range, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_run_matches_api_f32, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_run_matches_api_bf16, run_setup, run_teardown),
+    };
+    return cmocka_run_group_tests_name("cli", tests, NULL, NULL);
+}

@@ -1,0 +1,1260 @@
+/* `moe bench`: MoE layer benchmarks on embedded model shapes or a checkpoint's layer.
+ *
+ * Decode rows must measure DRAM, not the last-level cache. Embedded layers have a router
+ * we control: Wr[e, h] = 8 * (h == e) + noise, and each input row carries descending spikes
+ * at the coordinates of the experts it must select, so forward r, token t picks experts
+ * (r*T*K + t*K + j) mod E, j < K: consecutive forwards walk round-robin through every
+ * expert, and a ring of distinct inputs (one per forward) keeps the router GEMM in the timed
+ * region. When a layer's expert weights are smaller than 4 x LLC, several copies of the
+ * layer are packed and rotated too. Distinct experts are counted from the topk_ids output. */
+#include "cli.h"
+#include "models.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const CMD = "moe bench";
+
+#define MAX_TOKEN_ROWS 64
+#define MAX_ITERS_AUTO 50
+#define MIN_ITERS_AUTO 3
+#define DEFAULT_MIN_TIME 1.5
+#define PROJECT_LLC_BYTES (260ull << 20) /* documented LLC of this project's machines */
+#define MAX_COPIES 4096
+#define POOL_BUDGET (256ull << 20)  /* distinct generated expert values, bytes */
+#define ROUTER_SPIKE 8.0f
+#define ROUTER_NOISE 1e-3f
+#define INPUT_NOISE 0.05f
+
+typedef struct bench_cfg {
+    const cli_model *model;
+    const char *ckdir;
+    int64_t layer;
+    int have_layer;
+    int64_t tokens[MAX_TOKEN_ROWS];
+    int ntokens;
+    int64_t threads;
+    moe_dtype dtype;
+    int have_dtype;
+    int64_t num_experts; /* 0: the preset's */
+    int64_t iters;       /* 0: automatic */
+    double min_time;
+    int have_min_time;
+    int json;
+    uint64_t mem_limit; /* 0: none */
+    uint64_t seed;
+} bench_cfg;
+
+typedef struct bench_row {
+    int64_t tokens;
+    int runs;
+    double median_ms, best_ms, mean_ms;
+    double tokens_per_s, gflops, gbps;
+    double distinct_experts; /* mean per forward */
+    double bytes_per_forward;
+    double flops_per_forward;
+    int64_t ring;             /* distinct input tensors */
+    int64_t union_experts;    /* distinct experts over all forwards of the row */
+    /* Fractions of the weight bytes read by the timed forwards whose reuse distance (bytes
+     * of weights touched since the same copy's expert was last used) is under 4 x LLC. */
+    double resident_fraction;        /* routed + shared */
+    double routed_resident_fraction;
+    double shared_resident_fraction;
+    int cache_resident;              /* resident_fraction >= 1/2 */
+    int64_t route_mismatch; /* forwards whose routing left the designed pattern */
+} bench_row;
+
+static void bench_usage(FILE *f)
+{
+    fputs("usage: moe bench [options]\n"
+          "\n"
+          "Times one MoE layer forward (router, top-k, expert GEMMs, combine) for each token\n"
+          "count T. Default: the Qwen3-30B-A3B MoE layer (H 2048, I 768, E 128, K 8, softmax,\n"
+          "renormalize) with BF16 weights generated in memory, T = 1, 16, 256, 2048.\n"
+          "\n"
+          "Options:\n"
+          "  --model NAME       an embedded model layer (--list-models); default qwen3-30b-a3b\n"
+          "  --list-models      list the embedded models and exit\n"
+          "  --checkpoint DIR   bench a Hugging Face checkpoint's layer (real router, random\n"
+          "                     inputs) instead of an embedded model\n"
+          "  --layer L          the checkpoint's layer (default: its first MoE layer)\n"
+          "  --tokens LIST      comma-separated token counts, each >= 1 (default 1,16,256,2048)\n"
+          "  --threads N        worker threads (default: MOE_NUM_THREADS, OMP_NUM_THREADS,\n"
+          "                     else all cores)\n"
+          "  --dtype D          generated weights' dtype: bf16 (default), f16 or f32\n"
+          "  --num-experts N    override E (keeps H, I, K, so per-token bytes and FLOPs stay\n"
+          "                     the real model's) for layers that do not fit in memory;\n"
+          "                     K <= N <= H\n"
+          "  --iters N          timed forwards per row (default: enough for --min-time,\n"
+          "                     3 to 50)\n"
+          "  --min-time S       target seconds per row when --iters is not given (default 1.5)\n"
+          "  --mem-limit SIZE   use at most SIZE bytes of memory (e.g. 16G; default: 90% of\n"
+          "                     MemAvailable)\n"
+          "  --seed N           seed of the generated weights and inputs (default 1)\n"
+          "  --json             print one JSON document on stdout instead of the table\n"
+          "  -h, --help         this text\n"
+          "\n"
+          "Each row: T, runs (timed, after one warm-up), median and best ms per forward,\n"
+          "tokens/s (T / median), GFLOP/s (2*T*K*3*H*I + shared expert 2*T*3*H*Is + router\n"
+          "2*T*E*H, over the median), GB/s (expert weight bytes of the distinct experts the\n"
+          "forward selected, from topk_ids, plus the shared expert, over the median), the\n"
+          "distinct experts per forward, and whether the row is served from cache: the share\n"
+          "of weight bytes read whose reuse cycle (distinct weight bytes the forwards from\n"
+          "that expert copy's previous use to this one touch) is under 4 x LLC; 'YES' from\n"
+          "50%. LLC: sysfs, but at least 260 MiB (the documented LLC of this project's\n"
+          "machines).\n"
+          "Embedded layers use a controlled router so consecutive forwards walk round-robin\n"
+          "through every expert, and several copies of a small layer are rotated.\n",
+          f);
+}
+
+static void list_models(FILE *f)
+{
+    fprintf(f, "%-22s %-24s %6s %6s %5s %3s %12s %11s  %s\n", "name", "model", "H", "I", "E",
+            "K", "shared", "BF16 layer", "routing");
+    for (size_t i = 0; i < cli_num_models; i++) {
+        const cli_model *m = &cli_models[i];
+        char shared[32], bytes[32];
+        if (m->shared_intermediate_size)
+            snprintf(shared, sizeof shared, "%lld%s", (long long)m->shared_intermediate_size,
+                     m->shared_gated ? " gated" : "");
+        else
+            snprintf(shared, sizeof shared, "-");
+        double b = 2.0 * 3.0 * (double)m->hidden_size *
+                   ((double)m->intermediate_size * (double)m->num_experts +
+                    (double)m->shared_intermediate_size);
+        fprintf(f, "%-22s %-24s %6lld %6lld %5lld %3lld %12s %11s  %s\n", m->name, m->display,
+                (long long)m->hidden_size, (long long)m->intermediate_size,
+                (long long)m->num_experts, (long long)m->top_k, shared,
+                cli_fmt_bytes(bytes, sizeof bytes, b),
+                m->differs ? "differs (benched as softmax + SwiGLU)" : "as the real model");
+    }
+}
+
+static int parse_tokens(const char *s, bench_cfg *cfg)
+{
+    cfg->ntokens = 0;
+    const char *p = s;
+    if (!*p) {
+        cli_err(CMD, "--tokens: empty list");
+        return -1;
+    }
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        char item[32];
+        if (n == 0 || n >= sizeof item) {
+            cli_err(CMD, "--tokens: '%s' is not a comma-separated list of token counts", s);
+            return -1;
+        }
+        memcpy(item, p, n);
+        item[n] = '\0';
+        if (cfg->ntokens == MAX_TOKEN_ROWS) {
+            cli_err(CMD, "--tokens: at most %d token counts", MAX_TOKEN_ROWS);
+            return -1;
+        }
+        if (cli_parse_i64(CMD, "--tokens", item, 1, (int64_t)1 << 24,
+                          &cfg->tokens[cfg->ntokens]) != 0)
+            return -1;
+        cfg->ntokens++;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    return 0;
+}
+
+static int parse_dtype(const char *s, moe_dtype *out)
+{
+    if (strcmp(s, "bf16") == 0 || strcmp(s, "BF16") == 0)
+        *out = MOE_DTYPE_BF16;
+    else if (strcmp(s, "f16") == 0 || strcmp(s, "F16") == 0 || strcmp(s, "fp16") == 0)
+        *out = MOE_DTYPE_F16;
+    else if (strcmp(s, "f32") == 0 || strcmp(s, "F32") == 0 || strcmp(s, "fp32") == 0)
+        *out = MOE_DTYPE_F32;
+    else {
+        cli_err(CMD, "--dtype: '%s' is not one of f32, bf16, f16", s);
+        return -1;
+    }
+    return 0;
+}
+
+/* Exit code >= 0 to stop now, -1 to go on. */
+static int parse_bench_args(int argc, char **argv, bench_cfg *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->dtype = MOE_DTYPE_BF16;
+    cfg->seed = 1;
+    cfg->min_time = DEFAULT_MIN_TIME;
+    int list = 0;
+    const char *model_name = NULL;
+    cli_args a;
+    cli_args_init(&a, argc, argv, CMD);
+    int r;
+    while ((r = cli_args_next(&a)) != 0) {
+        if (r < 0)
+            return CLI_USAGE;
+        const char *v;
+        if (cli_is(&a, "--help") || cli_is(&a, "-h")) {
+            bench_usage(stdout);
+            return CLI_OK;
+        } else if (cli_is(&a, "--list-models") || cli_is(&a, "--json")) {
+            if (a.inline_value)
+                return cli_flag_has_value(&a);
+            if (cli_is(&a, "--json"))
+                cfg->json = 1;
+            else
+                list = 1;
+        } else if (cli_is(&a, "--model")) {
+            if (!(model_name = cli_value(&a)))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "--checkpoint")) {
+            if (!(cfg->ckdir = cli_value(&a)))
+                return CLI_USAGE;
+            if (!cfg->ckdir[0]) {
+                cli_err(CMD, "--checkpoint: empty path");
+                return CLI_USAGE;
+            }
+        } else if (cli_is(&a, "--layer")) {
+            if (!(v = cli_value(&a)) || cli_parse_i64(CMD, a.opt, v, 0, INT64_MAX, &cfg->layer))
+                return CLI_USAGE;
+            cfg->have_layer = 1;
+        } else if (cli_is(&a, "--tokens")) {
+            if (!(v = cli_value(&a)) || parse_tokens(v, cfg))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "--threads")) {
+            if (!(v = cli_value(&a)) || cli_parse_i64(CMD, a.opt, v, 1, 4096, &cfg->threads))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "--dtype")) {
+            if (!(v = cli_value(&a)) || parse_dtype(v, &cfg->dtype))
+                return CLI_USAGE;
+            cfg->have_dtype = 1;
+        } else if (cli_is(&a, "--num-experts")) {
+            if (!(v = cli_value(&a)) ||
+                cli_parse_i64(CMD, a.opt, v, 1, (int64_t)1 << 20, &cfg->num_experts))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "--iters")) {
+            if (!(v = cli_value(&a)) || cli_parse_i64(CMD, a.opt, v, 1, 100000, &cfg->iters))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "--min-time")) {
+            if (!(v = cli_value(&a)) ||
+                cli_parse_double(CMD, a.opt, v, 1e-3, 3600.0, &cfg->min_time))
+                return CLI_USAGE;
+            cfg->have_min_time = 1;
+        } else if (cli_is(&a, "--mem-limit")) {
+            if (!(v = cli_value(&a)) || cli_parse_size(CMD, a.opt, v, &cfg->mem_limit))
+                return CLI_USAGE;
+            if (cfg->mem_limit == 0) {
+                cli_err(CMD, "--mem-limit: must be more than 0");
+                return CLI_USAGE;
+            }
+        } else if (cli_is(&a, "--seed")) {
+            int64_t s;
+            if (!(v = cli_value(&a)) || cli_parse_i64(CMD, a.opt, v, 0, INT64_MAX, &s))
+                return CLI_USAGE;
+            cfg->seed = (uint64_t)s;
+        } else {
+            return cli_unknown(&a);
+        }
+    }
+    if (list) {
+        list_models(stdout);
+        return CLI_OK;
+    }
+    if (model_name) {
+        cfg->model = cli_model_find(model_name);
+        if (!cfg->model) {
+            fprintf(stderr, "%s: --model: unknown model '%s'; known models:\n", CMD, model_name);
+            for (size_t i = 0; i < cli_num_models; i++)
+                fprintf(stderr, "  %s\n", cli_models[i].name);
+            return CLI_USAGE;
+        }
+    }
+    if (cfg->ckdir) {
+        const char *bad = model_name ? "--model" : cfg->have_dtype ? "--dtype"
+                        : cfg->num_experts ? "--num-experts" : NULL;
+        if (bad) {
+            cli_err(CMD, "%s cannot be combined with --checkpoint (a checkpoint's layer has "
+                    "its own shapes and dtype)", bad);
+            return CLI_USAGE;
+        }
+    } else {
+        if (cfg->have_layer) {
+            cli_err(CMD, "--layer needs --checkpoint");
+            return CLI_USAGE;
+        }
+        if (!cfg->model)
+            cfg->model = cli_model_find("qwen3-30b-a3b");
+        if (cfg->num_experts) {
+            const cli_model *m = cfg->model;
+            if (cfg->num_experts < m->top_k || cfg->num_experts > m->hidden_size) {
+                cli_err(CMD, "--num-experts: %lld is out of range [%lld, %lld] for %s (at least "
+                        "K; at most H, which the controlled router needs)",
+                        (long long)cfg->num_experts, (long long)m->top_k,
+                        (long long)m->hidden_size, m->name);
+                return CLI_USAGE;
+            }
+        }
+    }
+    if (cfg->iters && cfg->have_min_time) {
+        cli_err(CMD, "--iters and --min-time cannot be combined");
+        return CLI_USAGE;
+    }
+    if (cfg->ntokens == 0) {
+        static const int64_t def[] = {1, 16, 256, 2048};
+        for (int i = 0; i < 4; i++)
+            cfg->tokens[i] = def[i];
+        cfg->ntokens = 4;
+    }
+    return -1;
+}
+
+/* ---- helpers ------------------------------------------------------------------------- */
+
+static void *alloc64(size_t bytes)
+{
+    size_t n = (bytes + 63) / 64 * 64;
+    if (n == 0)
+        n = 64;
+    return aligned_alloc(64, n);
+}
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Store `v` at element i of a buffer of dtype dt. */
+static inline void store_elem(void *buf, moe_dtype dt, size_t i, float v)
+{
+    if (dt == MOE_DTYPE_F32)
+        ((float *)buf)[i] = v;
+    else if (dt == MOE_DTYPE_BF16)
+        ((uint16_t *)buf)[i] = cli_f32_to_bf16(v);
+    else
+        ((uint16_t *)buf)[i] = cli_f32_to_f16(v);
+}
+
+/* n elements uniform in [-bound, bound) from (seed, first + i), converted to dt. */
+static void gen_uniform(void *buf, moe_dtype dt, size_t n, uint64_t seed, uint64_t first,
+                        float bound, int threads)
+{
+    int64_t nn = (int64_t)n;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(threads)
+#endif
+    for (int64_t i = 0; i < nn; i++)
+        store_elem(buf, dt, (size_t)i, bound * cli_uniform_pm1(seed, first + (uint64_t)i));
+    (void)threads;
+}
+
+/* Ring size for T tokens: embedded layers need one input per forward of the expert walk's
+ * period; checkpoints get enough random inputs for ~4096 tokens per ring. Capped by
+ * `cap_bytes` of inputs. */
+static int64_t ring_size(int embedded, int64_t T, int64_t H, int64_t E, int64_t K,
+                         uint64_t cap_bytes)
+{
+    int64_t want;
+    if (embedded) {
+        int64_t step = (T % E) * (K % E) % E; /* (T*K) mod E without overflow */
+        want = step == 0 ? 1 : E / gcd64(E, step);
+    } else {
+        want = (4096 + T - 1) / T;
+        if (want > 256)
+            want = 256;
+    }
+    uint64_t per = (uint64_t)T * (uint64_t)H * sizeof(float);
+    uint64_t fit = per ? cap_bytes / per : (uint64_t)want;
+    if (fit < 1)
+        fit = 1;
+    if ((uint64_t)want > fit)
+        want = (int64_t)fit;
+    return want;
+}
+
+/* Fill ring slot q ([T, H] f32). */
+static void gen_input(float *x, int embedded, int64_t q, int64_t walk0, int64_t T, int64_t H,
+                      int64_t E, int64_t K, uint64_t seed, int threads)
+{
+    uint64_t first = (uint64_t)q * (uint64_t)T * (uint64_t)H;
+    uint64_t s = seed ^ 0x1A2B3C4D5E6F7788ull;
+    if (!embedded) {
+        gen_uniform(x, MOE_DTYPE_F32, (size_t)(T * H), s, first, 1.0f, threads);
+        return;
+    }
+    gen_uniform(x, MOE_DTYPE_F32, (size_t)(T * H), s, first, INPUT_NOISE, threads);
+    int64_t base = (walk0 + (q % E) * ((T % E) * (K % E) % E)) % E; /* walk0 + q*T*K mod E */
+    for (int64_t t = 0; t < T; t++) {
+        int64_t tb = (base + (t % E) * (K % E)) % E;
+        for (int64_t j = 0; j < K; j++) {
+            int64_t e = (tb + j) % E;
+            /* descending spikes: logits 8 * (2 - j/K), separated by 8/K >= 0.8 */
+            x[t * H + e] = 2.0f - (float)j / (float)K;
+        }
+    }
+}
+
+/* ---- the benchmark ------------------------------------------------------------------- */
+
+typedef struct bench_state {
+    bench_cfg *cfg;
+    moe_ctx *ctx;
+    moe_plan *plan;
+    moe_layer_desc desc;
+    int embedded;
+    moe_weights **w;
+    int copies;
+    int copies_wanted;
+    double expert_bytes; /* one routed expert, nominal (3 * H * I * dtype size) */
+    double shared_bytes;
+    double layer_bytes; /* E experts + shared */
+    double packed_bytes; /* moe_weights_expert_bytes of one copy */
+    uint64_t llc, llc_sysfs;
+    int llc_level;
+    uint64_t mem_avail;
+    uint64_t ring_cap;
+    size_t ws_size;
+    void *ws;
+    float *out;
+    int32_t *ids;
+    float *tw;
+    uint32_t *stamp; /* [E] */
+    unsigned char *seen; /* [E] */
+    int32_t *dlist;  /* [E + 1] distinct experts of one forward (+ shared) */
+    /* Reuse distances (LRU stack distance in bytes): the forward at which each copy's
+     * expert (index E: the shared expert) was last used, and a Fenwick tree over forwards
+     * of the bytes whose last use is that forward. */
+    int64_t *last_fwd; /* [copies, E + 1], -1: never */
+    double *fen;       /* [fen_n + 1] */
+    int64_t fen_n;
+    int64_t fwd;       /* forwards run so far, all rows */
+    int64_t copy_next; /* the copy a row starts on: rows carry on the rotation */
+    int64_t walk_next; /* the expert the next row's walk starts from */
+    int threads;
+    int pool; /* distinct generated experts */
+    char notes[8][640];
+    int nnotes;
+} bench_state;
+
+static void add_note(bench_state *s, const char *fmt, ...) CLI_PRINTF(2, 3);
+static void add_note(bench_state *s, const char *fmt, ...)
+{
+    if (s->nnotes >= 8)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->notes[s->nnotes++], sizeof s->notes[0], fmt, ap);
+    va_end(ap);
+}
+
+static void fen_add(bench_state *s, int64_t i, double v)
+{
+    for (i++; i <= s->fen_n; i += i & -i)
+        s->fen[i] += v;
+}
+
+/* Bytes last used at forwards [0, i). */
+static double fen_prefix(const bench_state *s, int64_t i)
+{
+    double r = 0.0;
+    for (; i > 0; i -= i & -i)
+        r += s->fen[i];
+    return r;
+}
+
+/* Forwards of one pass over one copy (embedded layers): as many as take disjoint sets of
+ * T*K experts from the walk, at least 1. */
+static int64_t pass_forwards(int64_t E, int64_t T, int64_t K)
+{
+    return (T >= E || T * K >= E) ? 1 : E / (T * K);
+}
+
+static int lib_fail(bench_state *s, moe_status st)
+{
+    const char *m = moe_ctx_last_error(s->ctx);
+    cli_err(CMD, "%s", (m && m[0]) ? m : moe_status_name(st));
+    return CLI_FAIL;
+}
+
+/* Generate the embedded layer and pack `copies` copies of it. */
+static int build_embedded(bench_state *s)
+{
+    const moe_layer_desc *d = &s->desc;
+    const int64_t H = d->hidden_size, I = d->moe_intermediate_size, E = d->num_experts;
+    const int64_t Is = d->shared_expert_intermediate_size;
+    const moe_dtype dt = d->weight_dtype;
+    const size_t ds = moe_dtype_size(dt);
+    const uint64_t seed = s->cfg->seed;
+    int rc = CLI_FAIL;
+    const size_t mat = (size_t)I * (size_t)H; /* elements of one [I,H] or [H,I] matrix */
+    void *pool = NULL, *shared = NULL;
+    float *router = NULL, *sgate = NULL;
+    const void **ptrs = NULL;
+
+    int G = s->pool;
+    pool = alloc64((size_t)G * 3 * mat * ds);
+    router = alloc64((size_t)E * (size_t)H * sizeof(float));
+    ptrs = calloc((size_t)E * 3, sizeof *ptrs);
+    if (Is > 0) {
+        shared = alloc64(3 * (size_t)Is * (size_t)H * ds);
+        sgate = alloc64((size_t)H * sizeof(float));
+    }
+    if (!pool || !router || !ptrs || (Is > 0 && (!shared || !sgate))) {
+        cli_err(CMD, "out of memory generating the weights");
+        goto done;
+    }
+
+    cli_progress pr;
+    cli_progress_start(&pr);
+    const float bh = 1.0f / sqrtf((float)H), bi = 1.0f / sqrtf((float)I);
+    for (int g = 0; g < G; g++) {
+        char *base = (char *)pool + (size_t)g * 3 * mat * ds;
+        uint64_t first = (uint64_t)g * 3 * mat;
+        gen_uniform(base, dt, mat, seed, first, bh, s->threads);                       /* gate */
+        gen_uniform(base + mat * ds, dt, mat, seed, first + mat, bh, s->threads);      /* up */
+        gen_uniform(base + 2 * mat * ds, dt, mat, seed, first + 2 * mat, bi, s->threads); /* down */
+        cli_progress_update(&pr, "generating weights %d%%...", (int)(100.0 * (g + 1) / G));
+    }
+    /* Router [E, H]: 8 at (e, e), plus small noise: the input spikes choose the experts. */
+    gen_uniform(router, MOE_DTYPE_F32, (size_t)(E * H), seed ^ 0xABCDEF12345ull, 0,
+                ROUTER_NOISE, s->threads);
+    for (int64_t e = 0; e < E; e++)
+        router[e * H + e] += ROUTER_SPIKE;
+    if (Is > 0) {
+        size_t smat = (size_t)Is * (size_t)H;
+        uint64_t ss = seed ^ 0x5EED5EED5EEDull;
+        gen_uniform(shared, dt, smat, ss, 0, bh, s->threads);
+        gen_uniform((char *)shared + smat * ds, dt, smat, ss, smat, bh, s->threads);
+        gen_uniform((char *)shared + 2 * smat * ds, dt, smat, ss, 2 * smat,
+                    1.0f / sqrtf((float)Is), s->threads);
+        gen_uniform(sgate, MOE_DTYPE_F32, (size_t)H, ss ^ 0x77ull, 0, bh, s->threads);
+    }
+    for (int64_t e = 0; e < E; e++) {
+        const char *base = (const char *)pool + (size_t)(e % G) * 3 * mat * ds;
+        ptrs[e] = base;
+        ptrs[E + e] = base + mat * ds;
+        ptrs[2 * E + e] = base + 2 * mat * ds;
+    }
+    moe_weight_source src;
+    memset(&src, 0, sizeof src);
+    src.router = router;
+    src.router_dtype = MOE_DTYPE_F32;
+    src.gate_proj = ptrs;
+    src.up_proj = ptrs + E;
+    src.down_proj = ptrs + 2 * E;
+    if (Is > 0) {
+        size_t smat = (size_t)Is * (size_t)H;
+        src.shared_gate_proj = shared;
+        src.shared_up_proj = (const char *)shared + smat * ds;
+        src.shared_down_proj = (const char *)shared + 2 * smat * ds;
+        src.shared_expert_gate = d->shared_expert_gated ? sgate : NULL;
+    }
+    for (int c = 0; c < s->copies; c++) {
+        cli_progress_update(&pr, "packing weights: copy %d/%d...", c + 1, s->copies);
+        moe_status st = moe_weights_create(s->plan, &src, &s->w[c]);
+        if (st != MOE_OK) {
+            cli_progress_end(&pr);
+            rc = lib_fail(s, st);
+            goto done;
+        }
+    }
+    cli_progress_end(&pr);
+    rc = CLI_OK;
+done:
+    free(pool);
+    free(router);
+    free(ptrs);
+    free(shared);
+    free(sgate);
+    return rc;
+}
+
+static int run_row(bench_state *s, int64_t T, bench_row *row)
+{
+    const moe_layer_desc *d = &s->desc;
+    const int64_t H = d->hidden_size, E = d->num_experts, K = d->top_k;
+    const int64_t I = d->moe_intermediate_size, Is = d->shared_expert_intermediate_size;
+    int rc = CLI_FAIL;
+    memset(row, 0, sizeof *row);
+    row->tokens = T;
+
+    int64_t R = ring_size(s->embedded, T, H, E, K, s->ring_cap);
+    row->ring = R;
+    const int64_t walk0 = s->walk_next; /* the walk over the experts goes on across rows */
+    size_t per = (size_t)T * (size_t)H;
+    float *ring = alloc64((size_t)R * per * sizeof(float));
+    double *times = NULL;
+    if (!ring) {
+        cli_err(CMD, "out of memory for %lld input tensors of T = %lld", (long long)R,
+                (long long)T);
+        return CLI_FAIL;
+    }
+    cli_progress pr;
+    cli_progress_start(&pr);
+    for (int64_t q = 0; q < R; q++) {
+        gen_input(ring + (size_t)q * per, s->embedded, q, walk0, T, H, E, K, s->cfg->seed,
+                  s->threads);
+        cli_progress_update(&pr, "T=%lld: preparing inputs %d%%...", (long long)T,
+                            (int)(100.0 * (double)(q + 1) / (double)R));
+    }
+    memset(s->seen, 0, (size_t)E);
+
+    moe_exec_args ea;
+    memset(&ea, 0, sizeof ea);
+    ea.hidden_dtype = MOE_DTYPE_F32;
+    ea.n_tokens = T;
+    ea.output = s->out;
+    ea.topk_ids = s->ids;
+    ea.topk_weights = s->tw;
+    ea.workspace = s->ws;
+    ea.workspace_size = s->ws_size;
+
+    int n_timed = (int)s->cfg->iters;
+    times = malloc(sizeof(double) * (size_t)(n_timed > 0 ? n_timed : MAX_ITERS_AUTO));
+    if (!times) {
+        cli_err(CMD, "out of memory");
+        goto done;
+    }
+    double distinct_sum = 0.0, res_routed = 0.0, res_shared = 0.0;
+    int c_last = 0;
+    static uint32_t stamp_gen = 0;
+    const int64_t mpass = pass_forwards(E, T, K);
+    for (int r = 0; n_timed == 0 || r <= n_timed; r++) {
+        int64_t q = r % R;
+        /* Embedded: a pass of disjoint expert sets on one copy, then the next copy. A real
+         * router picks experts at random, so a checkpoint's copies rotate every forward. */
+        int c = (int)((s->copy_next + (s->embedded ? r / mpass : r)) % s->copies);
+        c_last = c;
+        ea.hidden_states = ring + (size_t)q * per;
+        double t0 = cli_now();
+        moe_status st = moe_plan_execute_ex(s->plan, s->w[c], &ea);
+        double dt = cli_now() - t0;
+        if (st != MOE_OK) {
+            cli_progress_end(&pr);
+            rc = lib_fail(s, st);
+            goto done;
+        }
+        /* distinct experts this forward, and the designed pattern */
+        stamp_gen++;
+        if (stamp_gen == 0) {
+            memset(s->stamp, 0, sizeof(uint32_t) * (size_t)E);
+            stamp_gen = 1;
+        }
+        int64_t distinct = 0, mismatch = 0;
+        const int timed = r > 0;
+        int64_t base = (walk0 + (q % E) * ((T % E) * (K % E) % E)) % E;
+        for (int64_t t = 0; t < T; t++) {
+            int64_t tb = (base + (t % E) * (K % E)) % E;
+            for (int64_t j = 0; j < K; j++) {
+                int32_t id = s->ids[t * K + j];
+                if (id < 0 || id >= E) {
+                    cli_err(CMD, "T=%lld: topk_ids[%lld][%lld] = %d is outside [0, %lld)",
+                            (long long)T, (long long)t, (long long)j, id, (long long)E);
+                    goto done;
+                }
+                if (s->stamp[id] != stamp_gen) {
+                    s->stamp[id] = stamp_gen;
+                    s->dlist[distinct++] = id;
+                }
+                s->seen[id] = 1;
+                if (s->embedded && id != (tb + j) % E)
+                    mismatch = 1;
+            }
+        }
+        row->route_mismatch += mismatch;
+        /* Reuse cycles: the distinct weight bytes the forwards from this copy's expert's
+         * previous use to this one (both included) touch, the expert itself excluded. Under
+         * 4 x LLC the expert counts as served from cache. */
+        if (s->shared_bytes > 0)
+            s->dlist[distinct] = (int32_t)E;
+        int64_t nd = distinct + (s->shared_bytes > 0);
+        int64_t *lf = s->last_fwd + (size_t)c * (size_t)(E + 1);
+        const double lim = 4.0 * (double)s->llc;
+        const int64_t g = s->fwd;
+        if (g < s->fen_n) {
+            double upto_g = fen_prefix(s, g);
+            for (int64_t i = 0; i < nd; i++) {
+                int32_t id = s->dlist[i];
+                double b = id == E ? s->shared_bytes : s->expert_bytes;
+                int64_t L = lf[id];
+                if (!timed || L < 0)
+                    continue;
+                double cur = 0.0; /* this forward's others not counted from L on */
+                for (int64_t k = 0; k < nd; k++) {
+                    int32_t o = s->dlist[k];
+                    if (o != id && lf[o] < L)
+                        cur += o == E ? s->shared_bytes : s->expert_bytes;
+                }
+                if (upto_g - fen_prefix(s, L) - b + cur < lim) {
+                    if (id == E)
+                        res_shared += b;
+                    else
+                        res_routed += b;
+                }
+            }
+            for (int64_t i = 0; i < nd; i++) {
+                int32_t id = s->dlist[i];
+                double b = id == E ? s->shared_bytes : s->expert_bytes;
+                if (lf[id] >= 0)
+                    fen_add(s, lf[id], -b);
+                fen_add(s, g, b);
+                lf[id] = g;
+            }
+        }
+        s->fwd++;
+        if (r == 0) {
+            if (n_timed == 0) { /* choose the number of runs from the warm-up */
+                double target = s->cfg->min_time;
+                double n = dt > 0 ? ceil(target / dt) : MAX_ITERS_AUTO;
+                n_timed = n < MIN_ITERS_AUTO ? MIN_ITERS_AUTO
+                        : n > MAX_ITERS_AUTO ? MAX_ITERS_AUTO : (int)n;
+            }
+        } else {
+            times[r - 1] = dt;
+            distinct_sum += (double)distinct;
+        }
+        if (r == 0)
+            cli_progress_update(&pr, "T=%lld: warm-up done, %d timed runs", (long long)T, n_timed);
+        else
+            cli_progress_update(&pr, "T=%lld: run %d/%d", (long long)T, r, n_timed);
+    }
+    cli_progress_end(&pr);
+    s->copy_next = (c_last + 1) % s->copies;
+    s->walk_next = (walk0 + ((int64_t)(n_timed + 1) % R % E) * ((T % E) * (K % E) % E)) % E;
+
+    row->runs = n_timed;
+    double mean = 0;
+    for (int i = 0; i < n_timed; i++)
+        mean += times[i];
+    mean /= n_timed;
+    qsort(times, (size_t)n_timed, sizeof(double), cmp_double);
+    double med = (n_timed % 2) ? times[n_timed / 2]
+                               : 0.5 * (times[n_timed / 2 - 1] + times[n_timed / 2]);
+    row->median_ms = med * 1e3;
+    row->best_ms = times[0] * 1e3;
+    row->mean_ms = mean * 1e3;
+    row->distinct_experts = distinct_sum / n_timed;
+    row->flops_per_forward = 2.0 * (double)T * (double)K * 3.0 * (double)H * (double)I +
+                             2.0 * (double)T * 3.0 * (double)H * (double)Is +
+                             2.0 * (double)T * (double)E * (double)H;
+    row->bytes_per_forward = row->distinct_experts * s->expert_bytes + s->shared_bytes;
+    row->tokens_per_s = (double)T / med;
+    row->gflops = row->flops_per_forward / med * 1e-9;
+    row->gbps = row->bytes_per_forward / med * 1e-9;
+    int64_t uni = 0;
+    for (int64_t e = 0; e < E; e++)
+        uni += s->seen[e];
+    row->union_experts = uni;
+    double routed_total = distinct_sum * s->expert_bytes;
+    double shared_total = (double)n_timed * s->shared_bytes;
+    row->routed_resident_fraction = routed_total > 0 ? res_routed / routed_total : 0.0;
+    row->shared_resident_fraction = shared_total > 0 ? res_shared / shared_total : 0.0;
+    row->resident_fraction = (routed_total + shared_total) > 0
+                           ? (res_routed + res_shared) / (routed_total + shared_total) : 0.0;
+    row->cache_resident = row->resident_fraction >= 0.5;
+    rc = CLI_OK;
+done:
+    free(times);
+    free(ring);
+    return rc;
+}
+
+static void print_header(bench_state *s)
+{
+    const moe_layer_desc *d = &s->desc;
+    const bench_cfg *cfg = s->cfg;
+    char b1[32], b2[32], b3[32], b4[32], b5[32];
+    if (s->embedded) {
+        const cli_model *m = cfg->model;
+        printf("moe bench: %s MoE layer (model_type %s; library family %s), weights generated "
+               "in memory (seed %llu)\n", m->display, m->arch, moe_family_name(d->family),
+               (unsigned long long)cfg->seed);
+    } else {
+        printf("moe bench: checkpoint %s layer %lld (family %s), random inputs\n", cfg->ckdir,
+               (long long)cfg->layer, moe_family_name(d->family));
+    }
+    printf("layer: H %lld, I %lld, E %lld, K %lld", (long long)d->hidden_size,
+           (long long)d->moe_intermediate_size, (long long)d->num_experts, (long long)d->top_k);
+    if (d->shared_expert_intermediate_size)
+        printf(", shared %lld%s", (long long)d->shared_expert_intermediate_size,
+               d->shared_expert_gated ? " gated" : "");
+    printf(", %s%s, scale %g, %s weights\n", d->scoring_func == MOE_SCORING_SOFTMAX ? "softmax" : "sigmoid",
+           d->renormalize ? " + renormalize" : "", (double)d->routed_scaling_factor,
+           moe_dtype_name(d->weight_dtype));
+    if (s->llc_sysfs >= PROJECT_LLC_BYTES)
+        printf("machine: %d threads, kernel table %s, LLC %.0f MiB (sysfs, L%d), MemAvailable "
+               "%s\n", moe_ctx_num_threads(s->ctx), moe_ctx_isa(s->ctx),
+               (double)s->llc / 1048576.0, s->llc_level, cli_fmt_bytes(b1, sizeof b1, (double)s->mem_avail));
+    else
+        printf("machine: %d threads, kernel table %s, LLC %.0f MiB per sysfs%s -> assuming "
+               "%.0f MiB (the documented LLC of this project's machines), MemAvailable %s\n",
+               moe_ctx_num_threads(s->ctx), moe_ctx_isa(s->ctx),
+               (double)s->llc_sysfs / 1048576.0, s->llc_sysfs ? "" : " (unknown)",
+               (double)s->llc / 1048576.0, cli_fmt_bytes(b1, sizeof b1, (double)s->mem_avail));
+    printf("weights: %s per layer copy (experts %s + shared %s; packed %s), %d cop%s in "
+           "rotation = %s (%.1f x LLC)\n",
+           cli_fmt_bytes(b1, sizeof b1, s->layer_bytes),
+           cli_fmt_bytes(b2, sizeof b2, s->layer_bytes - s->shared_bytes),
+           cli_fmt_bytes(b3, sizeof b3, s->shared_bytes),
+           cli_fmt_bytes(b4, sizeof b4, s->packed_bytes), s->copies, s->copies == 1 ? "y" : "ies",
+           cli_fmt_bytes(b5, sizeof b5, s->layer_bytes * s->copies),
+           s->layer_bytes * s->copies / (double)s->llc);
+    for (int i = 0; i < s->nnotes; i++)
+        printf("note: %s\n", s->notes[i]);
+    printf("\n%7s %5s %11s %11s %12s %10s %9s %8s  %s\n", "T", "runs", "median ms", "best ms",
+           "tokens/s", "GFLOP/s", "GB/s", "experts", "cache-resident");
+    fflush(stdout);
+}
+
+static void print_row(const bench_row *r)
+{
+    char cache[64];
+    double pct = 100.0 * r->resident_fraction;
+    if (r->resident_fraction <= 0.0)
+        snprintf(cache, sizeof cache, "no");
+    else if (r->cache_resident)
+        snprintf(cache, sizeof cache, "YES (%.0f%% of bytes)", pct);
+    else
+        snprintf(cache, sizeof cache, "partly (%.0f%% of bytes%s)", pct < 1 ? 1.0 : pct,
+                 r->shared_resident_fraction > 0 && r->routed_resident_fraction == 0
+                     ? ": shared expert" : "");
+    printf("%7lld %5d %11.3f %11.3f %12.1f %10.2f %9.2f %8.1f  %s\n", (long long)r->tokens,
+           r->runs, r->median_ms, r->best_ms, r->tokens_per_s, r->gflops, r->gbps,
+           r->distinct_experts, cache);
+    fflush(stdout);
+}
+
+static void print_json(bench_state *s, const bench_row *rows, int nrows)
+{
+    const moe_layer_desc *d = &s->desc;
+    FILE *f = stdout;
+    fputs("{\n  \"tool\": \"moe bench\",\n  \"libmoe_version\": ", f);
+    cli_json_string(f, moe_version_string());
+    fputs(",\n  \"machine\": {\"threads\": ", f);
+    cli_json_number(f, moe_ctx_num_threads(s->ctx));
+    fputs(", \"isa\": ", f);
+    cli_json_string(f, moe_ctx_isa(s->ctx));
+    fputs(", \"llc_bytes_sysfs\": ", f);
+    cli_json_number(f, (double)s->llc_sysfs);
+    fputs(", \"llc_bytes\": ", f);
+    cli_json_number(f, (double)s->llc);
+    fputs(", \"llc_assumed\": ", f);
+    fputs(s->llc_sysfs >= PROJECT_LLC_BYTES ? "false" : "true", f);
+    fputs(", \"mem_available_bytes\": ", f);
+    cli_json_number(f, (double)s->mem_avail);
+    fputs("},\n  \"layer\": {\"source\": ", f);
+    cli_json_string(f, s->embedded ? "embedded" : "checkpoint");
+    if (s->embedded) {
+        fputs(", \"model\": ", f);
+        cli_json_string(f, s->cfg->model->name);
+        fputs(", \"display\": ", f);
+        cli_json_string(f, s->cfg->model->display);
+        fputs(", \"model_type\": ", f);
+        cli_json_string(f, s->cfg->model->arch);
+        fputs(", \"routing_as_real_model\": ", f);
+        fputs(s->cfg->model->differs ? "false" : "true", f);
+        fputs(", \"seed\": ", f);
+        cli_json_number(f, (double)s->cfg->seed);
+    } else {
+        fputs(", \"checkpoint\": ", f);
+        cli_json_string(f, s->cfg->ckdir);
+        fputs(", \"layer\": ", f);
+        cli_json_number(f, (double)s->cfg->layer);
+    }
+    fputs(", \"family\": ", f);
+    cli_json_string(f, moe_family_name(d->family));
+    fprintf(f, ", \"hidden_size\": %lld, \"moe_intermediate_size\": %lld, \"num_experts\": %lld, "
+            "\"top_k\": %lld, \"shared_expert_intermediate_size\": %lld, "
+            "\"shared_expert_gated\": %s, \"scoring\": \"%s\", \"renormalize\": %s, "
+            "\"routed_scaling_factor\": ",
+            (long long)d->hidden_size, (long long)d->moe_intermediate_size,
+            (long long)d->num_experts, (long long)d->top_k,
+            (long long)d->shared_expert_intermediate_size,
+            d->shared_expert_gated ? "true" : "false",
+            d->scoring_func == MOE_SCORING_SOFTMAX ? "softmax" : "sigmoid",
+            d->renormalize ? "true" : "false");
+    cli_json_number(f, (double)d->routed_scaling_factor);
+    fputs(", \"weight_dtype\": ", f);
+    cli_json_string(f, moe_dtype_name(d->weight_dtype));
+    fputs("},\n  \"weights\": {\"expert_bytes\": ", f);
+    cli_json_number(f, s->expert_bytes);
+    fputs(", \"shared_bytes\": ", f);
+    cli_json_number(f, s->shared_bytes);
+    fputs(", \"layer_bytes\": ", f);
+    cli_json_number(f, s->layer_bytes);
+    fputs(", \"packed_bytes\": ", f);
+    cli_json_number(f, s->packed_bytes);
+    fprintf(f, ", \"copies\": %d, \"copies_wanted\": %d", s->copies, s->copies_wanted);
+    if (s->embedded)
+        fprintf(f, ", \"distinct_generated_experts\": %d", s->pool);
+    fputs("},\n  \"notes\": [", f);
+    for (int i = 0; i < s->nnotes; i++) {
+        fputs(i ? ", " : "", f);
+        cli_json_string(f, s->notes[i]);
+    }
+    fputs("],\n  \"rows\": [", f);
+    for (int i = 0; i < nrows; i++) {
+        const bench_row *r = &rows[i];
+        fputs(i ? ",\n    " : "\n    ", f);
+        fprintf(f, "{\"tokens\": %lld, \"runs\": %d, \"median_ms\": ", (long long)r->tokens,
+                r->runs);
+        cli_json_number(f, r->median_ms);
+        fputs(", \"best_ms\": ", f);
+        cli_json_number(f, r->best_ms);
+        fputs(", \"mean_ms\": ", f);
+        cli_json_number(f, r->mean_ms);
+        fputs(", \"tokens_per_s\": ", f);
+        cli_json_number(f, r->tokens_per_s);
+        fputs(", \"gflops\": ", f);
+        cli_json_number(f, r->gflops);
+        fputs(", \"gbps\": ", f);
+        cli_json_number(f, r->gbps);
+        fputs(", \"distinct_experts\": ", f);
+        cli_json_number(f, r->distinct_experts);
+        fputs(", \"flops_per_forward\": ", f);
+        cli_json_number(f, r->flops_per_forward);
+        fputs(", \"bytes_per_forward\": ", f);
+        cli_json_number(f, r->bytes_per_forward);
+        fprintf(f, ", \"input_ring\": %lld, \"experts_touched\": %lld, \"resident_fraction\": ",
+                (long long)r->ring, (long long)r->union_experts);
+        cli_json_number(f, r->resident_fraction);
+        fputs(", \"routed_resident_fraction\": ", f);
+        cli_json_number(f, r->routed_resident_fraction);
+        fputs(", \"shared_resident_fraction\": ", f);
+        cli_json_number(f, r->shared_resident_fraction);
+        fprintf(f, ", \"cache_resident\": %s", r->cache_resident ? "true" : "false");
+        if (s->embedded)
+            fprintf(f, ", \"routing_mismatches\": %lld", (long long)r->route_mismatch);
+        fputs("}", f);
+    }
+    fputs("\n  ]\n}\n", f);
+    fflush(f);
+}
+
+/* Bytes besides the packed layer copies, for the memory guard. */
+static double fixed_bytes(const bench_state *s, int64_t E)
+{
+    const moe_layer_desc *d = &s->desc;
+    const int64_t H = d->hidden_size, K = d->top_k, I = d->moe_intermediate_size;
+    const double ds = (double)moe_dtype_size(d->weight_dtype);
+    int64_t tmax = 0;
+    double ring_max = 0;
+    for (int i = 0; i < s->cfg->ntokens; i++) {
+        int64_t T = s->cfg->tokens[i];
+        if (T > tmax)
+            tmax = T;
+        double rb = (double)ring_size(s->embedded, T, H, E, K, s->ring_cap) * (double)T *
+                    (double)H * 4.0;
+        if (rb > ring_max)
+            ring_max = rb;
+    }
+    double b = ring_max + (double)tmax * ((double)H * 4.0 + (double)K * 8.0) + (double)s->ws_size;
+    if (s->embedded) {
+        int64_t G = s->pool < E ? s->pool : E;
+        b += (double)G * 3.0 * (double)H * (double)I * ds + (double)E * (double)H * 4.0 +
+             s->shared_bytes + (double)H * 4.0;
+    }
+    return b + 64.0 * 1048576.0; /* allocator and library slack */
+}
+
+static double copy_bytes(const bench_state *s, int64_t E)
+{
+    const moe_layer_desc *d = &s->desc;
+    double experts = (double)E * s->expert_bytes + s->shared_bytes;
+    /* + f32 router and shared gate; 1% for any padding of the kernel layout */
+    return experts * 1.01 + (double)E * (double)d->hidden_size * 4.0 + (double)d->hidden_size * 4.0;
+}
+
+int cli_cmd_bench(int argc, char **argv)
+{
+    bench_cfg cfg;
+    int prc = parse_bench_args(argc, argv, &cfg);
+    if (prc >= 0)
+        return prc;
+
+    bench_state S;
+    memset(&S, 0, sizeof S);
+    bench_state *s = &S;
+    s->cfg = &cfg;
+    s->embedded = cfg.ckdir == NULL;
+    int rc = CLI_FAIL;
+    moe_checkpoint *ck = NULL;
+    bench_row *rows = NULL;
+    moe_status st;
+    char b1[32], b2[32], b3[32], b4[32];
+
+    moe_options o;
+    moe_options_init(&o);
+    o.num_threads = (int)cfg.threads;
+    char err[1024] = "";
+    st = moe_ctx_create(&o, &s->ctx, err, sizeof err);
+    if (st != MOE_OK) {
+        cli_err(CMD, "%s", err[0] ? err : moe_status_name(st));
+        return CLI_FAIL;
+    }
+    s->threads = moe_ctx_num_threads(s->ctx);
+
+    /* machine facts */
+    s->llc_sysfs = cli_llc_sysfs(&s->llc_level);
+    s->llc = s->llc_sysfs >= PROJECT_LLC_BYTES ? s->llc_sysfs : PROJECT_LLC_BYTES;
+    s->mem_avail = cli_mem_available();
+    double usable = s->mem_avail ? 0.9 * (double)s->mem_avail : 0.0;
+    if (cfg.mem_limit && (usable == 0.0 || (double)cfg.mem_limit < usable))
+        usable = (double)cfg.mem_limit;
+    s->ring_cap = (uint64_t)(usable > 0 ? usable / 16 : 256.0 * 1048576.0);
+    if (s->ring_cap > (1ull << 30))
+        s->ring_cap = 1ull << 30;
+    if (s->ring_cap < (64ull << 20))
+        s->ring_cap = 64ull << 20;
+
+    /* the layer */
+    if (s->embedded) {
+        const cli_model *m = cfg.model;
+        moe_layer_desc_init(&s->desc);
+        s->desc.family = m->family;
+        s->desc.hidden_size = m->hidden_size;
+        s->desc.moe_intermediate_size = m->intermediate_size;
+        s->desc.num_experts = cfg.num_experts ? cfg.num_experts : m->num_experts;
+        s->desc.top_k = m->top_k;
+        s->desc.scoring_func = MOE_SCORING_SOFTMAX;
+        s->desc.renormalize = m->renormalize;
+        s->desc.routed_scaling_factor = m->routed_scaling_factor;
+        s->desc.activation = MOE_ACT_SWIGLU;
+        s->desc.shared_expert_intermediate_size = m->shared_intermediate_size;
+        s->desc.shared_expert_gated = m->shared_gated;
+        s->desc.weight_dtype = cfg.dtype;
+        if (m->differs)
+            add_note(s, "%s", m->differs);
+        if (m->family == MOE_FAMILY_CUSTOM && !m->differs)
+            add_note(s, "the library has no %s family; the layer is benched as family custom "
+                     "with the same routing and expert math", m->arch);
+        if (cfg.num_experts && cfg.num_experts != m->num_experts)
+            add_note(s, "E overridden: %lld experts instead of %lld; per-token bytes and FLOPs "
+                     "are the real model's, the layer's weight set is smaller",
+                     (long long)cfg.num_experts, (long long)m->num_experts);
+    } else {
+        if ((st = moe_checkpoint_open(s->ctx, cfg.ckdir, &ck)) != MOE_OK) {
+            rc = lib_fail(s, st);
+            goto done;
+        }
+        if (!cfg.have_layer) {
+            int64_t n = moe_checkpoint_num_layers(ck), l;
+            for (l = 0; l < n && !moe_checkpoint_is_moe_layer(ck, l); l++)
+                ;
+            if (l == n) {
+                cli_err(CMD, "%s: no MoE layer among its %lld layers", cfg.ckdir, (long long)n);
+                goto done;
+            }
+            cfg.layer = l;
+        }
+        if ((st = moe_checkpoint_layer_desc(ck, cfg.layer, &s->desc)) != MOE_OK) {
+            rc = lib_fail(s, st);
+            goto done;
+        }
+        add_note(s, "the router is the checkpoint's: inputs are uniform random in [-1, 1), a "
+                 "ring of distinct tensors per T; distinct experts are counted from topk_ids");
+    }
+    const moe_layer_desc *d = &s->desc;
+    const int64_t H = d->hidden_size, I = d->moe_intermediate_size, E = d->num_experts;
+    const double ds = (double)moe_dtype_size(d->weight_dtype);
+    s->expert_bytes = 3.0 * (double)H * (double)I * ds;
+    s->shared_bytes = 3.0 * (double)H * (double)d->shared_expert_intermediate_size * ds;
+    s->layer_bytes = (double)E * s->expert_bytes + s->shared_bytes;
+    {
+        double p = floor((double)POOL_BUDGET / s->expert_bytes);
+        s->pool = p < 1 ? 1 : p > (double)E ? (int)E : (int)p;
+    }
+
+    if ((st = moe_plan_create(s->ctx, d, &s->plan)) != MOE_OK) {
+        rc = lib_fail(s, st);
+        goto done;
+    }
+    int64_t tmax = 0;
+    for (int i = 0; i < cfg.ntokens; i++)
+        if (cfg.tokens[i] > tmax)
+            tmax = cfg.tokens[i];
+    s->ws_size = moe_plan_workspace_size(s->plan, tmax);
+
+    /* memory guard, before any large allocation */
+    /* Copies: the bytes of the passes over the other copies must reach 4 x LLC before a
+     * copy is used again, plus one copy: a row that ends mid-pass leaves its copy partly
+     * walked. One copy when the layer alone is >= 4 x LLC: the walk goes through all E
+     * experts before reusing any. */
+    double pass_bytes = s->layer_bytes;
+    if (s->embedded)
+        for (int i = 0; i < cfg.ntokens; i++) {
+            int64_t T = cfg.tokens[i], K = d->top_k;
+            double pb = (T * K >= E ? (double)E : (double)(pass_forwards(E, T, K) * T * K)) *
+                        s->expert_bytes + s->shared_bytes;
+            if (pb < pass_bytes)
+                pass_bytes = pb;
+        }
+    double want = ceil(4.0 * (double)s->llc / pass_bytes) + 1.0;
+    s->copies_wanted = s->layer_bytes >= 4.0 * (double)s->llc ? 1
+                     : want > MAX_COPIES ? MAX_COPIES : (int)want;
+    double fixed = fixed_bytes(s, E), per_copy = copy_bytes(s, E);
+    if (usable > 0) {
+        double fit = floor((usable - fixed) / per_copy);
+        if (fit < 1) {
+            char sugg[512] = "";
+            size_t n = 0;
+            if (s->embedded) {
+                int64_t e2 = 1;
+                while (e2 * 2 < E)
+                    e2 *= 2;
+                for (; e2 >= d->top_k; e2 /= 2)
+                    if (fixed_bytes(s, e2) + copy_bytes(s, e2) <= usable)
+                        break;
+                if (e2 >= d->top_k && e2 < E)
+                    n += (size_t)snprintf(sugg + n, sizeof sugg - n,
+                                          " --num-experts %lld (%s; each token still reads K = "
+                                          "%lld experts of the same size, so per-token bytes "
+                                          "and FLOPs stay the same);",
+                                          (long long)e2,
+                                          cli_fmt_bytes(b1, sizeof b1, fixed_bytes(s, e2) + copy_bytes(s, e2)),
+                                          (long long)d->top_k);
+                if (d->weight_dtype == MOE_DTYPE_F32)
+                    n += (size_t)snprintf(sugg + n, sizeof sugg - n,
+                                          " --dtype bf16 (half the bytes);");
+            }
+            if (tmax > 256 && fixed > 0.25 * usable)
+                n += (size_t)snprintf(sugg + n, sizeof sugg - n,
+                                      " fewer --tokens (activations and workspace for T = %lld "
+                                      "take %s);", (long long)tmax,
+                                      cli_fmt_bytes(b1, sizeof b1, fixed));
+            if (n == 0)
+                snprintf(sugg, sizeof sugg, " none on this machine (a smaller model or more "
+                         "memory);");
+            sugg[strlen(sugg) - 1] = '\0'; /* drop the last ';' */
+            cli_err(CMD, "%s with %s weights does not fit in memory: it needs %s (%s of expert "
+                    "weights per layer copy; %s of inputs, outputs, workspace and generation "
+                    "buffers) and %s is usable (%s%s). Options that fit:%s",
+                    s->embedded ? cfg.model->name : cfg.ckdir, moe_dtype_name(d->weight_dtype),
+                    cli_fmt_bytes(b1, sizeof b1, fixed + per_copy),
+                    cli_fmt_bytes(b2, sizeof b2, s->layer_bytes),
+                    cli_fmt_bytes(b3, sizeof b3, fixed), cli_fmt_bytes(b4, sizeof b4, usable),
+                    cfg.mem_limit ? "--mem-limit / " : "",
+                    s->mem_avail ? "90% of MemAvailable" : "MemAvailable unknown", sugg);
+            goto done;
+        }
+        s->copies = fit < s->copies_wanted ? (int)fit : s->copies_wanted;
+    } else {
+        s->copies = 1;
+        add_note(s, "MemAvailable is unknown: no memory guard, and one layer copy");
+    }
+    if (s->copies < s->copies_wanted)
+        add_note(s, "memory allows %d layer cop%s of the %d that keep reused weights 4 x LLC "
+                 "apart: the cache-resident column shows what is served from cache", s->copies,
+                 s->copies == 1 ? "y" : "ies", s->copies_wanted);
+
+    /* buffers */
+    s->w = calloc((size_t)s->copies, sizeof *s->w);
+    s->ws = s->ws_size ? alloc64(s->ws_size) : NULL;
+    s->out = alloc64((size_t)tmax * (size_t)H * sizeof(float));
+    s->ids = alloc64((size_t)tmax * (size_t)d->top_k * sizeof(int32_t));
+    s->tw = alloc64((size_t)tmax * (size_t)d->top_k * sizeof(float));
+    s->stamp = calloc((size_t)E, sizeof *s->stamp);
+    s->seen = calloc((size_t)E, 1);
+    s->dlist = calloc((size_t)E + 1, sizeof *s->dlist);
+    s->last_fwd = malloc((size_t)s->copies * (size_t)(E + 1) * sizeof *s->last_fwd);
+    s->fen_n = (int64_t)cfg.ntokens * ((cfg.iters ? cfg.iters : MAX_ITERS_AUTO) + 1);
+    s->fen = calloc((size_t)s->fen_n + 1, sizeof *s->fen);
+    if (!s->w || (s->ws_size && !s->ws) || !s->out || !s->ids || !s->tw || !s->stamp || !s->seen ||
+        !s->dlist || !s->last_fwd || !s->fen) {
+        cli_err(CMD, "out of memory allocating buffers for T = %lld", (long long)tmax);
+        goto done;
+    }
+    for (size_t i = 0; i < (size_t)s->copies * (size_t)(E + 1); i++)
+        s->last_fwd[i] = -1;
+
+    if (s->embedded) {
+        if ((rc = build_embedded(s)) != CLI_OK)
+            goto done;
+        rc = CLI_FAIL;
+    } else {
+        cli_progress pr;
+        cli_progress_start(&pr);
+        for (int c = 0; c < s->copies; c++) {
+            cli_progress_update(&pr, "loading weights: copy %d/%d...", c + 1, s->copies);
+            if ((st = moe_checkpoint_load_weights(ck, cfg.layer, s->plan, &s->w[c])) != MOE_OK) {
+                cli_progress_end(&pr);
+                rc = lib_fail(s, st);
+                goto done;
+            }
+        }
+        cli_progress_end(&pr);
+        moe_checkpoint_free(ck);
+        ck = NULL;
+    }
+    s->packed_bytes = (double)moe_weights_expert_bytes(s->w[0]);
+    if (s->shared_bytes > 0)
+        add_note(s, "the shared expert (%s per copy) runs in every forward, so it is reused "
+                 "every %d forward(s) and may be served from cache at small T (the cache column "
+                 "counts it), unlike real decode where the other layers run in between",
+                 cli_fmt_bytes(b1, sizeof b1, s->shared_bytes), s->copies);
+    if (s->embedded && s->pool < E)
+        add_note(s, "%d distinct expert weight sets are generated and reused round-robin over "
+                 "the %lld experts (each expert still has its own packed memory)", s->pool,
+                 (long long)E);
+
+    rows = calloc((size_t)cfg.ntokens, sizeof *rows);
+    if (!rows) {
+        cli_err(CMD, "out of memory");
+        goto done;
+    }
+    if (!cfg.json)
+        print_header(s);
+    for (int i = 0; i < cfg.ntokens; i++) {
+        if (run_row(s, cfg.tokens[i], &rows[i]) != CLI_OK)
+            goto done;
+        if (!cfg.json)
+            print_row(&rows[i]);
+    }
+    int64_t mism = 0;
+    for (int i = 0; i < cfg.ntokens; i++)
+        mism += rows[i].route_mismatch;
+    if (s->embedded && mism > 0) {
+        add_note(s, "routing left the designed round-robin pattern in %lld forward(s); the "
+                 "distinct expert counts above come from topk_ids", (long long)mism);
+        if (!cfg.json)
+            printf("note: %s\n", s->notes[s->nnotes - 1]);
+    }
+    if (cfg.json)
+        print_json(s, rows, cfg.ntokens);
+    (void)b2;
+    (void)b3;
+    (void)b4;
+    rc = CLI_OK;
+done:
+    free(rows);
+    if (s->w)
+        for (int c = 0; c < s->copies; c++)
+            moe_weights_free(s->w[c]);
+    free(s->w);
+    free(s->ws);
+    free(s->out);
+    free(s->ids);
+    free(s->tw);
+    free(s->stamp);
+    free(s->seen);
+    free(s->dlist);
+    free(s->last_fwd);
+    free(s->fen);
+    moe_checkpoint_free(ck);
+    moe_plan_free(s->plan);
+    moe_ctx_free(s->ctx);
+    return rc;
+}

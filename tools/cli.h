@@ -1,0 +1,111 @@
+/* The `moe` command line: shared helpers. The tool uses only the public API (moe.h). */
+#ifndef MOE_TOOLS_CLI_H
+#define MOE_TOOLS_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "moe.h"
+
+#if defined(__GNUC__)
+#define CLI_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define CLI_PRINTF(a, b)
+#endif
+
+/* Exit codes of every subcommand. */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+/* Subcommands (each returns an exit code). argv[0] is the subcommand name. */
+int cli_cmd_run(int argc, char **argv);
+int cli_cmd_bench(int argc, char **argv);
+
+/* ---- option parsing ------------------------------------------------------------------- */
+
+/* Walks argv[1..]: options are "--name VALUE" or "--name=VALUE" or flags "--name". */
+typedef struct cli_args {
+    int argc;
+    char **argv;
+    int i;               /* next index */
+    const char *cmd;     /* "moe run", for messages */
+    const char *opt;     /* the option being parsed (without "=value") */
+    char optbuf[64];
+    const char *inline_value; /* value after '=', or NULL */
+} cli_args;
+
+void cli_args_init(cli_args *a, int argc, char **argv, const char *cmd);
+/* Next option name into a->opt; 0 at the end, 1 for an option, -1 for a stray positional
+ * argument (already reported, exit 2). */
+int cli_args_next(cli_args *a);
+/* 1 if a->opt equals `name` (and, for a flag, that no "=value" was given; else reported). */
+int cli_is(const cli_args *a, const char *name);
+/* The value of the current option; NULL (reported) when missing. */
+const char *cli_value(cli_args *a);
+/* Report "unknown option" for the current option. Returns CLI_USAGE. */
+int cli_unknown(const cli_args *a);
+/* Report a flag given "=value". Returns CLI_USAGE. */
+int cli_flag_has_value(const cli_args *a);
+
+/* Strict numeric parsing: the whole string, no leading space, in [lo, hi]. On failure
+ * print "CMD: OPT: ..." and return -1. */
+int cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi,
+                  int64_t *out);
+int cli_parse_double(const char *cmd, const char *opt, const char *s, double lo, double hi,
+                     double *out);
+/* A byte size: a number with an optional K, M, G or T suffix (powers of 1024), optional
+ * trailing 'B' / "iB". */
+int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *out);
+
+/* Error message to stderr with the command prefix. */
+void cli_err(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
+
+/* ---- machine facts --------------------------------------------------------------------- */
+
+/* MemAvailable from /proc/meminfo in bytes; 0 when unknown. */
+uint64_t cli_mem_available(void);
+/* Size in bytes of the last-level cache from sysfs (highest cache level of cpu0); 0 when
+ * unknown. *level gets its level. */
+uint64_t cli_llc_sysfs(int *level);
+
+/* ---- time and progress ----------------------------------------------------------------- */
+
+double cli_now(void); /* monotonic seconds */
+
+/* Progress lines on stderr for anything that takes over a second: with a tty, one line
+ * updated in place with \r; otherwise plain lines at most every `interval` seconds. */
+typedef struct cli_progress {
+    double start;
+    double last;
+    int tty;
+    int shown; /* something printed on the current tty line */
+    int quiet;
+} cli_progress;
+
+void cli_progress_start(cli_progress *p);
+/* Print when over a second has passed since start (and the rate limit allows). */
+void cli_progress_update(cli_progress *p, const char *fmt, ...) CLI_PRINTF(2, 3);
+/* Clear the in-place line, if any. */
+void cli_progress_end(cli_progress *p);
+
+/* ---- numbers --------------------------------------------------------------------------- */
+
+uint64_t cli_splitmix64(uint64_t x);
+/* Uniform in [-1, 1) from (seed, index), counter-based. */
+static inline float cli_uniform_pm1(uint64_t seed, uint64_t index)
+{
+    uint64_t z = cli_splitmix64(seed * 0x9E3779B97F4A7C15ull + index);
+    return (float)((double)(z >> 40) * (2.0 / 16777216.0) - 1.0);
+}
+uint16_t cli_f32_to_bf16(float f); /* round to nearest even; NaN stays NaN */
+uint16_t cli_f32_to_f16(float f);  /* round to nearest even, subnormals, overflow to Inf */
+
+/* "1.21 GB" style (decimal units) into buf. */
+const char *cli_fmt_bytes(char *buf, size_t len, double bytes);
+
+/* JSON string literal (with quotes) of `s` on `f`. */
+void cli_json_string(FILE *f, const char *s);
+/* A JSON number, or null when not finite. */
+void cli_json_number(FILE *f, double v);
+
+#endif

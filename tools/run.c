@@ -1,0 +1,247 @@
+/* `moe run`: one MoE layer of a checkpoint on hidden states read from a safetensors file. */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const CMD = "moe run";
+
+static void run_usage(FILE *f)
+{
+    fputs("usage: moe run --checkpoint DIR --layer L --input IN.safetensors\n"
+          "               --output OUT.safetensors [--threads N]\n"
+          "\n"
+          "Runs MoE layer L of the Hugging Face checkpoint in DIR (config.json plus\n"
+          "model.safetensors or shards) on the tensor `hidden_states` [T, H] (F32 or BF16) of\n"
+          "IN, and writes OUT with three tensors:\n"
+          "  output        [T, H] F32   the layer's output (routed sum + shared expert)\n"
+          "  topk_ids      [T, K] I32   the selected experts, in top-k order\n"
+          "  topk_weights  [T, K] F32   their weights (after renormalization, before\n"
+          "                             routed_scaling_factor)\n"
+          "OUT is written atomically, and only once everything else has succeeded.\n"
+          "\n"
+          "Options:\n"
+          "  --checkpoint DIR   checkpoint folder\n"
+          "  --layer L          layer index, 0 <= L < num_hidden_layers (an MoE layer)\n"
+          "  --input PATH       safetensors file holding hidden_states [T, H]\n"
+          "  --output PATH      safetensors file to write\n"
+          "  --threads N        worker threads (default: MOE_NUM_THREADS, OMP_NUM_THREADS,\n"
+          "                     else all cores)\n"
+          "  -h, --help         this text\n"
+          "\n"
+          "A one-line summary goes to stderr. Exit status: 0 success, 1 failure, 2 bad\n"
+          "command line.\n",
+          f);
+}
+
+static void *alloc64(size_t bytes)
+{
+    size_t n = (bytes + 63) / 64 * 64;
+    if (n == 0)
+        n = 64;
+    return aligned_alloc(64, n);
+}
+
+int cli_cmd_run(int argc, char **argv)
+{
+    const char *ckdir = NULL, *in_path = NULL, *out_path = NULL;
+    int64_t layer = -1, threads = 0;
+    int have_layer = 0;
+
+    cli_args a;
+    cli_args_init(&a, argc, argv, CMD);
+    int r;
+    while ((r = cli_args_next(&a)) != 0) {
+        if (r < 0)
+            return CLI_USAGE;
+        if (cli_is(&a, "--help") || cli_is(&a, "-h")) {
+            run_usage(stdout);
+            return CLI_OK;
+        }
+        const char **sval = NULL;
+        if (cli_is(&a, "--checkpoint"))
+            sval = &ckdir;
+        else if (cli_is(&a, "--input"))
+            sval = &in_path;
+        else if (cli_is(&a, "--output"))
+            sval = &out_path;
+        if (sval) {
+            if (!(*sval = cli_value(&a)))
+                return CLI_USAGE;
+            if (!**sval) {
+                cli_err(CMD, "%s: empty path", a.opt);
+                return CLI_USAGE;
+            }
+            continue;
+        }
+        if (cli_is(&a, "--layer")) {
+            const char *v = cli_value(&a);
+            if (!v || cli_parse_i64(CMD, a.opt, v, 0, INT64_MAX, &layer) != 0)
+                return CLI_USAGE;
+            have_layer = 1;
+        } else if (cli_is(&a, "--threads")) {
+            const char *v = cli_value(&a);
+            if (!v || cli_parse_i64(CMD, a.opt, v, 1, 4096, &threads) != 0)
+                return CLI_USAGE;
+        } else {
+            return cli_unknown(&a);
+        }
+    }
+    const char *missing = !ckdir ? "--checkpoint" : !have_layer ? "--layer"
+                        : !in_path ? "--input" : !out_path ? "--output" : NULL;
+    if (missing) {
+        cli_err(CMD, "missing required option %s (see 'moe run --help')", missing);
+        return CLI_USAGE;
+    }
+
+    int rc = CLI_FAIL;
+    moe_ctx *ctx = NULL;
+    moe_checkpoint *ck = NULL;
+    moe_plan *plan = NULL;
+    moe_weights *w = NULL;
+    moe_safetensors *in = NULL;
+    void *x = NULL;
+    float *out = NULL, *topk_w = NULL;
+    int32_t *topk_ids = NULL;
+    void *ws = NULL;
+
+    moe_options o;
+    moe_options_init(&o);
+    o.num_threads = (int)threads;
+    char err[1024] = "";
+    moe_status st = moe_ctx_create(&o, &ctx, err, sizeof err);
+    if (st != MOE_OK) {
+        cli_err(CMD, "%s", err[0] ? err : moe_status_name(st));
+        return CLI_FAIL;
+    }
+
+#define LIBFAIL()                                                                        \
+    do {                                                                                 \
+        const char *m_ = moe_ctx_last_error(ctx);                                        \
+        cli_err(CMD, "%s", (m_ && m_[0]) ? m_ : moe_status_name(st));                    \
+        goto done;                                                                       \
+    } while (0)
+
+    if ((st = moe_checkpoint_open(ctx, ckdir, &ck)) != MOE_OK)
+        LIBFAIL();
+    moe_layer_desc desc;
+    if ((st = moe_checkpoint_layer_desc(ck, layer, &desc)) != MOE_OK)
+        LIBFAIL();
+    if ((st = moe_safetensors_open(ctx, in_path, &in)) != MOE_OK)
+        LIBFAIL();
+    moe_tensor_info ti;
+    if ((st = moe_safetensors_get(in, "hidden_states", &ti)) != MOE_OK)
+        LIBFAIL();
+    const int64_t H = desc.hidden_size, K = desc.top_k;
+    if (ti.dtype != MOE_DTYPE_F32 && ti.dtype != MOE_DTYPE_BF16) {
+        cli_err(CMD, "%s: tensor hidden_states has dtype %s; expected F32 or BF16", in_path,
+                moe_dtype_name(ti.dtype));
+        goto done;
+    }
+    if (ti.ndim != 2) {
+        char shp[160] = "";
+        size_t n = 0;
+        for (int d = 0; d < ti.ndim && d < MOE_MAX_DIMS && n < sizeof shp - 24; d++)
+            n += (size_t)snprintf(shp + n, sizeof shp - n, "%s%lld", d ? ", " : "",
+                                  (long long)ti.shape[d]);
+        cli_err(CMD, "%s: tensor hidden_states has shape [%s] (rank %d); expected [T, %lld] "
+                "(rank 2, H = hidden_size of %s)", in_path, shp, ti.ndim, (long long)H, ckdir);
+        goto done;
+    }
+    if (ti.shape[1] != H) {
+        cli_err(CMD, "%s: tensor hidden_states has width %lld; expected H = %lld "
+                "(hidden_size of layer %lld in %s)", in_path, (long long)ti.shape[1],
+                (long long)H, (long long)layer, ckdir);
+        goto done;
+    }
+    /* The input is valid: now the (slower) packing of the layer's weights. */
+    if ((st = moe_plan_create(ctx, &desc, &plan)) != MOE_OK)
+        LIBFAIL();
+    if ((st = moe_checkpoint_load_weights(ck, layer, plan, &w)) != MOE_OK)
+        LIBFAIL();
+    moe_checkpoint_free(ck);
+    ck = NULL;
+
+    const int64_t T = ti.shape[0];
+    const size_t nx = (size_t)T * (size_t)H, nk = (size_t)T * (size_t)K;
+    /* A private aligned copy: the mapped data need not be aligned for its dtype. */
+    x = alloc64(ti.nbytes);
+    out = alloc64(nx * sizeof(float));
+    topk_ids = alloc64(nk * sizeof(int32_t));
+    topk_w = alloc64(nk * sizeof(float));
+    size_t ws_size = moe_plan_workspace_size(plan, T);
+    ws = ws_size ? alloc64(ws_size) : NULL;
+    if (!x || !out || !topk_ids || !topk_w || (ws_size && !ws)) {
+        char b1[32];
+        cli_err(CMD, "out of memory allocating buffers for T = %lld tokens (%s of workspace)",
+                (long long)T, cli_fmt_bytes(b1, sizeof b1, (double)ws_size));
+        goto done;
+    }
+    if (ti.nbytes)
+        memcpy(x, ti.data, ti.nbytes);
+    memset(out, 0, nx * sizeof(float));
+    memset(topk_ids, 0, nk * sizeof(int32_t));
+    memset(topk_w, 0, nk * sizeof(float));
+
+    moe_exec_args ea;
+    memset(&ea, 0, sizeof ea);
+    ea.hidden_states = x;
+    ea.hidden_dtype = ti.dtype;
+    ea.n_tokens = T;
+    ea.router_logits = NULL;
+    ea.output = out;
+    ea.topk_ids = topk_ids;
+    ea.topk_weights = topk_w;
+    ea.workspace = ws;
+    ea.workspace_size = ws_size;
+    double t0 = cli_now();
+    st = moe_plan_execute_ex(plan, w, &ea);
+    double ms = (cli_now() - t0) * 1e3;
+    if (st != MOE_OK)
+        LIBFAIL();
+
+    moe_tensor_out to[3];
+    memset(to, 0, sizeof to);
+    to[0].name = "output";
+    to[0].dtype = MOE_DTYPE_F32;
+    to[0].ndim = 2;
+    to[0].shape[0] = T;
+    to[0].shape[1] = H;
+    to[0].data = out;
+    to[1].name = "topk_ids";
+    to[1].dtype = MOE_DTYPE_I32;
+    to[1].ndim = 2;
+    to[1].shape[0] = T;
+    to[1].shape[1] = K;
+    to[1].data = topk_ids;
+    to[2].name = "topk_weights";
+    to[2].dtype = MOE_DTYPE_F32;
+    to[2].ndim = 2;
+    to[2].shape[0] = T;
+    to[2].shape[1] = K;
+    to[2].data = topk_w;
+    /* IN may be the same file as OUT: the atomic rename leaves our mapping intact. */
+    if ((st = moe_safetensors_write(ctx, out_path, to, 3)) != MOE_OK)
+        LIBFAIL();
+
+    fprintf(stderr,
+            "moe run: family %s layer %lld T %lld H %lld I %lld E %lld K %lld dtype %s "
+            "ms %.3f (threads %d, %s)\n",
+            moe_family_name(desc.family), (long long)layer, (long long)T, (long long)H,
+            (long long)desc.moe_intermediate_size, (long long)desc.num_experts, (long long)K,
+            moe_dtype_name(desc.weight_dtype), ms, moe_ctx_num_threads(ctx), moe_ctx_isa(ctx));
+    rc = CLI_OK;
+#undef LIBFAIL
+done:
+    free(ws);
+    free(topk_w);
+    free(topk_ids);
+    free(out);
+    free(x);
+    moe_safetensors_free(in);
+    moe_weights_free(w);
+    moe_plan_free(plan);
+    moe_checkpoint_free(ck);
+    moe_ctx_free(ctx);
+    return rc;
+}

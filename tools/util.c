@@ -1,0 +1,389 @@
+/* Helpers of the `moe` command line: option parsing, machine facts, progress, numbers. */
+#include "cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- option parsing ------------------------------------------------------------------- */
+
+void cli_err(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+void cli_args_init(cli_args *a, int argc, char **argv, const char *cmd)
+{
+    memset(a, 0, sizeof *a);
+    a->argc = argc;
+    a->argv = argv;
+    a->i = 1;
+    a->cmd = cmd;
+}
+
+int cli_args_next(cli_args *a)
+{
+    if (a->i >= a->argc)
+        return 0;
+    const char *s = a->argv[a->i++];
+    a->inline_value = NULL;
+    if (s[0] != '-' || s[1] == '\0') {
+        cli_err(a->cmd, "unexpected argument '%s' (see '%s --help')", s, a->cmd);
+        return -1;
+    }
+    const char *eq = (s[0] == '-' && s[1] == '-') ? strchr(s, '=') : NULL;
+    if (eq) {
+        size_t n = (size_t)(eq - s);
+        if (n >= sizeof a->optbuf)
+            n = sizeof a->optbuf - 1;
+        memcpy(a->optbuf, s, n);
+        a->optbuf[n] = '\0';
+        a->opt = a->optbuf;
+        a->inline_value = eq + 1;
+    } else {
+        a->opt = s;
+    }
+    return 1;
+}
+
+int cli_is(const cli_args *a, const char *name)
+{
+    return strcmp(a->opt, name) == 0;
+}
+
+const char *cli_value(cli_args *a)
+{
+    if (a->inline_value)
+        return a->inline_value;
+    if (a->i >= a->argc) {
+        cli_err(a->cmd, "option %s needs a value (see '%s --help')", a->opt, a->cmd);
+        return NULL;
+    }
+    return a->argv[a->i++];
+}
+
+int cli_unknown(const cli_args *a)
+{
+    cli_err(a->cmd, "unknown option '%s' (see '%s --help')", a->opt, a->cmd);
+    return CLI_USAGE;
+}
+
+int cli_flag_has_value(const cli_args *a)
+{
+    cli_err(a->cmd, "option %s takes no value", a->opt);
+    return CLI_USAGE;
+}
+
+int cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi,
+                  int64_t *out)
+{
+    if (!s || !*s || isspace((unsigned char)s[0])) {
+        cli_err(cmd, "%s: '%s' is not an integer", opt, s ? s : "");
+        return -1;
+    }
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0') {
+        cli_err(cmd, "%s: '%s' is not an integer", opt, s);
+        return -1;
+    }
+    if (errno == ERANGE || v < lo || v > hi) {
+        cli_err(cmd, "%s: %s is out of range [%lld, %lld]", opt, s, (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+int cli_parse_double(const char *cmd, const char *opt, const char *s, double lo, double hi,
+                     double *out)
+{
+    if (!s || !*s || isspace((unsigned char)s[0])) {
+        cli_err(cmd, "%s: '%s' is not a number", opt, s ? s : "");
+        return -1;
+    }
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0') {
+        cli_err(cmd, "%s: '%s' is not a number", opt, s);
+        return -1;
+    }
+    if (errno == ERANGE || !isfinite(v) || v < lo || v > hi) {
+        cli_err(cmd, "%s: %s is out of range [%g, %g]", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *out)
+{
+    if (!s || !*s || isspace((unsigned char)s[0])) {
+        cli_err(cmd, "%s: '%s' is not a size", opt, s ? s : "");
+        return -1;
+    }
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno == ERANGE || !isfinite(v) || v < 0) {
+        cli_err(cmd, "%s: '%s' is not a size (e.g. 16G, 512M)", opt, s);
+        return -1;
+    }
+    double mul = 1.0;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mul = 1024.0; end++; break;
+    case 'M': mul = 1024.0 * 1024.0; end++; break;
+    case 'G': mul = 1024.0 * 1024.0 * 1024.0; end++; break;
+    case 'T': mul = 1024.0 * 1024.0 * 1024.0 * 1024.0; end++; break;
+    default: break;
+    }
+    if (mul > 1.0 && *end == 'i')
+        end++;
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end != '\0') {
+        cli_err(cmd, "%s: '%s' is not a size (e.g. 16G, 512M)", opt, s);
+        return -1;
+    }
+    double b = v * mul;
+    if (b >= 1.8e19) {
+        cli_err(cmd, "%s: %s is too large", opt, s);
+        return -1;
+    }
+    *out = (uint64_t)b;
+    return 0;
+}
+
+/* ---- machine facts --------------------------------------------------------------------- */
+
+uint64_t cli_mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    uint64_t kb = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long v;
+        if (sscanf(line, "MemAvailable: %llu kB", &v) == 1) {
+            kb = v;
+            break;
+        }
+    }
+    fclose(f);
+    return kb * 1024ull;
+}
+
+static int read_small_file(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, len - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n > 0 && isspace((unsigned char)buf[n - 1]))
+        buf[--n] = '\0';
+    return n > 0 ? 0 : -1;
+}
+
+uint64_t cli_llc_sysfs(int *level)
+{
+    uint64_t best = 0;
+    int best_level = 0;
+    for (int i = 0; i < 16; i++) {
+        char path[128], buf[64];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        if (read_small_file(path, buf, sizeof buf) != 0)
+            continue;
+        int lv = atoi(buf);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+        if (read_small_file(path, buf, sizeof buf) == 0 && strcmp(buf, "Instruction") == 0)
+            continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        if (read_small_file(path, buf, sizeof buf) != 0)
+            continue;
+        char *end = NULL;
+        unsigned long long v = strtoull(buf, &end, 10);
+        uint64_t bytes = v;
+        if (end && (*end == 'K' || *end == 'k'))
+            bytes = v * 1024ull;
+        else if (end && (*end == 'M' || *end == 'm'))
+            bytes = v * 1024ull * 1024ull;
+        else if (end && (*end == 'G' || *end == 'g'))
+            bytes = v * 1024ull * 1024ull * 1024ull;
+        if (lv > best_level || (lv == best_level && bytes > best)) {
+            best_level = lv;
+            best = bytes;
+        }
+    }
+    if (level)
+        *level = best_level;
+    return best;
+}
+
+/* ---- time and progress ----------------------------------------------------------------- */
+
+double cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void cli_progress_start(cli_progress *p)
+{
+    p->start = cli_now();
+    p->last = 0.0;
+    p->tty = isatty(STDERR_FILENO);
+    p->shown = 0;
+    p->quiet = 0;
+}
+
+void cli_progress_update(cli_progress *p, const char *fmt, ...)
+{
+    if (p->quiet)
+        return;
+    double now = cli_now();
+    if (now - p->start < 1.0)
+        return;
+    double interval = p->tty ? 0.1 : 1.0;
+    if (p->last != 0.0 && now - p->last < interval)
+        return;
+    p->last = now;
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (p->tty) {
+        fprintf(stderr, "\r\033[K%s", msg);
+        p->shown = 1;
+    } else {
+        fprintf(stderr, "%s\n", msg);
+    }
+    fflush(stderr);
+}
+
+void cli_progress_end(cli_progress *p)
+{
+    if (p->tty && p->shown) {
+        fputs("\r\033[K", stderr);
+        fflush(stderr);
+    }
+    p->shown = 0;
+}
+
+/* ---- numbers --------------------------------------------------------------------------- */
+
+uint64_t cli_splitmix64(uint64_t x)
+{
+    uint64_t z = x + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+uint16_t cli_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
+        return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+uint16_t cli_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) { /* Inf or NaN */
+        if (ax == 0x7f800000u)
+            return (uint16_t)(sign | 0x7c00u);
+        return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    }
+    if (ax >= 0x477ff000u) /* rounds to >= 65520: overflow */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) { /* below 2^-14: f16 subnormal or zero */
+        if (ax <= 0x33000000u) /* <= 2^-25: rounds to zero (the tie goes to even 0) */
+            return (uint16_t)sign;
+        uint32_t e = ax >> 23;                     /* 102 .. 112 */
+        uint32_t m = (ax & 0x7fffffu) | 0x800000u; /* 24-bit significand */
+        uint32_t shift = 126u - e;                 /* 14 .. 24 */
+        uint32_t r = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1u);
+        uint32_t half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (r & 1u)))
+            r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = (ax >> 13) - (112u << 10);
+    uint32_t rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u)))
+        r++;
+    return (uint16_t)(sign | r);
+}
+
+const char *cli_fmt_bytes(char *buf, size_t len, double bytes)
+{
+    if (bytes >= 1e12)
+        snprintf(buf, len, "%.2f TB", bytes / 1e12);
+    else if (bytes >= 1e9)
+        snprintf(buf, len, "%.2f GB", bytes / 1e9);
+    else if (bytes >= 1e6)
+        snprintf(buf, len, "%.1f MB", bytes / 1e6);
+    else if (bytes >= 1e3)
+        snprintf(buf, len, "%.1f kB", bytes / 1e3);
+    else
+        snprintf(buf, len, "%.0f B", bytes);
+    return buf;
+}
+
+void cli_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        switch (*p) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        case '\b': fputs("\\b", f); break;
+        case '\f': fputs("\\f", f); break;
+        default:
+            if (*p < 0x20 || *p == 0x7f)
+                fprintf(f, "\\u%04x", *p);
+            else
+                fputc(*p, f);
+        }
+    }
+    fputc('"', f);
+}
+
+void cli_json_number(FILE *f, double v)
+{
+    if (!isfinite(v)) {
+        fputs("null", f);
+        return;
+    }
+    if (v == floor(v) && fabs(v) < 9007199254740992.0)
+        fprintf(f, "%.0f", v);
+    else
+        fprintf(f, "%.6g", v);
+}
