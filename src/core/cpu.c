@@ -46,7 +46,7 @@ static cpu_bits detect(void)
 int moe_cpu_has_avx2(void)
 {
     cpu_bits b = detect();
-    return b.os_ymm && b.avx2 && b.f16c;
+    return b.os_ymm && b.avx2 && b.fma && b.f16c;
 }
 
 int moe_cpu_has_avx512(void)

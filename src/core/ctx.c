@@ -192,7 +192,7 @@ moe_status moe_ctx_create(const moe_options *opts, moe_ctx **out, char *out_err_
         k = &moe_kernels_ref;
     } else if (strcmp(isa, "avx2") == 0) {
         if (!moe_cpu_has_avx2()) {
-            snprintf(m, sizeof m, "%s=avx2: this CPU or OS does not support AVX2+F16C", isa_src);
+            snprintf(m, sizeof m, "%s=avx2: this CPU or OS does not support AVX2+FMA+F16C", isa_src);
             return fail(out_err_msg, out_err_len, MOE_EUNSUPPORTED, m);
         }
         k = &moe_kernels_avx2;

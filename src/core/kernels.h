@@ -49,17 +49,18 @@ void moe_pack_panels(void *dst, const void *src, moe_dtype dtype, int64_t n, int
 void moe_convert_to_f32(float *dst, const void *src, moe_dtype dtype, size_t count);
 
 /* ------------------------------------------------------------------------------------------
- * The kernel table. Every ISA fills the same entries; the reduction order is fixed by the
- * contract below, so all tables give the same bits (they use no FMA contraction).
+ * The kernel table. Every ISA fills the same entries; the reduction order and rounding are
+ * fixed by the contract below, so all tables give the same bits.
  * ---------------------------------------------------------------------------------------- */
 
 /* Linear microkernel over a range of panels:
  *
  *   for m in [0, mb), for n in [16 * p0, min(N, 16 * p1)):
- *       out[m][n - 16 * p0] = sum over k = 0, 1, ..., K-1 of (x[m][k] * W[n][k])
+ *       acc = +0.0f; for k = 0, 1, ..., K-1: acc = fmaf(x[m][k], W[n][k], acc)
+ *       out[m][n - 16 * p0] = acc
  *
- * summed strictly in increasing k, starting from +0.0f, each product rounded to f32 and then
- * added (no fused multiply-add). x rows are given as mb pointers to K floats; out rows start at
+ * strictly in increasing k, one fused multiply-add (a single rounding) per term, exactly as
+ * C's fmaf. x rows are given as mb pointers to K floats; out rows start at
  * out + m * ldo. W's elements are converted to f32 exactly before the multiply. mb >= 1; any
  * mb is allowed (implementations block it internally). */
 typedef void (*moe_linear_fn)(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x,

@@ -3,6 +3,8 @@
 #include "core/kernels.h"
 #include "quant/convert.h"
 
+#include <math.h>
+
 static float load_w(const void *base, moe_dtype dt, int64_t i)
 {
     switch (dt) {
@@ -22,7 +24,7 @@ static void linear_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *c
             for (int j = 0; j < nw; j++) {
                 float acc = 0.0f;
                 for (int64_t kk = 0; kk < w->k; kk++)
-                    acc += x[m][kk] * load_w(w->data, w->dtype, panel + kk * nw + j);
+                    acc = fmaf(x[m][kk], load_w(w->data, w->dtype, panel + kk * nw + j), acc);
                 out[m * ldo + (p - p0) * MOE_PANEL + j] = acc;
             }
         }

@@ -13,7 +13,7 @@
 /* Weight element i of a matrix in dtype dt, as f32 (exact). */
 float moe_ref_load(const void *base, moe_dtype dt, int64_t i);
 
-/* logits[t][e] = sum_h x[t][h] * Wr[e][h], h increasing from +0.0f, multiply then add.
+/* logits[t][e] = sum_h x[t][h] * Wr[e][h], h increasing from +0.0f, one fmaf per term.
  * x [T, H] f32, router [E, H] in router_dtype, logits [T, E]. */
 void moe_ref_router_logits(const float *x, int64_t T, int64_t H, int64_t E, const void *router,
                            moe_dtype router_dtype, float *logits);

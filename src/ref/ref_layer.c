@@ -63,7 +63,7 @@ moe_status moe_ref_forward(const moe_layer_desc *desc, const moe_weight_source *
             if (desc->shared_expert_gated) {
                 float l = 0.0f;
                 for (int64_t k = 0; k < H; k++)
-                    l += x[t * H + k] * moe_ref_load(src->shared_expert_gate, src->router_dtype, k);
+                    l = fmaf(x[t * H + k], moe_ref_load(src->shared_expert_gate, src->router_dtype, k), l);
                 s = 1.0f / (1.0f + expf(-l));
             }
             shared_scale[t] = s;

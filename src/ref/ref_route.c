@@ -21,7 +21,7 @@ void moe_ref_router_logits(const float *x, int64_t T, int64_t H, int64_t E, cons
         for (int64_t e = 0; e < E; e++) {
             float acc = 0.0f;
             for (int64_t h = 0; h < H; h++)
-                acc += x[t * H + h] * moe_ref_load(router, router_dtype, e * H + h);
+                acc = fmaf(x[t * H + h], moe_ref_load(router, router_dtype, e * H + h), acc);
             logits[t * E + e] = acc;
         }
     }

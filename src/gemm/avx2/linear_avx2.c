@@ -1,5 +1,5 @@
 /* AVX2 linear microkernel (table "avx2"). Same contract and bits as linear_ref.c: every output
- * element is summed in increasing k from +0.0f, multiply then add, no FMA. A panel's 16
+ * element is accumulated in increasing k from +0.0f with one fused multiply-add per term. A panel's 16
  * features are two 8-lane halves. A partial last panel goes through the scalar reference
  * kernel (identical bits), since AVX2 has no masked 16-bit loads. */
 #include "core/kernels.h"
@@ -40,7 +40,7 @@ MOE_AI void tile(const moe_pmat *w, moe_dtype dt, int64_t p, int64_t p0, const i
             __m256 xb = _mm256_set1_ps(x[m][kk]);
             for (int j = 0; j < NP; j++)
                 for (int h = 0; h < 2; h++)
-                    acc[j][h][m] = _mm256_add_ps(acc[j][h][m], _mm256_mul_ps(xb, wv[j][h]));
+                    acc[j][h][m] = _mm256_fmadd_ps(xb, wv[j][h], acc[j][h][m]);
         }
     }
     for (int j = 0; j < NP; j++)

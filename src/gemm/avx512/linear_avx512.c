@@ -1,5 +1,6 @@
 /* AVX-512 linear microkernel (table "avx512"). Same contract and bits as linear_ref.c:
- * every output element is summed in increasing k from +0.0f, multiply then add, no FMA.
+ * every output element is accumulated in increasing k from +0.0f, one fused multiply-add per
+ * term (the scalar table uses fmaf, which rounds exactly like vfmadd).
  * Vectors run across the 16 output features of a panel; rows and panels are blocked so that
  * enough independent accumulators hide the add latency. Partial panels use masked loads and
  * stores, never padding. */
@@ -46,7 +47,7 @@ MOE_AI void tile(const moe_pmat *w, moe_dtype dt, int64_t p, int64_t p0, const i
         for (int m = 0; m < MB; m++) {
             __m512 xb = _mm512_set1_ps(x[m][kk]);
             for (int j = 0; j < NP; j++)
-                acc[j][m] = _mm512_add_ps(acc[j][m], _mm512_mul_ps(xb, wv[j]));
+                acc[j][m] = _mm512_fmadd_ps(xb, wv[j], acc[j][m]);
         }
     }
     for (int j = 0; j < NP; j++)
