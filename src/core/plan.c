@@ -223,8 +223,10 @@ static void run_chunk(const moe_plan *p, const moe_weights *w, const moe_exec_ar
     /* shared expert first, straight into out; its gate into sgate */
     float *sgate = (float *)(ws + l->sgate);
     if (Is > 0) {
-        int64_t one[2] = {0, Tc};
-        moe_mlp_run(ctx, w, 1, x, 1, one, NULL, 1, h, out, scratch, item_off);
+        int64_t b0 = 0, e0 = Tc;
+        moe_mlp_groups sg = {.shared = 1, .x = x, .n_groups = 1, .begin = &b0, .end = &e0, .rows = NULL,
+                             .row_div = 1, .h = h, .y = out, .lowtok_threshold = 0};
+        moe_mlp_run(ctx, w, &sg, scratch, item_off, NULL);
         if (d->shared_expert_gated) {
             moe_linear_rows(ctx, &w->shared_gate, x, H, Tc, sgate, 1, scratch);
             for (int64_t t = 0; t < Tc; t++)
@@ -236,7 +238,9 @@ static void run_chunk(const moe_plan *p, const moe_weights *w, const moe_exec_ar
     }
 
     /* routed experts: y [Tc*K, H] in sorted order */
-    moe_mlp_run(ctx, w, 0, x, E, offsets, rows, K, h, y, scratch, item_off);
+    moe_mlp_groups rg = {.shared = 0, .x = x, .n_groups = E, .begin = offsets, .end = offsets + 1,
+                         .rows = rows, .row_div = K, .h = h, .y = y, .lowtok_threshold = 0};
+    moe_mlp_run(ctx, w, &rg, scratch, item_off, NULL);
 
     /* finalize: weighted sum over K in top-k order, threaded over tokens */
     const int nt = ctx->num_threads;

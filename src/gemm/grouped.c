@@ -5,8 +5,9 @@
 #include <omp.h>
 
 /* Per-thread scratch layout (floats):
- *   gate tile [RB][PG*16], up tile [RB][PG*16], row pointers [RB] (stored as pointers). */
-#define TILE_FLOATS (MOE_GEMM_RB * MOE_GEMM_PG * MOE_PANEL)
+ *   gate tile [RB][PG_MAX*16], up tile [RB][PG_MAX*16], row pointers [RB] (stored as pointers). */
+#define PG_MAX (MOE_GEMM_PG > MOE_GEMM_PG_LOWTOK ? MOE_GEMM_PG : MOE_GEMM_PG_LOWTOK)
+#define TILE_FLOATS (MOE_GEMM_RB * PG_MAX * MOE_PANEL)
 #define PTR_FLOATS ((MOE_GEMM_RB * sizeof(void *) + sizeof(float) - 1) / sizeof(float))
 
 size_t moe_gemm_thread_scratch_floats(void)
@@ -27,7 +28,7 @@ static void gate_up_item(const moe_kernels *kern, const moe_pmat *gate, const mo
                          int64_t r0, int64_t r1, int64_t p0, int64_t p1, float *h, float *tls)
 {
     const int64_t I = gate->n;
-    const int64_t ld = MOE_GEMM_PG * MOE_PANEL;
+    const int64_t ld = PG_MAX * MOE_PANEL;
     float *gt = tls;                                /* [RB][ld] */
     float *ut = tls + TILE_FLOATS;                  /* [RB][ld] */
     const float **xr = (const float **)(tls + 2 * TILE_FLOATS); /* [RB] */
@@ -63,15 +64,22 @@ static void down_item(const moe_kernels *kern, const moe_pmat *down, const float
     }
 }
 
-/* item_off[g] = first item of group g; a group with no rows has no items. */
-static int64_t count_items(int64_t n_groups, const int64_t *offsets, int64_t panels,
-                           int64_t *item_off)
+/* Panels per item for a group of n rows. */
+static int64_t group_pg(int64_t n, int64_t lowtok_threshold)
 {
-    const int64_t per = (panels + MOE_GEMM_PG - 1) / MOE_GEMM_PG;
+    return n < lowtok_threshold ? MOE_GEMM_PG_LOWTOK : MOE_GEMM_PG;
+}
+
+/* item_off[g] = first item of group g; a group with no rows has no items. */
+static int64_t count_items(const moe_mlp_groups *gr, int64_t panels, int64_t *item_off)
+{
     item_off[0] = 0;
-    for (int64_t g = 0; g < n_groups; g++)
-        item_off[g + 1] = item_off[g] + (offsets[g + 1] > offsets[g] ? per : 0);
-    return item_off[n_groups];
+    for (int64_t g = 0; g < gr->n_groups; g++) {
+        int64_t n = gr->end[g] - gr->begin[g];
+        int64_t pg = group_pg(n, gr->lowtok_threshold);
+        item_off[g + 1] = item_off[g] + (n > 0 ? (panels + pg - 1) / pg : 0);
+    }
+    return item_off[gr->n_groups];
 }
 
 /* Group of item `it` (binary search over item_off). */
@@ -88,51 +96,63 @@ static int64_t item_group(const int64_t *item_off, int64_t n_groups, int64_t it)
     return lo;
 }
 
-void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, int shared, const float *x,
-                 int64_t n_groups, const int64_t *offsets, const int32_t *rows, int64_t row_div,
-                 float *h, float *y, float *scratch, int64_t *item_off)
+void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups *gr,
+                 float *scratch, int64_t *item_off, moe_mlp_stats *stats)
 {
     const moe_kernels *kern = ctx->kernels;
     const int64_t H = w->plan->desc.hidden_size;
     const size_t tls_n = moe_gemm_thread_scratch_floats();
     moe_pmat g0, u0, d0;
-    moe_weights_expert(w, shared ? -1 : 0, &g0, &u0, &d0);
+    moe_weights_expert(w, gr->shared ? -1 : 0, &g0, &u0, &d0);
     const int64_t pi = moe_pmat_panels(g0.n); /* panels of I */
     const int64_t ph = moe_pmat_panels(H);    /* panels of H */
+
+    if (stats) {
+        for (int64_t g = 0; g < gr->n_groups; g++) {
+            int64_t n = gr->end[g] - gr->begin[g];
+            if (n == 0)
+                stats->skipped_groups++;
+            else if (n < gr->lowtok_threshold)
+                stats->lowtok_groups++;
+            else
+                stats->gemm_groups++;
+        }
+    }
 
 #pragma omp parallel num_threads(ctx->num_threads)
     {
         float *tls = scratch + (size_t)omp_get_thread_num() * tls_n;
 
         /* phase 1: h = silu(x Wg^T) * (x Wu^T) */
-        int64_t n1;
 #pragma omp single
-        count_items(n_groups, offsets, pi, item_off);
-        n1 = item_off[n_groups];
+        count_items(gr, pi, item_off);
+        int64_t n1 = item_off[gr->n_groups];
 #pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < n1; it++) {
-            int64_t g = item_group(item_off, n_groups, it);
-            int64_t p0 = (it - item_off[g]) * MOE_GEMM_PG;
-            int64_t p1 = p0 + MOE_GEMM_PG < pi ? p0 + MOE_GEMM_PG : pi;
+            int64_t g = item_group(item_off, gr->n_groups, it);
+            int64_t pg = group_pg(gr->end[g] - gr->begin[g], gr->lowtok_threshold);
+            int64_t p0 = (it - item_off[g]) * pg;
+            int64_t p1 = p0 + pg < pi ? p0 + pg : pi;
             moe_pmat gate, up, down;
-            moe_weights_expert(w, shared ? -1 : g, &gate, &up, &down);
-            gate_up_item(kern, &gate, &up, x, H, rows, row_div, offsets[g], offsets[g + 1], p0, p1,
-                         h, tls);
+            moe_weights_expert(w, gr->shared ? -1 : g, &gate, &up, &down);
+            gate_up_item(kern, &gate, &up, gr->x, H, gr->rows, gr->row_div, gr->begin[g], gr->end[g],
+                         p0, p1, gr->h, tls);
         }
         /* implicit barrier: h complete */
 
         /* phase 2: y = h Wd^T */
 #pragma omp single
-        count_items(n_groups, offsets, ph, item_off);
-        int64_t n2 = item_off[n_groups];
+        count_items(gr, ph, item_off);
+        int64_t n2 = item_off[gr->n_groups];
 #pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < n2; it++) {
-            int64_t g = item_group(item_off, n_groups, it);
-            int64_t p0 = (it - item_off[g]) * MOE_GEMM_PG;
-            int64_t p1 = p0 + MOE_GEMM_PG < ph ? p0 + MOE_GEMM_PG : ph;
+            int64_t g = item_group(item_off, gr->n_groups, it);
+            int64_t pg = group_pg(gr->end[g] - gr->begin[g], gr->lowtok_threshold);
+            int64_t p0 = (it - item_off[g]) * pg;
+            int64_t p1 = p0 + pg < ph ? p0 + pg : ph;
             moe_pmat gate, up, down;
-            moe_weights_expert(w, shared ? -1 : g, &gate, &up, &down);
-            down_item(kern, &down, h, offsets[g], offsets[g + 1], p0, p1, y, tls);
+            moe_weights_expert(w, gr->shared ? -1 : g, &gate, &up, &down);
+            down_item(kern, &down, gr->h, gr->begin[g], gr->end[g], p0, p1, gr->y, tls);
         }
     }
 }

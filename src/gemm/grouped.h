@@ -9,24 +9,46 @@
 
 /* Rows per inner block of an item (a multiple of the microkernels' 6-row tiles). */
 #define MOE_GEMM_RB 48
-/* Panels (of 16 output features) per work item. */
+/* Panels (of 16 output features) per work item: tiled path and few-token path. */
 #define MOE_GEMM_PG 4
+#define MOE_GEMM_PG_LOWTOK 8
 
 /* Scratch floats per thread needed by moe_mlp_run / moe_linear_rows. */
 size_t moe_gemm_thread_scratch_floats(void);
 
-/* A set of row groups through SwiGLU MLPs.
- *   groups: n_groups; group g covers sorted rows [offsets[g], offsets[g+1]) and uses expert
- *           g's weights (or, with shared != 0, the single shared expert; n_groups = 1).
- *   rows:   [n_rows] row ids; the input of sorted row i is x + (rows[i] / row_div) * H.
- *           NULL: the input of row i is x + i * H.
- *   h:      [n_rows, I] f32 workspace (silu(gate) * up), I = the groups' intermediate size
- *   y:      [n_rows, H] f32 output, in sorted-row order
- *   scratch: nthreads * moe_gemm_thread_scratch_floats() floats
- *   item_off: [n_groups + 1] int64 workspace */
-void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, int shared, const float *x,
-                 int64_t n_groups, const int64_t *offsets, const int32_t *rows, int64_t row_div,
-                 float *h, float *y, float *scratch, int64_t *item_off);
+/* A set of row groups through SwiGLU MLPs. Row positions index h and y; both activation
+ * formats map onto this: the standard format (rows grouped by expert, adjacent ranges from
+ * offsets) and the batched format ([E, capacity] slots, group e = [e*cap, e*cap + count[e])). */
+typedef struct moe_mlp_groups {
+    int shared;             /* 1: the single shared expert (n_groups = 1) */
+    const float *x;         /* input rows, each H floats */
+    int64_t n_groups;       /* group g uses expert g's weights */
+    const int64_t *begin;   /* [n_groups] first row position of group g */
+    const int64_t *end;     /* [n_groups] one past its last row position */
+    const int32_t *rows;    /* [positions] row ids: the input of position i is
+                               x + (rows[i] / row_div) * H; NULL: x + i * H */
+    int64_t row_div;
+    float *h;               /* [positions, I] f32 workspace: silu(gate) * up */
+    float *y;               /* [positions, H] f32 output */
+    int64_t lowtok_threshold; /* groups with fewer rows take the few-token path */
+} moe_mlp_groups;
+
+/* What moe_mlp_run did (added to, not reset). */
+typedef struct moe_mlp_stats {
+    int64_t gemm_groups;   /* groups run on the tiled GEMM path */
+    int64_t lowtok_groups; /* groups run on the few-token streaming path */
+    int64_t skipped_groups;/* groups with no rows (skipped) */
+} moe_mlp_stats;
+
+/* Run every group. scratch: nthreads * moe_gemm_thread_scratch_floats() floats; item_off:
+ * [n_groups + 1] int64 workspace; stats may be NULL.
+ * Few-token path: a group with fewer than lowtok_threshold rows is split into longer weight
+ * streams (MOE_GEMM_PG_LOWTOK panels per item) so each expert's weights are read once, in long
+ * sequential runs; the tiled path uses MOE_GEMM_PG panels per item so a tile stays in L2
+ * while all of the group's rows pass over it. Both paths compute every element with the same
+ * kernel and order, so switching never changes a bit. */
+void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups *g,
+                 float *scratch, int64_t *item_off, moe_mlp_stats *stats);
 
 /* out[t][n] = sum_k x[t][k] * W[n][k] for t < T (x [T, W.k] with row stride ldx, out [T, W.n]
  * with row stride ldo), threaded over (row block, panel group). */
