@@ -207,7 +207,7 @@ static void run_chunk(const moe_plan *p, const moe_weights *w, const moe_exec_ar
     }
     int32_t *ids = (int32_t *)(ws + l->ids);
     float *wts = (float *)(ws + l->wts);
-    moe_route_topk(d, logits, Tc, ids, wts, (float *)(ws + l->scores));
+    moe_route_topk(d, logits, Tc, ids, wts, (float *)(ws + l->scores), MOE_TOPK_SORT);
 
     /* permute */
     int64_t *offsets = (int64_t *)(ws + l->offsets);

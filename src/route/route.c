@@ -1,6 +1,6 @@
-/* Production routing: softmax over E, then one pass that keeps the K best in a sorted list
- * (insertion), then renormalization. The reference (src/ref/ref_route.c) selects by K
- * rounds of row-max instead; both follow the same order, so they agree bit for bit. */
+/* Production routing: softmax over E, top-k by insertion into a sorted list (MOE_TOPK=sort) or
+ * by K rounds of row-max (MOE_TOPK=rowmax), then renormalization. Both follow the order of
+ * docs/numerics.md, so they agree with each other and with src/ref bit for bit. */
 #include "route/route.h"
 
 #include <math.h>
@@ -51,30 +51,58 @@ static inline bool before(float va, int32_t ia, float vb, int32_t ib)
     return va > vb;
 }
 
+/* K best of scores [E] by insertion into a sorted list: id, w [K]. */
+static void topk_sort(const float *scores, int64_t E, int64_t K, int32_t *id, float *w)
+{
+    int64_t n = 0;
+    for (int32_t e = 0; e < (int32_t)E; e++) {
+        float v = scores[e];
+        if (n == K && !before(v, e, w[K - 1], id[K - 1]))
+            continue;
+        int64_t pos = n < K ? n : K - 1;
+        while (pos > 0 && before(v, e, w[pos - 1], id[pos - 1])) {
+            w[pos] = w[pos - 1];
+            id[pos] = id[pos - 1];
+            pos--;
+        }
+        w[pos] = v;
+        id[pos] = e;
+        if (n < K)
+            n++;
+    }
+}
+
+/* K best of scores [E] by K rounds of row-max over the experts not yet taken. */
+static void topk_rowmax(const float *scores, int64_t E, int64_t K, int32_t *id, float *w)
+{
+    for (int64_t k = 0; k < K; k++) {
+        int32_t best = -1;
+        for (int32_t e = 0; e < (int32_t)E; e++) {
+            int taken = 0;
+            for (int64_t j = 0; j < k; j++)
+                taken |= (id[j] == e);
+            if (taken)
+                continue;
+            if (best < 0 || before(scores[e], e, scores[best], best))
+                best = e;
+        }
+        id[k] = best;
+        w[k] = scores[best];
+    }
+}
+
 void moe_route_topk(const moe_layer_desc *desc, const float *logits, int64_t T, int32_t *ids,
-                    float *weights, float *scores)
+                    float *weights, float *scores, moe_topk_method method)
 {
     const int64_t E = desc->num_experts, K = desc->top_k;
     for (int64_t t = 0; t < T; t++) {
         softmax_row(logits + t * E, E, scores);
-        int32_t *id = ids + t * K;   /* [K], kept sorted */
-        float *w = weights + t * K;  /* [K] */
-        int64_t n = 0;
-        for (int32_t e = 0; e < (int32_t)E; e++) {
-            float v = scores[e];
-            if (n == K && !before(v, e, w[K - 1], id[K - 1]))
-                continue;
-            int64_t pos = n < K ? n : K - 1;
-            while (pos > 0 && before(v, e, w[pos - 1], id[pos - 1])) {
-                w[pos] = w[pos - 1];
-                id[pos] = id[pos - 1];
-                pos--;
-            }
-            w[pos] = v;
-            id[pos] = e;
-            if (n < K)
-                n++;
-        }
+        int32_t *id = ids + t * K;  /* [K] */
+        float *w = weights + t * K; /* [K] */
+        if (method == MOE_TOPK_ROWMAX)
+            topk_rowmax(scores, E, K, id, w);
+        else
+            topk_sort(scores, E, K, id, w);
         if (desc->renormalize) {
             float sum = 0.0f;
             for (int64_t k = 0; k < K; k++)
