@@ -19,13 +19,13 @@ int main(void) {
     for (int i = 0; i < E * H; i++) router[i] = (float)(i % 11) * 0.1f;
     moe_weight_source src = {.router = router, .router_dtype = MOE_DTYPE_F32,
                              .gate_proj = gate, .up_proj = up, .down_proj = down};
-    moe_plan *plan; moe_weights *w;
-    if (moe_plan_create(ctx, &d, &plan) || moe_weights_create(plan, &src, &w)) {
-        fprintf(stderr, "%s\n", moe_ctx_last_error(ctx)); return 1;
-    }
-    size_t ws_size = moe_plan_workspace_size(plan, T);
-    void *ws = malloc(ws_size);
-    moe_status st = moe_plan_execute(plan, w, x, T, out, ws, ws_size);
+    moe_plan *plan = NULL; moe_weights *w = NULL;
+    moe_status st = moe_plan_create(ctx, &d, &plan);
+    if (st == MOE_OK) st = moe_weights_create(plan, &src, &w);
+    size_t ws_size = moe_plan_workspace_size(plan, T);           /* bytes for up to T tokens */
+    void *ws = aligned_alloc(64, (ws_size + 63) / 64 * 64);
+    if (st == MOE_OK) st = ws ? moe_plan_execute(plan, w, x, T, out, ws, ws_size) : MOE_ENOMEM;
+    if (st != MOE_OK) fprintf(stderr, "%s: %s\n", moe_status_name(st), moe_ctx_last_error(ctx));
     printf("%s out[0] = %f\n", moe_status_name(st), out[0]);
     free(ws); moe_weights_free(w); moe_plan_free(plan); moe_ctx_free(ctx);
     return st == MOE_OK ? 0 : 1;

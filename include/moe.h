@@ -7,9 +7,11 @@
  * K top_k):
  *
  *   hidden_states[T,H] -> router_logits[T,E] -> topk_ids[T,K], topk_weights[T,K]
- *     -> rows grouped by expert -> w13 GEMM [2I,H], SwiGLU -> w2 GEMM [H,I]
+ *     -> rows grouped by expert -> w13 GEMM [2I,H] (+ bias), activation -> w2 GEMM [H,I]
  *     -> output[T,H] = routed_scaling_factor * sum_k topk_weights[t,k] * y[t,k]
  *                      (+ shared expert, optionally sigmoid-gated)
+ *   (scoring, grouped top-k, biases, activations and the Llama-4 weight-on-input mode:
+ *   "Layer description" below)
  *
  * Describe once, execute many: a moe_ctx holds the kernel table, threads, logging and the
  * last error; a moe_plan is a layer description compiled once; moe_weights are the expert
@@ -114,20 +116,67 @@ typedef void (*moe_log_fn)(moe_log_level level, const char *msg, void *user);
  * Context.
  * ------------------------------------------------------------------------------------- */
 
-/* Context options. Initialise with moe_options_init(), then set fields. A field left at
- * its "unset" value takes its default from the environment variable named beside it, else
- * the built-in default. Explicit values win over the environment. */
+/* Context options: every tuning knob (DESIGN.md section 5). Initialise with
+ * moe_options_init(), then set fields. A field left at its "unset" value takes its default
+ * from the environment variable named beside it, else the built-in default; explicit values
+ * win over the environment. Every value is validated at moe_ctx_create (a bad one is
+ * MOE_EINVAL naming the field or variable and what it accepts), and an unknown MOE_*
+ * environment variable is logged at WARNING with the closest known name. No knob changes
+ * the output bits (docs/numerics.md); each changes what runs (moe_exec_stats shows it).
+ * String fields are borrowed for the duration of moe_ctx_create only. */
 typedef struct moe_options {
-    int num_threads;        /* >= 1; 0 = unset: MOE_NUM_THREADS, else OMP_NUM_THREADS, else cores */
-    int log_level;          /* moe_log_level; -1 = unset: MOE_LOG_LEVEL (error|warn|info|debug), else warn */
-    moe_log_fn log_fn;      /* NULL = stderr, prefixed "libmoe: LEVEL: " */
-    void *log_user;         /* passed to log_fn */
-    const char *isa;        /* NULL = unset: MOE_ISA (auto|ref|avx2|avx512), else auto */
-    int64_t chunk_size;     /* tokens per chunk of the experts stage; 0 = unset: MOE_CHUNK_SIZE, else 8192 */
+    int num_threads;          /* >= 1; 0 = unset: MOE_NUM_THREADS, else OMP_NUM_THREADS, else cores */
+    const char *isa;          /* NULL = unset: MOE_ISA = auto|ref|avx2|avx512; default auto (CPUID+XCR0) */
+    int64_t chunk_size;       /* tokens per chunk (bounds the workspace); 0 = unset: MOE_CHUNK_SIZE; default 1024 */
+    const char *permute;      /* NULL = unset: MOE_PERMUTE = auto|sort|onehot|packed; default auto */
+    int64_t onehot_threshold; /* routed rows (T*K of a chunk) at or below which auto picks onehot;
+                                 -1 = unset: MOE_ONEHOT_THRESHOLD; default 256 */
+    const char *topk;         /* NULL = unset: MOE_TOPK = sort|rowmax; default sort */
+    int64_t lowtok_threshold; /* rows per expert below which the few-token streaming path runs;
+                                 -1 = unset: MOE_LOWTOK_THRESHOLD; default 4 */
+    int64_t small_allreduce;  /* bytes; TP all-reduce below this uses the small-message algorithm;
+                                 -1 = unset: MOE_SMALL_ALLREDUCE; default 65536. No effect in a
+                                 single process (tensor parallelism is not built yet). */
+    const char *tp_reduce;    /* NULL = unset: MOE_TP_REDUCE = allreduce|reduce_scatter; default
+                                 allreduce. No effect in a single process. */
+    const char *tuning_dir;   /* NULL = unset: MOE_TUNING_DIR, an existing folder; default none.
+                                 No tuning files are defined yet: recorded and reported only. */
+    int log_level;            /* moe_log_level; -1 = unset: MOE_LOG_LEVEL = error|warn|info|debug; default warn */
+    moe_log_fn log_fn;        /* NULL = stderr, prefixed "libmoe: LEVEL: " */
+    void *log_user;           /* passed to log_fn */
 } moe_options;
 
 /* Fill `opts` with "unset" values. */
 void moe_options_init(moe_options *opts);
+
+/* Where a resolved knob's value came from. */
+typedef enum moe_knob_source {
+    MOE_KNOB_DEFAULT = 0,
+    MOE_KNOB_ENV = 1, /* the environment variable */
+    MOE_KNOB_API = 2  /* a moe_options field (the command line's flags set these) */
+} moe_knob_source;
+
+/* One knob, resolved. */
+typedef struct moe_knob_info {
+    const char *field;    /* moe_options field, e.g. "chunk_size" */
+    const char *env;      /* environment variable, e.g. "MOE_CHUNK_SIZE" */
+    const char *accepted; /* what it accepts, e.g. "integer >= 1 (tokens)" */
+    const char *doc;      /* what it switches */
+    char value[256];      /* resolved value in canonical text ("" for an unset path) */
+    moe_knob_source source;
+    char error[256];      /* non-empty when the given value is invalid */
+} moe_knob_info;
+
+/* Number of knobs (the rows of `moe env`). */
+size_t moe_knob_count(void);
+/* Resolve knob i (0 <= i < moe_knob_count()) from `opts` (may be NULL) and the environment,
+ * as moe_ctx_create would, without failing: a bad value is described in out->error.
+ * MOE_ERANGE for i out of range. */
+moe_status moe_knob_describe(const moe_options *opts, size_t i, moe_knob_info *out);
+/* The i-th MOE_* environment variable that no knob reads (0-based), with the closest known
+ * name. Returns 0 when there is no i-th such variable. name/suggestion are static or point
+ * into the environment; valid until the environment changes. */
+int moe_env_unknown(size_t i, const char **name, size_t *name_len, const char **suggestion);
 
 typedef struct moe_ctx moe_ctx;
 
@@ -145,33 +194,111 @@ const char *moe_ctx_last_error(const moe_ctx *ctx);
 
 /* Resolved settings. */
 int moe_ctx_num_threads(const moe_ctx *ctx);
+/* The resolved knobs in canonical text form: "key=value;" pairs in a fixed order, every knob
+ * except the logging ones (which change no computation). Static per ctx. */
+const char *moe_ctx_options_text(const moe_ctx *ctx);
+/* XXH64 (seed 0) of moe_ctx_options_text(): the key of tuning files, compared across ranks. */
+uint64_t moe_ctx_options_hash(const moe_ctx *ctx);
 /* Name of the kernel table in use: "ref", "avx2" or "avx512". */
 const char *moe_ctx_isa(const moe_ctx *ctx);
 
 /* ---------------------------------------------------------------------------------------
  * Layer description.
+ *
+ * One token x [H] through one MoE layer, in this order (docs/numerics.md has the rounding,
+ * and the NaN / Inf rules of every step):
+ *
+ *   l   = Wr x (+ b_r, has_router_bias)              router logits [E], f32
+ *   s   = score(l)                                   scoring_func
+ *   c   = s or l (per scoring_func) (+ b_s, has_selection_bias)   selection key [E]
+ *   groups (n_group > 1): each group's score from c (group_score); the topk_group best
+ *         groups are kept and c = -inf on every expert of the others
+ *   ids = the K best experts by c: descending, ties to the lower id, NaN below every number
+ *   w_k = the weight of ids[k] (scoring_func; never includes b_s);
+ *         w_k = w_k / (sum_k w_k + 1e-20) with renormalize (sum in top-k order)
+ *   y_k = expert_{ids[k]}(x), or expert_{ids[k]}(w_k * x) with apply_router_weight_on_input
+ *   out = routed_scaling_factor * sum_k w_k y_k      (sum_k y_k with apply_router_weight_on_input)
+ *         + g_sh * shared(x)                         g_sh = sigmoid(w_sg . x) if gated, else 1
+ *
+ * Each family, as its checkpoint adapter (moe_checkpoint_layer_desc) sets it, from the
+ * config.json fields named (HF transformers 5.24's modeling code is the reference):
+ *   Mixtral       softmax, renormalize always
+ *   Qwen2/3-MoE   softmax, renormalize = norm_topk_prob; Qwen2: shared expert, gated
+ *   Qwen3-Next    softmax, renormalize = norm_topk_prob; shared expert, gated
+ *   Qwen3.5-MoE   softmax, renormalize always; shared expert, gated
+ *   OLMoE         softmax, renormalize = norm_topk_prob
+ *   DeepSeek-V2   softmax (scoring_func); topk_method "greedy", or "group_limited_greedy":
+ *                 n_group, topk_group, group score max; no renormalize (transformers ignores
+ *                 norm_topk_prob for V2); routed_scaling_factor; n_shared_experts * I shared,
+ *                 ungated
+ *   DeepSeek-V3   sigmoid; e_score_correction_bias; n_group, topk_group, group score top-2
+ *                 sum; renormalize = norm_topk_prob; routed_scaling_factor; shared ungated
+ *   gpt-oss       top-k softmax on l = Wr x + router bias; clamped SwiGLU with biases
+ *   Llama-4       top-k sigmoid on l, weight applied to the expert input; shared, ungated
+ *   Granite-MoE   top-k softmax on l
  * ------------------------------------------------------------------------------------- */
 
-/* Router scoring function (the config field `scoring_func`; softmax for Mixtral, Qwen). */
+/* Router scoring: the scores, the selection key and the weights, from the logits l. */
 typedef enum moe_scoring {
-    MOE_SCORING_SOFTMAX = 0, /* softmax over the E router logits, in f32 */
-    MOE_SCORING_SIGMOID = 1  /* elementwise sigmoid (DeepSeek-V3); not yet supported */
+    /* s = softmax over the E logits in f32; select on s (+ b_s); w_k = s[ids[k]].
+     * Mixtral, Qwen2/3-MoE, Qwen3-Next, Qwen3.5-MoE, OLMoE, DeepSeek-V2 (`scoring_func`
+     * "softmax"). */
+    MOE_SCORING_SOFTMAX = 0,
+    /* s = sigmoid(l) = 1 / (1 + exp(-l)) elementwise; select on s (+ b_s); w_k = s[ids[k]].
+     * DeepSeek-V3/R1, Kimi-K2 (`scoring_func` "sigmoid"). */
+    MOE_SCORING_SIGMOID = 1,
+    /* Top-k first, on the logits: select on l (+ b_s); w = softmax over the K selected logits
+     * l[ids[0..K-1]] (max and sum in top-k order). Granite-MoE; gpt-oss (its l includes the
+     * router bias). Equal in exact arithmetic to softmax + renormalize, but selects on the
+     * logits as those models do. */
+    MOE_SCORING_TOPK_SOFTMAX = 2,
+    /* Top-k first, on the logits: select on l (+ b_s); w_k = sigmoid(l[ids[k]]). Llama-4
+     * (with apply_router_weight_on_input). */
+    MOE_SCORING_TOPK_SIGMOID = 3
 } moe_scoring;
 
-/* Expert MLP activation. */
+/* The score of a group of experts in group-limited selection (n_group > 1), from the
+ * selection keys c of its members, ranked as top-k ranks them (NaN last). */
+typedef enum moe_group_score {
+    MOE_GROUP_SCORE_MAX = 0,     /* the best c: DeepSeek-V2 `topk_method` "group_limited_greedy" */
+    MOE_GROUP_SCORE_TOP2_SUM = 1 /* best c + second best c (IEEE add; a group of one expert:
+                                    its c): DeepSeek-V3 `topk_method` "noaux_tc" */
+} moe_group_score;
+
+/* Expert MLP activation. Every expert computes g = Wg x (+ b_g), u = Wu x (+ b_u) (I each),
+ * h = act(g, u), y = Wd h (+ b_d). Config `hidden_act` picks the gate function (gpt-oss:
+ * always MOE_ACT_SWIGLU_OAI). No family of ../shared/MODELS.md uses the GELU gates today
+ * (every one has hidden_act "silu"); they are here for checkpoints that set them. */
 typedef enum moe_activation {
-    MOE_ACT_SWIGLU = 0 /* y = W2 (silu(Wg x) * (Wu x)), silu(v) = v / (1 + exp(-v)) */
+    MOE_ACT_SWIGLU = 0,     /* h = silu(g) * u, silu(v) = v / (1 + exp(-v)); "silu", "swish" */
+    MOE_ACT_GEGLU = 1,      /* h = gelu(g) * u, gelu(v) = (0.5 v) (1 + erf(v / sqrt(2))); "gelu" */
+    MOE_ACT_GEGLU_TANH = 2, /* h = gelu_tanh(g) * u, gelu_tanh(v) =
+                               (0.5 v) (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3)));
+                               "gelu_pytorch_tanh", "gelu_new" */
+    MOE_ACT_SWIGLU_OAI = 3  /* gpt-oss (GptOssExperts._apply_gate): g' = min(g, limit),
+                               u' = clamp(u, -limit, limit), h = (u' + 1) * (g' * sigmoid(alpha g')),
+                               alpha = swiglu_alpha, limit = swiglu_limit. NaN stays NaN. */
 } moe_activation;
 
 /* Model family the description came from. Informational; the fields below decide the math. */
 typedef enum moe_family {
     MOE_FAMILY_CUSTOM = 0,
-    MOE_FAMILY_MIXTRAL = 1,   /* MixtralForCausalLM */
-    MOE_FAMILY_QWEN2_MOE = 2, /* Qwen2MoeForCausalLM */
-    MOE_FAMILY_QWEN3_MOE = 3  /* Qwen3MoeForCausalLM */
+    MOE_FAMILY_MIXTRAL = 1,      /* MixtralForCausalLM */
+    MOE_FAMILY_QWEN2_MOE = 2,    /* Qwen2MoeForCausalLM */
+    MOE_FAMILY_QWEN3_MOE = 3,    /* Qwen3MoeForCausalLM */
+    MOE_FAMILY_DEEPSEEK_V2 = 4,  /* DeepseekV2ForCausalLM */
+    MOE_FAMILY_DEEPSEEK_V3 = 5,  /* DeepseekV3ForCausalLM (also Kimi-K2) */
+    MOE_FAMILY_GPT_OSS = 6,      /* GptOssForCausalLM */
+    MOE_FAMILY_LLAMA4 = 7,       /* Llama4ForConditionalGeneration, Llama4ForCausalLM */
+    MOE_FAMILY_OLMOE = 8,        /* OlmoeForCausalLM */
+    MOE_FAMILY_GRANITE_MOE = 9,  /* GraniteMoeForCausalLM */
+    MOE_FAMILY_QWEN3_5_MOE = 10, /* Qwen3_5MoeForConditionalGeneration, Qwen3_5MoeForCausalLM */
+    MOE_FAMILY_QWEN3_NEXT = 11   /* Qwen3NextForCausalLM */
 } moe_family;
 
-/* Static name of a family: "custom", "mixtral", "qwen2_moe", "qwen3_moe". */
+/* Static name of a family (its config `model_type`): "custom", "mixtral", "qwen2_moe",
+ * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe",
+ * "qwen3_5_moe", "qwen3_next"; "?" for an unknown value. */
 const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */
@@ -179,22 +306,57 @@ typedef struct moe_layer_desc {
     moe_family family;
     int64_t hidden_size;           /* H, config `hidden_size` */
     int64_t moe_intermediate_size; /* I per expert, config `moe_intermediate_size`
-                                      (Mixtral: `intermediate_size`) */
-    int64_t num_experts;           /* E, config `num_experts` / `num_local_experts` */
+                                      (Mixtral, OLMoE, Granite, gpt-oss, Llama-4:
+                                      `intermediate_size`) */
+    int64_t num_experts;           /* E, config `num_experts` / `num_local_experts` /
+                                      `n_routed_experts` */
     int64_t top_k;                 /* K, config `num_experts_per_tok`; 1 <= K <= E */
     moe_scoring scoring_func;      /* default softmax */
-    int renormalize;               /* divide the K weights by (sum + 1e-20): Mixtral always,
-                                      Qwen2/3-MoE config `norm_topk_prob` */
-    float routed_scaling_factor;   /* multiplies the routed sum once in finalize; default 1 */
+    int renormalize;               /* divide the K weights by (sum + 1e-20): Mixtral and
+                                      Qwen3.5 always; Qwen2/3-MoE, Qwen3-Next, OLMoE,
+                                      DeepSeek-V3 config `norm_topk_prob` */
+    float routed_scaling_factor;   /* multiplies the routed sum once in finalize; default 1;
+                                      DeepSeek config `routed_scaling_factor` */
     moe_activation activation;     /* default SwiGLU */
-    int64_t shared_expert_intermediate_size; /* 0 = no shared expert; Qwen2-MoE
-                                      `shared_expert_intermediate_size` */
-    int shared_expert_gated;       /* 1: shared output times sigmoid(w_sg . x) (Qwen2-MoE) */
+    int64_t shared_expert_intermediate_size; /* I_s, 0 = no shared expert. Qwen2-MoE,
+                                      Qwen3-Next, Qwen3.5: `shared_expert_intermediate_size`;
+                                      DeepSeek: `n_shared_experts` * `moe_intermediate_size`;
+                                      Llama-4: `intermediate_size` */
+    int shared_expert_gated;       /* 1: shared output times sigmoid(w_sg . x) (Qwen2-MoE,
+                                      Qwen3-Next, Qwen3.5); 0: added as is (DeepSeek, Llama-4) */
     moe_dtype weight_dtype;        /* expert and shared-expert weights: F32, BF16 or F16 */
+
+    /* Group-limited selection (DeepSeek): n_group groups of E / n_group consecutive experts
+     * (config `n_group`); 0 or 1 = off. When on: E % n_group == 0,
+     * 1 <= topk_group <= n_group, and topk_group * (E / n_group) >= top_k. Groups are ranked
+     * by group_score like experts (descending, lower group first, NaN last); the experts of
+     * the groups not kept get c = -inf (transformers' masked_fill(-inf); DeepSeek-V2 fills
+     * 0.0 over softmax scores, which selects the same experts unless a kept score is 0). */
+    int64_t n_group;
+    int64_t topk_group;            /* groups kept, config `topk_group` */
+    moe_group_score group_score;   /* default MOE_GROUP_SCORE_MAX */
+    int has_selection_bias;        /* add b_s [E] to the selection key only (DeepSeek-V3
+                                      `mlp.gate.e_score_correction_bias`); the weights stay
+                                      the unbiased scores. moe_weight_source.selection_bias */
+    int has_router_bias;           /* l = Wr x + b_r (gpt-oss `mlp.router.bias`): added in
+                                      f32 after the dot product, and reported in l; caller-
+                                      supplied router_logits are taken as complete (not
+                                      biased again). moe_weight_source.router_bias */
+    int has_expert_bias;           /* per-expert b_g, b_u [I] and b_d [H] (gpt-oss
+                                      `gate_up_proj_bias`, `down_proj_bias`), each added in
+                                      f32 after its dot product. Not for the shared expert. */
+    int apply_router_weight_on_input; /* Llama-4: y_k = expert(w_k * x) (the product rounded
+                                      to f32 per element, before the gate/up projections),
+                                      and the combine sums the y_k unweighted, so the weight
+                                      is applied exactly once. The shared expert gets x. */
+    float swiglu_alpha;            /* MOE_ACT_SWIGLU_OAI: config `swiglu_alpha`, default 1.702 */
+    float swiglu_limit;            /* MOE_ACT_SWIGLU_OAI: config `swiglu_limit`, default 7;
+                                      must be > 0 */
 } moe_layer_desc;
 
 /* Defaults: family custom, softmax, renormalize 0, routed_scaling_factor 1, SwiGLU, no
- * shared expert, weight_dtype BF16; sizes 0 (must be set). */
+ * shared expert, weight_dtype BF16, no groups (group score max), no biases, weights applied
+ * to the output, swiglu_alpha 1.702, swiglu_limit 7; sizes 0 (must be set). */
 void moe_layer_desc_init(moe_layer_desc *desc);
 
 /* ---------------------------------------------------------------------------------------
@@ -209,8 +371,48 @@ typedef struct moe_plan moe_plan;
 moe_status moe_plan_create(moe_ctx *ctx, const moe_layer_desc *desc, moe_plan **out);
 void moe_plan_free(moe_plan *plan);
 
+/* The modular kernel (DESIGN.md section 6, vLLM's FusedMoEPrepareAndFinalize /
+ * FusedMoEPermuteExpertsUnpermute split). A plan composes a prepare/finalize and an experts
+ * implementation; each declares the activation format it produces or consumes. */
+typedef enum moe_act_format {
+    MOE_FORMAT_STANDARD = 0, /* rows [T*K, H] grouped by expert, with offsets [E+1] */
+    MOE_FORMAT_BATCHED = 1   /* [E, capacity, H] slots with per-expert counts [E]: the
+                                low-latency expert-parallel layout */
+} moe_act_format;
+
+typedef enum moe_prepare_finalize_kind {
+    MOE_PF_LOCAL = 0,        /* one process; produces the standard format */
+    MOE_PF_LOCAL_BATCHED = 1 /* one process; produces the batched format */
+} moe_prepare_finalize_kind;
+
+typedef enum moe_experts_kind {
+    MOE_EXPERTS_GROUPED = 0, /* grouped GEMM over the standard format */
+    MOE_EXPERTS_BATCHED = 1  /* per-expert GEMM over the batched format */
+} moe_experts_kind;
+
+typedef struct moe_plan_config {
+    moe_prepare_finalize_kind prepare_finalize; /* default MOE_PF_LOCAL */
+    moe_experts_kind experts;                   /* default MOE_EXPERTS_GROUPED */
+    int64_t batched_capacity; /* batched format: token slots per expert; chunks are cut to it
+                                 so no row is ever dropped; default 64 */
+} moe_plan_config;
+
+void moe_plan_config_init(moe_plan_config *cfg);
+
+/* moe_plan_create with a chosen composition. Errors as moe_plan_create, plus MOE_EINVAL when
+ * the prepare/finalize and experts formats differ (the message names both) or for a
+ * capacity < 1. cfg may be NULL (defaults). */
+moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const moe_plan_config *cfg,
+                              moe_plan **out);
+
 /* The description the plan was compiled from. */
 const moe_layer_desc *moe_plan_desc(const moe_plan *plan);
+
+/* Canonical text of the plan: the ctx's resolved knobs (moe_ctx_options_text) followed by
+ * the layer description and composition as "key=value;" pairs. Valid while the plan lives. */
+const char *moe_plan_text(const moe_plan *plan);
+/* XXH64 (seed 0) of moe_plan_text(): compared across ranks, keys tuning files. */
+uint64_t moe_plan_hash(const moe_plan *plan);
 
 /* Bytes of workspace moe_plan_execute() needs for up to `max_tokens` tokens. The experts
  * stage runs in chunks of at most chunk_size tokens, so this is bounded whatever
@@ -222,11 +424,13 @@ size_t moe_plan_workspace_size(const moe_plan *plan, int64_t max_tokens);
  * F16) and are converted to f32 in the inner loop.
  * ------------------------------------------------------------------------------------- */
 
-/* Where the weights of one layer are, as the caller has them. All matrices are row-major
- * [out_features, in_features] (the nn.Linear layout), in desc->weight_dtype unless stated.
- * Experts are given as arrays of E pointers, so per-expert tensors (Mixtral, Qwen) and
- * stacked ones ([E, 2I, H]: pointer e = base + e * 2I * H elements) are both described
- * without copying. */
+/* Where the weights of one layer are, as the caller has them. Matrices are in
+ * desc->weight_dtype unless stated, and by default row-major [out_features, in_features]
+ * (the nn.Linear layout). Experts are given as arrays of E pointers, so per-expert tensors
+ * (Mixtral, Qwen, DeepSeek, OLMoE) and stacked ones ([E, 2I, H]: pointer e = base + e * 2I * H
+ * elements; Granite, Qwen3.5) are both described without copying; so are input-major stacked
+ * tensors, through the strides below, which moe_weights_create transposes while packing.
+ * A zero-initialised struct means: row-major experts, no biases, F32 bias dtypes. */
 typedef struct moe_weight_source {
     const void *router;            /* [E, H], dtype router_dtype. Required. */
     moe_dtype router_dtype;        /* F32, BF16 or F16 */
@@ -237,6 +441,33 @@ typedef struct moe_weight_source {
     const void *shared_up_proj;    /* [I_s, H] */
     const void *shared_down_proj;  /* [H, I_s] */
     const void *shared_expert_gate;/* [1, H], dtype router_dtype; when shared_expert_gated */
+
+    /* Expert layouts, in elements. Element (o, i) (output feature o < I, input i < H) of
+     * gate_proj[e] and up_proj[e] is at p[o * gate_up_stride_out + i * gate_up_stride_in];
+     * element (o, i) (o < H, i < I) of down_proj[e] at p[o * down_stride_out +
+     * i * down_stride_in]. Both strides 0 = row-major ((H, 1) and (I, 1)); otherwise both
+     * must be >= 1. Examples, base = the stacked tensor, e = expert:
+     *  - Llama-4 gate_up_proj [E, H, 2I], gate = columns [0, I): gate_proj[e] = base + e*H*2I,
+     *    up_proj[e] = gate_proj[e] + I, strides (1, 2I); down_proj [E, I, H]: strides (1, H);
+     *  - gpt-oss gate_up_proj [E, H, 2I] with gate/up interleaved (gate = even columns):
+     *    up_proj[e] = gate_proj[e] + 1, strides (2, 2I); down_proj [E, I, H]: (1, H).
+     * The shared expert is always row-major. */
+    int64_t gate_up_stride_out, gate_up_stride_in;
+    int64_t down_stride_out, down_stride_in;
+    /* Biases, converted exactly to f32 at pack time. */
+    const void *router_bias;       /* [E] when desc->has_router_bias (gpt-oss router.bias) */
+    moe_dtype router_bias_dtype;   /* F32, BF16 or F16 */
+    const void *selection_bias;    /* [E] when desc->has_selection_bias (DeepSeek-V3
+                                      e_score_correction_bias, F32 in checkpoints) */
+    moe_dtype selection_bias_dtype;/* F32, BF16 or F16 */
+    const void *const *gate_bias;  /* E pointers when desc->has_expert_bias: b_g of expert e,
+                                      element j at p[j * gate_up_bias_stride], j < I */
+    const void *const *up_bias;    /* E pointers, b_u, the same stride */
+    const void *const *down_bias;  /* E pointers, b_d, [H] contiguous */
+    moe_dtype expert_bias_dtype;   /* F32, BF16 or F16 */
+    int64_t gate_up_bias_stride;   /* 0 = 1 (contiguous); gpt-oss's interleaved
+                                      gate_up_proj_bias [E, 2I]: gate_bias[e] = base + e*2I,
+                                      up_bias[e] = gate_bias[e] + 1, stride 2 */
 } moe_weight_source;
 
 typedef struct moe_weights moe_weights;
@@ -245,9 +476,11 @@ typedef struct moe_weights moe_weights;
  * Copies everything; `src` may be freed afterwards. The pointers in `src` need no alignment
  * (tensors mmapped from a safetensors file may sit at odd addresses). Packed layout: per
  * expert gate [I, H] and up [I, H] (w13), and down [H, I] (w2), each in panels of 16 output
- * features, K-contiguous, at their true size (no padding); the router as f32.
- * Errors (recorded on the plan's ctx): MOE_EINVAL naming the NULL pointer, MOE_EDTYPE,
- * MOE_ENOMEM. */
+ * features, K-contiguous, at their true size (no padding), whatever the source strides
+ * (input-major and interleaved layouts are transposed here, once); the router and every
+ * bias as f32.
+ * Errors (recorded on the plan's ctx): MOE_EINVAL naming the NULL pointer (a bias the
+ * description asks for included) or a bad stride, MOE_EDTYPE, MOE_ENOMEM. */
 moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src,
                               moe_weights **out);
 void moe_weights_free(moe_weights *w);
@@ -261,7 +494,9 @@ typedef struct moe_exec_args {
     const void *hidden_states;  /* [T, H], dtype hidden_dtype */
     moe_dtype hidden_dtype;     /* F32 or BF16 */
     int64_t n_tokens;           /* T >= 0; T = 0 returns at once, nothing written */
-    const float *router_logits; /* [T, E] f32, or NULL: computed from the router weight */
+    const float *router_logits; /* [T, E] f32, or NULL: computed from the router weight
+                                   (and router bias). Caller-supplied logits are complete:
+                                   no router bias is added to them */
     float *output;              /* [T, H] f32, written */
     int32_t *topk_ids;          /* [T, K] or NULL; written in top-k order */
     float *topk_weights;        /* [T, K] or NULL; the routing weights after
@@ -269,12 +504,32 @@ typedef struct moe_exec_args {
     void *workspace;            /* moe_plan_workspace_size(plan, n_tokens) bytes, 64-byte
                                    aligned is best; may be NULL when that size is 0 */
     size_t workspace_size;      /* bytes available at workspace */
+    struct moe_exec_stats *stats; /* optional: what ran (see below), or NULL */
 } moe_exec_args;
+
+/* What one moe_plan_execute_ex call ran: the knobs' effect made observable. Names are
+ * static strings. */
+typedef struct moe_exec_stats {
+    const char *isa;              /* kernel table: "ref", "avx2", "avx512" */
+    const char *prepare_finalize; /* "local" or "local_batched" */
+    const char *experts;          /* "grouped" or "batched" */
+    const char *topk;             /* "sort" or "rowmax" */
+    const char *permute;          /* method of the last chunk: "sort", "onehot", "packed" */
+    int threads;
+    int64_t chunks;               /* chunks the tokens were cut into */
+    int64_t chunk_tokens;         /* tokens per chunk (the last may hold fewer) */
+    int64_t permute_sort, permute_onehot, permute_packed; /* chunks per permute method */
+    int64_t gemm_groups;          /* expert groups on the tiled GEMM path (over all chunks) */
+    int64_t lowtok_groups;        /* expert groups on the few-token streaming path */
+    int64_t skipped_groups;       /* experts with no rows, skipped */
+} moe_exec_stats;
 
 /* Run one forward of the layer. Never allocates. Thread-safe for distinct workspaces and
  * outputs on the same plan and weights.
- * NaN/Inf handling: router scores that are NaN rank below every number (selection still
- * gives K distinct ids); the output then follows IEEE arithmetic on the selected experts.
+ * NaN/Inf handling: router scores and selection keys that are NaN rank below every number,
+ * and group-limited selection always keeps topk_group groups, so selection gives K distinct
+ * ids in [0, E) for every input (docs/numerics.md section 3); the output then follows IEEE
+ * arithmetic on the selected experts.
  * Errors: MOE_EINVAL (NULL pointer, n_tokens < 0, weights packed for another plan),
  * MOE_EDTYPE (hidden_dtype), MOE_EWORKSPACE. */
 moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
@@ -333,28 +588,39 @@ moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tenso
 
 /* ---------------------------------------------------------------------------------------
  * Hugging Face checkpoints: a folder with config.json and model.safetensors, or shards
- * listed in model.safetensors.index.json. Families: Mixtral, Qwen2-MoE, Qwen3-MoE.
+ * listed in model.safetensors.index.json. Families: every moe_family but custom
+ * (src/io/checkpoint.c lists the tensor names and layouts read). Multimodal wrappers
+ * (Llama4ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration) are read through
+ * their config's text_config. gpt-oss's MXFP4 experts are MOE_EUNSUPPORTED for now (use the
+ * bf16 checkpoint).
  * ------------------------------------------------------------------------------------- */
 typedef struct moe_checkpoint moe_checkpoint;
 
 /* Open `dir`: parse config.json, detect the family from `architectures` (or `model_type`),
  * open and validate every safetensors file. Errors: MOE_ENOTFOUND (config.json, a shard, a
- * config field), MOE_EFORMAT (bad JSON or safetensors), MOE_EUNSUPPORTED (unknown
- * architecture, named), MOE_EIO, MOE_ENOMEM. */
+ * config field), MOE_EFORMAT (bad JSON or safetensors, a config value out of range),
+ * MOE_EUNSUPPORTED (unknown architecture, named; or a config value libmoe does not compute:
+ * hidden_act, DeepSeek scoring_func / topk_method), MOE_EIO, MOE_ENOMEM. */
 moe_status moe_checkpoint_open(moe_ctx *ctx, const char *dir, moe_checkpoint **out);
 void moe_checkpoint_free(moe_checkpoint *ck);
 
 moe_family moe_checkpoint_family(const moe_checkpoint *ck);
 /* config `num_hidden_layers`. */
 int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
-/* 1 if layer `layer` is an MoE layer (Qwen2/3: not in mlp_only_layers and
- * (layer + 1) % decoder_sparse_step == 0; Mixtral: every layer), else 0. */
+/* 1 if layer `layer` is an MoE layer, else 0. Qwen2/3-MoE, Qwen3-Next: not in
+ * mlp_only_layers and (layer + 1) % decoder_sparse_step == 0; DeepSeek-V2/V3: layer >=
+ * first_k_dense_replace and layer % moe_layer_freq == 0 (the published code's rule;
+ * transformers, which has no moe_layer_freq, agrees for the released value 1); Llama-4:
+ * listed in moe_layers, else (layer + 1) % interleave_moe_layer_step == 0; Mixtral, OLMoE,
+ * Granite-MoE, gpt-oss, Qwen3.5-MoE: every layer. No layer is MoE when the expert count is 0. */
 int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
 
-/* The layer description of MoE layer `layer`, from config.json and the tensors' dtype.
- * Errors: MOE_ERANGE (layer outside [0, num_hidden_layers)), MOE_EDENSE (a dense layer),
- * MOE_ENOTFOUND (a tensor), MOE_EDTYPE / MOE_ESHAPE (a tensor disagreeing with config.json
- * or with the other experts; the message names tensor, expected and found). */
+/* The layer description of MoE layer `layer`, from config.json and the tensors' dtype (the
+ * family table in "Layer description" says which field sets what).
+ * Errors: MOE_ERANGE (layer outside [0, num_hidden_layers)), MOE_EDENSE (a dense layer; the
+ * message names the config field that makes it dense), MOE_ENOTFOUND (a tensor),
+ * MOE_EDTYPE / MOE_ESHAPE (a tensor disagreeing with config.json or with the other experts;
+ * the message names tensor, expected and found), MOE_EUNSUPPORTED (gpt-oss MXFP4 experts). */
 moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_layer_desc *out);
 
 /* Pack layer `layer`'s weights for `plan` (which must have been created from the
@@ -362,6 +628,50 @@ moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_laye
  * plus those of moe_weights_create. The checkpoint may be freed afterwards. */
 moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const moe_plan *plan,
                                        moe_weights **out);
+
+/* ---------------------------------------------------------------------------------------
+ * Roofline: this machine's limits, measured (used by `moe bench --roofline`).
+ * ------------------------------------------------------------------------------------- */
+
+/* Units are decimal: 1 GB/s = 1e9 bytes per second, 1 GFLOP/s = 1e9 floating-point
+ * operations per second (a fused multiply-add counts 2), 1 GOP/s = 1e9 integer operations
+ * per second (an int8 multiply-accumulate counts 2). */
+typedef struct moe_roofline {
+    double dram_read_gbs;       /* DRAM read bandwidth, GB/s, all `threads` together */
+    double fma_f32_gflops;      /* f32 fused multiply-add peak, GFLOP/s, all threads */
+    double vnni_int8_gops;      /* int8 dot-product (vpdpbusd) peak, GOP/s; 0 without
+                                   AVX512-VNNI (CPU, or loops not avx512) */
+    double ridge_flop_per_byte; /* fma_f32_gflops / dram_read_gbs: below this arithmetic
+                                   intensity (FLOP per weight byte) a kernel is bound by
+                                   DRAM, above it by the FMA peak */
+    int threads;                /* threads the loops ran on (the ctx's thread count) */
+    const char *isa;            /* static: ISA of the FMA and VNNI loops, "avx512",
+                                   "avx2" or "scalar" */
+    size_t dram_buffer_bytes;   /* bytes the bandwidth loop streamed over per pass */
+    size_t llc_bytes;           /* last-level cache per sysfs (0: unknown) */
+    double seconds;             /* wall time of the whole measurement */
+} moe_roofline;
+
+/* Measure this machine's roofline with ctx's thread count (OpenMP), in about 1 to 3 s.
+ * Nothing is cached: every call measures again, so run it on an otherwise idle machine.
+ *  - dram_read_gbs: a read-only streaming sum (vector loads, integer adds) over a buffer of
+ *    4 x max(LLC from sysfs, 260 MiB) (about 1 GiB; less, down to 64 MiB, when
+ *    MemAvailable is short), split into one contiguous slice per thread, written first by
+ *    the thread that reads it, in ordinary pages like the packed weights; the best of 8
+ *    passes (a pass ends when the slowest thread ends) = buffer bytes / wall time. Other
+ *    processes' memory traffic or CPU use lowers it.
+ *  - fma_f32_gflops: every thread runs 12 independent register-resident chains of vector
+ *    FMAs (zmm for avx512, ymm for avx2) - enough to cover FMA latency x throughput on
+ *    current x86 cores - for about 0.06 s; 2 x lanes x FMAs over the thread's own CPU
+ *    time (CLOCK_THREAD_CPUTIME_ID: FMA units are per core, so time-sharing a core with
+ *    another process does not lower it), summed over the threads; best of 5.
+ *  - vnni_int8_gops: the same with vpdpbusd on zmm (64 u8 x s8 products each, counted 2
+ *    ops per product), when CPUID leaf 7 ECX bit 11 (AVX512-VNNI) is set and the loops
+ *    run avx512 (below); else 0.
+ * The loops use the ISA of ctx's kernel table (avx512 or avx2); for the "ref" table, the
+ * widest this CPU and OS support, or portable scalar C without AVX2.
+ * Errors: MOE_EINVAL (NULL ctx or out), MOE_ENOMEM (the buffer, size named). */
+moe_status moe_roofline_measure(moe_ctx *ctx, moe_roofline *out);
 
 #ifdef __cplusplus
 }

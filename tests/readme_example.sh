@@ -8,6 +8,6 @@ sed -n '/<!-- example:begin -->/,/<!-- example:end -->/p' "$src/README.md" | sed
 if ! diff -u "$src/examples/minimal.c" "$tmp/readme.c"; then
   echo "README.md example differs from examples/minimal.c" >&2; exit 1
 fi
-cc -std=c11 -Wall -Wextra -Werror -I"$src/include" "$tmp/readme.c" "$build/libmoe.a" -fopenmp -ljansson -lm $extra -o "$tmp/example"
+cc -std=c11 -Wall -Wextra -Werror -I"$src/include" "$tmp/readme.c" "$build/libmoe.a" -fopenmp -ljansson -lxxhash -lm $extra -o "$tmp/example"
 "$tmp/example" | tee "$tmp/out.txt"
 grep -q '^MOE_OK out\[0\] = ' "$tmp/out.txt"

@@ -20,6 +20,8 @@ enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 /* Subcommands (each returns an exit code). argv[0] is the subcommand name. */
 int cli_cmd_run(int argc, char **argv);
 int cli_cmd_bench(int argc, char **argv);
+int cli_cmd_env(int argc, char **argv);
+int cli_cmd_plan(int argc, char **argv);
 
 /* ---- option parsing ------------------------------------------------------------------- */
 

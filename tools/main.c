@@ -13,6 +13,9 @@ static void usage(FILE *f)
           "            safetensors file and write the output (moe run --help)\n"
           "  bench     benchmark MoE layers: embedded model shapes or a checkpoint's layer\n"
           "            (moe bench --help)\n"
+          "  plan      per-rank memory, padding, workspace, FLOPs and kernel paths of a layer\n"
+          "            (moe plan --help)\n"
+          "  env       every knob, its value and where it came from (moe env --help)\n"
           "  version   library version and kernel tables\n"
           "  help      this text; 'moe help COMMAND' for a command's options\n"
           "\n"
@@ -71,7 +74,20 @@ static int cmd_version(int argc, char **argv)
     return CLI_OK;
 }
 
+static int dispatch(int argc, char **argv);
+
+/* A lost stdout (a full disk, a closed pipe) is a failure, never a silent exit 0. */
 int main(int argc, char **argv)
+{
+    int rc = dispatch(argc, argv);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "moe: writing standard output failed\n");
+        return CLI_FAIL;
+    }
+    return rc;
+}
+
+static int dispatch(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -88,6 +104,10 @@ int main(int argc, char **argv)
                 return cli_cmd_bench(2, hv);
             if (strcmp(argv[2], "version") == 0)
                 return cmd_version(2, hv);
+            if (strcmp(argv[2], "env") == 0)
+                return cli_cmd_env(2, hv);
+            if (strcmp(argv[2], "plan") == 0)
+                return cli_cmd_plan(2, hv);
             if (strcmp(argv[2], "help") != 0) {
                 cli_err("moe help", "unknown command '%s'", argv[2]);
                 usage(stderr);
@@ -103,6 +123,10 @@ int main(int argc, char **argv)
         return cli_cmd_run(argc - 1, argv + 1);
     if (strcmp(sub, "bench") == 0)
         return cli_cmd_bench(argc - 1, argv + 1);
+    if (strcmp(sub, "env") == 0)
+        return cli_cmd_env(argc - 1, argv + 1);
+    if (strcmp(sub, "plan") == 0)
+        return cli_cmd_plan(argc - 1, argv + 1);
     fprintf(stderr, "moe: unknown command '%s'\n\n", sub);
     usage(stderr);
     return CLI_USAGE;

@@ -19,6 +19,12 @@ typedef struct cli_model {
     float routed_scaling_factor;
     /* NULL when the library computes exactly this family's layer; else what differs. */
     const char *differs;
+    /* The routing and expert math (moe.h "Layer description"); see cli_model_routing. */
+    moe_scoring scoring;
+    int64_t n_group, topk_group;   /* 0: no group-limited selection */
+    moe_group_score group_score;
+    moe_activation activation;
+    int weight_on_input;           /* apply_router_weight_on_input (Llama-4) */
 } cli_model;
 
 extern const cli_model cli_models[];
@@ -26,5 +32,16 @@ extern const size_t cli_num_models;
 
 /* The preset named `name`, or NULL. */
 const cli_model *cli_model_find(const char *name);
+
+/* Set d's scoring_func, n_group, topk_group, group_score, activation and
+ * apply_router_weight_on_input from preset m, for d->num_experts experts (possibly
+ * overridden). Returns NULL, or a note when the preset's groups do not fit that E and the
+ * layer is benched without them. */
+const char *cli_model_routing(const cli_model *m, moe_layer_desc *d);
+
+/* "softmax", "sigmoid", "topk_softmax", "topk_sigmoid" (d->scoring_func), followed, for
+ * group-limited selection, by "+groups" and, with the weight on the expert input, by
+ * "+weight_on_input". Static storage. */
+const char *cli_scoring_name(const moe_layer_desc *d);
 
 #endif

@@ -1,8 +1,12 @@
 /* `moe run`: one MoE layer of a checkpoint on hidden states read from a safetensors file. */
 #include "cli.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *const CMD = "moe run";
 
@@ -18,7 +22,9 @@ static void run_usage(FILE *f)
           "  topk_ids      [T, K] I32   the selected experts, in top-k order\n"
           "  topk_weights  [T, K] F32   their weights (after renormalization, before\n"
           "                             routed_scaling_factor)\n"
-          "OUT is written atomically, and only once everything else has succeeded.\n"
+          "OUT is written atomically, and only once everything else has succeeded. OUT may\n"
+          "not be the input, one of the checkpoint's files, or an existing non-regular file\n"
+          "(device, FIFO, folder); a symlink is followed and its target replaced.\n"
           "\n"
           "Options:\n"
           "  --checkpoint DIR   checkpoint folder\n"
@@ -32,6 +38,54 @@ static void run_usage(FILE *f)
           "A one-line summary goes to stderr. Exit status: 0 success, 1 failure, 2 bad\n"
           "command line.\n",
           f);
+}
+
+/* Refuse an --output that must not be replaced: something that is not a regular file (a
+ * device, FIFO or folder would be swapped for a regular file by the atomic rename), the
+ * input, or one of the checkpoint's own files. A symlink to a regular file is followed:
+ * the file it points to is written and the link stays. *resolved gets the path to write. */
+static int check_output(const char *out_path, const char *in_path, const char *ckdir, char *resolved,
+                        size_t len)
+{
+    snprintf(resolved, len, "%s", out_path);
+    struct stat so;
+    if (lstat(out_path, &so) != 0)
+        return errno == ENOENT ? 0 : (cli_err(CMD, "--output %s: %s", out_path, strerror(errno)), -1);
+    if (S_ISLNK(so.st_mode)) {
+        char real[PATH_MAX];
+        if (!realpath(out_path, real) || stat(real, &so) != 0) {
+            cli_err(CMD, "--output %s: a symlink whose target cannot be resolved (%s)", out_path, strerror(errno));
+            return -1;
+        }
+        snprintf(resolved, len, "%s", real);
+    }
+    if (!S_ISREG(so.st_mode)) {
+        cli_err(CMD, "--output %s: exists and is not a regular file (%s); refusing to replace it", out_path,
+                S_ISDIR(so.st_mode) ? "a folder" : S_ISFIFO(so.st_mode) ? "a FIFO"
+                : (S_ISCHR(so.st_mode) || S_ISBLK(so.st_mode)) ? "a device" : "not a plain file");
+        return -1;
+    }
+    struct stat si;
+    if (stat(in_path, &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+        cli_err(CMD, "--output %s is the input file %s; write the output elsewhere", out_path, in_path);
+        return -1;
+    }
+    DIR *d = opendir(ckdir);
+    if (d) {
+        struct dirent *de;
+        char p[PATH_MAX];
+        while ((de = readdir(d)) != NULL) {
+            struct stat sc;
+            snprintf(p, sizeof p, "%s/%s", ckdir, de->d_name);
+            if (stat(p, &sc) == 0 && S_ISREG(sc.st_mode) && sc.st_dev == so.st_dev && sc.st_ino == so.st_ino) {
+                cli_err(CMD, "--output %s is the checkpoint's file %s; write the output elsewhere", out_path, p);
+                closedir(d);
+                return -1;
+            }
+        }
+        closedir(d);
+    }
+    return 0;
 }
 
 static void *alloc64(size_t bytes)
@@ -93,6 +147,10 @@ int cli_cmd_run(int argc, char **argv)
         cli_err(CMD, "missing required option %s (see 'moe run --help')", missing);
         return CLI_USAGE;
     }
+    char out_resolved[PATH_MAX];
+    if (check_output(out_path, in_path, ckdir, out_resolved, sizeof out_resolved) != 0)
+        return CLI_FAIL;
+    out_path = out_resolved;
 
     int rc = CLI_FAIL;
     moe_ctx *ctx = NULL;

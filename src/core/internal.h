@@ -25,7 +25,16 @@ struct moe_ctx {
     moe_log_fn log_fn;
     void *log_user;
     int64_t chunk_size;
+    int permute;              /* MOE_PERMUTE_* (core/knobs.h) */
+    int64_t onehot_threshold; /* routed rows */
+    int topk;                 /* moe_topk_method */
+    int64_t lowtok_threshold; /* rows per expert */
+    int64_t small_allreduce;  /* bytes */
+    int tp_reduce;            /* MOE_TP_* */
+    char tuning_dir[512];
     const struct moe_kernels *kernels; /* the chosen ISA table */
+    char options_text[1024];  /* canonical "key=value;" text of the resolved knobs */
+    uint64_t options_hash;    /* XXH64 of options_text */
     char last_error[MOE_ERRMSG_LEN];
 };
 

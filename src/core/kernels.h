@@ -85,7 +85,12 @@ int moe_cpu_has_avx512(void);
 struct moe_plan {
     moe_ctx *ctx;
     moe_layer_desc desc;
-    int64_t chunk_size; /* tokens per chunk */
+    int64_t chunk_size;                      /* tokens per chunk */
+    int64_t capacity;                        /* batched format: slots per expert (0 otherwise) */
+    const struct moe_pf_impl *pf;            /* prepare/finalize (core/modular.h) */
+    const struct moe_experts_impl *experts;  /* experts */
+    char text[2048];                         /* canonical text: knobs + description */
+    uint64_t hash;                           /* XXH64 of text */
 };
 
 struct moe_weights {
@@ -100,7 +105,15 @@ struct moe_weights {
     void *router_buf;    /* owns router.data */
     void *shared_gate_buf;
     size_t expert_bytes;
+    float *router_bias;  /* [E] f32 b_r, or NULL (desc has_router_bias) */
+    float *sel_bias;     /* [E] f32 b_s, or NULL (desc has_selection_bias) */
+    float *expert_bias;  /* E x {b_g [I], b_u [I], b_d [H]} f32, or NULL (has_expert_bias) */
 };
+
+/* Biases of expert e (e >= 0) as f32 vectors, or all NULL without expert biases (and for
+ * the shared expert, e = -1). */
+void moe_weights_expert_bias(const moe_weights *w, int64_t e, const float **gate_bias,
+                             const float **up_bias, const float **down_bias);
 
 /* Packed gate [I, H], up [I, H] and down [H, I] of expert e (e = -1: the shared expert). */
 void moe_weights_expert(const moe_weights *w, int64_t e, moe_pmat *gate, moe_pmat *up,

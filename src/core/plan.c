@@ -1,10 +1,15 @@
 /* Plan creation, workspace sizing and the forward pass: route -> permute -> experts ->
  * finalize, in chunks of at most chunk_size tokens. */
 #include "core/kernels.h"
+#include "core/knobs.h"
+#include "core/modular.h"
 #include "gemm/grouped.h"
 #include "permute/permute.h"
 #include "quant/convert.h"
 #include "route/route.h"
+
+#include <stdio.h>
+#include <xxhash.h>
 
 #include <math.h>
 #include <stdlib.h>
@@ -23,12 +28,49 @@ void moe_layer_desc_init(moe_layer_desc *d)
     d->shared_expert_intermediate_size = 0;
     d->shared_expert_gated = 0;
     d->weight_dtype = MOE_DTYPE_BF16;
+    d->group_score = MOE_GROUP_SCORE_MAX;
+    d->swiglu_alpha = 1.702f;
+    d->swiglu_limit = 7.0f;
 }
 
 /* Largest sizes accepted: keep every product below 2^62 elements. */
 #define MOE_MAX_DIM ((int64_t)1 << 24)
 
+void moe_plan_config_init(moe_plan_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->prepare_finalize = MOE_PF_LOCAL;
+    cfg->experts = MOE_EXPERTS_GROUPED;
+    cfg->batched_capacity = 64;
+}
+
 moe_status moe_plan_create(moe_ctx *ctx, const moe_layer_desc *desc, moe_plan **out)
+{
+    return moe_plan_create_ex(ctx, desc, NULL, out);
+}
+
+/* Canonical "key=value;" text of the knobs, the description and the composition. */
+static void plan_text(moe_plan *p)
+{
+    const moe_layer_desc *d = &p->desc;
+    snprintf(p->text, sizeof p->text,
+             "%shidden_size=%lld;moe_intermediate_size=%lld;num_experts=%lld;top_k=%lld;scoring_func=%d;"
+             "renormalize=%d;routed_scaling_factor=%.9g;activation=%d;shared_expert_intermediate_size=%lld;"
+             "shared_expert_gated=%d;weight_dtype=%s;n_group=%lld;topk_group=%lld;group_score=%d;"
+             "has_selection_bias=%d;has_router_bias=%d;has_expert_bias=%d;apply_router_weight_on_input=%d;"
+             "swiglu_alpha=%.9g;swiglu_limit=%.9g;prepare_finalize=%s;experts=%s;capacity=%lld;",
+             p->ctx->options_text, (long long)d->hidden_size, (long long)d->moe_intermediate_size,
+             (long long)d->num_experts, (long long)d->top_k, (int)d->scoring_func, d->renormalize,
+             (double)d->routed_scaling_factor, (int)d->activation, (long long)d->shared_expert_intermediate_size,
+             d->shared_expert_gated, moe_dtype_name(d->weight_dtype), (long long)d->n_group,
+             (long long)d->topk_group, (int)d->group_score, d->has_selection_bias, d->has_router_bias,
+             d->has_expert_bias, d->apply_router_weight_on_input, (double)d->swiglu_alpha,
+             (double)d->swiglu_limit, p->pf->name, p->experts->name, (long long)p->capacity);
+    p->hash = XXH64(p->text, strlen(p->text), 0);
+}
+
+moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const moe_plan_config *cfg,
+                              moe_plan **out)
 {
     if (!out)
         return moe_set_error(ctx, MOE_EINVAL, "moe_plan_create: out is NULL");
@@ -64,15 +106,19 @@ moe_status moe_plan_create(moe_ctx *ctx, const moe_layer_desc *desc, moe_plan **
     if (!(d->routed_scaling_factor > 0.0f) || isinf(d->routed_scaling_factor))
         return moe_set_error(ctx, MOE_EINVAL, "layer description: routed_scaling_factor = %g, must be finite and > 0",
                              (double)d->routed_scaling_factor);
-    if (d->scoring_func == MOE_SCORING_SIGMOID)
-        return moe_set_error(ctx, MOE_EUNSUPPORTED,
-                             "layer description: scoring_func sigmoid (DeepSeek-V3) is not implemented yet");
-    if (d->scoring_func != MOE_SCORING_SOFTMAX)
+    if (d->scoring_func != MOE_SCORING_SOFTMAX && d->scoring_func != MOE_SCORING_SIGMOID &&
+        d->scoring_func != MOE_SCORING_TOPK_SOFTMAX && d->scoring_func != MOE_SCORING_TOPK_SIGMOID)
         return moe_set_error(ctx, MOE_EINVAL, "layer description: scoring_func = %d is not a moe_scoring value",
                              (int)d->scoring_func);
-    if (d->activation != MOE_ACT_SWIGLU)
+    if (d->activation != MOE_ACT_SWIGLU && d->activation != MOE_ACT_GEGLU && d->activation != MOE_ACT_GEGLU_TANH &&
+        d->activation != MOE_ACT_SWIGLU_OAI)
         return moe_set_error(ctx, MOE_EINVAL, "layer description: activation = %d is not a moe_activation value",
                              (int)d->activation);
+    {
+        moe_status rst = moe_route_check_desc(ctx, d);
+        if (rst != MOE_OK)
+            return rst;
+    }
     if (d->weight_dtype != MOE_DTYPE_F32 && d->weight_dtype != MOE_DTYPE_BF16 &&
         d->weight_dtype != MOE_DTYPE_F16)
         return moe_set_error(ctx, MOE_EDTYPE, "layer description: weight_dtype %s, expected F32, BF16 or F16",
@@ -83,17 +129,68 @@ moe_status moe_plan_create(moe_ctx *ctx, const moe_layer_desc *desc, moe_plan **
         !moe_mul_size(bytes, (size_t)d->hidden_size * moe_dtype_size(d->weight_dtype), &bytes))
         return moe_set_error(ctx, MOE_EINVAL, "layer description: expert weights exceed the address space");
 
+    moe_plan_config c;
+    if (cfg)
+        c = *cfg;
+    else
+        moe_plan_config_init(&c);
+    const moe_pf_impl *pf = c.prepare_finalize == MOE_PF_LOCAL          ? &moe_pf_local
+                            : c.prepare_finalize == MOE_PF_LOCAL_BATCHED ? &moe_pf_local_batched
+                                                                         : NULL;
+    const moe_experts_impl *ex = c.experts == MOE_EXPERTS_GROUPED   ? &moe_experts_grouped
+                                 : c.experts == MOE_EXPERTS_BATCHED ? &moe_experts_batched
+                                                                    : NULL;
+    if (!pf)
+        return moe_set_error(ctx, MOE_EINVAL, "plan config: prepare_finalize = %d is not a moe_prepare_finalize_kind",
+                             (int)c.prepare_finalize);
+    if (!ex)
+        return moe_set_error(ctx, MOE_EINVAL, "plan config: experts = %d is not a moe_experts_kind", (int)c.experts);
+    if (pf->format != ex->format)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "plan config: prepare/finalize '%s' produces the %s activation format but experts '%s' "
+                             "consume the %s format; pair them by format",
+                             pf->name, moe_format_name(pf->format), ex->name, moe_format_name(ex->format));
+    if (pf->format == MOE_FORMAT_BATCHED && c.batched_capacity < 1)
+        return moe_set_error(ctx, MOE_EINVAL, "plan config: batched_capacity = %lld, must be >= 1",
+                             (long long)c.batched_capacity);
+
     moe_plan *p = calloc(1, sizeof *p);
     if (!p)
         return moe_set_error(ctx, MOE_ENOMEM, "moe_plan_create: out of memory");
     p->ctx = ctx;
     p->desc = *d;
+    p->pf = pf;
+    p->experts = ex;
     /* Row ids t*K+k of a chunk are int32: keep chunk * K below 2^31. */
     int64_t max_chunk = (int64_t)(INT32_MAX / d->top_k);
     p->chunk_size = ctx->chunk_size < max_chunk ? ctx->chunk_size : max_chunk;
     if (p->chunk_size < ctx->chunk_size)
         moe_log(ctx, MOE_LOG_INFO, "chunk size lowered from %lld to %lld tokens so that row ids fit in 32 bits",
                 (long long)ctx->chunk_size, (long long)p->chunk_size);
+    if (pf->format == MOE_FORMAT_BATCHED) {
+        /* a chunk of at most `capacity` tokens never overflows an expert's slots */
+        p->capacity = c.batched_capacity;
+        if (p->chunk_size > p->capacity) {
+            moe_log(ctx, MOE_LOG_INFO, "batched format: chunks cut from %lld to %lld tokens (the capacity per expert)",
+                    (long long)p->chunk_size, (long long)p->capacity);
+            p->chunk_size = p->capacity;
+        }
+    }
+    plan_text(p);
+    /* A cost nobody asked for is logged with its size: the AVX2 table runs a partial last
+     * panel (fewer than 16 output features) through the scalar kernel. */
+    if (ctx->kernels == &moe_kernels_avx2) {
+        int64_t tail = d->moe_intermediate_size % MOE_PANEL, tail_h = d->hidden_size % MOE_PANEL;
+        if (tail || tail_h) {
+            double share = (2.0 * (double)tail * (double)d->hidden_size + (double)tail_h * (double)d->moe_intermediate_size) /
+                           (3.0 * (double)d->moe_intermediate_size * (double)d->hidden_size);
+            moe_log(ctx, MOE_LOG_WARN,
+                    "avx2 table: I = %lld and H = %lld are not multiples of %d, so the last partial panel runs the "
+                    "scalar fallback kernel: %.2f%% of expert FLOPs (%.0f FLOP per routed token)",
+                    (long long)d->moe_intermediate_size, (long long)d->hidden_size, MOE_PANEL, 100.0 * share,
+                    share * 6.0 * (double)d->moe_intermediate_size * (double)d->hidden_size * (double)d->top_k);
+        }
+    }
     *out = p;
     return MOE_OK;
 }
@@ -108,6 +205,16 @@ const moe_layer_desc *moe_plan_desc(const moe_plan *plan)
     return plan ? &plan->desc : NULL;
 }
 
+const char *moe_plan_text(const moe_plan *plan)
+{
+    return plan ? plan->text : "";
+}
+
+uint64_t moe_plan_hash(const moe_plan *plan)
+{
+    return plan ? plan->hash : 0;
+}
+
 /* Workspace of one chunk of Tc tokens, as byte offsets (each slice 64-byte aligned). */
 typedef struct ws_layout {
     size_t xf;       /* [Tc, H] f32: bf16 hidden_states converted */
@@ -116,11 +223,16 @@ typedef struct ws_layout {
     size_t wts;      /* [Tc, K] f32 */
     size_t scores;   /* [E] f32 */
     size_t offsets;  /* [E + 1] i64 */
+    size_t begin;    /* [E] i64 */
+    size_t end;      /* [E] i64 */
     size_t item_off; /* [E + 1] i64 */
     size_t rows;     /* [Tc * K] i32, sorted by expert */
-    size_t pos;      /* [Tc * K] i32, inverse of rows */
-    size_t h;        /* [max(Tc * K * I, Tc * Is)] f32 */
-    size_t y;        /* [Tc * K, H] f32, sorted-row order */
+    size_t pos;      /* [Tc * K] i32, position of each (t, k) row in y */
+    size_t keys;     /* [Tc * K] u64 (packed permute) */
+    size_t keys_tmp; /* [Tc * K] u64 */
+    size_t slots;    /* batched: [E * cap, H] f32 */
+    size_t h;        /* [max(positions * I, Tc * Is)] f32; positions = Tc*K or E*cap */
+    size_t y;        /* [positions, H] f32 */
     size_t sgate;    /* [Tc] f32 shared-expert gate */
     size_t scratch;  /* [threads, moe_gemm_thread_scratch_floats()] f32 */
     size_t total;
@@ -145,14 +257,21 @@ static ws_layout layout(const moe_plan *p, int64_t Tc)
     l.logits = take(&c, T * E * 4);
     l.ids = take(&c, T * K * 4);
     l.wts = take(&c, T * K * 4);
-    l.scores = take(&c, E * 4);
+    l.scores = take(&c, moe_route_scratch_bytes(d));
     l.offsets = take(&c, (E + 1) * 8);
+    l.begin = take(&c, E * 8);
+    l.end = take(&c, E * 8);
     l.item_off = take(&c, (E + 1) * 8);
     l.rows = take(&c, T * K * 4);
     l.pos = take(&c, T * K * 4);
-    size_t hn = T * K * I > T * Is ? T * K * I : T * Is;
+    l.keys = take(&c, T * K * 8);
+    l.keys_tmp = take(&c, T * K * 8);
+    const size_t cap = (size_t)p->capacity;
+    const size_t positions = cap > 0 ? E * cap : T * K;
+    l.slots = take(&c, cap > 0 ? E * cap * H * 4 : 0);
+    size_t hn = positions * I > T * Is ? positions * I : T * Is;
     l.h = take(&c, hn * 4);
-    l.y = take(&c, T * K * H * 4);
+    l.y = take(&c, positions * H * 4);
     l.sgate = take(&c, T * 4);
     l.scratch = take(&c, (size_t)p->ctx->num_threads * moe_gemm_thread_scratch_floats() * 4);
     l.total = c + 64; /* room to align the caller's pointer up to 64 bytes */
@@ -172,12 +291,14 @@ static int same_desc(const moe_layer_desc *a, const moe_layer_desc *b)
     return a->hidden_size == b->hidden_size && a->moe_intermediate_size == b->moe_intermediate_size &&
            a->num_experts == b->num_experts && a->top_k == b->top_k &&
            a->shared_expert_intermediate_size == b->shared_expert_intermediate_size &&
-           a->shared_expert_gated == b->shared_expert_gated && a->weight_dtype == b->weight_dtype;
+           a->shared_expert_gated == b->shared_expert_gated && a->weight_dtype == b->weight_dtype &&
+           a->has_selection_bias == b->has_selection_bias && a->has_router_bias == b->has_router_bias &&
+           a->has_expert_bias == b->has_expert_bias;
 }
 
-/* One chunk: tokens [t0, t0 + Tc). */
+/* One chunk: tokens [t0, t0 + Tc): route, shared expert, prepare, experts, finalize. */
 static void run_chunk(const moe_plan *p, const moe_weights *w, const moe_exec_args *a, int64_t t0,
-                      int64_t Tc, unsigned char *ws, const ws_layout *l)
+                      int64_t Tc, unsigned char *ws, const ws_layout *l, moe_exec_stats *stats)
 {
     const moe_ctx *ctx = p->ctx;
     const moe_layer_desc *d = &p->desc;
@@ -203,30 +324,30 @@ static void run_chunk(const moe_plan *p, const moe_weights *w, const moe_exec_ar
     } else {
         float *lg = (float *)(ws + l->logits);
         moe_linear_rows(ctx, &w->router, x, H, Tc, lg, E, scratch);
+        moe_route_add_bias(w->router_bias, Tc, E, lg);
         logits = lg;
     }
     int32_t *ids = (int32_t *)(ws + l->ids);
     float *wts = (float *)(ws + l->wts);
-    moe_route_topk(d, logits, Tc, ids, wts, (float *)(ws + l->scores), MOE_TOPK_SORT);
+    moe_route_topk(d, w->sel_bias, logits, Tc, ids, wts, ws + l->scores, (moe_topk_method)ctx->topk);
 
-    /* permute */
-    int64_t *offsets = (int64_t *)(ws + l->offsets);
-    int32_t *rows = (int32_t *)(ws + l->rows);
-    int32_t *pos = (int32_t *)(ws + l->pos);
-    moe_permute_sort(ids, Tc, K, E, offsets, rows, pos);
+    moe_chunk c = {
+        .plan = p, .w = w, .x = x, .T = Tc, .ids = ids, .wts = wts, .out = a->output + t0 * H,
+        .has_shared = Is > 0, .sgate = (float *)(ws + l->sgate),
+        .offsets = (int64_t *)(ws + l->offsets), .begin = (int64_t *)(ws + l->begin),
+        .end = (int64_t *)(ws + l->end), .rows = (int32_t *)(ws + l->rows), .pos = (int32_t *)(ws + l->pos),
+        .keys = (uint64_t *)(ws + l->keys), .keys_tmp = (uint64_t *)(ws + l->keys_tmp),
+        .slots = (float *)(ws + l->slots), .h = (float *)(ws + l->h), .y = (float *)(ws + l->y),
+        .scratch = scratch, .item_off = (int64_t *)(ws + l->item_off), .stats = stats,
+    };
 
-    float *out = a->output + t0 * H; /* [Tc, H] */
-    float *h = (float *)(ws + l->h);
-    float *y = (float *)(ws + l->y);
-    int64_t *item_off = (int64_t *)(ws + l->item_off);
-
-    /* shared expert first, straight into out; its gate into sgate */
-    float *sgate = (float *)(ws + l->sgate);
+    /* shared expert first, straight into out; its scale into sgate */
     if (Is > 0) {
+        float *sgate = (float *)(ws + l->sgate);
         int64_t b0 = 0, e0 = Tc;
         moe_mlp_groups sg = {.shared = 1, .x = x, .n_groups = 1, .begin = &b0, .end = &e0, .rows = NULL,
-                             .row_div = 1, .h = h, .y = out, .lowtok_threshold = 0};
-        moe_mlp_run(ctx, w, &sg, scratch, item_off, NULL);
+                             .row_div = 1, .h = c.h, .y = c.out, .lowtok_threshold = 0};
+        moe_mlp_run(ctx, w, &sg, scratch, c.item_off, NULL);
         if (d->shared_expert_gated) {
             moe_linear_rows(ctx, &w->shared_gate, x, H, Tc, sgate, 1, scratch);
             for (int64_t t = 0; t < Tc; t++)
@@ -237,19 +358,10 @@ static void run_chunk(const moe_plan *p, const moe_weights *w, const moe_exec_ar
         }
     }
 
-    /* routed experts: y [Tc*K, H] in sorted order */
-    moe_mlp_groups rg = {.shared = 0, .x = x, .n_groups = E, .begin = offsets, .end = offsets + 1,
-                         .rows = rows, .row_div = K, .h = h, .y = y, .lowtok_threshold = 0};
-    moe_mlp_run(ctx, w, &rg, scratch, item_off, NULL);
-
-    /* finalize: weighted sum over K in top-k order, threaded over tokens */
-    const int nt = ctx->num_threads;
-#pragma omp parallel num_threads(nt)
-    {
-        int tid = omp_get_thread_num(), n = omp_get_num_threads();
-        int64_t a0 = Tc * tid / n, a1 = Tc * (tid + 1) / n;
-        moe_combine(d, a0, a1, wts, y, pos, Is > 0, sgate, out);
-    }
+    moe_dispatch disp;
+    p->pf->prepare(&c, &disp);
+    p->experts->run(&c, &disp);
+    p->pf->finalize(&c, &disp);
 
     if (a->topk_ids)
         memcpy(a->topk_ids + t0 * K, ids, sizeof(int32_t) * (size_t)(Tc * K));
@@ -287,9 +399,19 @@ moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
     int64_t Tc = a->n_tokens < plan->chunk_size ? a->n_tokens : plan->chunk_size;
     ws_layout l = layout(plan, Tc);
     unsigned char *ws = (unsigned char *)(((uintptr_t)a->workspace + 63) & ~(uintptr_t)63);
+    moe_exec_stats local;
+    moe_exec_stats *st = a->stats ? a->stats : &local;
+    memset(st, 0, sizeof *st);
+    st->isa = ctx->kernels->name;
+    st->prepare_finalize = plan->pf->name;
+    st->experts = plan->experts->name;
+    st->topk = ctx->topk == MOE_TOPK_ROWMAX ? "rowmax" : "sort";
+    st->threads = ctx->num_threads;
+    st->chunk_tokens = Tc;
     for (int64_t t0 = 0; t0 < a->n_tokens; t0 += Tc) {
         int64_t n = a->n_tokens - t0 < Tc ? a->n_tokens - t0 : Tc;
-        run_chunk(plan, weights, a, t0, n, ws, &l);
+        run_chunk(plan, weights, a, t0, n, ws, &l, st);
+        st->chunks++;
     }
     return MOE_OK;
 }

@@ -78,6 +78,14 @@ const char *moe_family_name(moe_family f)
     case MOE_FAMILY_MIXTRAL: return "mixtral";
     case MOE_FAMILY_QWEN2_MOE: return "qwen2_moe";
     case MOE_FAMILY_QWEN3_MOE: return "qwen3_moe";
+    case MOE_FAMILY_DEEPSEEK_V2: return "deepseek_v2";
+    case MOE_FAMILY_DEEPSEEK_V3: return "deepseek_v3";
+    case MOE_FAMILY_GPT_OSS: return "gpt_oss";
+    case MOE_FAMILY_LLAMA4: return "llama4";
+    case MOE_FAMILY_OLMOE: return "olmoe";
+    case MOE_FAMILY_GRANITE_MOE: return "granitemoe";
+    case MOE_FAMILY_QWEN3_5_MOE: return "qwen3_5_moe";
+    case MOE_FAMILY_QWEN3_NEXT: return "qwen3_next";
     }
     return "?";
 }

@@ -17,15 +17,38 @@ size_t moe_gemm_thread_scratch_floats(void)
     return (n + 15) & ~(size_t)15;
 }
 
-static float silu_mul(float g, float u)
+/* h = act(g, u): src/ref's moe_ref_activation, operation for operation (same bits). */
+static inline float act(const moe_layer_desc *d, float g, float u)
 {
-    return (g / (1.0f + expf(-g))) * u;
+    switch (d->activation) {
+    case MOE_ACT_GEGLU: {
+        float gelu = (0.5f * g) * (1.0f + erff(g * 0.70710678118654752f));
+        return gelu * u;
+    }
+    case MOE_ACT_GEGLU_TANH: {
+        float inner = 0.79788456080286536f * (g + 0.044715f * ((g * g) * g));
+        float gelu = (0.5f * g) * (1.0f + tanhf(inner));
+        return gelu * u;
+    }
+    case MOE_ACT_SWIGLU_OAI: {
+        const float limit = d->swiglu_limit, alpha = d->swiglu_alpha;
+        float gc = g > limit ? limit : g;                         /* min(g, limit), NaN kept */
+        float uc = u > limit ? limit : (u < -limit ? -limit : u); /* clamp, NaN kept */
+        float glu = gc / (1.0f + expf(-(alpha * gc)));            /* gc * sigmoid(alpha gc) */
+        return (uc + 1.0f) * glu;
+    }
+    default: {
+        float silu = g / (1.0f + expf(-g));
+        return silu * u;
+    }
+    }
 }
 
 /* Phase 1 item: rows of group g, gate/up panels [p0, p1) -> h[:, 16*p0 .. 16*p1). */
-static void gate_up_item(const moe_kernels *kern, const moe_pmat *gate, const moe_pmat *up,
-                         const float *x, int64_t H, const int32_t *rows, int64_t row_div,
-                         int64_t r0, int64_t r1, int64_t p0, int64_t p1, float *h, float *tls)
+static void gate_up_item(const moe_kernels *kern, const moe_layer_desc *d, const moe_pmat *gate,
+                         const moe_pmat *up, const float *bg, const float *bu, const float *x,
+                         int64_t H, const int32_t *rows, int64_t row_div, int64_t r0, int64_t r1,
+                         int64_t p0, int64_t p1, float *h, float *tls)
 {
     const int64_t I = gate->n;
     const int64_t ld = PG_MAX * MOE_PANEL;
@@ -44,23 +67,35 @@ static void gate_up_item(const moe_kernels *kern, const moe_pmat *gate, const mo
         kern->linear(up, p0, p1, xr, mb, ut, ld);
         for (int m = 0; m < mb; m++) {
             float *hr = h + (b + m) * I; /* [I] */
-            for (int64_t n = n0; n < n1; n++)
-                hr[n] = silu_mul(gt[m * ld + (n - n0)], ut[m * ld + (n - n0)]);
+            for (int64_t n = n0; n < n1; n++) {
+                float g = gt[m * ld + (n - n0)], u = ut[m * ld + (n - n0)];
+                if (bg) {
+                    g = g + bg[n];
+                    u = u + bu[n];
+                }
+                hr[n] = act(d, g, u);
+            }
         }
     }
 }
 
 /* Phase 2 item: rows [r0, r1) of h through down panels [p0, p1) -> y. */
-static void down_item(const moe_kernels *kern, const moe_pmat *down, const float *h, int64_t r0,
-                      int64_t r1, int64_t p0, int64_t p1, float *y, float *tls)
+static void down_item(const moe_kernels *kern, const moe_pmat *down, const float *bd, const float *h,
+                      int64_t r0, int64_t r1, int64_t p0, int64_t p1, float *y, float *tls)
 {
     const int64_t I = down->k, H = down->n;
+    const int64_t n0 = p0 * MOE_PANEL;
+    const int64_t n1 = (p1 * MOE_PANEL < H) ? p1 * MOE_PANEL : H;
     const float **xr = (const float **)(tls + 2 * TILE_FLOATS); /* [RB] */
     for (int64_t b = r0; b < r1; b += MOE_GEMM_RB) {
         int mb = (int)((r1 - b) < MOE_GEMM_RB ? (r1 - b) : MOE_GEMM_RB);
         for (int m = 0; m < mb; m++)
             xr[m] = h + (b + m) * I;
-        kern->linear(down, p0, p1, xr, mb, y + b * H + p0 * MOE_PANEL, H);
+        kern->linear(down, p0, p1, xr, mb, y + b * H + n0, H);
+        if (bd)
+            for (int m = 0; m < mb; m++)
+                for (int64_t n = n0; n < n1; n++)
+                    y[(b + m) * H + n] = y[(b + m) * H + n] + bd[n];
     }
 }
 
@@ -100,8 +135,14 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups 
                  float *scratch, int64_t *item_off, moe_mlp_stats *stats)
 {
     const moe_kernels *kern = ctx->kernels;
-    const int64_t H = w->plan->desc.hidden_size;
+    const moe_layer_desc *desc = &w->plan->desc;
+    const int64_t H = desc->hidden_size;
     const size_t tls_n = moe_gemm_thread_scratch_floats();
+    /* With in_scale, phase 0 writes each position's scaled input row into y (free until
+     * phase 2), and phase 1 reads the rows from there. */
+    const float *xin = gr->in_scale ? gr->y : gr->x;
+    const int32_t *xrows = gr->in_scale ? NULL : gr->rows;
+    const int64_t xdiv = gr->in_scale ? 1 : gr->row_div;
     moe_pmat g0, u0, d0;
     moe_weights_expert(w, gr->shared ? -1 : 0, &g0, &u0, &d0);
     const int64_t pi = moe_pmat_panels(g0.n); /* panels of I */
@@ -123,7 +164,24 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups 
     {
         float *tls = scratch + (size_t)omp_get_thread_num() * tls_n;
 
-        /* phase 1: h = silu(x Wg^T) * (x Wu^T) */
+        /* phase 0 (apply_router_weight_on_input): y[i] = in_scale[r] * x[r / row_div],
+         * r = rows[i], one rounding per element, as src/ref scales the expert input */
+        if (gr->in_scale) {
+            for (int64_t g = 0; g < gr->n_groups; g++) {
+#pragma omp for schedule(static) nowait
+                for (int64_t i = gr->begin[g]; i < gr->end[g]; i++) {
+                    const int64_t r = gr->rows[i];
+                    const float sc = gr->in_scale[r];
+                    const float *xr = gr->x + (r / gr->row_div) * H; /* [H] */
+                    float *yr = gr->y + i * H;                       /* [H] */
+                    for (int64_t k = 0; k < H; k++)
+                        yr[k] = sc * xr[k];
+                }
+            }
+#pragma omp barrier
+        }
+
+        /* phase 1: h = act(x Wg^T (+ b_g), x Wu^T (+ b_u)) */
 #pragma omp single
         count_items(gr, pi, item_off);
         int64_t n1 = item_off[gr->n_groups];
@@ -134,13 +192,15 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups 
             int64_t p0 = (it - item_off[g]) * pg;
             int64_t p1 = p0 + pg < pi ? p0 + pg : pi;
             moe_pmat gate, up, down;
+            const float *bg, *bu, *bd;
             moe_weights_expert(w, gr->shared ? -1 : g, &gate, &up, &down);
-            gate_up_item(kern, &gate, &up, gr->x, H, gr->rows, gr->row_div, gr->begin[g], gr->end[g],
+            moe_weights_expert_bias(w, gr->shared ? -1 : g, &bg, &bu, &bd);
+            gate_up_item(kern, desc, &gate, &up, bg, bu, xin, H, xrows, xdiv, gr->begin[g], gr->end[g],
                          p0, p1, gr->h, tls);
         }
         /* implicit barrier: h complete */
 
-        /* phase 2: y = h Wd^T */
+        /* phase 2: y = h Wd^T (+ b_d) */
 #pragma omp single
         count_items(gr, ph, item_off);
         int64_t n2 = item_off[gr->n_groups];
@@ -151,8 +211,10 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups 
             int64_t p0 = (it - item_off[g]) * pg;
             int64_t p1 = p0 + pg < ph ? p0 + pg : ph;
             moe_pmat gate, up, down;
+            const float *bg, *bu, *bd;
             moe_weights_expert(w, gr->shared ? -1 : g, &gate, &up, &down);
-            down_item(kern, &down, gr->h, gr->begin[g], gr->end[g], p0, p1, gr->y, tls);
+            moe_weights_expert_bias(w, gr->shared ? -1 : g, &bg, &bu, &bd);
+            down_item(kern, &down, bd, gr->h, gr->begin[g], gr->end[g], p0, p1, gr->y, tls);
         }
     }
 }

@@ -16,7 +16,7 @@
 /* Scratch floats per thread needed by moe_mlp_run / moe_linear_rows. */
 size_t moe_gemm_thread_scratch_floats(void);
 
-/* A set of row groups through SwiGLU MLPs. Row positions index h and y; both activation
+/* A set of row groups through the expert MLPs (desc->activation, expert biases). Row positions index h and y; both activation
  * formats map onto this: the standard format (rows grouped by expert, adjacent ranges from
  * offsets) and the batched format ([E, capacity] slots, group e = [e*cap, e*cap + count[e])). */
 typedef struct moe_mlp_groups {
@@ -28,9 +28,12 @@ typedef struct moe_mlp_groups {
     const int32_t *rows;    /* [positions] row ids: the input of position i is
                                x + (rows[i] / row_div) * H; NULL: x + i * H */
     int64_t row_div;
-    float *h;               /* [positions, I] f32 workspace: silu(gate) * up */
+    float *h;               /* [positions, I] f32 workspace: act(gate, up) */
     float *y;               /* [positions, H] f32 output */
     int64_t lowtok_threshold; /* groups with fewer rows take the few-token path */
+    const float *in_scale;  /* NULL, or (apply_router_weight_on_input; needs rows) [row ids]
+                               the scale of each row's input: position i runs on
+                               in_scale[rows[i]] * x_i, rounded to f32 per element */
 } moe_mlp_groups;
 
 /* What moe_mlp_run did (added to, not reset). */

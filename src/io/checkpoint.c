@@ -1,27 +1,55 @@
 /* Hugging Face checkpoints: config.json + model.safetensors (or shards listed in
- * model.safetensors.index.json), for Mixtral, Qwen2-MoE and Qwen3-MoE.
+ * model.safetensors.index.json), for every family of moe.h's moe_family. The fields and
+ * names follow transformers 5.24's modeling and config classes (and, where those leave a
+ * field out, the models' own published code; each such place says so).
  *
- * Two expert layouts are read (per layer L, prefix P = "model.layers.L.mlp." for Qwen, and
- * "model.layers.L.block_sparse_moe." for Mixtral as released):
- *  - per expert (every released checkpoint; what transformers' save_pretrained writes by
- *    default): P.experts.e.{gate_proj,up_proj,down_proj}.weight (Mixtral: w1, w3, w2);
- *  - stacked (transformers >= 5 with save_pretrained(save_original_format=False), which also
- *    renames Mixtral's block_sparse_moe to mlp): P.experts.gate_up_proj [E, 2I, H] (gate rows
- *    first) and P.experts.down_proj [E, H, I], no ".weight" suffix.
- * Both give the same moe_weight_source: E pointers per projection into the mapped files.
+ * config.json: multimodal wrappers (Llama4ForConditionalGeneration,
+ * Qwen3_5MoeForConditionalGeneration) keep the decoder's fields in "text_config"; those are
+ * read from there, and messages name them "text_config.<field>".
+ *
+ * Per layer L the MoE block sits under a prefix P, the first of the family's candidates
+ * that holds the router:
+ *   Mixtral      model.layers.L.block_sparse_moe. (as released), model.layers.L.mlp.
+ *   Qwen2/3-MoE, Qwen3-Next, OLMoE, DeepSeek-V2/V3, gpt-oss: model.layers.L.mlp.
+ *   Qwen3.5-MoE  model.language_model.layers.L.mlp. (ConditionalGeneration), model.layers.L.mlp.
+ *   Llama-4      language_model.model.layers.L.feed_forward. (as released),
+ *                model.language_model.layers.L.feed_forward., model.layers.L.feed_forward.
+ *   Granite-MoE  model.layers.L.block_sparse_moe.
+ * Router: P.gate.weight [E, H]; gpt-oss, Llama-4: P.router.weight; Granite:
+ * P.router.layer.weight (as released) or P.router.weight. DeepSeek-V3 adds
+ * P.gate.e_score_correction_bias [E]; gpt-oss P.router.bias [E].
+ * Experts, in one of these layouts:
+ *  - per expert: P.experts.e.{gate_proj,up_proj,down_proj}.weight (Mixtral: w1, w3, w2), what
+ *    save_pretrained writes by default for every family but gpt-oss, Llama-4 and Granite;
+ *  - stacked output-major: P.experts.gate_up_proj [E, 2I, H] (gate rows first) and
+ *    P.experts.down_proj [E, H, I], no ".weight" (transformers >= 5 in-memory names, written by
+ *    save_pretrained(save_original_format=False); released Qwen3.5-MoE); Granite as released:
+ *    P.input_linear.weight [E, 2I, H] and P.output_linear.weight [E, H, I];
+ *  - stacked input-major: Llama-4 P.experts.gate_up_proj [E, H, 2I] (gate = the first I
+ *    columns) and P.experts.down_proj [E, I, H]; gpt-oss (bf16) the same shapes with gate and
+ *    up interleaved (gate = even columns) plus P.experts.gate_up_proj_bias [E, 2I] (interleaved
+ *    too) and P.experts.down_proj_bias [E, H]. gpt-oss's MXFP4 P.experts.*_blocks / *_scales
+ *    are refused (MOE_EUNSUPPORTED) until quantized weights exist.
+ * Shared expert: P.shared_expert.{gate,up,down}_proj.weight and P.shared_expert_gate.weight
+ * [1, H] (Qwen2-MoE, Qwen3-Next, Qwen3.5: gated); P.shared_experts.* (DeepSeek: ungated,
+ * I_s = n_shared_experts * moe_intermediate_size); P.shared_expert.* (Llama-4: ungated,
+ * I_s = intermediate_size).
+ * Every layout gives one moe_weight_source of pointers into the mapped files (strides for the
+ * input-major ones): nothing is copied before moe_weights_create packs it.
  */
 #include "io/io_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #define CK_NAME_LEN 256 /* a tensor name: prefix + at most ~60 characters */
-#define CK_PREFIX_LEN 64 /* "model.layers.<int64>.block_sparse_moe." */
+#define CK_PREFIX_LEN 96 /* "language_model.model.layers.<int64>.feed_forward." */
 
 /* One weight_map entry of a sharded checkpoint. */
 typedef struct ck_map_entry {
@@ -34,6 +62,7 @@ struct moe_checkpoint {
     char *dir;
     char *config_path;          /* dir/config.json */
     char *index_path;           /* dir/model.safetensors.index.json; NULL for a single file */
+    const char *cfg_prefix;     /* "" or "text_config." (static): where the fields were read */
 
     /* config.json */
     moe_family family;
@@ -43,10 +72,29 @@ struct moe_checkpoint {
     int64_t intermediate;       /* I per expert */
     int64_t num_experts;        /* E */
     int64_t shared_intermediate;/* I_s, 0 = no shared expert */
+    int shared_gated;
     int renormalize;
+    moe_scoring scoring;
+    float routed_scaling_factor;
+    int64_t n_group, topk_group;/* 0: no group-limited selection */
+    moe_group_score group_score;
+    int has_selection_bias;     /* DeepSeek-V3 e_score_correction_bias */
+    int has_router_bias;        /* gpt-oss router.bias */
+    int has_expert_bias;        /* gpt-oss gate_up_proj_bias, down_proj_bias */
+    int on_input;               /* Llama-4: routing weight on the expert input */
+    moe_activation activation;
+    float swiglu_alpha, swiglu_limit;
+
+    /* which layers are MoE */
     int64_t sparse_step;        /* Qwen decoder_sparse_step */
     int64_t *mlp_only;          /* [n_mlp_only] Qwen mlp_only_layers */
     size_t n_mlp_only;
+    int64_t first_k_dense;      /* DeepSeek first_k_dense_replace */
+    int64_t moe_layer_freq;     /* DeepSeek moe_layer_freq */
+    int64_t *moe_layers;        /* [n_moe_layers] Llama-4 moe_layers, when given */
+    size_t n_moe_layers;
+    bool have_moe_layers;
+    int64_t interleave_step;    /* Llama-4 interleave_moe_layer_step */
 
     /* files */
     size_t n_files;
@@ -65,6 +113,16 @@ static const struct {
     {"MixtralForCausalLM", "mixtral", MOE_FAMILY_MIXTRAL},
     {"Qwen2MoeForCausalLM", "qwen2_moe", MOE_FAMILY_QWEN2_MOE},
     {"Qwen3MoeForCausalLM", "qwen3_moe", MOE_FAMILY_QWEN3_MOE},
+    {"DeepseekV2ForCausalLM", "deepseek_v2", MOE_FAMILY_DEEPSEEK_V2},
+    {"DeepseekV3ForCausalLM", "deepseek_v3", MOE_FAMILY_DEEPSEEK_V3},
+    {"GptOssForCausalLM", "gpt_oss", MOE_FAMILY_GPT_OSS},
+    {"Llama4ForConditionalGeneration", "llama4", MOE_FAMILY_LLAMA4},
+    {"Llama4ForCausalLM", "llama4_text", MOE_FAMILY_LLAMA4},
+    {"OlmoeForCausalLM", "olmoe", MOE_FAMILY_OLMOE},
+    {"GraniteMoeForCausalLM", "granitemoe", MOE_FAMILY_GRANITE_MOE},
+    {"Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", MOE_FAMILY_QWEN3_5_MOE},
+    {"Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", MOE_FAMILY_QWEN3_5_MOE},
+    {"Qwen3NextForCausalLM", "qwen3_next", MOE_FAMILY_QWEN3_NEXT},
 };
 #define CK_N_FAMILIES (sizeof ck_families / sizeof ck_families[0])
 
@@ -144,18 +202,18 @@ static moe_status cfg_int(moe_checkpoint *ck, const json_t *cfg, const char *key
     const json_t *v = json_object_get(cfg, key);
     if (!v || (!required && json_is_null(v))) {
         if (required)
-            return moe_set_error(ck->ctx, MOE_ENOTFOUND, "%s: field '%s' is missing",
-                                 ck->config_path, key);
+            return moe_set_error(ck->ctx, MOE_ENOTFOUND, "%s: field '%s%s' is missing",
+                                 ck->config_path, ck->cfg_prefix, key);
         *out = dflt;
         return MOE_OK;
     }
     if (!json_is_integer(v))
-        return moe_set_error(ck->ctx, MOE_EFORMAT, "%s: field '%s' must be an integer, found %s",
-                             ck->config_path, key, json_kind(v));
+        return moe_set_error(ck->ctx, MOE_EFORMAT, "%s: field '%s%s' must be an integer, found %s",
+                             ck->config_path, ck->cfg_prefix, key, json_kind(v));
     json_int_t x = json_integer_value(v);
     if (x < min)
-        return moe_set_error(ck->ctx, MOE_EFORMAT, "%s: field '%s' = %lld must be >= %lld",
-                             ck->config_path, key, (long long)x, (long long)min);
+        return moe_set_error(ck->ctx, MOE_EFORMAT, "%s: field '%s%s' = %lld must be >= %lld",
+                             ck->config_path, ck->cfg_prefix, key, (long long)x, (long long)min);
     *out = (int64_t)x;
     return MOE_OK;
 }
@@ -169,8 +227,8 @@ static moe_status cfg_int_alias(moe_checkpoint *ck, const json_t *cfg, const cha
     if (!json_object_get(cfg, key) && json_object_get(cfg, alias))
         return cfg_int(ck, cfg, alias, true, 0, min, out);
     if (!json_object_get(cfg, key))
-        return moe_set_error(ck->ctx, MOE_ENOTFOUND, "%s: field '%s' (or '%s') is missing",
-                             ck->config_path, key, alias);
+        return moe_set_error(ck->ctx, MOE_ENOTFOUND, "%s: field '%s%s' (or '%s%s') is missing",
+                             ck->config_path, ck->cfg_prefix, key, ck->cfg_prefix, alias);
     return cfg_int(ck, cfg, key, true, 0, min, out);
 }
 
@@ -184,10 +242,92 @@ static moe_status cfg_bool(moe_checkpoint *ck, const json_t *cfg, const char *ke
         return MOE_OK;
     }
     if (!json_is_boolean(v))
-        return moe_set_error(ck->ctx, MOE_EFORMAT, "%s: field '%s' must be true or false, found %s",
-                             ck->config_path, key, json_kind(v));
+        return moe_set_error(ck->ctx, MOE_EFORMAT, "%s: field '%s%s' must be true or false, found %s",
+                             ck->config_path, ck->cfg_prefix, key, json_kind(v));
     *out = json_is_true(v) ? 1 : 0;
     return MOE_OK;
+}
+
+/* Read optional number field `key` (integer or real; absent or null: `dflt`); it must be
+ * finite and > min_excl (when check_min). */
+static moe_status cfg_float(moe_checkpoint *ck, const json_t *cfg, const char *key, double dflt,
+                            bool check_min, double min_excl, float *out)
+{
+    const json_t *v = json_object_get(cfg, key);
+    double x = dflt;
+    if (v && !json_is_null(v)) {
+        if (!json_is_number(v))
+            return moe_set_error(ck->ctx, MOE_EFORMAT, "%s: field '%s%s' must be a number, found %s",
+                                 ck->config_path, ck->cfg_prefix, key, json_kind(v));
+        x = json_number_value(v);
+    }
+    if (!isfinite(x) || !isfinite((float)x) || (check_min && !(x > min_excl)))
+        return moe_set_error(ck->ctx, MOE_EFORMAT, "%s: field '%s%s' = %g must be finite%s", ck->config_path,
+                             ck->cfg_prefix, key, x, check_min ? " and > 0" : "");
+    *out = (float)x;
+    return MOE_OK;
+}
+
+/* Read optional string field `key` (absent or null: `dflt`). */
+static moe_status cfg_str(moe_checkpoint *ck, const json_t *cfg, const char *key, const char *dflt,
+                          const char **out)
+{
+    const json_t *v = json_object_get(cfg, key);
+    if (!v || json_is_null(v)) {
+        *out = dflt;
+        return MOE_OK;
+    }
+    if (!json_is_string(v))
+        return moe_set_error(ck->ctx, MOE_EFORMAT, "%s: field '%s%s' must be a string, found %s",
+                             ck->config_path, ck->cfg_prefix, key, json_kind(v));
+    *out = json_string_value(v);
+    return MOE_OK;
+}
+
+/* Read optional array of integers `key` into a malloc'd *out [*n]; absent or null: *present
+ * = false, *out NULL. */
+static moe_status cfg_int_list(moe_checkpoint *ck, const json_t *cfg, const char *key, int64_t **out,
+                               size_t *n_out, bool *present)
+{
+    *out = NULL;
+    *n_out = 0;
+    *present = false;
+    const json_t *v = json_object_get(cfg, key);
+    if (!v || json_is_null(v))
+        return MOE_OK;
+    if (!json_is_array(v))
+        return moe_set_error(ck->ctx, MOE_EFORMAT, "%s: field '%s%s' must be an array of integers, found %s",
+                             ck->config_path, ck->cfg_prefix, key, json_kind(v));
+    size_t n = json_array_size(v);
+    int64_t *a = calloc(n ? n : 1, sizeof *a); /* [n] */
+    if (!a)
+        return moe_set_error(ck->ctx, MOE_ENOMEM, "%s: out of memory", ck->config_path);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *x = json_array_get(v, i);
+        if (!json_is_integer(x)) {
+            free(a);
+            return moe_set_error(ck->ctx, MOE_EFORMAT, "%s: field '%s%s'[%zu] must be an integer, found %s",
+                                 ck->config_path, ck->cfg_prefix, key, i, json_kind(x));
+        }
+        a[i] = (int64_t)json_integer_value(x);
+    }
+    *out = a;
+    *n_out = n;
+    *present = true;
+    return MOE_OK;
+}
+
+/* "A (a), B (b), ..." of every family, for messages. */
+static const char *supported_list(void)
+{
+    static char buf[1024];
+    if (buf[0])
+        return buf;
+    size_t used = 0;
+    for (size_t i = 0; i < CK_N_FAMILIES && used < sizeof buf; i++)
+        used += (size_t)snprintf(buf + used, sizeof buf - used, "%s%s (%s)", i ? ", " : "", ck_families[i].arch,
+                                 ck_families[i].model_type);
+    return buf;
 }
 
 /* Decide the family from "architectures"[0], falling back to "model_type" when the
@@ -232,73 +372,254 @@ static moe_status cfg_family(moe_checkpoint *ck, const json_t *cfg)
     }
     if (!arch && !model_type)
         return moe_set_error(ck->ctx, MOE_ENOTFOUND,
-                             "%s: neither 'architectures' nor 'model_type' is given; supported: "
-                             "MixtralForCausalLM (mixtral), Qwen2MoeForCausalLM (qwen2_moe), "
-                             "Qwen3MoeForCausalLM (qwen3_moe)",
-                             ck->config_path);
+                             "%s: neither 'architectures' nor 'model_type' is given; supported: %s",
+                             ck->config_path, supported_list());
     return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
-                         "%s: architecture '%s' (model_type '%s') is not supported; supported: "
-                         "MixtralForCausalLM (mixtral), Qwen2MoeForCausalLM (qwen2_moe), "
-                         "Qwen3MoeForCausalLM (qwen3_moe)",
-                         ck->config_path, arch ? arch : "(none)", model_type ? model_type : "(none)");
+                         "%s: architecture '%s' (model_type '%s') is not supported; supported: %s",
+                         ck->config_path, arch ? arch : "(none)", model_type ? model_type : "(none)",
+                         supported_list());
 }
 
-/* Parse every field libmoe needs from config.json into ck. */
-static moe_status parse_config(moe_checkpoint *ck, const json_t *cfg)
+/* The expert activation from config `hidden_act` (transformers' ACT2FN name; absent means the
+ * config classes' default, silu). gpt-oss ignores hidden_act: its experts always run the
+ * clamped SwiGLU with swiglu_alpha and swiglu_limit (GptOssExperts). */
+static moe_status cfg_activation(moe_checkpoint *ck, const json_t *cfg)
 {
-    moe_status st = cfg_family(ck, cfg);
+    if (ck->family == MOE_FAMILY_GPT_OSS) {
+        ck->activation = MOE_ACT_SWIGLU_OAI;
+        moe_status st = cfg_float(ck, cfg, "swiglu_alpha", 1.702, false, 0.0, &ck->swiglu_alpha);
+        if (st == MOE_OK)
+            st = cfg_float(ck, cfg, "swiglu_limit", 7.0, true, 0.0, &ck->swiglu_limit);
+        return st;
+    }
+    const char *a = NULL;
+    moe_status st = cfg_str(ck, cfg, "hidden_act", "silu", &a);
     if (st != MOE_OK)
         return st;
+    if (strcmp(a, "silu") == 0 || strcmp(a, "swish") == 0)
+        ck->activation = MOE_ACT_SWIGLU;
+    else if (strcmp(a, "gelu") == 0)
+        ck->activation = MOE_ACT_GEGLU;
+    else if (strcmp(a, "gelu_pytorch_tanh") == 0 || strcmp(a, "gelu_new") == 0)
+        ck->activation = MOE_ACT_GEGLU_TANH;
+    else
+        return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%shidden_act' = \"%s\": libmoe's experts support silu / swish (SwiGLU), "
+                             "gelu and gelu_pytorch_tanh / gelu_new (GEGLU)",
+                             ck->config_path, ck->cfg_prefix, a);
+    return MOE_OK;
+}
+
+/* Qwen's mlp_only_layers. */
+static moe_status cfg_mlp_only(moe_checkpoint *ck, const json_t *cfg)
+{
+    bool present;
+    return cfg_int_list(ck, cfg, "mlp_only_layers", &ck->mlp_only, &ck->n_mlp_only, &present);
+}
+
+/* DeepSeek-V2/V3 (DeepseekV2Config / DeepseekV3Config and the models' published
+ * modeling_deepseek.py; the defaults are the config classes'). */
+static moe_status cfg_deepseek(moe_checkpoint *ck, const json_t *cfg)
+{
+    const bool v3 = ck->family == MOE_FAMILY_DEEPSEEK_V3;
+    moe_status st;
+    int64_t n_shared = 0;
+    const char *scoring = NULL, *method = NULL;
+    int norm = 0;
+    if ((st = cfg_int(ck, cfg, "moe_intermediate_size", true, 0, 1, &ck->intermediate)) != MOE_OK ||
+        (st = cfg_int_alias(ck, cfg, "n_routed_experts", v3 ? "num_local_experts" : "num_experts", 0,
+                            &ck->num_experts)) != MOE_OK ||
+        (st = cfg_int(ck, cfg, "n_shared_experts", false, 0, 0, &n_shared)) != MOE_OK ||
+        (st = cfg_int(ck, cfg, "first_k_dense_replace", false, v3 ? 3 : 0, 0, &ck->first_k_dense)) != MOE_OK ||
+        (st = cfg_int(ck, cfg, "moe_layer_freq", false, 1, 1, &ck->moe_layer_freq)) != MOE_OK ||
+        (st = cfg_float(ck, cfg, "routed_scaling_factor", v3 ? 2.5 : 1.0, true, 0.0, &ck->routed_scaling_factor)) !=
+            MOE_OK ||
+        (st = cfg_bool(ck, cfg, "norm_topk_prob", v3 ? 1 : 0, &norm)) != MOE_OK ||
+        (st = cfg_str(ck, cfg, "scoring_func", v3 ? "sigmoid" : "softmax", &scoring)) != MOE_OK ||
+        (st = cfg_str(ck, cfg, "topk_method", v3 ? "noaux_tc" : "greedy", &method)) != MOE_OK)
+        return st;
+    /* n_shared_experts: the class default (V2 2, V3 1) when absent; null means none, as the
+     * published code's "if config.n_shared_experts is not None" */
+    const json_t *ns = json_object_get(cfg, "n_shared_experts");
+    if (!ns)
+        n_shared = v3 ? 1 : 2;
+    ck->shared_intermediate = n_shared * ck->intermediate;
+    ck->shared_gated = 0;
+    /* DeepSeek's MoE layers have a gate of their own; scoring_func / topk_method pick it. */
+    if (v3) {
+        if (strcmp(scoring, "sigmoid") != 0)
+            return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%sscoring_func' = \"%s\": DeepSeek-V3 routes with \"sigmoid\" only "
+                                 "(DeepseekV3TopkRouter)",
+                                 ck->config_path, ck->cfg_prefix, scoring);
+        if (strcmp(method, "noaux_tc") != 0)
+            return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%stopk_method' = \"%s\": DeepSeek-V3 selects with \"noaux_tc\" only",
+                                 ck->config_path, ck->cfg_prefix, method);
+        ck->scoring = MOE_SCORING_SIGMOID;
+        ck->has_selection_bias = 1;
+        ck->renormalize = norm;
+        ck->group_score = MOE_GROUP_SCORE_TOP2_SUM;
+        if ((st = cfg_int(ck, cfg, "n_group", false, 8, 1, &ck->n_group)) != MOE_OK ||
+            (st = cfg_int(ck, cfg, "topk_group", false, 4, 1, &ck->topk_group)) != MOE_OK)
+            return st;
+    } else {
+        if (strcmp(scoring, "softmax") != 0)
+            return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%sscoring_func' = \"%s\": DeepSeek-V2 routes with \"softmax\" only",
+                                 ck->config_path, ck->cfg_prefix, scoring);
+        ck->scoring = MOE_SCORING_SOFTMAX;
+        /* transformers' DeepseekV2TopkRouter never renormalizes (the published code does when
+         * norm_topk_prob, and then skips routed_scaling_factor; every released V2 has false) */
+        ck->renormalize = 0;
+        if (norm)
+            moe_log(ck->ctx, MOE_LOG_WARN,
+                    "%s: '%snorm_topk_prob' is true; ignored, as transformers' DeepSeek-V2 router does "
+                    "(weights are the softmax scores times routed_scaling_factor)",
+                    ck->config_path, ck->cfg_prefix);
+        if (strcmp(method, "group_limited_greedy") == 0) {
+            ck->group_score = MOE_GROUP_SCORE_MAX;
+            if ((st = cfg_int(ck, cfg, "n_group", true, 0, 1, &ck->n_group)) != MOE_OK ||
+                (st = cfg_int(ck, cfg, "topk_group", true, 0, 1, &ck->topk_group)) != MOE_OK)
+                return st;
+        } else if (strcmp(method, "greedy") != 0) {
+            return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%stopk_method' = \"%s\": DeepSeek-V2 selects with \"greedy\" or "
+                                 "\"group_limited_greedy\"",
+                                 ck->config_path, ck->cfg_prefix, method);
+        }
+    }
+    if (ck->n_group > 1 && ck->num_experts > 0) {
+        const int64_t E = ck->num_experts, G = ck->n_group;
+        if (E % G != 0)
+            return moe_set_error(ck->ctx, MOE_EFORMAT,
+                                 "%s: field '%sn_routed_experts' = %" PRId64 " is not a multiple of 'n_group' = %" PRId64,
+                                 ck->config_path, ck->cfg_prefix, E, G);
+        if (ck->topk_group > G || ck->topk_group * (E / G) < ck->top_k)
+            return moe_set_error(ck->ctx, MOE_EFORMAT,
+                                 "%s: field '%stopk_group' = %" PRId64 ": must be <= n_group = %" PRId64
+                                 " and keep at least num_experts_per_tok = %" PRId64 " experts (%" PRId64
+                                 " per group)",
+                                 ck->config_path, ck->cfg_prefix, ck->topk_group, G, ck->top_k, E / G);
+    }
+    return MOE_OK;
+}
+
+/* Parse every field libmoe needs from config.json (or its text_config) into ck. */
+static moe_status parse_config(moe_checkpoint *ck, const json_t *root)
+{
+    moe_status st = cfg_family(ck, root);
+    if (st != MOE_OK)
+        return st;
+    const json_t *cfg = root;
+    const json_t *tc = json_object_get(root, "text_config");
+    ck->cfg_prefix = "";
+    if (tc && json_is_object(tc) &&
+        (ck->family == MOE_FAMILY_LLAMA4 || ck->family == MOE_FAMILY_QWEN3_5_MOE)) {
+        cfg = tc;
+        ck->cfg_prefix = "text_config.";
+    }
     if ((st = cfg_int(ck, cfg, "hidden_size", true, 0, 1, &ck->hidden_size)) != MOE_OK ||
         (st = cfg_int(ck, cfg, "num_hidden_layers", true, 0, 1, &ck->num_layers)) != MOE_OK ||
         (st = cfg_int(ck, cfg, "num_experts_per_tok", true, 0, 1, &ck->top_k)) != MOE_OK)
         return st;
 
-    if (ck->family == MOE_FAMILY_MIXTRAL) {
+    /* defaults: softmax, no renormalize, scale 1, no groups or biases, every layer MoE */
+    ck->scoring = MOE_SCORING_SOFTMAX;
+    ck->routed_scaling_factor = 1.0f;
+    ck->group_score = MOE_GROUP_SCORE_MAX;
+    ck->swiglu_alpha = 1.702f;
+    ck->swiglu_limit = 7.0f;
+    ck->sparse_step = 1;
+    ck->moe_layer_freq = 1;
+    ck->interleave_step = 1;
+
+    switch (ck->family) {
+    case MOE_FAMILY_MIXTRAL:
         if ((st = cfg_int(ck, cfg, "intermediate_size", true, 0, 1, &ck->intermediate)) != MOE_OK ||
             (st = cfg_int_alias(ck, cfg, "num_local_experts", "num_experts", 1, &ck->num_experts)) != MOE_OK)
             return st;
         ck->renormalize = 1; /* Mixtral always renormalizes the top-k weights */
-        ck->sparse_step = 1;
-        ck->shared_intermediate = 0;
-    } else {
-        /* Qwen2-MoE / Qwen3-MoE; defaults as transformers' config classes set them. */
+        break;
+    case MOE_FAMILY_QWEN2_MOE:
+    case MOE_FAMILY_QWEN3_MOE:
+    case MOE_FAMILY_QWEN3_NEXT:
+        /* defaults as transformers' config classes set them (Qwen3-Next: norm_topk_prob true) */
         if ((st = cfg_int(ck, cfg, "moe_intermediate_size", true, 0, 1, &ck->intermediate)) != MOE_OK ||
             (st = cfg_int_alias(ck, cfg, "num_experts", "num_local_experts", 0, &ck->num_experts)) != MOE_OK ||
-            (st = cfg_bool(ck, cfg, "norm_topk_prob", 0, &ck->renormalize)) != MOE_OK ||
-            (st = cfg_int(ck, cfg, "decoder_sparse_step", false, 1, 1, &ck->sparse_step)) != MOE_OK)
+            (st = cfg_bool(ck, cfg, "norm_topk_prob", ck->family == MOE_FAMILY_QWEN3_NEXT, &ck->renormalize)) !=
+                MOE_OK ||
+            (st = cfg_int(ck, cfg, "decoder_sparse_step", false, 1, 1, &ck->sparse_step)) != MOE_OK ||
+            (st = cfg_mlp_only(ck, cfg)) != MOE_OK)
             return st;
-        if (ck->family == MOE_FAMILY_QWEN2_MOE &&
-            (st = cfg_int(ck, cfg, "shared_expert_intermediate_size", true, 0, 0,
-                          &ck->shared_intermediate)) != MOE_OK)
-            return st;
-
-        const json_t *mlo = json_object_get(cfg, "mlp_only_layers");
-        if (mlo && !json_is_null(mlo)) {
-            if (!json_is_array(mlo))
-                return moe_set_error(ck->ctx, MOE_EFORMAT,
-                                     "%s: field 'mlp_only_layers' must be an array of integers, found %s",
-                                     ck->config_path, json_kind(mlo));
-            size_t n = json_array_size(mlo);
-            ck->mlp_only = calloc(n ? n : 1, sizeof *ck->mlp_only); /* [n] */
-            if (!ck->mlp_only)
-                return moe_set_error(ck->ctx, MOE_ENOMEM, "%s: out of memory", ck->config_path);
-            for (size_t i = 0; i < n; i++) {
-                const json_t *v = json_array_get(mlo, i);
-                if (!json_is_integer(v))
-                    return moe_set_error(ck->ctx, MOE_EFORMAT,
-                                         "%s: field 'mlp_only_layers'[%zu] must be an integer, found %s",
-                                         ck->config_path, i, json_kind(v));
-                ck->mlp_only[i] = (int64_t)json_integer_value(v);
-            }
-            ck->n_mlp_only = n;
+        if (ck->family != MOE_FAMILY_QWEN3_MOE) {
+            if ((st = cfg_int(ck, cfg, "shared_expert_intermediate_size", true, 0, 0, &ck->shared_intermediate)) !=
+                MOE_OK)
+                return st;
+            ck->shared_gated = ck->shared_intermediate > 0;
         }
+        break;
+    case MOE_FAMILY_QWEN3_5_MOE:
+        /* Qwen3_5MoeTopKRouter always renormalizes; every layer is MoE with a gated shared expert */
+        if ((st = cfg_int(ck, cfg, "moe_intermediate_size", true, 0, 1, &ck->intermediate)) != MOE_OK ||
+            (st = cfg_int_alias(ck, cfg, "num_experts", "num_local_experts", 1, &ck->num_experts)) != MOE_OK ||
+            (st = cfg_int(ck, cfg, "shared_expert_intermediate_size", true, 0, 0, &ck->shared_intermediate)) != MOE_OK)
+            return st;
+        ck->renormalize = 1;
+        ck->shared_gated = ck->shared_intermediate > 0;
+        break;
+    case MOE_FAMILY_OLMOE:
+        if ((st = cfg_int(ck, cfg, "intermediate_size", true, 0, 1, &ck->intermediate)) != MOE_OK ||
+            (st = cfg_int_alias(ck, cfg, "num_experts", "num_local_experts", 1, &ck->num_experts)) != MOE_OK ||
+            (st = cfg_bool(ck, cfg, "norm_topk_prob", 0, &ck->renormalize)) != MOE_OK)
+            return st;
+        break;
+    case MOE_FAMILY_GRANITE_MOE:
+        /* GraniteMoeTopKRouter: top-k on the logits, softmax over the k */
+        if ((st = cfg_int(ck, cfg, "intermediate_size", true, 0, 1, &ck->intermediate)) != MOE_OK ||
+            (st = cfg_int_alias(ck, cfg, "num_local_experts", "num_experts", 1, &ck->num_experts)) != MOE_OK)
+            return st;
+        ck->scoring = MOE_SCORING_TOPK_SOFTMAX;
+        break;
+    case MOE_FAMILY_GPT_OSS:
+        /* GptOssTopKRouter: top-k on l = Wr x + b, softmax over the k; biased clamped experts */
+        if ((st = cfg_int(ck, cfg, "intermediate_size", true, 0, 1, &ck->intermediate)) != MOE_OK ||
+            (st = cfg_int_alias(ck, cfg, "num_local_experts", "num_experts", 1, &ck->num_experts)) != MOE_OK)
+            return st;
+        ck->scoring = MOE_SCORING_TOPK_SOFTMAX;
+        ck->has_router_bias = 1;
+        ck->has_expert_bias = 1;
+        break;
+    case MOE_FAMILY_LLAMA4: {
+        /* Llama4Router: top-k on the logits, sigmoid of the selected; Llama4TextMoe scales the
+         * expert input and adds the ungated shared expert (intermediate_size) */
+        bool present;
+        if ((st = cfg_int(ck, cfg, "intermediate_size", true, 0, 1, &ck->intermediate)) != MOE_OK ||
+            (st = cfg_int_alias(ck, cfg, "num_local_experts", "num_experts", 1, &ck->num_experts)) != MOE_OK ||
+            (st = cfg_int(ck, cfg, "interleave_moe_layer_step", false, 1, 1, &ck->interleave_step)) != MOE_OK ||
+            (st = cfg_int_list(ck, cfg, "moe_layers", &ck->moe_layers, &ck->n_moe_layers, &present)) != MOE_OK)
+            return st;
+        ck->have_moe_layers = present;
+        ck->scoring = MOE_SCORING_TOPK_SIGMOID;
+        ck->on_input = 1;
+        ck->shared_intermediate = ck->intermediate;
+        break;
     }
+    case MOE_FAMILY_DEEPSEEK_V2:
+    case MOE_FAMILY_DEEPSEEK_V3:
+        if ((st = cfg_deepseek(ck, cfg)) != MOE_OK)
+            return st;
+        break;
+    default:
+        break;
+    }
+    if ((st = cfg_activation(ck, cfg)) != MOE_OK)
+        return st;
     if (ck->num_experts > 0 && ck->top_k > ck->num_experts)
         return moe_set_error(ck->ctx, MOE_EFORMAT,
-                             "%s: field 'num_experts_per_tok' = %" PRId64 " exceeds the %" PRId64
+                             "%s: field '%snum_experts_per_tok' = %" PRId64 " exceeds the %" PRId64
                              " experts",
-                             ck->config_path, ck->top_k, ck->num_experts);
+                             ck->config_path, ck->cfg_prefix, ck->top_k, ck->num_experts);
     return MOE_OK;
 }
 
@@ -431,6 +752,7 @@ void moe_checkpoint_free(moe_checkpoint *ck)
     free(ck->map);
     json_decref(ck->index_json);
     free(ck->mlp_only);
+    free(ck->moe_layers);
     free(ck->index_path);
     free(ck->config_path);
     free(ck->dir);
@@ -526,13 +848,36 @@ static int in_mlp_only(const moe_checkpoint *ck, int64_t layer)
     return 0;
 }
 
+/* 1 if `layer` is listed in Llama-4's moe_layers. */
+static int in_moe_layers(const moe_checkpoint *ck, int64_t layer)
+{
+    for (size_t i = 0; i < ck->n_moe_layers; i++)
+        if (ck->moe_layers[i] == layer)
+            return 1;
+    return 0;
+}
+
 int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer)
 {
-    if (!ck || layer < 0 || layer >= ck->num_layers)
+    if (!ck || layer < 0 || layer >= ck->num_layers || ck->num_experts <= 0)
         return 0;
-    if (ck->family == MOE_FAMILY_MIXTRAL)
-        return 1;
-    return !in_mlp_only(ck, layer) && (layer + 1) % ck->sparse_step == 0 && ck->num_experts > 0;
+    switch (ck->family) {
+    case MOE_FAMILY_QWEN2_MOE:
+    case MOE_FAMILY_QWEN3_MOE:
+    case MOE_FAMILY_QWEN3_NEXT:
+        return !in_mlp_only(ck, layer) && (layer + 1) % ck->sparse_step == 0;
+    case MOE_FAMILY_DEEPSEEK_V2:
+    case MOE_FAMILY_DEEPSEEK_V3:
+        /* the published code's rule; transformers has no moe_layer_freq (released configs: 1) */
+        return layer >= ck->first_k_dense && layer % ck->moe_layer_freq == 0;
+    case MOE_FAMILY_LLAMA4:
+        /* Llama4TextConfig: moe_layers, else range(step - 1, L, step) */
+        if (ck->have_moe_layers)
+            return in_moe_layers(ck, layer);
+        return (layer + 1) % ck->interleave_step == 0;
+    default:
+        return 1; /* Mixtral, OLMoE, Granite, gpt-oss, Qwen3.5: every layer */
+    }
 }
 
 /* --------------------------------------------------------------------------------------
@@ -594,14 +939,22 @@ typedef struct ck_layer {
     bool have_weight_dtype;
     moe_dtype weight_dtype;     /* of every expert and shared-expert tensor */
     char weight_dtype_from[CK_NAME_LEN]; /* the tensor that set weight_dtype */
-    const void **gate;          /* [E] pointers, each [I, H] */
-    const void **up;            /* [E] pointers, each [I, H] */
-    const void **down;          /* [E] pointers, each [H, I] */
+    const void **gate;          /* [E] pointers, each [I, H] (or strided) */
+    const void **up;            /* [E] pointers, each [I, H] (or strided) */
+    const void **down;          /* [E] pointers, each [H, I] (or strided) */
+    int64_t gu_so, gu_si;       /* moe_weight_source strides; 0 = row-major */
+    int64_t dn_so, dn_si;
     bool has_shared;
     moe_tensor_info sh_gate;    /* [I_s, H] */
     moe_tensor_info sh_up;      /* [I_s, H] */
     moe_tensor_info sh_down;    /* [H, I_s] */
     moe_tensor_info sh_gate_w;  /* [1, H], router dtype */
+    moe_tensor_info router_bias;/* gpt-oss [E] */
+    moe_tensor_info sel_bias;   /* DeepSeek-V3 [E] */
+    const void **gate_bias;     /* gpt-oss: [E] pointers into gate_up_proj_bias, stride 2 */
+    const void **up_bias;
+    const void **down_bias;     /* [E] pointers into down_proj_bias */
+    moe_dtype expert_bias_dtype;
 } ck_layer;
 
 static void ck_layer_free(ck_layer *lt)
@@ -609,6 +962,9 @@ static void ck_layer_free(ck_layer *lt)
     free(lt->gate);
     free(lt->up);
     free(lt->down);
+    free(lt->gate_bias);
+    free(lt->up_bias);
+    free(lt->down_bias);
 }
 
 /* MOE_ERANGE for a layer outside [0, L), MOE_EDENSE (with the reason and a few MoE layers)
@@ -623,14 +979,28 @@ static moe_status check_layer_index(moe_checkpoint *ck, int64_t layer)
     if (moe_checkpoint_is_moe_layer(ck, layer))
         return MOE_OK;
 
-    char why[160];
+    char why[200];
+    const char *pre = ck->cfg_prefix;
     if (ck->num_experts == 0)
-        snprintf(why, sizeof why, "num_experts is 0");
+        snprintf(why, sizeof why, "%s%s is 0", pre,
+                 ck->family == MOE_FAMILY_DEEPSEEK_V2 || ck->family == MOE_FAMILY_DEEPSEEK_V3 ? "n_routed_experts"
+                                                                                          : "num_experts");
+    else if (ck->family == MOE_FAMILY_DEEPSEEK_V2 || ck->family == MOE_FAMILY_DEEPSEEK_V3)
+        snprintf(why, sizeof why,
+                 layer < ck->first_k_dense ? "layer %" PRId64 " < %sfirst_k_dense_replace = %" PRId64
+                                           : "layer %" PRId64 " %% %smoe_layer_freq = %" PRId64 " != 0",
+                 layer, pre, layer < ck->first_k_dense ? ck->first_k_dense : ck->moe_layer_freq);
+    else if (ck->family == MOE_FAMILY_LLAMA4 && ck->have_moe_layers)
+        snprintf(why, sizeof why, "it is not listed in %smoe_layers", pre);
+    else if (ck->family == MOE_FAMILY_LLAMA4)
+        snprintf(why, sizeof why,
+                 "(layer + 1) %% %sinterleave_moe_layer_step = (%" PRId64 " + 1) %% %" PRId64 " != 0", pre, layer,
+                 ck->interleave_step);
     else if (in_mlp_only(ck, layer))
-        snprintf(why, sizeof why, "it is listed in mlp_only_layers");
+        snprintf(why, sizeof why, "it is listed in %smlp_only_layers", pre);
     else
         snprintf(why, sizeof why,
-                 "(layer + 1) %% decoder_sparse_step = (%" PRId64 " + 1) %% %" PRId64 " != 0", layer,
+                 "(layer + 1) %% %sdecoder_sparse_step = (%" PRId64 " + 1) %% %" PRId64 " != 0", pre, layer,
                  ck->sparse_step);
 
     /* The first few MoE layers, so the user sees what to ask for instead. */
@@ -705,6 +1075,167 @@ static moe_status get_weight(moe_checkpoint *ck, ck_layer *lt, const char *name,
     return check_shape(ck, path, info, label, ndim, want);
 }
 
+/* A vector tensor [n] of a float dtype (a bias): look it up and check it. */
+static moe_status get_vector(moe_checkpoint *ck, const char *name, const char *label, int64_t n,
+                             moe_tensor_info *info)
+{
+    const char *path = NULL;
+    moe_status st = ck_get(ck, name, info, &path);
+    if (st != MOE_OK)
+        return st;
+    if (!is_float_weight_dtype(info->dtype))
+        return moe_set_error(ck->ctx, MOE_EDTYPE,
+                             "%s: tensor '%s': dtype not accepted for a bias (expected F32, BF16 or F16, found %s)",
+                             path, name, moe_dtype_name(info->dtype));
+    const int64_t shape[1] = {n};
+    return check_shape(ck, path, info, label, 1, shape);
+}
+
+/* The candidate prefixes of layer `layer`'s MoE block, most likely first. Returns the count. */
+static int layer_prefixes(const moe_checkpoint *ck, int64_t layer, char out[3][CK_PREFIX_LEN])
+{
+    static const char *const mixtral[] = {"model.layers.%" PRId64 ".block_sparse_moe.", "model.layers.%" PRId64 ".mlp."};
+    static const char *const qwen35[] = {"model.language_model.layers.%" PRId64 ".mlp.", "model.layers.%" PRId64 ".mlp."};
+    static const char *const llama4[] = {"language_model.model.layers.%" PRId64 ".feed_forward.",
+                                         "model.language_model.layers.%" PRId64 ".feed_forward.",
+                                         "model.layers.%" PRId64 ".feed_forward."};
+    static const char *const granite[] = {"model.layers.%" PRId64 ".block_sparse_moe."};
+    static const char *const plain[] = {"model.layers.%" PRId64 ".mlp."};
+    const char *const *fmts = plain;
+    int n = 1;
+    switch (ck->family) {
+    case MOE_FAMILY_MIXTRAL: fmts = mixtral; n = 2; break;
+    case MOE_FAMILY_QWEN3_5_MOE: fmts = qwen35; n = 2; break;
+    case MOE_FAMILY_LLAMA4: fmts = llama4; n = 3; break;
+    case MOE_FAMILY_GRANITE_MOE: fmts = granite; n = 1; break;
+    default: break;
+    }
+    for (int i = 0; i < n; i++)
+        snprintf(out[i], CK_PREFIX_LEN, fmts[i], layer);
+    return n;
+}
+
+/* Find the MoE block of `layer`: its prefix (the first candidate holding a router) and the
+ * router's name. When none holds one, the first candidate and router name (ck_get then
+ * reports the missing tensor). */
+static void find_block(const moe_checkpoint *ck, int64_t layer, char *prefix, char *router_name)
+{
+    static const char *const gate[] = {"gate.weight"};
+    static const char *const router[] = {"router.weight"};
+    static const char *const granite[] = {"router.layer.weight", "router.weight"};
+    const char *const *names = gate;
+    int nn = 1;
+    if (ck->family == MOE_FAMILY_GPT_OSS || ck->family == MOE_FAMILY_LLAMA4) {
+        names = router;
+    } else if (ck->family == MOE_FAMILY_GRANITE_MOE) {
+        names = granite;
+        nn = 2;
+    }
+    char cand[3][CK_PREFIX_LEN];
+    int np = layer_prefixes(ck, layer, cand);
+    for (int p = 0; p < np; p++) {
+        for (int i = 0; i < nn; i++) {
+            int len = snprintf(router_name, CK_NAME_LEN, "%s%s", cand[p], names[i]);
+            if (len > 0 && len < CK_NAME_LEN && ck_has(ck, router_name)) {
+                memcpy(prefix, cand[p], CK_PREFIX_LEN);
+                return;
+            }
+        }
+    }
+    memcpy(prefix, cand[0], CK_PREFIX_LEN);
+    int len = snprintf(router_name, CK_NAME_LEN, "%s%s", cand[0], names[0]);
+    (void)len;
+}
+
+/* Stacked output-major experts: gate_up [E, 2I, H] (gate rows first), down [E, H, I]. */
+static moe_status stacked_experts(moe_checkpoint *ck, ck_layer *lt, const char *gu_name, const char *dn_name)
+{
+    const int64_t E = ck->num_experts, H = ck->hidden_size, I = ck->intermediate;
+    moe_tensor_info gu, dn;
+    const int64_t gu_shape[3] = {E, 2 * I, H};
+    const int64_t dn_shape[3] = {E, H, I};
+    moe_status st;
+    if ((st = get_weight(ck, lt, gu_name, "[E, 2I, H]", 3, gu_shape, &gu)) != MOE_OK ||
+        (st = get_weight(ck, lt, dn_name, "[E, H, I]", 3, dn_shape, &dn)) != MOE_OK)
+        return st;
+    const size_t es = moe_dtype_size(lt->weight_dtype);
+    const uint8_t *gu_base = gu.data; /* [E, 2I, H] gate rows then up rows per expert */
+    const uint8_t *dn_base = dn.data; /* [E, H, I] */
+    for (int64_t e = 0; e < E; e++) {
+        lt->gate[e] = gu_base + (size_t)e * (size_t)(2 * I * H) * es;
+        lt->up[e] = gu_base + ((size_t)e * (size_t)(2 * I * H) + (size_t)(I * H)) * es;
+        lt->down[e] = dn_base + (size_t)e * (size_t)(H * I) * es;
+    }
+    return MOE_OK;
+}
+
+/* Stacked input-major experts (Llama-4, gpt-oss): gate_up [E, H, 2I], down [E, I, H]; gate
+ * = the first I columns (halves) or the even columns (interleaved). */
+static moe_status input_major_experts(moe_checkpoint *ck, ck_layer *lt, const char *prefix, bool interleaved)
+{
+    const int64_t E = ck->num_experts, H = ck->hidden_size, I = ck->intermediate;
+    char name[CK_NAME_LEN];
+    moe_tensor_info gu, dn;
+    const int64_t gu_shape[3] = {E, H, 2 * I};
+    const int64_t dn_shape[3] = {E, I, H};
+    moe_status st;
+    snprintf(name, sizeof name, "%sexperts.gate_up_proj", prefix);
+    if ((st = get_weight(ck, lt, name, "[E, H, 2I]", 3, gu_shape, &gu)) != MOE_OK)
+        return st;
+    snprintf(name, sizeof name, "%sexperts.down_proj", prefix);
+    if ((st = get_weight(ck, lt, name, "[E, I, H]", 3, dn_shape, &dn)) != MOE_OK)
+        return st;
+    const size_t es = moe_dtype_size(lt->weight_dtype);
+    const uint8_t *gu_base = gu.data, *dn_base = dn.data;
+    for (int64_t e = 0; e < E; e++) {
+        lt->gate[e] = gu_base + (size_t)e * (size_t)(H * 2 * I) * es;
+        lt->up[e] = (const uint8_t *)lt->gate[e] + (size_t)(interleaved ? 1 : I) * es;
+        lt->down[e] = dn_base + (size_t)e * (size_t)(I * H) * es;
+    }
+    lt->gu_so = interleaved ? 2 : 1;
+    lt->gu_si = 2 * I;
+    lt->dn_so = 1;
+    lt->dn_si = H;
+    if (!interleaved)
+        return MOE_OK;
+
+    /* gpt-oss biases: gate_up_proj_bias [E, 2I] (interleaved like the columns), down [E, H] */
+    moe_tensor_info gb, db;
+    const char *path = NULL;
+    const int64_t gb_shape[2] = {E, 2 * I}, db_shape[2] = {E, H};
+    snprintf(name, sizeof name, "%sexperts.gate_up_proj_bias", prefix);
+    if ((st = ck_get(ck, name, &gb, &path)) != MOE_OK)
+        return st;
+    if (!is_float_weight_dtype(gb.dtype))
+        return moe_set_error(ck->ctx, MOE_EDTYPE,
+                             "%s: tensor '%s': dtype not accepted for a bias (expected F32, BF16 or F16, found %s)",
+                             path, name, moe_dtype_name(gb.dtype));
+    if ((st = check_shape(ck, path, &gb, "[E, 2I]", 2, gb_shape)) != MOE_OK)
+        return st;
+    snprintf(name, sizeof name, "%sexperts.down_proj_bias", prefix);
+    if ((st = ck_get(ck, name, &db, &path)) != MOE_OK)
+        return st;
+    if (db.dtype != gb.dtype)
+        return moe_set_error(ck->ctx, MOE_EDTYPE,
+                             "%s: tensor '%s': dtype must match gate_up_proj_bias (expected %s, found %s)", path,
+                             name, moe_dtype_name(gb.dtype), moe_dtype_name(db.dtype));
+    if ((st = check_shape(ck, path, &db, "[E, H]", 2, db_shape)) != MOE_OK)
+        return st;
+    lt->gate_bias = calloc((size_t)E, sizeof *lt->gate_bias); /* [E] */
+    lt->up_bias = calloc((size_t)E, sizeof *lt->up_bias);     /* [E] */
+    lt->down_bias = calloc((size_t)E, sizeof *lt->down_bias); /* [E] */
+    if (!lt->gate_bias || !lt->up_bias || !lt->down_bias)
+        return moe_set_error(ck->ctx, MOE_ENOMEM, "out of memory for %" PRId64 " experts", E);
+    const size_t bs = moe_dtype_size(gb.dtype);
+    for (int64_t e = 0; e < E; e++) {
+        lt->gate_bias[e] = (const uint8_t *)gb.data + (size_t)(e * 2 * I) * bs;
+        lt->up_bias[e] = (const uint8_t *)lt->gate_bias[e] + bs;
+        lt->down_bias[e] = (const uint8_t *)db.data + (size_t)(e * H) * bs;
+    }
+    lt->expert_bias_dtype = gb.dtype;
+    return MOE_OK;
+}
+
 /* Resolve MoE layer `layer`: find every tensor, check dtypes and shapes against config.json,
  * and fill lt (free with ck_layer_free, also on error). */
 static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt)
@@ -719,18 +1250,8 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt)
     char prefix[CK_PREFIX_LEN], name[CK_NAME_LEN];
     const char *path = NULL;
 
-    /* Router. Mixtral as released uses block_sparse_moe; transformers 5 stacked saves use mlp. */
-    if (ck->family == MOE_FAMILY_MIXTRAL) {
-        char alt[CK_NAME_LEN];
-        snprintf(prefix, sizeof prefix, "model.layers.%" PRId64 ".block_sparse_moe.", layer);
-        snprintf(name, sizeof name, "%sgate.weight", prefix);
-        snprintf(alt, sizeof alt, "model.layers.%" PRId64 ".mlp.gate.weight", layer);
-        if (!ck_has(ck, name) && ck_has(ck, alt))
-            snprintf(prefix, sizeof prefix, "model.layers.%" PRId64 ".mlp.", layer);
-    } else {
-        snprintf(prefix, sizeof prefix, "model.layers.%" PRId64 ".mlp.", layer);
-    }
-    snprintf(name, sizeof name, "%sgate.weight", prefix);
+    /* Router. */
+    find_block(ck, layer, prefix, name);
     if ((st = ck_get(ck, name, &lt->router, &path)) != MOE_OK)
         return st;
     if (!is_float_weight_dtype(lt->router.dtype))
@@ -740,6 +1261,16 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt)
     const int64_t router_shape[2] = {E, H};
     if ((st = check_shape(ck, path, &lt->router, "[E, H]", 2, router_shape)) != MOE_OK)
         return st;
+    if (ck->has_router_bias) {
+        snprintf(name, sizeof name, "%srouter.bias", prefix);
+        if ((st = get_vector(ck, name, "[E]", E, &lt->router_bias)) != MOE_OK)
+            return st;
+    }
+    if (ck->has_selection_bias) {
+        snprintf(name, sizeof name, "%sgate.e_score_correction_bias", prefix);
+        if ((st = get_vector(ck, name, "[E]", E, &lt->sel_bias)) != MOE_OK)
+            return st;
+    }
 
     lt->gate = calloc((size_t)E, sizeof *lt->gate); /* [E] */
     lt->up = calloc((size_t)E, sizeof *lt->up);     /* [E] */
@@ -747,75 +1278,88 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt)
     if (!lt->gate || !lt->up || !lt->down)
         return moe_set_error(ck->ctx, MOE_ENOMEM, "out of memory for %" PRId64 " experts", E);
 
-    /* Experts: stacked when P.experts.gate_up_proj exists, else one tensor per expert. */
-    char gate_up_name[CK_NAME_LEN];
-    snprintf(gate_up_name, sizeof gate_up_name, "%sexperts.gate_up_proj", prefix);
-    if (ck_has(ck, gate_up_name)) {
-        moe_tensor_info gu, dn;
-        const int64_t gu_shape[3] = {E, 2 * I, H};
-        const int64_t dn_shape[3] = {E, H, I};
-        if ((st = get_weight(ck, lt, gate_up_name, "[E, 2I, H]", 3, gu_shape, &gu)) != MOE_OK)
+    /* Experts, in the family's layouts (the header comment lists them). */
+    char gu_name[CK_NAME_LEN], dn_name[CK_NAME_LEN];
+    snprintf(gu_name, sizeof gu_name, "%sexperts.gate_up_proj_blocks", prefix);
+    if (ck->family == MOE_FAMILY_GPT_OSS && ck_has(ck, gu_name)) {
+        const moe_safetensors *f = ck_file_of(ck, gu_name);
+        return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
+                             "%s: tensor '%s': gpt-oss MXFP4 experts (*_blocks / *_scales) are not supported yet "
+                             "(quantized weights come later); use a bf16 checkpoint, e.g. one loaded with "
+                             "transformers' Mxfp4Config(dequantize=True) and saved with save_pretrained",
+                             f ? moe_st_path(f) : ck->dir, gu_name);
+    }
+    if (ck->family == MOE_FAMILY_GPT_OSS || ck->family == MOE_FAMILY_LLAMA4) {
+        if ((st = input_major_experts(ck, lt, prefix, ck->family == MOE_FAMILY_GPT_OSS)) != MOE_OK)
             return st;
-        snprintf(name, sizeof name, "%sexperts.down_proj", prefix);
-        if ((st = get_weight(ck, lt, name, "[E, H, I]", 3, dn_shape, &dn)) != MOE_OK)
-            return st;
-        size_t es = moe_dtype_size(lt->weight_dtype);
-        const uint8_t *gu_base = gu.data; /* [E, 2I, H] gate rows then up rows per expert */
-        const uint8_t *dn_base = dn.data; /* [E, H, I] */
-        for (int64_t e = 0; e < E; e++) {
-            lt->gate[e] = gu_base + (size_t)e * (size_t)(2 * I * H) * es;
-            lt->up[e] = gu_base + ((size_t)e * (size_t)(2 * I * H) + (size_t)(I * H)) * es;
-            lt->down[e] = dn_base + (size_t)e * (size_t)(H * I) * es;
-        }
     } else {
-        const bool mixtral = ck->family == MOE_FAMILY_MIXTRAL;
-        const char *gate_s = mixtral ? "w1" : "gate_proj";
-        const char *up_s = mixtral ? "w3" : "up_proj";
-        const char *down_s = mixtral ? "w2" : "down_proj";
-        const int64_t in_shape[2] = {I, H};  /* gate and up: [I, H] */
-        const int64_t out_shape[2] = {H, I}; /* down: [H, I] */
-        for (int64_t e = 0; e < E; e++) {
-            moe_tensor_info t;
-            snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e, gate_s);
-            if ((st = get_weight(ck, lt, name, "[I, H]", 2, in_shape, &t)) != MOE_OK)
+        /* Granite as released: input_linear / output_linear; else the in-memory names */
+        snprintf(gu_name, sizeof gu_name, "%sexperts.gate_up_proj", prefix);
+        snprintf(dn_name, sizeof dn_name, "%sexperts.down_proj", prefix);
+        const bool in_memory = ck_has(ck, gu_name);
+        if (ck->family == MOE_FAMILY_GRANITE_MOE && !in_memory) {
+            snprintf(gu_name, sizeof gu_name, "%sinput_linear.weight", prefix);
+            snprintf(dn_name, sizeof dn_name, "%soutput_linear.weight", prefix);
+        }
+        if (in_memory || ck->family == MOE_FAMILY_GRANITE_MOE) {
+            if ((st = stacked_experts(ck, lt, gu_name, dn_name)) != MOE_OK)
                 return st;
-            lt->gate[e] = t.data;
-            snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e, up_s);
-            if ((st = get_weight(ck, lt, name, "[I, H]", 2, in_shape, &t)) != MOE_OK)
-                return st;
-            lt->up[e] = t.data;
-            snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e, down_s);
-            if ((st = get_weight(ck, lt, name, "[H, I]", 2, out_shape, &t)) != MOE_OK)
-                return st;
-            lt->down[e] = t.data;
+        } else {
+            const bool mixtral = ck->family == MOE_FAMILY_MIXTRAL;
+            const char *gate_s = mixtral ? "w1" : "gate_proj";
+            const char *up_s = mixtral ? "w3" : "up_proj";
+            const char *down_s = mixtral ? "w2" : "down_proj";
+            const int64_t in_shape[2] = {I, H};  /* gate and up: [I, H] */
+            const int64_t out_shape[2] = {H, I}; /* down: [H, I] */
+            for (int64_t e = 0; e < E; e++) {
+                moe_tensor_info t;
+                snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e, gate_s);
+                if ((st = get_weight(ck, lt, name, "[I, H]", 2, in_shape, &t)) != MOE_OK)
+                    return st;
+                lt->gate[e] = t.data;
+                snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e, up_s);
+                if ((st = get_weight(ck, lt, name, "[I, H]", 2, in_shape, &t)) != MOE_OK)
+                    return st;
+                lt->up[e] = t.data;
+                snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e, down_s);
+                if ((st = get_weight(ck, lt, name, "[H, I]", 2, out_shape, &t)) != MOE_OK)
+                    return st;
+                lt->down[e] = t.data;
+            }
         }
     }
 
-    /* Qwen2-MoE shared expert, gated by sigmoid(shared_expert_gate . x). */
+    /* Shared expert: Qwen-style gated by sigmoid(shared_expert_gate . x); DeepSeek
+     * (shared_experts) and Llama-4 ungated. */
     if (Is > 0) {
+        const char *sh = (ck->family == MOE_FAMILY_DEEPSEEK_V2 || ck->family == MOE_FAMILY_DEEPSEEK_V3)
+                             ? "shared_experts"
+                             : "shared_expert";
         const int64_t in_shape[2] = {Is, H};
         const int64_t out_shape[2] = {H, Is};
-        const int64_t gw_shape[2] = {1, H};
         lt->has_shared = true;
-        snprintf(name, sizeof name, "%sshared_expert.gate_proj.weight", prefix);
+        snprintf(name, sizeof name, "%s%s.gate_proj.weight", prefix, sh);
         if ((st = get_weight(ck, lt, name, "[I_s, H]", 2, in_shape, &lt->sh_gate)) != MOE_OK)
             return st;
-        snprintf(name, sizeof name, "%sshared_expert.up_proj.weight", prefix);
+        snprintf(name, sizeof name, "%s%s.up_proj.weight", prefix, sh);
         if ((st = get_weight(ck, lt, name, "[I_s, H]", 2, in_shape, &lt->sh_up)) != MOE_OK)
             return st;
-        snprintf(name, sizeof name, "%sshared_expert.down_proj.weight", prefix);
+        snprintf(name, sizeof name, "%s%s.down_proj.weight", prefix, sh);
         if ((st = get_weight(ck, lt, name, "[H, I_s]", 2, out_shape, &lt->sh_down)) != MOE_OK)
             return st;
-        snprintf(name, sizeof name, "%sshared_expert_gate.weight", prefix);
-        if ((st = ck_get(ck, name, &lt->sh_gate_w, &path)) != MOE_OK)
-            return st;
-        if (lt->sh_gate_w.dtype != lt->router.dtype)
-            return moe_set_error(ck->ctx, MOE_EDTYPE,
-                                 "%s: tensor '%s': dtype must match the router's (expected %s, found %s)",
-                                 path, name, moe_dtype_name(lt->router.dtype),
-                                 moe_dtype_name(lt->sh_gate_w.dtype));
-        if ((st = check_shape(ck, path, &lt->sh_gate_w, "[1, H]", 2, gw_shape)) != MOE_OK)
-            return st;
+        if (ck->shared_gated) {
+            const int64_t gw_shape[2] = {1, H};
+            snprintf(name, sizeof name, "%sshared_expert_gate.weight", prefix);
+            if ((st = ck_get(ck, name, &lt->sh_gate_w, &path)) != MOE_OK)
+                return st;
+            if (lt->sh_gate_w.dtype != lt->router.dtype)
+                return moe_set_error(ck->ctx, MOE_EDTYPE,
+                                     "%s: tensor '%s': dtype must match the router's (expected %s, found %s)",
+                                     path, name, moe_dtype_name(lt->router.dtype),
+                                     moe_dtype_name(lt->sh_gate_w.dtype));
+            if ((st = check_shape(ck, path, &lt->sh_gate_w, "[1, H]", 2, gw_shape)) != MOE_OK)
+                return st;
+        }
     }
     return MOE_OK;
 }
@@ -829,13 +1373,22 @@ static void fill_desc(const moe_checkpoint *ck, const ck_layer *lt, moe_layer_de
     d->moe_intermediate_size = ck->intermediate;
     d->num_experts = ck->num_experts;
     d->top_k = ck->top_k;
-    d->scoring_func = MOE_SCORING_SOFTMAX;
+    d->scoring_func = ck->scoring;
     d->renormalize = ck->renormalize;
-    d->routed_scaling_factor = 1.0f;
-    d->activation = MOE_ACT_SWIGLU;
+    d->routed_scaling_factor = ck->routed_scaling_factor;
+    d->activation = ck->activation;
     d->shared_expert_intermediate_size = lt->has_shared ? ck->shared_intermediate : 0;
-    d->shared_expert_gated = lt->has_shared ? 1 : 0;
+    d->shared_expert_gated = lt->has_shared ? ck->shared_gated : 0;
     d->weight_dtype = lt->weight_dtype;
+    d->n_group = ck->n_group > 1 ? ck->n_group : 0;
+    d->topk_group = ck->n_group > 1 ? ck->topk_group : 0;
+    d->group_score = ck->group_score;
+    d->has_selection_bias = ck->has_selection_bias;
+    d->has_router_bias = ck->has_router_bias;
+    d->has_expert_bias = ck->has_expert_bias;
+    d->apply_router_weight_on_input = ck->on_input;
+    d->swiglu_alpha = ck->swiglu_alpha;
+    d->swiglu_limit = ck->swiglu_limit;
 }
 
 moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_layer_desc *out)
@@ -856,41 +1409,52 @@ moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_laye
 static moe_status check_plan_desc(moe_checkpoint *ck, int64_t layer, const moe_layer_desc *have,
                                   const moe_layer_desc *want)
 {
-    const char *field = NULL;
-    long long h = 0, w = 0;
-    if (have->hidden_size != want->hidden_size) {
-        field = "hidden_size"; h = have->hidden_size; w = want->hidden_size;
-    } else if (have->moe_intermediate_size != want->moe_intermediate_size) {
-        field = "moe_intermediate_size"; h = have->moe_intermediate_size; w = want->moe_intermediate_size;
-    } else if (have->num_experts != want->num_experts) {
-        field = "num_experts"; h = have->num_experts; w = want->num_experts;
-    } else if (have->top_k != want->top_k) {
-        field = "top_k"; h = have->top_k; w = want->top_k;
-    } else if (have->renormalize != want->renormalize) {
-        field = "renormalize"; h = have->renormalize; w = want->renormalize;
-    } else if (have->scoring_func != want->scoring_func) {
-        field = "scoring_func"; h = have->scoring_func; w = want->scoring_func;
-    } else if (have->activation != want->activation) {
-        field = "activation"; h = have->activation; w = want->activation;
-    } else if (have->shared_expert_intermediate_size != want->shared_expert_intermediate_size) {
-        field = "shared_expert_intermediate_size";
-        h = have->shared_expert_intermediate_size; w = want->shared_expert_intermediate_size;
-    } else if (have->shared_expert_gated != want->shared_expert_gated) {
-        field = "shared_expert_gated"; h = have->shared_expert_gated; w = want->shared_expert_gated;
-    }
-    if (field)
-        return moe_set_error(ck->ctx, MOE_EINVAL,
-                             "%s: plan does not match layer %" PRId64 ": desc field '%s' is %lld in the plan, %lld in the checkpoint",
-                             ck->dir, layer, field, h, w);
+    const struct {
+        const char *field;
+        long long h, w;
+    } ints[] = {
+        {"hidden_size", have->hidden_size, want->hidden_size},
+        {"moe_intermediate_size", have->moe_intermediate_size, want->moe_intermediate_size},
+        {"num_experts", have->num_experts, want->num_experts},
+        {"top_k", have->top_k, want->top_k},
+        {"renormalize", have->renormalize, want->renormalize},
+        {"scoring_func", have->scoring_func, want->scoring_func},
+        {"activation", have->activation, want->activation},
+        {"shared_expert_intermediate_size", have->shared_expert_intermediate_size,
+         want->shared_expert_intermediate_size},
+        {"shared_expert_gated", have->shared_expert_gated, want->shared_expert_gated},
+        {"n_group", have->n_group > 1 ? have->n_group : 0, want->n_group},
+        {"topk_group", have->n_group > 1 ? have->topk_group : 0, want->topk_group},
+        {"group_score", have->n_group > 1 ? have->group_score : want->group_score, want->group_score},
+        {"has_selection_bias", !!have->has_selection_bias, want->has_selection_bias},
+        {"has_router_bias", !!have->has_router_bias, want->has_router_bias},
+        {"has_expert_bias", !!have->has_expert_bias, want->has_expert_bias},
+        {"apply_router_weight_on_input", !!have->apply_router_weight_on_input, want->apply_router_weight_on_input},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (ints[i].h != ints[i].w)
+            return moe_set_error(ck->ctx, MOE_EINVAL,
+                                 "%s: plan does not match layer %" PRId64 ": desc field '%s' is %lld in the plan, %lld in the checkpoint",
+                                 ck->dir, layer, ints[i].field, ints[i].h, ints[i].w);
     if (have->weight_dtype != want->weight_dtype)
         return moe_set_error(ck->ctx, MOE_EINVAL,
                              "%s: plan does not match layer %" PRId64 ": desc field 'weight_dtype' is %s in the plan, %s in the checkpoint",
                              ck->dir, layer, moe_dtype_name(have->weight_dtype), moe_dtype_name(want->weight_dtype));
-    if (have->routed_scaling_factor != want->routed_scaling_factor)
-        return moe_set_error(ck->ctx, MOE_EINVAL,
-                             "%s: plan does not match layer %" PRId64 ": desc field 'routed_scaling_factor' is %g in the plan, %g in the checkpoint",
-                             ck->dir, layer, (double)have->routed_scaling_factor,
-                             (double)want->routed_scaling_factor);
+    const struct {
+        const char *field;
+        float h, w;
+    } floats[] = {
+        {"routed_scaling_factor", have->routed_scaling_factor, want->routed_scaling_factor},
+        {"swiglu_alpha", want->activation == MOE_ACT_SWIGLU_OAI ? have->swiglu_alpha : 0.0f,
+         want->activation == MOE_ACT_SWIGLU_OAI ? want->swiglu_alpha : 0.0f},
+        {"swiglu_limit", want->activation == MOE_ACT_SWIGLU_OAI ? have->swiglu_limit : 0.0f,
+         want->activation == MOE_ACT_SWIGLU_OAI ? want->swiglu_limit : 0.0f},
+    };
+    for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
+        if (floats[i].h != floats[i].w)
+            return moe_set_error(ck->ctx, MOE_EINVAL,
+                                 "%s: plan does not match layer %" PRId64 ": desc field '%s' is %g in the plan, %g in the checkpoint",
+                                 ck->dir, layer, floats[i].field, (double)floats[i].h, (double)floats[i].w);
     return MOE_OK;
 }
 
@@ -917,14 +1481,33 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
         memset(&src, 0, sizeof src);
         src.router = lt.router.data;           /* [E, H] */
         src.router_dtype = lt.router.dtype;
-        src.gate_proj = lt.gate;               /* E x [I, H] */
-        src.up_proj = lt.up;                   /* E x [I, H] */
-        src.down_proj = lt.down;               /* E x [H, I] */
+        src.gate_proj = lt.gate;               /* E x [I, H] (or strided) */
+        src.up_proj = lt.up;                   /* E x [I, H] (or strided) */
+        src.down_proj = lt.down;               /* E x [H, I] (or strided) */
+        src.gate_up_stride_out = lt.gu_so;
+        src.gate_up_stride_in = lt.gu_si;
+        src.down_stride_out = lt.dn_so;
+        src.down_stride_in = lt.dn_si;
         if (lt.has_shared) {
             src.shared_gate_proj = lt.sh_gate.data;     /* [I_s, H] */
             src.shared_up_proj = lt.sh_up.data;         /* [I_s, H] */
             src.shared_down_proj = lt.sh_down.data;     /* [H, I_s] */
-            src.shared_expert_gate = lt.sh_gate_w.data; /* [1, H] */
+            src.shared_expert_gate = lt.sh_gate_w.data; /* [1, H] or NULL when ungated */
+        }
+        if (ck->has_router_bias) {
+            src.router_bias = lt.router_bias.data;      /* [E] */
+            src.router_bias_dtype = lt.router_bias.dtype;
+        }
+        if (ck->has_selection_bias) {
+            src.selection_bias = lt.sel_bias.data;      /* [E] */
+            src.selection_bias_dtype = lt.sel_bias.dtype;
+        }
+        if (ck->has_expert_bias) {
+            src.gate_bias = lt.gate_bias;               /* E x [I], stride 2 */
+            src.up_bias = lt.up_bias;
+            src.down_bias = lt.down_bias;               /* E x [H] */
+            src.expert_bias_dtype = lt.expert_bias_dtype;
+            src.gate_up_bias_stride = 2;
         }
         st = moe_weights_create(plan, &src, out);
     }

@@ -359,6 +359,34 @@ static moe_status parse_header(moe_ctx *ctx, moe_safetensors *f, const char *hdr
         }
         prev = t;
     }
+    /* As the reference parser requires, the data section is fully indexed: tensors follow
+     * each other with no gap ... */
+    prev = NULL;
+    for (size_t k = 0; k < n; k++) {
+        const st_tensor *t = by_begin[k];
+        if (t->begin == t->end)
+            continue; /* owns no bytes */
+        uint64_t expect = prev ? prev->end : 0;
+        if (t->begin != expect) {
+            st = moe_set_error(ctx, MOE_EFORMAT,
+                               "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] leave %" PRIu64
+                               " unindexed bytes before it (the data section must be fully indexed)",
+                               path, t->name, t->begin, t->end, t->begin - expect);
+            free(by_begin);
+            goto done;
+        }
+        prev = t;
+    }
+    /* ... and no bytes after the last one. */
+    uint64_t last_end = prev ? prev->end : 0;
+    if (last_end != f->data_size) {
+        st = moe_set_error(ctx, MOE_EFORMAT,
+                           "%s: %" PRIu64 " bytes after the last tensor's data (data section of %zu bytes, "
+                           "tensors end at %" PRIu64 "; it must be fully indexed)",
+                           path, (uint64_t)f->data_size - last_end, f->data_size, last_end);
+        free(by_begin);
+        goto done;
+    }
     free(by_begin);
 
     qsort(f->by_name, n, sizeof *f->by_name, cmp_name_ref);

@@ -21,6 +21,55 @@ void moe_permute_sort(const int32_t *ids, int64_t T, int64_t K, int64_t E, int64
     offsets[0] = 0;
 }
 
+void moe_permute_onehot(const int32_t *ids, int64_t T, int64_t K, int64_t E, int64_t *offsets,
+                        int32_t *rows, int32_t *pos)
+{
+    int64_t n = 0;
+    for (int64_t e = 0; e < E; e++) {
+        offsets[e] = n;
+        for (int64_t r = 0; r < T * K; r++) {
+            if (ids[r] == e) {
+                rows[n] = (int32_t)r;
+                pos[r] = (int32_t)n;
+                n++;
+            }
+        }
+    }
+    offsets[E] = n;
+}
+
+void moe_permute_packed(const int32_t *ids, int64_t T, int64_t K, int64_t E, int64_t *offsets,
+                        int32_t *rows, int32_t *pos, uint64_t *keys, uint64_t *tmp)
+{
+    enum { BITS = 11, RADIX = 1 << BITS };
+    const int64_t n = T * K;
+    for (int64_t r = 0; r < n; r++)
+        keys[r] = ((uint64_t)(uint32_t)ids[r] << 32) | (uint64_t)r;
+    /* stable passes over the expert bits (row ids are already ascending) */
+    for (int shift = 32; shift < 64 && ((uint64_t)(E - 1) >> (shift - 32)) != 0; shift += BITS) {
+        int64_t count[RADIX + 1] = {0};
+        for (int64_t r = 0; r < n; r++)
+            count[((keys[r] >> shift) & (RADIX - 1)) + 1]++;
+        for (int d = 0; d < RADIX; d++)
+            count[d + 1] += count[d];
+        for (int64_t r = 0; r < n; r++)
+            tmp[count[(keys[r] >> shift) & (RADIX - 1)]++] = keys[r];
+        uint64_t *swap = keys;
+        keys = tmp;
+        tmp = swap;
+    }
+    for (int64_t e = 0; e <= E; e++)
+        offsets[e] = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = (int64_t)(keys[i] & 0xffffffffu);
+        rows[i] = (int32_t)r;
+        pos[r] = (int32_t)i;
+        offsets[(keys[i] >> 32) + 1]++;
+    }
+    for (int64_t e = 0; e < E; e++)
+        offsets[e + 1] += offsets[e];
+}
+
 void moe_combine(const moe_layer_desc *desc, int64_t t0, int64_t t1, const float *weights,
                  const float *y, const int32_t *pos, int has_shared, const float *shared_scale,
                  float *out)
@@ -38,8 +87,12 @@ void moe_combine(const moe_layer_desc *desc, int64_t t0, int64_t t1, const float
             for (int64_t k = 0; k < K; k++) {
                 const float w = weights[t * K + k];
                 const float *yr = y + (int64_t)pos[t * K + k] * H + h0; /* [nb] */
-                for (int64_t j = 0; j < nb; j++)
-                    acc[j] += w * yr[j];
+                if (desc->apply_router_weight_on_input) /* the weight is already in y */
+                    for (int64_t j = 0; j < nb; j++)
+                        acc[j] += yr[j];
+                else
+                    for (int64_t j = 0; j < nb; j++)
+                        acc[j] += w * yr[j];
             }
             if (scale != 1.0f)
                 for (int64_t j = 0; j < nb; j++)

@@ -10,7 +10,17 @@
 void moe_permute_sort(const int32_t *ids, int64_t T, int64_t K, int64_t E, int64_t *offsets,
                       int32_t *rows, int32_t *pos);
 
-/* out[t][h] = scale * (sum over k of weights[t][k] * y[pos[t*K+k]][h]) (+ shared_scale[t] *
+/* The same result by scanning all rows once per expert (cheap for few rows). */
+void moe_permute_onehot(const int32_t *ids, int64_t T, int64_t K, int64_t E, int64_t *offsets,
+                        int32_t *rows, int32_t *pos);
+
+/* The same result by an LSD radix sort of packed keys (expert << 32 | row id), 11 bits per
+ * pass over the expert bits. keys, tmp: [T*K] u64 workspace. */
+void moe_permute_packed(const int32_t *ids, int64_t T, int64_t K, int64_t E, int64_t *offsets,
+                        int32_t *rows, int32_t *pos, uint64_t *keys, uint64_t *tmp);
+
+/* out[t][h] = scale * (sum over k of weights[t][k] * y[pos[t*K+k]][h]; of y alone with
+ * desc->apply_router_weight_on_input) (+ shared_scale[t] *
  * out[t][h] when has_shared: out then holds the shared expert's output on entry).
  * y [T*K, H] in expert-sorted order. Tokens [t0, t1). */
 void moe_combine(const moe_layer_desc *desc, int64_t t0, int64_t t1, const float *weights,

@@ -1,10 +1,14 @@
 /* src/ref: one readable scalar MoE layer, the numerics baseline and the test oracle.
  *
- * It reads the caller's unpacked weights (moe_weight_source), allocates what it needs, runs
- * single-threaded, accumulates in f32 and follows docs/numerics.md literally. Every kernel
- * table is tested against it. Split by stage so each production stage has its twin here:
- * route (ref_route.c), permute (ref_permute.c), experts (ref_experts.c), finalize
- * (ref_finalize.c), and the whole layer (ref_layer.c). */
+ * It reads the caller's unpacked weights (moe_weight_source, in their own dtype and layout),
+ * allocates what it needs, runs single-threaded, accumulates in f32 and follows
+ * docs/numerics.md literally. Every kernel table is tested against it. Split by stage so each
+ * production stage has its twin here: route (ref_route.c), permute (ref_permute.c), experts
+ * (ref_experts.c), finalize (ref_finalize.c), and the whole layer (ref_layer.c).
+ *
+ * Elementwise formulas (sigmoid, activations, bias adds, the input scaling of
+ * apply_router_weight_on_input) are written here and in the production stages with the same
+ * operations in the same order, so the bits agree (CMake passes -ffp-contract=off). */
 #ifndef MOE_REF_H
 #define MOE_REF_H
 
@@ -18,34 +22,60 @@ float moe_ref_load(const void *base, moe_dtype dt, int64_t i);
 void moe_ref_router_logits(const float *x, int64_t T, int64_t H, int64_t E, const void *router,
                            moe_dtype router_dtype, float *logits);
 
-/* Softmax scoring of one row of E logits into scores [E] (docs/numerics.md, NaN/Inf rules). */
-void moe_ref_softmax(const float *logits, int64_t E, float *scores);
+/* Softmax of one row of n values into out [n] (docs/numerics.md, NaN/Inf rules). */
+void moe_ref_softmax(const float *logits, int64_t n, float *out);
 
-/* Route T tokens: scores from logits [T, E], top-k by K rounds of row-max (value descending,
- * lower id first, NaN below every number), renormalize if desc->renormalize.
- * ids [T, K], weights [T, K]. scores_scratch [E]. */
-void moe_ref_route(const moe_layer_desc *desc, const float *logits, int64_t T, int32_t *ids,
-                   float *weights, float *scores_scratch);
+/* sigmoid(v) = 1 / (1 + exp(-v)), in f32. */
+float moe_ref_sigmoid(float v);
+
+/* Route T tokens (docs/numerics.md section 1): scores from logits [T, E] by
+ * desc->scoring_func, selection key (+ selection_bias [E] in dtype bias_dtype when non-NULL),
+ * group-limited masking when desc->n_group > 1, top-k by rounds of row-max (value
+ * descending, lower id first, NaN below every number), weights, renormalize.
+ * ids [T, K], weights [T, K]. Errors: MOE_ENOMEM. */
+moe_status moe_ref_route(const moe_layer_desc *desc, const void *selection_bias,
+                         moe_dtype bias_dtype, const float *logits, int64_t T, int32_t *ids,
+                         float *weights);
 
 /* Group the T*K (token, k) rows by expert: offsets [E+1], rows [T*K] holding row ids t*K + k,
  * ascending within each expert. */
 void moe_ref_permute(const int32_t *ids, int64_t T, int64_t K, int64_t E, int64_t *offsets,
                      int32_t *rows);
 
-/* One SwiGLU expert on one token: y[H] = down (silu(gate x) * (up x)).
+/* h = act(g, u) of desc->activation (moe.h moe_activation). */
+float moe_ref_activation(const moe_layer_desc *desc, float g, float u);
+
+/* One expert's weights as the caller has them. */
+typedef struct moe_ref_mlp {
+    const void *gate, *up, *down; /* dtype dt */
+    moe_dtype dt;
+    int64_t gu_so, gu_si;         /* gate/up element (o, i) at p[o * gu_so + i * gu_si] */
+    int64_t dn_so, dn_si;         /* down element (o, i) at p[o * dn_so + i * dn_si] */
+    const void *gate_bias, *up_bias, *down_bias; /* NULL: no biases */
+    moe_dtype bias_dt;
+    int64_t gu_bias_stride;       /* element j of gate_bias / up_bias at p[j * stride] */
+} moe_ref_mlp;
+
+/* One expert on one token: g = gate x (+ b_g), u = up x (+ b_u), h = act(g, u),
+ * y = down h (+ b_d). x [H]; y [H]; h_scratch [I]. */
+void moe_ref_expert_ex(const moe_layer_desc *desc, const moe_ref_mlp *m, int64_t H, int64_t I,
+                       const float *x, float *y, float *h_scratch);
+
+/* One SwiGLU expert with row-major weights and no biases: y[H] = down (silu(gate x) * (up x)).
  * gate, up [I, H] and down [H, I] in dtype dt; x [H]; h_scratch [I]. */
 void moe_ref_expert(const void *gate, const void *up, const void *down, moe_dtype dt, int64_t H,
                     int64_t I, const float *x, float *y, float *h_scratch);
 
-/* out[t][:] = routed_scaling_factor * (sum over k in top-k order of weights[t][k] * y[t*K+k][:])
+/* out[t][:] = routed_scaling_factor * (sum over k in top-k order of weights[t][k] * y[t*K+k][:]
+ *             (of y[t*K+k][:] alone with apply_router_weight_on_input))
  *             (+ shared_scale[t] * shared_y[t][:] when shared_y is non-NULL).
  * y [T*K, H] indexed by row id; shared_y [T, H]; shared_scale [T] (1 when ungated). */
 void moe_ref_finalize(const moe_layer_desc *desc, int64_t T, const float *weights, const float *y,
                       const float *shared_y, const float *shared_scale, float *out);
 
-/* The whole layer. x [T, H] f32; router_logits [T, E] or NULL; out [T, H]; ids, weights
- * [T, K] or NULL. Allocates (it is the oracle, not the product). Errors: MOE_EINVAL,
- * MOE_ENOMEM. */
+/* The whole layer. x [T, H] f32; router_logits [T, E] (complete: no router bias is added)
+ * or NULL; out [T, H]; ids, weights [T, K] or NULL. Allocates (it is the oracle, not the
+ * product). Errors: MOE_EINVAL, MOE_ENOMEM. */
 moe_status moe_ref_forward(const moe_layer_desc *desc, const moe_weight_source *src,
                            const float *x, int64_t T, const float *router_logits, float *out,
                            int32_t *ids, float *weights);

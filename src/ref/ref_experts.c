@@ -1,25 +1,68 @@
-/* Reference expert MLP: SwiGLU on one token, dot products accumulated in increasing index with
- * one fused multiply-add (fmaf) per term. */
+/* Reference expert MLP on one token: dot products accumulated in increasing index with one
+ * fused multiply-add (fmaf) per term, biases added after the dot product, then the
+ * activation of moe.h's moe_activation, written out. */
 #include "ref/ref.h"
 
 #include <math.h>
 
-void moe_ref_expert(const void *gate, const void *up, const void *down, moe_dtype dt, int64_t H,
-                    int64_t I, const float *x, float *y, float *h)
+float moe_ref_activation(const moe_layer_desc *d, float g, float u)
+{
+    switch (d->activation) {
+    case MOE_ACT_GEGLU: {
+        float gelu = (0.5f * g) * (1.0f + erff(g * 0.70710678118654752f));
+        return gelu * u;
+    }
+    case MOE_ACT_GEGLU_TANH: {
+        float inner = 0.79788456080286536f * (g + 0.044715f * ((g * g) * g));
+        float gelu = (0.5f * g) * (1.0f + tanhf(inner));
+        return gelu * u;
+    }
+    case MOE_ACT_SWIGLU_OAI: {
+        const float limit = d->swiglu_limit, alpha = d->swiglu_alpha;
+        float gc = g > limit ? limit : g;                         /* min(g, limit), NaN kept */
+        float uc = u > limit ? limit : (u < -limit ? -limit : u); /* clamp, NaN kept */
+        float glu = gc / (1.0f + expf(-(alpha * gc)));            /* gc * sigmoid(alpha gc) */
+        return (uc + 1.0f) * glu;
+    }
+    default: {
+        float silu = g / (1.0f + expf(-g));
+        return silu * u;
+    }
+    }
+}
+
+void moe_ref_expert_ex(const moe_layer_desc *desc, const moe_ref_mlp *m, int64_t H, int64_t I,
+                       const float *x, float *y, float *h)
 {
     for (int64_t i = 0; i < I; i++) {
         float g = 0.0f, u = 0.0f;
         for (int64_t k = 0; k < H; k++)
-            g = fmaf(x[k], moe_ref_load(gate, dt, i * H + k), g);
+            g = fmaf(x[k], moe_ref_load(m->gate, m->dt, i * m->gu_so + k * m->gu_si), g);
         for (int64_t k = 0; k < H; k++)
-            u = fmaf(x[k], moe_ref_load(up, dt, i * H + k), u);
-        float silu = g / (1.0f + expf(-g));
-        h[i] = silu * u;
+            u = fmaf(x[k], moe_ref_load(m->up, m->dt, i * m->gu_so + k * m->gu_si), u);
+        if (m->gate_bias) {
+            g = g + moe_ref_load(m->gate_bias, m->bias_dt, i * m->gu_bias_stride);
+            u = u + moe_ref_load(m->up_bias, m->bias_dt, i * m->gu_bias_stride);
+        }
+        h[i] = moe_ref_activation(desc, g, u);
     }
     for (int64_t o = 0; o < H; o++) {
         float acc = 0.0f;
         for (int64_t i = 0; i < I; i++)
-            acc = fmaf(h[i], moe_ref_load(down, dt, o * I + i), acc);
+            acc = fmaf(h[i], moe_ref_load(m->down, m->dt, o * m->dn_so + i * m->dn_si), acc);
+        if (m->down_bias)
+            acc = acc + moe_ref_load(m->down_bias, m->bias_dt, o);
         y[o] = acc;
     }
+}
+
+void moe_ref_expert(const void *gate, const void *up, const void *down, moe_dtype dt, int64_t H,
+                    int64_t I, const float *x, float *y, float *h)
+{
+    moe_layer_desc d;
+    moe_layer_desc_init(&d);
+    d.activation = MOE_ACT_SWIGLU;
+    moe_ref_mlp m = {.gate = gate, .up = up, .down = down, .dt = dt, .gu_so = H, .gu_si = 1,
+                     .dn_so = I, .dn_si = 1};
+    moe_ref_expert_ex(&d, &m, H, I, x, y, h);
 }

@@ -1,4 +1,5 @@
-/* Reference finalize: weighted sum over K in top-k order, scaling once, shared expert added. */
+/* Reference finalize: weighted sum over K in top-k order (unweighted when the weight went
+ * onto the expert input), scaling once, shared expert added. */
 #include "ref/ref.h"
 
 void moe_ref_finalize(const moe_layer_desc *desc, int64_t T, const float *weights, const float *y,
@@ -8,8 +9,12 @@ void moe_ref_finalize(const moe_layer_desc *desc, int64_t T, const float *weight
     for (int64_t t = 0; t < T; t++) {
         for (int64_t h = 0; h < H; h++) {
             float acc = 0.0f;
-            for (int64_t k = 0; k < K; k++)
-                acc += weights[t * K + k] * y[(t * K + k) * H + h];
+            for (int64_t k = 0; k < K; k++) {
+                if (desc->apply_router_weight_on_input)
+                    acc += y[(t * K + k) * H + h];
+                else
+                    acc += weights[t * K + k] * y[(t * K + k) * H + h];
+            }
             if (desc->routed_scaling_factor != 1.0f)
                 acc = acc * desc->routed_scaling_factor;
             if (shared_y)

@@ -17,54 +17,83 @@ moe_status moe_ref_forward(const moe_layer_desc *desc, const moe_weight_source *
     const moe_dtype dt = desc->weight_dtype;
 
     float *logits = malloc(sizeof(float) * (size_t)(T * E));     /* [T, E] */
-    float *scores = malloc(sizeof(float) * (size_t)E);           /* [E] */
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(T * K));    /* [T, K] */
     float *weights = malloc(sizeof(float) * (size_t)(T * K));    /* [T, K] */
     int64_t *offsets = malloc(sizeof(int64_t) * (size_t)(E + 1));/* [E+1] */
     int32_t *rows = malloc(sizeof(int32_t) * (size_t)(T * K));   /* [T*K] */
     float *y = malloc(sizeof(float) * (size_t)(T * K * H));      /* [T*K, H] by row id */
+    float *xs = malloc(sizeof(float) * (size_t)H);               /* [H] scaled input */
     int64_t hmax = I > Is ? I : Is;
     float *h = malloc(sizeof(float) * (size_t)hmax);             /* [max(I, Is)] */
     float *shared_y = Is > 0 ? malloc(sizeof(float) * (size_t)(T * H)) : NULL; /* [T, H] */
     float *shared_scale = Is > 0 ? malloc(sizeof(float) * (size_t)T) : NULL;   /* [T] */
     moe_status st = MOE_OK;
-    if (!logits || !scores || !ids || !weights || !offsets || !rows || !y || !h ||
+    if (!logits || !ids || !weights || !offsets || !rows || !y || !xs || !h ||
         (Is > 0 && (!shared_y || !shared_scale))) {
         st = MOE_ENOMEM;
         goto done;
     }
 
-    /* route */
-    if (router_logits)
+    /* route: logits (+ router bias when computed here), then scores, selection, weights */
+    if (router_logits) {
         memcpy(logits, router_logits, sizeof(float) * (size_t)(T * E));
-    else
+    } else {
         moe_ref_router_logits(x, T, H, E, src->router, src->router_dtype, logits);
-    moe_ref_route(desc, logits, T, ids, weights, scores);
+        if (desc->has_router_bias)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t e = 0; e < E; e++)
+                    logits[t * E + e] = logits[t * E + e] + moe_ref_load(src->router_bias, src->router_bias_dtype, e);
+    }
+    st = moe_ref_route(desc, desc->has_selection_bias ? src->selection_bias : NULL, src->selection_bias_dtype,
+                       logits, T, ids, weights);
+    if (st != MOE_OK)
+        goto done;
 
     /* permute */
     moe_ref_permute(ids, T, K, E, offsets, rows);
 
     /* experts: each row through its expert, outputs kept f32 by row id */
+    moe_ref_mlp m = {.dt = dt,
+                     .gu_so = src->gate_up_stride_out ? src->gate_up_stride_out : H,
+                     .gu_si = src->gate_up_stride_out ? src->gate_up_stride_in : 1,
+                     .dn_so = src->down_stride_out ? src->down_stride_out : I,
+                     .dn_si = src->down_stride_out ? src->down_stride_in : 1,
+                     .bias_dt = src->expert_bias_dtype,
+                     .gu_bias_stride = src->gate_up_bias_stride ? src->gate_up_bias_stride : 1};
     for (int64_t e = 0; e < E; e++) {
+        m.gate = src->gate_proj[e];
+        m.up = src->up_proj[e];
+        m.down = src->down_proj[e];
+        m.gate_bias = desc->has_expert_bias ? src->gate_bias[e] : NULL;
+        m.up_bias = desc->has_expert_bias ? src->up_bias[e] : NULL;
+        m.down_bias = desc->has_expert_bias ? src->down_bias[e] : NULL;
         for (int64_t i = offsets[e]; i < offsets[e + 1]; i++) {
             int64_t r = rows[i];
             int64_t t = r / K;
-            moe_ref_expert(src->gate_proj[e], src->up_proj[e], src->down_proj[e], dt, H, I,
-                           x + t * H, y + r * H, h);
+            const float *in = x + t * H;
+            if (desc->apply_router_weight_on_input) {
+                /* the routing weight goes onto the expert's input, one rounding per element */
+                for (int64_t k = 0; k < H; k++)
+                    xs[k] = weights[r] * x[t * H + k];
+                in = xs;
+            }
+            moe_ref_expert_ex(desc, &m, H, I, in, y + r * H, h);
         }
     }
 
-    /* shared expert */
+    /* shared expert: row-major, no biases, on the unscaled input */
     if (Is > 0) {
+        moe_ref_mlp sm = {.gate = src->shared_gate_proj, .up = src->shared_up_proj,
+                          .down = src->shared_down_proj, .dt = dt, .gu_so = H, .gu_si = 1,
+                          .dn_so = Is, .dn_si = 1};
         for (int64_t t = 0; t < T; t++) {
-            moe_ref_expert(src->shared_gate_proj, src->shared_up_proj, src->shared_down_proj, dt,
-                           H, Is, x + t * H, shared_y + t * H, h);
+            moe_ref_expert_ex(desc, &sm, H, Is, x + t * H, shared_y + t * H, h);
             float s = 1.0f;
             if (desc->shared_expert_gated) {
                 float l = 0.0f;
                 for (int64_t k = 0; k < H; k++)
                     l = fmaf(x[t * H + k], moe_ref_load(src->shared_expert_gate, src->router_dtype, k), l);
-                s = 1.0f / (1.0f + expf(-l));
+                s = moe_ref_sigmoid(l);
             }
             shared_scale[t] = s;
         }
@@ -79,12 +108,12 @@ moe_status moe_ref_forward(const moe_layer_desc *desc, const moe_weight_source *
 
 done:
     free(logits);
-    free(scores);
     free(ids);
     free(weights);
     free(offsets);
     free(rows);
     free(y);
+    free(xs);
     free(h);
     free(shared_y);
     free(shared_scale);

@@ -1,9 +1,11 @@
-/* Reference routing: router GEMM, softmax scoring, top-k by row-max rounds, renormalize. */
+/* Reference routing: router GEMM, scoring, selection key, group-limited masking, top-k by
+ * rounds of row-max, weights, renormalize. One token at a time, written to be read. */
 #include "ref/ref.h"
 #include "quant/convert.h"
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 
 float moe_ref_load(const void *base, moe_dtype dt, int64_t i)
 {
@@ -66,7 +68,12 @@ void moe_ref_softmax(const float *logits, int64_t E, float *scores)
         scores[e] = scores[e] / sum;
 }
 
-/* a ranks above b: larger value, NaN below every number, ties to the lower id */
+float moe_ref_sigmoid(float v)
+{
+    return 1.0f / (1.0f + expf(-v));
+}
+
+/* a ranks above b: larger value, NaN below every number, ties to the lower index */
 static bool ranks_above(float va, int64_t ia, float vb, int64_t ib)
 {
     if (isnan(va) || isnan(vb)) {
@@ -79,34 +86,119 @@ static bool ranks_above(float va, int64_t ia, float vb, int64_t ib)
     return ia < ib;
 }
 
-void moe_ref_route(const moe_layer_desc *desc, const float *logits, int64_t T, int32_t *ids,
-                   float *weights, float *scores)
+/* Index of the best of v[0..n) not marked in taken[] (row-max), or -1 when all are taken. */
+static int64_t row_max(const float *v, int64_t n, const bool *taken)
+{
+    int64_t best = -1;
+    for (int64_t i = 0; i < n; i++) {
+        if (taken[i])
+            continue;
+        if (best < 0 || ranks_above(v[i], i, v[best], best))
+            best = i;
+    }
+    return best;
+}
+
+/* One token: logits l [E] -> ids [K], w [K]. Scratch: s, c [E], gs [G], taken [max(E, G)]. */
+static void route_token(const moe_layer_desc *d, const void *bias, moe_dtype bias_dt, const float *l,
+                        int32_t *ids, float *w, float *s, float *c, float *gs, bool *taken)
+{
+    const int64_t E = d->num_experts, K = d->top_k;
+
+    /* 1. scores */
+    if (d->scoring_func == MOE_SCORING_SOFTMAX) {
+        moe_ref_softmax(l, E, s);
+    } else if (d->scoring_func == MOE_SCORING_SIGMOID) {
+        for (int64_t e = 0; e < E; e++)
+            s[e] = moe_ref_sigmoid(l[e]);
+    } else {
+        for (int64_t e = 0; e < E; e++)
+            s[e] = l[e]; /* the top-k-first modes select on the logits */
+    }
+
+    /* 2. selection key: the score plus the selection bias */
+    for (int64_t e = 0; e < E; e++)
+        c[e] = bias ? s[e] + moe_ref_load(bias, bias_dt, e) : s[e];
+
+    /* 3. group-limited selection: score each group, keep the topk_group best, mask the rest */
+    if (d->n_group > 1) {
+        const int64_t G = d->n_group, m = E / G;
+        for (int64_t g = 0; g < G; g++) {
+            const float *cg = c + g * m; /* [m] */
+            for (int64_t i = 0; i < m; i++)
+                taken[i] = false;
+            int64_t best = row_max(cg, m, taken);
+            gs[g] = cg[best];
+            if (d->group_score == MOE_GROUP_SCORE_TOP2_SUM && m >= 2) {
+                taken[best] = true;
+                int64_t second = row_max(cg, m, taken);
+                gs[g] = cg[best] + cg[second];
+            }
+        }
+        for (int64_t g = 0; g < G; g++)
+            taken[g] = false;
+        for (int64_t r = 0; r < d->topk_group; r++)
+            taken[row_max(gs, G, taken)] = true; /* taken = kept */
+        for (int64_t g = 0; g < G; g++)
+            if (!taken[g])
+                for (int64_t i = 0; i < m; i++)
+                    c[g * m + i] = -INFINITY;
+    }
+
+    /* 4. top-k: K rounds of row-max over the experts not yet taken */
+    for (int64_t e = 0; e < E; e++)
+        taken[e] = false;
+    for (int64_t k = 0; k < K; k++) {
+        int64_t best = row_max(c, E, taken);
+        taken[best] = true;
+        ids[k] = (int32_t)best;
+    }
+
+    /* 5. weights, never from the selection bias or the mask */
+    if (d->scoring_func == MOE_SCORING_TOPK_SOFTMAX) {
+        for (int64_t k = 0; k < K; k++)
+            gs[k] = l[ids[k]]; /* gs has room for K values: see moe_ref_route */
+        moe_ref_softmax(gs, K, w);
+    } else if (d->scoring_func == MOE_SCORING_TOPK_SIGMOID) {
+        for (int64_t k = 0; k < K; k++)
+            w[k] = moe_ref_sigmoid(l[ids[k]]);
+    } else {
+        for (int64_t k = 0; k < K; k++)
+            w[k] = s[ids[k]];
+    }
+
+    /* 6. renormalize, summing in top-k order */
+    if (d->renormalize) {
+        float sum = 0.0f;
+        for (int64_t k = 0; k < K; k++)
+            sum += w[k];
+        for (int64_t k = 0; k < K; k++)
+            w[k] = w[k] / (sum + 1e-20f);
+    }
+}
+
+moe_status moe_ref_route(const moe_layer_desc *desc, const void *selection_bias,
+                         moe_dtype bias_dtype, const float *logits, int64_t T, int32_t *ids,
+                         float *weights)
 {
     const int64_t E = desc->num_experts, K = desc->top_k;
-    for (int64_t t = 0; t < T; t++) {
-        moe_ref_softmax(logits + t * E, E, scores);
-        /* K rounds: pick the best expert not yet taken */
-        for (int64_t k = 0; k < K; k++) {
-            int64_t best = -1;
-            for (int64_t e = 0; e < E; e++) {
-                bool taken = false;
-                for (int64_t j = 0; j < k; j++)
-                    if (ids[t * K + j] == e)
-                        taken = true;
-                if (taken)
-                    continue;
-                if (best < 0 || ranks_above(scores[e], e, scores[best], best))
-                    best = e;
-            }
-            ids[t * K + k] = (int32_t)best;
-            weights[t * K + k] = scores[best];
-        }
-        if (desc->renormalize) {
-            float sum = 0.0f;
-            for (int64_t k = 0; k < K; k++)
-                sum += weights[t * K + k];
-            for (int64_t k = 0; k < K; k++)
-                weights[t * K + k] = weights[t * K + k] / (sum + 1e-20f);
-        }
+    const int64_t G = desc->n_group > 1 ? desc->n_group : 1;
+    const int64_t ng = G > K ? G : K;
+    float *s = malloc(sizeof(float) * (size_t)E);   /* [E] scores */
+    float *c = malloc(sizeof(float) * (size_t)E);   /* [E] selection keys */
+    float *gs = malloc(sizeof(float) * (size_t)ng); /* [max(G, K)] group scores, then K logits */
+    bool *taken = malloc(sizeof(bool) * (size_t)(E > G ? E : G)); /* [max(E, G)] */
+    moe_status st = MOE_OK;
+    if (!s || !c || !gs || !taken) {
+        st = MOE_ENOMEM;
+    } else {
+        for (int64_t t = 0; t < T; t++)
+            route_token(desc, selection_bias, bias_dtype, logits + t * E, ids + t * K, weights + t * K, s,
+                        c, gs, taken);
     }
+    free(s);
+    free(c);
+    free(gs);
+    free(taken);
+    return st;
 }

@@ -1,10 +1,14 @@
-/* Production routing: softmax over E, top-k by insertion into a sorted list (MOE_TOPK=sort) or
- * by K rounds of row-max (MOE_TOPK=rowmax), then renormalization. Both follow the order of
- * docs/numerics.md, so they agree with each other and with src/ref bit for bit. */
+/* Production routing: scores (softmax, sigmoid, or the logits for the top-k-first modes), the
+ * selection key (+ selection bias), group-limited masking, top-k by insertion into a sorted
+ * list (MOE_TOPK=sort) or by K rounds of row-max (MOE_TOPK=rowmax), weights, renormalization.
+ * Every selection uses one strict total order (value descending, NaN last, lower index
+ * first), so both methods pick the same experts and groups as src/ref's row-max; the
+ * elementwise formulas are src/ref's, operation for operation, so the bits agree. */
 #include "route/route.h"
 
 #include <math.h>
 #include <stdbool.h>
+#include <string.h>
 
 /* Softmax with the NaN / Inf rules of docs/numerics.md. */
 static void softmax_row(const float *l, int64_t E, float *s)
@@ -40,6 +44,11 @@ static void softmax_row(const float *l, int64_t E, float *s)
         s[e] = s[e] / sum;
 }
 
+static inline float sigmoid(float v)
+{
+    return 1.0f / (1.0f + expf(-v));
+}
+
 /* a before b in top-k order */
 static inline bool before(float va, int32_t ia, float vb, int32_t ib)
 {
@@ -51,58 +60,184 @@ static inline bool before(float va, int32_t ia, float vb, int32_t ib)
     return va > vb;
 }
 
-/* K best of scores [E] by insertion into a sorted list: id, w [K]. */
-static void topk_sort(const float *scores, int64_t E, int64_t K, int32_t *id, float *w)
+/* K best of v [n] by insertion into a sorted list: id, w [K] (w = their values). */
+static void topk_sort(const float *v, int64_t n, int64_t K, int32_t *id, float *w)
 {
-    int64_t n = 0;
-    for (int32_t e = 0; e < (int32_t)E; e++) {
-        float v = scores[e];
-        if (n == K && !before(v, e, w[K - 1], id[K - 1]))
+    int64_t cnt = 0;
+    for (int32_t e = 0; e < (int32_t)n; e++) {
+        float x = v[e];
+        if (cnt == K && !before(x, e, w[K - 1], id[K - 1]))
             continue;
-        int64_t pos = n < K ? n : K - 1;
-        while (pos > 0 && before(v, e, w[pos - 1], id[pos - 1])) {
+        int64_t pos = cnt < K ? cnt : K - 1;
+        while (pos > 0 && before(x, e, w[pos - 1], id[pos - 1])) {
             w[pos] = w[pos - 1];
             id[pos] = id[pos - 1];
             pos--;
         }
-        w[pos] = v;
+        w[pos] = x;
         id[pos] = e;
-        if (n < K)
-            n++;
+        if (cnt < K)
+            cnt++;
     }
 }
 
-/* K best of scores [E] by K rounds of row-max over the experts not yet taken. */
-static void topk_rowmax(const float *scores, int64_t E, int64_t K, int32_t *id, float *w)
+/* K best of v [n] by K rounds of row-max over the entries not yet taken. */
+static void topk_rowmax(const float *v, int64_t n, int64_t K, int32_t *id, float *w)
 {
     for (int64_t k = 0; k < K; k++) {
         int32_t best = -1;
-        for (int32_t e = 0; e < (int32_t)E; e++) {
+        for (int32_t e = 0; e < (int32_t)n; e++) {
             int taken = 0;
             for (int64_t j = 0; j < k; j++)
                 taken |= (id[j] == e);
             if (taken)
                 continue;
-            if (best < 0 || before(scores[e], e, scores[best], best))
+            if (best < 0 || before(v[e], e, v[best], best))
                 best = e;
         }
         id[k] = best;
-        w[k] = scores[best];
+        w[k] = v[best];
     }
 }
 
-void moe_route_topk(const moe_layer_desc *desc, const float *logits, int64_t T, int32_t *ids,
-                    float *weights, float *scores, moe_topk_method method)
+static void topk(const float *v, int64_t n, int64_t K, int32_t *id, float *w, moe_topk_method method)
 {
-    const int64_t E = desc->num_experts, K = desc->top_k;
+    if (method == MOE_TOPK_ROWMAX)
+        topk_rowmax(v, n, K, id, w);
+    else
+        topk_sort(v, n, K, id, w);
+}
+
+/* Scratch layout, in 4-byte units: s [E], c [E], kv [max(G, K)], gid [G] (i32), gval [G],
+ * then kept [G] bytes. */
+static int64_t n_groups(const moe_layer_desc *d)
+{
+    return d->n_group > 1 ? d->n_group : 1;
+}
+
+size_t moe_route_scratch_bytes(const moe_layer_desc *d)
+{
+    const size_t E = (size_t)d->num_experts, K = (size_t)d->top_k, G = (size_t)n_groups(d);
+    return 4 * (2 * E + (G > K ? G : K) + 2 * G) + G + 64;
+}
+
+moe_status moe_route_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
+{
+    const long long E = (long long)d->num_experts, K = (long long)d->top_k;
+    const long long G = (long long)d->n_group, TG = (long long)d->topk_group;
+    if (G < 0)
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: n_group = %lld is negative (0 or 1: no groups)", G);
+    if (G > 1) {
+        if (E % G != 0)
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "layer description: num_experts = %lld is not a multiple of n_group = %lld", E, G);
+        if (TG < 1 || TG > G)
+            return moe_set_error(ctx, MOE_EINVAL, "layer description: topk_group = %lld, must be in [1, n_group = %lld]",
+                                 TG, G);
+        if (TG * (E / G) < K)
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "layer description: topk_group = %lld groups of %lld experts hold fewer than top_k = %lld "
+                                 "experts",
+                                 TG, E / G, K);
+        if (d->group_score != MOE_GROUP_SCORE_MAX && d->group_score != MOE_GROUP_SCORE_TOP2_SUM)
+            return moe_set_error(ctx, MOE_EINVAL, "layer description: group_score = %d is not a moe_group_score value",
+                                 (int)d->group_score);
+    }
+    if (d->activation == MOE_ACT_SWIGLU_OAI) {
+        if (!(d->swiglu_limit > 0.0f))
+            return moe_set_error(ctx, MOE_EINVAL, "layer description: swiglu_limit = %g, must be > 0",
+                                 (double)d->swiglu_limit);
+        if (!isfinite(d->swiglu_alpha))
+            return moe_set_error(ctx, MOE_EINVAL, "layer description: swiglu_alpha = %g, must be finite",
+                                 (double)d->swiglu_alpha);
+    }
+    return MOE_OK;
+}
+
+void moe_route_add_bias(const float *bias, int64_t T, int64_t E, float *logits)
+{
+    if (!bias)
+        return;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t e = 0; e < E; e++)
+            logits[t * E + e] = logits[t * E + e] + bias[e];
+}
+
+void moe_route_topk(const moe_layer_desc *desc, const float *sel_bias, const float *logits,
+                    int64_t T, int32_t *ids, float *weights, void *scratch,
+                    moe_topk_method method)
+{
+    const int64_t E = desc->num_experts, K = desc->top_k, G = n_groups(desc);
+    const int64_t nkv = G > K ? G : K;
+    float *s = scratch;                   /* [E] scores */
+    float *c = s + E;                     /* [E] selection keys */
+    float *kv = c + E;                    /* [max(G, K)] group scores, then K logits */
+    int32_t *gid = (int32_t *)(kv + nkv); /* [G] kept groups */
+    float *gval = (float *)(gid + G);     /* [G] */
+    unsigned char *kept = (unsigned char *)(gval + G); /* [G] */
+    const moe_scoring sf = desc->scoring_func;
+
     for (int64_t t = 0; t < T; t++) {
-        softmax_row(logits + t * E, E, scores);
-        int32_t *id = ids + t * K;  /* [K] */
-        float *w = weights + t * K; /* [K] */
-        if (method == MOE_TOPK_ROWMAX)
-            topk_rowmax(scores, E, K, id, w);
+        const float *l = logits + t * E; /* [E] */
+        int32_t *id = ids + t * K;       /* [K] */
+        float *w = weights + t * K;      /* [K] */
+
+        /* scores and selection keys */
+        if (sf == MOE_SCORING_SOFTMAX) {
+            softmax_row(l, E, s);
+        } else if (sf == MOE_SCORING_SIGMOID) {
+            for (int64_t e = 0; e < E; e++)
+                s[e] = sigmoid(l[e]);
+        } else {
+            memcpy(s, l, sizeof(float) * (size_t)E);
+        }
+        if (sel_bias)
+            for (int64_t e = 0; e < E; e++)
+                c[e] = s[e] + sel_bias[e];
         else
-            topk_sort(scores, E, K, id, w);
+            memcpy(c, s, sizeof(float) * (size_t)E);
+
+        /* group-limited selection */
+        if (G > 1) {
+            const int64_t m = E / G;
+            for (int64_t g = 0; g < G; g++) {
+                const float *cg = c + g * m; /* [m] */
+                int32_t b1 = -1, b2 = -1;    /* best and second best member */
+                for (int32_t i = 0; i < (int32_t)m; i++) {
+                    if (b1 < 0 || before(cg[i], i, cg[b1], b1)) {
+                        b2 = b1;
+                        b1 = i;
+                    } else if (b2 < 0 || before(cg[i], i, cg[b2], b2)) {
+                        b2 = i;
+                    }
+                }
+                kv[g] = cg[b1];
+                if (desc->group_score == MOE_GROUP_SCORE_TOP2_SUM && m >= 2)
+                    kv[g] = cg[b1] + cg[b2];
+            }
+            topk(kv, G, desc->topk_group, gid, gval, method);
+            memset(kept, 0, (size_t)G);
+            for (int64_t r = 0; r < desc->topk_group; r++)
+                kept[gid[r]] = 1;
+            for (int64_t g = 0; g < G; g++)
+                if (!kept[g])
+                    for (int64_t i = 0; i < m; i++)
+                        c[g * m + i] = -INFINITY;
+        }
+
+        /* top-k on the keys, then the weights */
+        topk(c, E, K, id, w, method);
+        if (sf == MOE_SCORING_TOPK_SOFTMAX) {
+            for (int64_t k = 0; k < K; k++)
+                kv[k] = l[id[k]];
+            softmax_row(kv, K, w);
+        } else if (sf == MOE_SCORING_TOPK_SIGMOID) {
+            for (int64_t k = 0; k < K; k++)
+                w[k] = sigmoid(l[id[k]]);
+        } else {
+            for (int64_t k = 0; k < K; k++)
+                w[k] = s[id[k]];
+        }
         if (desc->renormalize) {
             float sum = 0.0f;
             for (int64_t k = 0; k < K; k++)

@@ -12,13 +12,32 @@ modeling code), not from libmoe's sources, and using only numpy and the safetens
   output        = sum_k topk_weights[k] * y_{topk_ids[k]}(x)
                   (+ sigmoid(w_sg . x) * y_shared(x) for Qwen2-MoE's gated shared expert)
 
+The other families, from transformers 5.24's modeling code (the routing table of MODELS.md):
+
+  DeepSeek-V2   softmax; topk_method greedy, or group_limited_greedy (groups of E/n_group,
+                group score = max, keep topk_group groups, the rest masked); no
+                renormalization; routed_scaling_factor; n_shared_experts * I shared, ungated
+  DeepSeek-V3   s = sigmoid(l); choice = s + e_score_correction_bias; group score = sum of
+                the two best choices; keep topk_group groups (others -inf); top-k on choice;
+                weights = s (unbiased), / (sum + 1e-20) if norm_topk_prob; * scale; shared
+  gpt-oss       l = x Wr^T + b; top-k on l; weights = softmax of the k; experts: gu = x W + b
+                (gate = even columns, up = odd), gate = min(gate, limit), up = clamp(up,
+                -limit, limit), h = (up + 1) * gate * sigmoid(alpha gate), y = h Wd + bd
+  Llama-4       top-k on l; w = sigmoid(l); y = SwiGLU(w x), summed unweighted; + shared(x)
+  OLMoE         softmax, renormalize if norm_topk_prob
+  Granite-MoE   top-k on l, softmax of the k
+  Qwen3.5-MoE   softmax, always renormalized, sigmoid-gated shared expert
+  Qwen3-Next    as Qwen2-MoE with norm_topk_prob defaulting to true
+
 Weights of any dtype (F32, BF16, F16) are widened exactly to float64, so the reference uses
 the same rounded weights a bf16/f16 implementation sees. Tensor names: per-expert (what
-transformers' save_pretrained writes) and stacked (transformers' in-memory layout,
-experts.gate_up_proj [E, 2I, H] and experts.down_proj [E, H, I]).
+transformers' save_pretrained writes), stacked (transformers' in-memory layout,
+experts.gate_up_proj [E, 2I, H] and experts.down_proj [E, H, I]; Granite input_linear /
+output_linear), and the input-major [E, H, 2I] / [E, I, H] of Llama-4 and gpt-oss.
 """
 
 import json
+import math
 import os
 
 import numpy as np
@@ -83,29 +102,86 @@ class Checkpoint:
         return name in self.tensors
 
 
+_FAMILIES = {
+    "MixtralForCausalLM": "mixtral", "mixtral": "mixtral",
+    "Qwen2MoeForCausalLM": "qwen2_moe", "qwen2_moe": "qwen2_moe",
+    "Qwen3MoeForCausalLM": "qwen3_moe", "qwen3_moe": "qwen3_moe",
+    "DeepseekV2ForCausalLM": "deepseek_v2", "deepseek_v2": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3", "deepseek_v3": "deepseek_v3",
+    "GptOssForCausalLM": "gpt_oss", "gpt_oss": "gpt_oss",
+    "Llama4ForConditionalGeneration": "llama4", "llama4": "llama4",
+    "Llama4ForCausalLM": "llama4", "llama4_text": "llama4",
+    "OlmoeForCausalLM": "olmoe", "olmoe": "olmoe",
+    "GraniteMoeForCausalLM": "granitemoe", "granitemoe": "granitemoe",
+    "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe", "qwen3_5_moe": "qwen3_5_moe",
+    "Qwen3_5MoeForCausalLM": "qwen3_5_moe", "qwen3_5_moe_text": "qwen3_5_moe",
+    "Qwen3NextForCausalLM": "qwen3_next", "qwen3_next": "qwen3_next",
+}
+
+
 def family_of(cfg):
     arch = (cfg.get("architectures") or [""])[0]
     mt = cfg.get("model_type", "")
-    if arch == "MixtralForCausalLM" or mt == "mixtral":
-        return "mixtral"
-    if arch == "Qwen2MoeForCausalLM" or mt == "qwen2_moe":
-        return "qwen2_moe"
-    if arch == "Qwen3MoeForCausalLM" or mt == "qwen3_moe":
-        return "qwen3_moe"
+    if arch in _FAMILIES:
+        return _FAMILIES[arch]
+    if mt in _FAMILIES:
+        return _FAMILIES[mt]
     raise ValueError(f"unsupported architecture {arch!r} / model_type {mt!r}")
 
 
+def text_config(cfg, family):
+    """The decoder's fields: text_config for the multimodal wrappers."""
+    if family in ("llama4", "qwen3_5_moe") and isinstance(cfg.get("text_config"), dict):
+        return cfg["text_config"]
+    return cfg
+
+
 def is_moe_layer(cfg, family, layer):
-    if family == "mixtral":
+    if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe"):
         return True
+    if family in ("deepseek_v2", "deepseek_v3"):
+        first = cfg.get("first_k_dense_replace")
+        first = (3 if family == "deepseek_v3" else 0) if first is None else int(first)
+        return layer >= first and layer % int(cfg.get("moe_layer_freq") or 1) == 0
+    if family == "llama4":
+        if cfg.get("moe_layers") is not None:
+            return layer in cfg["moe_layers"]
+        return (layer + 1) % int(cfg.get("interleave_moe_layer_step") or 1) == 0
     if layer in (cfg.get("mlp_only_layers") or []):
         return False
     return (layer + 1) % int(cfg.get("decoder_sparse_step", 1)) == 0
 
 
+def _get(cfg, key, default):
+    v = cfg.get(key)
+    return default if v is None else v
+
+
+def _prefix(ck, fam, layer):
+    """The MoE block's tensor prefix: the first candidate that holds the router."""
+    cands = {
+        "mixtral": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
+        "qwen3_5_moe": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
+        "llama4": [f"language_model.model.layers.{layer}.feed_forward.",
+                   f"model.language_model.layers.{layer}.feed_forward.",
+                   f"model.layers.{layer}.feed_forward."],
+        "granitemoe": [f"model.layers.{layer}.block_sparse_moe."],
+    }.get(fam, [f"model.layers.{layer}.mlp."])
+    routers = {"gpt_oss": ["router.weight"], "llama4": ["router.weight"],
+               "granitemoe": ["router.layer.weight", "router.weight"]}.get(fam, ["gate.weight"])
+    for c in cands:
+        for r in routers:
+            if ck.has(c + r):
+                return c, c + r
+    return cands[0], cands[0] + routers[0]
+
+
 def layer_params(ck, layer):
     """Sizes, routing settings and float64 weights of MoE layer `layer`."""
-    cfg, fam = ck.config, ck.family
+    fam = ck.family
+    if fam not in ("mixtral", "qwen2_moe", "qwen3_moe"):
+        return layer_params_new(ck, layer)
+    cfg = ck.config
     nl = int(cfg["num_hidden_layers"])
     if not 0 <= layer < nl:
         raise IndexError(f"layer {layer} outside [0, {nl})")
@@ -154,8 +230,131 @@ def layer_params(ck, layer):
     return p
 
 
+def layer_params_new(ck, layer):
+    """layer_params for the families after Mixtral / Qwen2/3-MoE."""
+    fam = ck.family
+    cfg = text_config(ck.config, fam)
+    nl = int(cfg["num_hidden_layers"])
+    if not 0 <= layer < nl:
+        raise IndexError(f"layer {layer} outside [0, {nl})")
+    if not is_moe_layer(cfg, fam, layer):
+        raise ValueError(f"layer {layer} is a dense layer")
+    H, K = int(cfg["hidden_size"]), int(cfg["num_experts_per_tok"])
+    v3 = fam == "deepseek_v3"
+    if fam in ("deepseek_v2", "deepseek_v3"):
+        E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
+        I = int(cfg["moe_intermediate_size"])
+    elif fam in ("qwen3_5_moe", "qwen3_next"):
+        E = int(cfg.get("num_experts") or cfg.get("num_local_experts"))
+        I = int(cfg["moe_intermediate_size"])
+    else:
+        E = int(cfg.get("num_local_experts") or cfg.get("num_experts"))
+        I = int(cfg["intermediate_size"])
+    p = {"family": fam, "H": H, "K": K, "E": E, "I": I, "scoring": "softmax", "renormalize": False,
+         "scale": 1.0, "n_group": 1, "topk_group": 1, "group_score": "max", "sel_bias": None,
+         "router_bias": None, "act": "swiglu", "on_input": False, "Is": 0, "shared_gated": False,
+         "biases": None}
+    if fam == "deepseek_v3":
+        p.update(scoring="sigmoid", renormalize=bool(_get(cfg, "norm_topk_prob", True)),
+                 scale=float(_get(cfg, "routed_scaling_factor", 2.5)), n_group=int(_get(cfg, "n_group", 8)),
+                 topk_group=int(_get(cfg, "topk_group", 4)), group_score="top2_sum")
+    elif fam == "deepseek_v2":
+        p["scale"] = float(_get(cfg, "routed_scaling_factor", 1.0))
+        if _get(cfg, "topk_method", "greedy") == "group_limited_greedy":
+            p.update(n_group=int(cfg["n_group"]), topk_group=int(cfg["topk_group"]))
+    elif fam in ("gpt_oss", "granitemoe"):
+        p["scoring"] = "topk_softmax"
+    elif fam == "llama4":
+        p.update(scoring="topk_sigmoid", on_input=True)
+    elif fam in ("olmoe", "qwen3_next"):
+        p["renormalize"] = bool(_get(cfg, "norm_topk_prob", fam == "qwen3_next"))
+    elif fam == "qwen3_5_moe":
+        p["renormalize"] = True
+    if fam == "gpt_oss":
+        p.update(act="swiglu_oai", alpha=float(_get(cfg, "swiglu_alpha", 1.702)),
+                 limit=float(_get(cfg, "swiglu_limit", 7.0)))
+    else:
+        p["act"] = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu_tanh",
+                    "gelu_new": "geglu_tanh"}[_get(cfg, "hidden_act", "silu")]
+
+    moe, router_name = _prefix(ck, fam, layer)
+    p["router"] = ck.get(router_name)
+    if fam == "gpt_oss":
+        p["router_bias"] = ck.get(moe + "router.bias")
+    if v3:
+        p["sel_bias"] = ck.get(moe + "gate.e_score_correction_bias")
+    if fam in ("gpt_oss", "llama4"):
+        gu = ck.get(moe + "experts.gate_up_proj")            # [E, H, 2I]
+        dn = ck.get(moe + "experts.down_proj")                # [E, I, H]
+        if fam == "gpt_oss":
+            p["w_gate"] = np.transpose(gu[:, :, 0::2], (0, 2, 1))
+            p["w_up"] = np.transpose(gu[:, :, 1::2], (0, 2, 1))
+            b = ck.get(moe + "experts.gate_up_proj_bias")     # [E, 2I]
+            p["biases"] = (b[:, 0::2], b[:, 1::2], ck.get(moe + "experts.down_proj_bias"))
+        else:
+            p["w_gate"] = np.transpose(gu[:, :, :I], (0, 2, 1))
+            p["w_up"] = np.transpose(gu[:, :, I:], (0, 2, 1))
+        p["w_down"] = np.transpose(dn, (0, 2, 1))
+    elif ck.has(moe + "experts.gate_up_proj") or ck.has(moe + "input_linear.weight"):
+        inl = ck.has(moe + "input_linear.weight") and not ck.has(moe + "experts.gate_up_proj")
+        gu = ck.get(moe + ("input_linear.weight" if inl else "experts.gate_up_proj"))
+        p["w_gate"], p["w_up"] = gu[:, :I, :], gu[:, I:, :]
+        p["w_down"] = ck.get(moe + ("output_linear.weight" if inl else "experts.down_proj"))
+    else:
+        p["w_gate"] = np.stack([ck.get(f"{moe}experts.{e}.gate_proj.weight") for e in range(E)])
+        p["w_up"] = np.stack([ck.get(f"{moe}experts.{e}.up_proj.weight") for e in range(E)])
+        p["w_down"] = np.stack([ck.get(f"{moe}experts.{e}.down_proj.weight") for e in range(E)])
+    for k, shape in (("router", (E, H)), ("w_gate", (E, I, H)), ("w_up", (E, I, H)),
+                     ("w_down", (E, H, I))):
+        if tuple(p[k].shape) != shape:
+            raise ValueError(f"layer {layer}: {k} has shape {p[k].shape}, expected {shape}")
+
+    if fam in ("deepseek_v2", "deepseek_v3"):
+        ns = cfg.get("n_shared_experts", 1 if v3 else 2)
+        p["Is"] = int(ns or 0) * I
+        s = moe + "shared_experts."
+    elif fam == "llama4":
+        p["Is"], s = I, moe + "shared_expert."
+    elif fam in ("qwen3_5_moe", "qwen3_next"):
+        p["Is"], s = int(cfg.get("shared_expert_intermediate_size") or 0), moe + "shared_expert."
+        p["shared_gated"] = True
+    if p["Is"]:
+        p["s_gate"] = ck.get(s + "gate_proj.weight")
+        p["s_up"] = ck.get(s + "up_proj.weight")
+        p["s_down"] = ck.get(s + "down_proj.weight")
+        if p["shared_gated"]:
+            p["s_expert_gate"] = ck.get(moe + "shared_expert_gate.weight")  # [1, H]
+    return p
+
+
 def silu(v):
     return v / (1.0 + np.exp(-v))
+
+
+def sigmoid(v):
+    return 1.0 / (1.0 + np.exp(-v))
+
+
+def expert(p, x, e):
+    """x [n, H] -> [n, H] through expert e, with the family's activation and biases."""
+    g, u = x @ p["w_gate"][e].T, x @ p["w_up"][e].T
+    if p.get("biases") is not None:
+        g, u = g + p["biases"][0][e], u + p["biases"][1][e]
+    if p.get("act") == "swiglu_oai":
+        lim, alpha = p["limit"], p["alpha"]
+        g = np.minimum(g, lim)
+        u = np.clip(u, -lim, lim)
+        h = (u + 1.0) * (g * sigmoid(alpha * g))
+    elif p.get("act") == "geglu":
+        h = 0.5 * g * (1.0 + np.vectorize(math.erf)(g / math.sqrt(2.0))) * u
+    elif p.get("act") == "geglu_tanh":
+        h = 0.5 * g * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (g + 0.044715 * g ** 3))) * u
+    else:
+        h = silu(g) * u
+    y = h @ p["w_down"][e].T
+    if p.get("biases") is not None:
+        y = y + p["biases"][2][e]
+    return y
 
 
 def swiglu(x, wg, wu, wd):
@@ -176,13 +375,42 @@ def topk_lower_id(scores, K):
 
 
 def route(p, x):
+    """-> (logits [T, E], the selection key [T, E] after group masking ("probs" for the
+    softmax families), ids [T, K], weights [T, K] before routed_scaling_factor)."""
     logits = x @ p["router"].T  # [T, E]
-    probs = softmax(logits)
-    ids = topk_lower_id(probs, p["K"])
-    w = np.take_along_axis(probs, ids, axis=-1)
+    if p.get("router_bias") is not None:
+        logits = logits + p["router_bias"]
+    scoring = p.get("scoring", "softmax")
+    if scoring == "softmax":
+        scores = softmax(logits)
+    elif scoring == "sigmoid":
+        scores = sigmoid(logits)
+    else:
+        scores = logits                       # top-k first, on the logits
+    key = scores if p.get("sel_bias") is None else scores + p["sel_bias"]
+    G = p.get("n_group", 1)
+    if G > 1:
+        T, E = key.shape
+        kg = key.reshape(T, G, E // G)
+        if p["group_score"] == "top2_sum":
+            srt = -np.sort(-kg, axis=-1)
+            gs = srt[:, :, 0] + srt[:, :, 1]
+        else:
+            gs = kg.max(axis=-1)
+        kept = topk_lower_id(gs, p["topk_group"])
+        mask = np.zeros((T, G), dtype=bool)
+        np.put_along_axis(mask, kept, True, axis=-1)
+        key = np.where(np.repeat(mask, E // G, axis=-1), key, -np.inf)
+    ids = topk_lower_id(key, p["K"])
+    if scoring == "topk_softmax":
+        w = softmax(np.take_along_axis(logits, ids, axis=-1))
+    elif scoring == "topk_sigmoid":
+        w = sigmoid(np.take_along_axis(logits, ids, axis=-1))
+    else:
+        w = np.take_along_axis(scores, ids, axis=-1)
     if p["renormalize"]:
         w = w / (w.sum(axis=-1, keepdims=True) + 1e-20)
-    return logits, probs, ids, w
+    return logits, key, ids, w
 
 
 def moe_forward(p, x):
@@ -195,10 +423,15 @@ def moe_forward(p, x):
         rows, ks = np.nonzero(ids == e)
         if rows.size == 0:
             continue
-        y = swiglu(x[rows], p["w_gate"][e], p["w_up"][e], p["w_down"][e])
-        np.add.at(out, rows, w[rows, ks][:, None] * y)
+        if p.get("on_input"):  # Llama-4: the weight scales the expert input, once
+            np.add.at(out, rows, expert(p, w[rows, ks][:, None] * x[rows], e))
+        else:
+            np.add.at(out, rows, w[rows, ks][:, None] * expert(p, x[rows], e))
+    out *= p.get("scale", 1.0)
     if p["Is"]:
-        gate = 1.0 / (1.0 + np.exp(-(x @ p["s_expert_gate"].T)))  # [T, 1]
+        gate = 1.0
+        if p.get("shared_gated", p.get("family") == "qwen2_moe"):
+            gate = 1.0 / (1.0 + np.exp(-(x @ p["s_expert_gate"].T)))  # [T, 1]
         out += gate * swiglu(x, p["s_gate"], p["s_up"], p["s_down"])
     return {"output": out, "topk_ids": ids.astype(np.int32), "topk_weights": w,
             "router_logits": logits, "probs": probs}

@@ -875,10 +875,21 @@ static void test_config_errors(void **state)
                "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 16}");
     expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED, cfg, "'LlamaForCausalLM'",
                  "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM");
-    write_text(dir, "config.json", "{\"model_type\": \"deepseek_v3\", \"hidden_size\": 16}");
-    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED, cfg, "'deepseek_v3'");
+    write_text(dir, "config.json", "{\"model_type\": \"jamba\", \"hidden_size\": 16}");
+    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED, cfg, "'jamba'", "DeepseekV3ForCausalLM",
+                 "GptOssForCausalLM", "Llama4ForConditionalGeneration", "GraniteMoeForCausalLM");
     write_text(dir, "config.json", "{\"architectures\": \"MixtralForCausalLM\"}");
     expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "'architectures'");
+
+    /* An activation the experts do not compute is refused by name, never computed as silu. */
+    write_text(dir, "config.json",
+               "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"hidden_size\": 16, \"moe_intermediate_size\": 8,"
+               " \"num_experts\": 4, \"num_experts_per_tok\": 2, \"num_hidden_layers\": 2, \"hidden_act\": \"relu\"}");
+    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED, cfg, "'hidden_act'", "relu", "silu", "gelu");
+    write_text(dir, "config.json",
+               "{\"architectures\": [\"MixtralForCausalLM\"], \"hidden_size\": 16, \"intermediate_size\": 8,"
+               " \"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"num_hidden_layers\": 2, \"hidden_act\": 3}");
+    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "'hidden_act'");
 
     /* Missing and mistyped fields, each named. */
     write_text(dir, "config.json",

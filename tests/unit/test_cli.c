@@ -626,6 +626,129 @@ static void test_run_layer_out_of_range(void **state)
     result_free(&r);
 }
 
+/* --output must not replace the input, a checkpoint file, or a non-regular file. */
+static void test_run_refuses_outputs(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    run_fixture *f = *state;
+    free(make_input(f->in, 2, CK_H, MOE_DTYPE_F32, 5));
+    struct stat before;
+    assert_int_equal(stat(f->in, &before), 0);
+    cli_result r;
+    const char *a1[] = {"run", "--checkpoint", f->ck, "--layer", "0", "--input", f->in, "--output", f->in, NULL};
+    const char *e1[] = {"moe run: ", "is the input", NULL};
+    run_moe(&r, a1);
+    expect(&r, 1, e1);
+    result_free(&r);
+    struct stat after;
+    assert_int_equal(stat(f->in, &after), 0);
+    assert_true(before.st_ino == after.st_ino && before.st_size == after.st_size);
+
+    char ckfile[700];
+    snprintf(ckfile, sizeof ckfile, "%s/model.safetensors", f->ck);
+    assert_int_equal(stat(ckfile, &before), 0);
+    const char *a2[] = {"run", "--checkpoint", f->ck, "--layer", "0", "--input", f->in, "--output", ckfile, NULL};
+    const char *e2[] = {"moe run: ", "checkpoint's file", NULL};
+    run_moe(&r, a2);
+    expect(&r, 1, e2);
+    result_free(&r);
+    assert_int_equal(stat(ckfile, &after), 0);
+    assert_true(before.st_ino == after.st_ino && before.st_size == after.st_size);
+
+    char fifo[700];
+    snprintf(fifo, sizeof fifo, "%s/fifo", f->io);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    const char *a3[] = {"run", "--checkpoint", f->ck, "--layer", "0", "--input", f->in, "--output", fifo, NULL};
+    const char *e3[] = {"moe run: ", "not a regular file", "FIFO", NULL};
+    run_moe(&r, a3);
+    expect(&r, 1, e3);
+    result_free(&r);
+    struct stat sf;
+    assert_int_equal(lstat(fifo, &sf), 0);
+    assert_true(S_ISFIFO(sf.st_mode));
+    unlink(fifo);
+
+    /* a symlink is followed: the target is written and the link stays */
+    char target[700], link_path[700];
+    snprintf(target, sizeof target, "%s/out/target.safetensors", f->io);
+    snprintf(link_path, sizeof link_path, "%s/link.safetensors", f->io);
+    assert_int_equal(tu_write_file(target, "x", 1), 0);
+    assert_int_equal(symlink(target, link_path), 0);
+    const char *a4[] = {"run", "--checkpoint", f->ck, "--layer", "0", "--input", f->in, "--output", link_path, NULL};
+    run_moe(&r, a4);
+    expect(&r, 0, NULL);
+    result_free(&r);
+    assert_int_equal(lstat(link_path, &sf), 0);
+    assert_true(S_ISLNK(sf.st_mode));
+    assert_int_equal(stat(target, &sf), 0);
+    assert_true(sf.st_size > 100);
+    unlink(link_path);
+    unlink(target);
+}
+
+/* moe env shows a misspelled knob with the right name and a bad value with what it accepts. */
+static void test_env_command(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    cli_result r;
+    const char *a[] = {"env", NULL};
+    run_moe(&r, a);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "MOE_CHUNK_SIZE"));
+    assert_non_null(strstr(r.out, "default"));
+    result_free(&r);
+    setenv("MOE_CHUNKSIZE", "4", 1);
+    setenv("MOE_PERMUTE", "fast", 1);
+    run_moe(&r, a);
+    unsetenv("MOE_CHUNKSIZE");
+    unsetenv("MOE_PERMUTE");
+    expect(&r, 1, NULL);
+    assert_non_null(strstr(r.out, "did you mean MOE_CHUNK_SIZE"));
+    assert_non_null(strstr(r.out, "MOE_PERMUTE='fast' is not accepted: accepted values are auto, sort, onehot, packed"));
+    result_free(&r);
+    setenv("MOE_TOPK", "rowmax", 1);
+    run_moe(&r, a);
+    unsetenv("MOE_TOPK");
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "rowmax"));
+    assert_non_null(strstr(r.out, "environment"));
+    result_free(&r);
+}
+
+/* moe plan: zero padding and exact bytes per rank for bf16 Qwen3.5 at TP 4 and 8; the fp8
+ * block cut is stated. Bytes: E * 3 * H * (I / tp) * 2 = 256 * 3 * 2048 * 128 * 2. */
+static void test_plan_command(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    cli_result r;
+    const char *a4[] = {"plan", "--model", "qwen3.5-35b-a3b", "--tp", "4", NULL};
+    run_moe(&r, a4);
+    expect(&r, 0, NULL);
+    char want[64];
+    snprintf(want, sizeof want, "%lld", 256LL * 3 * 2048 * 128 * 2);
+    assert_non_null(strstr(r.out, want));
+    assert_null(strstr(r.out, "padding intermediate"));
+    result_free(&r);
+    const char *a8[] = {"plan", "--model", "qwen3.5-35b-a3b", "--tp", "8", NULL};
+    run_moe(&r, a8);
+    expect(&r, 0, NULL);
+    snprintf(want, sizeof want, "%lld", 256LL * 3 * 2048 * 64 * 2);
+    assert_non_null(strstr(r.out, want));
+    result_free(&r);
+    const char *af[] = {"plan", "--model", "qwen3.5-35b-a3b", "--tp", "8", "--quant", "fp8-block", NULL};
+    run_moe(&r, af);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "WARNING: fp8 128x128 blocks cut by the TP split (I 64 per shard)"));
+    result_free(&r);
+    const char *bad[] = {"plan", "--model", "qwen3.5-35b-a3b", "--quant", "int3", NULL};
+    const char *e[] = {"int3", "fp8-block", NULL};
+    run_moe(&r, bad);
+    expect(&r, 2, e);
+    result_free(&r);
+}
+
 /* ---- moe run success: bitwise equal to a direct execute --------------------------------- */
 
 static void check_run_matches(run_fixture *f, moe_dtype in_dt, int64_t layer, int64_t T)
@@ -745,6 +868,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_run_layer_out_of_range, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_matches_api_f32, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_matches_api_bf16, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_run_refuses_outputs, run_setup, run_teardown),
+        cmocka_unit_test(test_env_command),
+        cmocka_unit_test(test_plan_command),
     };
     return cmocka_run_group_tests_name("cli", tests, NULL, NULL);
 }

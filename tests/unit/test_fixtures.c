@@ -14,8 +14,14 @@
  *  - expected.safetensors ("f32" class: the HF block in float32; for bf16 fixtures, on the
  *    bf16 weights and bf16 input widened exactly to f32):
  *      max |output - expected| <= 1e-5 * max |expected|,
- *      topk_ids exactly equal,
- *      max |topk_weights - expected| <= 1e-6 * max |expected|.
+ *      topk_ids exactly equal (the generator puts HF's ids in libmoe's top-k order),
+ *      max |topk_weights - expected| <= 1e-6 * max |expected| (DeepSeek's routers report
+ *      their weights times routed_scaling_factor: meta.json topk_weights_scale, applied to
+ *      libmoe's before comparing).
+ *    The description the checkpoint adapter gives is checked against meta.json too: family,
+ *    sizes, scoring, renormalize, routed_scaling_factor, groups, biases, weight on input,
+ *    activation, shared expert (fields absent from the first fixtures' meta.json take those
+ *    families' values).
  *  - expected_bf16.safetensors ("bf16" class: the HF block run entirely in torch.bfloat16),
  *    with the first-order bound derived below.
  *
@@ -91,7 +97,9 @@ static const char *const k_required[] = {
     "mixtral_f32", "qwen2_moe_f32", "qwen3_moe_f32", "qwen3_moe_norm_false_f32",
     "qwen3_moe_sparse_step_f32", "qwen2_moe_sharded_f32", "mixtral_k1_f32",
     "qwen3_moe_k_eq_e_f32", "qwen3_moe_empty_expert_f32", "qwen3_moe_bf16", "mixtral_bf16",
-    "qwen3_moe_stacked_f32",
+    "qwen3_moe_stacked_f32", "deepseek_v3_f32", "deepseek_v2_lite_f32", "deepseek_v2_grouped_f32",
+    "gpt_oss_bf16", "llama4_f32", "olmoe_f32", "granitemoe_f32", "qwen3_5_moe_f32",
+    "olmoe_gelu_f32", "olmoe_gelu_tanh_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
@@ -125,14 +133,41 @@ static const char *meta_str(const json_t *m, const char *key)
 
 static moe_family family_of(const char *s)
 {
-    if (!strcmp(s, "mixtral"))
-        return MOE_FAMILY_MIXTRAL;
-    if (!strcmp(s, "qwen2_moe"))
-        return MOE_FAMILY_QWEN2_MOE;
-    if (!strcmp(s, "qwen3_moe"))
-        return MOE_FAMILY_QWEN3_MOE;
+    static const moe_family all[] = {MOE_FAMILY_MIXTRAL, MOE_FAMILY_QWEN2_MOE, MOE_FAMILY_QWEN3_MOE,
+                                     MOE_FAMILY_DEEPSEEK_V2, MOE_FAMILY_DEEPSEEK_V3, MOE_FAMILY_GPT_OSS,
+                                     MOE_FAMILY_LLAMA4, MOE_FAMILY_OLMOE, MOE_FAMILY_GRANITE_MOE,
+                                     MOE_FAMILY_QWEN3_5_MOE, MOE_FAMILY_QWEN3_NEXT};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (!strcmp(s, moe_family_name(all[i])))
+            return all[i];
     fail_msg("meta.json: unknown family %s", s);
     return MOE_FAMILY_CUSTOM;
+}
+
+/* Optional meta.json fields (the fixtures of the first families predate them): a missing one
+ * takes the value those families have. */
+static int64_t meta_int_or(const json_t *m, const char *key, int64_t dflt)
+{
+    json_t *v = json_object_get(m, key);
+    return v ? (int64_t)json_integer_value(v) : dflt;
+}
+
+static double meta_num_or(const json_t *m, const char *key, double dflt)
+{
+    json_t *v = json_object_get(m, key);
+    return v ? json_number_value(v) : dflt;
+}
+
+static int meta_bool_or(const json_t *m, const char *key, int dflt)
+{
+    json_t *v = json_object_get(m, key);
+    return v ? json_is_true(v) : dflt;
+}
+
+static const char *meta_str_or(const json_t *m, const char *key, const char *dflt)
+{
+    json_t *v = json_object_get(m, key);
+    return json_is_string(v) ? json_string_value(v) : dflt;
 }
 
 static moe_ctx *make_ctx(int threads, const char *isa)
@@ -215,13 +250,32 @@ static void run_fixture(const fixture *fx, const json_t *meta, int threads, cons
     assert_int_equal(desc.moe_intermediate_size, meta_int(meta, "I"));
     assert_int_equal(desc.num_experts, meta_int(meta, "E"));
     assert_int_equal(desc.top_k, meta_int(meta, "K"));
-    assert_int_equal(desc.scoring_func, MOE_SCORING_SOFTMAX);
+    const char *scoring = meta_str_or(meta, "scoring", "softmax");
+    assert_int_equal(desc.scoring_func, !strcmp(scoring, "sigmoid")        ? MOE_SCORING_SIGMOID
+                                        : !strcmp(scoring, "topk_softmax") ? MOE_SCORING_TOPK_SOFTMAX
+                                        : !strcmp(scoring, "topk_sigmoid") ? MOE_SCORING_TOPK_SIGMOID
+                                                                           : MOE_SCORING_SOFTMAX);
     assert_int_equal(!!desc.renormalize, json_is_true(json_object_get(meta, "renormalize")));
-    assert_true(desc.routed_scaling_factor == 1.0f);
+    assert_true(desc.routed_scaling_factor == (float)meta_num_or(meta, "routed_scaling_factor", 1.0));
     assert_int_equal(desc.shared_expert_intermediate_size,
                      meta_int(meta, "shared_expert_intermediate_size"));
     assert_int_equal(!!desc.shared_expert_gated,
-                     meta_int(meta, "shared_expert_intermediate_size") > 0);
+                     meta_bool_or(meta, "shared_expert_gated", meta_int(meta, "shared_expert_intermediate_size") > 0));
+    assert_int_equal(desc.n_group, meta_int_or(meta, "n_group", 0));
+    assert_int_equal(desc.topk_group, meta_int_or(meta, "topk_group", 0));
+    if (desc.n_group > 1)
+        assert_int_equal(desc.group_score, !strcmp(meta_str_or(meta, "group_score", ""), "top2_sum")
+                                               ? MOE_GROUP_SCORE_TOP2_SUM
+                                               : MOE_GROUP_SCORE_MAX);
+    assert_int_equal(!!desc.has_selection_bias, meta_bool_or(meta, "has_selection_bias", 0));
+    assert_int_equal(!!desc.has_router_bias, meta_bool_or(meta, "has_router_bias", 0));
+    assert_int_equal(!!desc.has_expert_bias, meta_bool_or(meta, "has_expert_bias", 0));
+    assert_int_equal(!!desc.apply_router_weight_on_input, meta_bool_or(meta, "apply_router_weight_on_input", 0));
+    const char *act = meta_str_or(meta, "activation", "swiglu");
+    assert_int_equal(desc.activation, !strcmp(act, "swiglu_oai")   ? MOE_ACT_SWIGLU_OAI
+                                      : !strcmp(act, "geglu")      ? MOE_ACT_GEGLU
+                                      : !strcmp(act, "geglu_tanh") ? MOE_ACT_GEGLU_TANH
+                                                                   : MOE_ACT_SWIGLU);
     const char *wdt = meta_str(meta, "weight_dtype");
     assert_int_equal(desc.weight_dtype, !strcmp(wdt, "BF16") ? MOE_DTYPE_BF16 : MOE_DTYPE_F32);
 
@@ -363,12 +417,19 @@ static void check_ids(const fixture *fx, const char *tag, const run_result *r, c
                          (long long)t, (long long)k, r->ids[t * r->K + k], ids[t * r->K + k]);
 }
 
-/* f32 class: bounds relative to the largest expected magnitude. */
-static void check_f32(const fixture *fx, const char *tag, const run_result *r, const expected *e)
+/* f32 class: bounds relative to the largest expected magnitude. wscale: what the HF router
+ * multiplied its weights by (DeepSeek's routed_scaling_factor; libmoe reports them before it,
+ * and the comparison multiplies libmoe's by it). */
+static void check_f32(const fixture *fx, const char *tag, const run_result *r, const expected *e, float wscale)
 {
     const size_t n = (size_t)(r->T * r->H), nk = (size_t)(r->T * r->K);
     double err = tu_max_abs_diff(r->out, e->out, n), mx = tu_max_abs(e->out, n);
-    double werr = tu_max_abs_diff(r->weights, e->weights, nk), wmx = tu_max_abs(e->weights, nk);
+    float *ws = malloc(sizeof(float) * nk);
+    assert_non_null(ws);
+    for (size_t i = 0; i < nk; i++)
+        ws[i] = r->weights[i] * wscale;
+    double werr = tu_max_abs_diff(ws, e->weights, nk), wmx = tu_max_abs(e->weights, nk);
+    free(ws);
     printf("  %-28s %-14s f32 : output err/max %.3e (bound 1e-5), weights err/max %.3e "
            "(bound 1e-6)\n", fx->name, tag, err / mx, werr / wmx);
     check_ids(fx, tag, r, e->ids);
@@ -468,7 +529,7 @@ static void test_fixture(void **state)
             if (!strcmp(cls, "f32")) {
                 expected e;
                 expected_load(&e, fx, file, T, H, K, E, 0);
-                check_f32(fx, tag, &r1, &e);
+                check_f32(fx, tag, &r1, &e, (float)meta_num_or(meta, "topk_weights_scale", 1.0));
                 expected_free(&e);
             } else if (!strcmp(cls, "bf16")) {
                 expected e;

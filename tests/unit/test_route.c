@@ -308,9 +308,9 @@ static void test_plan_validation(void **state)
     d.weight_dtype = MOE_DTYPE_I32;
     assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EDTYPE);
     d.weight_dtype = MOE_DTYPE_F32;
-    d.scoring_func = MOE_SCORING_SIGMOID;
-    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EUNSUPPORTED);
-    assert_non_null(strstr(moe_ctx_last_error(ctx), "sigmoid"));
+    d.scoring_func = (moe_scoring)7;
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EINVAL);
+    assert_non_null(strstr(moe_ctx_last_error(ctx), "scoring_func"));
     d.scoring_func = MOE_SCORING_SOFTMAX;
     d.routed_scaling_factor = NAN;
     assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EINVAL);

@@ -590,6 +590,17 @@ static void test_overlap_and_truncation(void **state)
     assert_int_equal(moe_safetensors_count(f), 3);
     moe_safetensors_free(f);
 
+    /* Unindexed bytes: a gap before a tensor, or bytes after the last one. */
+    write_st(path,
+             "{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]},"
+             "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[12,16]}}",
+             data, 16);
+    expect_open_fails(ctx, path, MOE_EFORMAT, "'b'", "4 unindexed bytes", "fully indexed");
+    write_st(path,
+             "{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]}}",
+             data, 11);
+    expect_open_fails(ctx, path, MOE_EFORMAT, "3 bytes after the last tensor", "fully indexed");
+
     /* Truncated file: a good file cut short loses its last tensor's end. */
     float w[2][8]; /* two tensors [8] f32 */
     tu_fill_uniform(&w[0][0], 16, 7, -1.0f, 1.0f);

@@ -1,0 +1,299 @@
+/* The knob table: every tuning switch of DESIGN.md section 5, resolved from the API value,
+ * else the environment, else the default, and validated in one place. moe_ctx_create and
+ * `moe env` both go through moe_knob_resolve, so what `moe env` shows is what runs. */
+#include "core/knobs.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <omp.h>
+
+extern char **environ;
+
+static const char *const isa_values[] = {"auto", "ref", "avx2", "avx512", NULL};
+static const char *const permute_values[] = {"auto", "sort", "onehot", "packed", NULL};
+static const char *const topk_values[] = {"sort", "rowmax", NULL};
+static const char *const tp_reduce_values[] = {"allreduce", "reduce_scatter", NULL};
+static const char *const log_values[] = {"error", "warn", "info", "debug", NULL};
+
+enum { KIND_INT, KIND_ENUM, KIND_PATH };
+
+typedef struct knob_def {
+    moe_knob id;
+    const char *field, *env, *accepted, *doc;
+    int kind;
+    long long lo, hi;           /* KIND_INT range */
+    const char *const *values;  /* KIND_ENUM, NULL-terminated */
+    const char *default_text;   /* NULL: computed (threads) */
+} knob_def;
+
+static const knob_def defs[MOE_KNOB__COUNT] = {
+    {MOE_KNOB_NUM_THREADS, "num_threads", "MOE_NUM_THREADS", "integer 1..4096",
+     "worker threads (else OMP_NUM_THREADS, else cores)", KIND_INT, 1, 4096, NULL, NULL},
+    {MOE_KNOB_ISA, "isa", "MOE_ISA", "auto, ref, avx2, avx512",
+     "kernel table; auto picks the best the CPU and OS support (CPUID, XCR0)", KIND_ENUM, 0, 0, isa_values, "auto"},
+    {MOE_KNOB_CHUNK_SIZE, "chunk_size", "MOE_CHUNK_SIZE", "integer >= 1 (tokens)",
+     "tokens per chunk: bounds the workspace; results unchanged", KIND_INT, 1, (long long)1 << 40, NULL, "1024"},
+    {MOE_KNOB_PERMUTE, "permute", "MOE_PERMUTE", "auto, sort, onehot, packed",
+     "how rows are grouped by expert: counting sort, per-expert scan, or radix sort of packed keys",
+     KIND_ENUM, 0, 0, permute_values, "auto"},
+    {MOE_KNOB_ONEHOT_THRESHOLD, "onehot_threshold", "MOE_ONEHOT_THRESHOLD", "integer >= 0 (routed rows)",
+     "permute=auto uses onehot when a chunk has at most this many routed rows (T*K)", KIND_INT, 0,
+     (long long)1 << 40, NULL, "256"},
+    {MOE_KNOB_TOPK, "topk", "MOE_TOPK", "sort, rowmax", "top-k algorithm; results identical", KIND_ENUM, 0, 0,
+     topk_values, "sort"},
+    {MOE_KNOB_LOWTOK_THRESHOLD, "lowtok_threshold", "MOE_LOWTOK_THRESHOLD", "integer >= 0 (rows per expert)",
+     "experts with fewer rows take the few-token streaming path", KIND_INT, 0, (long long)1 << 40, NULL, "4"},
+    {MOE_KNOB_SMALL_ALLREDUCE, "small_allreduce", "MOE_SMALL_ALLREDUCE", "integer >= 0 (bytes)",
+     "TP: small-message all-reduce below this size (no effect in a single process)", KIND_INT, 0,
+     (long long)1 << 50, NULL, "65536"},
+    {MOE_KNOB_TP_REDUCE, "tp_reduce", "MOE_TP_REDUCE", "allreduce, reduce_scatter",
+     "TP output replicated or sharded over tokens (no effect in a single process)", KIND_ENUM, 0, 0,
+     tp_reduce_values, "allreduce"},
+    {MOE_KNOB_TUNING_DIR, "tuning_dir", "MOE_TUNING_DIR", "an existing folder",
+     "where tuned-config files are read (none are defined yet: recorded only)", KIND_PATH, 0, 0, NULL, ""},
+    {MOE_KNOB_LOG_LEVEL, "log_level", "MOE_LOG_LEVEL", "error, warn, info, debug", "logging threshold",
+     KIND_ENUM, 0, 0, log_values, "warn"},
+};
+
+size_t moe_knob_count(void)
+{
+    return MOE_KNOB__COUNT;
+}
+
+void moe_options_init(moe_options *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->num_threads = 0;
+    opts->isa = NULL;
+    opts->chunk_size = 0;
+    opts->permute = NULL;
+    opts->onehot_threshold = -1;
+    opts->topk = NULL;
+    opts->lowtok_threshold = -1;
+    opts->small_allreduce = -1;
+    opts->tp_reduce = NULL;
+    opts->tuning_dir = NULL;
+    opts->log_level = -1;
+    opts->log_fn = NULL;
+    opts->log_user = NULL;
+}
+
+/* The API value of knob k as text, or NULL when unset. buf holds numbers. */
+static const char *api_value(const moe_options *o, moe_knob k, char *buf, size_t len, int *bad_unset)
+{
+    *bad_unset = 0;
+    if (!o)
+        return NULL;
+    long long v = 0;
+    int is_int = 1;
+    switch (k) {
+    case MOE_KNOB_NUM_THREADS:
+        if (o->num_threads == 0)
+            return NULL;
+        v = o->num_threads;
+        break;
+    case MOE_KNOB_CHUNK_SIZE:
+        if (o->chunk_size == 0)
+            return NULL;
+        v = o->chunk_size;
+        break;
+    case MOE_KNOB_ONEHOT_THRESHOLD:
+        if (o->onehot_threshold == -1)
+            return NULL;
+        v = o->onehot_threshold;
+        break;
+    case MOE_KNOB_LOWTOK_THRESHOLD:
+        if (o->lowtok_threshold == -1)
+            return NULL;
+        v = o->lowtok_threshold;
+        break;
+    case MOE_KNOB_SMALL_ALLREDUCE:
+        if (o->small_allreduce == -1)
+            return NULL;
+        v = o->small_allreduce;
+        break;
+    case MOE_KNOB_LOG_LEVEL:
+        if (o->log_level == -1)
+            return NULL;
+        if (o->log_level < 0 || o->log_level > 3) {
+            snprintf(buf, len, "%d", o->log_level);
+            *bad_unset = 1;
+            return buf;
+        }
+        return log_values[o->log_level];
+    default:
+        is_int = 0;
+        break;
+    }
+    if (is_int) {
+        snprintf(buf, len, "%lld", v);
+        return buf;
+    }
+    switch (k) {
+    case MOE_KNOB_ISA: return o->isa;
+    case MOE_KNOB_PERMUTE: return o->permute;
+    case MOE_KNOB_TOPK: return o->topk;
+    case MOE_KNOB_TP_REDUCE: return o->tp_reduce;
+    case MOE_KNOB_TUNING_DIR: return o->tuning_dir;
+    default: return NULL;
+    }
+}
+
+/* Validate text for knob d: canonical value into `value`, or a message into `err`. */
+static int validate(const knob_def *d, const char *text, char *value, size_t vlen, long long *num, char *err,
+                    size_t elen)
+
+{
+    if (d->kind == KIND_INT) {
+        errno = 0;
+        char *end = NULL;
+        long long v = strtoll(text, &end, 10);
+        if (!*text || errno != 0 || *end != '\0' || v < d->lo || v > d->hi) {
+            snprintf(err, elen, "'%.60s' is not accepted: %s", text, d->accepted);
+            return 0;
+        }
+        *num = v;
+        snprintf(value, vlen, "%lld", v);
+        return 1;
+    }
+    if (d->kind == KIND_ENUM) {
+        for (int i = 0; d->values[i]; i++) {
+            if (strcmp(text, d->values[i]) == 0) {
+                *num = i;
+                snprintf(value, vlen, "%s", text);
+                return 1;
+            }
+        }
+        snprintf(err, elen, "'%.60s' is not accepted: accepted values are %s", text, d->accepted);
+        return 0;
+    }
+    /* KIND_PATH: empty means none; otherwise an existing folder */
+    if (*text) {
+        struct stat st;
+        errno = 0;
+        if (stat(text, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            snprintf(err, elen, "'%.60s' is not accepted: %s (%s)", text, d->accepted,
+                     errno ? strerror(errno) : "not a folder");
+            return 0;
+        }
+    }
+    *num = 0;
+    snprintf(value, vlen, "%s", text);
+    return 1;
+}
+
+int moe_knob_resolve(const moe_options *opts, moe_knob k, moe_knob_info *info, long long *num)
+{
+    const knob_def *d = &defs[k];
+    memset(info, 0, sizeof *info);
+    info->field = d->field;
+    info->env = d->env;
+    info->accepted = d->accepted;
+    info->doc = d->doc;
+    char buf[64];
+    int bad_unset = 0;
+    const char *text = api_value(opts, k, buf, sizeof buf, &bad_unset);
+    const char *where = NULL;
+    char where_buf[80];
+    if (text) {
+        info->source = MOE_KNOB_API;
+        snprintf(where_buf, sizeof where_buf, "moe_options.%s", d->field);
+        where = where_buf;
+    } else if ((text = getenv(d->env)) != NULL) {
+        info->source = MOE_KNOB_ENV;
+        where = d->env;
+    } else {
+        info->source = MOE_KNOB_DEFAULT;
+    }
+    char err[160];
+    if (text && !bad_unset) {
+        if (validate(d, text, info->value, sizeof info->value, num, err, sizeof err))
+            return 1;
+        snprintf(info->error, sizeof info->error, "%.80s=%s", where, err);
+        return 0;
+    }
+    if (bad_unset) {
+        snprintf(info->error, sizeof info->error, "%s=%s: accepted values are 0..3 (%s)", where, text, d->accepted);
+        return 0;
+    }
+    /* default */
+    if (k == MOE_KNOB_NUM_THREADS) {
+        int t = omp_get_max_threads();
+        *num = t < 1 ? 1 : t;
+        snprintf(info->value, sizeof info->value, "%lld", *num);
+        return 1;
+    }
+    validate(d, d->default_text, info->value, sizeof info->value, num, err, sizeof err);
+    return 1;
+}
+
+moe_status moe_knob_describe(const moe_options *opts, size_t i, moe_knob_info *out)
+{
+    if (!out || i >= MOE_KNOB__COUNT)
+        return MOE_ERANGE;
+    long long num = 0;
+    moe_knob_resolve(opts, (moe_knob)i, out, &num);
+    return MOE_OK;
+}
+
+/* Levenshtein distance, for "did you mean". */
+static size_t edit_distance(const char *a, size_t la, const char *b)
+{
+    size_t lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return 64;
+    size_t row[64];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] == b[j - 1] ? 0 : 1);
+            if (row[j] + 1 < best)
+                best = row[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+int moe_env_unknown(size_t i, const char **name, size_t *name_len, const char **suggestion)
+{
+    size_t seen = 0;
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "MOE_", 4) != 0)
+            continue;
+        const char *eq = strchr(*e, '=');
+        size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
+        int known = 0;
+        const char *closest = defs[0].env;
+        size_t best = (size_t)-1;
+        for (size_t k = 0; k < MOE_KNOB__COUNT; k++) {
+            if (strlen(defs[k].env) == len && strncmp(*e, defs[k].env, len) == 0)
+                known = 1;
+            size_t dist = edit_distance(*e, len, defs[k].env);
+            if (dist < best) {
+                best = dist;
+                closest = defs[k].env;
+            }
+        }
+        if (known)
+            continue;
+        if (seen++ == i) {
+            *name = *e;
+            *name_len = len;
+            *suggestion = closest;
+            return 1;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,32 @@
+/* The knob table (DESIGN.md section 5). */
+#ifndef MOE_CORE_KNOBS_H
+#define MOE_CORE_KNOBS_H
+
+#include "core/internal.h"
+
+typedef enum moe_knob {
+    MOE_KNOB_NUM_THREADS,
+    MOE_KNOB_ISA,
+    MOE_KNOB_CHUNK_SIZE,
+    MOE_KNOB_PERMUTE,
+    MOE_KNOB_ONEHOT_THRESHOLD,
+    MOE_KNOB_TOPK,
+    MOE_KNOB_LOWTOK_THRESHOLD,
+    MOE_KNOB_SMALL_ALLREDUCE,
+    MOE_KNOB_TP_REDUCE,
+    MOE_KNOB_TUNING_DIR,
+    MOE_KNOB_LOG_LEVEL,
+    MOE_KNOB__COUNT
+} moe_knob;
+
+/* Values of the enum knobs, in the order of their accepted lists. */
+enum { MOE_ISA_AUTO, MOE_ISA_REF, MOE_ISA_AVX2, MOE_ISA_AVX512 };
+enum { MOE_PERMUTE_AUTO, MOE_PERMUTE_SORT, MOE_PERMUTE_ONEHOT, MOE_PERMUTE_PACKED };
+enum { MOE_TP_ALLREDUCE, MOE_TP_REDUCE_SCATTER };
+
+/* Resolve knob k (API value, else environment, else default). Returns 1 with info->value and
+ * *num (the integer, or the enum index) set, or 0 with info->error naming the field or
+ * variable and what it accepts. */
+int moe_knob_resolve(const moe_options *opts, moe_knob k, moe_knob_info *info, long long *num);
+
+#endif

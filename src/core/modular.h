@@ -1,0 +1,77 @@
+/* The modular kernel (DESIGN.md section 6): a plan composes one prepare/finalize and one
+ * experts implementation; each declares the activation format it produces or consumes, and
+ * moe_plan_create_ex refuses a mismatched pair. Local implementations live in
+ * src/permute/prepare_finalize.c, experts in src/gemm/experts.c; MPI ones come later. */
+#ifndef MOE_CORE_MODULAR_H
+#define MOE_CORE_MODULAR_H
+
+#include "core/kernels.h"
+#include "gemm/grouped.h"
+
+/* One chunk of tokens and its workspace slices (shapes for Tc tokens, cap = batched capacity). */
+typedef struct moe_chunk {
+    const moe_plan *plan;
+    const moe_weights *w;
+    const float *x;       /* [Tc, H] f32 hidden states */
+    int64_t T;            /* tokens in this chunk, Tc */
+    const int32_t *ids;   /* [Tc, K] routed expert ids */
+    const float *wts;     /* [Tc, K] routing weights */
+    float *out;           /* [Tc, H] output rows (hold the shared expert's output on finalize) */
+    int has_shared;
+    const float *sgate;   /* [Tc] shared-expert scale */
+    /* workspace */
+    int64_t *offsets;     /* [E + 1] */
+    int64_t *begin;       /* [E] */
+    int64_t *end;         /* [E] */
+    int32_t *rows;        /* [Tc * K] */
+    int32_t *pos;         /* [Tc * K] */
+    uint64_t *keys;       /* [Tc * K] (packed permute) */
+    uint64_t *keys_tmp;   /* [Tc * K] */
+    float *slots;         /* batched: [E * cap, H] */
+    float *h;             /* [positions, I] */
+    float *y;             /* [positions, H] */
+    float *scratch;       /* per-thread GEMM scratch */
+    int64_t *item_off;    /* [E + 1] */
+    moe_exec_stats *stats;/* never NULL inside execute */
+} moe_chunk;
+
+/* What prepare hands to experts. */
+typedef struct moe_dispatch {
+    moe_act_format format;
+    const float *x;       /* standard: token rows [Tc, H]; batched: slots [E * cap, H] */
+    int64_t n_groups;     /* E */
+    const int64_t *begin; /* [E] first row position of each expert */
+    const int64_t *end;   /* [E] one past its last */
+    const int32_t *rows;  /* standard: [Tc * K] row ids t*K+k by position; batched: NULL */
+    int64_t row_div;      /* K (standard) or 1 */
+    const int32_t *pos;   /* [Tc * K] position of row t*K+k in y */
+    float *h;             /* [positions, I] */
+    float *y;             /* [positions, H] */
+    const float *in_scale;/* standard format with apply_router_weight_on_input: [Tc * K]
+                             routing weights by row id, applied to the expert inputs; NULL
+                             otherwise (the batched prepare scales the slots itself) */
+} moe_dispatch;
+
+typedef struct moe_pf_impl {
+    const char *name;
+    moe_act_format format;
+    /* group the chunk's routed rows by expert into d */
+    void (*prepare)(moe_chunk *c, moe_dispatch *d);
+    /* out[t] = scale * sum_k w[t][k] * y[pos[t*K+k]] (+ shared), over the chunk */
+    void (*finalize)(moe_chunk *c, const moe_dispatch *d);
+} moe_pf_impl;
+
+typedef struct moe_experts_impl {
+    const char *name;
+    moe_act_format format;
+    void (*run)(moe_chunk *c, const moe_dispatch *d);
+} moe_experts_impl;
+
+extern const moe_pf_impl moe_pf_local;
+extern const moe_pf_impl moe_pf_local_batched;
+extern const moe_experts_impl moe_experts_grouped;
+extern const moe_experts_impl moe_experts_batched;
+
+const char *moe_format_name(moe_act_format f);
+
+#endif

@@ -1,0 +1,114 @@
+/* Local (single-process) prepare/finalize implementations, one per activation format. */
+#include "core/knobs.h"
+#include "core/modular.h"
+#include "permute/permute.h"
+
+#include <omp.h>
+#include <string.h>
+
+const char *moe_format_name(moe_act_format f)
+{
+    return f == MOE_FORMAT_BATCHED ? "batched" : "standard";
+}
+
+/* Group rows by expert with the method MOE_PERMUTE picks; every method gives the same
+ * offsets, rows and pos. */
+static void group_rows(moe_chunk *c)
+{
+    const moe_ctx *ctx = c->plan->ctx;
+    const int64_t K = c->plan->desc.top_k, E = c->plan->desc.num_experts;
+    int method = ctx->permute;
+    if (method == MOE_PERMUTE_AUTO)
+        method = c->T * K <= ctx->onehot_threshold ? MOE_PERMUTE_ONEHOT : MOE_PERMUTE_SORT;
+    switch (method) {
+    case MOE_PERMUTE_ONEHOT:
+        moe_permute_onehot(c->ids, c->T, K, E, c->offsets, c->rows, c->pos);
+        c->stats->permute = "onehot";
+        c->stats->permute_onehot++;
+        break;
+    case MOE_PERMUTE_PACKED:
+        moe_permute_packed(c->ids, c->T, K, E, c->offsets, c->rows, c->pos, c->keys, c->keys_tmp);
+        c->stats->permute = "packed";
+        c->stats->permute_packed++;
+        break;
+    default:
+        moe_permute_sort(c->ids, c->T, K, E, c->offsets, c->rows, c->pos);
+        c->stats->permute = "sort";
+        c->stats->permute_sort++;
+        break;
+    }
+}
+
+/* Standard format: rows stay in the token buffer, addressed through the sorted row list. */
+static void prepare_standard(moe_chunk *c, moe_dispatch *d)
+{
+    const int64_t E = c->plan->desc.num_experts;
+    group_rows(c);
+    for (int64_t e = 0; e < E; e++) {
+        c->begin[e] = c->offsets[e];
+        c->end[e] = c->offsets[e + 1];
+    }
+    *d = (moe_dispatch){.format = MOE_FORMAT_STANDARD, .x = c->x, .n_groups = E, .begin = c->begin,
+                        .end = c->end, .rows = c->rows, .row_div = c->plan->desc.top_k, .pos = c->pos,
+                        .h = c->h, .y = c->y,
+                        .in_scale = c->plan->desc.apply_router_weight_on_input ? c->wts : NULL};
+}
+
+/* Batched format: each expert's rows copied into its [cap, H] slots, in row-id order. The
+ * chunk never holds more than cap tokens, and a token picks an expert at most once, so no
+ * expert overflows its capacity. */
+static void prepare_batched(moe_chunk *c, moe_dispatch *d)
+{
+    const moe_layer_desc *ds = &c->plan->desc;
+    const int64_t E = ds->num_experts, K = ds->top_k, H = ds->hidden_size;
+    const int64_t cap = c->plan->capacity;
+    group_rows(c);
+    for (int64_t e = 0; e < E; e++) {
+        c->begin[e] = e * cap;
+        c->end[e] = e * cap + (c->offsets[e + 1] - c->offsets[e]);
+    }
+    /* pos: slot of (t, k); copy the token rows into the slots */
+    for (int64_t e = 0; e < E; e++) {
+        for (int64_t i = c->offsets[e]; i < c->offsets[e + 1]; i++) {
+            int64_t r = c->rows[i];
+            int64_t slot = e * cap + (i - c->offsets[e]);
+            c->pos[r] = (int32_t)slot;
+            if (ds->apply_router_weight_on_input) {
+                /* the routing weight goes onto the expert input (as src/ref: one rounding) */
+                const float wr = c->wts[r];
+                for (int64_t k = 0; k < H; k++)
+                    c->slots[slot * H + k] = wr * c->x[(r / K) * H + k];
+            } else {
+                memcpy(c->slots + slot * H, c->x + (r / K) * H, sizeof(float) * (size_t)H);
+            }
+        }
+    }
+    *d = (moe_dispatch){.format = MOE_FORMAT_BATCHED, .x = c->slots, .n_groups = E, .begin = c->begin,
+                        .end = c->end, .rows = NULL, .row_div = 1, .pos = c->pos, .h = c->h, .y = c->y};
+}
+
+/* Weighted sum over K in top-k order, threaded over tokens. */
+static void finalize_local(moe_chunk *c, const moe_dispatch *d)
+{
+    const moe_layer_desc *ds = &c->plan->desc;
+#pragma omp parallel num_threads(c->plan->ctx->num_threads)
+    {
+        int tid = omp_get_thread_num(), n = omp_get_num_threads();
+        int64_t a0 = c->T * tid / n, a1 = c->T * (tid + 1) / n;
+        moe_combine(ds, a0, a1, c->wts, d->y, d->pos, c->has_shared, c->sgate, c->out);
+    }
+}
+
+const moe_pf_impl moe_pf_local = {
+    .name = "local",
+    .format = MOE_FORMAT_STANDARD,
+    .prepare = prepare_standard,
+    .finalize = finalize_local,
+};
+
+const moe_pf_impl moe_pf_local_batched = {
+    .name = "local_batched",
+    .format = MOE_FORMAT_BATCHED,
+    .prepare = prepare_batched,
+    .finalize = finalize_local,
+};

@@ -1,0 +1,791 @@
+/* Checkpoint adapters of the families beyond Mixtral / Qwen2/3-MoE (test_checkpoint.c has
+ * those): DeepSeek-V2/V3, gpt-oss (bf16), Llama-4, OLMoE, Granite-MoE, Qwen3.5-MoE and
+ * Qwen3-Next, each written here as a tiny checkpoint with the tensor names, layouts and
+ * config.json fields that transformers 5.24 writes (or the released checkpoints use).
+ *
+ * For each: the layer description (every routing and expert field), the MoE-layer rules
+ * (dense layers refused with the config field that makes them dense), and the output of
+ * `moe_checkpoint_load_weights` + execute, which must be bit-identical to src/ref run on a
+ * plain row-major f32 copy of the same weights (so names, layouts, strides, interleaving and
+ * biases are all read as the model means them). Then the family-specific errors. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "moe.h"
+#include "quant/convert.h"
+#include "ref/ref.h"
+#include "testutil.h"
+
+static void check_error(moe_ctx *ctx, moe_status got, moe_status want, const char *const *subs)
+{
+    const char *msg = moe_ctx_last_error(ctx);
+    if (got != want)
+        fail_msg("status %s, want %s; message: %s", moe_status_name(got), moe_status_name(want), msg);
+    for (size_t i = 0; subs[i]; i++)
+        if (!strstr(msg, subs[i]))
+            fail_msg("message \"%s\" lacks \"%s\"", msg, subs[i]);
+}
+#define expect_error(ctx, got, want, ...) \
+    check_error((ctx), (got), (want), (const char *const[]){__VA_ARGS__, NULL})
+
+static void rm_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static void write_text(const char *dir, const char *file, const char *text)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    assert_int_equal(tu_write_file(path, text, strlen(text)), 0);
+}
+
+/* ---- tensors to write ------------------------------------------------------------------ */
+
+typedef struct tlist {
+    moe_tensor_out t[512];
+    size_t n;
+} tlist;
+
+/* Append `name` [shape] holding the f32 values v (exact in dt: see rounded()). */
+static void tl_add(tlist *tl, const char *name, moe_dtype dt, int ndim, const int64_t *shape, const float *v)
+{
+    assert_true(tl->n < 512);
+    moe_tensor_out *t = &tl->t[tl->n++];
+    memset(t, 0, sizeof *t);
+    t->name = strdup(name);
+    t->dtype = dt;
+    t->ndim = ndim;
+    size_t n = 1;
+    for (int d = 0; d < ndim; d++) {
+        t->shape[d] = shape[d];
+        n *= (size_t)shape[d];
+    }
+    if (dt == MOE_DTYPE_F32) {
+        float *b = malloc(n * 4 + 4);
+        memcpy(b, v, n * 4);
+        t->data = b;
+    } else {
+        uint16_t *b = malloc(n * 2 + 2);
+        for (size_t i = 0; i < n; i++)
+            b[i] = dt == MOE_DTYPE_BF16 ? moe_f32_to_bf16(v[i]) : moe_f32_to_f16(v[i]);
+        t->data = b;
+    }
+}
+
+static void tl_free(tlist *tl)
+{
+    for (size_t i = 0; i < tl->n; i++) {
+        free((void *)tl->t[i].name);
+        free((void *)tl->t[i].data);
+    }
+    tl->n = 0;
+}
+
+/* n uniform values in [-a, a), rounded to dt (so the f32 copy is exactly what is stored). */
+static float *rounded(size_t n, uint64_t seed, float a, moe_dtype dt)
+{
+    float *x = malloc(sizeof(float) * (n ? n : 1));
+    tu_fill_uniform(x, n, seed, -a, a);
+    for (size_t i = 0; i < n && dt == MOE_DTYPE_BF16; i++)
+        x[i] = moe_bf16_to_f32(moe_f32_to_bf16(x[i]));
+    return x;
+}
+
+/* ---- a family checkpoint --------------------------------------------------------------- */
+
+enum { L_PER_EXPERT, L_STACKED, L_GRANITE, L_LLAMA4, L_GPTOSS };
+
+typedef struct fspec {
+    const char *tag;
+    moe_family family;
+    const char *config;       /* config.json text */
+    int64_t H, I, E, K, L, Is;
+    const char *prefix;       /* "model.layers.%lld.mlp." */
+    const char *router;       /* "gate.weight" */
+    int layout;
+    const char *shared;       /* "shared_expert", "shared_experts" or NULL */
+    int shared_gated;
+    int sel_bias, router_bias;
+    moe_dtype wdt;
+    const char *moe_mask;     /* one char per layer: '1' MoE, '0' dense */
+    const char *dense_why;    /* a substring of the first dense layer's EDENSE message */
+    moe_layer_desc want;      /* the description the adapter must give */
+} fspec;
+
+/* One MoE layer's weights as f32 (exact in wdt), row-major. */
+typedef struct fweights {
+    float *router, *gate, *up, *down;   /* [E,H], [E,I,H], [E,I,H], [E,H,I] */
+    float *sg, *su, *sd, *sgw;          /* [Is,H], [Is,H], [H,Is], [H] */
+    float *rbias, *sbias;               /* [E] */
+    float *gbias, *ubias, *dbias;       /* [E,I], [E,I], [E,H] */
+} fweights;
+
+static fweights gen_weights(const fspec *s, int64_t layer)
+{
+    const size_t E = (size_t)s->E, H = (size_t)s->H, I = (size_t)s->I, Is = (size_t)s->Is;
+    const uint64_t b = 100 * (uint64_t)(layer + 1);
+    fweights w;
+    memset(&w, 0, sizeof w);
+    w.router = rounded(E * H, b + 1, 1.0f, s->wdt);
+    w.gate = rounded(E * I * H, b + 2, s->family == MOE_FAMILY_GPT_OSS ? 3.0f : 0.5f, s->wdt);
+    w.up = rounded(E * I * H, b + 3, s->family == MOE_FAMILY_GPT_OSS ? 3.0f : 0.5f, s->wdt);
+    w.down = rounded(E * H * I, b + 4, 0.5f, s->wdt);
+    if (Is) {
+        w.sg = rounded(Is * H, b + 5, 0.5f, s->wdt);
+        w.su = rounded(Is * H, b + 6, 0.5f, s->wdt);
+        w.sd = rounded(H * Is, b + 7, 0.5f, s->wdt);
+        w.sgw = rounded(H, b + 8, 1.0f, s->wdt);
+    }
+    if (s->router_bias)
+        w.rbias = rounded(E, b + 9, 1.0f, s->wdt);
+    if (s->sel_bias)
+        w.sbias = rounded(E, b + 10, 0.2f, MOE_DTYPE_F32);
+    if (s->layout == L_GPTOSS) {
+        w.gbias = rounded(E * I, b + 11, 1.0f, s->wdt);
+        w.ubias = rounded(E * I, b + 12, 1.0f, s->wdt);
+        w.dbias = rounded(E * H, b + 13, 0.5f, s->wdt);
+    }
+    return w;
+}
+
+static void free_weights(fweights *w)
+{
+    free(w->router);
+    free(w->gate);
+    free(w->up);
+    free(w->down);
+    free(w->sg);
+    free(w->su);
+    free(w->sd);
+    free(w->sgw);
+    free(w->rbias);
+    free(w->sbias);
+    free(w->gbias);
+    free(w->ubias);
+    free(w->dbias);
+}
+
+static void add_layer(const fspec *s, int64_t layer, const fweights *w, tlist *tl)
+{
+    const int64_t E = s->E, H = s->H, I = s->I, Is = s->Is;
+    char p[160], name[320];
+    snprintf(p, sizeof p, s->prefix, (long long)layer);
+    snprintf(name, sizeof name, "%s%s", p, s->router);
+    tl_add(tl, name, s->wdt, 2, (int64_t[]){E, H}, w->router);
+    if (s->router_bias) {
+        snprintf(name, sizeof name, "%srouter.bias", p);
+        tl_add(tl, name, s->wdt, 1, (int64_t[]){E}, w->rbias);
+    }
+    if (s->sel_bias) {
+        snprintf(name, sizeof name, "%sgate.e_score_correction_bias", p);
+        tl_add(tl, name, MOE_DTYPE_F32, 1, (int64_t[]){E}, w->sbias);
+    }
+    if (s->layout == L_PER_EXPERT) {
+        for (int64_t e = 0; e < E; e++) {
+            snprintf(name, sizeof name, "%sexperts.%lld.gate_proj.weight", p, (long long)e);
+            tl_add(tl, name, s->wdt, 2, (int64_t[]){I, H}, w->gate + e * I * H);
+            snprintf(name, sizeof name, "%sexperts.%lld.up_proj.weight", p, (long long)e);
+            tl_add(tl, name, s->wdt, 2, (int64_t[]){I, H}, w->up + e * I * H);
+            snprintf(name, sizeof name, "%sexperts.%lld.down_proj.weight", p, (long long)e);
+            tl_add(tl, name, s->wdt, 2, (int64_t[]){H, I}, w->down + e * H * I);
+        }
+    } else if (s->layout == L_STACKED || s->layout == L_GRANITE) {
+        float *gu = malloc(sizeof(float) * (size_t)(E * 2 * I * H)); /* [E, 2I, H] */
+        for (int64_t e = 0; e < E; e++) {
+            memcpy(gu + e * 2 * I * H, w->gate + e * I * H, sizeof(float) * (size_t)(I * H));
+            memcpy(gu + e * 2 * I * H + I * H, w->up + e * I * H, sizeof(float) * (size_t)(I * H));
+        }
+        const int gr = s->layout == L_GRANITE;
+        snprintf(name, sizeof name, "%s%s", p, gr ? "input_linear.weight" : "experts.gate_up_proj");
+        tl_add(tl, name, s->wdt, 3, (int64_t[]){E, 2 * I, H}, gu);
+        snprintf(name, sizeof name, "%s%s", p, gr ? "output_linear.weight" : "experts.down_proj");
+        tl_add(tl, name, s->wdt, 3, (int64_t[]){E, H, I}, w->down);
+        free(gu);
+    } else {
+        /* input-major [E, H, 2I]: Llama-4 halves, gpt-oss interleaved; down [E, I, H] */
+        const int inter = s->layout == L_GPTOSS;
+        float *gu = malloc(sizeof(float) * (size_t)(E * 2 * I * H));
+        float *dn = malloc(sizeof(float) * (size_t)(E * I * H));
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t i = 0; i < H; i++)
+                for (int64_t o = 0; o < I; o++) {
+                    float g = w->gate[(e * I + o) * H + i], u = w->up[(e * I + o) * H + i];
+                    gu[e * H * 2 * I + i * 2 * I + (inter ? 2 * o : o)] = g;
+                    gu[e * H * 2 * I + i * 2 * I + (inter ? 2 * o + 1 : I + o)] = u;
+                }
+        for (int64_t e = 0; e < E; e++)
+            for (int64_t o = 0; o < H; o++)
+                for (int64_t i = 0; i < I; i++)
+                    dn[e * I * H + i * H + o] = w->down[(e * H + o) * I + i];
+        snprintf(name, sizeof name, "%sexperts.gate_up_proj", p);
+        tl_add(tl, name, s->wdt, 3, (int64_t[]){E, H, 2 * I}, gu);
+        snprintf(name, sizeof name, "%sexperts.down_proj", p);
+        tl_add(tl, name, s->wdt, 3, (int64_t[]){E, I, H}, dn);
+        if (inter) {
+            float *gb = malloc(sizeof(float) * (size_t)(E * 2 * I));
+            for (int64_t e = 0; e < E; e++)
+                for (int64_t o = 0; o < I; o++) {
+                    gb[e * 2 * I + 2 * o] = w->gbias[e * I + o];
+                    gb[e * 2 * I + 2 * o + 1] = w->ubias[e * I + o];
+                }
+            snprintf(name, sizeof name, "%sexperts.gate_up_proj_bias", p);
+            tl_add(tl, name, s->wdt, 2, (int64_t[]){E, 2 * I}, gb);
+            snprintf(name, sizeof name, "%sexperts.down_proj_bias", p);
+            tl_add(tl, name, s->wdt, 2, (int64_t[]){E, H}, w->dbias);
+            free(gb);
+        }
+        free(gu);
+        free(dn);
+    }
+    if (Is > 0) {
+        snprintf(name, sizeof name, "%s%s.gate_proj.weight", p, s->shared);
+        tl_add(tl, name, s->wdt, 2, (int64_t[]){Is, H}, w->sg);
+        snprintf(name, sizeof name, "%s%s.up_proj.weight", p, s->shared);
+        tl_add(tl, name, s->wdt, 2, (int64_t[]){Is, H}, w->su);
+        snprintf(name, sizeof name, "%s%s.down_proj.weight", p, s->shared);
+        tl_add(tl, name, s->wdt, 2, (int64_t[]){H, Is}, w->sd);
+        if (s->shared_gated) {
+            snprintf(name, sizeof name, "%sshared_expert_gate.weight", p);
+            tl_add(tl, name, s->wdt, 2, (int64_t[]){1, H}, w->sgw);
+        }
+    }
+}
+
+static void make_ckpt(moe_ctx *ctx, const fspec *s, char *dir, size_t len, tlist *tl)
+{
+    tu_tmpdir(dir, len, s->tag);
+    write_text(dir, "config.json", s->config);
+    float dummy[4] = {0};
+    tl_add(tl, "model.norm.weight", MOE_DTYPE_F32, 1, (int64_t[]){4}, dummy);
+    for (int64_t l = 0; l < s->L; l++) {
+        if (s->moe_mask[l] != '1')
+            continue;
+        fweights w = gen_weights(s, l);
+        add_layer(s, l, &w, tl);
+        free_weights(&w);
+    }
+    char path[700];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    assert_int_equal(moe_safetensors_write(ctx, path, tl->t, tl->n), MOE_OK);
+}
+
+static void assert_desc(const char *tag, const moe_layer_desc *got, const moe_layer_desc *want)
+{
+#define CHK(f)                                                                                              \
+    if ((long long)got->f != (long long)want->f)                                                             \
+        fail_msg("%s: desc.%s = %lld, want %lld", tag, #f, (long long)got->f, (long long)want->f);
+    CHK(family) CHK(hidden_size) CHK(moe_intermediate_size) CHK(num_experts) CHK(top_k) CHK(scoring_func)
+    CHK(renormalize) CHK(activation) CHK(shared_expert_intermediate_size) CHK(shared_expert_gated)
+    CHK(weight_dtype) CHK(n_group) CHK(topk_group) CHK(group_score) CHK(has_selection_bias)
+    CHK(has_router_bias) CHK(has_expert_bias) CHK(apply_router_weight_on_input)
+#undef CHK
+    if (got->routed_scaling_factor != want->routed_scaling_factor || got->swiglu_alpha != want->swiglu_alpha ||
+        got->swiglu_limit != want->swiglu_limit)
+        fail_msg("%s: desc scale %g alpha %g limit %g, want %g %g %g", tag, (double)got->routed_scaling_factor,
+                 (double)got->swiglu_alpha, (double)got->swiglu_limit, (double)want->routed_scaling_factor,
+                 (double)want->swiglu_alpha, (double)want->swiglu_limit);
+}
+
+/* The whole check of one family spec (see the file comment). */
+static void check_family(const fspec *s)
+{
+    moe_ctx *ctx = tu_ctx();
+    char dir[512];
+    tlist *tl = calloc(1, sizeof *tl);
+    make_ckpt(ctx, s, dir, sizeof dir, tl);
+    moe_checkpoint *ck = NULL;
+    if (moe_checkpoint_open(ctx, dir, &ck) != MOE_OK)
+        fail_msg("%s: open: %s", s->tag, moe_ctx_last_error(ctx));
+    assert_int_equal(moe_checkpoint_family(ck), s->family);
+    assert_int_equal(moe_checkpoint_num_layers(ck), s->L);
+
+    int64_t moe_layer = -1;
+    int dense_seen = 0;
+    for (int64_t l = 0; l < s->L; l++) {
+        const int is_moe = s->moe_mask[l] == '1';
+        assert_int_equal(moe_checkpoint_is_moe_layer(ck, l), is_moe);
+        moe_layer_desc d;
+        if (is_moe) {
+            if (moe_layer < 0)
+                moe_layer = l;
+            continue;
+        }
+        moe_status st = moe_checkpoint_layer_desc(ck, l, &d);
+        if (!dense_seen && s->dense_why)
+            expect_error(ctx, st, MOE_EDENSE, "dense MLP layer", s->dense_why);
+        else
+            assert_int_equal(st, MOE_EDENSE);
+        dense_seen = 1;
+    }
+    assert_true(moe_layer >= 0);
+
+    moe_layer_desc d;
+    if (moe_checkpoint_layer_desc(ck, moe_layer, &d) != MOE_OK)
+        fail_msg("%s: layer_desc: %s", s->tag, moe_ctx_last_error(ctx));
+    assert_desc(s->tag, &d, &s->want);
+
+    enum { T = 7 };
+    float x[T * 64];
+    assert_true(s->H <= 64);
+    tu_fill_uniform(x, (size_t)(T * s->H), 5, -1.5f, 1.5f);
+    float out[2][T * 64];
+    int32_t ids[2][T * 8];
+    float wts[2][T * 8];
+    for (int th = 1; th <= 2; th++) {
+        moe_options o;
+        moe_options_init(&o);
+        o.num_threads = th;
+        moe_ctx *c2 = NULL;
+        char err[256];
+        assert_int_equal(moe_ctx_create(&o, &c2, err, sizeof err), MOE_OK);
+        moe_plan *plan = NULL;
+        assert_int_equal(moe_plan_create(c2, &d, &plan), MOE_OK);
+        moe_weights *w = NULL;
+        if (moe_checkpoint_load_weights(ck, moe_layer, plan, &w) != MOE_OK)
+            fail_msg("%s: load: %s", s->tag, moe_ctx_last_error(ctx));
+        size_t wsz = moe_plan_workspace_size(plan, T);
+        void *ws = malloc(wsz);
+        moe_exec_args a = {.hidden_states = x, .hidden_dtype = MOE_DTYPE_F32, .n_tokens = T,
+                           .output = out[th - 1], .topk_ids = ids[th - 1], .topk_weights = wts[th - 1],
+                           .workspace = ws, .workspace_size = wsz};
+        assert_int_equal(moe_plan_execute_ex(plan, w, &a), MOE_OK);
+        free(ws);
+        moe_weights_free(w);
+        moe_plan_free(plan);
+        moe_ctx_free(c2);
+    }
+    assert_memory_equal(out[0], out[1], sizeof(float) * (size_t)(T * s->H));
+    moe_checkpoint_free(ck);
+
+    /* src/ref on a plain row-major f32 copy of the same values */
+    fweights fw = gen_weights(s, moe_layer);
+    const int64_t E = s->E, H = s->H, I = s->I;
+    const void **gp = calloc((size_t)E, sizeof(void *)), **upp = calloc((size_t)E, sizeof(void *)),
+               **dp = calloc((size_t)E, sizeof(void *)), **gbp = calloc((size_t)E, sizeof(void *)),
+               **ubp = calloc((size_t)E, sizeof(void *)), **dbp = calloc((size_t)E, sizeof(void *));
+    for (int64_t e = 0; e < E; e++) {
+        gp[e] = fw.gate + e * I * H;
+        upp[e] = fw.up + e * I * H;
+        dp[e] = fw.down + e * H * I;
+        if (fw.gbias) {
+            gbp[e] = fw.gbias + e * I;
+            ubp[e] = fw.ubias + e * I;
+            dbp[e] = fw.dbias + e * H;
+        }
+    }
+    moe_weight_source src;
+    memset(&src, 0, sizeof src);
+    src.router = fw.router;
+    src.router_dtype = MOE_DTYPE_F32;
+    src.gate_proj = gp;
+    src.up_proj = upp;
+    src.down_proj = dp;
+    src.shared_gate_proj = fw.sg;
+    src.shared_up_proj = fw.su;
+    src.shared_down_proj = fw.sd;
+    src.shared_expert_gate = fw.sgw;
+    src.router_bias = fw.rbias;
+    src.selection_bias = fw.sbias;
+    src.gate_bias = gbp;
+    src.up_bias = ubp;
+    src.down_bias = dbp;
+    moe_layer_desc d32 = d;
+    d32.weight_dtype = MOE_DTYPE_F32;
+    float ref[T * 64];
+    int32_t rid[T * 8];
+    float rw[T * 8];
+    assert_int_equal(moe_ref_forward(&d32, &src, x, T, NULL, ref, rid, rw), MOE_OK);
+    if (memcmp(ref, out[0], sizeof(float) * (size_t)(T * H)) != 0)
+        fail_msg("%s: checkpoint layer %lld differs from src/ref on the row-major weights (max diff %g)", s->tag,
+                 (long long)moe_layer, tu_max_abs_diff(out[0], ref, (size_t)(T * H)));
+    assert_memory_equal(rid, ids[0], sizeof(int32_t) * (size_t)(T * s->K));
+    assert_memory_equal(rw, wts[0], sizeof(float) * (size_t)(T * s->K));
+    assert_true(tu_max_abs(ref, (size_t)(T * H)) > 1e-3);
+    free(gp);
+    free(upp);
+    free(dp);
+    free(gbp);
+    free(ubp);
+    free(dbp);
+    free_weights(&fw);
+    tl_free(tl);
+    free(tl);
+    rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
+static moe_layer_desc base_desc(moe_family f, int64_t H, int64_t I, int64_t E, int64_t K, moe_dtype dt)
+{
+    moe_layer_desc d;
+    moe_layer_desc_init(&d);
+    d.family = f;
+    d.hidden_size = H;
+    d.moe_intermediate_size = I;
+    d.num_experts = E;
+    d.top_k = K;
+    d.weight_dtype = dt;
+    return d;
+}
+
+/* ---- the families ---------------------------------------------------------------------- */
+
+static void test_deepseek_v3(void **state)
+{
+    (void)state;
+    /* 4 layers, first_k_dense_replace 1 and moe_layer_freq 2: layer 2 is the only MoE layer */
+    fspec s = {.tag = "ck-dsv3", .family = MOE_FAMILY_DEEPSEEK_V3,
+               .config = "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"model_type\": \"deepseek_v3\","
+                         " \"hidden_size\": 16, \"num_hidden_layers\": 4, \"intermediate_size\": 40,"
+                         " \"moe_intermediate_size\": 8, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2,"
+                         " \"n_group\": 4, \"topk_group\": 2, \"first_k_dense_replace\": 1, \"moe_layer_freq\": 2,"
+                         " \"n_shared_experts\": 2, \"routed_scaling_factor\": 2.5, \"norm_topk_prob\": true,"
+                         " \"scoring_func\": \"sigmoid\", \"topk_method\": \"noaux_tc\", \"hidden_act\": \"silu\"}",
+               .H = 16, .I = 8, .E = 8, .K = 2, .L = 4, .Is = 16, .prefix = "model.layers.%lld.mlp.",
+               .router = "gate.weight", .layout = L_PER_EXPERT, .shared = "shared_experts", .sel_bias = 1,
+               .wdt = MOE_DTYPE_F32, .moe_mask = "0010", .dense_why = "first_k_dense_replace = 1"};
+    s.want = base_desc(MOE_FAMILY_DEEPSEEK_V3, 16, 8, 8, 2, MOE_DTYPE_F32);
+    s.want.scoring_func = MOE_SCORING_SIGMOID;
+    s.want.renormalize = 1;
+    s.want.routed_scaling_factor = 2.5f;
+    s.want.shared_expert_intermediate_size = 16;
+    s.want.n_group = 4;
+    s.want.topk_group = 2;
+    s.want.group_score = MOE_GROUP_SCORE_TOP2_SUM;
+    s.want.has_selection_bias = 1;
+    check_family(&s);
+
+    /* the same model in the stacked layout with bf16 weights (bias kept f32) */
+    s.tag = "ck-dsv3s";
+    s.layout = L_STACKED;
+    s.wdt = MOE_DTYPE_BF16;
+    s.want.weight_dtype = MOE_DTYPE_BF16;
+    check_family(&s);
+}
+
+static void test_deepseek_v2(void **state)
+{
+    (void)state;
+    /* V2 (full) routing: group_limited_greedy, scale 16; norm_topk_prob true is ignored as
+     * transformers does; one shared expert; layer 0 dense */
+    fspec s = {.tag = "ck-dsv2", .family = MOE_FAMILY_DEEPSEEK_V2,
+               .config = "{\"architectures\": [\"DeepseekV2ForCausalLM\"], \"model_type\": \"deepseek_v2\","
+                         " \"hidden_size\": 16, \"num_hidden_layers\": 2, \"intermediate_size\": 40,"
+                         " \"moe_intermediate_size\": 8, \"n_routed_experts\": 8, \"num_experts_per_tok\": 3,"
+                         " \"n_group\": 4, \"topk_group\": 2, \"topk_method\": \"group_limited_greedy\","
+                         " \"first_k_dense_replace\": 1, \"n_shared_experts\": 1, \"routed_scaling_factor\": 16.0,"
+                         " \"norm_topk_prob\": true, \"scoring_func\": \"softmax\"}",
+               .H = 16, .I = 8, .E = 8, .K = 3, .L = 2, .Is = 8, .prefix = "model.layers.%lld.mlp.",
+               .router = "gate.weight", .layout = L_PER_EXPERT, .shared = "shared_experts",
+               .wdt = MOE_DTYPE_BF16, .moe_mask = "01", .dense_why = "first_k_dense_replace"};
+    s.want = base_desc(MOE_FAMILY_DEEPSEEK_V2, 16, 8, 8, 3, MOE_DTYPE_BF16);
+    s.want.routed_scaling_factor = 16.0f;
+    s.want.shared_expert_intermediate_size = 8;
+    s.want.n_group = 4;
+    s.want.topk_group = 2;
+    s.want.group_score = MOE_GROUP_SCORE_MAX;
+    check_family(&s);
+
+    /* V2-Lite: greedy, two shared experts by default (n_shared_experts absent -> 2) */
+    fspec lite = {.tag = "ck-dsv2l", .family = MOE_FAMILY_DEEPSEEK_V2,
+                  .config = "{\"architectures\": [\"DeepseekV2ForCausalLM\"], \"hidden_size\": 16,"
+                            " \"num_hidden_layers\": 2, \"moe_intermediate_size\": 8, \"n_routed_experts\": 8,"
+                            " \"num_experts_per_tok\": 2, \"first_k_dense_replace\": 1, \"topk_method\": \"greedy\","
+                            " \"n_group\": 1, \"topk_group\": 1}",
+                  .H = 16, .I = 8, .E = 8, .K = 2, .L = 2, .Is = 16, .prefix = "model.layers.%lld.mlp.",
+                  .router = "gate.weight", .layout = L_STACKED, .shared = "shared_experts",
+                  .wdt = MOE_DTYPE_F32, .moe_mask = "01"};
+    lite.want = base_desc(MOE_FAMILY_DEEPSEEK_V2, 16, 8, 8, 2, MOE_DTYPE_F32);
+    lite.want.shared_expert_intermediate_size = 16;
+    check_family(&lite);
+}
+
+static void test_gpt_oss(void **state)
+{
+    (void)state;
+    fspec s = {.tag = "ck-oss", .family = MOE_FAMILY_GPT_OSS,
+               .config = "{\"architectures\": [\"GptOssForCausalLM\"], \"model_type\": \"gpt_oss\","
+                         " \"hidden_size\": 16, \"num_hidden_layers\": 1, \"intermediate_size\": 8,"
+                         " \"num_local_experts\": 6, \"num_experts_per_tok\": 3, \"swiglu_limit\": 5.0,"
+                         " \"hidden_act\": \"silu\"}",
+               .H = 16, .I = 8, .E = 6, .K = 3, .L = 1, .prefix = "model.layers.%lld.mlp.",
+               .router = "router.weight", .layout = L_GPTOSS, .router_bias = 1, .wdt = MOE_DTYPE_BF16,
+               .moe_mask = "1"};
+    s.want = base_desc(MOE_FAMILY_GPT_OSS, 16, 8, 6, 3, MOE_DTYPE_BF16);
+    s.want.scoring_func = MOE_SCORING_TOPK_SOFTMAX;
+    s.want.activation = MOE_ACT_SWIGLU_OAI;
+    s.want.has_router_bias = 1;
+    s.want.has_expert_bias = 1;
+    s.want.swiglu_limit = 5.0f;
+    check_family(&s);
+}
+
+static void test_llama4(void **state)
+{
+    (void)state;
+    /* as released: Llama4ForConditionalGeneration, text_config, language_model.model prefix,
+     * moe_layers [1, 3] */
+    fspec s = {.tag = "ck-l4", .family = MOE_FAMILY_LLAMA4,
+               .config = "{\"architectures\": [\"Llama4ForConditionalGeneration\"], \"model_type\": \"llama4\","
+                         " \"text_config\": {\"hidden_size\": 16, \"num_hidden_layers\": 4, \"intermediate_size\": 8,"
+                         " \"intermediate_size_mlp\": 24, \"num_local_experts\": 4, \"num_experts_per_tok\": 1,"
+                         " \"moe_layers\": [1, 3], \"interleave_moe_layer_step\": 2, \"model_type\": \"llama4_text\"},"
+                         " \"vision_config\": {\"hidden_size\": 8}}",
+               .H = 16, .I = 8, .E = 4, .K = 1, .L = 4, .Is = 8,
+               .prefix = "language_model.model.layers.%lld.feed_forward.", .router = "router.weight",
+               .layout = L_LLAMA4, .shared = "shared_expert", .wdt = MOE_DTYPE_BF16, .moe_mask = "0101",
+               .dense_why = "text_config.moe_layers"};
+    s.want = base_desc(MOE_FAMILY_LLAMA4, 16, 8, 4, 1, MOE_DTYPE_BF16);
+    s.want.scoring_func = MOE_SCORING_TOPK_SIGMOID;
+    s.want.apply_router_weight_on_input = 1;
+    s.want.shared_expert_intermediate_size = 8;
+    check_family(&s);
+
+    /* text-only Llama4ForCausalLM, no moe_layers: every interleave_moe_layer_step-th layer */
+    fspec t = s;
+    t.tag = "ck-l4t";
+    t.config = "{\"architectures\": [\"Llama4ForCausalLM\"], \"model_type\": \"llama4_text\", \"hidden_size\": 16,"
+               " \"num_hidden_layers\": 4, \"intermediate_size\": 8, \"num_local_experts\": 4,"
+               " \"num_experts_per_tok\": 2, \"interleave_moe_layer_step\": 2}";
+    t.prefix = "model.layers.%lld.feed_forward.";
+    t.K = 2;
+    t.want.top_k = 2;
+    t.wdt = MOE_DTYPE_F32;
+    t.want.weight_dtype = MOE_DTYPE_F32;
+    t.dense_why = "interleave_moe_layer_step";
+    check_family(&t);
+}
+
+static void test_olmoe_granite(void **state)
+{
+    (void)state;
+    fspec o = {.tag = "ck-olmoe", .family = MOE_FAMILY_OLMOE,
+               .config = "{\"architectures\": [\"OlmoeForCausalLM\"], \"model_type\": \"olmoe\", \"hidden_size\": 16,"
+                         " \"num_hidden_layers\": 1, \"intermediate_size\": 8, \"num_experts\": 8,"
+                         " \"num_experts_per_tok\": 3, \"norm_topk_prob\": false}",
+               .H = 16, .I = 8, .E = 8, .K = 3, .L = 1, .prefix = "model.layers.%lld.mlp.", .router = "gate.weight",
+               .layout = L_PER_EXPERT, .wdt = MOE_DTYPE_F32, .moe_mask = "1"};
+    o.want = base_desc(MOE_FAMILY_OLMOE, 16, 8, 8, 3, MOE_DTYPE_F32);
+    check_family(&o);
+
+    fspec g = {.tag = "ck-granite", .family = MOE_FAMILY_GRANITE_MOE,
+               .config = "{\"architectures\": [\"GraniteMoeForCausalLM\"], \"model_type\": \"granitemoe\","
+                         " \"hidden_size\": 16, \"num_hidden_layers\": 1, \"intermediate_size\": 8,"
+                         " \"num_local_experts\": 6, \"num_experts_per_tok\": 2}",
+               .H = 16, .I = 8, .E = 6, .K = 2, .L = 1, .prefix = "model.layers.%lld.block_sparse_moe.",
+               .router = "router.layer.weight", .layout = L_GRANITE, .wdt = MOE_DTYPE_BF16, .moe_mask = "1"};
+    g.want = base_desc(MOE_FAMILY_GRANITE_MOE, 16, 8, 6, 2, MOE_DTYPE_BF16);
+    g.want.scoring_func = MOE_SCORING_TOPK_SOFTMAX;
+    check_family(&g);
+    /* transformers' in-memory names (save_original_format=False) */
+    g.tag = "ck-granite-mem";
+    g.router = "router.weight";
+    g.layout = L_STACKED;
+    check_family(&g);
+}
+
+static void test_qwen35_next(void **state)
+{
+    (void)state;
+    fspec q = {.tag = "ck-q35", .family = MOE_FAMILY_QWEN3_5_MOE,
+               .config = "{\"architectures\": [\"Qwen3_5MoeForConditionalGeneration\"], \"model_type\": \"qwen3_5_moe\","
+                         " \"text_config\": {\"hidden_size\": 16, \"num_hidden_layers\": 1, \"moe_intermediate_size\": 8,"
+                         " \"shared_expert_intermediate_size\": 12, \"num_experts\": 8, \"num_experts_per_tok\": 2,"
+                         " \"hidden_act\": \"silu\"}}",
+               .H = 16, .I = 8, .E = 8, .K = 2, .L = 1, .Is = 12, .prefix = "model.language_model.layers.%lld.mlp.",
+               .router = "gate.weight", .layout = L_STACKED, .shared = "shared_expert", .shared_gated = 1,
+               .wdt = MOE_DTYPE_BF16, .moe_mask = "1"};
+    q.want = base_desc(MOE_FAMILY_QWEN3_5_MOE, 16, 8, 8, 2, MOE_DTYPE_BF16);
+    q.want.renormalize = 1;
+    q.want.shared_expert_intermediate_size = 12;
+    q.want.shared_expert_gated = 1;
+    check_family(&q);
+
+    fspec n = {.tag = "ck-qnext", .family = MOE_FAMILY_QWEN3_NEXT,
+               .config = "{\"architectures\": [\"Qwen3NextForCausalLM\"], \"model_type\": \"qwen3_next\","
+                         " \"hidden_size\": 16, \"num_hidden_layers\": 2, \"moe_intermediate_size\": 8,"
+                         " \"shared_expert_intermediate_size\": 8, \"num_experts\": 8, \"num_experts_per_tok\": 2,"
+                         " \"decoder_sparse_step\": 2}",
+               .H = 16, .I = 8, .E = 8, .K = 2, .L = 2, .Is = 8, .prefix = "model.layers.%lld.mlp.",
+               .router = "gate.weight", .layout = L_PER_EXPERT, .shared = "shared_expert", .shared_gated = 1,
+               .wdt = MOE_DTYPE_F32, .moe_mask = "01", .dense_why = "decoder_sparse_step"};
+    n.want = base_desc(MOE_FAMILY_QWEN3_NEXT, 16, 8, 8, 2, MOE_DTYPE_F32);
+    n.want.renormalize = 1; /* norm_topk_prob absent: Qwen3NextConfig's default, true */
+    n.want.shared_expert_intermediate_size = 8;
+    n.want.shared_expert_gated = 1;
+    check_family(&n);
+}
+
+/* hidden_act picks the gate function: gelu and gelu_pytorch_tanh give the GELU gates. */
+static void test_gelu_act(void **state)
+{
+    (void)state;
+    fspec o = {.tag = "ck-gelu", .family = MOE_FAMILY_OLMOE,
+               .config = "{\"architectures\": [\"OlmoeForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 1,"
+                         " \"intermediate_size\": 8, \"num_experts\": 4, \"num_experts_per_tok\": 2,"
+                         " \"norm_topk_prob\": true, \"hidden_act\": \"gelu_pytorch_tanh\"}",
+               .H = 16, .I = 8, .E = 4, .K = 2, .L = 1, .prefix = "model.layers.%lld.mlp.", .router = "gate.weight",
+               .layout = L_PER_EXPERT, .wdt = MOE_DTYPE_F32, .moe_mask = "1"};
+    o.want = base_desc(MOE_FAMILY_OLMOE, 16, 8, 4, 2, MOE_DTYPE_F32);
+    o.want.renormalize = 1;
+    o.want.activation = MOE_ACT_GEGLU_TANH;
+    check_family(&o);
+    o.tag = "ck-gelu2";
+    o.config = "{\"architectures\": [\"OlmoeForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 1,"
+               " \"intermediate_size\": 8, \"num_experts\": 4, \"num_experts_per_tok\": 2,"
+               " \"norm_topk_prob\": true, \"hidden_act\": \"gelu\"}";
+    o.want.activation = MOE_ACT_GEGLU;
+    check_family(&o);
+}
+
+/* ---- errors ---------------------------------------------------------------------------- */
+
+/* Open `config` over an empty weights file and return the status of open + layer_desc(layer). */
+static moe_status open_desc(moe_ctx *ctx, const char *dir, const char *config, const tlist *tl, int64_t layer)
+{
+    write_text(dir, "config.json", config);
+    char path[700];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    assert_int_equal(moe_safetensors_write(ctx, path, tl->t, tl->n), MOE_OK);
+    moe_checkpoint *ck = NULL;
+    moe_status st = moe_checkpoint_open(ctx, dir, &ck);
+    if (st == MOE_OK) {
+        moe_layer_desc d;
+        st = moe_checkpoint_layer_desc(ck, layer, &d);
+        moe_checkpoint_free(ck);
+    }
+    return st;
+}
+
+static void test_family_errors(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    char dir[512];
+    tu_tmpdir(dir, sizeof dir, "ck-ferr");
+    tlist *tl = calloc(1, sizeof *tl);
+    float dummy[4] = {0};
+    tl_add(tl, "model.norm.weight", MOE_DTYPE_F32, 1, (int64_t[]){4}, dummy);
+    char cfg[700];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+
+    const char *v3 = "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 2,"
+                     " \"moe_intermediate_size\": 8, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2,"
+                     " \"n_group\": 4, \"topk_group\": 2, \"first_k_dense_replace\": 0%s}";
+    char buf[1024];
+    snprintf(buf, sizeof buf, v3, ", \"topk_method\": \"greedy\"");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EUNSUPPORTED, cfg, "'topk_method'", "greedy", "noaux_tc");
+    snprintf(buf, sizeof buf, v3, ", \"scoring_func\": \"softmax\"");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EUNSUPPORTED, cfg, "'scoring_func'", "sigmoid");
+    const char *v3g = "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 2,"
+                      " \"moe_intermediate_size\": 8, \"n_routed_experts\": 8, \"num_experts_per_tok\": 6,"
+                      " \"n_group\": 4, \"topk_group\": 2}";
+    expect_error(ctx, open_desc(ctx, dir, v3g, tl, 0), MOE_EFORMAT, cfg, "'topk_group'", "num_experts_per_tok");
+    const char *v3n = "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 2,"
+                      " \"moe_intermediate_size\": 8, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2,"
+                      " \"n_group\": 3, \"topk_group\": 2}";
+    expect_error(ctx, open_desc(ctx, dir, v3n, tl, 0), MOE_EFORMAT, cfg, "'n_routed_experts'", "'n_group'");
+    /* first_k_dense_replace defaults to 3 (DeepseekV3Config): layer 1 is dense */
+    const char *v3d = "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 4,"
+                      " \"moe_intermediate_size\": 8, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2}";
+    expect_error(ctx, open_desc(ctx, dir, v3d, tl, 1), MOE_EDENSE, "first_k_dense_replace = 3", "MoE layers (1): 3");
+    const char *v2 = "{\"architectures\": [\"DeepseekV2ForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 2,"
+                     " \"moe_intermediate_size\": 8, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2,"
+                     " \"scoring_func\": \"sigmoid\"}";
+    expect_error(ctx, open_desc(ctx, dir, v2, tl, 0), MOE_EUNSUPPORTED, cfg, "'scoring_func'", "softmax");
+    const char *v2g = "{\"architectures\": [\"DeepseekV2ForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 2,"
+                      " \"moe_intermediate_size\": 8, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2,"
+                      " \"topk_method\": \"group_limited_greedy\"}";
+    expect_error(ctx, open_desc(ctx, dir, v2g, tl, 0), MOE_ENOTFOUND, cfg, "'n_group'");
+    const char *l4 = "{\"architectures\": [\"Llama4ForConditionalGeneration\"], \"text_config\": {\"num_hidden_layers\": 2,"
+                     " \"intermediate_size\": 8, \"num_local_experts\": 4, \"num_experts_per_tok\": 1}}";
+    expect_error(ctx, open_desc(ctx, dir, l4, tl, 0), MOE_ENOTFOUND, cfg, "'text_config.hidden_size'");
+    const char *oss = "{\"architectures\": [\"GptOssForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 1,"
+                      " \"intermediate_size\": 8, \"num_local_experts\": 4, \"num_experts_per_tok\": 2,"
+                      " \"swiglu_limit\": -1}";
+    expect_error(ctx, open_desc(ctx, dir, oss, tl, 0), MOE_EFORMAT, cfg, "'swiglu_limit'");
+    tl_free(tl);
+
+    /* gpt-oss MXFP4 blocks are refused by name */
+    const char *oss_ok = "{\"architectures\": [\"GptOssForCausalLM\"], \"hidden_size\": 64, \"num_hidden_layers\": 1,"
+                         " \"intermediate_size\": 8, \"num_local_experts\": 4, \"num_experts_per_tok\": 2,"
+                         " \"quantization_config\": {\"quant_method\": \"mxfp4\"}}";
+    float zeros[4 * 64 * 16] = {0};
+    tl_add(tl, "model.layers.0.mlp.router.weight", MOE_DTYPE_BF16, 2, (int64_t[]){4, 64}, zeros);
+    tl_add(tl, "model.layers.0.mlp.router.bias", MOE_DTYPE_BF16, 1, (int64_t[]){4}, zeros);
+    moe_tensor_out *blk = &tl->t[tl->n];
+    tl_add(tl, "model.layers.0.mlp.experts.gate_up_proj_blocks", MOE_DTYPE_F32, 4, (int64_t[]){4, 16, 2, 4}, zeros);
+    blk->dtype = MOE_DTYPE_U8; /* 4 * 16 * 2 * 16 bytes: the same bytes as the F32 [.., 4] */
+    blk->shape[3] = 16;
+    expect_error(ctx, open_desc(ctx, dir, oss_ok, tl, 0), MOE_EUNSUPPORTED, "gate_up_proj_blocks", "MXFP4",
+                 "bf16");
+    tl_free(tl);
+
+    /* DeepSeek-V3 without its e_score_correction_bias: named */
+    fspec s = {.tag = "ck-dsv3x", .family = MOE_FAMILY_DEEPSEEK_V3, .H = 16, .I = 8, .E = 8, .K = 2, .L = 1, .Is = 8,
+               .prefix = "model.layers.%lld.mlp.", .router = "gate.weight", .layout = L_PER_EXPERT,
+               .shared = "shared_experts", .wdt = MOE_DTYPE_F32, .moe_mask = "1"};
+    const char *v3ok = "{\"architectures\": [\"DeepseekV3ForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 1,"
+                       " \"moe_intermediate_size\": 8, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2,"
+                       " \"n_group\": 1, \"topk_group\": 1, \"first_k_dense_replace\": 0}";
+    fweights w = gen_weights(&s, 0);
+    add_layer(&s, 0, &w, tl);
+    expect_error(ctx, open_desc(ctx, dir, v3ok, tl, 0), MOE_ENOTFOUND, "gate.e_score_correction_bias");
+    free_weights(&w);
+    tl_free(tl);
+
+    /* gpt-oss with the down bias in another dtype than the gate/up bias */
+    fspec o = {.tag = "ck-ossx", .family = MOE_FAMILY_GPT_OSS, .H = 16, .I = 8, .E = 4, .K = 2, .L = 1,
+               .prefix = "model.layers.%lld.mlp.", .router = "router.weight", .layout = L_GPTOSS, .router_bias = 1,
+               .wdt = MOE_DTYPE_BF16, .moe_mask = "1"};
+    const char *osscfg = "{\"architectures\": [\"GptOssForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 1,"
+                         " \"intermediate_size\": 8, \"num_local_experts\": 4, \"num_experts_per_tok\": 2}";
+    w = gen_weights(&o, 0);
+    add_layer(&o, 0, &w, tl);
+    for (size_t i = 0; i < tl->n; i++) {
+        if (strstr(tl->t[i].name, "down_proj_bias")) {
+            free((void *)tl->t[i].data);
+            tl->t[i].data = calloc(4 * 16, 4);
+            tl->t[i].dtype = MOE_DTYPE_F32;
+        }
+    }
+    expect_error(ctx, open_desc(ctx, dir, osscfg, tl, 0), MOE_EDTYPE, "down_proj_bias", "gate_up_proj_bias");
+    free_weights(&w);
+    tl_free(tl);
+    free(tl);
+    rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_deepseek_v3),   cmocka_unit_test(test_deepseek_v2),
+        cmocka_unit_test(test_gpt_oss),       cmocka_unit_test(test_llama4),
+        cmocka_unit_test(test_olmoe_granite), cmocka_unit_test(test_qwen35_next),
+        cmocka_unit_test(test_gelu_act),      cmocka_unit_test(test_family_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

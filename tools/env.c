@@ -1,0 +1,93 @@
+/* `moe env`: every knob, its resolved value and where it came from; unknown MOE_* variables
+ * with the closest known name; invalid values with what they accept. */
+#include "cli.h"
+
+#include <string.h>
+
+static const char *const CMD = "moe env";
+
+static const char *source_name(moe_knob_source s)
+{
+    return s == MOE_KNOB_API ? "flag" : s == MOE_KNOB_ENV ? "environment" : "default";
+}
+
+int cli_cmd_env(int argc, char **argv)
+{
+    int json = 0;
+    cli_args a;
+    cli_args_init(&a, argc, argv, CMD);
+    int r;
+    while ((r = cli_args_next(&a)) != 0) {
+        if (r < 0)
+            return CLI_USAGE;
+        if (cli_is(&a, "--help") || cli_is(&a, "-h")) {
+            puts("usage: moe env [--json]\n"
+                 "\n"
+                 "Lists every libmoe knob (moe_options field and MOE_* environment variable): its\n"
+                 "resolved value, where the value came from (default, environment, flag), what it\n"
+                 "accepts and what it switches. Invalid values and unknown MOE_* variables (with\n"
+                 "the closest known name) are listed too; the exit status is then 1, since a\n"
+                 "context would refuse them (invalid) or ignore them (unknown).");
+            return CLI_OK;
+        }
+        if (cli_is(&a, "--json"))
+            json = 1;
+        else
+            return cli_unknown(&a);
+    }
+    int bad = 0;
+    size_t n = moe_knob_count();
+    if (json)
+        printf("{\"knobs\": [");
+    else
+        printf("%-22s %-14s %-12s %s\n", "variable", "value", "source", "accepts / switches");
+    for (size_t i = 0; i < n; i++) {
+        moe_knob_info k;
+        if (moe_knob_describe(NULL, i, &k) != MOE_OK)
+            continue;
+        if (k.error[0])
+            bad = 1;
+        if (json) {
+            printf("%s\n  {\"env\": ", i ? "," : "");
+            cli_json_string(stdout, k.env);
+            printf(", \"field\": ");
+            cli_json_string(stdout, k.field);
+            printf(", \"value\": ");
+            cli_json_string(stdout, k.value);
+            printf(", \"source\": ");
+            cli_json_string(stdout, source_name(k.source));
+            printf(", \"accepted\": ");
+            cli_json_string(stdout, k.accepted);
+            printf(", \"error\": ");
+            cli_json_string(stdout, k.error);
+            printf("}");
+        } else if (k.error[0]) {
+            printf("%-22s %-14s %-12s ERROR: %s\n", k.env, "(invalid)", source_name(k.source), k.error);
+        } else {
+            printf("%-22s %-14s %-12s %s: %s\n", k.env, k.value[0] ? k.value : "(none)", source_name(k.source),
+                   k.accepted, k.doc);
+        }
+    }
+    const char *name, *sugg;
+    size_t len;
+    if (json)
+        printf("\n], \"unknown\": [");
+    for (size_t i = 0; moe_env_unknown(i, &name, &len, &sugg); i++) {
+        bad = 1;
+        char nm[128];
+        snprintf(nm, sizeof nm, "%.*s", (int)(len < 127 ? len : 127), name);
+        if (json) {
+            printf("%s{\"name\": ", i ? ", " : "");
+            cli_json_string(stdout, nm);
+            printf(", \"did_you_mean\": ");
+            cli_json_string(stdout, sugg);
+            printf("}");
+        } else {
+            printf("%-22s %-14s %-12s WARNING: unknown variable, ignored; did you mean %s?\n", nm, "", "environment",
+                   sugg);
+        }
+    }
+    if (json)
+        printf("]}\n");
+    return bad ? CLI_FAIL : CLI_OK;
+}

@@ -1,0 +1,306 @@
+/* `moe plan`: what a layer costs per rank before anything is loaded: expert weight bytes,
+ * padding and its cost, workspace, FLOPs and bytes per token, the kernel path each token
+ * count takes, and warnings for every cost the user did not ask for. */
+#include "cli.h"
+#include "models.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const CMD = "moe plan";
+
+static void plan_usage(FILE *f)
+{
+    fputs("usage: moe plan (--model NAME | --checkpoint DIR [--layer L]) [--tp N] [--ep N]\n"
+          "                [--quant SCHEME] [--tokens LIST]\n"
+          "\n"
+          "Reports, per rank, for one MoE layer: expert weight bytes, padding and its cost,\n"
+          "workspace bytes at each T, FLOPs and weight bytes per token, the kernel path each\n"
+          "T takes, and a WARNING line for every cost not asked for (padding, duplicated\n"
+          "memory, fallback kernels). Nothing is allocated or loaded beyond config.json and\n"
+          "the safetensors headers.\n"
+          "\n"
+          "Options:\n"
+          "  --model NAME       an embedded model shape (moe bench --list-models)\n"
+          "  --checkpoint DIR   a Hugging Face checkpoint; --layer L (default: first MoE layer)\n"
+          "  --tp N             tensor-parallel ranks: I is split across them (default 1)\n"
+          "  --ep N             expert-parallel groups: experts placed E/N per group, the first\n"
+          "                     E %% N groups holding one more (default 1)\n"
+          "  --quant SCHEME     expert weights: bf16 (default for --model), f16, f32, or\n"
+          "                     fp8-block (e4m3, 128x128 block scales)\n"
+          "  --tokens LIST      token counts for workspace and kernel path (default\n"
+          "                     1,16,256,2048,32768)\n"
+          "  -h, --help         this text\n",
+          f);
+}
+
+/* The resolved value of knob `field` (as moe_ctx_create would resolve it). */
+static long long knob_ll(const char *field)
+{
+    for (size_t i = 0; i < moe_knob_count(); i++) {
+        moe_knob_info k;
+        if (moe_knob_describe(NULL, i, &k) == MOE_OK && strcmp(k.field, field) == 0)
+            return atoll(k.value);
+    }
+    return 0;
+}
+
+/* "WARNING: <what>: <size>" */
+static void warn(const char *what, double bytes)
+{
+    char b[32];
+    printf("WARNING: %s: %s\n", what, cli_fmt_bytes(b, sizeof b, bytes));
+}
+
+int cli_cmd_plan(int argc, char **argv)
+{
+    const char *model = NULL, *ckdir = NULL, *quant = NULL, *tokens = "1,16,256,2048,32768";
+    int64_t tp = 1, ep = 1, layer = -1;
+    cli_args a;
+    cli_args_init(&a, argc, argv, CMD);
+    int r;
+    while ((r = cli_args_next(&a)) != 0) {
+        if (r < 0)
+            return CLI_USAGE;
+        if (cli_is(&a, "--help") || cli_is(&a, "-h")) {
+            plan_usage(stdout);
+            return CLI_OK;
+        }
+        const char *v = NULL;
+        if (cli_is(&a, "--model")) {
+            if (!(model = cli_value(&a)))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "--checkpoint")) {
+            if (!(ckdir = cli_value(&a)))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "--layer")) {
+            if (!(v = cli_value(&a)) || cli_parse_i64(CMD, "--layer", v, 0, INT32_MAX, &layer) < 0)
+                return CLI_USAGE;
+        } else if (cli_is(&a, "--tp")) {
+            if (!(v = cli_value(&a)) || cli_parse_i64(CMD, "--tp", v, 1, 4096, &tp) < 0)
+                return CLI_USAGE;
+        } else if (cli_is(&a, "--ep")) {
+            if (!(v = cli_value(&a)) || cli_parse_i64(CMD, "--ep", v, 1, 4096, &ep) < 0)
+                return CLI_USAGE;
+        } else if (cli_is(&a, "--quant")) {
+            if (!(quant = cli_value(&a)))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "--tokens")) {
+            if (!(tokens = cli_value(&a)))
+                return CLI_USAGE;
+        } else {
+            return cli_unknown(&a);
+        }
+    }
+    if (!model == !ckdir) {
+        cli_err(CMD, "give exactly one of --model NAME or --checkpoint DIR (see 'moe plan --help')");
+        return CLI_USAGE;
+    }
+    if (quant && strcmp(quant, "bf16") && strcmp(quant, "f16") && strcmp(quant, "f32") &&
+        strcmp(quant, "fp8-block")) {
+        cli_err(CMD, "--quant %s: accepted values are bf16, f16, f32, fp8-block", quant);
+        return CLI_USAGE;
+    }
+    /* token counts */
+    int64_t Ts[32];
+    int nT = 0;
+    {
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", tokens);
+        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+            if (nT == 32 || cli_parse_i64(CMD, "--tokens", tok, 1, (int64_t)1 << 40, &Ts[nT]) < 0)
+                return CLI_USAGE;
+            nT++;
+        }
+        if (nT == 0) {
+            cli_err(CMD, "--tokens: give at least one token count");
+            return CLI_USAGE;
+        }
+    }
+
+    moe_layer_desc d;
+    moe_layer_desc_init(&d);
+    const char *name = model;
+    moe_ctx *ctx = NULL;
+    char err[1024] = "";
+    if (moe_ctx_create(NULL, &ctx, err, sizeof err) != MOE_OK) {
+        cli_err(CMD, "%s", err);
+        return CLI_FAIL;
+    }
+    int rc = CLI_FAIL;
+    if (model) {
+        const cli_model *m = cli_model_find(model);
+        if (!m) {
+            cli_err(CMD, "--model %s: unknown model (moe bench --list-models lists them)", model);
+            moe_ctx_free(ctx);
+            return CLI_USAGE;
+        }
+        d.hidden_size = m->hidden_size;
+        d.moe_intermediate_size = m->intermediate_size;
+        d.num_experts = m->num_experts;
+        d.top_k = m->top_k;
+        d.shared_expert_intermediate_size = m->shared_intermediate_size;
+        d.shared_expert_gated = m->shared_gated;
+        d.weight_dtype = MOE_DTYPE_BF16;
+    } else {
+        moe_checkpoint *ck = NULL;
+        if (moe_checkpoint_open(ctx, ckdir, &ck) != MOE_OK) {
+            cli_err(CMD, "%s", moe_ctx_last_error(ctx));
+            goto done;
+        }
+        if (layer < 0)
+            for (int64_t l = 0; l < moe_checkpoint_num_layers(ck) && layer < 0; l++)
+                if (moe_checkpoint_is_moe_layer(ck, l))
+                    layer = l;
+        moe_status st = moe_checkpoint_layer_desc(ck, layer, &d);
+        moe_checkpoint_free(ck);
+        if (st != MOE_OK) {
+            cli_err(CMD, "%s", moe_ctx_last_error(ctx));
+            goto done;
+        }
+        name = ckdir;
+    }
+    const int fp8 = quant && strcmp(quant, "fp8-block") == 0;
+    if (quant && !fp8)
+        d.weight_dtype = strcmp(quant, "f32") == 0 ? MOE_DTYPE_F32 : strcmp(quant, "f16") == 0 ? MOE_DTYPE_F16
+                                                                                               : MOE_DTYPE_BF16;
+    const int64_t H = d.hidden_size, I = d.moe_intermediate_size, E = d.num_experts, K = d.top_k;
+    const int64_t Is = d.shared_expert_intermediate_size;
+    const double es = fp8 ? 1.0 : (double)moe_dtype_size(d.weight_dtype);
+    const char *dtname = fp8 ? "F8_E4M3 + f32 128x128 block scales" : moe_dtype_name(d.weight_dtype);
+    if (tp > I) {
+        cli_err(CMD, "--tp %lld exceeds the intermediate size %lld: some ranks would hold no columns",
+                (long long)tp, (long long)I);
+        rc = CLI_USAGE;
+        goto done;
+    }
+    if (ep > E) {
+        cli_err(CMD, "--ep %lld exceeds the %lld experts: some groups would hold none", (long long)ep, (long long)E);
+        rc = CLI_USAGE;
+        goto done;
+    }
+
+    char b1[32], b2[32];
+    printf("plan: %s layer: H %lld, I %lld, E %lld, K %lld", name, (long long)H, (long long)I,
+           (long long)E, (long long)K);
+    if (Is)
+        printf(", shared expert I %lld%s", (long long)Is, d.shared_expert_gated ? " (gated)" : "");
+    printf(", weights %s\n", dtname);
+    printf("ranks: tp %lld x ep %lld = %lld; kernel table %s; options hash %016llx\n", (long long)tp, (long long)ep,
+           (long long)(tp * ep), moe_ctx_isa(ctx), (unsigned long long)moe_ctx_options_hash(ctx));
+    if (tp * ep > 1)
+        printf("note: expert and tensor parallelism over MPI are not built yet; this is the placement they will "
+               "use (experts split E/ep with the remainder on the first groups, I split I/tp the same way)\n");
+    if (fp8)
+        printf("note: fp8 block kernels are not built yet; the layout below is the one they will use "
+               "(partial blocks masked, scale grids sliced, never padded)\n");
+
+    /* Per rank: EP group g holds experts [e0, e0 + ne); TP rank t holds I columns [i0, i0 + ni). */
+    double total_bytes = 0;
+    int64_t e0 = 0;
+    printf("\n%5s %5s %14s %10s %16s %14s %14s %10s\n", "ep", "tp", "experts", "I shard", "expert bytes",
+           "shared bytes", "scale bytes", "padding");
+    for (int64_t g = 0; g < ep; g++) {
+        int64_t ne = E / ep + (g < E % ep ? 1 : 0);
+        int64_t i0 = 0;
+        for (int64_t t = 0; t < tp; t++) {
+            int64_t ni = I / tp + (t < I % tp ? 1 : 0);
+            int64_t nis = Is ? Is / tp + (t < Is % tp ? 1 : 0) : 0;
+            double wb = (double)ne * 3.0 * (double)H * (double)ni * es;
+            double sb = 3.0 * (double)H * (double)nis * es;
+            double scales = 0;
+            if (fp8) {
+                /* scale grids of the shard: gate and up [ceil(ni/128), ceil(H/128)], down [ceil(H/128), ceil(ni/128)];
+                 * a shard that starts or ends inside a 128 block reads that block's scales too */
+                int64_t blocks_i = (i0 + ni + 127) / 128 - i0 / 128;
+                int64_t blocks_h = (H + 127) / 128;
+                scales = (double)ne * 3.0 * (double)blocks_i * (double)blocks_h * 4.0;
+            }
+            char ex[32];
+            snprintf(ex, sizeof ex, "%lld..%lld", (long long)e0, (long long)(e0 + ne - 1));
+            printf("%5lld %5lld %14s %10lld %16.0f %14.0f %14.0f %10s\n", (long long)g, (long long)t, ex,
+                   (long long)ni, wb, sb, scales, "0");
+            total_bytes += wb + sb + scales;
+            i0 += ni;
+        }
+        e0 += ne;
+    }
+    printf("(bytes exact) all ranks: %s of expert weights (the layer itself: %s)\n", cli_fmt_bytes(b1, sizeof b1, total_bytes),
+           cli_fmt_bytes(b2, sizeof b2, (double)E * 3.0 * (double)H * (double)I * es + 3.0 * (double)H * (double)Is * es));
+
+    /* warnings: every cost not asked for */
+    int warnings = 0;
+    if (Is && ep > 1) {
+        warn("shared expert replicated on every expert-parallel group (each adds it once, for its own tokens); "
+             "bytes per replica",
+             3.0 * (double)H * (double)(Is / tp + (Is % tp ? 1 : 0)) * es);
+        warnings++;
+    }
+    if (ep > 1 || tp > 1) {
+        warn("router weight [E, H] f32 replicated on every rank; bytes per rank", 4.0 * (double)E * (double)H);
+        warnings++;
+    }
+    if (fp8) {
+        int64_t ni = I / tp;
+        if (tp > 1 && (ni % 128 != 0 || I % tp != 0)) {
+            char msg[256];
+            snprintf(msg, sizeof msg,
+                     "fp8 128x128 blocks cut by the TP split (I %lld per shard): the scales of a cut block are read by "
+                     "2 shards; no padding, no extra FLOPs; duplicated scale bytes per shard at most",
+                     (long long)ni);
+            warn(msg, (double)(E / ep + 1) * 3.0 * (double)((H + 127) / 128) * 4.0);
+            warnings++;
+        }
+        if (H % 128 != 0 || I % 128 != 0) {
+            warn("fp8 blocks: partial trailing blocks (H or I not a multiple of 128) are masked, not padded; padding", 0);
+            warnings++;
+        }
+    }
+    if (strcmp(moe_ctx_isa(ctx), "avx2") == 0 && ((I / tp) % 16 != 0 || H % 16 != 0)) {
+        warn("avx2 table: the last partial panel of 16 features runs the scalar fallback kernel; weights per "
+             "expert on it at most",
+             15.0 * (double)H * 3.0 * es);
+        warnings++;
+    }
+    if (!warnings)
+        printf("no padding, no duplicated memory, no fallback kernels\n");
+
+    /* per token */
+    double flops = 2.0 * (double)K * 3.0 * (double)H * (double)I + 2.0 * 3.0 * (double)H * (double)Is +
+                   2.0 * (double)E * (double)H;
+    double bytes = (double)K * 3.0 * (double)H * (double)I * es + 3.0 * (double)H * (double)Is * es;
+    printf("\nper token: %.1f MFLOP (router + %lld experts%s); decode reads %s of expert weights (all ranks)\n",
+           flops / 1e6, (long long)K, Is ? " + shared" : "", cli_fmt_bytes(b1, sizeof b1, bytes));
+
+    /* workspace and kernel path per T, for the rank shard (E local experts, I shard) */
+    long long chunk = knob_ll("chunk_size"), onehot = knob_ll("onehot_threshold");
+    long long lowtok = knob_ll("lowtok_threshold");
+    moe_layer_desc shard = d;
+    shard.moe_intermediate_size = I / tp + (I % tp ? 1 : 0);
+    if (Is)
+        shard.shared_expert_intermediate_size = Is / tp + (Is % tp ? 1 : 0);
+    if (fp8)
+        shard.weight_dtype = MOE_DTYPE_BF16; /* workspace does not depend on the weight dtype */
+    moe_plan *p = NULL;
+    if (moe_plan_create(ctx, &shard, &p) != MOE_OK) {
+        cli_err(CMD, "%s", moe_ctx_last_error(ctx));
+        goto done;
+    }
+    printf("\n%10s %14s %8s %14s %10s  %s\n", "T", "workspace", "chunks", "rows/expert", "permute", "experts path");
+    for (int i = 0; i < nT; i++) {
+        int64_t T = Ts[i];
+        int64_t tc = T < chunk ? T : chunk;
+        double rows = (double)tc * (double)K / (double)E;
+        const char *perm = (double)tc * (double)K <= (double)onehot ? "onehot" : "sort";
+        printf("%10lld %14s %8lld %14.2f %10s  %s\n", (long long)T,
+               cli_fmt_bytes(b1, sizeof b1, (double)moe_plan_workspace_size(p, T)),
+               (long long)((T + chunk - 1) / chunk), rows, perm,
+               rows < (double)lowtok ? "few-token streaming (rows per expert < MOE_LOWTOK_THRESHOLD)" : "tiled GEMM");
+    }
+    moe_plan_free(p);
+    rc = CLI_OK;
+done:
+    moe_ctx_free(ctx);
+    return rc;
+}
