@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?= -DMOE_WERROR=ON -DPython3_EXECUTABLE=$(shell command -v python3)
 
-.PHONY: all deps build run test test-fast test-asan clean
+.PHONY: all deps build run test test-fast test-asan test-nompi clean
 
 all: build
 
@@ -31,5 +31,11 @@ test-asan: deps
 	cmake --build build-asan -j$(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS) -L fast
 
+# Without MPI (-DMOE_WITH_MPI=OFF): the same symbols, one-process plans; fast tier.
+test-nompi: deps
+	cmake -S . -B build-nompi $(CMAKE_FLAGS) -DMOE_WITH_MPI=OFF >/dev/null
+	cmake --build build-nompi -j$(JOBS)
+	cd build-nompi && ctest --output-on-failure -j$(JOBS) -L fast
+
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-nompi

@@ -70,7 +70,11 @@ typedef enum moe_status {
     MOE_EUNSUPPORTED = 8, /* valid input that libmoe does not handle (yet) */
     MOE_ERANGE = 9,       /* an index (layer, token count) out of range */
     MOE_EDENSE = 10,      /* the requested layer is a dense MLP layer, not an MoE layer */
-    MOE_EWORKSPACE = 11   /* workspace missing or smaller than moe_plan_workspace_size() */
+    MOE_EWORKSPACE = 11,  /* workspace missing or smaller than moe_plan_workspace_size() */
+    MOE_ETIMEOUT = 12,    /* parallel plans: a peer rank did not arrive within
+                             moe_parallel_config.timeout_s (dead, hung or never called) */
+    MOE_EMPI = 13         /* parallel plans: an MPI call failed, or an earlier timeout left
+                             the plan's communicator unusable */
 } moe_status;
 
 /* Static name of a status, e.g. "MOE_EFORMAT". Unknown values give "MOE_E?". */
@@ -134,11 +138,15 @@ typedef struct moe_options {
     const char *topk;         /* NULL = unset: MOE_TOPK = sort|rowmax; default sort */
     int64_t lowtok_threshold; /* rows per expert below which the few-token streaming path runs;
                                  -1 = unset: MOE_LOWTOK_THRESHOLD; default 4 */
-    int64_t small_allreduce;  /* bytes; TP all-reduce below this uses the small-message algorithm;
-                                 -1 = unset: MOE_SMALL_ALLREDUCE; default 65536. No effect in a
-                                 single process (tensor parallelism is not built yet). */
+    int64_t small_allreduce;  /* bytes; a TP chunk's all-reduce (Tc * H * 4 bytes) below this
+                                 all-gathers the partials and every rank sums them; at or above,
+                                 reduce-scatter + all-gather. The same bits either way ("Parallelism").
+                                 -1 = unset: MOE_SMALL_ALLREDUCE; default 65536. No effect
+                                 without TP. */
     const char *tp_reduce;    /* NULL = unset: MOE_TP_REDUCE = allreduce|reduce_scatter; default
-                                 allreduce. No effect in a single process. */
+                                 allreduce (every TP rank gets every output row);
+                                 reduce_scatter: each TP rank gets its share of the rows
+                                 (moe_plan_tp_rows). No effect without TP. */
     const char *tuning_dir;   /* NULL = unset: MOE_TUNING_DIR, an existing folder; default none.
                                  No tuning files are defined yet: recorded and reported only. */
     int log_level;            /* moe_log_level; -1 = unset: MOE_LOG_LEVEL = error|warn|info|debug; default warn */
@@ -280,6 +288,91 @@ typedef enum moe_activation {
                                alpha = swiglu_alpha, limit = swiglu_limit. NaN stays NaN. */
 } moe_activation;
 
+/* ---------------------------------------------------------------------------------------
+ * Quantized experts (vLLM's FusedMoEQuantConfig). The routed experts' w13 (gate and up) and
+ * w2 (down) may each hold quantized codes with scales; the router, biases and the shared
+ * expert stay in weight_dtype. A weight element is dequantized to f32 as
+ *   w = v * s          (v the code's value: e4m3, int8, signed int4, e2m1; s its scale)
+ *   w = (v - z) * s    (int4 with zero points: v the unsigned nibble 0..15, z in 0..15)
+ * one f32 multiply, and then used exactly like an f32 weight (docs/numerics.md section 5).
+ *
+ * Scale granularity, and the scale array the caller passes per expert and matrix
+ * ([N, K] = the matrix's [out_features, in_features]: w13 gate and up [I, H], w2 [H, I]):
+ *   MOE_QSCALE_TENSOR   one f32
+ *   MOE_QSCALE_CHANNEL  [N] f32 (one per output feature)
+ *   MOE_QSCALE_BLOCK    [ceil(N / block_n), ceil(K / block_k)] f32, row-major (vLLM's
+ *                       [E, ceil(N/bn), ceil(K/bk)] per expert; DeepSeek-V3 / Qwen3-FP8
+ *                       `weight_scale_inv`, which multiplies); partial trailing blocks use
+ *                       the ceil-sized grid
+ *   MOE_QSCALE_GROUP    [N, ceil(K / group_size)]: f32, or for MXFP4 u8 E8M0 exponents
+ *                       (s = 2^(e - 127), e = 255 is NaN); zero points (INT4 only) have the
+ *                       same shape, u8 values 0..15
+ * Codes, row-major [N, K] per expert (strides unsupported): F8_E4M3 and I8 one byte per
+ * element; INT4 and MXFP4 two per byte along K, low nibble = even k (K must be even),
+ * [N, K/2] bytes (gpt-oss `*_blocks` [N, K/32, 16] is the same bytes).
+ *
+ * Accepted combinations (anything else is refused by moe_plan_create with a message naming
+ * the field):
+ *   F8_E4M3: TENSOR, CHANNEL or BLOCK scales; activations NONE (weight-only).
+ *   I8:      TENSOR, CHANNEL, BLOCK or GROUP scales with activations NONE; or CHANNEL /
+ *            TENSOR scales with activations TOKEN (w8a8: int8 x int8 -> int32, AVX512-VNNI).
+ *            TOKEN activations with BLOCK weights are refused (they need per-token-group
+ *            activations matching block_k, not implemented for int8).
+ *   INT4:    GROUP scales, group_size 32, 64 or 128 (optional zero points), or CHANNEL;
+ *            activations NONE.
+ *   MXFP4:   GROUP scales with group_size 32, no zero points; activations NONE.
+ *   block_n, block_k in [1, 2^20]; w13 and w2 are configured independently but must both be
+ *   quantized or both NONE; activations TOKEN_GROUP (fp8 w8a8, DeepSeek-V3 style) and
+ *   quantized experts under EP / TP are MOE_EUNSUPPORTED for now.
+ * Dynamic activation quantization (TOKEN, int8): per row r of the GEMM input (the token's
+ * hidden state before w13; the activation output h before w2), a = max_k |x[r][k]| (NaN
+ * ignored), s = a / 127, q = rint(clamp(x / s, -127, 127)) (a NaN quotient gives -127);
+ * an all-zero row gets s = 1 and q = 0, so its GEMM output is exactly 0 (R14).
+ * ------------------------------------------------------------------------------------- */
+typedef enum moe_qtype {
+    MOE_QTYPE_NONE = 0,    /* weight_dtype, unquantized */
+    MOE_QTYPE_F8_E4M3 = 1, /* e4m3fn: bias 7, no infinities, 0x7f / 0xff NaN, max 448 */
+    MOE_QTYPE_I8 = 2,      /* int8, symmetric */
+    MOE_QTYPE_INT4 = 3,    /* 4-bit, signed -8..7, or unsigned 0..15 with zero points */
+    MOE_QTYPE_MXFP4 = 4    /* e2m1 (OCP MX), E8M0 scale per 32 along K (gpt-oss) */
+} moe_qtype;
+
+typedef enum moe_qscale {
+    MOE_QSCALE_TENSOR = 0,
+    MOE_QSCALE_CHANNEL = 1,
+    MOE_QSCALE_BLOCK = 2,
+    MOE_QSCALE_GROUP = 3
+} moe_qscale;
+
+typedef enum moe_qact {
+    MOE_QACT_NONE = 0,       /* weight-only: f32 activations */
+    MOE_QACT_TOKEN = 1,      /* dynamic, one scale per row (token) */
+    MOE_QACT_TOKEN_GROUP = 2 /* dynamic, one scale per row per act_group_size channels */
+} moe_qact;
+
+typedef struct moe_qweight {
+    moe_qtype dtype;         /* default NONE */
+    moe_qscale scale;        /* granularity of the scales */
+    int64_t block_n, block_k;/* MOE_QSCALE_BLOCK: block shape [out, in] (e.g. 128, 128) */
+    int64_t group_size;      /* MOE_QSCALE_GROUP: elements along K per scale */
+    int has_zero_point;      /* INT4 with GROUP scales: w = (q - z) * s (GPTQ / AWQ style) */
+} moe_qweight;
+
+typedef struct moe_quant_config {
+    moe_qweight w13;         /* gate and up projections */
+    moe_qweight w2;          /* down projection */
+    moe_qact act;            /* activation quantization before each GEMM; default NONE */
+    int64_t act_group_size;  /* MOE_QACT_TOKEN_GROUP: channels per scale (128) */
+} moe_quant_config;
+
+/* Static short name of a scheme for logs and the command line: "none", "fp8-tensor",
+ * "fp8-channel", "fp8-block", "int8-channel", "int8-w8a8", "int4-g128", "int4-g128-zp",
+ * "mxfp4", ... ("custom" for anything else). */
+const char *moe_quant_name(const moe_quant_config *q);
+/* Fill `q` with the named scheme (the names above; group sizes g32 g64 g128; "fp8-block"
+ * is 128x128). MOE_EINVAL for an unknown name. */
+moe_status moe_quant_from_name(const char *name, moe_quant_config *q);
+
 /* Model family the description came from. Informational; the fields below decide the math. */
 typedef enum moe_family {
     MOE_FAMILY_CUSTOM = 0,
@@ -352,6 +445,8 @@ typedef struct moe_layer_desc {
     float swiglu_alpha;            /* MOE_ACT_SWIGLU_OAI: config `swiglu_alpha`, default 1.702 */
     float swiglu_limit;            /* MOE_ACT_SWIGLU_OAI: config `swiglu_limit`, default 7;
                                       must be > 0 */
+    moe_quant_config quant;        /* quantized routed experts ("Quantized experts" above);
+                                      default all NONE: experts in weight_dtype */
 } moe_layer_desc;
 
 /* Defaults: family custom, softmax, renormalize 0, routed_scaling_factor 1, SwiGLU, no
@@ -381,8 +476,12 @@ typedef enum moe_act_format {
 } moe_act_format;
 
 typedef enum moe_prepare_finalize_kind {
-    MOE_PF_LOCAL = 0,        /* one process; produces the standard format */
-    MOE_PF_LOCAL_BATCHED = 1 /* one process; produces the batched format */
+    MOE_PF_LOCAL = 0,         /* one process; produces the standard format */
+    MOE_PF_LOCAL_BATCHED = 1, /* one process; produces the batched format */
+    MOE_PF_EP_ALLTOALL = 2,   /* expert parallel over MPI_Alltoallv; the standard format
+                                 (high throughput). Needs parallel.ep_size > 1 */
+    MOE_PF_EP_BATCHED = 3     /* expert parallel, low latency: one MPI_Alltoall of fixed-size
+                                 slot blocks; the batched format. Needs parallel.ep_size > 1 */
 } moe_prepare_finalize_kind;
 
 typedef enum moe_experts_kind {
@@ -390,20 +489,153 @@ typedef enum moe_experts_kind {
     MOE_EXPERTS_BATCHED = 1  /* per-expert GEMM over the batched format */
 } moe_experts_kind;
 
+/* ---------------------------------------------------------------------------------------
+ * Parallelism: expert (EP) and tensor (TP) parallelism over MPI (DESIGN.md section 7).
+ *
+ * A parallel plan spans ep_size * tp_size MPI processes ("ranks"). Every rank creates the
+ * plan from the same description, knobs and composition, with its own coordinates
+ * (ep_rank, tp_rank), and packs only its own share of the weights.
+ *
+ *  - EP: experts are placed contiguously. EP rank r holds E / ep_size experts, plus one when
+ *    r < E % ep_size (128 experts on 6 ranks: 22,22,21,21,21,21), global ids
+ *    [first_r, first_r + count_r); moe_plan_expert_map() gives the global -> local map. Each
+ *    EP rank brings its own tokens (n_tokens may differ per rank: data-parallel attention
+ *    feeding EP is the normal case). A rank routes its tokens (the router is replicated),
+ *    sends each (token, k) row and the local id of expert ids[t][k] to the rank that holds
+ *    it, runs its experts on the rows it receives (grouped by local expert, stable), sends
+ *    the expert outputs back and combines them locally in top-k order. Each row's expert
+ *    output is computed by the same kernel in the same order as in one process and the
+ *    combine order is unchanged, so with dispatch_dtype F32 the output is bit-identical to
+ *    one process (numerics contract 3 holds across ep_size). An expert id outside every
+ *    rank's range is an error (MOE_EINVAL on every rank), never dropped.
+ *  - TP: every expert's intermediate dimension is split: tp_rank t holds the columns
+ *    [i0_t, i0_t + I_t) of the gate/up rows and down columns, I_t = I / tp_size plus one when
+ *    t < I % tp_size (an uneven split, no padding), and the same split of the shared
+ *    expert's I_s (b_g, b_u follow the split; b_d is added by tp_rank 0 only). Each rank
+ *    computes the partial layer output over its columns (routed sum and shared expert, the
+ *    same combine), and the ranks of a TP group sum the partials deterministically: every
+ *    element as ((p_0 + p_1) + p_2) + ... in tp_rank order, the same expression on every rank
+ *    and for both all-reduce algorithms, so TP output is bit-for-bit reproducible run to run
+ *    and identical on every rank of the group. The split changes the order of the down
+ *    projection's sum, so TP output matches one process within the f32 bound
+ *    (max |tp - one| <= 1e-5 max |one|; tests/mpi), not bit for bit. Knobs:
+ *      MOE_SMALL_ALLREDUCE: below this many bytes per chunk (Tc * H * 4) the partials are
+ *        all-gathered and summed by every rank; at or above, each rank sums one contiguous
+ *        slice of the elements (reduce-scatter) and the slices are all-gathered;
+ *      MOE_TP_REDUCE=reduce_scatter: output sharded over tokens. tp_rank t receives the
+ *        rows [r0_t, r0_t + n_t) of the execute's T tokens, n_t = T / tp_size plus one when
+ *        t < T % tp_size (r0_t the sum of the earlier n), written at their own place in
+ *        output[T, H]; the other rows of output are not written. moe_plan_tp_rows() gives
+ *        the range. topk_ids and topk_weights are written in full on every rank.
+ *  - TP x EP: rank (ep_rank, tp_rank) holds the experts of ep_rank at I shard tp_rank. The
+ *    dispatch runs among the ranks with the same tp_rank, the TP sum among the ranks with the
+ *    same ep_rank (a TP group shares its tokens).
+ *  - Shared expert (R17): under EP every rank runs it for its own tokens; under TP it is split
+ *    like the experts and summed by the reduction: it is added exactly once.
+ *
+ * Plan creation is collective over `comm`: the ranks exchange moe_plan_hash() and
+ * moe_plan_text() (description, knobs and composition, without the coordinates) and their
+ * coordinates. A mismatch fails on every rank with MOE_EINVAL naming the first differing
+ * key and both values (rank 0's and the differing rank's), as do duplicate or out-of-range
+ * coordinates and a communicator whose size is not ep_size * tp_size. Every collective is
+ * nonblocking and polled against timeout_s: a rank that never arrives, hangs or dies gives
+ * MOE_ETIMEOUT on the others instead of a hang.
+ *
+ * moe_plan_execute_ex on a parallel plan is collective over the plan's ranks:
+ *  - every rank calls it the same number of times, in the same order, never concurrently on
+ *    one plan; also with n_tokens = 0 (hidden_states and output may then be NULL): the
+ *    rank still runs its experts for its peers;
+ *  - the ranks of a TP group pass the same tokens (hidden_states, router_logits, n_tokens);
+ *  - the workspace must be moe_plan_workspace_size(plan, M) bytes where M >= the most tokens
+ *    ANY rank passes to that execute (it sizes the rows received from peers);
+ *  - a rank whose arguments are invalid, or whose workspace is too small for the chunk its
+ *    peers use, fails and makes every rank fail (the message names the rank), before any
+ *    data moves; a peer that dies or stops calling gives MOE_ETIMEOUT within timeout_s, an
+ *    MPI failure MOE_EMPI. Collectives cannot be cancelled: after MOE_ETIMEOUT or MOE_EMPI
+ *    the plan is unusable (every later execute fails with MOE_EMPI) and the usual recovery
+ *    is MPI_Abort by the application (the library never calls it).
+ * The caller initializes MPI (MPI_Init, or MPI_Init_thread with at least
+ * MPI_THREAD_FUNNELED: libmoe calls MPI only from the thread that calls it) before creating a
+ * parallel plan and finalizes it only after freeing the plan. Without MPI (CMake option
+ * MOE_WITH_MPI=OFF, moe_mpi_available() = 0) the same symbols exist and only
+ * ep_size = tp_size = 1 works; anything else is MOE_EUNSUPPORTED naming the option.
+ * ------------------------------------------------------------------------------------- */
+typedef struct moe_parallel_config {
+    int ep_size;    /* expert-parallel ranks, 1 <= ep_size <= E; default 1 */
+    int ep_rank;    /* this rank's EP coordinate in [0, ep_size); -1 = from the rank r in
+                       comm: r / tp_size. Default 0 */
+    int tp_size;    /* tensor-parallel ranks, 1 <= tp_size <= I (and <= I_s with a shared
+                       expert); default 1 */
+    int tp_rank;    /* in [0, tp_size); -1 = from comm: r % tp_size (TP ranks adjacent, as
+                       vLLM places them). Default 0 */
+    int dp_size;    /* informational (vLLM's data-parallel attention ranks feeding EP: each
+                       brings its own tokens, which EP already allows); >= 1, default 1 */
+    int dp_rank;    /* in [0, dp_size); default 0 */
+    void *comm;     /* pointer to an MPI_Comm holding exactly the ep_size * tp_size ranks
+                       (borrowed during moe_plan_create_ex, which duplicates it); NULL =
+                       MPI_COMM_WORLD */
+    int low_latency;/* 1: the batched format (MOE_PF_EP_BATCHED when ep_size > 1, else
+                       MOE_PF_LOCAL_BATCHED, with MOE_EXPERTS_BATCHED), whatever
+                       prepare_finalize and experts say. Instead of a count exchange plus
+                       MPI_Alltoallv, one MPI_Alltoall of fixed-size blocks each way: per
+                       destination cap * min(K, ceil(E / ep_size)) row slots, cap = the
+                       execute's longest chunk; the receiver runs the experts on batched
+                       slots [E_local, ep_size * cap]. Chunks are cut to batched_capacity
+                       tokens, so neither a block nor an expert's slots can overflow (an
+                       overflow would fail every rank; no row is ever dropped). Fewer
+                       collectives, more bytes (the whole block is sent). Default 0 */
+    moe_dtype dispatch_dtype; /* the activations sent by the EP dispatch: F32 (default,
+                       exact, bit-identical to one process); F8_E4M3 (e4m3fn, per-row
+                       scale max|x| / 448: each element rounded to 4 significant bits,
+                       relative error <= 2^-4, elements below max|x| * 2^-9 / 448 flushed
+                       toward 0) or I8 (per-row scale max|x| / 127: absolute error <= max|x|
+                       / 254 per element) cut the dispatched bytes about 4x. Lossy: on
+                       random layers (H = 256, tests/mpi "quant") the layer output moves by
+                       3.2% (F8_E4M3) and 0.41% (I8) of max |output| (asserted below 5% and
+                       1%), against 0 for F32; routing is unaffected (it precedes the
+                       dispatch); a row holding Inf or NaN becomes NaN. Expert outputs always
+                       return in f32. Needs ep_size > 1 */
+    double timeout_s;  /* seconds a collective may wait for the peers before MOE_ETIMEOUT;
+                          > 0, default 300 (a peer still packing weights is indistinguishable
+                          from a dead one: allow for the slowest load) */
+} moe_parallel_config;
+
+/* 1 when libmoe was built with MPI (CMake option MOE_WITH_MPI), else 0. */
+int moe_mpi_available(void);
+
 typedef struct moe_plan_config {
-    moe_prepare_finalize_kind prepare_finalize; /* default MOE_PF_LOCAL */
+    moe_prepare_finalize_kind prepare_finalize; /* default MOE_PF_LOCAL; with ep_size > 1 the
+                                 local kinds become the EP kind of the same format
+                                 (MOE_PF_LOCAL -> MOE_PF_EP_ALLTOALL, MOE_PF_LOCAL_BATCHED ->
+                                 MOE_PF_EP_BATCHED) */
     moe_experts_kind experts;                   /* default MOE_EXPERTS_GROUPED */
-    int64_t batched_capacity; /* batched format: token slots per expert; chunks are cut to it
-                                 so no row is ever dropped; default 64 */
+    int64_t batched_capacity; /* batched format: token slots per expert (per source rank under
+                                 EP); chunks are cut to it so no row is ever dropped; default 64 */
+    moe_parallel_config parallel; /* default: one process (sizes 1, ranks 0) */
 } moe_plan_config;
 
 void moe_plan_config_init(moe_plan_config *cfg);
 
 /* moe_plan_create with a chosen composition. Errors as moe_plan_create, plus MOE_EINVAL when
- * the prepare/finalize and experts formats differ (the message names both) or for a
- * capacity < 1. cfg may be NULL (defaults). */
+ * the prepare/finalize and experts formats differ (the message names both), for a
+ * capacity < 1, or for a bad parallel field (named); for parallel plans, the errors of the
+ * collective check above (MOE_EINVAL, MOE_ETIMEOUT, MOE_EMPI) and MOE_EUNSUPPORTED without
+ * MPI. cfg may be NULL (defaults). */
 moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const moe_plan_config *cfg,
                               moe_plan **out);
+
+/* The parallel configuration of the plan, resolved (ranks of -1 replaced by the derived
+ * coordinates; comm is NULL). Valid while the plan lives. */
+const moe_parallel_config *moe_plan_parallel(const moe_plan *plan);
+
+/* Fill out [E] (the description's num_experts) with the local id of each global expert id on
+ * this rank, or -1 when another EP rank holds it. One process: the identity.
+ * Errors: MOE_EINVAL (NULL argument). */
+moe_status moe_plan_expert_map(const moe_plan *plan, int32_t *out);
+
+/* The rows [*begin, *end) of an execute of n_tokens tokens whose output this rank writes:
+ * its tp_rank's share under MOE_TP_REDUCE=reduce_scatter with tp_size > 1, else [0, n_tokens). */
+void moe_plan_tp_rows(const moe_plan *plan, int64_t n_tokens, int64_t *begin, int64_t *end);
 
 /* The description the plan was compiled from. */
 const moe_layer_desc *moe_plan_desc(const moe_plan *plan);
@@ -416,7 +648,9 @@ uint64_t moe_plan_hash(const moe_plan *plan);
 
 /* Bytes of workspace moe_plan_execute() needs for up to `max_tokens` tokens. The experts
  * stage runs in chunks of at most chunk_size tokens, so this is bounded whatever
- * max_tokens is. 0 for max_tokens <= 0. */
+ * max_tokens is. 0 for max_tokens <= 0. Parallel plans: max_tokens bounds the tokens of every
+ * rank's execute (the rows received from the peers need room), and the size includes the
+ * send and receive buffers of the dispatch and the TP reduction. */
 size_t moe_plan_workspace_size(const moe_plan *plan, int64_t max_tokens);
 
 /* ---------------------------------------------------------------------------------------
@@ -468,12 +702,25 @@ typedef struct moe_weight_source {
     int64_t gate_up_bias_stride;   /* 0 = 1 (contiguous); gpt-oss's interleaved
                                       gate_up_proj_bias [E, 2I]: gate_bias[e] = base + e*2I,
                                       up_bias[e] = gate_bias[e] + 1, stride 2 */
+    /* Quantized experts (desc->quant, see "Quantized experts"): gate_proj / up_proj /
+     * down_proj then point at the codes, row-major, and these at the scales (and zero
+     * points) of each expert, in the shapes given there. NULL when desc->quant is NONE. */
+    const void *const *gate_scale; /* E pointers */
+    const void *const *up_scale;   /* E pointers */
+    const void *const *down_scale; /* E pointers */
+    const uint8_t *const *gate_zero; /* E pointers, INT4 with has_zero_point only */
+    const uint8_t *const *up_zero;
+    const uint8_t *const *down_zero;
 } moe_weight_source;
 
 typedef struct moe_weights moe_weights;
 
 /* Pack the weights described by `src` for `plan` (borrowed: it must outlive the weights).
- * Copies everything; `src` may be freed afterwards. The pointers in `src` need no alignment
+ * Copies what this rank needs; `src` may be freed afterwards. Parallel plans pack only the
+ * rank's share: under EP the local experts (src still indexes experts by global id; the
+ * pointers of the other ranks' experts are not read and may be NULL), under TP the rank's
+ * I shard of every local expert and of the shared expert (src still describes the whole
+ * matrices). The router (and its biases) is replicated on every rank. The pointers in `src` need no alignment
  * (tensors mmapped from a safetensors file may sit at odd addresses). Packed layout: per
  * expert gate [I, H] and up [I, H] (w13), and down [H, I] (w2), each in panels of 16 output
  * features, K-contiguous, at their true size (no padding), whatever the source strides
@@ -484,7 +731,8 @@ typedef struct moe_weights moe_weights;
 moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src,
                               moe_weights **out);
 void moe_weights_free(moe_weights *w);
-/* Bytes of packed expert weights (w13 + w2 + shared), not counting the router. */
+/* Bytes of packed expert weights resident on this rank (w13 + w2 + shared: the local experts
+ * and the rank's I shard under EP / TP), not counting the router. */
 size_t moe_weights_expert_bytes(const moe_weights *w);
 
 /* ---------------------------------------------------------------------------------------
@@ -497,11 +745,13 @@ typedef struct moe_exec_args {
     const float *router_logits; /* [T, E] f32, or NULL: computed from the router weight
                                    (and router bias). Caller-supplied logits are complete:
                                    no router bias is added to them */
-    float *output;              /* [T, H] f32, written */
+    float *output;              /* [T, H] f32, written (MOE_TP_REDUCE=reduce_scatter under
+                                   TP: only this rank's rows, moe_plan_tp_rows) */
     int32_t *topk_ids;          /* [T, K] or NULL; written in top-k order */
     float *topk_weights;        /* [T, K] or NULL; the routing weights after
                                    renormalization, before routed_scaling_factor */
-    void *workspace;            /* moe_plan_workspace_size(plan, n_tokens) bytes, 64-byte
+    void *workspace;            /* moe_plan_workspace_size(plan, n_tokens) bytes (parallel
+                                   plans: for the most tokens any rank passes), 64-byte
                                    aligned is best; may be NULL when that size is 0 */
     size_t workspace_size;      /* bytes available at workspace */
     struct moe_exec_stats *stats; /* optional: what ran (see below), or NULL */
@@ -511,7 +761,7 @@ typedef struct moe_exec_args {
  * static strings. */
 typedef struct moe_exec_stats {
     const char *isa;              /* kernel table: "ref", "avx2", "avx512" */
-    const char *prepare_finalize; /* "local" or "local_batched" */
+    const char *prepare_finalize; /* "local", "local_batched", "ep_alltoall", "ep_batched" */
     const char *experts;          /* "grouped" or "batched" */
     const char *topk;             /* "sort" or "rowmax" */
     const char *permute;          /* method of the last chunk: "sort", "onehot", "packed" */
@@ -522,16 +772,27 @@ typedef struct moe_exec_stats {
     int64_t gemm_groups;          /* expert groups on the tiled GEMM path (over all chunks) */
     int64_t lowtok_groups;        /* expert groups on the few-token streaming path */
     int64_t skipped_groups;       /* experts with no rows, skipped */
+    /* Parallel plans (0 otherwise). Seconds are wall time on this rank, waiting included;
+     * bytes are those this rank sent to other ranks (its own rows excluded). */
+    double dispatch_seconds;      /* EP: pack the rows, exchange counts and rows, group the
+                                     received rows by local expert */
+    double combine_seconds;       /* EP: return the expert outputs, weighted sum */
+    double tp_reduce_seconds;     /* TP: the sum of the partial outputs */
+    int64_t dispatch_bytes, combine_bytes, tp_reduce_bytes;
+    int64_t received_rows;        /* EP: (token, k) rows this rank's experts ran, all sources */
+    int64_t max_tokens;           /* the most tokens any rank passed to this execute */
 } moe_exec_stats;
 
 /* Run one forward of the layer. Never allocates. Thread-safe for distinct workspaces and
- * outputs on the same plan and weights.
+ * outputs on the same plan and weights (a parallel plan: one execute at a time, and it is
+ * collective over the plan's ranks; see "Parallelism").
  * NaN/Inf handling: router scores and selection keys that are NaN rank below every number,
  * and group-limited selection always keeps topk_group groups, so selection gives K distinct
  * ids in [0, E) for every input (docs/numerics.md section 3); the output then follows IEEE
  * arithmetic on the selected experts.
- * Errors: MOE_EINVAL (NULL pointer, n_tokens < 0, weights packed for another plan),
- * MOE_EDTYPE (hidden_dtype), MOE_EWORKSPACE. */
+ * Errors: MOE_EINVAL (NULL pointer, n_tokens < 0, weights packed for another plan or
+ * shard), MOE_EDTYPE (hidden_dtype), MOE_EWORKSPACE; parallel plans also MOE_ETIMEOUT,
+ * MOE_EMPI, and any of these reported by a peer (the message names the rank). */
 moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
                                const moe_exec_args *args);
 
@@ -625,7 +886,10 @@ moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_laye
 
 /* Pack layer `layer`'s weights for `plan` (which must have been created from the
  * description moe_checkpoint_layer_desc() gave). Same errors as moe_checkpoint_layer_desc
- * plus those of moe_weights_create. The checkpoint may be freed afterwards. */
+ * plus those of moe_weights_create. The checkpoint may be freed afterwards. A parallel plan
+ * packs only its rank's share (moe_weights_create): under EP only the local experts'
+ * tensors are looked up and read (per-expert tensors of other ranks are not touched;
+ * stacked tensors are read only in the local experts' slices, the files being mapped). */
 moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const moe_plan *plan,
                                        moe_weights **out);
 

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config libjansson-dev libcmocka-dev libxxhash-dev libomp-dev
-      python3 python3-numpy python3-pip)
+      openmpi-bin libopenmpi-dev python3 python3-numpy python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -43,6 +43,7 @@ typedef struct bench_cfg {
     double min_time;
     int have_min_time;
     int json;
+    int roofline;       /* --roofline: measure the machine's limits, a fraction per row */
     uint64_t mem_limit; /* 0: none */
     uint64_t seed;
 } bench_cfg;
@@ -64,6 +65,10 @@ typedef struct bench_row {
     double shared_resident_fraction;
     int cache_resident;              /* resident_fraction >= 1/2 */
     int64_t route_mismatch; /* forwards whose routing left the designed pattern */
+    /* --roofline: FLOP per weight byte, the bound that applies and the row's fraction of it */
+    double intensity;
+    const char *bound; /* "DRAM" or "FMA"; NULL without --roofline */
+    double bound_fraction;
 } bench_row;
 
 static void bench_usage(FILE *f)
@@ -93,7 +98,12 @@ static void bench_usage(FILE *f)
           "  --mem-limit SIZE   use at most SIZE bytes of memory (e.g. 16G; default: 90% of\n"
           "                     MemAvailable)\n"
           "  --seed N           seed of the generated weights and inputs (default 1)\n"
+          "  --roofline         first measure this machine's DRAM read bandwidth, f32 FMA peak\n"
+          "                     and VNNI int8 peak (1-3 s, moe_roofline_measure) and give each\n"
+          "                     row as a fraction of the bound that applies\n"
           "  --json             print one JSON document on stdout instead of the table\n"
+          "  --ep N, --tp M     expert / tensor parallelism under mpirun -np N*M: the\n"
+          "                     per-rank bench with its own options (moe bench --ep 1 --help)\n"
           "  -h, --help         this text\n"
           "\n"
           "Each row: T, runs (timed, after one warm-up), median and best ms per forward,\n"
@@ -106,7 +116,15 @@ static void bench_usage(FILE *f)
           "50%. LLC: sysfs, but at least 260 MiB (the documented LLC of this project's\n"
           "machines).\n"
           "Embedded layers use a controlled router so consecutive forwards walk round-robin\n"
-          "through every expert, and several copies of a small layer are rotated.\n",
+          "through every expert, and several copies of a small layer are rotated.\n"
+          "The header gives the packing cost: wall time of moe_weights_create per layer copy\n"
+          "(checkpoints: moe_checkpoint_load_weights, which also reads the tensors) and the\n"
+          "packed bytes.\n"
+          "With --roofline, a last column: a row whose arithmetic intensity (FLOP/s over GB/s\n"
+          "above, i.e. FLOPs per weight byte read) is below the ridge point (FMA peak / DRAM\n"
+          "bandwidth) is memory-bound and gets GB/s / DRAM read bandwidth ('0.93 DRAM'); any\n"
+          "other row gets GFLOP/s / f32 FMA peak ('0.81 FMA'). A cache-resident row can\n"
+          "exceed 1 DRAM.\n",
           f);
 }
 
@@ -129,7 +147,7 @@ static void list_models(FILE *f)
                 (long long)m->hidden_size, (long long)m->intermediate_size,
                 (long long)m->num_experts, (long long)m->top_k, shared,
                 cli_fmt_bytes(bytes, sizeof bytes, b),
-                m->differs ? "differs (benched as softmax + SwiGLU)" : "as the real model");
+                m->differs ? "differs (see the bench notes)" : "as the real model");
     }
 }
 
@@ -200,11 +218,14 @@ static int parse_bench_args(int argc, char **argv, bench_cfg *cfg)
         if (cli_is(&a, "--help") || cli_is(&a, "-h")) {
             bench_usage(stdout);
             return CLI_OK;
-        } else if (cli_is(&a, "--list-models") || cli_is(&a, "--json")) {
+        } else if (cli_is(&a, "--list-models") || cli_is(&a, "--json") ||
+                   cli_is(&a, "--roofline")) {
             if (a.inline_value)
                 return cli_flag_has_value(&a);
             if (cli_is(&a, "--json"))
                 cfg->json = 1;
+            else if (cli_is(&a, "--roofline"))
+                cfg->roofline = 1;
             else
                 list = 1;
         } else if (cli_is(&a, "--model")) {
@@ -445,6 +466,11 @@ typedef struct bench_state {
     int64_t walk_next; /* the expert the next row's walk starts from */
     int threads;
     int pool; /* distinct generated experts */
+    /* packing cost: wall seconds of each copy's moe_weights_create (or checkpoint load) */
+    double pack_first_s, pack_total_s;
+    int pack_count;
+    int have_rf; /* --roofline measured */
+    moe_roofline rf;
     char notes[8][640];
     int nnotes;
 } bench_state;
@@ -487,6 +513,29 @@ static int lib_fail(bench_state *s, moe_status st)
     const char *m = moe_ctx_last_error(s->ctx);
     cli_err(CMD, "%s", (m && m[0]) ? m : moe_status_name(st));
     return CLI_FAIL;
+}
+
+static void note_pack_time(bench_state *s, double dt)
+{
+    if (s->pack_count == 0)
+        s->pack_first_s = dt;
+    s->pack_total_s += dt;
+    s->pack_count++;
+}
+
+/* --roofline: the row's arithmetic intensity, bound and fraction of it. */
+static void row_roofline(const bench_state *s, bench_row *r)
+{
+    if (!s->have_rf)
+        return;
+    r->intensity = r->bytes_per_forward > 0 ? r->flops_per_forward / r->bytes_per_forward : 0.0;
+    if (r->intensity < s->rf.ridge_flop_per_byte) {
+        r->bound = "DRAM";
+        r->bound_fraction = s->rf.dram_read_gbs > 0 ? r->gbps / s->rf.dram_read_gbs : 0.0;
+    } else {
+        r->bound = "FMA";
+        r->bound_fraction = s->rf.fma_f32_gflops > 0 ? r->gflops / s->rf.fma_f32_gflops : 0.0;
+    }
 }
 
 /* Generate the embedded layer and pack `copies` copies of it. */
@@ -564,7 +613,9 @@ static int build_embedded(bench_state *s)
     }
     for (int c = 0; c < s->copies; c++) {
         cli_progress_update(&pr, "packing weights: copy %d/%d...", c + 1, s->copies);
+        double t0 = cli_now();
         moe_status st = moe_weights_create(s->plan, &src, &s->w[c]);
+        note_pack_time(s, cli_now() - t0);
         if (st != MOE_OK) {
             cli_progress_end(&pr);
             rc = lib_fail(s, st);
@@ -765,6 +816,7 @@ static int run_row(bench_state *s, int64_t T, bench_row *row)
     row->resident_fraction = (routed_total + shared_total) > 0
                            ? (res_routed + res_shared) / (routed_total + shared_total) : 0.0;
     row->cache_resident = row->resident_fraction >= 0.5;
+    row_roofline(s, row);
     rc = CLI_OK;
 done:
     free(times);
@@ -791,7 +843,7 @@ static void print_header(bench_state *s)
     if (d->shared_expert_intermediate_size)
         printf(", shared %lld%s", (long long)d->shared_expert_intermediate_size,
                d->shared_expert_gated ? " gated" : "");
-    printf(", %s%s, scale %g, %s weights\n", d->scoring_func == MOE_SCORING_SOFTMAX ? "softmax" : "sigmoid",
+    printf(", %s%s, scale %g, %s weights\n", cli_scoring_name(d),
            d->renormalize ? " + renormalize" : "", (double)d->routed_scaling_factor,
            moe_dtype_name(d->weight_dtype));
     if (s->llc_sysfs >= PROJECT_LLC_BYTES)
@@ -812,14 +864,30 @@ static void print_header(bench_state *s)
            cli_fmt_bytes(b4, sizeof b4, s->packed_bytes), s->copies, s->copies == 1 ? "y" : "ies",
            cli_fmt_bytes(b5, sizeof b5, s->layer_bytes * s->copies),
            s->layer_bytes * s->copies / (double)s->llc);
+    if (s->pack_count > 0)
+        printf("packing: %.3f s for the first copy (%s packed, %.2f GB/s), %.3f s for all %d "
+               "(%s, in moe_%s)\n",
+               s->pack_first_s, cli_fmt_bytes(b1, sizeof b1, s->packed_bytes),
+               s->pack_first_s > 0 ? s->packed_bytes / s->pack_first_s * 1e-9 : 0.0,
+               s->pack_total_s, s->pack_count,
+               s->pack_count == 1 ? "one copy" : "wall time per copy summed",
+               s->embedded ? "weights_create" : "checkpoint_load_weights, reading included");
+    if (s->have_rf)
+        printf("roofline: DRAM read %.1f GB/s (best of 8 passes over %s), f32 FMA %.1f "
+               "GFLOP/s, VNNI int8 %.1f GOP/s (%d threads, %s loops), ridge %.2f FLOP/byte; "
+               "measured in %.2f s\n",
+               s->rf.dram_read_gbs, cli_fmt_bytes(b2, sizeof b2, (double)s->rf.dram_buffer_bytes),
+               s->rf.fma_f32_gflops, s->rf.vnni_int8_gops, s->rf.threads, s->rf.isa,
+               s->rf.ridge_flop_per_byte, s->rf.seconds);
     for (int i = 0; i < s->nnotes; i++)
         printf("note: %s\n", s->notes[i]);
-    printf("\n%7s %5s %11s %11s %12s %10s %9s %8s  %s\n", "T", "runs", "median ms", "best ms",
-           "tokens/s", "GFLOP/s", "GB/s", "experts", "cache-resident");
+    printf("\n%7s %5s %11s %11s %12s %10s %9s %8s  %-*s%s\n", "T", "runs", "median ms",
+           "best ms", "tokens/s", "GFLOP/s", "GB/s", "experts", s->have_rf ? 26 : 0,
+           "cache-resident", s->have_rf ? " roofline" : "");
     fflush(stdout);
 }
 
-static void print_row(const bench_row *r)
+static void print_row(const bench_state *s, const bench_row *r)
 {
     char cache[64];
     double pct = 100.0 * r->resident_fraction;
@@ -831,9 +899,12 @@ static void print_row(const bench_row *r)
         snprintf(cache, sizeof cache, "partly (%.0f%% of bytes%s)", pct < 1 ? 1.0 : pct,
                  r->shared_resident_fraction > 0 && r->routed_resident_fraction == 0
                      ? ": shared expert" : "");
-    printf("%7lld %5d %11.3f %11.3f %12.1f %10.2f %9.2f %8.1f  %s\n", (long long)r->tokens,
+    char rf[32] = "";
+    if (s->have_rf && r->bound)
+        snprintf(rf, sizeof rf, " %.2f %s", r->bound_fraction, r->bound);
+    printf("%7lld %5d %11.3f %11.3f %12.1f %10.2f %9.2f %8.1f  %-*s%s\n", (long long)r->tokens,
            r->runs, r->median_ms, r->best_ms, r->tokens_per_s, r->gflops, r->gbps,
-           r->distinct_experts, cache);
+           r->distinct_experts, s->have_rf ? 26 : 0, cache, rf);
     fflush(stdout);
 }
 
@@ -855,7 +926,29 @@ static void print_json(bench_state *s, const bench_row *rows, int nrows)
     fputs(s->llc_sysfs >= PROJECT_LLC_BYTES ? "false" : "true", f);
     fputs(", \"mem_available_bytes\": ", f);
     cli_json_number(f, (double)s->mem_avail);
-    fputs("},\n  \"layer\": {\"source\": ", f);
+    fputs("},\n  \"roofline\": ", f);
+    if (s->have_rf) {
+        fputs("{\"dram_read_gbs\": ", f);
+        cli_json_number(f, s->rf.dram_read_gbs);
+        fputs(", \"fma_f32_gflops\": ", f);
+        cli_json_number(f, s->rf.fma_f32_gflops);
+        fputs(", \"vnni_int8_gops\": ", f);
+        cli_json_number(f, s->rf.vnni_int8_gops);
+        fputs(", \"ridge_flop_per_byte\": ", f);
+        cli_json_number(f, s->rf.ridge_flop_per_byte);
+        fprintf(f, ", \"threads\": %d, \"isa\": ", s->rf.threads);
+        cli_json_string(f, s->rf.isa);
+        fputs(", \"dram_buffer_bytes\": ", f);
+        cli_json_number(f, (double)s->rf.dram_buffer_bytes);
+        fputs(", \"llc_bytes_sysfs\": ", f);
+        cli_json_number(f, (double)s->rf.llc_bytes);
+        fputs(", \"seconds\": ", f);
+        cli_json_number(f, s->rf.seconds);
+        fputs("}", f);
+    } else {
+        fputs("null", f);
+    }
+    fputs(",\n  \"layer\": {\"source\": ", f);
     cli_json_string(f, s->embedded ? "embedded" : "checkpoint");
     if (s->embedded) {
         fputs(", \"model\": ", f);
@@ -884,7 +977,7 @@ static void print_json(bench_state *s, const bench_row *rows, int nrows)
             (long long)d->num_experts, (long long)d->top_k,
             (long long)d->shared_expert_intermediate_size,
             d->shared_expert_gated ? "true" : "false",
-            d->scoring_func == MOE_SCORING_SOFTMAX ? "softmax" : "sigmoid",
+            cli_scoring_name(d),
             d->renormalize ? "true" : "false");
     cli_json_number(f, (double)d->routed_scaling_factor);
     fputs(", \"weight_dtype\": ", f);
@@ -897,6 +990,12 @@ static void print_json(bench_state *s, const bench_row *rows, int nrows)
     cli_json_number(f, s->layer_bytes);
     fputs(", \"packed_bytes\": ", f);
     cli_json_number(f, s->packed_bytes);
+    fputs(", \"pack_seconds\": ", f);
+    cli_json_number(f, s->pack_count ? s->pack_first_s : NAN);
+    fputs(", \"pack_seconds_all_copies\": ", f);
+    cli_json_number(f, s->pack_count ? s->pack_total_s : NAN);
+    fputs(", \"pack_includes_reading\": ", f);
+    fputs(s->embedded ? "false" : "true", f);
     fprintf(f, ", \"copies\": %d, \"copies_wanted\": %d", s->copies, s->copies_wanted);
     if (s->embedded)
         fprintf(f, ", \"distinct_generated_experts\": %d", s->pool);
@@ -938,6 +1037,14 @@ static void print_json(bench_state *s, const bench_row *rows, int nrows)
         fprintf(f, ", \"cache_resident\": %s", r->cache_resident ? "true" : "false");
         if (s->embedded)
             fprintf(f, ", \"routing_mismatches\": %lld", (long long)r->route_mismatch);
+        if (s->have_rf && r->bound) {
+            fputs(", \"arithmetic_intensity\": ", f);
+            cli_json_number(f, r->intensity);
+            fputs(", \"roofline_bound\": ", f);
+            cli_json_string(f, r->bound);
+            fputs(", \"roofline_fraction\": ", f);
+            cli_json_number(f, r->bound_fraction);
+        }
         fputs("}", f);
     }
     fputs("\n  ]\n}\n", f);
@@ -1007,6 +1114,17 @@ int cli_cmd_bench(int argc, char **argv)
     }
     s->threads = moe_ctx_num_threads(s->ctx);
 
+    /* The roofline first, while no weights take memory. */
+    if (cfg.roofline) {
+        if (!cfg.json)
+            fprintf(stderr, "measuring the roofline (DRAM read, FMA and VNNI peaks)...\n");
+        if ((st = moe_roofline_measure(s->ctx, &s->rf)) != MOE_OK) {
+            rc = lib_fail(s, st);
+            goto done;
+        }
+        s->have_rf = 1;
+    }
+
     /* machine facts */
     s->llc_sysfs = cli_llc_sysfs(&s->llc_level);
     s->llc = s->llc_sysfs >= PROJECT_LLC_BYTES ? s->llc_sysfs : PROJECT_LLC_BYTES;
@@ -1029,13 +1147,14 @@ int cli_cmd_bench(int argc, char **argv)
         s->desc.moe_intermediate_size = m->intermediate_size;
         s->desc.num_experts = cfg.num_experts ? cfg.num_experts : m->num_experts;
         s->desc.top_k = m->top_k;
-        s->desc.scoring_func = MOE_SCORING_SOFTMAX;
         s->desc.renormalize = m->renormalize;
         s->desc.routed_scaling_factor = m->routed_scaling_factor;
-        s->desc.activation = MOE_ACT_SWIGLU;
         s->desc.shared_expert_intermediate_size = m->shared_intermediate_size;
         s->desc.shared_expert_gated = m->shared_gated;
         s->desc.weight_dtype = cfg.dtype;
+        const char *routing_note = cli_model_routing(m, &s->desc); /* the family's routing */
+        if (routing_note)
+            add_note(s, "%s", routing_note);
         if (m->differs)
             add_note(s, "%s", m->differs);
         if (m->family == MOE_FAMILY_CUSTOM && !m->differs)
@@ -1189,7 +1308,10 @@ int cli_cmd_bench(int argc, char **argv)
         cli_progress_start(&pr);
         for (int c = 0; c < s->copies; c++) {
             cli_progress_update(&pr, "loading weights: copy %d/%d...", c + 1, s->copies);
-            if ((st = moe_checkpoint_load_weights(ck, cfg.layer, s->plan, &s->w[c])) != MOE_OK) {
+            double t0 = cli_now();
+            st = moe_checkpoint_load_weights(ck, cfg.layer, s->plan, &s->w[c]);
+            note_pack_time(s, cli_now() - t0);
+            if (st != MOE_OK) {
                 cli_progress_end(&pr);
                 rc = lib_fail(s, st);
                 goto done;
@@ -1221,7 +1343,7 @@ int cli_cmd_bench(int argc, char **argv)
         if (run_row(s, cfg.tokens[i], &rows[i]) != CLI_OK)
             goto done;
         if (!cfg.json)
-            print_row(&rows[i]);
+            print_row(s, &rows[i]);
     }
     int64_t mism = 0;
     for (int i = 0; i < cfg.ntokens; i++)

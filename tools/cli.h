@@ -62,6 +62,30 @@ int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *ou
 /* Error message to stderr with the command prefix. */
 void cli_err(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
 
+/* ---- MPI (tools/mpi.c) ------------------------------------------------------------------ */
+
+/* Initialize MPI when argv asks for --ep / --tp > 1 or the process was launched by mpirun;
+ * -1 (reported) on failure or when MPI is asked for but not built in. */
+int cli_mpi_init(int *argc, char ***argv);
+void cli_mpi_finalize(void);
+int cli_mpi_active(void);
+int cli_mpi_rank(void); /* 0 without MPI */
+int cli_mpi_size(void); /* 1 without MPI */
+/* End the whole job with `code` (MPI_Abort) when running on several ranks; else return. */
+void cli_mpi_abort(int code);
+void cli_mpi_barrier(void);
+/* Rank 0 gets every rank's n doubles in rank order (all: [size, n]); one process: a copy. */
+void cli_mpi_gather_doubles(const double *v, int n, double *all);
+/* Rows [row0, row0 + nrows) of every rank's buf (the same [rows, row_bytes] layout on every
+ * rank) land at their place in rank 0's buf. 0 on success. */
+int cli_mpi_gather_rows(void *buf, size_t row_bytes, int64_t row0, int64_t nrows);
+/* Every rank's line printed by rank 0 in rank order (one process: printed). */
+void cli_mpi_print_ordered(const char *line);
+
+/* `moe bench --ep N --tp M` (tools/bench_par.c): 1 when argv asks for it. */
+int cli_bench_parallel_wanted(int argc, char **argv);
+int cli_bench_parallel(int argc, char **argv);
+
 /* ---- machine facts --------------------------------------------------------------------- */
 
 /* MemAvailable from /proc/meminfo in bytes; 0 when unknown. */

@@ -79,11 +79,19 @@ static int dispatch(int argc, char **argv);
 /* A lost stdout (a full disk, a closed pipe) is a failure, never a silent exit 0. */
 int main(int argc, char **argv)
 {
+    /* run and bench use MPI for --ep / --tp > 1 (or under mpirun); the rest never do */
+    if (argc >= 2 && (strcmp(argv[1], "run") == 0 || strcmp(argv[1], "bench") == 0) &&
+        cli_mpi_init(&argc, &argv) != 0)
+        return CLI_FAIL;
     int rc = dispatch(argc, argv);
     if (fflush(stdout) != 0 || ferror(stdout)) {
         fprintf(stderr, "moe: writing standard output failed\n");
-        return CLI_FAIL;
+        rc = CLI_FAIL;
     }
+    /* one rank's failure must not leave its peers waiting in a collective: end the job */
+    if (rc != CLI_OK)
+        cli_mpi_abort(rc);
+    cli_mpi_finalize();
     return rc;
 }
 
@@ -121,8 +129,9 @@ static int dispatch(int argc, char **argv)
         return cmd_version(argc - 1, argv + 1);
     if (strcmp(sub, "run") == 0)
         return cli_cmd_run(argc - 1, argv + 1);
-    if (strcmp(sub, "bench") == 0)
-        return cli_cmd_bench(argc - 1, argv + 1);
+    if (strcmp(sub, "bench") == 0) /* --ep / --tp: the parallel bench (tools/bench_par.c) */
+        return cli_bench_parallel_wanted(argc - 1, argv + 1) ? cli_bench_parallel(argc - 1, argv + 1)
+                                                             : cli_cmd_bench(argc - 1, argv + 1);
     if (strcmp(sub, "env") == 0)
         return cli_cmd_env(argc - 1, argv + 1);
     if (strcmp(sub, "plan") == 0)

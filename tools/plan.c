@@ -190,8 +190,11 @@ int cli_cmd_plan(int argc, char **argv)
     printf("ranks: tp %lld x ep %lld = %lld; kernel table %s; options hash %016llx\n", (long long)tp, (long long)ep,
            (long long)(tp * ep), moe_ctx_isa(ctx), (unsigned long long)moe_ctx_options_hash(ctx));
     if (tp * ep > 1)
-        printf("note: expert and tensor parallelism over MPI are not built yet; this is the placement they will "
-               "use (experts split E/ep with the remainder on the first groups, I split I/tp the same way)\n");
+        printf("placement: the library's (moe.h \"Parallelism\"): experts split E/ep with the remainder on the first "
+               "EP ranks, I (and the shared expert's I) split I/tp the same way; 'expert bytes' + 'shared bytes' is "
+               "what moe_weights_expert_bytes reports on that rank once packed (mpirun -np %lld moe bench --ep %lld "
+               "--tp %lld measures it)%s\n",
+               (long long)(tp * ep), (long long)ep, (long long)tp, moe_mpi_available() ? "" : "; this build has no MPI");
     if (fp8)
         printf("note: fp8 block kernels are not built yet; the layout below is the one they will use "
                "(partial blocks masked, scale grids sliced, never padded)\n");

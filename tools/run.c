@@ -13,7 +13,7 @@ static const char *const CMD = "moe run";
 static void run_usage(FILE *f)
 {
     fputs("usage: moe run --checkpoint DIR --layer L --input IN.safetensors\n"
-          "               --output OUT.safetensors [--threads N]\n"
+          "               --output OUT.safetensors [--threads N] [--ep N] [--tp N]\n"
           "\n"
           "Runs MoE layer L of the Hugging Face checkpoint in DIR (config.json plus\n"
           "model.safetensors or shards) on the tensor `hidden_states` [T, H] (F32 or BF16) of\n"
@@ -33,10 +33,20 @@ static void run_usage(FILE *f)
           "  --output PATH      safetensors file to write\n"
           "  --threads N        worker threads (default: MOE_NUM_THREADS, OMP_NUM_THREADS,\n"
           "                     else all cores)\n"
+          "  --ep N             expert parallelism over N ranks, under mpirun -np N*TP: each\n"
+          "                     rank loads only its experts (E/N, the first E%%N ranks one\n"
+          "                     more) and brings its own contiguous slice of the T tokens\n"
+          "                     (T/N, the first T%%N ranks one more); output bit-identical to\n"
+          "                     one process\n"
+          "  --tp N             tensor parallelism: each rank holds I/N columns of every expert;\n"
+          "                     outputs summed in rank order (within the f32 bound of one\n"
+          "                     process; bit-reproducible). Under mpirun -np EP*TP, rank r is\n"
+          "                     (ep_rank r / TP, tp_rank r %% TP)\n"
           "  -h, --help         this text\n"
           "\n"
-          "A one-line summary goes to stderr. Exit status: 0 success, 1 failure, 2 bad\n"
-          "command line.\n",
+          "A one-line summary goes to stderr. With --ep / --tp every rank prints its resident\n"
+          "expert bytes (stdout, in rank order) and rank 0 gathers the rows and writes OUT.\n"
+          "Exit status: 0 success, 1 failure, 2 bad command line.\n",
           f);
 }
 
@@ -99,7 +109,7 @@ static void *alloc64(size_t bytes)
 int cli_cmd_run(int argc, char **argv)
 {
     const char *ckdir = NULL, *in_path = NULL, *out_path = NULL;
-    int64_t layer = -1, threads = 0;
+    int64_t layer = -1, threads = 0, ep = 1, tp = 1;
     int have_layer = 0;
 
     cli_args a;
@@ -137,6 +147,10 @@ int cli_cmd_run(int argc, char **argv)
             const char *v = cli_value(&a);
             if (!v || cli_parse_i64(CMD, a.opt, v, 1, 4096, &threads) != 0)
                 return CLI_USAGE;
+        } else if (cli_is(&a, "--ep") || cli_is(&a, "--tp")) {
+            const char *v = cli_value(&a);
+            if (!v || cli_parse_i64(CMD, a.opt, v, 1, 4096, cli_is(&a, "--ep") ? &ep : &tp) != 0)
+                return CLI_USAGE;
         } else {
             return cli_unknown(&a);
         }
@@ -145,6 +159,12 @@ int cli_cmd_run(int argc, char **argv)
                         : !in_path ? "--input" : !out_path ? "--output" : NULL;
     if (missing) {
         cli_err(CMD, "missing required option %s (see 'moe run --help')", missing);
+        return CLI_USAGE;
+    }
+    const int nranks = (int)(ep * tp), rank = cli_mpi_rank();
+    if (nranks != cli_mpi_size()) {
+        cli_err(CMD, "--ep %lld x --tp %lld = %d ranks, but %d %s running: launch with mpirun -np %d", (long long)ep,
+                (long long)tp, nranks, cli_mpi_size(), cli_mpi_size() == 1 ? "process is" : "are", nranks);
         return CLI_USAGE;
     }
     char out_resolved[PATH_MAX];
@@ -212,22 +232,56 @@ int cli_cmd_run(int argc, char **argv)
                 (long long)H, (long long)layer, ckdir);
         goto done;
     }
-    /* The input is valid: now the (slower) packing of the layer's weights. */
-    if ((st = moe_plan_create(ctx, &desc, &plan)) != MOE_OK)
+    /* The input is valid: now the (slower) packing of the layer's weights (under --ep / --tp
+     * only this rank's share: its experts, its I columns). */
+    moe_plan_config pcfg;
+    moe_plan_config_init(&pcfg);
+    pcfg.parallel.ep_size = (int)ep;
+    pcfg.parallel.tp_size = (int)tp;
+    pcfg.parallel.ep_rank = -1; /* from the MPI rank: r / tp */
+    pcfg.parallel.tp_rank = -1; /* r % tp */
+    /* a rank that fails ends the whole job (main: MPI_Abort), so a long timeout only has to
+     * cover the slowest rank's packing of a large checkpoint before the first collective */
+    pcfg.parallel.timeout_s = 3600;
+    if ((st = moe_plan_create_ex(ctx, &desc, &pcfg, &plan)) != MOE_OK)
         LIBFAIL();
     if ((st = moe_checkpoint_load_weights(ck, layer, plan, &w)) != MOE_OK)
         LIBFAIL();
     moe_checkpoint_free(ck);
     ck = NULL;
+    const moe_parallel_config *par = moe_plan_parallel(plan);
+    if (nranks > 1) {
+        int32_t *map = malloc(sizeof(int32_t) * (size_t)desc.num_experts);
+        int64_t e0 = -1, ne = 0;
+        if (map && moe_plan_expert_map(plan, map) == MOE_OK)
+            for (int64_t e = 0; e < desc.num_experts; e++)
+                if (map[e] >= 0) {
+                    e0 = e0 < 0 ? e : e0;
+                    ne++;
+                }
+        free(map);
+        char line[256], b1[32];
+        snprintf(line, sizeof line, "moe run: rank %d (ep_rank %d, tp_rank %d): experts %lld..%lld (%lld of %lld), "
+                 "I shard %lld of %lld, resident expert bytes %zu (%s)\n", rank, par->ep_rank, par->tp_rank,
+                 (long long)e0, (long long)(e0 + ne - 1), (long long)ne, (long long)desc.num_experts,
+                 (long long)(desc.moe_intermediate_size / tp + (par->tp_rank < desc.moe_intermediate_size % tp)),
+                 (long long)desc.moe_intermediate_size, moe_weights_expert_bytes(w),
+                 cli_fmt_bytes(b1, sizeof b1, (double)moe_weights_expert_bytes(w)));
+        cli_mpi_print_ordered(line);
+    }
 
     const int64_t T = ti.shape[0];
+    /* this rank's tokens: its EP rank's contiguous slice (a TP group shares it) */
+    const int64_t q = T / ep, rem = T % ep, er = par->ep_rank;
+    const int64_t tb = er * q + (er < rem ? er : rem), te = tb + q + (er < rem ? 1 : 0);
+    const int64_t max_slice = q + (rem ? 1 : 0);
     const size_t nx = (size_t)T * (size_t)H, nk = (size_t)T * (size_t)K;
     /* A private aligned copy: the mapped data need not be aligned for its dtype. */
     x = alloc64(ti.nbytes);
     out = alloc64(nx * sizeof(float));
     topk_ids = alloc64(nk * sizeof(int32_t));
     topk_w = alloc64(nk * sizeof(float));
-    size_t ws_size = moe_plan_workspace_size(plan, T);
+    size_t ws_size = moe_plan_workspace_size(plan, max_slice > 0 ? max_slice : 1);
     ws = ws_size ? alloc64(ws_size) : NULL;
     if (!x || !out || !topk_ids || !topk_w || (ws_size && !ws)) {
         char b1[32];
@@ -243,13 +297,14 @@ int cli_cmd_run(int argc, char **argv)
 
     moe_exec_args ea;
     memset(&ea, 0, sizeof ea);
-    ea.hidden_states = x;
+    const size_t xes = moe_dtype_size(ti.dtype);
+    ea.hidden_states = te > tb ? (const unsigned char *)x + (size_t)(tb * H) * xes : NULL;
     ea.hidden_dtype = ti.dtype;
-    ea.n_tokens = T;
+    ea.n_tokens = te - tb;
     ea.router_logits = NULL;
-    ea.output = out;
-    ea.topk_ids = topk_ids;
-    ea.topk_weights = topk_w;
+    ea.output = te > tb ? out + tb * H : NULL;
+    ea.topk_ids = te > tb ? topk_ids + tb * K : NULL;
+    ea.topk_weights = te > tb ? topk_w + tb * K : NULL;
     ea.workspace = ws;
     ea.workspace_size = ws_size;
     double t0 = cli_now();
@@ -257,6 +312,26 @@ int cli_cmd_run(int argc, char **argv)
     double ms = (cli_now() - t0) * 1e3;
     if (st != MOE_OK)
         LIBFAIL();
+    if (nranks > 1) {
+        /* rank 0 gathers the final rows: each TP group's rows from its tp_rank 0 (all-reduce
+         * leaves every rank of the group the same rows), or under MOE_TP_REDUCE=reduce_scatter
+         * each rank's own share (moe_plan_tp_rows) */
+        int64_t o0 = 0, o1 = te - tb;
+        moe_plan_tp_rows(plan, te - tb, &o0, &o1);
+        const int scatter = tp > 1 && (o1 - o0) != (te - tb);
+        const int64_t r0 = scatter ? tb + o0 : tb, nr = scatter ? o1 - o0 : par->tp_rank == 0 ? te - tb : 0;
+        const int64_t k0 = tb, nk = par->tp_rank == 0 ? te - tb : 0;
+        if (cli_mpi_gather_rows(out, (size_t)H * sizeof(float), r0, nr) != 0 ||
+            cli_mpi_gather_rows(topk_ids, (size_t)K * sizeof(int32_t), k0, nk) != 0 ||
+            cli_mpi_gather_rows(topk_w, (size_t)K * sizeof(float), k0, nk) != 0) {
+            cli_err(CMD, "gathering the output rows to rank 0 failed");
+            goto done;
+        }
+        if (rank != 0) { /* rank 0 writes OUT */
+            rc = CLI_OK;
+            goto done;
+        }
+    }
 
     moe_tensor_out to[3];
     memset(to, 0, sizeof to);
@@ -284,10 +359,11 @@ int cli_cmd_run(int argc, char **argv)
 
     fprintf(stderr,
             "moe run: family %s layer %lld T %lld H %lld I %lld E %lld K %lld dtype %s "
-            "ms %.3f (threads %d, %s)\n",
+            "ms %.3f (threads %d, %s%s)\n",
             moe_family_name(desc.family), (long long)layer, (long long)T, (long long)H,
             (long long)desc.moe_intermediate_size, (long long)desc.num_experts, (long long)K,
-            moe_dtype_name(desc.weight_dtype), ms, moe_ctx_num_threads(ctx), moe_ctx_isa(ctx));
+            moe_dtype_name(desc.weight_dtype), ms, moe_ctx_num_threads(ctx), moe_ctx_isa(ctx),
+            nranks > 1 ? (tp > 1 ? (ep > 1 ? ", ep x tp over MPI" : ", tp over MPI") : ", ep over MPI") : "");
     rc = CLI_OK;
 #undef LIBFAIL
 done:

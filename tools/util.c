@@ -15,6 +15,8 @@
 void cli_err(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
+    if (cli_mpi_size() > 1)
+        fprintf(stderr, "[rank %d] ", cli_mpi_rank());
     fprintf(stderr, "%s: ", cmd);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);

@@ -18,8 +18,10 @@
  * The packed matrix holds exactly N * K elements in the weight dtype. */
 typedef struct moe_pmat {
     const void *data; /* N * K elements of dtype */
-    moe_dtype dtype;  /* F32, BF16 or F16 */
+    moe_dtype dtype;  /* F32, BF16 or F16 (ignored when q is set) */
     int64_t n, k;
+    const struct moe_qmat *q; /* NULL, or quantized codes at data (quant/quant.h): the
+                                 table's linear_q entry runs it */
 } moe_pmat;
 
 static inline int64_t moe_pmat_panels(int64_t n)
@@ -44,6 +46,9 @@ static inline int64_t moe_pmat_offset(int64_t n, int64_t k, int64_t row, int64_t
 /* Pack W [n, k] (row-major, `src_dtype` elements) into the panel layout at dst (same dtype;
  * n * k elements). */
 void moe_pack_panels(void *dst, const void *src, moe_dtype dtype, int64_t n, int64_t k);
+/* The same for a row-major W [n, k] whose rows are ld >= k elements apart (a column slice:
+ * the TP shard of a down projection). */
+void moe_pack_panels_ld(void *dst, const void *src, moe_dtype dtype, int64_t n, int64_t k, int64_t ld);
 
 /* Convert `count` elements of dtype at src to f32. */
 void moe_convert_to_f32(float *dst, const void *src, moe_dtype dtype, size_t count);
@@ -69,6 +74,10 @@ typedef void (*moe_linear_fn)(const moe_pmat *w, int64_t p0, int64_t p1, const f
 typedef struct moe_kernels {
     const char *name; /* "ref", "avx2", "avx512" */
     moe_linear_fn linear;
+    /* Quantized weights (w->q set, quant/quant.h): the same contract on the dequantized
+     * weights (weight-only), or the w8a8 integer contract (docs/numerics.md section 5).
+     * `linear` hands matrices with w->q to it. */
+    moe_linear_fn linear_q;
 } moe_kernels;
 
 extern const moe_kernels moe_kernels_ref;
@@ -82,23 +91,38 @@ int moe_cpu_has_avx512(void);
 /* ------------------------------------------------------------------------------------------
  * Plan and weights.
  * ---------------------------------------------------------------------------------------- */
+/* This rank's share of a layer (src/parallel/parallel.h computes it): one process holds
+ * everything (e0 = 0, n_experts = E, i0 = is0 = 0, I = desc I, Is = desc I_s). */
+typedef struct moe_shard {
+    int64_t e0, n_experts;   /* local experts: global ids [e0, e0 + n_experts) */
+    int64_t i0, I;           /* columns [i0, i0 + I) of each expert's intermediate dim */
+    int64_t is0, Is;         /* columns [is0, is0 + Is) of the shared expert's (Is = 0: none) */
+    int down_bias;           /* 1: this rank adds b_d (tp_rank 0) */
+} moe_shard;
+
 struct moe_plan {
     moe_ctx *ctx;
-    moe_layer_desc desc;
+    moe_layer_desc desc;                     /* the whole layer, as the caller described it */
     int64_t chunk_size;                      /* tokens per chunk */
     int64_t capacity;                        /* batched format: slots per expert (0 otherwise) */
     const struct moe_pf_impl *pf;            /* prepare/finalize (core/modular.h) */
     const struct moe_experts_impl *experts;  /* experts */
+    moe_parallel_config par;                 /* resolved (ranks filled in, comm NULL) */
+    int parallel;                            /* ep_size * tp_size > 1 */
+    moe_shard shard;                         /* this rank's share */
+    struct moe_par *mpi;                     /* MPI state (src/parallel), NULL for one process */
     char text[2048];                         /* canonical text: knobs + description */
     uint64_t hash;                           /* XXH64 of text */
 };
 
 struct moe_weights {
     const moe_plan *plan;
+    moe_shard shard;     /* the share packed: local experts, I and I_s shards */
     moe_dtype dtype;     /* expert weight dtype */
     moe_pmat router;     /* [E, H] f32, packed */
-    void *w13;           /* E experts, each: gate [I, H] and up [I, H], see gate_up() */
-    void *w2;            /* E experts, each [H, I] packed */
+    void *w13;           /* n_experts local experts, each: gate [I, H] and up [I, H] (I, Is:
+                            the shard's), see moe_weights_expert() */
+    void *w2;            /* n_experts local experts, each [H, I] packed */
     void *shared_w13;    /* gate [Is, H] then up [Is, H], packed; NULL without shared expert */
     void *shared_w2;     /* [H, Is] packed */
     moe_pmat shared_gate; /* [1, H] f32, packed; data NULL unless gated */
@@ -107,15 +131,18 @@ struct moe_weights {
     size_t expert_bytes;
     float *router_bias;  /* [E] f32 b_r, or NULL (desc has_router_bias) */
     float *sel_bias;     /* [E] f32 b_s, or NULL (desc has_selection_bias) */
-    float *expert_bias;  /* E x {b_g [I], b_u [I], b_d [H]} f32, or NULL (has_expert_bias) */
+    float *expert_bias;  /* n_experts x {b_g [I], b_u [I], b_d [H]} f32, or NULL (has_expert_bias) */
+    struct moe_qweights *q; /* quantized routed experts (desc quant), or NULL: then w13 / w2
+                               are unused and moe_weights_expert reads these */
 };
 
-/* Biases of expert e (e >= 0) as f32 vectors, or all NULL without expert biases (and for
- * the shared expert, e = -1). */
+/* Biases of local expert e (e >= 0) as f32 vectors, or all NULL without expert biases (and
+ * for the shared expert, e = -1); down_bias NULL on the TP ranks that do not add it. */
 void moe_weights_expert_bias(const moe_weights *w, int64_t e, const float **gate_bias,
                              const float **up_bias, const float **down_bias);
 
-/* Packed gate [I, H], up [I, H] and down [H, I] of expert e (e = -1: the shared expert). */
+/* Packed gate [I, H], up [I, H] and down [H, I] of local expert e (e = -1: the shared
+ * expert); I is the shard's. */
 void moe_weights_expert(const moe_weights *w, int64_t e, moe_pmat *gate, moe_pmat *up,
                         moe_pmat *down);
 

@@ -1,7 +1,8 @@
 /* The modular kernel (DESIGN.md section 6): a plan composes one prepare/finalize and one
  * experts implementation; each declares the activation format it produces or consumes, and
  * moe_plan_create_ex refuses a mismatched pair. Local implementations live in
- * src/permute/prepare_finalize.c, experts in src/gemm/experts.c; MPI ones come later. */
+ * src/permute/prepare_finalize.c, the expert-parallel (MPI) ones in src/parallel/ep.c,
+ * experts in src/gemm/experts.c. */
 #ifndef MOE_CORE_MODULAR_H
 #define MOE_CORE_MODULAR_H
 
@@ -16,7 +17,8 @@ typedef struct moe_chunk {
     int64_t T;            /* tokens in this chunk, Tc */
     const int32_t *ids;   /* [Tc, K] routed expert ids */
     const float *wts;     /* [Tc, K] routing weights */
-    float *out;           /* [Tc, H] output rows (hold the shared expert's output on finalize) */
+    float *out;           /* [Tc, H] output rows (hold the shared expert's output on finalize);
+                             under TP the rank's partial output, summed afterwards */
     int has_shared;
     const float *sgate;   /* [Tc] shared-expert scale */
     /* workspace */
@@ -33,6 +35,9 @@ typedef struct moe_chunk {
     float *scratch;       /* per-thread GEMM scratch */
     int64_t *item_off;    /* [E + 1] */
     moe_exec_stats *stats;/* never NULL inside execute */
+    /* parallel plans */
+    int64_t tc_max;       /* the longest chunk any rank runs in this execute */
+    unsigned char *par_ws;/* moe_par_workspace_bytes(plan, Tc) bytes, 64-byte aligned */
 } moe_chunk;
 
 /* What prepare hands to experts. */
@@ -55,10 +60,11 @@ typedef struct moe_dispatch {
 typedef struct moe_pf_impl {
     const char *name;
     moe_act_format format;
-    /* group the chunk's routed rows by expert into d */
-    void (*prepare)(moe_chunk *c, moe_dispatch *d);
+    /* group the chunk's routed rows by expert into d (under EP: the rows this rank's
+     * experts run, received from every rank). Errors are recorded on the plan's ctx. */
+    moe_status (*prepare)(moe_chunk *c, moe_dispatch *d);
     /* out[t] = scale * sum_k w[t][k] * y[pos[t*K+k]] (+ shared), over the chunk */
-    void (*finalize)(moe_chunk *c, const moe_dispatch *d);
+    moe_status (*finalize)(moe_chunk *c, const moe_dispatch *d);
 } moe_pf_impl;
 
 typedef struct moe_experts_impl {
@@ -69,9 +75,16 @@ typedef struct moe_experts_impl {
 
 extern const moe_pf_impl moe_pf_local;
 extern const moe_pf_impl moe_pf_local_batched;
+extern const moe_pf_impl moe_pf_ep_alltoall; /* src/parallel */
+extern const moe_pf_impl moe_pf_ep_batched;
 extern const moe_experts_impl moe_experts_grouped;
 extern const moe_experts_impl moe_experts_batched;
 
 const char *moe_format_name(moe_act_format f);
+
+/* Group the chunk's T*K routed rows by (global) expert id with the method MOE_PERMUTE picks:
+ * c->offsets [E + 1], c->rows [T*K] (row ids t*K+k by position, ascending within an expert)
+ * and c->pos [T*K] (the inverse); every method gives the same result. Counts it in stats. */
+void moe_pf_group_rows(moe_chunk *c);
 
 #endif

@@ -4,8 +4,10 @@
 #include "core/knobs.h"
 #include "core/modular.h"
 #include "gemm/grouped.h"
+#include "parallel/parallel.h"
 #include "permute/permute.h"
 #include "quant/convert.h"
+#include "quant/quant.h"
 #include "route/route.h"
 
 #include <stdio.h>
@@ -42,6 +44,67 @@ void moe_plan_config_init(moe_plan_config *cfg)
     cfg->prepare_finalize = MOE_PF_LOCAL;
     cfg->experts = MOE_EXPERTS_GROUPED;
     cfg->batched_capacity = 64;
+    cfg->parallel.ep_size = 1;
+    cfg->parallel.ep_rank = 0;
+    cfg->parallel.tp_size = 1;
+    cfg->parallel.tp_rank = 0;
+    cfg->parallel.dp_size = 1;
+    cfg->parallel.dp_rank = 0;
+    cfg->parallel.comm = NULL;
+    cfg->parallel.low_latency = 0;
+    cfg->parallel.dispatch_dtype = MOE_DTYPE_F32;
+    cfg->parallel.timeout_s = 300.0;
+}
+
+/* The parallel fields every rank can check alone (coordinates are checked collectively). */
+static moe_status check_parallel(moe_ctx *ctx, const moe_layer_desc *d, const moe_parallel_config *par)
+{
+    const int64_t E = d->num_experts, I = d->moe_intermediate_size, Is = d->shared_expert_intermediate_size;
+    if (par->ep_size < 1 || par->ep_size > E)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "plan config: parallel.ep_size = %d, must be in [1, num_experts = %lld] (every EP rank "
+                             "holds at least one expert)",
+                             par->ep_size, (long long)E);
+    if (par->tp_size < 1 || par->tp_size > I || (Is > 0 && par->tp_size > Is))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "plan config: parallel.tp_size = %d, must be in [1, %lld] (every TP rank holds at least "
+                             "one column of moe_intermediate_size = %lld%s)",
+                             par->tp_size, (long long)(Is > 0 && Is < I ? Is : I), (long long)I,
+                             Is > 0 ? " and of shared_expert_intermediate_size" : "");
+    if ((int64_t)par->ep_size * par->tp_size > (1 << 20))
+        return moe_set_error(ctx, MOE_EINVAL, "plan config: parallel.ep_size * tp_size = %lld is too large",
+                             (long long)par->ep_size * par->tp_size);
+    const int single = par->ep_size * par->tp_size == 1;
+    if (par->ep_rank < -1 || par->tp_rank < -1 || (single && (par->ep_rank > 0 || par->tp_rank > 0)))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "plan config: parallel.ep_rank = %d, tp_rank = %d: each must be in [0, its size) or -1 "
+                             "(derived from the communicator rank)",
+                             par->ep_rank, par->tp_rank);
+    if (single && (par->dp_size < 1 || par->dp_rank < 0 || par->dp_rank >= par->dp_size))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "plan config: parallel.dp_rank = %d with dp_size = %d; need dp_size >= 1 and 0 <= dp_rank "
+                             "< dp_size",
+                             par->dp_rank, par->dp_size);
+    if (!(par->timeout_s > 0.0) || isinf(par->timeout_s))
+        return moe_set_error(ctx, MOE_EINVAL, "plan config: parallel.timeout_s = %g, must be finite and > 0",
+                             par->timeout_s);
+    if (par->low_latency != 0 && par->low_latency != 1)
+        return moe_set_error(ctx, MOE_EINVAL, "plan config: parallel.low_latency = %d, must be 0 or 1", par->low_latency);
+    if (par->dispatch_dtype != MOE_DTYPE_F32 && par->dispatch_dtype != MOE_DTYPE_F8_E4M3 &&
+        par->dispatch_dtype != MOE_DTYPE_I8)
+        return moe_set_error(ctx, MOE_EINVAL, "plan config: parallel.dispatch_dtype = %s, expected F32, F8_E4M3 or I8",
+                             moe_dtype_name(par->dispatch_dtype));
+    if (!single && moe_quant_active(&d->quant))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "plan config: parallel.ep_size = %d, tp_size = %d with quantized experts (desc quant): "
+                             "the quantized packer does not split experts or I across ranks yet",
+                             par->ep_size, par->tp_size);
+    if (par->dispatch_dtype != MOE_DTYPE_F32 && par->ep_size < 2)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "plan config: parallel.dispatch_dtype = %s needs ep_size > 1 (only the expert-parallel "
+                             "dispatch sends activations)",
+                             moe_dtype_name(par->dispatch_dtype));
+    return MOE_OK;
 }
 
 moe_status moe_plan_create(moe_ctx *ctx, const moe_layer_desc *desc, moe_plan **out)
@@ -49,7 +112,8 @@ moe_status moe_plan_create(moe_ctx *ctx, const moe_layer_desc *desc, moe_plan **
     return moe_plan_create_ex(ctx, desc, NULL, out);
 }
 
-/* Canonical "key=value;" text of the knobs, the description and the composition. */
+/* Canonical "key=value;" text of the knobs, the description and the composition (the parallel
+ * sizes and dispatch dtype included, the rank coordinates not: every rank has the same text). */
 static void plan_text(moe_plan *p)
 {
     const moe_layer_desc *d = &p->desc;
@@ -58,14 +122,20 @@ static void plan_text(moe_plan *p)
              "renormalize=%d;routed_scaling_factor=%.9g;activation=%d;shared_expert_intermediate_size=%lld;"
              "shared_expert_gated=%d;weight_dtype=%s;n_group=%lld;topk_group=%lld;group_score=%d;"
              "has_selection_bias=%d;has_router_bias=%d;has_expert_bias=%d;apply_router_weight_on_input=%d;"
-             "swiglu_alpha=%.9g;swiglu_limit=%.9g;prepare_finalize=%s;experts=%s;capacity=%lld;",
+             "swiglu_alpha=%.9g;swiglu_limit=%.9g;prepare_finalize=%s;experts=%s;capacity=%lld;ep_size=%d;"
+             "tp_size=%d;dispatch_dtype=%s;",
              p->ctx->options_text, (long long)d->hidden_size, (long long)d->moe_intermediate_size,
              (long long)d->num_experts, (long long)d->top_k, (int)d->scoring_func, d->renormalize,
              (double)d->routed_scaling_factor, (int)d->activation, (long long)d->shared_expert_intermediate_size,
              d->shared_expert_gated, moe_dtype_name(d->weight_dtype), (long long)d->n_group,
              (long long)d->topk_group, (int)d->group_score, d->has_selection_bias, d->has_router_bias,
              d->has_expert_bias, d->apply_router_weight_on_input, (double)d->swiglu_alpha,
-             (double)d->swiglu_limit, p->pf->name, p->experts->name, (long long)p->capacity);
+             (double)d->swiglu_limit, p->pf->name, p->experts->name, (long long)p->capacity, p->par.ep_size,
+             p->par.tp_size, moe_dtype_name(p->par.dispatch_dtype));
+    if (moe_quant_active(&d->quant)) {
+        size_t used = strlen(p->text);
+        moe_quant_text(&d->quant, p->text + used, sizeof p->text - used);
+    }
     p->hash = XXH64(p->text, strlen(p->text), 0);
 }
 
@@ -123,6 +193,11 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
         d->weight_dtype != MOE_DTYPE_F16)
         return moe_set_error(ctx, MOE_EDTYPE, "layer description: weight_dtype %s, expected F32, BF16 or F16",
                              moe_dtype_name(d->weight_dtype));
+    {
+        moe_status qst = moe_quant_validate(ctx, NULL, d); /* desc->quant (src/quant) */
+        if (qst != MOE_OK)
+            return qst;
+    }
     /* the packed weights must be addressable */
     size_t bytes = 0;
     if (!moe_mul_size((size_t)d->num_experts, (size_t)(3 * d->moe_intermediate_size), &bytes) ||
@@ -134,17 +209,41 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
         c = *cfg;
     else
         moe_plan_config_init(&c);
-    const moe_pf_impl *pf = c.prepare_finalize == MOE_PF_LOCAL          ? &moe_pf_local
-                            : c.prepare_finalize == MOE_PF_LOCAL_BATCHED ? &moe_pf_local_batched
-                                                                         : NULL;
-    const moe_experts_impl *ex = c.experts == MOE_EXPERTS_GROUPED   ? &moe_experts_grouped
-                                 : c.experts == MOE_EXPERTS_BATCHED ? &moe_experts_batched
-                                                                    : NULL;
+    moe_status pst = check_parallel(ctx, d, &c.parallel);
+    if (pst != MOE_OK)
+        return pst;
+    const moe_parallel_config *par = &c.parallel;
+    /* Composition: low_latency picks the batched format; with ep_size > 1 the local kinds
+     * become the expert-parallel kind of the same format. */
+    moe_prepare_finalize_kind pfk = c.prepare_finalize;
+    moe_experts_kind exk = c.experts;
+    if (par->low_latency) {
+        pfk = par->ep_size > 1 ? MOE_PF_EP_BATCHED : MOE_PF_LOCAL_BATCHED;
+        exk = MOE_EXPERTS_BATCHED;
+    } else if (par->ep_size > 1) {
+        if (pfk == MOE_PF_LOCAL)
+            pfk = MOE_PF_EP_ALLTOALL;
+        else if (pfk == MOE_PF_LOCAL_BATCHED)
+            pfk = MOE_PF_EP_BATCHED;
+    }
+    const moe_pf_impl *pf = pfk == MOE_PF_LOCAL           ? &moe_pf_local
+                            : pfk == MOE_PF_LOCAL_BATCHED ? &moe_pf_local_batched
+                            : pfk == MOE_PF_EP_ALLTOALL   ? &moe_pf_ep_alltoall
+                            : pfk == MOE_PF_EP_BATCHED    ? &moe_pf_ep_batched
+                                                          : NULL;
+    const moe_experts_impl *ex = exk == MOE_EXPERTS_GROUPED   ? &moe_experts_grouped
+                                 : exk == MOE_EXPERTS_BATCHED ? &moe_experts_batched
+                                                              : NULL;
     if (!pf)
         return moe_set_error(ctx, MOE_EINVAL, "plan config: prepare_finalize = %d is not a moe_prepare_finalize_kind",
                              (int)c.prepare_finalize);
     if (!ex)
         return moe_set_error(ctx, MOE_EINVAL, "plan config: experts = %d is not a moe_experts_kind", (int)c.experts);
+    if ((pf == &moe_pf_ep_alltoall || pf == &moe_pf_ep_batched) && par->ep_size < 2)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "plan config: prepare_finalize '%s' is expert parallel and needs parallel.ep_size > 1 "
+                             "(ep_size = %d); use MOE_PF_LOCAL or MOE_PF_LOCAL_BATCHED in one process",
+                             pf->name, par->ep_size);
     if (pf->format != ex->format)
         return moe_set_error(ctx, MOE_EINVAL,
                              "plan config: prepare/finalize '%s' produces the %s activation format but experts '%s' "
@@ -153,6 +252,16 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
     if (pf->format == MOE_FORMAT_BATCHED && c.batched_capacity < 1)
         return moe_set_error(ctx, MOE_EINVAL, "plan config: batched_capacity = %lld, must be >= 1",
                              (long long)c.batched_capacity);
+    if (pf == &moe_pf_ep_batched) {
+        /* slot blocks are counted in int: [emax][capacity] slots per block, E_local * ep *
+         * capacity slots on the receiving side */
+        const int64_t emax = (d->num_experts + par->ep_size - 1) / par->ep_size;
+        if (c.batched_capacity > (int64_t)(INT32_MAX / 4) / (emax * par->ep_size))
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "plan config: batched_capacity = %lld is too large for %lld experts per rank on %d "
+                                 "ranks (slot blocks would exceed 2^31 slots)",
+                                 (long long)c.batched_capacity, (long long)emax, par->ep_size);
+    }
 
     moe_plan *p = calloc(1, sizeof *p);
     if (!p)
@@ -161,8 +270,14 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
     p->desc = *d;
     p->pf = pf;
     p->experts = ex;
-    /* Row ids t*K+k of a chunk are int32: keep chunk * K below 2^31. */
-    int64_t max_chunk = (int64_t)(INT32_MAX / d->top_k);
+    p->par = *par;
+    p->par.comm = NULL;
+    p->parallel = par->ep_size * par->tp_size > 1;
+    if (!p->parallel) /* -1 = derived: the only rank */
+        p->par.ep_rank = p->par.tp_rank = 0;
+    /* Row ids t*K+k of a chunk are int32: keep chunk * K below 2^31; under EP a rank may
+     * receive ep_size chunks' rows, so keep ep_size * chunk * K below 2^31 too. */
+    int64_t max_chunk = (int64_t)(INT32_MAX / (d->top_k * par->ep_size));
     p->chunk_size = ctx->chunk_size < max_chunk ? ctx->chunk_size : max_chunk;
     if (p->chunk_size < ctx->chunk_size)
         moe_log(ctx, MOE_LOG_INFO, "chunk size lowered from %lld to %lld tokens so that row ids fit in 32 bits",
@@ -177,6 +292,15 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
         }
     }
     plan_text(p);
+    if (p->parallel) {
+        /* collective: every rank checks that every other has the same plan */
+        moe_status st = moe_par_create(p, par->comm);
+        if (st != MOE_OK) {
+            free(p);
+            return st;
+        }
+    }
+    moe_par_shard(&p->desc, &p->par, &p->shard);
     /* A cost nobody asked for is logged with its size: the AVX2 table runs a partial last
      * panel (fewer than 16 output features) through the scalar kernel. */
     if (ctx->kernels == &moe_kernels_avx2) {
@@ -197,7 +321,38 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
 
 void moe_plan_free(moe_plan *plan)
 {
+    if (!plan)
+        return;
+    moe_par_free(plan->mpi);
     free(plan);
+}
+
+const moe_parallel_config *moe_plan_parallel(const moe_plan *plan)
+{
+    return plan ? &plan->par : NULL;
+}
+
+moe_status moe_plan_expert_map(const moe_plan *plan, int32_t *out)
+{
+    if (!plan)
+        return MOE_EINVAL;
+    if (!out)
+        return moe_set_error(plan->ctx, MOE_EINVAL, "moe_plan_expert_map: out is NULL");
+    const moe_shard *sh = &plan->shard;
+    for (int64_t e = 0; e < plan->desc.num_experts; e++)
+        out[e] = e >= sh->e0 && e < sh->e0 + sh->n_experts ? (int32_t)(e - sh->e0) : -1;
+    return MOE_OK;
+}
+
+void moe_plan_tp_rows(const moe_plan *plan, int64_t n_tokens, int64_t *begin, int64_t *end)
+{
+    int64_t b = 0, e = n_tokens > 0 ? n_tokens : 0;
+    if (plan)
+        moe_par_tp_rows(plan, e, &b, &e);
+    if (begin)
+        *begin = b;
+    if (end)
+        *end = e;
 }
 
 const moe_layer_desc *moe_plan_desc(const moe_plan *plan)
@@ -215,7 +370,8 @@ uint64_t moe_plan_hash(const moe_plan *plan)
     return plan ? plan->hash : 0;
 }
 
-/* Workspace of one chunk of Tc tokens, as byte offsets (each slice 64-byte aligned). */
+/* Workspace of one chunk of Tc tokens, as byte offsets (each slice 64-byte aligned). I and
+ * I_s are this rank's shards; under EP the experts' rows live in the parallel slice. */
 typedef struct ws_layout {
     size_t xf;       /* [Tc, H] f32: bf16 hidden_states converted */
     size_t logits;   /* [Tc, E] f32 */
@@ -230,11 +386,13 @@ typedef struct ws_layout {
     size_t pos;      /* [Tc * K] i32, position of each (t, k) row in y */
     size_t keys;     /* [Tc * K] u64 (packed permute) */
     size_t keys_tmp; /* [Tc * K] u64 */
-    size_t slots;    /* batched: [E * cap, H] f32 */
-    size_t h;        /* [max(positions * I, Tc * Is)] f32; positions = Tc*K or E*cap */
+    size_t slots;    /* local batched: [E * cap, H] f32 */
+    size_t h;        /* [max(positions * I, Tc * Is)] f32; positions = Tc*K or E*cap (0 under EP) */
     size_t y;        /* [positions, H] f32 */
     size_t sgate;    /* [Tc] f32 shared-expert gate */
+    size_t partial;  /* TP: [Tc, H] f32 this rank's partial output */
     size_t scratch;  /* [threads, moe_gemm_thread_scratch_floats()] f32 */
+    size_t par;      /* moe_par_workspace_bytes(plan, Tc): EP buffers, TP gather */
     size_t total;
 } ws_layout;
 
@@ -249,8 +407,9 @@ static ws_layout layout(const moe_plan *p, int64_t Tc)
 {
     const moe_layer_desc *d = &p->desc;
     const size_t T = (size_t)Tc, H = (size_t)d->hidden_size, E = (size_t)d->num_experts;
-    const size_t K = (size_t)d->top_k, I = (size_t)d->moe_intermediate_size;
-    const size_t Is = (size_t)d->shared_expert_intermediate_size;
+    const size_t K = (size_t)d->top_k, I = (size_t)p->shard.I;
+    const size_t Is = (size_t)p->shard.Is;
+    const int ep_mode = p->par.ep_size > 1;
     ws_layout l;
     size_t c = 0;
     l.xf = take(&c, T * H * 4);
@@ -266,14 +425,16 @@ static ws_layout layout(const moe_plan *p, int64_t Tc)
     l.pos = take(&c, T * K * 4);
     l.keys = take(&c, T * K * 8);
     l.keys_tmp = take(&c, T * K * 8);
-    const size_t cap = (size_t)p->capacity;
-    const size_t positions = cap > 0 ? E * cap : T * K;
+    const size_t cap = ep_mode ? 0 : (size_t)p->capacity;
+    const size_t positions = ep_mode ? 0 : cap > 0 ? E * cap : T * K;
     l.slots = take(&c, cap > 0 ? E * cap * H * 4 : 0);
     size_t hn = positions * I > T * Is ? positions * I : T * Is;
     l.h = take(&c, hn * 4);
     l.y = take(&c, positions * H * 4);
     l.sgate = take(&c, T * 4);
+    l.partial = take(&c, p->par.tp_size > 1 ? T * H * 4 : 0);
     l.scratch = take(&c, (size_t)p->ctx->num_threads * moe_gemm_thread_scratch_floats() * 4);
+    l.par = take(&c, moe_par_workspace_bytes(p, Tc));
     l.total = c + 64; /* room to align the caller's pointer up to 64 bytes */
     return l;
 }
@@ -286,6 +447,24 @@ size_t moe_plan_workspace_size(const moe_plan *plan, int64_t max_tokens)
     return layout(plan, Tc).total;
 }
 
+/* The longest chunk (<= chunk_size) a workspace of `size` bytes at `ws` fits. */
+static int64_t fit_tokens(const moe_plan *p, const void *ws, size_t size)
+{
+    if (!ws)
+        return 0;
+    int64_t lo = 0, hi = p->chunk_size;
+    if (layout(p, hi).total <= size)
+        return hi;
+    while (lo + 1 < hi) { /* layout(lo) fits (or lo = 0), layout(hi) does not */
+        int64_t mid = lo + (hi - lo) / 2;
+        if (layout(p, mid).total <= size)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 static int same_desc(const moe_layer_desc *a, const moe_layer_desc *b)
 {
     return a->hidden_size == b->hidden_size && a->moe_intermediate_size == b->moe_intermediate_size &&
@@ -296,53 +475,69 @@ static int same_desc(const moe_layer_desc *a, const moe_layer_desc *b)
            a->has_expert_bias == b->has_expert_bias;
 }
 
-/* One chunk: tokens [t0, t0 + Tc): route, shared expert, prepare, experts, finalize. */
-static void run_chunk(const moe_plan *p, const moe_weights *w, const moe_exec_args *a, int64_t t0,
-                      int64_t Tc, unsigned char *ws, const ws_layout *l, moe_exec_stats *stats)
+static int same_shard(const moe_shard *a, const moe_shard *b)
+{
+    return a->e0 == b->e0 && a->n_experts == b->n_experts && a->i0 == b->i0 && a->I == b->I && a->is0 == b->is0 &&
+           a->Is == b->Is && a->down_bias == b->down_bias;
+}
+
+/* One chunk: tokens [t0, t0 + Tc): route, shared expert, prepare, experts, finalize (and under
+ * TP the sum of the partial outputs). Parallel plans run every chunk index on every rank,
+ * so Tc may be 0 here (a rank out of tokens still serves its peers' rows). */
+static moe_status run_chunk(const moe_plan *p, const moe_weights *w, const moe_exec_args *a, int64_t t0,
+                            int64_t Tc, int64_t tc_max, unsigned char *ws, const ws_layout *l, moe_exec_stats *stats)
 {
     const moe_ctx *ctx = p->ctx;
     const moe_layer_desc *d = &p->desc;
     const int64_t H = d->hidden_size, E = d->num_experts, K = d->top_k;
-    const int64_t Is = d->shared_expert_intermediate_size;
+    const int64_t Is = p->shard.Is;
+    const int tp = p->par.tp_size > 1;
     float *scratch = (float *)(ws + l->scratch);
+    if (Tc == 0 && p->par.ep_size == 1)
+        return MOE_OK;
 
     /* x: [Tc, H] f32 */
-    const float *x;
-    if (a->hidden_dtype == MOE_DTYPE_BF16) {
+    const float *x = NULL;
+    if (Tc > 0 && a->hidden_dtype == MOE_DTYPE_BF16) {
         float *xf = (float *)(ws + l->xf);
         const uint16_t *src = (const uint16_t *)a->hidden_states + t0 * H;
         moe_convert_to_f32(xf, src, MOE_DTYPE_BF16, (size_t)(Tc * H));
         x = xf;
-    } else {
+    } else if (Tc > 0) {
         x = (const float *)a->hidden_states + t0 * H;
     }
 
     /* route: logits [Tc, E] -> ids, wts [Tc, K] */
-    const float *logits;
-    if (a->router_logits) {
-        logits = a->router_logits + t0 * E;
-    } else {
-        float *lg = (float *)(ws + l->logits);
-        moe_linear_rows(ctx, &w->router, x, H, Tc, lg, E, scratch);
-        moe_route_add_bias(w->router_bias, Tc, E, lg);
-        logits = lg;
-    }
     int32_t *ids = (int32_t *)(ws + l->ids);
     float *wts = (float *)(ws + l->wts);
-    moe_route_topk(d, w->sel_bias, logits, Tc, ids, wts, ws + l->scores, (moe_topk_method)ctx->topk);
+    if (Tc > 0) {
+        const float *logits;
+        if (a->router_logits) {
+            logits = a->router_logits + t0 * E;
+        } else {
+            float *lg = (float *)(ws + l->logits);
+            moe_linear_rows(ctx, &w->router, x, H, Tc, lg, E, scratch);
+            moe_route_add_bias(w->router_bias, Tc, E, lg);
+            logits = lg;
+        }
+        moe_route_topk(d, w->sel_bias, logits, Tc, ids, wts, ws + l->scores, (moe_topk_method)ctx->topk);
+    }
 
+    /* out: the output rows, or under TP this rank's partial output [Tc, H] */
+    float *out = tp ? (float *)(ws + l->partial) : Tc > 0 ? a->output + t0 * H : NULL;
     moe_chunk c = {
-        .plan = p, .w = w, .x = x, .T = Tc, .ids = ids, .wts = wts, .out = a->output + t0 * H,
+        .plan = p, .w = w, .x = x, .T = Tc, .ids = ids, .wts = wts, .out = out,
         .has_shared = Is > 0, .sgate = (float *)(ws + l->sgate),
         .offsets = (int64_t *)(ws + l->offsets), .begin = (int64_t *)(ws + l->begin),
         .end = (int64_t *)(ws + l->end), .rows = (int32_t *)(ws + l->rows), .pos = (int32_t *)(ws + l->pos),
         .keys = (uint64_t *)(ws + l->keys), .keys_tmp = (uint64_t *)(ws + l->keys_tmp),
         .slots = (float *)(ws + l->slots), .h = (float *)(ws + l->h), .y = (float *)(ws + l->y),
         .scratch = scratch, .item_off = (int64_t *)(ws + l->item_off), .stats = stats,
+        .tc_max = tc_max, .par_ws = ws + l->par,
     };
 
-    /* shared expert first, straight into out; its scale into sgate */
-    if (Is > 0) {
+    /* shared expert first (this rank's I_s shard under TP), straight into out; its scale into sgate */
+    if (Is > 0 && Tc > 0) {
         float *sgate = (float *)(ws + l->sgate);
         int64_t b0 = 0, e0 = Tc;
         moe_mlp_groups sg = {.shared = 1, .x = x, .n_groups = 1, .begin = &b0, .end = &e0, .rows = NULL,
@@ -359,26 +554,40 @@ static void run_chunk(const moe_plan *p, const moe_weights *w, const moe_exec_ar
     }
 
     moe_dispatch disp;
-    p->pf->prepare(&c, &disp);
+    moe_status st = p->pf->prepare(&c, &disp);
+    if (st != MOE_OK)
+        return st;
     p->experts->run(&c, &disp);
-    p->pf->finalize(&c, &disp);
+    if ((st = p->pf->finalize(&c, &disp)) != MOE_OK)
+        return st;
+    if (tp && Tc > 0 && (st = moe_par_tp_reduce(&c, t0, a->n_tokens, a->output)) != MOE_OK)
+        return st;
 
-    if (a->topk_ids)
+    if (Tc > 0 && a->topk_ids)
         memcpy(a->topk_ids + t0 * K, ids, sizeof(int32_t) * (size_t)(Tc * K));
-    if (a->topk_weights)
+    if (Tc > 0 && a->topk_weights)
         memcpy(a->topk_weights + t0 * K, wts, sizeof(float) * (size_t)(Tc * K));
+    return MOE_OK;
 }
 
-moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
-                               const moe_exec_args *a)
+/* The checks of one rank's arguments (recorded on ctx). Parallel plans allow NULL
+ * hidden_states and output with n_tokens = 0; their workspace is checked collectively. */
+static moe_status check_args(const moe_plan *plan, const moe_weights *weights, const moe_exec_args *a)
 {
-    if (!plan)
-        return MOE_EINVAL;
     moe_ctx *ctx = plan->ctx;
     if (!weights || !a)
         return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: %s is NULL", !weights ? "weights" : "args");
     if (weights->plan != plan && !same_desc(&weights->plan->desc, &plan->desc))
         return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: weights were packed for a different layer description");
+    if (!same_shard(&weights->shard, &plan->shard))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "moe_plan_execute: weights were packed for another share of the layer (experts [%lld, %lld), "
+                             "I columns [%lld, %lld)) than this plan's rank holds (experts [%lld, %lld), I columns "
+                             "[%lld, %lld))",
+                             (long long)weights->shard.e0, (long long)(weights->shard.e0 + weights->shard.n_experts),
+                             (long long)weights->shard.i0, (long long)(weights->shard.i0 + weights->shard.I),
+                             (long long)plan->shard.e0, (long long)(plan->shard.e0 + plan->shard.n_experts),
+                             (long long)plan->shard.i0, (long long)(plan->shard.i0 + plan->shard.I));
     if (a->n_tokens < 0)
         return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: n_tokens = %lld is negative", (long long)a->n_tokens);
     if (a->n_tokens == 0)
@@ -389,29 +598,62 @@ moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
     if (!a->hidden_states || !a->output)
         return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: %s is NULL",
                              !a->hidden_states ? "hidden_states" : "output");
+    if (plan->parallel)
+        return MOE_OK;
     size_t need = moe_plan_workspace_size(plan, a->n_tokens);
     if (!a->workspace || a->workspace_size < need)
         return moe_set_error(ctx, MOE_EWORKSPACE,
                              "moe_plan_execute: workspace of %zu bytes at %p, need %zu for %lld tokens "
                              "(moe_plan_workspace_size)",
                              a->workspace ? a->workspace_size : 0, a->workspace, need, (long long)a->n_tokens);
+    return MOE_OK;
+}
 
-    int64_t Tc = a->n_tokens < plan->chunk_size ? a->n_tokens : plan->chunk_size;
+moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
+                               const moe_exec_args *a)
+{
+    if (!plan)
+        return MOE_EINVAL;
+    moe_ctx *ctx = plan->ctx;
+    moe_status st = check_args(plan, weights, a);
+    int64_t Tc, n_chunks, max_tokens;
+    if (!plan->parallel) {
+        if (st != MOE_OK || a->n_tokens == 0)
+            return st;
+        Tc = a->n_tokens < plan->chunk_size ? a->n_tokens : plan->chunk_size;
+        n_chunks = (a->n_tokens + Tc - 1) / Tc;
+        max_tokens = a->n_tokens;
+    } else {
+        /* collective: every rank learns every rank's token count, workspace and status */
+        const int64_t T = st == MOE_OK ? a->n_tokens : 0;
+        const int64_t fit = st == MOE_OK ? fit_tokens(plan, a->workspace, a->workspace_size) : 0;
+        st = moe_par_begin(plan, st, T, fit, &Tc, &n_chunks, &max_tokens);
+        if (st != MOE_OK)
+            return st;
+    }
+
+    moe_exec_stats local;
+    moe_exec_stats *stp = a->stats ? a->stats : &local;
+    memset(stp, 0, sizeof *stp);
+    stp->isa = ctx->kernels->name;
+    stp->prepare_finalize = plan->pf->name;
+    stp->experts = plan->experts->name;
+    stp->topk = ctx->topk == MOE_TOPK_ROWMAX ? "rowmax" : "sort";
+    stp->threads = ctx->num_threads;
+    stp->chunk_tokens = Tc;
+    stp->max_tokens = max_tokens;
+    if (n_chunks == 0)
+        return MOE_OK;
     ws_layout l = layout(plan, Tc);
     unsigned char *ws = (unsigned char *)(((uintptr_t)a->workspace + 63) & ~(uintptr_t)63);
-    moe_exec_stats local;
-    moe_exec_stats *st = a->stats ? a->stats : &local;
-    memset(st, 0, sizeof *st);
-    st->isa = ctx->kernels->name;
-    st->prepare_finalize = plan->pf->name;
-    st->experts = plan->experts->name;
-    st->topk = ctx->topk == MOE_TOPK_ROWMAX ? "rowmax" : "sort";
-    st->threads = ctx->num_threads;
-    st->chunk_tokens = Tc;
-    for (int64_t t0 = 0; t0 < a->n_tokens; t0 += Tc) {
-        int64_t n = a->n_tokens - t0 < Tc ? a->n_tokens - t0 : Tc;
-        run_chunk(plan, weights, a, t0, n, ws, &l, st);
-        st->chunks++;
+    for (int64_t c = 0; c < n_chunks; c++) {
+        const int64_t t0 = c * Tc;
+        const int64_t n = a->n_tokens - t0 < 0 ? 0 : a->n_tokens - t0 < Tc ? a->n_tokens - t0 : Tc;
+        st = run_chunk(plan, weights, a, t0, n, Tc, ws, &l, stp);
+        if (st != MOE_OK)
+            return st;
+        if (n > 0)
+            stp->chunks++;
     }
     return MOE_OK;
 }

@@ -29,6 +29,8 @@ const char *moe_status_name(moe_status s)
     case MOE_ERANGE: return "MOE_ERANGE";
     case MOE_EDENSE: return "MOE_EDENSE";
     case MOE_EWORKSPACE: return "MOE_EWORKSPACE";
+    case MOE_ETIMEOUT: return "MOE_ETIMEOUT";
+    case MOE_EMPI: return "MOE_EMPI";
     }
     return "MOE_E?";
 }

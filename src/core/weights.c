@@ -1,5 +1,7 @@
-/* Weights packed once into the panel layout of core/kernels.h. */
+/* Weights packed once into the panel layout of core/kernels.h: this rank's share of the layer
+ * (moe_shard: the local experts under EP, the I shard under TP; everything in one process). */
 #include "core/kernels.h"
+#include "quant/quant.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -12,9 +14,13 @@ static int dtype_ok(moe_dtype dt)
 void moe_weights_expert(const moe_weights *w, int64_t e, moe_pmat *gate, moe_pmat *up,
                         moe_pmat *down)
 {
+    if (w->q) {
+        moe_qweights_expert(w, e, gate, up, down);
+        return;
+    }
     const moe_layer_desc *d = &w->plan->desc;
     const int64_t H = d->hidden_size;
-    const int64_t I = e < 0 ? d->shared_expert_intermediate_size : d->moe_intermediate_size;
+    const int64_t I = e < 0 ? w->shard.Is : w->shard.I;
     const size_t es = moe_dtype_size(w->dtype);
     const unsigned char *w13 = e < 0 ? w->shared_w13 : (const unsigned char *)w->w13 + (size_t)e * (size_t)(2 * I * H) * es;
     const unsigned char *w2 = e < 0 ? w->shared_w2 : (const unsigned char *)w->w2 + (size_t)e * (size_t)(H * I) * es;
@@ -46,8 +52,8 @@ static void *pack_f32(const void *src, moe_dtype dt, int64_t n, int64_t k)
 static void pack_strided(void *dst, const void *src, moe_dtype dt, int64_t n, int64_t k, int64_t so,
                          int64_t si)
 {
-    if (so == k && si == 1) {
-        moe_pack_panels(dst, src, dt, n, k);
+    if (si == 1 && so >= k) {
+        moe_pack_panels_ld(dst, src, dt, n, k, so); /* row-major, rows so apart */
         return;
     }
     const size_t es = moe_dtype_size(dt);
@@ -86,11 +92,11 @@ void moe_weights_expert_bias(const moe_weights *w, int64_t e, const float **gate
         return;
     }
     const moe_layer_desc *d = &w->plan->desc;
-    const int64_t I = d->moe_intermediate_size, H = d->hidden_size;
+    const int64_t I = w->shard.I, H = d->hidden_size;
     const float *b = w->expert_bias + (size_t)e * (size_t)(2 * I + H); /* [2I + H] */
     *gate_bias = b;
     *up_bias = b + I;
-    *down_bias = b + 2 * I;
+    *down_bias = w->shard.down_bias ? b + 2 * I : NULL; /* under TP one rank adds b_d */
 }
 
 moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src,
@@ -105,8 +111,11 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
     if (!src)
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: src is NULL");
     const moe_layer_desc *d = &plan->desc;
+    const moe_shard sh = plan->shard;
+    /* I and Is are the whole layer's (the source's shapes); El, Il, Isl this rank's share */
     const int64_t H = d->hidden_size, I = d->moe_intermediate_size, E = d->num_experts;
     const int64_t Is = d->shared_expert_intermediate_size;
+    const int64_t e0 = sh.e0, El = sh.n_experts, Il = sh.I, Isl = sh.Is;
     if (!src->router)
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: src->router is NULL");
     if (!dtype_ok(src->router_dtype))
@@ -115,7 +124,7 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
     if (!src->gate_proj || !src->up_proj || !src->down_proj)
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: src->%s is NULL",
                              !src->gate_proj ? "gate_proj" : !src->up_proj ? "up_proj" : "down_proj");
-    for (int64_t e = 0; e < E; e++) {
+    for (int64_t e = e0; e < e0 + El; e++) { /* only this rank's experts are read */
         if (!src->gate_proj[e] || !src->up_proj[e] || !src->down_proj[e])
             return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: expert %lld: %s pointer is NULL",
                                  (long long)e,
@@ -153,7 +162,7 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: has_expert_bias is set but src->%s is NULL",
                              !src->gate_bias ? "gate_bias" : !src->up_bias ? "up_bias" : "down_bias");
     if (d->has_expert_bias) {
-        for (int64_t e = 0; e < E; e++) {
+        for (int64_t e = e0; e < e0 + El; e++) {
             if (!src->gate_bias[e] || !src->up_bias[e] || !src->down_bias[e])
                 return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: expert %lld: %s pointer is NULL",
                                      (long long)e,
@@ -179,23 +188,24 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
     const int64_t gub_stride = src->gate_up_bias_stride ? src->gate_up_bias_stride : 1;
 
     const size_t es = moe_dtype_size(d->weight_dtype);
-    size_t per_expert = (size_t)(3 * I * H) * es;
-    size_t w13_bytes = (size_t)E * (size_t)(2 * I * H) * es;
-    size_t w2_bytes = (size_t)E * (size_t)(H * I) * es;
-    size_t shared_bytes = (size_t)(3 * Is * H) * es;
-    (void)per_expert;
+    size_t w13_bytes = (size_t)El * (size_t)(2 * Il * H) * es;
+    size_t w2_bytes = (size_t)El * (size_t)(H * Il) * es;
+    size_t shared_bytes = (size_t)(3 * Isl * H) * es;
 
+    if (moe_quant_active(&d->quant)) /* quantized experts: src/quant/qweights.c */
+        return moe_qweights_create(plan, src, out);
     moe_weights *w = calloc(1, sizeof *w);
     if (!w)
         return moe_set_error(ctx, MOE_ENOMEM, "moe_weights_create: out of memory");
     w->plan = plan;
+    w->shard = sh;
     w->dtype = d->weight_dtype;
-    w->w13 = moe_alloc_aligned(w13_bytes); /* E x {gate [I,H], up [I,H]} packed */
-    w->w2 = moe_alloc_aligned(w2_bytes);   /* E x [H, I] packed */
+    w->w13 = moe_alloc_aligned(w13_bytes); /* El x {gate [Il,H], up [Il,H]} packed */
+    w->w2 = moe_alloc_aligned(w2_bytes);   /* El x [H, Il] packed */
     w->router_buf = pack_f32(src->router, src->router_dtype, E, H); /* [E, H] f32 packed */
     if (Is > 0) {
-        w->shared_w13 = moe_alloc_aligned((size_t)(2 * Is * H) * es);
-        w->shared_w2 = moe_alloc_aligned((size_t)(H * Is) * es);
+        w->shared_w13 = moe_alloc_aligned((size_t)(2 * Isl * H) * es); /* gate, up [Isl, H] */
+        w->shared_w2 = moe_alloc_aligned((size_t)(H * Isl) * es);      /* [H, Isl] */
         if (d->shared_expert_gated)
             w->shared_gate_buf = pack_f32(src->shared_expert_gate, src->router_dtype, 1, H); /* [1, H] */
     }
@@ -204,7 +214,7 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
     if (d->has_selection_bias)
         w->sel_bias = malloc(sizeof(float) * (size_t)E); /* [E] */
     if (d->has_expert_bias)
-        w->expert_bias = malloc(sizeof(float) * (size_t)E * (size_t)(2 * I + H)); /* [E, 2I + H] */
+        w->expert_bias = malloc(sizeof(float) * (size_t)El * (size_t)(2 * Il + H)); /* [El, 2Il + H] */
     if (!w->w13 || !w->w2 || !w->router_buf || (Is > 0 && (!w->shared_w13 || !w->shared_w2)) ||
         (Is > 0 && d->shared_expert_gated && !w->shared_gate_buf) || (d->has_router_bias && !w->router_bias) ||
         (d->has_selection_bias && !w->sel_bias) || (d->has_expert_bias && !w->expert_bias)) {
@@ -215,19 +225,26 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
     w->router = (moe_pmat){.data = w->router_buf, .dtype = MOE_DTYPE_F32, .n = E, .k = H};
     w->shared_gate = (moe_pmat){.data = w->shared_gate_buf, .dtype = MOE_DTYPE_F32, .n = 1, .k = H};
 
-    /* Experts are independent: pack them in parallel. */
+    /* Experts are independent: pack them in parallel. Local expert le is global e0 + le; the
+     * TP shard is the gate/up rows and the down columns [i0, i0 + Il). */
+    const size_t bes = moe_dtype_size(src->expert_bias_dtype);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->num_threads)
-    for (int64_t e = 0; e < E; e++) {
+    for (int64_t le = 0; le < El; le++) {
+        const int64_t e = e0 + le;
         moe_pmat g, u, dn;
-        moe_weights_expert(w, e, &g, &u, &dn);
-        pack_strided((void *)g.data, src->gate_proj[e], w->dtype, I, H, gu_so, gu_si);
-        pack_strided((void *)u.data, src->up_proj[e], w->dtype, I, H, gu_so, gu_si);
-        pack_strided((void *)dn.data, src->down_proj[e], w->dtype, H, I, dn_so, dn_si);
+        moe_weights_expert(w, le, &g, &u, &dn);
+        const unsigned char *gs = (const unsigned char *)src->gate_proj[e] + (size_t)(sh.i0 * gu_so) * es;
+        const unsigned char *us = (const unsigned char *)src->up_proj[e] + (size_t)(sh.i0 * gu_so) * es;
+        const unsigned char *ds = (const unsigned char *)src->down_proj[e] + (size_t)(sh.i0 * dn_si) * es;
+        pack_strided((void *)g.data, gs, w->dtype, Il, H, gu_so, gu_si);
+        pack_strided((void *)u.data, us, w->dtype, Il, H, gu_so, gu_si);
+        pack_strided((void *)dn.data, ds, w->dtype, H, Il, dn_so, dn_si);
         if (w->expert_bias) {
-            float *b = w->expert_bias + (size_t)e * (size_t)(2 * I + H); /* [2I + H] */
-            bias_to_f32(b, src->gate_bias[e], src->expert_bias_dtype, I, gub_stride);
-            bias_to_f32(b + I, src->up_bias[e], src->expert_bias_dtype, I, gub_stride);
-            bias_to_f32(b + 2 * I, src->down_bias[e], src->expert_bias_dtype, H, 1);
+            float *b = w->expert_bias + (size_t)le * (size_t)(2 * Il + H); /* [2Il + H] */
+            const size_t boff = (size_t)(sh.i0 * gub_stride) * bes;
+            bias_to_f32(b, (const unsigned char *)src->gate_bias[e] + boff, src->expert_bias_dtype, Il, gub_stride);
+            bias_to_f32(b + Il, (const unsigned char *)src->up_bias[e] + boff, src->expert_bias_dtype, Il, gub_stride);
+            bias_to_f32(b + 2 * Il, src->down_bias[e], src->expert_bias_dtype, H, 1);
         }
     }
     if (w->router_bias)
@@ -235,15 +252,22 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
     if (w->sel_bias)
         bias_to_f32(w->sel_bias, src->selection_bias, src->selection_bias_dtype, E, 1);
     if (Is > 0) {
+        /* the shared expert's TP shard: gate/up rows and down columns [is0, is0 + Isl) */
         moe_pmat g, u, dn;
         moe_weights_expert(w, -1, &g, &u, &dn);
-        moe_pack_panels((void *)g.data, src->shared_gate_proj, w->dtype, Is, H);
-        moe_pack_panels((void *)u.data, src->shared_up_proj, w->dtype, Is, H);
-        moe_pack_panels((void *)dn.data, src->shared_down_proj, w->dtype, H, Is);
+        moe_pack_panels((void *)g.data, (const unsigned char *)src->shared_gate_proj + (size_t)(sh.is0 * H) * es,
+                        w->dtype, Isl, H);
+        moe_pack_panels((void *)u.data, (const unsigned char *)src->shared_up_proj + (size_t)(sh.is0 * H) * es,
+                        w->dtype, Isl, H);
+        moe_pack_panels_ld((void *)dn.data, (const unsigned char *)src->shared_down_proj + (size_t)sh.is0 * es,
+                           w->dtype, H, Isl, Is);
     }
     w->expert_bytes = w13_bytes + w2_bytes + shared_bytes;
-    moe_log(ctx, MOE_LOG_INFO, "packed %lld experts (%s): %zu bytes of expert weights, no padding",
-            (long long)E, moe_dtype_name(w->dtype), w->expert_bytes);
+    moe_log(ctx, MOE_LOG_INFO,
+            "packed %lld of %lld experts (ids %lld..%lld, I columns %lld..%lld of %lld, %s): %zu bytes of expert "
+            "weights, no padding",
+            (long long)El, (long long)E, (long long)e0, (long long)(e0 + El - 1), (long long)sh.i0,
+            (long long)(sh.i0 + Il - 1), (long long)I, moe_dtype_name(w->dtype), w->expert_bytes);
     *out = w;
     return MOE_OK;
 }
@@ -252,6 +276,7 @@ void moe_weights_free(moe_weights *w)
 {
     if (!w)
         return;
+    moe_qweights_free(w->q);
     moe_free_aligned(w->w13);
     moe_free_aligned(w->w2);
     moe_free_aligned(w->shared_w13);

@@ -1,6 +1,7 @@
 /* The scalar linear microkernel: the "ref" kernel table. Readable on purpose; the vector
  * tables must give exactly these bits. */
 #include "core/kernels.h"
+#include "quant/quant.h"
 #include "quant/convert.h"
 
 #include <math.h>
@@ -17,6 +18,10 @@ static float load_w(const void *base, moe_dtype dt, int64_t i)
 static void linear_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb,
                        float *out, int64_t ldo)
 {
+    if (w->q) { /* quantized weights (quant/quant.h) */
+        moe_linear_q_ref(w, p0, p1, x, mb, out, ldo);
+        return;
+    }
     for (int64_t p = p0; p < p1; p++) {
         int nw = moe_pmat_panel_width(w->n, p);
         int64_t panel = p * MOE_PANEL * w->k; /* element offset of panel p: [k][nw] */
@@ -34,4 +39,5 @@ static void linear_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *c
 const moe_kernels moe_kernels_ref = {
     .name = "ref",
     .linear = linear_ref,
+    .linear_q = moe_linear_q_ref,
 };

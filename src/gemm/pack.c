@@ -4,14 +4,14 @@
 
 #include <string.h>
 
-/* Panels of 16 rows of src [n, k] -> dst, each panel [k][nw]; 2-byte elements. */
-static void pack_u16(uint16_t *dst, const uint16_t *src, int64_t n, int64_t k)
+/* Panels of 16 rows of src [n, k] (row stride ld) -> dst, each panel [k][nw]; 2-byte elements. */
+static void pack_u16(uint16_t *dst, const uint16_t *src, int64_t n, int64_t k, int64_t ld)
 {
     for (int64_t p = 0; p < moe_pmat_panels(n); p++) {
         int nw = moe_pmat_panel_width(n, p);
         uint16_t *panel = dst + p * MOE_PANEL * k; /* [k][nw] */
         for (int j = 0; j < nw; j++) {
-            const uint16_t *row = src + (p * MOE_PANEL + j) * k; /* [k] */
+            const uint16_t *row = src + (p * MOE_PANEL + j) * ld; /* [k] */
             for (int64_t kk = 0; kk < k; kk++)
                 panel[kk * nw + j] = row[kk];
         }
@@ -19,13 +19,13 @@ static void pack_u16(uint16_t *dst, const uint16_t *src, int64_t n, int64_t k)
 }
 
 /* The same for 4-byte elements. */
-static void pack_u32(uint32_t *dst, const uint32_t *src, int64_t n, int64_t k)
+static void pack_u32(uint32_t *dst, const uint32_t *src, int64_t n, int64_t k, int64_t ld)
 {
     for (int64_t p = 0; p < moe_pmat_panels(n); p++) {
         int nw = moe_pmat_panel_width(n, p);
         uint32_t *panel = dst + p * MOE_PANEL * k; /* [k][nw] */
         for (int j = 0; j < nw; j++) {
-            const uint32_t *row = src + (p * MOE_PANEL + j) * k; /* [k] */
+            const uint32_t *row = src + (p * MOE_PANEL + j) * ld; /* [k] */
             for (int64_t kk = 0; kk < k; kk++)
                 panel[kk * nw + j] = row[kk];
         }
@@ -33,6 +33,11 @@ static void pack_u32(uint32_t *dst, const uint32_t *src, int64_t n, int64_t k)
 }
 
 void moe_pack_panels(void *dst, const void *src, moe_dtype dtype, int64_t n, int64_t k)
+{
+    moe_pack_panels_ld(dst, src, dtype, n, k, k);
+}
+
+void moe_pack_panels_ld(void *dst, const void *src, moe_dtype dtype, int64_t n, int64_t k, int64_t ld)
 {
     size_t es = moe_dtype_size(dtype);
     if ((uintptr_t)src % es != 0) {
@@ -43,15 +48,15 @@ void moe_pack_panels(void *dst, const void *src, moe_dtype dtype, int64_t n, int
         for (int64_t r = 0; r < n; r++) {
             for (int64_t kk = 0; kk < k; kk++) {
                 int64_t off = moe_pmat_offset(n, k, r, kk);
-                memcpy(dst_b + (size_t)off * es, src_b + (size_t)(r * k + kk) * es, es);
+                memcpy(dst_b + (size_t)off * es, src_b + (size_t)(r * ld + kk) * es, es);
             }
         }
         return;
     }
     if (es == 2)
-        pack_u16(dst, src, n, k);
+        pack_u16(dst, src, n, k, ld);
     else
-        pack_u32(dst, src, n, k);
+        pack_u32(dst, src, n, k, ld);
 }
 
 void moe_convert_to_f32(float *dst, const void *src, moe_dtype dtype, size_t count)

@@ -955,6 +955,8 @@ typedef struct ck_layer {
     const void **up_bias;
     const void **down_bias;     /* [E] pointers into down_proj_bias */
     moe_dtype expert_bias_dtype;
+    int64_t e_lo, e_hi;         /* the experts resolved: [e_lo, e_hi); the others' pointers stay
+                                   NULL (a parallel plan's rank reads only its own experts) */
 } ck_layer;
 
 static void ck_layer_free(ck_layer *lt)
@@ -1161,7 +1163,7 @@ static moe_status stacked_experts(moe_checkpoint *ck, ck_layer *lt, const char *
     const size_t es = moe_dtype_size(lt->weight_dtype);
     const uint8_t *gu_base = gu.data; /* [E, 2I, H] gate rows then up rows per expert */
     const uint8_t *dn_base = dn.data; /* [E, H, I] */
-    for (int64_t e = 0; e < E; e++) {
+    for (int64_t e = lt->e_lo; e < lt->e_hi; e++) {
         lt->gate[e] = gu_base + (size_t)e * (size_t)(2 * I * H) * es;
         lt->up[e] = gu_base + ((size_t)e * (size_t)(2 * I * H) + (size_t)(I * H)) * es;
         lt->down[e] = dn_base + (size_t)e * (size_t)(H * I) * es;
@@ -1187,7 +1189,7 @@ static moe_status input_major_experts(moe_checkpoint *ck, ck_layer *lt, const ch
         return st;
     const size_t es = moe_dtype_size(lt->weight_dtype);
     const uint8_t *gu_base = gu.data, *dn_base = dn.data;
-    for (int64_t e = 0; e < E; e++) {
+    for (int64_t e = lt->e_lo; e < lt->e_hi; e++) {
         lt->gate[e] = gu_base + (size_t)e * (size_t)(H * 2 * I) * es;
         lt->up[e] = (const uint8_t *)lt->gate[e] + (size_t)(interleaved ? 1 : I) * es;
         lt->down[e] = dn_base + (size_t)e * (size_t)(I * H) * es;
@@ -1227,7 +1229,7 @@ static moe_status input_major_experts(moe_checkpoint *ck, ck_layer *lt, const ch
     if (!lt->gate_bias || !lt->up_bias || !lt->down_bias)
         return moe_set_error(ck->ctx, MOE_ENOMEM, "out of memory for %" PRId64 " experts", E);
     const size_t bs = moe_dtype_size(gb.dtype);
-    for (int64_t e = 0; e < E; e++) {
+    for (int64_t e = lt->e_lo; e < lt->e_hi; e++) {
         lt->gate_bias[e] = (const uint8_t *)gb.data + (size_t)(e * 2 * I) * bs;
         lt->up_bias[e] = (const uint8_t *)lt->gate_bias[e] + bs;
         lt->down_bias[e] = (const uint8_t *)db.data + (size_t)(e * H) * bs;
@@ -1238,9 +1240,11 @@ static moe_status input_major_experts(moe_checkpoint *ck, ck_layer *lt, const ch
 
 /* Resolve MoE layer `layer`: find every tensor, check dtypes and shapes against config.json,
  * and fill lt (free with ck_layer_free, also on error). */
-static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt)
+static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt, int64_t e_lo, int64_t e_hi)
 {
     memset(lt, 0, sizeof *lt);
+    lt->e_lo = e_lo < 0 ? 0 : e_lo;
+    lt->e_hi = e_hi > ck->num_experts ? ck->num_experts : e_hi;
     moe_status st = check_layer_index(ck, layer);
     if (st != MOE_OK)
         return st;
@@ -1311,7 +1315,7 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt)
             const char *down_s = mixtral ? "w2" : "down_proj";
             const int64_t in_shape[2] = {I, H};  /* gate and up: [I, H] */
             const int64_t out_shape[2] = {H, I}; /* down: [H, I] */
-            for (int64_t e = 0; e < E; e++) {
+            for (int64_t e = lt->e_lo; e < lt->e_hi; e++) {
                 moe_tensor_info t;
                 snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e, gate_s);
                 if ((st = get_weight(ck, lt, name, "[I, H]", 2, in_shape, &t)) != MOE_OK)
@@ -1398,7 +1402,7 @@ moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_laye
     if (!out)
         return moe_set_error(ck->ctx, MOE_EINVAL, "moe_checkpoint_layer_desc: out is NULL");
     ck_layer lt;
-    moe_status st = resolve_layer(ck, layer, &lt);
+    moe_status st = resolve_layer(ck, layer, &lt, 0, ck->num_experts);
     if (st == MOE_OK)
         fill_desc(ck, &lt, out);
     ck_layer_free(&lt);
@@ -1469,8 +1473,24 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
     if (!plan)
         return moe_set_error(ck->ctx, MOE_EINVAL, "moe_checkpoint_load_weights: plan is NULL");
 
+    /* Only this rank's experts (a parallel plan's local range; all in one process). */
+    int64_t e_lo = 0, e_hi = ck->num_experts;
+    if (moe_plan_desc(plan)->num_experts == ck->num_experts) {
+        int32_t *map = malloc(sizeof(int32_t) * (size_t)(ck->num_experts > 0 ? ck->num_experts : 1)); /* [E] */
+        if (!map)
+            return moe_set_error(ck->ctx, MOE_ENOMEM, "moe_checkpoint_load_weights: out of memory");
+        moe_plan_expert_map(plan, map);
+        e_lo = ck->num_experts;
+        e_hi = 0;
+        for (int64_t e = 0; e < ck->num_experts; e++)
+            if (map[e] >= 0) {
+                e_lo = e < e_lo ? e : e_lo;
+                e_hi = e + 1;
+            }
+        free(map);
+    }
     ck_layer lt;
-    moe_status st = resolve_layer(ck, layer, &lt);
+    moe_status st = resolve_layer(ck, layer, &lt, e_lo, e_hi);
     if (st == MOE_OK) {
         moe_layer_desc want;
         fill_desc(ck, &lt, &want);

@@ -13,7 +13,7 @@ const char *moe_format_name(moe_act_format f)
 
 /* Group rows by expert with the method MOE_PERMUTE picks; every method gives the same
  * offsets, rows and pos. */
-static void group_rows(moe_chunk *c)
+void moe_pf_group_rows(moe_chunk *c)
 {
     const moe_ctx *ctx = c->plan->ctx;
     const int64_t K = c->plan->desc.top_k, E = c->plan->desc.num_experts;
@@ -40,10 +40,10 @@ static void group_rows(moe_chunk *c)
 }
 
 /* Standard format: rows stay in the token buffer, addressed through the sorted row list. */
-static void prepare_standard(moe_chunk *c, moe_dispatch *d)
+static moe_status prepare_standard(moe_chunk *c, moe_dispatch *d)
 {
     const int64_t E = c->plan->desc.num_experts;
-    group_rows(c);
+    moe_pf_group_rows(c);
     for (int64_t e = 0; e < E; e++) {
         c->begin[e] = c->offsets[e];
         c->end[e] = c->offsets[e + 1];
@@ -52,17 +52,18 @@ static void prepare_standard(moe_chunk *c, moe_dispatch *d)
                         .end = c->end, .rows = c->rows, .row_div = c->plan->desc.top_k, .pos = c->pos,
                         .h = c->h, .y = c->y,
                         .in_scale = c->plan->desc.apply_router_weight_on_input ? c->wts : NULL};
+    return MOE_OK;
 }
 
 /* Batched format: each expert's rows copied into its [cap, H] slots, in row-id order. The
  * chunk never holds more than cap tokens, and a token picks an expert at most once, so no
  * expert overflows its capacity. */
-static void prepare_batched(moe_chunk *c, moe_dispatch *d)
+static moe_status prepare_batched(moe_chunk *c, moe_dispatch *d)
 {
     const moe_layer_desc *ds = &c->plan->desc;
     const int64_t E = ds->num_experts, K = ds->top_k, H = ds->hidden_size;
     const int64_t cap = c->plan->capacity;
-    group_rows(c);
+    moe_pf_group_rows(c);
     for (int64_t e = 0; e < E; e++) {
         c->begin[e] = e * cap;
         c->end[e] = e * cap + (c->offsets[e + 1] - c->offsets[e]);
@@ -85,10 +86,11 @@ static void prepare_batched(moe_chunk *c, moe_dispatch *d)
     }
     *d = (moe_dispatch){.format = MOE_FORMAT_BATCHED, .x = c->slots, .n_groups = E, .begin = c->begin,
                         .end = c->end, .rows = NULL, .row_div = 1, .pos = c->pos, .h = c->h, .y = c->y};
+    return MOE_OK;
 }
 
 /* Weighted sum over K in top-k order, threaded over tokens. */
-static void finalize_local(moe_chunk *c, const moe_dispatch *d)
+static moe_status finalize_local(moe_chunk *c, const moe_dispatch *d)
 {
     const moe_layer_desc *ds = &c->plan->desc;
 #pragma omp parallel num_threads(c->plan->ctx->num_threads)
@@ -97,6 +99,7 @@ static void finalize_local(moe_chunk *c, const moe_dispatch *d)
         int64_t a0 = c->T * tid / n, a1 = c->T * (tid + 1) / n;
         moe_combine(ds, a0, a1, c->wts, d->y, d->pos, c->has_shared, c->sgate, c->out);
     }
+    return MOE_OK;
 }
 
 const moe_pf_impl moe_pf_local = {

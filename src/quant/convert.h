@@ -80,4 +80,39 @@ static inline uint16_t moe_f32_to_f16(float f)
     return (uint16_t)(sign | ((rounded - 0x38000000u) >> 13));
 }
 
+/* f32 -> float8 e4m3fn (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; no infinity;
+ * S.1111.111 is NaN; largest finite 448), round to nearest even, saturating: anything at or
+ * above 448 in magnitude (infinity included) gives +-448; NaN gives NaN; values below 2^-6
+ * become subnormals m * 2^-9. */
+static inline uint8_t moe_f32_to_e4m3(float f)
+{
+    uint32_t u = moe_f32_to_bits(f);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (uint8_t)(sign | 0x7fu);
+    if (a >= 0x43e00000u) /* 448 */
+        return (uint8_t)(sign | 0x7eu);
+    if (a < 0x3c800000u) { /* below 2^-6: subnormal m * 2^-9, m = round(|f| * 2^9) in 0..8 */
+        float v = moe_bits_to_f32(a) * 512.0f;    /* exact: a power-of-two scaling */
+        float r = (v + 8388608.0f) - 8388608.0f; /* round to nearest even integer (v < 8) */
+        return (uint8_t)(sign | (uint8_t)r);      /* r = 8 is 2^-6, the smallest normal */
+    }
+    uint32_t rounded = a + 0x7ffffu + ((a >> 20) & 1u); /* keep 3 mantissa bits, ties to even */
+    uint32_t e = (rounded >> 23) - 127u + 7u;           /* 1..15 (rounded < 448 + half ulp) */
+    return (uint8_t)(sign | (e << 3) | ((rounded >> 20) & 7u));
+}
+
+/* float8 e4m3fn -> f32, exact. */
+static inline float moe_e4m3_to_f32(uint8_t b)
+{
+    uint32_t sign = (uint32_t)(b & 0x80u) << 24;
+    uint32_t e = (b >> 3) & 15u, m = b & 7u;
+    if (e == 15u && m == 7u)
+        return moe_bits_to_f32(sign | 0x7fc00000u);
+    if (e == 0u)
+        return moe_bits_to_f32(sign | moe_f32_to_bits((float)m * 0.001953125f)); /* m * 2^-9 */
+    return moe_bits_to_f32(sign | ((e - 7u + 127u) << 23) | (m << 20));
+}
+
 #endif

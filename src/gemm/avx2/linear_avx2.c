@@ -3,6 +3,7 @@
  * features are two 8-lane halves. A partial last panel goes through the scalar reference
  * kernel (identical bits), since AVX2 has no masked 16-bit loads. */
 #include "core/kernels.h"
+#include "quant/quant.h"
 
 #include <immintrin.h>
 
@@ -94,6 +95,10 @@ MOE_AI void linear_dt(const moe_pmat *w, moe_dtype dt, int64_t p0, int64_t p1, c
 static void linear_avx2(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb,
                         float *out, int64_t ldo)
 {
+    if (w->q) { /* quantized weights (quant/quant.h) */
+        moe_linear_q_ref(w, p0, p1, x, mb, out, ldo);
+        return;
+    }
     switch (w->dtype) {
     case MOE_DTYPE_BF16: linear_dt(w, MOE_DTYPE_BF16, p0, p1, x, mb, out, ldo); break;
     case MOE_DTYPE_F16: linear_dt(w, MOE_DTYPE_F16, p0, p1, x, mb, out, ldo); break;
@@ -104,4 +109,5 @@ static void linear_avx2(const moe_pmat *w, int64_t p0, int64_t p1, const float *
 const moe_kernels moe_kernels_avx2 = {
     .name = "avx2",
     .linear = linear_avx2,
+    .linear_q = moe_linear_q_ref,
 };

@@ -5,6 +5,7 @@
  * enough independent accumulators hide the add latency. Partial panels use masked loads and
  * stores, never padding. */
 #include "core/kernels.h"
+#include "quant/quant.h"
 
 #include <immintrin.h>
 
@@ -29,7 +30,7 @@ MOE_AI void tile(const moe_pmat *w, moe_dtype dt, int64_t p, int64_t p0, const i
                  const float *const *x, float *out, int64_t ldo)
 {
     const int64_t K = w->k;
-    __m512 acc[4][6];
+    __m512 acc[4][6]; /* [panel][row]: at most 24 of the 32 zmm registers */
     int64_t base[4];  /* element offset of each panel */
     int nw[4];        /* width of each panel */
     __mmask16 mask[4];
@@ -55,7 +56,10 @@ MOE_AI void tile(const moe_pmat *w, moe_dtype dt, int64_t p, int64_t p0, const i
             _mm512_mask_storeu_ps(out + m * ldo + (p + j - p0) * MOE_PANEL, mask[j], acc[j][m]);
 }
 
-/* Rows in blocks: up to 6 rows with 2 panels, or up to 3 rows with 4 panels (12 accumulators). */
+/* Rows in blocks of 6 against 4 panels (24 accumulators; each weight vector feeds 6 FMAs and
+ * each broadcast 4), then the remainder rows against 4 or 2 panels. Measured on the
+ * Qwen3-30B-A3B layer, bf16, one thread (CPU time): 6x4 tiles 88-91 GFLOP/s at T=512 against
+ * 78 for 6x2, 77 for 12x2, 87 for 8x3, 81 for 4x6 and 5x5. */
 MOE_AI void linear_dt(const moe_pmat *w, moe_dtype dt, int64_t p0, int64_t p1, const float *const *x,
                       int mb, float *out, int64_t ldo)
 {
@@ -66,6 +70,8 @@ MOE_AI void linear_dt(const moe_pmat *w, moe_dtype dt, int64_t p0, int64_t p1, c
         float *o = out + (int64_t)m0 * ldo;
         if (rows >= 6) {
             int64_t p = p0;
+            for (; p + 4 <= p1; p += 4)
+                tile(w, dt, p, p0, 4, 6, xr, o, ldo);
             for (; p + 2 <= p1; p += 2)
                 tile(w, dt, p, p0, 2, 6, xr, o, ldo);
             for (; p < p1; p++)
@@ -86,8 +92,8 @@ MOE_AI void linear_dt(const moe_pmat *w, moe_dtype dt, int64_t p0, int64_t p1, c
             MOE_ROWS_CASE(1, 4)
             MOE_ROWS_CASE(2, 4)
             MOE_ROWS_CASE(3, 4)
-            MOE_ROWS_CASE(4, 2)
-            MOE_ROWS_CASE(5, 2)
+            MOE_ROWS_CASE(4, 4)
+            MOE_ROWS_CASE(5, 4)
         default:
             break;
         }
@@ -99,6 +105,10 @@ MOE_AI void linear_dt(const moe_pmat *w, moe_dtype dt, int64_t p0, int64_t p1, c
 static void linear_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb,
                           float *out, int64_t ldo)
 {
+    if (w->q) { /* quantized weights (quant/quant.h) */
+        moe_linear_q_avx512(w, p0, p1, x, mb, out, ldo);
+        return;
+    }
     switch (w->dtype) {
     case MOE_DTYPE_BF16: linear_dt(w, MOE_DTYPE_BF16, p0, p1, x, mb, out, ldo); break;
     case MOE_DTYPE_F16: linear_dt(w, MOE_DTYPE_F16, p0, p1, x, mb, out, ldo); break;
@@ -109,4 +119,5 @@ static void linear_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const float
 const moe_kernels moe_kernels_avx512 = {
     .name = "avx512",
     .linear = linear_avx512,
+    .linear_q = moe_linear_q_avx512,
 };

@@ -1,0 +1,94 @@
+/* Scalar kernels for quantized weights (table entry linear_q of "ref"; the avx2 table uses
+ * them too). Weight-only: every weight dequantized to f32 as (v - z) * s or v * s, then the
+ * f32 contract of linear_ref.c (fmaf in increasing k). W8A8 int8: per-row dynamic int8
+ * activations, exact int32 dot products, out = ((float)acc * s_x) * s_w[n]. */
+#include "quant/quant.h"
+
+float moe_qmat_weight(const moe_pmat *w, int64_t n, int64_t kk)
+{
+    const struct moe_qmat *q = w->q;
+    const uint8_t *d = w->data;
+    const int64_t K = w->k, p = n / MOE_PANEL;
+    const int nw = moe_pmat_panel_width(w->n, p), j = (int)(n % MOE_PANEL);
+    float v;
+    switch (q->kind) {
+    case MOE_QK_F8: v = moe_e4m3_to_f32(d[p * 16 * K + kk * nw + j]); break;
+    case MOE_QK_I8: v = (float)(int8_t)d[p * 16 * K + kk * nw + j]; break;
+    case MOE_QK_W8A8: {
+        const int64_t K4 = (K + 3) / 4 * 4;
+        v = (float)(int8_t)d[p * 16 * K4 + (kk / 4) * nw * 4 + j * 4 + kk % 4];
+        break;
+    }
+    default: {
+        const int rb = (nw + 1) / 2;
+        unsigned b = d[p * 8 * K + kk * rb + j / 2];
+        unsigned nib = (j & 1) ? (b >> 4) : (b & 15u);
+        if (q->kind == MOE_QK_FP4)
+            v = moe_e2m1_to_f32(nib);
+        else if (q->zero)
+            v = (float)nib;
+        else
+            v = (float)((int)(nib ^ 8u) - 8);
+        break;
+    }
+    }
+    const int64_t si = p * 16 * q->ng + (kk / q->gk) * nw + j;
+    return q->zero ? (v - q->zero[si]) * q->scale[si] : v * q->scale[si];
+}
+
+enum { KC_REF = 2048, NB_REF = 8 * MOE_PANEL };
+
+static void linear_w8a8_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                            int64_t ldo)
+{
+    const struct moe_qmat *q = w->q;
+    const uint8_t *d = w->data;
+    const int64_t K = w->k, K4 = (K + 3) / 4 * 4;
+    const int64_t n0 = p0 * MOE_PANEL, n1 = (p1 * MOE_PANEL < w->n) ? p1 * MOE_PANEL : w->n;
+    int8_t xq[KC_REF];
+    int32_t acc[NB_REF];
+    for (int m = 0; m < mb; m++) {
+        const float sx = moe_qact_i8_scale(x[m], K);
+        for (int64_t nb = n0; nb < n1; nb += NB_REF) {
+            const int64_t ne = nb + NB_REF < n1 ? nb + NB_REF : n1;
+            for (int64_t n = nb; n < ne; n++)
+                acc[n - nb] = 0;
+            for (int64_t kc = 0; kc < K; kc += KC_REF) {
+                const int64_t ke = kc + KC_REF < K ? kc + KC_REF : K;
+                for (int64_t k = kc; k < ke; k++)
+                    xq[k - kc] = moe_qact_i8(x[m][k], sx);
+                for (int64_t n = nb; n < ne; n++) {
+                    const int64_t p = n / MOE_PANEL;
+                    const int nw = moe_pmat_panel_width(w->n, p), j = (int)(n % MOE_PANEL);
+                    const uint8_t *panel = d + p * 16 * K4;
+                    int32_t a = acc[n - nb];
+                    for (int64_t k = kc; k < ke; k++)
+                        a += (int32_t)xq[k - kc] * (int32_t)(int8_t)panel[(k / 4) * nw * 4 + j * 4 + k % 4];
+                    acc[n - nb] = a;
+                }
+            }
+            for (int64_t n = nb; n < ne; n++)
+                out[m * ldo + (n - n0)] = ((float)acc[n - nb] * sx) * q->scale[n];
+        }
+    }
+}
+
+void moe_linear_q_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                      int64_t ldo)
+{
+    if (w->q->kind == MOE_QK_W8A8) {
+        linear_w8a8_ref(w, p0, p1, x, mb, out, ldo);
+        return;
+    }
+    for (int64_t p = p0; p < p1; p++) {
+        const int nw = moe_pmat_panel_width(w->n, p);
+        for (int m = 0; m < mb; m++) {
+            for (int j = 0; j < nw; j++) {
+                float acc = 0.0f;
+                for (int64_t kk = 0; kk < w->k; kk++)
+                    acc = fmaf(x[m][kk], moe_qmat_weight(w, p * MOE_PANEL + j, kk), acc);
+                out[m * ldo + (p - p0) * MOE_PANEL + j] = acc;
+            }
+        }
+    }
+}

@@ -1,0 +1,70 @@
+/* Expert and tensor parallelism (moe.h "Parallelism", DESIGN.md section 7): the interface the
+ * core uses. Every MPI call of the library lives in src/parallel (mpi.c, ep.c); without MPI
+ * (MOE_WITH_MPI off) stub.c gives the same symbols and only one-process plans exist. */
+#ifndef MOE_PARALLEL_H
+#define MOE_PARALLEL_H
+
+#include "core/modular.h"
+
+/* The contiguous split of n items over `parts` used for experts (EP), intermediate columns
+ * (TP) and reduce-scatter rows: part r gets n / parts items, plus one when r < n % parts. */
+static inline int64_t moe_split_count(int64_t n, int64_t parts, int64_t r)
+{
+    return n / parts + (r < n % parts ? 1 : 0);
+}
+
+/* First item of part r. */
+static inline int64_t moe_split_first(int64_t n, int64_t parts, int64_t r)
+{
+    return r * (n / parts) + (r < n % parts ? r : n % parts);
+}
+
+/* The part holding item i, or -1 when i is outside [0, n). */
+static inline int64_t moe_split_owner(int64_t n, int64_t parts, int64_t i)
+{
+    if (i < 0 || i >= n)
+        return -1;
+    const int64_t q = n / parts, rem = n % parts;
+    if (i < rem * (q + 1))
+        return i / (q + 1);
+    return rem + (i - rem * (q + 1)) / q;
+}
+
+/* This rank's share of layer d under `par` (ranks already resolved). */
+void moe_par_shard(const moe_layer_desc *d, const moe_parallel_config *par, moe_shard *out);
+
+/* Parallel plan creation, collective over the user's communicator `user_comm` (a pointer to
+ * an MPI_Comm, NULL = MPI_COMM_WORLD): duplicate it, exchange and compare moe_plan_hash /
+ * moe_plan_text and the coordinates, resolve ranks of -1, build the EP and TP
+ * sub-communicators and the plan's exchange scratch. On success p->mpi is set and p->par's
+ * ranks are resolved (p->shard must be computed afterwards). Errors are recorded on
+ * p->ctx: MOE_EINVAL (a mismatch or bad coordinates, named), MOE_ETIMEOUT, MOE_EMPI,
+ * MOE_ENOMEM; MOE_EUNSUPPORTED without MPI. */
+moe_status moe_par_create(moe_plan *p, void *user_comm);
+void moe_par_free(struct moe_par *m);
+
+/* Bytes of workspace the parallel stages need for chunks of up to Tc tokens on this rank
+ * (EP send and receive buffers, the rows received from peers, TP partial and gather
+ * buffers). 0 for one-process plans. */
+size_t moe_par_workspace_bytes(const moe_plan *p, int64_t Tc);
+
+/* The start of a parallel execute, collective over all of the plan's ranks: each rank gives
+ * its status so far (`local`, with the message already recorded on the ctx when not
+ * MOE_OK), its n_tokens and the longest chunk its workspace fits (`ws_tokens`). Every rank
+ * then fails the same way when any rank failed (naming it), when the ranks of a TP group
+ * disagree on n_tokens, or when some rank's workspace is smaller than the agreed chunk.
+ * On success: *tc_max = min(max n_tokens over ranks, chunk size), the chunk length every
+ * rank uses; *n_chunks = chunks every rank runs (a rank out of tokens runs empty ones);
+ * *max_tokens = max n_tokens. */
+moe_status moe_par_begin(const moe_plan *p, moe_status local, int64_t n_tokens, int64_t ws_tokens,
+                         int64_t *tc_max, int64_t *n_chunks, int64_t *max_tokens);
+
+/* TP: sum the partial outputs c->out [c->T, H] of the TP group deterministically (moe.h
+ * "Parallelism") into output rows [t0, t0 + c->T) of `output` [T, H] (only the rank's own
+ * rows under MOE_TP_REDUCE=reduce_scatter; T is the execute's n_tokens). */
+moe_status moe_par_tp_reduce(moe_chunk *c, int64_t t0, int64_t T, float *output);
+
+/* The rows [*begin, *end) of T whose output this rank writes (moe_plan_tp_rows). */
+void moe_par_tp_rows(const moe_plan *p, int64_t T, int64_t *begin, int64_t *end);
+
+#endif

@@ -1,0 +1,71 @@
+/* Without MPI (CMake option MOE_WITH_MPI off): the same symbols; only one-process plans exist,
+ * so moe_plan_create_ex refuses every parallel configuration before reaching these. */
+#include "parallel/parallel.h"
+
+#if !MOE_WITH_MPI
+
+int moe_mpi_available(void)
+{
+    return 0;
+}
+
+moe_status moe_par_create(moe_plan *p, void *user_comm)
+{
+    (void)user_comm;
+    return moe_set_error(p->ctx, MOE_EUNSUPPORTED,
+                         "plan config: parallel.ep_size = %d, tp_size = %d: libmoe was built without MPI "
+                         "(CMake option MOE_WITH_MPI=OFF); rebuild with -DMOE_WITH_MPI=ON (OpenMPI: Debian "
+                         "packages openmpi-bin libopenmpi-dev)",
+                         p->par.ep_size, p->par.tp_size);
+}
+
+void moe_par_free(struct moe_par *m)
+{
+    (void)m;
+}
+
+size_t moe_par_workspace_bytes(const moe_plan *p, int64_t Tc)
+{
+    (void)p;
+    (void)Tc;
+    return 0;
+}
+
+moe_status moe_par_begin(const moe_plan *p, moe_status local, int64_t n_tokens, int64_t ws_tokens,
+                         int64_t *tc_max, int64_t *n_chunks, int64_t *max_tokens)
+{
+    (void)local;
+    (void)n_tokens;
+    (void)ws_tokens;
+    *tc_max = *n_chunks = *max_tokens = 0;
+    return moe_set_error(p->ctx, MOE_EUNSUPPORTED, "parallel execute: libmoe was built without MPI (MOE_WITH_MPI=OFF)");
+}
+
+moe_status moe_par_tp_reduce(moe_chunk *c, int64_t t0, int64_t T, float *output)
+{
+    (void)t0;
+    (void)T;
+    (void)output;
+    return moe_set_error(c->plan->ctx, MOE_EUNSUPPORTED, "TP reduction: libmoe was built without MPI (MOE_WITH_MPI=OFF)");
+}
+
+static moe_status no_mpi_prepare(moe_chunk *c, moe_dispatch *d)
+{
+    (void)d;
+    return moe_set_error(c->plan->ctx, MOE_EUNSUPPORTED, "EP dispatch: libmoe was built without MPI (MOE_WITH_MPI=OFF)");
+}
+
+static moe_status no_mpi_finalize(moe_chunk *c, const moe_dispatch *d)
+{
+    (void)d;
+    return moe_set_error(c->plan->ctx, MOE_EUNSUPPORTED, "EP combine: libmoe was built without MPI (MOE_WITH_MPI=OFF)");
+}
+
+const moe_pf_impl moe_pf_ep_alltoall = {
+    .name = "ep_alltoall", .format = MOE_FORMAT_STANDARD, .prepare = no_mpi_prepare, .finalize = no_mpi_finalize};
+const moe_pf_impl moe_pf_ep_batched = {
+    .name = "ep_batched", .format = MOE_FORMAT_BATCHED, .prepare = no_mpi_prepare, .finalize = no_mpi_finalize};
+
+#else
+typedef int moe_parallel_stub_unused; /* ISO C: a translation unit holds a declaration */
+#endif

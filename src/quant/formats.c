@@ -1,0 +1,499 @@
+/* Quantized formats: encoders, scheme names, validation of moe_quant_config, and the source
+ * layout of moe.h ("Quantized experts") read and written element by element. */
+#include "quant/quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+unsigned moe_f32_to_e2m1(float f)
+{
+    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    if (isnan(f))
+        return 0;
+    unsigned s = signbit(f) ? 8u : 0u;
+    float a = fabsf(f);
+    unsigned best = 0;
+    for (unsigned c = 1; c < 8; c++) {
+        float dc = fabsf(a - mag[c]), db = fabsf(a - mag[best]);
+        if (dc < db || (dc == db && (c & 1u) == 0))
+            best = c;
+    }
+    return s | best;
+}
+
+int moe_quant_active(const moe_quant_config *q)
+{
+    return q->w13.dtype != MOE_QTYPE_NONE || q->w2.dtype != MOE_QTYPE_NONE;
+}
+
+static const char *qtype_name(moe_qtype t)
+{
+    switch (t) {
+    case MOE_QTYPE_NONE: return "none";
+    case MOE_QTYPE_F8_E4M3: return "fp8";
+    case MOE_QTYPE_I8: return "int8";
+    case MOE_QTYPE_INT4: return "int4";
+    case MOE_QTYPE_MXFP4: return "mxfp4";
+    }
+    return "?";
+}
+
+/* The named schemes. */
+static const struct {
+    const char *name;
+    moe_qtype t;
+    moe_qscale s;
+    int64_t bn, bk, g;
+    int zp;
+    moe_qact act;
+} schemes[] = {
+    {"fp8-tensor", MOE_QTYPE_F8_E4M3, MOE_QSCALE_TENSOR, 0, 0, 0, 0, MOE_QACT_NONE},
+    {"fp8-channel", MOE_QTYPE_F8_E4M3, MOE_QSCALE_CHANNEL, 0, 0, 0, 0, MOE_QACT_NONE},
+    {"fp8-block", MOE_QTYPE_F8_E4M3, MOE_QSCALE_BLOCK, 128, 128, 0, 0, MOE_QACT_NONE},
+    {"int8-channel", MOE_QTYPE_I8, MOE_QSCALE_CHANNEL, 0, 0, 0, 0, MOE_QACT_NONE},
+    {"int8-w8a8", MOE_QTYPE_I8, MOE_QSCALE_CHANNEL, 0, 0, 0, 0, MOE_QACT_TOKEN},
+    {"int4-g32", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 32, 0, MOE_QACT_NONE},
+    {"int4-g64", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 64, 0, MOE_QACT_NONE},
+    {"int4-g128", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 128, 0, MOE_QACT_NONE},
+    {"int4-g32-zp", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 32, 1, MOE_QACT_NONE},
+    {"int4-g64-zp", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 64, 1, MOE_QACT_NONE},
+    {"int4-g128-zp", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 128, 1, MOE_QACT_NONE},
+    {"mxfp4", MOE_QTYPE_MXFP4, MOE_QSCALE_GROUP, 0, 0, 32, 0, MOE_QACT_NONE},
+};
+
+moe_status moe_quant_from_name(const char *name, moe_quant_config *q)
+{
+    if (!name || !q)
+        return MOE_EINVAL;
+    memset(q, 0, sizeof *q);
+    if (strcmp(name, "none") == 0)
+        return MOE_OK;
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
+        if (strcmp(name, schemes[i].name) == 0) {
+            moe_qweight w = {.dtype = schemes[i].t, .scale = schemes[i].s, .block_n = schemes[i].bn,
+                             .block_k = schemes[i].bk, .group_size = schemes[i].g, .has_zero_point = schemes[i].zp};
+            q->w13 = q->w2 = w;
+            q->act = schemes[i].act;
+            return MOE_OK;
+        }
+    }
+    return MOE_EINVAL;
+}
+
+static int qweight_eq(const moe_qweight *a, const moe_qweight *b)
+{
+    return a->dtype == b->dtype && a->scale == b->scale && a->block_n == b->block_n && a->block_k == b->block_k &&
+           a->group_size == b->group_size && a->has_zero_point == b->has_zero_point;
+}
+
+int moe_quant_equal(const moe_quant_config *a, const moe_quant_config *b)
+{
+    return qweight_eq(&a->w13, &b->w13) && qweight_eq(&a->w2, &b->w2) && a->act == b->act &&
+           a->act_group_size == b->act_group_size;
+}
+
+const char *moe_quant_name(const moe_quant_config *q)
+{
+    if (!q || !moe_quant_active(q))
+        return "none";
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
+        moe_quant_config c;
+        moe_quant_from_name(schemes[i].name, &c);
+        if (moe_quant_equal(&c, q))
+            return schemes[i].name;
+    }
+    return "custom";
+}
+
+void moe_quant_text(const moe_quant_config *q, char *buf, size_t n)
+{
+    snprintf(buf, n,
+             "quant_w13=%s/%d/%lld/%lld/%lld/%d;quant_w2=%s/%d/%lld/%lld/%lld/%d;quant_act=%d/%lld;",
+             qtype_name(q->w13.dtype), (int)q->w13.scale, (long long)q->w13.block_n, (long long)q->w13.block_k,
+             (long long)q->w13.group_size, q->w13.has_zero_point, qtype_name(q->w2.dtype), (int)q->w2.scale,
+             (long long)q->w2.block_n, (long long)q->w2.block_k, (long long)q->w2.group_size,
+             q->w2.has_zero_point, (int)q->act, (long long)q->act_group_size);
+}
+
+static moe_status check_weight(moe_ctx *ctx, const char *which, const moe_qweight *w, moe_qact act, int64_t K)
+{
+    if ((int)w->dtype < 0 || w->dtype > MOE_QTYPE_MXFP4)
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: quant.%s.dtype = %d is not a moe_qtype value", which,
+                             (int)w->dtype);
+    if ((int)w->scale < 0 || w->scale > MOE_QSCALE_GROUP)
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: quant.%s.scale = %d is not a moe_qscale value", which,
+                             (int)w->scale);
+    const char *tn = qtype_name(w->dtype);
+    if (w->scale == MOE_QSCALE_BLOCK &&
+        (w->block_n < 1 || w->block_k < 1 || w->block_n > (1 << 20) || w->block_k > (1 << 20)))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "layer description: quant.%s block shape [%lld, %lld]: block_n and block_k must be in "
+                             "[1, 2^20]",
+                             which, (long long)w->block_n, (long long)w->block_k);
+    if (w->has_zero_point && !(w->dtype == MOE_QTYPE_INT4 && w->scale == MOE_QSCALE_GROUP))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "layer description: quant.%s.has_zero_point is only for INT4 with GROUP scales (%s given)",
+                             which, tn);
+    switch (w->dtype) {
+    case MOE_QTYPE_F8_E4M3:
+        if (w->scale == MOE_QSCALE_GROUP)
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "layer description: quant.%s: fp8 takes TENSOR, CHANNEL or BLOCK scales, not GROUP", which);
+        if (act != MOE_QACT_NONE)
+            return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                                 "layer description: quant.act = %s with fp8 weights (fp8 w8a8) is not implemented; "
+                                 "use act NONE (weight-only fp8)",
+                                 act == MOE_QACT_TOKEN ? "TOKEN" : "TOKEN_GROUP");
+        break;
+    case MOE_QTYPE_I8:
+        if (act == MOE_QACT_TOKEN && (w->scale == MOE_QSCALE_BLOCK || w->scale == MOE_QSCALE_GROUP))
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "layer description: quant.act = TOKEN (one scale per token) with quant.%s.scale = %s: "
+                                 "block/group weight scales need per-token-group activations (TOKEN_GROUP with "
+                                 "act_group_size = the block's K), which int8 does not implement; use CHANNEL weights",
+                                 which, w->scale == MOE_QSCALE_BLOCK ? "BLOCK" : "GROUP");
+        if (act == MOE_QACT_TOKEN && K > 65536)
+            return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                                 "layer description: quant.%s: int8 w8a8 with an input dimension of %lld (> 65536) "
+                                 "could overflow the int32 sums",
+                                 which, (long long)K);
+        if (act == MOE_QACT_TOKEN_GROUP)
+            return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                                 "layer description: quant.act = TOKEN_GROUP with int8 weights is not implemented; use "
+                                 "TOKEN with CHANNEL weight scales");
+        break;
+    case MOE_QTYPE_INT4:
+    case MOE_QTYPE_MXFP4:
+        if (act != MOE_QACT_NONE)
+            return moe_set_error(ctx, MOE_EINVAL, "layer description: quant.act must be NONE with %s weights (weight-only)",
+                                 tn);
+        if (w->dtype == MOE_QTYPE_MXFP4 && !(w->scale == MOE_QSCALE_GROUP && w->group_size == 32))
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "layer description: quant.%s: mxfp4 needs GROUP scales with group_size 32 (got "
+                                 "scale %d, group_size %lld)",
+                                 which, (int)w->scale, (long long)w->group_size);
+        if (w->dtype == MOE_QTYPE_INT4 && w->scale != MOE_QSCALE_GROUP && w->scale != MOE_QSCALE_CHANNEL)
+            return moe_set_error(ctx, MOE_EINVAL, "layer description: quant.%s: int4 takes GROUP or CHANNEL scales", which);
+        if (w->scale == MOE_QSCALE_GROUP && w->group_size != 32 && w->group_size != 64 && w->group_size != 128)
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "layer description: quant.%s.group_size = %lld, must be 32, 64 or 128", which,
+                                 (long long)w->group_size);
+        if (K % 2 != 0)
+            return moe_set_error(ctx, MOE_ESHAPE,
+                                 "layer description: quant.%s: %s packs two codes per byte along the input dimension, "
+                                 "which is %lld (odd)",
+                                 which, tn, (long long)K);
+        break;
+    default:
+        break;
+    }
+    if (w->dtype != MOE_QTYPE_NONE && w->scale == MOE_QSCALE_GROUP && w->dtype == MOE_QTYPE_I8 &&
+        w->group_size < 1)
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: quant.%s.group_size = %lld, must be >= 1", which,
+                             (long long)w->group_size);
+    return MOE_OK;
+}
+
+moe_status moe_quant_validate(moe_ctx *ctx, const moe_plan *plan, const moe_layer_desc *d)
+{
+    const moe_quant_config *q = &d->quant;
+    if ((int)q->act < 0 || q->act > MOE_QACT_TOKEN_GROUP)
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: quant.act = %d is not a moe_qact value", (int)q->act);
+    if (!moe_quant_active(q)) {
+        if (q->act != MOE_QACT_NONE)
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "layer description: quant.act is set but quant.w13 and quant.w2 are NONE");
+        return MOE_OK;
+    }
+    if ((q->w13.dtype == MOE_QTYPE_NONE) != (q->w2.dtype == MOE_QTYPE_NONE))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "layer description: quant.w13.dtype = %s but quant.w2.dtype = %s: both quantized or both "
+                             "NONE",
+                             qtype_name(q->w13.dtype), qtype_name(q->w2.dtype));
+    if (q->act == MOE_QACT_TOKEN && (q->w13.dtype != MOE_QTYPE_I8 || q->w2.dtype != MOE_QTYPE_I8))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "layer description: quant.act = TOKEN (w8a8) needs int8 w13 and w2 (got %s, %s)",
+                             qtype_name(q->w13.dtype), qtype_name(q->w2.dtype));
+    moe_status st = check_weight(ctx, "w13", &q->w13, q->act, d->hidden_size);
+    if (st == MOE_OK)
+        st = check_weight(ctx, "w2", &q->w2, q->act, d->moe_intermediate_size);
+    if (st != MOE_OK)
+        return st;
+    if (plan && plan->parallel)
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "layer description: quantized experts (quant) under expert or tensor parallelism are not "
+                             "implemented yet");
+    if (ctx->kernels == &moe_kernels_avx2) {
+        const double H = (double)d->hidden_size, I = (double)d->moe_intermediate_size;
+        const double ex = 2.0 * (double)d->top_k * 3.0 * H * I;
+        const double all = ex + 2.0 * (double)d->num_experts * H +
+                           2.0 * 3.0 * H * (double)d->shared_expert_intermediate_size;
+        moe_log(ctx, MOE_LOG_WARN,
+                "kernel table avx2 has no %s kernel: the routed experts (%.1f%% of the layer's FLOPs) run on the "
+                "scalar ref entry",
+                moe_quant_name(q), 100.0 * ex / all);
+    }
+    return MOE_OK;
+}
+
+/* ---- the source layout ---- */
+
+static int is4(const moe_qweight *qw)
+{
+    return qw->dtype == MOE_QTYPE_INT4 || qw->dtype == MOE_QTYPE_MXFP4;
+}
+
+/* Scale grid [rows, cols] of the source and the K-extent of one scale. */
+static void grid(const moe_qweight *qw, int64_t N, int64_t K, int64_t *rows, int64_t *cols)
+{
+    switch (qw->scale) {
+    case MOE_QSCALE_TENSOR: *rows = 1; *cols = 1; break;
+    case MOE_QSCALE_CHANNEL: *rows = N; *cols = 1; break;
+    case MOE_QSCALE_BLOCK:
+        *rows = (N + qw->block_n - 1) / qw->block_n;
+        *cols = (K + qw->block_k - 1) / qw->block_k;
+        break;
+    default:
+        *rows = N;
+        *cols = (K + qw->group_size - 1) / qw->group_size;
+        break;
+    }
+}
+
+void moe_quant_source_sizes(const moe_qweight *qw, int64_t N, int64_t K, size_t *code_bytes, size_t *scale_bytes,
+                            size_t *zero_bytes)
+{
+    int64_t r, c;
+    grid(qw, N, K, &r, &c);
+    *code_bytes = (size_t)(is4(qw) ? N * K / 2 : N * K);
+    *scale_bytes = (size_t)(r * c) * (qw->dtype == MOE_QTYPE_MXFP4 ? 1 : 4);
+    *zero_bytes = qw->has_zero_point ? (size_t)(r * c) : 0;
+}
+
+/* Index into the scale grid of element (n, k). */
+static int64_t scale_index(const moe_qweight *qw, int64_t N, int64_t K, int64_t n, int64_t k)
+{
+    int64_t r, c;
+    grid(qw, N, K, &r, &c);
+    switch (qw->scale) {
+    case MOE_QSCALE_TENSOR: return 0;
+    case MOE_QSCALE_CHANNEL: return n;
+    case MOE_QSCALE_BLOCK: return (n / qw->block_n) * c + k / qw->block_k;
+    default: return n * c + k / qw->group_size;
+    }
+}
+
+static float src_scale(const moe_qweight *qw, const void *scale, int64_t N, int64_t K, int64_t n, int64_t k)
+{
+    int64_t i = scale_index(qw, N, K, n, k);
+    if (qw->dtype == MOE_QTYPE_MXFP4)
+        return moe_e8m0_to_f32(((const uint8_t *)scale)[i]);
+    float s;
+    memcpy(&s, (const unsigned char *)scale + 4 * i, 4);
+    return s;
+}
+
+/* The code's value (before zero point and scale). */
+static float src_value(const moe_qweight *qw, const void *codes, int64_t K, int64_t n, int64_t k)
+{
+    const uint8_t *c = codes;
+    switch (qw->dtype) {
+    case MOE_QTYPE_F8_E4M3: return moe_e4m3_to_f32(c[n * K + k]);
+    case MOE_QTYPE_I8: return (float)(int8_t)c[n * K + k];
+    default: {
+        unsigned b = c[(n * K + k) / 2];
+        unsigned nib = (k & 1) ? (b >> 4) : (b & 15u);
+        if (qw->dtype == MOE_QTYPE_MXFP4)
+            return moe_e2m1_to_f32(nib);
+        if (qw->has_zero_point)
+            return (float)nib;
+        return (float)((int)(nib ^ 8u) - 8);
+    }
+    }
+}
+
+void moe_quant_dequant_source(const moe_qweight *qw, const void *codes, const void *scale, const uint8_t *zero,
+                              int64_t N, int64_t K, float *out)
+{
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            float v = src_value(qw, codes, K, n, k);
+            float s = src_scale(qw, scale, N, K, n, k);
+            if (qw->has_zero_point)
+                out[n * K + k] = (v - (float)zero[scale_index(qw, N, K, n, k)]) * s;
+            else
+                out[n * K + k] = v * s;
+        }
+}
+
+void moe_quant_quantize_source(const moe_qweight *qw, const float *w, int64_t N, int64_t K, void *codes, void *scale,
+                               uint8_t *zero)
+{
+    int64_t r, c;
+    grid(qw, N, K, &r, &c);
+    /* per scale cell: max |w| (and min / max for zero points) */
+    float *amax = calloc((size_t)(r * c), sizeof(float));
+    float *mn = calloc((size_t)(r * c), sizeof(float));
+    float *mx = calloc((size_t)(r * c), sizeof(float));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            int64_t i = scale_index(qw, N, K, n, k);
+            float v = w[n * K + k];
+            amax[i] = fabsf(v) > amax[i] ? fabsf(v) : amax[i];
+            mn[i] = v < mn[i] ? v : mn[i];
+            mx[i] = v > mx[i] ? v : mx[i];
+        }
+    float *sf = malloc(sizeof(float) * (size_t)(r * c)); /* the f32 scale of each cell */
+    for (int64_t i = 0; i < r * c; i++) {
+        float s;
+        switch (qw->dtype) {
+        case MOE_QTYPE_F8_E4M3: s = amax[i] / 448.0f; break;
+        case MOE_QTYPE_I8: s = amax[i] / 127.0f; break;
+        case MOE_QTYPE_INT4: s = qw->has_zero_point ? (mx[i] - mn[i]) / 15.0f : amax[i] / 7.0f; break;
+        default: {
+            /* OCP MX: shared exponent floor(log2(amax)) - 2 (e2m1's largest exponent) */
+            int e = amax[i] > 0.0f ? ilogbf(amax[i]) - 2 : -127;
+            int be = e + 127;
+            be = be < 0 ? 0 : (be > 254 ? 254 : be);
+            ((uint8_t *)scale)[i] = (uint8_t)be;
+            s = moe_e8m0_to_f32((uint8_t)be);
+            break;
+        }
+        }
+        if (!(s > 0.0f))
+            s = 1.0f;
+        sf[i] = s;
+        if (qw->dtype != MOE_QTYPE_MXFP4)
+            memcpy((unsigned char *)scale + 4 * i, &s, 4);
+        if (qw->has_zero_point) {
+            float z = nearbyintf(-mn[i] / s);
+            zero[i] = (uint8_t)(z < 0.0f ? 0 : (z > 15.0f ? 15 : z));
+        }
+    }
+    uint8_t *cb = codes;
+    if (is4(qw))
+        memset(cb, 0, (size_t)(N * K / 2));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            int64_t i = scale_index(qw, N, K, n, k);
+            float v = w[n * K + k] / sf[i];
+            unsigned code;
+            switch (qw->dtype) {
+            case MOE_QTYPE_F8_E4M3: cb[n * K + k] = moe_f32_to_e4m3(v); continue;
+            case MOE_QTYPE_I8: {
+                float q = nearbyintf(v);
+                q = q < -127.0f ? -127.0f : (q > 127.0f ? 127.0f : q);
+                cb[n * K + k] = (uint8_t)(int8_t)q;
+                continue;
+            }
+            case MOE_QTYPE_INT4: {
+                float q = nearbyintf(v);
+                if (qw->has_zero_point) {
+                    q += (float)zero[i];
+                    q = q < 0.0f ? 0.0f : (q > 15.0f ? 15.0f : q);
+                } else {
+                    q = q < -8.0f ? -8.0f : (q > 7.0f ? 7.0f : q);
+                }
+                code = (unsigned)(int)q & 15u;
+                break;
+            }
+            default: code = moe_f32_to_e2m1(v); break;
+            }
+            cb[(n * K + k) / 2] |= (uint8_t)((k & 1) ? code << 4 : code);
+        }
+    free(amax);
+    free(mn);
+    free(mx);
+    free(sf);
+}
+
+/* ---- packing into the kernel layout (quant/quant.h MOE_QK_*) ---- */
+
+int moe_quant_kind(const moe_qweight *qw, moe_qact act)
+{
+    switch (qw->dtype) {
+    case MOE_QTYPE_F8_E4M3: return MOE_QK_F8;
+    case MOE_QTYPE_I8: return act == MOE_QACT_TOKEN ? MOE_QK_W8A8 : MOE_QK_I8;
+    case MOE_QTYPE_INT4: return MOE_QK_I4;
+    default: return MOE_QK_FP4;
+    }
+}
+
+int64_t moe_quant_gk(const moe_qweight *qw, int64_t K)
+{
+    switch (qw->scale) {
+    case MOE_QSCALE_BLOCK: return qw->block_k;
+    case MOE_QSCALE_GROUP: return qw->group_size;
+    default: return K;
+    }
+}
+
+size_t moe_quant_packed_bytes(int kind, int64_t N, int64_t K)
+{
+    if (kind == MOE_QK_W8A8)
+        return (size_t)(N * ((K + 3) / 4 * 4));
+    if (kind == MOE_QK_I4 || kind == MOE_QK_FP4) {
+        size_t b = 0;
+        for (int64_t p = 0; p < moe_pmat_panels(N); p++)
+            b += (size_t)((moe_pmat_panel_width(N, p) + 1) / 2) * (size_t)K;
+        return b;
+    }
+    return (size_t)(N * K);
+}
+
+/* Raw nibble / byte of source element (n, k). */
+static unsigned src_raw(const moe_qweight *qw, const uint8_t *c, int64_t K, int64_t n, int64_t k)
+{
+    if (is4(qw)) {
+        unsigned b = c[(n * K + k) / 2];
+        return (k & 1) ? (b >> 4) : (b & 15u);
+    }
+    return c[n * K + k];
+}
+
+void moe_quant_pack(const moe_qweight *qw, moe_qact act, const void *codes, const void *scale,
+                    const uint8_t *zero, int64_t N, int64_t K, uint8_t *dst, float *dscale, float *dzero,
+                    int32_t *comp)
+{
+    const int kind = moe_quant_kind(qw, act);
+    const int64_t gk = moe_quant_gk(qw, K), ng = (K + gk - 1) / gk;
+    const int64_t K4 = (K + 3) / 4 * 4;
+    size_t off4 = 0; /* byte offset of the current panel (4-bit kinds) */
+    for (int64_t p = 0; p < moe_pmat_panels(N); p++) {
+        const int nw = moe_pmat_panel_width(N, p);
+        const int rb = (nw + 1) / 2;
+        if (kind == MOE_QK_I4 || kind == MOE_QK_FP4)
+            memset(dst + off4, 0, (size_t)rb * (size_t)K);
+        else if (kind == MOE_QK_W8A8)
+            memset(dst + p * 16 * K4, 0, (size_t)(nw * K4));
+        for (int j = 0; j < nw; j++) {
+            const int64_t n = p * MOE_PANEL + j;
+            int64_t sum = 0;
+            for (int64_t k = 0; k < K; k++) {
+                unsigned v = src_raw(qw, codes, K, n, k);
+                switch (kind) {
+                case MOE_QK_I4:
+                case MOE_QK_FP4:
+                    dst[off4 + (size_t)(k * rb + j / 2)] |= (uint8_t)((j & 1) ? v << 4 : v);
+                    break;
+                case MOE_QK_W8A8:
+                    dst[p * 16 * K4 + (k / 4) * nw * 4 + j * 4 + k % 4] = (uint8_t)v;
+                    sum += (int8_t)v;
+                    break;
+                default:
+                    dst[p * 16 * K + k * nw + j] = (uint8_t)v;
+                    break;
+                }
+            }
+            if (comp)
+                comp[n] = (int32_t)(128 * sum); /* |sum| <= 128 K: fits for K < 2^17 */
+            for (int64_t g = 0; g < ng; g++) {
+                dscale[p * 16 * ng + g * nw + j] = src_scale(qw, scale, N, K, n, g * gk);
+                if (dzero)
+                    dzero[p * 16 * ng + g * nw + j] = (float)zero[scale_index(qw, N, K, n, g * gk)];
+            }
+        }
+        off4 += (size_t)rb * (size_t)K;
+    }
+}

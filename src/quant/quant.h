@@ -1,0 +1,125 @@
+/* Quantized formats (fp8 e4m3, int8, int4, mxfp4 e2m1 + E8M0), dynamic activation
+ * quantization, and the packed quantized expert matrices (moe_qmat). */
+#ifndef MOE_QUANT_QUANT_H
+#define MOE_QUANT_QUANT_H
+
+#include "core/kernels.h"
+#include "quant/convert.h"
+
+#include <math.h>
+
+/* ---- scalar decoders: exact ---- */
+
+/* e4m3fn <-> f32: moe_e4m3_to_f32 (exact) and moe_f32_to_e4m3 (nearest even, saturating) are in
+ * quant/convert.h. */
+
+/* e2m1 code (4 bits) -> f32: {0, 0.5, 1, 1.5, 2, 3, 4, 6}, bit 3 the sign. */
+static inline float moe_e2m1_to_f32(unsigned c)
+{
+    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    float v = mag[c & 7u];
+    return (c & 8u) ? -v : v;
+}
+
+/* f32 -> e2m1 code, round to nearest (ties to even code), saturating to +-6. */
+unsigned moe_f32_to_e2m1(float f);
+
+/* E8M0 exponent -> f32 2^(e - 127) exactly (e = 0: 2^-127, an f32 subnormal); e = 255 NaN. */
+static inline float moe_e8m0_to_f32(uint8_t e)
+{
+    if (e == 255)
+        return moe_bits_to_f32(0x7fc00000u);
+    if (e == 0)
+        return moe_bits_to_f32(0x00400000u);
+    return moe_bits_to_f32((uint32_t)e << 23);
+}
+
+/* ---- dynamic int8 activation quantization (moe.h "Quantized experts") ---- */
+
+/* Scale of a row: a = max |x| (NaN ignored), s = a / 127, s = 1 when a == 0. */
+static inline float moe_qact_i8_scale(const float *x, int64_t n)
+{
+    float a = 0.0f;
+    for (int64_t k = 0; k < n; k++) {
+        float v = fabsf(x[k]);
+        a = v > a ? v : a;
+    }
+    return a == 0.0f ? 1.0f : a / 127.0f;
+}
+
+/* q = rint(clamp(x / s, -127, 127)); a NaN quotient gives -127 (the same as vmaxps). */
+static inline int8_t moe_qact_i8(float x, float s)
+{
+    float q = x / s;
+    q = q > -127.0f ? q : -127.0f;
+    q = q < 127.0f ? q : 127.0f;
+    return (int8_t)nearbyintf(q);
+}
+
+/* ---- packed quantized matrices ---- */
+
+/* Kinds of packed code layout. */
+enum {
+    MOE_QK_F8 = 1,   /* e4m3, weight-only: panel p at byte p*16*K, [K][nw] */
+    MOE_QK_I8 = 2,   /* int8, weight-only: the same layout */
+    MOE_QK_I4 = 3,   /* signed int4 (or unsigned with zero points): panel p at byte p*8*K,
+                        [K][ceil(nw/2)], low nibble = even feature */
+    MOE_QK_FP4 = 4,  /* e2m1: as MOE_QK_I4 */
+    MOE_QK_W8A8 = 5  /* int8 for VNNI: panel p at byte p*16*K4 (K4 = K rounded up to 4,
+                        zero-filled), [K4/4][nw][4] */
+};
+
+/* What the kernels read beside moe_pmat.data (moe_pmat.q). */
+struct moe_qmat {
+    int kind;            /* MOE_QK_* */
+    int64_t gk;          /* scale group length along K */
+    int64_t ng;          /* ceil(K / gk) */
+    const float *scale;  /* panel p at p*16*ng: [ng][nw] f32 (W8A8: [N] f32 per channel) */
+    const float *zero;   /* as scale, or NULL (MOE_QK_I4 only) */
+    const int32_t *comp; /* W8A8: [N] 128 * sum_k w[n][k] */
+};
+
+/* Dequantized f32 weight (n, k) as every kernel computes it. */
+float moe_qmat_weight(const moe_pmat *w, int64_t n, int64_t k);
+
+/* Validate desc->quant; also logs the avx2 fallback. */
+moe_status moe_quant_validate(moe_ctx *ctx, const moe_plan *plan, const moe_layer_desc *d);
+int moe_quant_active(const moe_quant_config *q);
+/* Canonical "key=value;" text of desc->quant (appended to the plan text). */
+void moe_quant_text(const moe_quant_config *q, char *buf, size_t n);
+int moe_quant_equal(const moe_quant_config *a, const moe_quant_config *b);
+
+/* Dequantize one source matrix (codes, scales, zero points as moe_weight_source gives them)
+ * [N, K] to f32 row-major, with the kernels' arithmetic: the oracle of the tests. */
+void moe_quant_dequant_source(const moe_qweight *qw, const void *codes, const void *scale,
+                              const uint8_t *zero, int64_t N, int64_t K, float *out);
+
+/* Quantize an f32 [N, K] row-major matrix into the source format of qw (codes, scales,
+ * zero points in the shapes of moe.h). Sizes: moe_quant_source_sizes. For tests and tools. */
+void moe_quant_source_sizes(const moe_qweight *qw, int64_t N, int64_t K, size_t *code_bytes,
+                            size_t *scale_bytes, size_t *zero_bytes);
+void moe_quant_quantize_source(const moe_qweight *qw, const float *w, int64_t N, int64_t K, void *codes,
+                               void *scale, uint8_t *zero);
+
+/* Weights with quantized experts: built instead of the plain expert arrays. */
+typedef struct moe_qweights moe_qweights;
+moe_status moe_qweights_create(const moe_plan *plan, const moe_weight_source *src, moe_weights **out);
+void moe_qweights_free(moe_qweights *q);
+void moe_qweights_expert(const moe_weights *w, int64_t e, moe_pmat *gate, moe_pmat *up, moe_pmat *down);
+
+
+
+/* Packing (formats.c). */
+int moe_quant_kind(const moe_qweight *qw, moe_qact act);
+int64_t moe_quant_gk(const moe_qweight *qw, int64_t K);
+size_t moe_quant_packed_bytes(int kind, int64_t N, int64_t K);
+void moe_quant_pack(const moe_qweight *qw, moe_qact act, const void *codes, const void *scale,
+                    const uint8_t *zero, int64_t N, int64_t K, uint8_t *dst, float *dscale, float *dzero,
+                    int32_t *comp);
+/* The scalar quantized linear kernel (linear_q of "ref"; avx2's fallback). */
+void moe_linear_q_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                      int64_t ldo);
+/* The AVX-512 quantized linear kernel (linear_q of "avx512"): the same bits as the ref. */
+void moe_linear_q_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                         int64_t ldo);
+#endif

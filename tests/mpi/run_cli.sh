@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# `moe run` and `moe bench` under mpirun: --ep output bit-identical to one process, --tp within
+# the f32 bound (and reduce_scatter bit-identical to allreduce), TP x EP on 4 ranks, and the
+# per-rank resident bytes printed.
+#   run_cli.sh MOE TEST_MPI FIXTURES TMPDIR MPIEXEC [mpiexec options ...]
+set -euo pipefail
+moe=$1; cmpr=$2; fx=$3/qwen2_moe_f32; tmp=$(mktemp -d "$4/run_cli-XXXXXX"); shift 4
+mpi=("$@")
+trap 'rm -rf "$tmp"' EXIT
+run() { "$@" --checkpoint "$fx" --layer 0 --input "$fx/input.safetensors" --threads 1; }
+run "$moe" run --output "$tmp/one.safetensors"
+run "${mpi[@]}" -np 2 "$moe" run --ep 2 --output "$tmp/ep2.safetensors" | tee "$tmp/ep2.log"
+grep -q "rank 1 (ep_rank 1, tp_rank 0): experts 3..5 (3 of 6)" "$tmp/ep2.log"
+"$cmpr" compare "$tmp/one.safetensors" "$tmp/ep2.safetensors" 0
+run "${mpi[@]}" -np 2 "$moe" run --tp 2 --output "$tmp/tp2.safetensors"
+"$cmpr" compare "$tmp/one.safetensors" "$tmp/tp2.safetensors" 1e-5
+MOE_TP_REDUCE=reduce_scatter run "${mpi[@]}" -x MOE_TP_REDUCE -np 2 "$moe" run --tp 2 --output "$tmp/tp2rs.safetensors"
+"$cmpr" compare "$tmp/tp2.safetensors" "$tmp/tp2rs.safetensors" 0
+run "${mpi[@]}" -np 4 "$moe" run --ep 2 --tp 2 --output "$tmp/ep2tp2.safetensors"
+"$cmpr" compare "$tmp/one.safetensors" "$tmp/ep2tp2.safetensors" 1e-5
+# a wrong rank count is a usage error, not a hang
+if "${mpi[@]}" -np 2 "$moe" run --ep 3 --checkpoint "$fx" --layer 0 --input "$fx/input.safetensors" \
+     --output "$tmp/bad.safetensors" 2>"$tmp/bad.log"; then
+  echo "run_cli.sh: --ep 3 on 2 ranks succeeded"; exit 1
+fi
+grep -q "launch with mpirun -np 3" "$tmp/bad.log"
+"${mpi[@]}" -np 2 "$moe" bench --ep 2 --num-experts 8 --tokens 1,8 --iters 2 --threads 1 | tee "$tmp/bench.log"
+# 4 experts x 3 x 2048 x 768 bf16 = 37748736 bytes resident on each rank
+grep -q "rank 1 (ep_rank 1, tp_rank 0): experts 4..7 (4 of 8), I shard 768 of 768, resident expert bytes 37748736" \
+  "$tmp/bench.log"
+grep -Eq "^ +8 " "$tmp/bench.log"
+echo "run_cli.sh: OK"

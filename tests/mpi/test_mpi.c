@@ -1,0 +1,1176 @@
+/* Expert and tensor parallelism over MPI (moe.h "Parallelism"), run under mpirun:
+ *
+ *   mpirun -np N test_mpi MODE
+ *
+ * MODE:
+ *   ep         EP (both formats) bit-identical to one process: every family fixture of
+ *              $LIBMOE_TEST_DATA (each rank brings its own slice of the tokens, through the
+ *              `moe run` path: checkpoint -> plan -> moe_checkpoint_load_weights), and random
+ *              layers with skewed caller-supplied routing (90% of the rows to one expert, one row
+ *              on each of the others), uneven placement (E = 6 on 4 ranks), bf16 weights, expert
+ *              biases, shared experts, weight on input, several chunks, a rank with no tokens,
+ *              NULL pointers for the other ranks' experts; resident bytes = the local share.
+ *   tp         TP (tp = N) on every fixture and on random layers: within 1e-5 max|one process|,
+ *              bit-identical run to run, on every rank, for both all-reduce algorithms, and
+ *              reduce_scatter rows equal to the all-reduce rows; with N = 4 also TP x EP (2 x 2),
+ *              both formats.
+ *   errors     plan mismatches refused on every rank naming the field (description and knob),
+ *              duplicate coordinates, wrong communicator size; a rank's bad argument, a short
+ *              workspace and a TP group's disagreeing token counts fail every rank, and the plan
+ *              stays usable.
+ *   quant      dispatch_dtype F8_E4M3 and I8: measured error against exact F32 dispatch.
+ *   placement  128 experts on N = 6 ranks: 22,22,21,21,21,21, resident bytes, bit-identical.
+ *   bench      dispatch / combine seconds and bytes per token (printed, not checked).
+ *   kill       rank 1 dies (SIGKILL) before an execute: the job must end, not hang (driven by
+ *              tests/mpi/kill_rank.sh).
+ *   compare A B TOL   (one process) two `moe run` outputs: topk_ids equal, output within TOL *
+ *              max |A| (TOL 0: bit-identical); used by tests/mpi/run_cli.sh.
+ *   late       rank 1 arrives after the timeout: the others get MOE_ETIMEOUT (kill_rank.sh).
+ *
+ * Exit 0 on success; a failure prints "[rank r] FAIL file:line: why" and calls MPI_Abort (this
+ * test may; the library never does). */
+#include <mpi.h>
+
+#include <jansson.h>
+
+#include <dirent.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "moe.h"
+#include "quant/convert.h"
+#include "testutil.h"
+
+static int R, N;              /* world rank and size */
+static const char *g_mode = "";
+
+static void fail_at(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "[rank %d] %s: FAIL %s:%d: ", R, g_mode, file, line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(1);
+}
+#define FAIL(...) fail_at(__FILE__, __LINE__, __VA_ARGS__)
+#define CHECK(c, ...)                                                                                   \
+    do {                                                                                                \
+        if (!(c))                                                                                       \
+            FAIL(__VA_ARGS__);                                                                          \
+    } while (0)
+#define OKC(ctx, call)                                                                                  \
+    do {                                                                                                \
+        moe_status s_ = (call);                                                                         \
+        CHECK(s_ == MOE_OK, "%s -> %s: %s", #call, moe_status_name(s_), moe_ctx_last_error(ctx));       \
+    } while (0)
+
+static void say(const char *fmt, ...)
+{
+    if (R != 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = aligned_alloc(64, (n + 63) / 64 * 64 + 64);
+    CHECK(p, "out of memory (%zu bytes)", n);
+    return p;
+}
+
+static int g_threads = 1; /* worker threads of the contexts made next */
+
+static moe_ctx *make_ctx(int64_t chunk, int64_t small_allreduce, const char *tp_reduce)
+{
+    moe_options o;
+    moe_options_init(&o);
+    o.num_threads = g_threads;
+    o.chunk_size = chunk;
+    o.small_allreduce = small_allreduce;
+    o.tp_reduce = tp_reduce;
+    moe_ctx *ctx = NULL;
+    char err[512];
+    moe_status st = moe_ctx_create(&o, &ctx, err, sizeof err);
+    CHECK(st == MOE_OK, "moe_ctx_create: %s", err);
+    return ctx;
+}
+
+/* ---- a random layer ------------------------------------------------------------------------- */
+
+typedef struct rlayer {
+    moe_layer_desc d;
+    float *router;                 /* [E, H] f32 */
+    void *g, *u, *dn;              /* [E][I, H], [E][I, H], [E][H, I] in weight_dtype */
+    void *shg, *shu, *shd;         /* [Is, H], [Is, H], [H, Is] */
+    float *sg;                     /* [1, H] */
+    float *gb, *ub, *db;           /* [E][I], [E][I], [E][H] expert biases */
+    const void **gp, **up, **dp;   /* [E] */
+    const void **gbp, **ubp, **dbp;/* [E] */
+    moe_weight_source src;
+} rlayer;
+
+static void *make_weights(size_t n, moe_dtype dt, uint64_t seed, float scale)
+{
+    float *f = xmalloc(n * sizeof(float));
+    tu_fill_uniform(f, n, seed, -scale, scale);
+    if (dt == MOE_DTYPE_F32)
+        return f;
+    uint16_t *b = xmalloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++)
+        b[i] = moe_f32_to_bf16(f[i]);
+    free(f);
+    return b;
+}
+
+static void rlayer_make(rlayer *L, int64_t H, int64_t I, int64_t E, int64_t K, int64_t Is, int gated, int bias,
+                        int on_input, moe_dtype wdt, uint64_t seed)
+{
+    memset(L, 0, sizeof *L);
+    moe_layer_desc_init(&L->d);
+    L->d.hidden_size = H;
+    L->d.moe_intermediate_size = I;
+    L->d.num_experts = E;
+    L->d.top_k = K;
+    L->d.renormalize = !on_input;
+    L->d.weight_dtype = wdt;
+    L->d.shared_expert_intermediate_size = Is;
+    L->d.shared_expert_gated = Is > 0 && gated;
+    L->d.has_expert_bias = bias;
+    if (on_input) {
+        L->d.scoring_func = MOE_SCORING_TOPK_SIGMOID;
+        L->d.apply_router_weight_on_input = 1;
+    }
+    if (bias) {
+        L->d.activation = MOE_ACT_SWIGLU_OAI;
+        L->d.routed_scaling_factor = 1.5f;
+    }
+    const size_t es = moe_dtype_size(wdt);
+    L->router = make_weights((size_t)(E * H), MOE_DTYPE_F32, seed + 1, 1.0f);
+    L->g = make_weights((size_t)(E * I * H), wdt, seed + 2, 0.3f);
+    L->u = make_weights((size_t)(E * I * H), wdt, seed + 3, 0.3f);
+    L->dn = make_weights((size_t)(E * H * I), wdt, seed + 4, 0.3f);
+    L->gp = calloc((size_t)E, sizeof(void *));
+    L->up = calloc((size_t)E, sizeof(void *));
+    L->dp = calloc((size_t)E, sizeof(void *));
+    for (int64_t e = 0; e < E; e++) {
+        L->gp[e] = (const unsigned char *)L->g + (size_t)(e * I * H) * es;
+        L->up[e] = (const unsigned char *)L->u + (size_t)(e * I * H) * es;
+        L->dp[e] = (const unsigned char *)L->dn + (size_t)(e * H * I) * es;
+    }
+    L->src.router = L->router;
+    L->src.router_dtype = MOE_DTYPE_F32;
+    L->src.gate_proj = L->gp;
+    L->src.up_proj = L->up;
+    L->src.down_proj = L->dp;
+    if (Is > 0) {
+        L->shg = make_weights((size_t)(Is * H), wdt, seed + 5, 0.3f);
+        L->shu = make_weights((size_t)(Is * H), wdt, seed + 6, 0.3f);
+        L->shd = make_weights((size_t)(H * Is), wdt, seed + 7, 0.3f);
+        L->sg = make_weights((size_t)H, MOE_DTYPE_F32, seed + 8, 0.3f);
+        L->src.shared_gate_proj = L->shg;
+        L->src.shared_up_proj = L->shu;
+        L->src.shared_down_proj = L->shd;
+        L->src.shared_expert_gate = L->sg;
+    }
+    if (bias) {
+        L->gb = make_weights((size_t)(E * I), MOE_DTYPE_F32, seed + 9, 0.2f);
+        L->ub = make_weights((size_t)(E * I), MOE_DTYPE_F32, seed + 10, 0.2f);
+        L->db = make_weights((size_t)(E * H), MOE_DTYPE_F32, seed + 11, 0.2f);
+        L->gbp = calloc((size_t)E, sizeof(void *));
+        L->ubp = calloc((size_t)E, sizeof(void *));
+        L->dbp = calloc((size_t)E, sizeof(void *));
+        for (int64_t e = 0; e < E; e++) {
+            L->gbp[e] = L->gb + e * I;
+            L->ubp[e] = L->ub + e * I;
+            L->dbp[e] = L->db + e * H;
+        }
+        L->src.gate_bias = L->gbp;
+        L->src.up_bias = L->ubp;
+        L->src.down_bias = L->dbp;
+        L->src.expert_bias_dtype = MOE_DTYPE_F32;
+    }
+}
+
+static void rlayer_free(rlayer *L)
+{
+    free(L->router);
+    free(L->g);
+    free(L->u);
+    free(L->dn);
+    free(L->shg);
+    free(L->shu);
+    free(L->shd);
+    free(L->sg);
+    free(L->gb);
+    free(L->ub);
+    free(L->db);
+    free(L->gp);
+    free(L->up);
+    free(L->dp);
+    free(L->gbp);
+    free(L->ubp);
+    free(L->dbp);
+}
+
+/* The source with the other EP ranks' experts as NULL pointers (they must not be read). */
+typedef struct local_src {
+    moe_weight_source src;
+    const void **gp, **up, **dp, **gbp, **ubp, **dbp;
+} local_src;
+
+static void local_src_make(local_src *ls, const rlayer *L, const moe_plan *plan)
+{
+    const int64_t E = L->d.num_experts;
+    int32_t *map = xmalloc(sizeof(int32_t) * (size_t)E);
+    CHECK(moe_plan_expert_map(plan, map) == MOE_OK, "moe_plan_expert_map");
+    ls->src = L->src;
+    ls->gp = calloc((size_t)E, sizeof(void *));
+    ls->up = calloc((size_t)E, sizeof(void *));
+    ls->dp = calloc((size_t)E, sizeof(void *));
+    ls->gbp = calloc((size_t)E, sizeof(void *));
+    ls->ubp = calloc((size_t)E, sizeof(void *));
+    ls->dbp = calloc((size_t)E, sizeof(void *));
+    for (int64_t e = 0; e < E; e++) {
+        if (map[e] < 0)
+            continue;
+        ls->gp[e] = L->gp[e];
+        ls->up[e] = L->up[e];
+        ls->dp[e] = L->dp[e];
+        if (L->gbp) {
+            ls->gbp[e] = L->gbp[e];
+            ls->ubp[e] = L->ubp[e];
+            ls->dbp[e] = L->dbp[e];
+        }
+    }
+    ls->src.gate_proj = ls->gp;
+    ls->src.up_proj = ls->up;
+    ls->src.down_proj = ls->dp;
+    if (L->gbp) {
+        ls->src.gate_bias = ls->gbp;
+        ls->src.up_bias = ls->ubp;
+        ls->src.down_bias = ls->dbp;
+    }
+    free(map);
+}
+
+static void local_src_free(local_src *ls)
+{
+    free(ls->gp);
+    free(ls->up);
+    free(ls->dp);
+    free(ls->gbp);
+    free(ls->ubp);
+    free(ls->dbp);
+}
+
+/* ---- running a plan ------------------------------------------------------------------------- */
+
+typedef struct result {
+    float *out;      /* [T, H] (rows outside [t0, t1) are the poison NaN) */
+    int32_t *ids;    /* [T, K] */
+    float *wts;      /* [T, K] */
+    int64_t t0, t1;  /* this rank's tokens */
+    moe_exec_stats st;
+} result;
+
+static void result_free(result *r)
+{
+    free(r->out);
+    free(r->ids);
+    free(r->wts);
+    memset(r, 0, sizeof *r);
+}
+
+/* Execute tokens [t0, t1) of x [T, H] (dtype xdt; logits [T, E] or NULL) on plan, with a
+ * workspace for ws_tokens tokens; the results land at their rows of full-size buffers. */
+static moe_status exec_rows(moe_plan *plan, moe_weights *w, const void *x, moe_dtype xdt, const float *logits,
+                            int64_t T, int64_t t0, int64_t t1, int64_t ws_tokens, result *r)
+{
+    const moe_layer_desc *d = moe_plan_desc(plan);
+    const int64_t H = d->hidden_size, K = d->top_k, E = d->num_experts;
+    const size_t es = moe_dtype_size(xdt);
+    memset(r, 0, sizeof *r);
+    r->t0 = t0;
+    r->t1 = t1;
+    r->out = xmalloc(sizeof(float) * (size_t)(T * H));
+    r->ids = xmalloc(sizeof(int32_t) * (size_t)(T * K));
+    r->wts = xmalloc(sizeof(float) * (size_t)(T * K));
+    for (int64_t i = 0; i < T * H; i++)
+        r->out[i] = NAN;
+    size_t wsz = moe_plan_workspace_size(plan, ws_tokens);
+    void *ws = wsz ? xmalloc(wsz) : NULL;
+    moe_exec_args a;
+    memset(&a, 0, sizeof a);
+    a.hidden_states = t1 > t0 ? (const unsigned char *)x + (size_t)(t0 * H) * es : NULL;
+    a.hidden_dtype = xdt;
+    a.n_tokens = t1 - t0;
+    a.router_logits = logits && t1 > t0 ? logits + t0 * E : NULL;
+    a.output = t1 > t0 ? r->out + t0 * H : NULL;
+    a.topk_ids = t1 > t0 ? r->ids + t0 * K : NULL;
+    a.topk_weights = t1 > t0 ? r->wts + t0 * K : NULL;
+    a.workspace = ws;
+    a.workspace_size = wsz;
+    a.stats = &r->st;
+    moe_status st = moe_plan_execute_ex(plan, w, &a);
+    free(ws);
+    return st;
+}
+
+/* Rank r's tokens of T over `parts` ranks (parts = ep), unevenly: part r gets a share
+ * proportional to r + 1; with zero_last the last part gets none. */
+static void token_range(int64_t T, int parts, int r, int zero_last, int64_t *b, int64_t *e)
+{
+    int64_t tot = 0, before = 0;
+    int n = zero_last && parts > 1 ? parts - 1 : parts;
+    for (int i = 0; i < n; i++)
+        tot += i + 1;
+    for (int i = 0; i < r && i < n; i++)
+        before += i + 1;
+    if (r >= n) {
+        *b = *e = T;
+        return;
+    }
+    *b = T * before / tot;
+    *e = T * (before + r + 1) / tot;
+}
+
+typedef struct pcfg {
+    int ep, tp, low_latency;
+    int64_t cap;
+    moe_dtype ddt;
+    int zero_last;
+} pcfg;
+
+static moe_plan *par_plan(moe_ctx *ctx, const moe_layer_desc *d, const pcfg *c)
+{
+    moe_plan_config cfg;
+    moe_plan_config_init(&cfg);
+    cfg.parallel.ep_size = c->ep;
+    cfg.parallel.tp_size = c->tp;
+    cfg.parallel.ep_rank = -1;
+    cfg.parallel.tp_rank = -1;
+    cfg.parallel.low_latency = c->low_latency;
+    cfg.parallel.dispatch_dtype = c->ddt;
+    cfg.parallel.timeout_s = 60;
+    if (c->cap)
+        cfg.batched_capacity = c->cap;
+    moe_plan *p = NULL;
+    OKC(ctx, moe_plan_create_ex(ctx, d, &cfg, &p));
+    const moe_parallel_config *pc = moe_plan_parallel(p);
+    CHECK(pc->ep_rank == R / c->tp && pc->tp_rank == R % c->tp, "derived coordinates (%d, %d) on rank %d",
+          pc->ep_rank, pc->tp_rank, R);
+    return p;
+}
+
+/* This rank's token range under c, and the most tokens any rank gets. */
+static void par_tokens(const pcfg *c, int64_t T, int64_t *b, int64_t *e, int64_t *maxslice)
+{
+    const int ep_rank = R / c->tp;
+    token_range(T, c->ep, ep_rank, c->zero_last, b, e);
+    *maxslice = 0;
+    for (int i = 0; i < c->ep; i++) {
+        int64_t bi, ei;
+        token_range(T, c->ep, i, c->zero_last, &bi, &ei);
+        if (ei - bi > *maxslice)
+            *maxslice = ei - bi;
+    }
+}
+
+/* Compare this rank's rows of `got` with `ref`: bitwise (tol < 0) or max |diff| <= tol *
+ * max |ref| over the whole reference. ids and weights always bitwise. Returns max |diff|. */
+static double compare(const char *what, const result *got, const result *ref, int64_t H, int64_t K, int64_t T,
+                      double tol, int64_t rows0, int64_t rows1)
+{
+    (void)T;
+    const int64_t a = rows0, b = rows1;
+    if (b > a) {
+        CHECK(memcmp(got->ids + a * K, ref->ids + a * K, sizeof(int32_t) * (size_t)((b - a) * K)) == 0,
+              "%s: topk_ids differ", what);
+        CHECK(memcmp(got->wts + a * K, ref->wts + a * K, sizeof(float) * (size_t)((b - a) * K)) == 0,
+              "%s: topk_weights differ", what);
+    }
+    const size_t n = (size_t)((b - a) * H);
+    double diff = tu_max_abs_diff(got->out + a * H, ref->out + a * H, n);
+    if (tol < 0) {
+        if (n && memcmp(got->out + a * H, ref->out + a * H, n * sizeof(float)) != 0) {
+            for (size_t i = 0; i < n; i++)
+                if (memcmp(&got->out[a * H + (int64_t)i], &ref->out[a * H + (int64_t)i], sizeof(float)))
+                    FAIL("%s: not bit-identical to one process: row %lld col %lld: %.9g vs %.9g (max |diff| %g)", what,
+                         (long long)(a + (int64_t)i / H), (long long)((int64_t)i % H), (double)got->out[a * H + (int64_t)i],
+                         (double)ref->out[a * H + (int64_t)i], diff);
+        }
+    } else {
+        double bound = tol * tu_max_abs(ref->out + a * H, n);
+        CHECK(diff <= bound, "%s: max |diff| %g exceeds %g (tol %g of max |one process|)", what, diff, bound, tol);
+    }
+    return diff;
+}
+
+/* ---- fixtures -------------------------------------------------------------------------------- */
+
+typedef struct fixture {
+    char name[256];
+    char dir[1400];
+    int64_t layer, T;
+    moe_dtype xdt;
+} fixture;
+
+static int list_fixtures(fixture *fx, int max)
+{
+    char root[1024];
+    tu_data_path(root, sizeof root, "");
+    DIR *d = opendir(root);
+    CHECK(d, "cannot open fixtures folder %s (LIBMOE_TEST_DATA)", root);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL && n < max) {
+        if (de->d_name[0] == '.')
+            continue;
+        char meta[1600];
+        snprintf(meta, sizeof meta, "%s/%s/meta.json", root, de->d_name);
+        json_error_t je;
+        json_t *m = json_load_file(meta, 0, &je);
+        if (!m)
+            continue;
+        snprintf(fx[n].name, sizeof fx[n].name, "%s", de->d_name);
+        snprintf(fx[n].dir, sizeof fx[n].dir, "%s/%s", root, de->d_name);
+        fx[n].layer = (int64_t)json_integer_value(json_object_get(m, "layer"));
+        fx[n].T = (int64_t)json_integer_value(json_object_get(m, "T"));
+        const char *idt = json_string_value(json_object_get(m, "input_dtype"));
+        fx[n].xdt = idt && !strcmp(idt, "BF16") ? MOE_DTYPE_BF16 : MOE_DTYPE_F32;
+        json_decref(m);
+        n++;
+    }
+    closedir(d);
+    /* the same order on every rank */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && strcmp(fx[j - 1].name, fx[j].name) > 0; j--) {
+            fixture t = fx[j];
+            fx[j] = fx[j - 1];
+            fx[j - 1] = t;
+        }
+    return n;
+}
+
+/* hidden_states of a fixture, aligned copy. */
+static void *fixture_input(moe_ctx *ctx, const fixture *f, int64_t H)
+{
+    char path[1600];
+    snprintf(path, sizeof path, "%s/input.safetensors", f->dir);
+    moe_safetensors *in = NULL;
+    OKC(ctx, moe_safetensors_open(ctx, path, &in));
+    moe_tensor_info ti;
+    OKC(ctx, moe_safetensors_get(in, "hidden_states", &ti));
+    CHECK(ti.dtype == f->xdt && ti.ndim == 2 && ti.shape[0] == f->T && ti.shape[1] == H, "%s: input shape", f->name);
+    void *x = xmalloc(ti.nbytes);
+    memcpy(x, ti.data, ti.nbytes);
+    moe_safetensors_free(in);
+    return x;
+}
+
+/* One fixture through one process and through the parallel configuration c; tol < 0: bitwise. */
+static void fixture_case(const fixture *f, const pcfg *c, double tol, int64_t chunk)
+{
+    moe_ctx *ctx = make_ctx(chunk, 0, NULL);
+    moe_checkpoint *ck = NULL;
+    OKC(ctx, moe_checkpoint_open(ctx, f->dir, &ck));
+    moe_layer_desc d;
+    OKC(ctx, moe_checkpoint_layer_desc(ck, f->layer, &d));
+    void *x = fixture_input(ctx, f, d.hidden_size);
+    const int64_t T = f->T, H = d.hidden_size, K = d.top_k;
+
+    moe_plan *p1 = NULL;
+    moe_weights *w1 = NULL;
+    OKC(ctx, moe_plan_create(ctx, &d, &p1));
+    OKC(ctx, moe_checkpoint_load_weights(ck, f->layer, p1, &w1));
+    result ref;
+    OKC(ctx, exec_rows(p1, w1, x, f->xdt, NULL, T, 0, T, T, &ref));
+
+    moe_plan *pp = par_plan(ctx, &d, c);
+    moe_weights *wp = NULL;
+    OKC(ctx, moe_checkpoint_load_weights(ck, f->layer, pp, &wp));
+    /* only the local share is resident */
+    const moe_parallel_config *pc = moe_plan_parallel(pp);
+    int64_t El = d.num_experts / c->ep + (pc->ep_rank < d.num_experts % c->ep ? 1 : 0);
+    int64_t Il = d.moe_intermediate_size / c->tp + (pc->tp_rank < d.moe_intermediate_size % c->tp ? 1 : 0);
+    int64_t Is = d.shared_expert_intermediate_size;
+    int64_t Isl = Is ? Is / c->tp + (pc->tp_rank < Is % c->tp ? 1 : 0) : 0;
+    size_t es = moe_dtype_size(d.weight_dtype);
+    size_t want = (size_t)(El * 3 * H * Il + 3 * H * Isl) * es;
+    CHECK(moe_weights_expert_bytes(wp) == want, "%s: resident expert bytes %zu, expected %zu (local share)", f->name,
+          moe_weights_expert_bytes(wp), want);
+    int64_t b, e, maxs;
+    par_tokens(c, T, &b, &e, &maxs);
+    result got;
+    OKC(ctx, exec_rows(pp, wp, x, f->xdt, NULL, T, b, e, maxs, &got));
+    int64_t rb = b, re = e;
+    if (c->tp > 1) {
+        int64_t o0, o1;
+        moe_plan_tp_rows(pp, e - b, &o0, &o1);
+        rb = b + o0;
+        re = b + o1;
+    }
+    char what[512];
+    snprintf(what, sizeof what, "%s (ep %d tp %d %s%s)", f->name, c->ep, c->tp,
+             c->low_latency ? "batched" : "standard", c->zero_last ? ", last rank without tokens" : "");
+    compare(what, &got, &ref, H, K, T, tol, rb, re);
+    if (tol >= 0) {
+        /* TP: bit-identical run to run */
+        result again;
+        OKC(ctx, exec_rows(pp, wp, x, f->xdt, NULL, T, b, e, maxs, &again));
+        CHECK(memcmp(again.out + rb * H, got.out + rb * H, sizeof(float) * (size_t)((re - rb) * H)) == 0,
+              "%s: TP output differs between two runs", what);
+        result_free(&again);
+    }
+    result_free(&got);
+    result_free(&ref);
+    moe_weights_free(wp);
+    moe_plan_free(pp);
+    moe_weights_free(w1);
+    moe_plan_free(p1);
+    moe_checkpoint_free(ck);
+    free(x);
+    moe_ctx_free(ctx);
+}
+
+static void all_fixtures(const pcfg *c, double tol, int64_t chunk)
+{
+    static fixture fx[64];
+    int n = list_fixtures(fx, 64);
+    CHECK(n >= 20, "only %d fixtures found under LIBMOE_TEST_DATA", n);
+    for (int i = 0; i < n; i++)
+        fixture_case(&fx[i], c, tol, chunk);
+    say("  %d fixtures: ep %d x tp %d, %s%s: %s\n", n, c->ep, c->tp, c->low_latency ? "batched" : "standard",
+        c->zero_last ? ", last EP rank without tokens" : "", tol < 0 ? "bit-identical to one process" : "within bound");
+}
+
+/* ---- random layers ----------------------------------------------------------------------------- */
+
+/* Skewed caller-supplied routing: 90% of the T*K rows' first choice is expert 0, one row on
+ * each other expert; with K > 1 the other slots are spread. logits [T, E]. */
+static float *skewed_logits(int64_t T, int64_t E, int64_t K, uint64_t seed)
+{
+    float *lg = xmalloc(sizeof(float) * (size_t)(T * E));
+    tu_fill_uniform(lg, (size_t)(T * E), seed, -1.0f, 0.0f);
+    for (int64_t t = 0; t < T; t++) {
+        /* the first E-1 tokens put one row on each expert 1..E-1; all others pick expert 0 */
+        int64_t first = t < E - 1 ? t + 1 : 0;
+        lg[t * E + first] = 6.0f;
+        for (int64_t k = 1; k < K; k++)
+            lg[t * E + (first + k * 3 + t) % E] = 5.0f - 0.5f * (float)k;
+    }
+    return lg;
+}
+
+static void random_case(const char *name, rlayer *L, const float *logits, int64_t T, const pcfg *c, double tol,
+                        int64_t chunk)
+{
+    const moe_layer_desc *d = &L->d;
+    const int64_t H = d->hidden_size, K = d->top_k;
+    moe_ctx *ctx = make_ctx(chunk, 0, NULL);
+    float *x = xmalloc(sizeof(float) * (size_t)(T * H));
+    tu_fill_uniform(x, (size_t)(T * H), 77 + (uint64_t)T, -1.0f, 1.0f);
+    moe_plan *p1 = NULL;
+    moe_weights *w1 = NULL;
+    OKC(ctx, moe_plan_create(ctx, d, &p1));
+    OKC(ctx, moe_weights_create(p1, &L->src, &w1));
+    result ref;
+    OKC(ctx, exec_rows(p1, w1, x, MOE_DTYPE_F32, logits, T, 0, T, T, &ref));
+
+    moe_plan *pp = par_plan(ctx, d, c);
+    local_src ls;
+    local_src_make(&ls, L, pp);
+    moe_weights *wp = NULL;
+    OKC(ctx, moe_weights_create(pp, &ls.src, &wp));
+    int64_t b, e, maxs;
+    par_tokens(c, T, &b, &e, &maxs);
+    result got;
+    OKC(ctx, exec_rows(pp, wp, x, MOE_DTYPE_F32, logits, T, b, e, maxs, &got));
+    char what[512];
+    snprintf(what, sizeof what, "%s (ep %d tp %d %s%s)", name, c->ep, c->tp, c->low_latency ? "batched" : "standard",
+             c->zero_last ? ", last rank without tokens" : "");
+    int64_t rb = b, re = e;
+    if (c->tp > 1) {
+        int64_t o0, o1;
+        moe_plan_tp_rows(pp, e - b, &o0, &o1);
+        rb = b + o0;
+        re = b + o1;
+    }
+    compare(what, &got, &ref, H, K, T, tol, rb, re);
+    CHECK(strcmp(got.st.prepare_finalize, c->ep > 1 ? (c->low_latency ? "ep_batched" : "ep_alltoall")
+                                                    : (c->low_latency ? "local_batched" : "local")) == 0,
+          "%s: prepare_finalize %s", what, got.st.prepare_finalize);
+    /* every row routed to this rank's experts was received: sum over ranks = T*K */
+    long long rows = got.st.received_rows, all = 0;
+    MPI_Allreduce(&rows, &all, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    if (c->ep > 1)
+        CHECK(all == (long long)(T * K * c->tp), "%s: %lld rows received over all ranks, expected %lld", what, all,
+              (long long)(T * K * c->tp));
+    result_free(&got);
+    result_free(&ref);
+    moe_weights_free(wp);
+    local_src_free(&ls);
+    moe_plan_free(pp);
+    moe_weights_free(w1);
+    moe_plan_free(p1);
+    free(x);
+    moe_ctx_free(ctx);
+}
+
+/* The random layers of the ep and tp modes. */
+static void random_suite(const pcfg *base, double tol)
+{
+    for (int fmt = 0; fmt < 2; fmt++) {
+        for (int zl = 0; zl < 2; zl++) {
+            pcfg c = *base;
+            c.low_latency = fmt;
+            c.cap = fmt ? 8 : 0;
+            c.zero_last = zl && c.ep > 1;
+            if (zl && c.ep == 1)
+                continue;
+            rlayer L;
+            /* 1. E = 6 (uneven on 4 ranks), K = 1, 90% of the rows to expert 0, gated shared expert */
+            {
+                const int64_t E = 6, T = 10 * (E - 1);
+                rlayer_make(&L, 24, 20, E, 1, 14, 1, 0, 0, MOE_DTYPE_F32, 11);
+                float *lg = skewed_logits(T, E, 1, 5);
+                random_case("skewed E=6 K=1 shared", &L, lg, T, &c, tol, 16);
+                free(lg);
+                rlayer_free(&L);
+            }
+            /* 2. E = 8, K = 2, skewed first choice, bf16 weights, gpt-oss biases and activation */
+            {
+                const int64_t E = 8, T = 70;
+                rlayer_make(&L, 32, 22, E, 2, 0, 0, 1, 0, MOE_DTYPE_BF16, 21);
+                float *lg = skewed_logits(T, E, 2, 6);
+                random_case("skewed E=8 K=2 bf16 biases", &L, lg, T, &c, tol, 13);
+                free(lg);
+                rlayer_free(&L);
+            }
+            /* 3. weight on the expert input (Llama-4), router computed, ungated shared expert */
+            {
+                rlayer_make(&L, 16, 12, 5, 1, 12, 0, 0, 1, MOE_DTYPE_F32, 31);
+                random_case("weight-on-input E=5 K=1", &L, NULL, 29, &c, tol, 1024);
+                rlayer_free(&L);
+            }
+            /* 4. larger rows with 2 threads: the threaded packing, grouping and combine loops */
+            {
+                g_threads = 2;
+                rlayer_make(&L, 256, 48, 12, 4, 32, 1, 0, 0, MOE_DTYPE_BF16, 35);
+                random_case("2 threads H=256 E=12 K=4", &L, NULL, 150, &c, tol, 64);
+                rlayer_free(&L);
+                g_threads = 1;
+            }
+        }
+    }
+    say("  random layers (skewed routing, uneven placement, bf16, biases, weight on input, shared): ep %d x tp %d, both "
+        "formats: %s\n",
+        base->ep, base->tp, tol < 0 ? "bit-identical to one process" : "within bound");
+}
+
+/* ---- modes --------------------------------------------------------------------------------------- */
+
+static void mode_ep(void)
+{
+    pcfg c = {.ep = N, .tp = 1, .ddt = MOE_DTYPE_F32};
+    for (int fmt = 0; fmt < 2; fmt++) {
+        c.low_latency = fmt;
+        c.cap = fmt ? 4 : 0;
+        c.zero_last = 0;
+        all_fixtures(&c, -1, fmt ? 1024 : 3);
+    }
+    c.low_latency = 0;
+    c.cap = 0;
+    c.zero_last = 1;
+    all_fixtures(&c, -1, 4);
+    random_suite(&c, -1);
+}
+
+/* TP: the all-reduce algorithms and the reduce_scatter layout on one random layer. */
+static void tp_algorithms(int tp, int ep)
+{
+    rlayer L;
+    rlayer_make(&L, 40, 42, 8, 2, 26, 1, 0, 0, MOE_DTYPE_F32, 41);
+    const int64_t T = 37, H = 40;
+    float *x = xmalloc(sizeof(float) * (size_t)(T * H));
+    tu_fill_uniform(x, (size_t)(T * H), 9, -1.0f, 1.0f);
+    pcfg c = {.ep = ep, .tp = tp, .ddt = MOE_DTYPE_F32};
+    int64_t b, e, maxs;
+    par_tokens(&c, T, &b, &e, &maxs);
+    float *outs[3];
+    const int64_t small[3] = {1 << 30, 0, 0};
+    const char *mode[3] = {"allreduce", "allreduce", "reduce_scatter"};
+    for (int v = 0; v < 3; v++) {
+        moe_ctx *ctx = make_ctx(16, small[v], mode[v]);
+        moe_plan *pp = par_plan(ctx, &L.d, &c);
+        moe_weights *wp = NULL;
+        OKC(ctx, moe_weights_create(pp, &L.src, &wp));
+        result got;
+        OKC(ctx, exec_rows(pp, wp, x, MOE_DTYPE_F32, NULL, T, b, e, maxs, &got));
+        outs[v] = got.out;
+        got.out = NULL;
+        CHECK(got.st.tp_reduce_seconds > 0 && got.st.tp_reduce_bytes > 0, "TP stats not filled");
+        if (v == 2) {
+            int64_t o0, o1;
+            moe_plan_tp_rows(pp, e - b, &o0, &o1);
+            /* owned rows equal the all-reduce rows bit for bit; the others are left alone */
+            CHECK(memcmp(outs[2] + (b + o0) * H, outs[0] + (b + o0) * H, sizeof(float) * (size_t)((o1 - o0) * H)) == 0,
+                  "reduce_scatter rows differ from the all-reduce rows");
+            for (int64_t t = b; t < e; t++)
+                if (t < b + o0 || t >= b + o1)
+                    CHECK(isnan(outs[2][t * H]), "reduce_scatter wrote row %lld it does not own", (long long)t);
+            int64_t want0 = (e - b) / tp * (R % tp) + ((R % tp) < (e - b) % tp ? R % tp : (e - b) % tp);
+            CHECK(o0 == want0, "reduce_scatter rows start at %lld, expected %lld", (long long)o0, (long long)want0);
+        }
+        result_free(&got);
+        moe_weights_free(wp);
+        moe_plan_free(pp);
+        moe_ctx_free(ctx);
+    }
+    /* both all-reduce algorithms: the same bits */
+    CHECK(memcmp(outs[0] + b * H, outs[1] + b * H, sizeof(float) * (size_t)((e - b) * H)) == 0,
+          "small-message and reduce-scatter + all-gather all-reduce differ");
+    /* identical on every rank of the TP group: compare with the group's first rank */
+    MPI_Comm tpc;
+    MPI_Comm_split(MPI_COMM_WORLD, R / tp, R % tp, &tpc);
+    float *first = xmalloc(sizeof(float) * (size_t)(T * H));
+    memcpy(first, outs[0], sizeof(float) * (size_t)(T * H));
+    MPI_Bcast(first + b * H, (int)((e - b) * H), MPI_FLOAT, 0, tpc);
+    CHECK(memcmp(first + b * H, outs[0] + b * H, sizeof(float) * (size_t)((e - b) * H)) == 0,
+          "TP output differs between the ranks of a TP group");
+    MPI_Comm_free(&tpc);
+    free(first);
+    for (int v = 0; v < 3; v++)
+        free(outs[v]);
+    free(x);
+    rlayer_free(&L);
+    say("  TP %d x EP %d: both all-reduce algorithms give the same bits on every rank; reduce_scatter rows equal\n", tp,
+        ep);
+}
+
+static void mode_tp(void)
+{
+    const double tol = 1e-5;
+    pcfg c = {.ep = 1, .tp = N, .ddt = MOE_DTYPE_F32};
+    all_fixtures(&c, tol, 1024);
+    random_suite(&c, tol);
+    tp_algorithms(N, 1);
+    if (N == 4) {
+        pcfg cc = {.ep = 2, .tp = 2, .ddt = MOE_DTYPE_F32};
+        for (int fmt = 0; fmt < 2; fmt++) {
+            cc.low_latency = fmt;
+            cc.cap = fmt ? 4 : 0;
+            all_fixtures(&cc, tol, 5);
+        }
+        random_suite(&cc, tol);
+        tp_algorithms(2, 2);
+    }
+}
+
+/* A plan on rank-dependent input that must fail on every rank; the message must hold `needle`. */
+static void expect_plan_fail(moe_ctx *ctx, const moe_layer_desc *d, const moe_plan_config *cfg, moe_status want,
+                             const char *needle, const char *what)
+{
+    moe_plan *p = NULL;
+    moe_status st = moe_plan_create_ex(ctx, d, cfg, &p);
+    CHECK(st == want && !p, "%s: got %s (%s), expected %s", what, moe_status_name(st), moe_ctx_last_error(ctx),
+          moe_status_name(want));
+    CHECK(strstr(moe_ctx_last_error(ctx), needle), "%s: message lacks '%s': %s", what, needle, moe_ctx_last_error(ctx));
+    if (R == 0)
+        printf("  %s refused on every rank: %s\n", what, moe_ctx_last_error(ctx));
+}
+
+static void mode_errors(void)
+{
+    rlayer L;
+    rlayer_make(&L, 16, 8, 8, 2, 0, 0, 0, 0, MOE_DTYPE_F32, 51);
+    moe_ctx *ctx = make_ctx(0, -1, NULL);
+    moe_plan_config cfg;
+    moe_plan_config_init(&cfg);
+    cfg.parallel.ep_size = N;
+    cfg.parallel.ep_rank = R;
+    cfg.parallel.timeout_s = 30;
+
+    /* a description field differs on the last rank */
+    moe_layer_desc d = L.d;
+    if (R == N - 1)
+        d.top_k = 3;
+    expect_plan_fail(ctx, &d, &cfg, MOE_EINVAL, "'top_k'", "top_k mismatch");
+    d = L.d;
+    if (R == 0)
+        d.renormalize = 0;
+    expect_plan_fail(ctx, &d, &cfg, MOE_EINVAL, "'renormalize'", "renormalize mismatch");
+    /* a knob differs */
+    moe_ctx *other = R == N - 1 ? make_ctx(7, -1, NULL) : make_ctx(0, -1, NULL);
+    expect_plan_fail(other, &L.d, &cfg, MOE_EINVAL, "'chunk_size'", "chunk_size knob mismatch");
+    moe_ctx_free(other);
+    /* the composition differs */
+    moe_plan_config c2 = cfg;
+    c2.parallel.low_latency = R == 0;
+    expect_plan_fail(ctx, &L.d, &c2, MOE_EINVAL, "'prepare_finalize'", "format mismatch");
+    /* duplicate coordinates */
+    c2 = cfg;
+    c2.parallel.ep_rank = 0;
+    expect_plan_fail(ctx, &L.d, &c2, MOE_EINVAL, "both have", "duplicate coordinates");
+    /* communicator size */
+    c2 = cfg;
+    c2.parallel.ep_size = 2 * N;
+    c2.parallel.ep_rank = -1;
+    expect_plan_fail(ctx, &L.d, &c2, MOE_EINVAL, "communicator holds", "wrong communicator size");
+
+    /* execute: one rank's bad argument fails every rank, before any data moves */
+    moe_plan *p = NULL;
+    OKC(ctx, moe_plan_create_ex(ctx, &L.d, &cfg, &p));
+    moe_weights *w = NULL;
+    OKC(ctx, moe_weights_create(p, &L.src, &w));
+    const int64_t T = 9, H = 16;
+    float *x = xmalloc(sizeof(float) * (size_t)(T * H)), *out = xmalloc(sizeof(float) * (size_t)(T * H));
+    tu_fill_uniform(x, (size_t)(T * H), 3, -1, 1);
+    size_t wsz = moe_plan_workspace_size(p, T);
+    void *ws = xmalloc(wsz);
+    moe_exec_args a = {.hidden_states = x, .hidden_dtype = R == 0 ? MOE_DTYPE_I32 : MOE_DTYPE_F32, .n_tokens = T,
+                       .output = out, .workspace = ws, .workspace_size = wsz};
+    moe_status st = moe_plan_execute_ex(p, w, &a);
+    CHECK(st == MOE_EDTYPE, "bad dtype on rank 0: got %s on rank %d", moe_status_name(st), R);
+    CHECK(R == 0 ? strstr(moe_ctx_last_error(ctx), "dtype") != NULL : strstr(moe_ctx_last_error(ctx), "rank 0") != NULL,
+          "message: %s", moe_ctx_last_error(ctx));
+    say("  a bad argument on rank 0 fails every rank: %s\n", moe_ctx_last_error(ctx));
+    a.hidden_dtype = MOE_DTYPE_F32;
+    OKC(ctx, moe_plan_execute_ex(p, w, &a)); /* the plan stays usable */
+    /* a short workspace: the last rank sized for 1 token while rank 0 brings T */
+    a.n_tokens = R == N - 1 ? 1 : T;
+    a.workspace_size = R == N - 1 ? moe_plan_workspace_size(p, 1) : wsz;
+    st = moe_plan_execute_ex(p, w, &a);
+    CHECK(st == MOE_EWORKSPACE, "short workspace: got %s", moe_status_name(st));
+    char needle[32];
+    snprintf(needle, sizeof needle, "rank %d's workspace", N - 1);
+    CHECK(strstr(moe_ctx_last_error(ctx), needle), "message: %s", moe_ctx_last_error(ctx));
+    say("  a short workspace fails every rank: %s\n", moe_ctx_last_error(ctx));
+    a.workspace_size = wsz;
+    OKC(ctx, moe_plan_execute_ex(p, w, &a));
+    free(ws);
+    moe_weights_free(w);
+    moe_plan_free(p);
+
+    /* TP: the ranks of a TP group must pass the same token count */
+    moe_plan_config ct;
+    moe_plan_config_init(&ct);
+    ct.parallel.tp_size = N;
+    ct.parallel.tp_rank = -1;
+    ct.parallel.timeout_s = 30;
+    OKC(ctx, moe_plan_create_ex(ctx, &L.d, &ct, &p));
+    OKC(ctx, moe_weights_create(p, &L.src, &w));
+    wsz = moe_plan_workspace_size(p, T);
+    ws = xmalloc(wsz);
+    moe_exec_args b = {.hidden_states = x, .hidden_dtype = MOE_DTYPE_F32, .n_tokens = R == 1 ? T - 1 : T,
+                       .output = out, .workspace = ws, .workspace_size = wsz};
+    st = moe_plan_execute_ex(p, w, &b);
+    CHECK(st == MOE_EINVAL && strstr(moe_ctx_last_error(ctx), "TP group"), "TP token mismatch: %s: %s",
+          moe_status_name(st), moe_ctx_last_error(ctx));
+    say("  TP ranks with different token counts fail every rank: %s\n", moe_ctx_last_error(ctx));
+    free(ws);
+    moe_weights_free(w);
+    moe_plan_free(p);
+
+    /* configuration errors every rank finds alone */
+    moe_plan_config bad;
+    moe_plan_config_init(&bad);
+    bad.parallel.ep_size = 9;
+    expect_plan_fail(ctx, &L.d, &bad, MOE_EINVAL, "ep_size", "ep_size > E");
+    moe_plan_config_init(&bad);
+    bad.parallel.dispatch_dtype = MOE_DTYPE_F8_E4M3;
+    expect_plan_fail(ctx, &L.d, &bad, MOE_EINVAL, "dispatch_dtype", "fp8 dispatch without EP");
+    moe_plan_config_init(&bad);
+    bad.prepare_finalize = MOE_PF_EP_ALLTOALL;
+    expect_plan_fail(ctx, &L.d, &bad, MOE_EINVAL, "ep_size > 1", "EP prepare/finalize in one process");
+    free(x);
+    free(out);
+    moe_ctx_free(ctx);
+    rlayer_free(&L);
+}
+
+static void mode_quant(void)
+{
+    /* realistic activations: H = 256, outputs compared with exact (F32) dispatch */
+    rlayer L;
+    rlayer_make(&L, 256, 64, 8, 2, 0, 0, 0, 0, MOE_DTYPE_F32, 61);
+    const moe_dtype dts[2] = {MOE_DTYPE_F8_E4M3, MOE_DTYPE_I8};
+    const double bound[2] = {5e-2, 1e-2};
+    const int64_t T = 64, H = 256, K = 2;
+    float *x = xmalloc(sizeof(float) * (size_t)(T * H));
+    tu_fill_uniform(x, (size_t)(T * H), 5, -1.0f, 1.0f);
+    for (int fmt = 0; fmt < 2; fmt++) {
+        pcfg c = {.ep = N, .tp = 1, .ddt = MOE_DTYPE_F32, .low_latency = fmt, .cap = fmt ? 16 : 0};
+        moe_ctx *ctx = make_ctx(1024, -1, NULL);
+        int64_t b, e, maxs;
+        par_tokens(&c, T, &b, &e, &maxs);
+        moe_plan *p0 = par_plan(ctx, &L.d, &c);
+        moe_weights *w0 = NULL;
+        OKC(ctx, moe_weights_create(p0, &L.src, &w0));
+        result exact;
+        OKC(ctx, exec_rows(p0, w0, x, MOE_DTYPE_F32, NULL, T, b, e, maxs, &exact));
+        for (int i = 0; i < 2; i++) {
+            c.ddt = dts[i];
+            moe_plan *p = par_plan(ctx, &L.d, &c);
+            moe_weights *w = NULL;
+            OKC(ctx, moe_weights_create(p, &L.src, &w));
+            result got;
+            OKC(ctx, exec_rows(p, w, x, MOE_DTYPE_F32, NULL, T, b, e, maxs, &got));
+            double diff = tu_max_abs_diff(got.out + b * H, exact.out + b * H, (size_t)((e - b) * H));
+            double mx = tu_max_abs(exact.out + b * H, (size_t)((e - b) * H));
+            double gd = 0, gm = 0;
+            MPI_Allreduce(&diff, &gd, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            MPI_Allreduce(&mx, &gm, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            long long db = got.st.dispatch_bytes, db0 = exact.st.dispatch_bytes, sdb = 0, sdb0 = 0;
+            MPI_Allreduce(&db, &sdb, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+            MPI_Allreduce(&db0, &sdb0, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+            say("  dispatch %s (%s): max |out - exact| = %.3g = %.3g of max |out|; dispatched bytes %lld vs %lld "
+                "(F32)\n",
+                moe_dtype_name(dts[i]), fmt ? "batched" : "standard", gd, gd / gm, sdb, sdb0);
+            CHECK(gd <= bound[i] * gm, "%s dispatch error %g of max exceeds %g", moe_dtype_name(dts[i]), gd / gm,
+                  bound[i]);
+            CHECK(gd > 0, "%s dispatch changed nothing", moe_dtype_name(dts[i]));
+            CHECK(sdb * 3 < sdb0, "%s dispatch did not cut the bytes (%lld vs %lld)", moe_dtype_name(dts[i]), sdb, sdb0);
+            CHECK(memcmp(got.ids + b * K, exact.ids + b * K, sizeof(int32_t) * (size_t)((e - b) * K)) == 0,
+                  "routing changed");
+            result_free(&got);
+            moe_weights_free(w);
+            moe_plan_free(p);
+        }
+        result_free(&exact);
+        moe_weights_free(w0);
+        moe_plan_free(p0);
+        moe_ctx_free(ctx);
+    }
+    free(x);
+    rlayer_free(&L);
+}
+
+static void mode_placement(void)
+{
+    /* R15: 128 experts on 6 ranks = 22,22,21,21,21,21 */
+    rlayer L;
+    rlayer_make(&L, 16, 8, 128, 4, 8, 1, 0, 0, MOE_DTYPE_F32, 71);
+    moe_ctx *ctx = make_ctx(1024, -1, NULL);
+    pcfg c = {.ep = N, .tp = 1, .ddt = MOE_DTYPE_F32};
+    moe_plan *p = par_plan(ctx, &L.d, &c);
+    int32_t map[128];
+    OKC(ctx, moe_plan_expert_map(p, map));
+    int64_t count = 0, first = -1;
+    for (int e = 0; e < 128; e++)
+        if (map[e] >= 0) {
+            if (first < 0)
+                first = e;
+            CHECK(map[e] == e - first, "expert map not contiguous at %d", e);
+            count++;
+        }
+    int64_t want = 128 / N + (R < 128 % N ? 1 : 0), want_first = R * (128 / N) + (R < 128 % N ? R : 128 % N);
+    CHECK(count == want && first == want_first, "rank %d holds %lld experts from %lld, expected %lld from %lld", R,
+          (long long)count, (long long)first, (long long)want, (long long)want_first);
+    long long counts[64] = {0}, mine = count;
+    MPI_Gather(&mine, 1, MPI_LONG_LONG, counts, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+    if (R == 0) {
+        printf("  128 experts on %d ranks:", N);
+        for (int i = 0; i < N; i++)
+            printf(" %lld", counts[i]);
+        printf("\n");
+    }
+    moe_plan_free(p);
+    moe_ctx_free(ctx);
+    /* and bit-identical with uneven placement, both formats */
+    for (int fmt = 0; fmt < 2; fmt++) {
+        c.low_latency = fmt;
+        c.cap = fmt ? 8 : 0;
+        random_case("128 experts", &L, NULL, 50, &c, -1, 16);
+    }
+    say("  128 experts on %d ranks: bit-identical to one process, both formats\n", N);
+    rlayer_free(&L);
+}
+
+/* Dispatch / combine seconds and bytes per token (rank 0 prints; nothing is checked). */
+static void mode_bench(void)
+{
+    rlayer L;
+    rlayer_make(&L, 1024, 256, 32, 4, 0, 0, 0, 0, MOE_DTYPE_BF16, 81);
+    const int64_t Ts[2] = {1, 256};
+    for (int fmt = 0; fmt < 2; fmt++)
+        for (int i = 0; i < 2; i++) {
+            const int64_t T = Ts[i], H = 1024;
+            float *x = xmalloc(sizeof(float) * (size_t)(T * H));
+            tu_fill_uniform(x, (size_t)(T * H), 1, -1, 1);
+            moe_ctx *ctx = make_ctx(1024, -1, NULL);
+            pcfg c = {.ep = N, .tp = 1, .ddt = MOE_DTYPE_F32, .low_latency = fmt, .cap = fmt ? 256 : 0};
+            moe_plan *p = par_plan(ctx, &L.d, &c);
+            moe_weights *w = NULL;
+            OKC(ctx, moe_weights_create(p, &L.src, &w));
+            double disp = 0, comb = 0, tot = 0;
+            long long bytes = 0, cbytes = 0;
+            const int iters = 20;
+            for (int it = 0; it < iters + 2; it++) {
+                result r;
+                MPI_Barrier(MPI_COMM_WORLD);
+                double t0 = MPI_Wtime();
+                OKC(ctx, exec_rows(p, w, x, MOE_DTYPE_F32, NULL, T, 0, T, T, &r));
+                double t1 = MPI_Wtime();
+                if (it >= 2) {
+                    disp += r.st.dispatch_seconds;
+                    comb += r.st.combine_seconds;
+                    tot += t1 - t0;
+                    bytes += r.st.dispatch_bytes;
+                    cbytes += r.st.combine_bytes;
+                }
+                result_free(&r);
+            }
+            say("  ep %d %s T %4lld: forward %.3f ms, dispatch %.3f ms, combine %.3f ms, bytes/token sent %lld + %lld\n",
+                N, fmt ? "batched " : "standard", (long long)T, 1e3 * tot / iters, 1e3 * disp / iters,
+                1e3 * comb / iters, bytes / iters / T, cbytes / iters / T);
+            moe_weights_free(w);
+            moe_plan_free(p);
+            moe_ctx_free(ctx);
+            free(x);
+        }
+    rlayer_free(&L);
+}
+
+/* Rank 1 dies before an execute; rank 0 must not hang (mpirun ends the job or the execute
+ * times out). Exits non-zero either way. */
+static void mode_kill(void)
+{
+    rlayer L;
+    rlayer_make(&L, 16, 8, 8, 2, 0, 0, 0, 0, MOE_DTYPE_F32, 91);
+    moe_ctx *ctx = make_ctx(1024, -1, NULL);
+    moe_plan_config cfg;
+    moe_plan_config_init(&cfg);
+    cfg.parallel.ep_size = N;
+    cfg.parallel.ep_rank = -1;
+    cfg.parallel.timeout_s = 5;
+    moe_plan *p = NULL;
+    OKC(ctx, moe_plan_create_ex(ctx, &L.d, &cfg, &p));
+    moe_weights *w = NULL;
+    OKC(ctx, moe_weights_create(p, &L.src, &w));
+    if (R == 1) {
+        fprintf(stderr, "[rank 1] raising SIGKILL\n");
+        fflush(stderr);
+        raise(SIGKILL);
+    }
+    sleep(1);
+    const int64_t T = 4, H = 16;
+    float x[4 * 16], out[4 * 16];
+    tu_fill_uniform(x, (size_t)(T * H), 1, -1, 1);
+    size_t wsz = moe_plan_workspace_size(p, T);
+    void *ws = xmalloc(wsz);
+    double t0 = MPI_Wtime();
+    moe_status st = moe_plan_execute(p, w, x, T, out, ws, wsz);
+    fprintf(stderr, "[rank %d] execute after a peer died: %s after %.1f s: %s\n", R, moe_status_name(st),
+            MPI_Wtime() - t0, moe_ctx_last_error(ctx));
+    fflush(stderr);
+    _exit(st == MOE_OK ? 0 : 3);
+}
+
+/* Rank 1 arrives after the others' timeout: they get MOE_ETIMEOUT, not a hang. */
+static void mode_late(void)
+{
+    rlayer L;
+    rlayer_make(&L, 16, 8, 8, 2, 0, 0, 0, 0, MOE_DTYPE_F32, 92);
+    moe_ctx *ctx = make_ctx(1024, -1, NULL);
+    moe_plan_config cfg;
+    moe_plan_config_init(&cfg);
+    cfg.parallel.ep_size = N;
+    cfg.parallel.ep_rank = -1;
+    cfg.parallel.timeout_s = 2;
+    if (R == 1)
+        sleep(6);
+    double t0 = MPI_Wtime();
+    moe_plan *p = NULL;
+    moe_status st = moe_plan_create_ex(ctx, &L.d, &cfg, &p);
+    double waited = MPI_Wtime() - t0;
+    fprintf(stderr, "[rank %d] plan creation with a late peer: %s after %.1f s: %s\n", R, moe_status_name(st), waited,
+            moe_ctx_last_error(ctx));
+    fflush(stderr);
+    if (R != 1 && (st != MOE_ETIMEOUT || waited > 10))
+        _exit(4);
+    _exit(R == 1 ? 0 : 5); /* 5: the expected outcome on the ranks that arrived */
+}
+
+/* Two `moe run` output files: ids equal, output within tol * max |a| (0: bitwise). */
+static int mode_compare(int argc, char **argv)
+{
+    CHECK(argc == 5, "usage: test_mpi compare A.safetensors B.safetensors TOL");
+    moe_ctx *ctx = make_ctx(0, -1, NULL);
+    moe_safetensors *f[2] = {NULL, NULL};
+    moe_tensor_info o[2], id[2];
+    for (int i = 0; i < 2; i++) {
+        OKC(ctx, moe_safetensors_open(ctx, argv[2 + i], &f[i]));
+        OKC(ctx, moe_safetensors_get(f[i], "output", &o[i]));
+        OKC(ctx, moe_safetensors_get(f[i], "topk_ids", &id[i]));
+    }
+    CHECK(o[0].nbytes == o[1].nbytes && id[0].nbytes == id[1].nbytes, "shapes differ");
+    CHECK(memcmp(id[0].data, id[1].data, id[0].nbytes) == 0, "topk_ids differ");
+    const size_t n = o[0].nbytes / sizeof(float);
+    float *a = xmalloc(o[0].nbytes), *b = xmalloc(o[1].nbytes);
+    memcpy(a, o[0].data, o[0].nbytes);
+    memcpy(b, o[1].data, o[1].nbytes);
+    const double tol = atof(argv[4]), diff = tu_max_abs_diff(a, b, n), mx = tu_max_abs(a, n);
+    if (tol == 0)
+        CHECK(memcmp(a, b, o[0].nbytes) == 0, "outputs not bit-identical (max |diff| %g)", diff);
+    else
+        CHECK(diff <= tol * mx, "max |diff| %g exceeds %g x max |a| = %g", diff, tol, tol * mx);
+    printf("compare %s %s: ids equal, max |diff| %g (%g of max |a|)\n", argv[2], argv[3], diff, mx > 0 ? diff / mx : 0);
+    free(a);
+    free(b);
+    moe_safetensors_free(f[0]);
+    moe_safetensors_free(f[1]);
+    moe_ctx_free(ctx);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &R);
+    MPI_Comm_size(MPI_COMM_WORLD, &N);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    g_mode = argc > 1 ? argv[1] : "";
+    CHECK(moe_mpi_available(), "libmoe built without MPI");
+    double t0 = MPI_Wtime();
+    say("test_mpi %s on %d ranks\n", g_mode, N);
+    if (!strcmp(g_mode, "ep"))
+        mode_ep();
+    else if (!strcmp(g_mode, "tp"))
+        mode_tp();
+    else if (!strcmp(g_mode, "errors"))
+        mode_errors();
+    else if (!strcmp(g_mode, "quant"))
+        mode_quant();
+    else if (!strcmp(g_mode, "placement"))
+        mode_placement();
+    else if (!strcmp(g_mode, "bench"))
+        mode_bench();
+    else if (!strcmp(g_mode, "kill"))
+        mode_kill();
+    else if (!strcmp(g_mode, "late"))
+        mode_late();
+    else if (!strcmp(g_mode, "compare"))
+        mode_compare(argc, argv);
+    else
+        FAIL("unknown mode '%s' (ep, tp, errors, quant, placement, bench, kill, late)", g_mode);
+    MPI_Barrier(MPI_COMM_WORLD);
+    say("test_mpi %s on %d ranks: OK (%.1f s)\n", g_mode, N, MPI_Wtime() - t0);
+    MPI_Finalize();
+    return 0;
+}

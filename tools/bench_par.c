@@ -1,0 +1,421 @@
+/* `moe bench --ep N --tp M`: one MoE layer forward under expert / tensor parallelism, under
+ * mpirun -np N*M (--ep 1 --tp 1 runs the same measurement in one process, the baseline).
+ *
+ * Each rank generates and packs only its share of the embedded model's weights (its experts,
+ * its I columns; values are a function of (seed, tensor, element), so the ranks agree), and
+ * every EP rank brings its own T tokens per forward (a TP group shares them). Per T: the
+ * forward time (median over the iterations on each rank, the slowest rank's), and from
+ * moe_exec_stats the dispatch, combine and TP-reduce seconds (mean over ranks, per forward)
+ * and the bytes each rank sent to the others per token. The per-rank lines give the resident
+ * expert bytes (moe_weights_expert_bytes). */
+#include "cli.h"
+#include "models.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const CMD = "moe bench";
+
+#define MAX_T 32
+
+int cli_bench_parallel_wanted(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--ep") || !strcmp(argv[i], "--tp") || !strncmp(argv[i], "--ep=", 5) ||
+            !strncmp(argv[i], "--tp=", 5))
+            return 1;
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fputs("usage: mpirun -np N*M moe bench --ep N [--tp M] [options]\n"
+          "       moe bench --ep 1 [options]         (the same measurement in one process)\n"
+          "\n"
+          "One MoE layer of an embedded model under expert parallelism (--ep: experts placed\n"
+          "E/N per rank, the first E%N ranks one more; each EP rank brings its own T tokens)\n"
+          "and tensor parallelism (--tp: I split across the ranks, partial outputs summed in\n"
+          "rank order). Each rank generates and packs only its own share of the weights.\n"
+          "\n"
+          "Options:\n"
+          "  --ep N               expert-parallel ranks (default 1)\n"
+          "  --tp M               tensor-parallel ranks (default 1)\n"
+          "  --model NAME         an embedded model (moe bench --list-models); default qwen3-30b-a3b\n"
+          "  --num-experts N      override E (keeps H, I, K)\n"
+          "  --dtype D            bf16 (default), f16 or f32 weights\n"
+          "  --tokens LIST        tokens per EP rank per forward (default 1,256)\n"
+          "  --threads N          worker threads per rank (default: MOE_NUM_THREADS, else 1)\n"
+          "  --iters N            timed forwards per T (default 20, after 2 warm-ups)\n"
+          "  --low-latency        the batched format (one MPI_Alltoall of fixed slot blocks)\n"
+          "  --capacity N         batched slots per expert and source rank (default: the\n"
+          "                       largest T, at most 256)\n"
+          "  --dispatch-dtype D   f32 (default, exact), fp8 (e4m3) or int8 activations on the wire\n"
+          "  --seed N             weights and inputs (default 1)\n"
+          "  -h, --help           this text\n"
+          "\n"
+          "Per rank (in rank order): its experts, I shard and resident expert bytes\n"
+          "(moe_weights_expert_bytes), and the packing time. Per T: forward ms (median per\n"
+          "rank, the slowest rank), dispatch / combine / TP-reduce ms (mean over ranks, per\n"
+          "forward, waiting included), and the bytes sent to other ranks per token (dispatch +\n"
+          "combine + TP reduce, summed over ranks, over all ranks' tokens).\n",
+          f);
+}
+
+static int parse_list(const char *s, int64_t *v, int *n)
+{
+    *n = 0;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (*n == MAX_T || cli_parse_i64(CMD, "--tokens", tok, 1, (int64_t)1 << 20, &v[*n]) != 0)
+            return -1;
+        (*n)++;
+    }
+    if (*n == 0) {
+        cli_err(CMD, "--tokens: give at least one token count");
+        return -1;
+    }
+    return 0;
+}
+
+/* n values of tensor `tid` in dtype dt into buf: scale * uniform(-1, 1), a function of (seed,
+ * tid, index) only, so every rank generates the same tensor. */
+static void fill(void *buf, moe_dtype dt, size_t n, uint64_t seed, uint64_t tid, float scale)
+{
+    const uint64_t s = seed * 1000003ull + tid;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float v = scale * cli_uniform_pm1(s, i);
+        if (dt == MOE_DTYPE_F32)
+            ((float *)buf)[i] = v;
+        else if (dt == MOE_DTYPE_BF16)
+            ((uint16_t *)buf)[i] = cli_f32_to_bf16(v);
+        else
+            ((uint16_t *)buf)[i] = cli_f32_to_f16(v);
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int cli_bench_parallel(int argc, char **argv)
+{
+    const char *model = "qwen3-30b-a3b", *tokens = "1,256";
+    int64_t ep = 1, tp = 1, num_experts = 0, threads = 0, iters = 20, capacity = 0, seed = 1;
+    int low_latency = 0;
+    moe_dtype dt = MOE_DTYPE_BF16, ddt = MOE_DTYPE_F32;
+    cli_args a;
+    cli_args_init(&a, argc, argv, CMD);
+    int r;
+    while ((r = cli_args_next(&a)) != 0) {
+        if (r < 0)
+            return CLI_USAGE;
+        const char *v = NULL;
+        if (cli_is(&a, "--help") || cli_is(&a, "-h")) {
+            usage(stdout);
+            return CLI_OK;
+        } else if (cli_is(&a, "--low-latency")) {
+            low_latency = 1;
+        } else if (cli_is(&a, "--model")) {
+            if (!(model = cli_value(&a)))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "--tokens")) {
+            if (!(tokens = cli_value(&a)))
+                return CLI_USAGE;
+        } else if (cli_is(&a, "--dtype") || cli_is(&a, "--dispatch-dtype")) {
+            const int disp = cli_is(&a, "--dispatch-dtype");
+            if (!(v = cli_value(&a)))
+                return CLI_USAGE;
+            moe_dtype *to = disp ? &ddt : &dt;
+            if (!strcmp(v, "f32"))
+                *to = MOE_DTYPE_F32;
+            else if (!disp && !strcmp(v, "bf16"))
+                *to = MOE_DTYPE_BF16;
+            else if (!disp && !strcmp(v, "f16"))
+                *to = MOE_DTYPE_F16;
+            else if (disp && !strcmp(v, "fp8"))
+                *to = MOE_DTYPE_F8_E4M3;
+            else if (disp && !strcmp(v, "int8"))
+                *to = MOE_DTYPE_I8;
+            else {
+                cli_err(CMD, "%s: '%s' is not one of %s", a.opt, v, disp ? "f32, fp8, int8" : "f32, bf16, f16");
+                return CLI_USAGE;
+            }
+        } else {
+            int64_t *iv = cli_is(&a, "--ep")            ? &ep
+                          : cli_is(&a, "--tp")          ? &tp
+                          : cli_is(&a, "--num-experts") ? &num_experts
+                          : cli_is(&a, "--threads")     ? &threads
+                          : cli_is(&a, "--iters")       ? &iters
+                          : cli_is(&a, "--capacity")    ? &capacity
+                          : cli_is(&a, "--seed")        ? &seed
+                                                        : NULL;
+            if (!iv)
+                return cli_unknown(&a);
+            if (!(v = cli_value(&a)) || cli_parse_i64(CMD, a.opt, v, iv == &seed ? 0 : 1, (int64_t)1 << 30, iv) != 0)
+                return CLI_USAGE;
+        }
+    }
+    int64_t Ts[MAX_T];
+    int nT = 0;
+    if (parse_list(tokens, Ts, &nT) != 0)
+        return CLI_USAGE;
+    const cli_model *m = cli_model_find(model);
+    if (!m) {
+        cli_err(CMD, "--model %s: unknown model (moe bench --list-models lists them)", model);
+        return CLI_USAGE;
+    }
+    const int nranks = (int)(ep * tp), rank = cli_mpi_rank();
+    if (nranks != cli_mpi_size()) {
+        cli_err(CMD, "--ep %lld x --tp %lld = %d ranks, but %d %s running: launch with mpirun -np %d", (long long)ep,
+                (long long)tp, nranks, cli_mpi_size(), cli_mpi_size() == 1 ? "process is" : "are", nranks);
+        return CLI_USAGE;
+    }
+    int64_t Tmax = 0;
+    for (int i = 0; i < nT; i++)
+        Tmax = Ts[i] > Tmax ? Ts[i] : Tmax;
+
+    moe_layer_desc d;
+    moe_layer_desc_init(&d);
+    d.family = m->family;
+    d.hidden_size = m->hidden_size;
+    d.moe_intermediate_size = m->intermediate_size;
+    d.num_experts = num_experts ? num_experts : m->num_experts;
+    d.top_k = m->top_k;
+    d.renormalize = m->renormalize;
+    d.routed_scaling_factor = m->routed_scaling_factor;
+    d.shared_expert_intermediate_size = m->shared_intermediate_size;
+    d.shared_expert_gated = m->shared_gated;
+    d.weight_dtype = dt;
+    cli_model_routing(m, &d);
+    const int64_t H = d.hidden_size, I = d.moe_intermediate_size, E = d.num_experts, K = d.top_k;
+    const int64_t Is = d.shared_expert_intermediate_size;
+
+    moe_options o;
+    moe_options_init(&o);
+    o.num_threads = (int)(threads ? threads : (getenv("MOE_NUM_THREADS") ? 0 : 1));
+    moe_ctx *ctx = NULL;
+    char err[1024] = "";
+    if (moe_ctx_create(&o, &ctx, err, sizeof err) != MOE_OK) {
+        cli_err(CMD, "%s", err);
+        return CLI_FAIL;
+    }
+    int rc = CLI_FAIL;
+    moe_plan *plan = NULL;
+    moe_weights *w = NULL;
+    void *wg = NULL, *wu = NULL, *wd = NULL, *shg = NULL, *shu = NULL, *shd = NULL, *ws = NULL;
+    float *router = NULL, *sgate = NULL, *x = NULL, *out = NULL;
+    double *times = NULL; /* [iters] seconds per forward */
+    const void **gp = calloc((size_t)E, sizeof(void *)), **up = calloc((size_t)E, sizeof(void *));
+    const void **dp = calloc((size_t)E, sizeof(void *));
+    int32_t *map = malloc(sizeof(int32_t) * (size_t)E);
+    if (!gp || !up || !dp || !map) {
+        cli_err(CMD, "out of memory");
+        goto done;
+    }
+
+    moe_plan_config cfg;
+    moe_plan_config_init(&cfg);
+    cfg.parallel.ep_size = (int)ep;
+    cfg.parallel.tp_size = (int)tp;
+    cfg.parallel.ep_rank = -1;
+    cfg.parallel.tp_rank = -1;
+    cfg.parallel.low_latency = low_latency;
+    cfg.parallel.dispatch_dtype = ddt;
+    cfg.batched_capacity = capacity ? capacity : (Tmax < 256 ? Tmax : 256);
+    if (moe_plan_create_ex(ctx, &d, &cfg, &plan) != MOE_OK || moe_plan_expert_map(plan, map) != MOE_OK) {
+        cli_err(CMD, "%s", moe_ctx_last_error(ctx));
+        goto done;
+    }
+    const moe_parallel_config *par = moe_plan_parallel(plan);
+
+    /* the local experts' full matrices (the packer takes the rank's I shard), shared expert and
+     * router on every rank */
+    int64_t El = 0, e0 = -1;
+    for (int64_t e = 0; e < E; e++)
+        if (map[e] >= 0) {
+            e0 = e0 < 0 ? e : e0;
+            El++;
+        }
+    const size_t es = moe_dtype_size(dt), per = (size_t)(I * H);
+    double tg = cli_now();
+    wg = malloc((size_t)El * per * es);
+    wu = malloc((size_t)El * per * es);
+    wd = malloc((size_t)El * per * es);
+    router = malloc(sizeof(float) * (size_t)(E * H));
+    if (!wg || !wu || !wd || !router) {
+        cli_err(CMD, "out of memory generating %lld experts", (long long)El);
+        goto done;
+    }
+    for (int64_t l = 0; l < El; l++) {
+        const int64_t e = e0 + l;
+        gp[e] = (unsigned char *)wg + (size_t)l * per * es;
+        up[e] = (unsigned char *)wu + (size_t)l * per * es;
+        dp[e] = (unsigned char *)wd + (size_t)l * per * es;
+        fill((void *)gp[e], dt, per, (uint64_t)seed, (uint64_t)(10 + 3 * e), 0.05f);
+        fill((void *)up[e], dt, per, (uint64_t)seed, (uint64_t)(11 + 3 * e), 0.05f);
+        fill((void *)dp[e], dt, per, (uint64_t)seed, (uint64_t)(12 + 3 * e), 0.05f);
+    }
+    fill(router, MOE_DTYPE_F32, (size_t)(E * H), (uint64_t)seed, 1, 0.1f);
+    moe_weight_source src;
+    memset(&src, 0, sizeof src);
+    src.router = router;
+    src.router_dtype = MOE_DTYPE_F32;
+    src.gate_proj = gp;
+    src.up_proj = up;
+    src.down_proj = dp;
+    if (Is > 0) {
+        shg = malloc((size_t)(Is * H) * es);
+        shu = malloc((size_t)(Is * H) * es);
+        shd = malloc((size_t)(Is * H) * es);
+        sgate = malloc(sizeof(float) * (size_t)H);
+        if (!shg || !shu || !shd || !sgate) {
+            cli_err(CMD, "out of memory");
+            goto done;
+        }
+        fill(shg, dt, (size_t)(Is * H), (uint64_t)seed, 2, 0.05f);
+        fill(shu, dt, (size_t)(Is * H), (uint64_t)seed, 3, 0.05f);
+        fill(shd, dt, (size_t)(Is * H), (uint64_t)seed, 4, 0.05f);
+        fill(sgate, MOE_DTYPE_F32, (size_t)H, (uint64_t)seed, 5, 0.05f);
+        src.shared_gate_proj = shg;
+        src.shared_up_proj = shu;
+        src.shared_down_proj = shd;
+        src.shared_expert_gate = sgate;
+    }
+    tg = cli_now() - tg;
+    double tp0 = cli_now();
+    if (moe_weights_create(plan, &src, &w) != MOE_OK) {
+        cli_err(CMD, "%s", moe_ctx_last_error(ctx));
+        goto done;
+    }
+    double tpack = cli_now() - tp0;
+    free(wg);
+    free(wu);
+    free(wd);
+    free(shg);
+    free(shu);
+    free(shd);
+    wg = wu = wd = shg = shu = shd = NULL;
+
+    const size_t ws_size = moe_plan_workspace_size(plan, Tmax);
+    if (rank == 0) {
+        char b1[32];
+        printf("bench (parallel): %s layer H %lld, I %lld, E %lld, K %lld%s, %s weights; ep %lld x tp %lld = %d "
+               "rank%s; %s (%s), dispatch %s; %d thread%s per rank, kernel table %s\n",
+               m->display, (long long)H, (long long)I, (long long)E, (long long)K, Is ? ", shared expert" : "",
+               moe_dtype_name(dt), (long long)ep, (long long)tp, nranks, nranks > 1 ? "s" : "",
+               low_latency ? "batched format" : "standard format", ep > 1 ? (low_latency ? "ep_batched" : "ep_alltoall")
+                                                                          : (low_latency ? "local_batched" : "local"),
+               moe_dtype_name(ddt), moe_ctx_num_threads(ctx), moe_ctx_num_threads(ctx) > 1 ? "s" : "",
+               moe_ctx_isa(ctx));
+        printf("workspace %s per rank for up to %lld tokens per EP rank\n", cli_fmt_bytes(b1, sizeof b1, (double)ws_size),
+               (long long)Tmax);
+    }
+    {
+        char line[400], b1[32];
+        snprintf(line, sizeof line,
+                 "rank %d (ep_rank %d, tp_rank %d): experts %lld..%lld (%lld of %lld), I shard %lld of %lld, resident "
+                 "expert bytes %zu (%s); generated in %.2f s, packed in %.2f s\n",
+                 rank, par->ep_rank, par->tp_rank, (long long)e0, (long long)(e0 + El - 1), (long long)El,
+                 (long long)E, (long long)(I / tp + (par->tp_rank < I % tp)), (long long)I, moe_weights_expert_bytes(w),
+                 cli_fmt_bytes(b1, sizeof b1, (double)moe_weights_expert_bytes(w)), tg, tpack);
+        cli_mpi_print_ordered(line);
+    }
+
+    ws = ws_size ? aligned_alloc(64, (ws_size + 63) / 64 * 64) : NULL;
+    x = malloc(sizeof(float) * (size_t)(Tmax * H));
+    out = malloc(sizeof(float) * (size_t)(Tmax * H));
+    times = malloc(sizeof(double) * (size_t)iters);
+    if ((ws_size && !ws) || !x || !out || !times) {
+        cli_err(CMD, "out of memory for %lld tokens", (long long)Tmax);
+        goto done;
+    }
+    /* each EP rank's own tokens; a TP group shares them */
+    fill(x, MOE_DTYPE_F32, (size_t)(Tmax * H), (uint64_t)seed + 7919u * (uint64_t)(par->ep_rank + 1), 6, 1.0f);
+    if (rank == 0)
+        printf("\n%6s %11s %12s %11s %10s %14s %14s %14s\n", "T", "forward ms", "dispatch ms", "combine ms", "tp ms",
+               "dispatch B/tok", "combine B/tok", "tp B/tok");
+    for (int i = 0; i < nT; i++) {
+        const int64_t T = Ts[i];
+        double sum[6] = {0}; /* dispatch s, combine s, tp s, dispatch B, combine B, tp B over the timed runs */
+        for (int64_t it = -2; it < iters; it++) {
+            moe_exec_stats st;
+            moe_exec_args ea;
+            memset(&ea, 0, sizeof ea);
+            ea.hidden_states = x;
+            ea.hidden_dtype = MOE_DTYPE_F32;
+            ea.n_tokens = T;
+            ea.output = out;
+            ea.workspace = ws;
+            ea.workspace_size = ws_size;
+            ea.stats = &st;
+            cli_mpi_barrier();
+            double t0 = cli_now();
+            moe_status s = moe_plan_execute_ex(plan, w, &ea);
+            double t1 = cli_now();
+            if (s != MOE_OK) {
+                cli_err(CMD, "T %lld: %s", (long long)T, moe_ctx_last_error(ctx));
+                goto done;
+            }
+            if (it < 0)
+                continue;
+            times[it] = t1 - t0;
+            sum[0] += st.dispatch_seconds;
+            sum[1] += st.combine_seconds;
+            sum[2] += st.tp_reduce_seconds;
+            sum[3] += (double)st.dispatch_bytes;
+            sum[4] += (double)st.combine_bytes;
+            sum[5] += (double)st.tp_reduce_bytes;
+        }
+        qsort(times, (size_t)iters, sizeof(double), cmp_double);
+        double mine[7] = {times[iters / 2]};
+        for (int k = 0; k < 6; k++)
+            mine[k + 1] = sum[k] / (double)iters;
+        double *all = malloc(sizeof(double) * 7 * (size_t)nranks); /* [nranks][7] */
+        if (!all) {
+            cli_err(CMD, "out of memory");
+            goto done;
+        }
+        cli_mpi_gather_doubles(mine, 7, all);
+        if (rank == 0) {
+            double med = 0, agg[6] = {0};
+            for (int q = 0; q < nranks; q++) {
+                med = all[7 * q] > med ? all[7 * q] : med;
+                for (int k = 0; k < 6; k++)
+                    agg[k] += all[7 * q + 1 + k];
+            }
+            const double tokens_all = (double)T * (double)ep; /* distinct tokens over all ranks */
+            printf("%6lld %11.3f %12.3f %11.3f %10.3f %14.0f %14.0f %14.0f\n", (long long)T, 1e3 * med,
+                   1e3 * agg[0] / nranks, 1e3 * agg[1] / nranks, 1e3 * agg[2] / nranks, agg[3] / tokens_all,
+                   agg[4] / tokens_all, agg[5] / tokens_all);
+            fflush(stdout);
+        }
+        free(all);
+    }
+    rc = CLI_OK;
+done:
+    free(ws);
+    free(x);
+    free(out);
+    free(times);
+    free(wg);
+    free(wu);
+    free(wd);
+    free(shg);
+    free(shu);
+    free(shd);
+    free(router);
+    free(sgate);
+    free(gp);
+    free(up);
+    free(dp);
+    free(map);
+    moe_weights_free(w);
+    moe_plan_free(plan);
+    moe_ctx_free(ctx);
+    return rc;
+}
