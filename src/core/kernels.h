@@ -50,6 +50,10 @@ void moe_pack_panels(void *dst, const void *src, moe_dtype dtype, int64_t n, int
  * the TP shard of a down projection). */
 void moe_pack_panels_ld(void *dst, const void *src, moe_dtype dtype, int64_t n, int64_t k, int64_t ld);
 
+/* Convert a small [n, k] matrix (dtype dt, row-major, any alignment) to f32 and pack it into
+ * panels; returns a moe_alloc_aligned buffer of n * k floats, or NULL when out of memory. */
+void *moe_pack_f32(const void *src, moe_dtype dt, int64_t n, int64_t k);
+
 /* Convert `count` elements of dtype at src to f32. */
 void moe_convert_to_f32(float *dst, const void *src, moe_dtype dtype, size_t count);
 

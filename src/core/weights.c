@@ -29,21 +29,6 @@ void moe_weights_expert(const moe_weights *w, int64_t e, moe_pmat *gate, moe_pma
     *down = (moe_pmat){.data = w2, .dtype = w->dtype, .n = H, .k = I};
 }
 
-/* Convert a small [n, k] matrix to f32 and pack it. */
-static void *pack_f32(const void *src, moe_dtype dt, int64_t n, int64_t k)
-{
-    float *tmp = malloc(sizeof(float) * (size_t)(n * k)); /* [n, k] f32 */
-    float *dst = moe_alloc_aligned(sizeof(float) * (size_t)(n * k));
-    if (!tmp || !dst) {
-        free(tmp);
-        moe_free_aligned(dst);
-        return NULL;
-    }
-    moe_convert_to_f32(tmp, src, dt, (size_t)(n * k));
-    moe_pack_panels(dst, tmp, MOE_DTYPE_F32, n, k);
-    free(tmp);
-    return dst;
-}
 
 /* Pack W [n, k] whose element (o, i) sits at src[o * so + i * si] (elements of dtype dt; src
  * need not be aligned) into the panel layout at dst. Row-major sources take
@@ -202,12 +187,12 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
     w->dtype = d->weight_dtype;
     w->w13 = moe_alloc_aligned(w13_bytes); /* El x {gate [Il,H], up [Il,H]} packed */
     w->w2 = moe_alloc_aligned(w2_bytes);   /* El x [H, Il] packed */
-    w->router_buf = pack_f32(src->router, src->router_dtype, E, H); /* [E, H] f32 packed */
+    w->router_buf = moe_pack_f32(src->router, src->router_dtype, E, H); /* [E, H] f32 packed */
     if (Is > 0) {
         w->shared_w13 = moe_alloc_aligned((size_t)(2 * Isl * H) * es); /* gate, up [Isl, H] */
         w->shared_w2 = moe_alloc_aligned((size_t)(H * Isl) * es);      /* [H, Isl] */
         if (d->shared_expert_gated)
-            w->shared_gate_buf = pack_f32(src->shared_expert_gate, src->router_dtype, 1, H); /* [1, H] */
+            w->shared_gate_buf = moe_pack_f32(src->shared_expert_gate, src->router_dtype, 1, H); /* [1, H] */
     }
     if (d->has_router_bias)
         w->router_bias = malloc(sizeof(float) * (size_t)E); /* [E] */

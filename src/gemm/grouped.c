@@ -1,5 +1,6 @@
 /* Grouped-GEMM driver (see grouped.h). */
 #include "gemm/grouped.h"
+#include "core/act.h"
 
 #include <math.h>
 #include <omp.h>
@@ -17,32 +18,6 @@ size_t moe_gemm_thread_scratch_floats(void)
     return (n + 15) & ~(size_t)15;
 }
 
-/* h = act(g, u): src/ref's moe_ref_activation, operation for operation (same bits). */
-static inline float act(const moe_layer_desc *d, float g, float u)
-{
-    switch (d->activation) {
-    case MOE_ACT_GEGLU: {
-        float gelu = (0.5f * g) * (1.0f + erff(g * 0.70710678118654752f));
-        return gelu * u;
-    }
-    case MOE_ACT_GEGLU_TANH: {
-        float inner = 0.79788456080286536f * (g + 0.044715f * ((g * g) * g));
-        float gelu = (0.5f * g) * (1.0f + tanhf(inner));
-        return gelu * u;
-    }
-    case MOE_ACT_SWIGLU_OAI: {
-        const float limit = d->swiglu_limit, alpha = d->swiglu_alpha;
-        float gc = g > limit ? limit : g;                         /* min(g, limit), NaN kept */
-        float uc = u > limit ? limit : (u < -limit ? -limit : u); /* clamp, NaN kept */
-        float glu = gc / (1.0f + expf(-(alpha * gc)));            /* gc * sigmoid(alpha gc) */
-        return (uc + 1.0f) * glu;
-    }
-    default: {
-        float silu = g / (1.0f + expf(-g));
-        return silu * u;
-    }
-    }
-}
 
 /* Phase 1 item: rows of group g, gate/up panels [p0, p1) -> h[:, 16*p0 .. 16*p1). */
 static void gate_up_item(const moe_kernels *kern, const moe_layer_desc *d, const moe_pmat *gate,
@@ -73,7 +48,7 @@ static void gate_up_item(const moe_kernels *kern, const moe_layer_desc *d, const
                     g = g + bg[n];
                     u = u + bu[n];
                 }
-                hr[n] = act(d, g, u);
+                hr[n] = moe_act_apply(d, g, u);
             }
         }
     }

@@ -2,6 +2,7 @@
 #include "core/kernels.h"
 #include "quant/convert.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Panels of 16 rows of src [n, k] (row stride ld) -> dst, each panel [k][nw]; 2-byte elements. */
@@ -99,4 +100,19 @@ void moe_convert_to_f32(float *dst, const void *src, moe_dtype dtype, size_t cou
         memset(dst, 0, count * sizeof(float));
         break;
     }
+}
+
+void *moe_pack_f32(const void *src, moe_dtype dt, int64_t n, int64_t k)
+{
+    float *tmp = malloc(sizeof(float) * (size_t)(n * k)); /* [n, k] f32 */
+    float *dst = moe_alloc_aligned(sizeof(float) * (size_t)(n * k));
+    if (!tmp || !dst) {
+        free(tmp);
+        moe_free_aligned(dst);
+        return NULL;
+    }
+    moe_convert_to_f32(tmp, src, dt, (size_t)(n * k));
+    moe_pack_panels(dst, tmp, MOE_DTYPE_F32, n, k);
+    free(tmp);
+    return dst;
 }

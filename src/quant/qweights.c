@@ -57,21 +57,6 @@ void moe_qweights_expert(const moe_weights *w, int64_t e, moe_pmat *gate, moe_pm
     *down = (moe_pmat){.data = q->codes[3 * e + 2], .dtype = MOE_DTYPE_U8, .n = H, .k = I, .q = &q->qm[3 * e + 2]};
 }
 
-static void *pack_f32(const void *src, moe_dtype dt, int64_t n, int64_t k)
-{
-    float *tmp = malloc(sizeof(float) * (size_t)(n * k)); /* [n, k] f32 */
-    float *dst = moe_alloc_aligned(sizeof(float) * (size_t)(n * k));
-    if (!tmp || !dst) {
-        free(tmp);
-        moe_free_aligned(dst);
-        return NULL;
-    }
-    moe_convert_to_f32(tmp, src, dt, (size_t)(n * k));
-    moe_pack_panels(dst, tmp, MOE_DTYPE_F32, n, k);
-    free(tmp);
-    return dst;
-}
-
 static void bias_to_f32(float *dst, const void *src, moe_dtype dt, int64_t n, int64_t stride)
 {
     const size_t es = moe_dtype_size(dt);
@@ -152,12 +137,12 @@ moe_status moe_qweights_create(const moe_plan *plan, const moe_weight_source *sr
                  (kind == MOE_QK_W8A8 ? sizeof(int32_t) * (size_t)N : 0);
     }
     const size_t es = moe_dtype_size(d->weight_dtype);
-    w->router_buf = pack_f32(src->router, src->router_dtype, E, H);
+    w->router_buf = moe_pack_f32(src->router, src->router_dtype, E, H);
     if (Is > 0) {
         w->shared_w13 = moe_alloc_aligned((size_t)(2 * Is * H) * es);
         w->shared_w2 = moe_alloc_aligned((size_t)(H * Is) * es);
         if (d->shared_expert_gated)
-            w->shared_gate_buf = pack_f32(src->shared_expert_gate, src->router_dtype, 1, H);
+            w->shared_gate_buf = moe_pack_f32(src->shared_expert_gate, src->router_dtype, 1, H);
     }
     if (d->has_router_bias)
         w->router_bias = malloc(sizeof(float) * (size_t)E);

@@ -2,33 +2,13 @@
  * fused multiply-add (fmaf) per term, biases added after the dot product, then the
  * activation of moe.h's moe_activation, written out. */
 #include "ref/ref.h"
+#include "core/act.h"
 
 #include <math.h>
 
 float moe_ref_activation(const moe_layer_desc *d, float g, float u)
 {
-    switch (d->activation) {
-    case MOE_ACT_GEGLU: {
-        float gelu = (0.5f * g) * (1.0f + erff(g * 0.70710678118654752f));
-        return gelu * u;
-    }
-    case MOE_ACT_GEGLU_TANH: {
-        float inner = 0.79788456080286536f * (g + 0.044715f * ((g * g) * g));
-        float gelu = (0.5f * g) * (1.0f + tanhf(inner));
-        return gelu * u;
-    }
-    case MOE_ACT_SWIGLU_OAI: {
-        const float limit = d->swiglu_limit, alpha = d->swiglu_alpha;
-        float gc = g > limit ? limit : g;                         /* min(g, limit), NaN kept */
-        float uc = u > limit ? limit : (u < -limit ? -limit : u); /* clamp, NaN kept */
-        float glu = gc / (1.0f + expf(-(alpha * gc)));            /* gc * sigmoid(alpha gc) */
-        return (uc + 1.0f) * glu;
-    }
-    default: {
-        float silu = g / (1.0f + expf(-g));
-        return silu * u;
-    }
-    }
+    return moe_act_apply(d, g, u);
 }
 
 void moe_ref_expert_ex(const moe_layer_desc *desc, const moe_ref_mlp *m, int64_t H, int64_t I,
