@@ -373,6 +373,22 @@ const char *moe_quant_name(const moe_quant_config *q);
  * is 128x128). MOE_EINVAL for an unknown name. */
 moe_status moe_quant_from_name(const char *name, moe_quant_config *q);
 
+/* Quantize one f32 matrix w [N, K] row-major (an expert's gate or up [I, H], down [H, I])
+ * into the source format `qw` describes (codes, scales and zero points in the shapes above,
+ * ready for moe_weight_source), as `moe quantize`-style tools and tests need it. Absmax per
+ * scale cell: s = max|w| / qmax (448 e4m3, 127 int8, 7 int4; with zero points
+ * s = (max - min) / 15 and z = rint(-min / s) clamped to 0..15; MXFP4 E8M0 exponent
+ * floor(log2 max|w|) - 2 + 127 clamped to 0..254), s = 1 for an all-zero cell; codes round
+ * to nearest even and saturate. moe_quantize_matrix_sizes gives the byte counts of the three
+ * buffers (zero_bytes 0 without zero points). Both return MOE_EINVAL (nothing written) for a
+ * qw that moe_plan_create would refuse whatever the activations (dtype NONE, N or K <= 0,
+ * odd K for INT4 / MXFP4, block / group sizes < 1, zero points other than INT4 GROUP, MXFP4
+ * without GROUP scales) and MOE_ENOMEM; w is not modified. */
+moe_status moe_quantize_matrix_sizes(const moe_qweight *qw, int64_t N, int64_t K, size_t *code_bytes,
+                                     size_t *scale_bytes, size_t *zero_bytes);
+moe_status moe_quantize_matrix(const moe_qweight *qw, const float *w, int64_t N, int64_t K, void *codes,
+                               void *scale, uint8_t *zero);
+
 /* Model family the description came from. Informational; the fields below decide the math. */
 typedef enum moe_family {
     MOE_FAMILY_CUSTOM = 0,

@@ -7,6 +7,9 @@
  * expert, and a ring of distinct inputs (one per forward) keeps the router GEMM in the timed
  * region. When a layer's expert weights are smaller than 4 x LLC, several copies of the
  * layer are packed and rotated too. Distinct experts are counted from the topk_ids output. */
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "cli.h"
 #include "models.h"
 
@@ -46,6 +49,8 @@ typedef struct bench_cfg {
     int roofline;       /* --roofline: measure the machine's limits, a fraction per row */
     uint64_t mem_limit; /* 0: none */
     uint64_t seed;
+    const char *quant;       /* --quant SCHEME, or NULL */
+    moe_quant_config q;      /* its configuration */
 } bench_cfg;
 
 typedef struct bench_row {
@@ -98,6 +103,11 @@ static void bench_usage(FILE *f)
           "  --mem-limit SIZE   use at most SIZE bytes of memory (e.g. 16G; default: 90% of\n"
           "                     MemAvailable)\n"
           "  --seed N           seed of the generated weights and inputs (default 1)\n"
+          "  --quant SCHEME     quantize the generated routed experts (moe_quantize_matrix of\n"
+          "                     f32 weights): fp8-tensor, fp8-channel, fp8-block, int8-channel,\n"
+          "                     int8-w8a8, int4-g32, int4-g64, int4-g128 (-zp: zero points),\n"
+          "                     mxfp4; embedded layers only. GB/s and the roofline then count\n"
+          "                     the packed bytes the kernels read (codes + f32 scales)\n"
           "  --roofline         first measure this machine's DRAM read bandwidth, f32 FMA peak\n"
           "                     and VNNI int8 peak (1-3 s, moe_roofline_measure) and give each\n"
           "                     row as a fraction of the bound that applies\n"
@@ -271,6 +281,14 @@ static int parse_bench_args(int argc, char **argv, bench_cfg *cfg)
                 cli_err(CMD, "--mem-limit: must be more than 0");
                 return CLI_USAGE;
             }
+        } else if (cli_is(&a, "--quant")) {
+            if (!(cfg->quant = cli_value(&a)))
+                return CLI_USAGE;
+            if (moe_quant_from_name(cfg->quant, &cfg->q) != MOE_OK) {
+                cli_err(CMD, "--quant: unknown scheme '%s' (fp8-tensor, fp8-channel, fp8-block, "
+                        "int8-channel, int8-w8a8, int4-g32/g64/g128[-zp], mxfp4, none)", cfg->quant);
+                return CLI_USAGE;
+            }
         } else if (cli_is(&a, "--seed")) {
             int64_t s;
             if (!(v = cli_value(&a)) || cli_parse_i64(CMD, a.opt, v, 0, INT64_MAX, &s))
@@ -295,7 +313,7 @@ static int parse_bench_args(int argc, char **argv, bench_cfg *cfg)
     }
     if (cfg->ckdir) {
         const char *bad = model_name ? "--model" : cfg->have_dtype ? "--dtype"
-                        : cfg->num_experts ? "--num-experts" : NULL;
+                        : cfg->num_experts ? "--num-experts" : cfg->quant ? "--quant" : NULL;
         if (bad) {
             cli_err(CMD, "%s cannot be combined with --checkpoint (a checkpoint's layer has "
                     "its own shapes and dtype)", bad);
@@ -554,7 +572,34 @@ static int build_embedded(bench_state *s)
     const void **ptrs = NULL;
 
     int G = s->pool;
-    pool = alloc64((size_t)G * 3 * mat * ds);
+    const moe_quant_config *qc = &d->quant;
+    const int quant = moe_quant_name(qc)[0] != 'n';
+    size_t qoff[4] = {0}, qsoff[4] = {0}, qzoff[4] = {0}; /* per matrix: code/scale/zero offsets */
+    unsigned char *qpool = NULL, *qscales = NULL, *qzeros = NULL;
+    const void **sptrs = NULL;
+    const uint8_t **zptrs = NULL;
+    if (quant) {
+        for (int m = 0; m < 3; m++) {
+            size_t cb, sb, zb;
+            (void)moe_quantize_matrix_sizes(m == 2 ? &qc->w2 : &qc->w13, m == 2 ? H : I, m == 2 ? I : H, &cb, &sb,
+                                            &zb); /* checked in cli_cmd_bench */
+            qoff[m + 1] = qoff[m] + cb;
+            qsoff[m + 1] = qsoff[m] + (sb + 63) / 64 * 64;
+            qzoff[m + 1] = qzoff[m] + zb;
+        }
+        qpool = alloc64((size_t)G * qoff[3]);
+        qscales = alloc64((size_t)G * qsoff[3]);
+        qzeros = qzoff[3] ? alloc64((size_t)G * qzoff[3]) : NULL;
+        sptrs = calloc((size_t)E * 3, sizeof *sptrs);
+        zptrs = calloc((size_t)E * 3, sizeof *zptrs);
+        pool = alloc64(mat * sizeof(float) * (size_t)s->threads); /* f32 scratch per thread */
+        if (!qpool || !qscales || (qzoff[3] && !qzeros) || !sptrs || !zptrs) {
+            cli_err(CMD, "out of memory generating the quantized weights");
+            goto done;
+        }
+    } else {
+        pool = alloc64((size_t)G * 3 * mat * ds);
+    }
     router = alloc64((size_t)E * (size_t)H * sizeof(float));
     ptrs = calloc((size_t)E * 3, sizeof *ptrs);
     if (Is > 0) {
@@ -569,7 +614,37 @@ static int build_embedded(bench_state *s)
     cli_progress pr;
     cli_progress_start(&pr);
     const float bh = 1.0f / sqrtf((float)H), bi = 1.0f / sqrtf((float)I);
-    for (int g = 0; g < G; g++) {
+    if (quant) {
+        /* f32 weights, quantized matrix by matrix (G * 3 in parallel, one scratch each) */
+        int qfail = 0;
+        int64_t nm = (int64_t)G * 3;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(s->threads) reduction(| : qfail)
+#endif
+        for (int64_t i = 0; i < nm; i++) {
+            int tid = 0;
+#ifdef _OPENMP
+            tid = omp_get_thread_num();
+#endif
+            float *scratch = (float *)pool + (size_t)tid * mat;
+            const int g = (int)(i / 3), m = (int)(i % 3);
+            const float b = m == 2 ? bi : bh;
+            for (size_t j = 0; j < mat; j++)
+                scratch[j] = b * cli_uniform_pm1(seed, (uint64_t)g * 3 * mat + (uint64_t)m * mat + j);
+            moe_status qs = moe_quantize_matrix(m == 2 ? &qc->w2 : &qc->w13, scratch, m == 2 ? H : I, m == 2 ? I : H,
+                                                qpool + (size_t)g * qoff[3] + qoff[m],
+                                                qscales + (size_t)g * qsoff[3] + qsoff[m],
+                                                qzeros ? qzeros + (size_t)g * qzoff[3] + qzoff[m] : NULL);
+            qfail |= qs != MOE_OK;
+        }
+        if (qfail) {
+            cli_progress_end(&pr);
+            cli_err(CMD, "moe_quantize_matrix failed (out of memory)");
+            goto done;
+        }
+        cli_progress_update(&pr, "quantizing weights (%s) done", moe_quant_name(qc));
+    }
+    for (int g = 0; !quant && g < G; g++) {
         char *base = (char *)pool + (size_t)g * 3 * mat * ds;
         uint64_t first = (uint64_t)g * 3 * mat;
         gen_uniform(base, dt, mat, seed, first, bh, s->threads);                       /* gate */
@@ -591,11 +666,19 @@ static int build_embedded(bench_state *s)
                     1.0f / sqrtf((float)Is), s->threads);
         gen_uniform(sgate, MOE_DTYPE_F32, (size_t)H, ss ^ 0x77ull, 0, bh, s->threads);
     }
-    for (int64_t e = 0; e < E; e++) {
+    for (int64_t e = 0; !quant && e < E; e++) {
         const char *base = (const char *)pool + (size_t)(e % G) * 3 * mat * ds;
         ptrs[e] = base;
         ptrs[E + e] = base + mat * ds;
         ptrs[2 * E + e] = base + 2 * mat * ds;
+    }
+    for (int64_t e = 0; quant && e < E; e++) {
+        const size_t g = (size_t)(e % G);
+        for (int m = 0; m < 3; m++) {
+            ptrs[m * E + e] = qpool + g * qoff[3] + qoff[m];
+            sptrs[m * E + e] = qscales + g * qsoff[3] + qsoff[m];
+            zptrs[m * E + e] = qzeros ? qzeros + g * qzoff[3] + qzoff[m] : NULL;
+        }
     }
     moe_weight_source src;
     memset(&src, 0, sizeof src);
@@ -604,6 +687,16 @@ static int build_embedded(bench_state *s)
     src.gate_proj = ptrs;
     src.up_proj = ptrs + E;
     src.down_proj = ptrs + 2 * E;
+    if (quant) {
+        src.gate_scale = sptrs;
+        src.up_scale = sptrs + E;
+        src.down_scale = sptrs + 2 * E;
+        if (qzeros) {
+            src.gate_zero = zptrs;
+            src.up_zero = zptrs + E;
+            src.down_zero = zptrs + 2 * E;
+        }
+    }
     if (Is > 0) {
         size_t smat = (size_t)Is * (size_t)H;
         src.shared_gate_proj = shared;
@@ -626,6 +719,11 @@ static int build_embedded(bench_state *s)
     rc = CLI_OK;
 done:
     free(pool);
+    free(qpool);
+    free(qscales);
+    free(qzeros);
+    free(sptrs);
+    free(zptrs);
     free(router);
     free(ptrs);
     free(shared);
@@ -843,9 +941,10 @@ static void print_header(bench_state *s)
     if (d->shared_expert_intermediate_size)
         printf(", shared %lld%s", (long long)d->shared_expert_intermediate_size,
                d->shared_expert_gated ? " gated" : "");
-    printf(", %s%s, scale %g, %s weights\n", cli_scoring_name(d),
+    printf(", %s%s, scale %g, %s weights%s%s\n", cli_scoring_name(d),
            d->renormalize ? " + renormalize" : "", (double)d->routed_scaling_factor,
-           moe_dtype_name(d->weight_dtype));
+           moe_dtype_name(d->weight_dtype), moe_quant_name(&d->quant)[0] != 'n' ? ", experts quantized " : "",
+           moe_quant_name(&d->quant)[0] != 'n' ? moe_quant_name(&d->quant) : "");
     if (s->llc_sysfs >= PROJECT_LLC_BYTES)
         printf("machine: %d threads, kernel table %s, LLC %.0f MiB (sysfs, L%d), MemAvailable "
                "%s\n", moe_ctx_num_threads(s->ctx), moe_ctx_isa(s->ctx),
@@ -982,6 +1081,8 @@ static void print_json(bench_state *s, const bench_row *rows, int nrows)
     cli_json_number(f, (double)d->routed_scaling_factor);
     fputs(", \"weight_dtype\": ", f);
     cli_json_string(f, moe_dtype_name(d->weight_dtype));
+    fputs(", \"quant\": ", f);
+    cli_json_string(f, moe_quant_name(&d->quant));
     fputs("},\n  \"weights\": {\"expert_bytes\": ", f);
     cli_json_number(f, s->expert_bytes);
     fputs(", \"shared_bytes\": ", f);
@@ -1152,6 +1253,7 @@ int cli_cmd_bench(int argc, char **argv)
         s->desc.shared_expert_intermediate_size = m->shared_intermediate_size;
         s->desc.shared_expert_gated = m->shared_gated;
         s->desc.weight_dtype = cfg.dtype;
+        s->desc.quant = cfg.q;
         const char *routing_note = cli_model_routing(m, &s->desc); /* the family's routing */
         if (routing_note)
             add_note(s, "%s", routing_note);
@@ -1190,6 +1292,20 @@ int cli_cmd_bench(int argc, char **argv)
     const int64_t H = d->hidden_size, I = d->moe_intermediate_size, E = d->num_experts;
     const double ds = (double)moe_dtype_size(d->weight_dtype);
     s->expert_bytes = 3.0 * (double)H * (double)I * ds;
+    if (cfg.quant && moe_quant_name(&d->quant)[0] != 'n') {
+        /* source bytes until packing gives the bytes the kernels read */
+        size_t cb, sb, zb, tot = 0;
+        for (int m = 0; m < 3; m++) {
+            const moe_qweight *qw = m == 2 ? &d->quant.w2 : &d->quant.w13;
+            if (moe_quantize_matrix_sizes(qw, m == 2 ? H : I, m == 2 ? I : H, &cb, &sb, &zb) != MOE_OK) {
+                cli_err(CMD, "--quant %s: the layer's shapes (H %lld, I %lld) cannot be quantized so",
+                        cfg.quant, (long long)H, (long long)I);
+                goto done;
+            }
+            tot += cb + sb + zb;
+        }
+        s->expert_bytes = (double)tot;
+    }
     s->shared_bytes = 3.0 * (double)H * (double)d->shared_expert_intermediate_size * ds;
     s->layer_bytes = (double)E * s->expert_bytes + s->shared_bytes;
     {
@@ -1322,6 +1438,15 @@ int cli_cmd_bench(int argc, char **argv)
         ck = NULL;
     }
     s->packed_bytes = (double)moe_weights_expert_bytes(s->w[0]);
+    if (moe_quant_name(&d->quant)[0] != 'n') {
+        /* what the kernels read per expert: packed codes + f32 scales (+ zero points) */
+        s->expert_bytes = (s->packed_bytes - s->shared_bytes) / (double)E;
+        s->layer_bytes = (double)E * s->expert_bytes + s->shared_bytes;
+        add_note(s, "routed experts quantized as %s (moe_quantize_matrix of f32 weights): %.2f MB "
+                 "per expert read (codes + f32 scales as packed) vs %.2f MB in %s",
+                 moe_quant_name(&d->quant), s->expert_bytes * 1e-6, 3.0 * (double)H * (double)I * ds * 1e-6,
+                 moe_dtype_name(d->weight_dtype));
+    }
     if (s->shared_bytes > 0)
         add_note(s, "the shared expert (%s per copy) runs in every forward, so it is reused "
                  "every %d forward(s) and may be served from cache at small T (the cache column "

@@ -327,8 +327,8 @@ void moe_quant_dequant_source(const moe_qweight *qw, const void *codes, const vo
         }
 }
 
-void moe_quant_quantize_source(const moe_qweight *qw, const float *w, int64_t N, int64_t K, void *codes, void *scale,
-                               uint8_t *zero)
+int moe_quant_quantize_source(const moe_qweight *qw, const float *w, int64_t N, int64_t K, void *codes, void *scale,
+                              uint8_t *zero)
 {
     int64_t r, c;
     grid(qw, N, K, &r, &c);
@@ -336,6 +336,14 @@ void moe_quant_quantize_source(const moe_qweight *qw, const float *w, int64_t N,
     float *amax = calloc((size_t)(r * c), sizeof(float));
     float *mn = calloc((size_t)(r * c), sizeof(float));
     float *mx = calloc((size_t)(r * c), sizeof(float));
+    float *sf = malloc(sizeof(float) * (size_t)(r * c)); /* the f32 scale of each cell */
+    if (!amax || !mn || !mx || !sf) {
+        free(amax);
+        free(mn);
+        free(mx);
+        free(sf);
+        return -1;
+    }
     for (int64_t n = 0; n < N; n++)
         for (int64_t k = 0; k < K; k++) {
             int64_t i = scale_index(qw, N, K, n, k);
@@ -344,7 +352,6 @@ void moe_quant_quantize_source(const moe_qweight *qw, const float *w, int64_t N,
             mn[i] = v < mn[i] ? v : mn[i];
             mx[i] = v > mx[i] ? v : mx[i];
         }
-    float *sf = malloc(sizeof(float) * (size_t)(r * c)); /* the f32 scale of each cell */
     for (int64_t i = 0; i < r * c; i++) {
         float s;
         switch (qw->dtype) {
@@ -373,7 +380,7 @@ void moe_quant_quantize_source(const moe_qweight *qw, const float *w, int64_t N,
     }
     uint8_t *cb = codes;
     if (is4(qw))
-        memset(cb, 0, (size_t)(N * K / 2));
+        memset(cb, 0, (size_t)N * (size_t)K / 2);
     for (int64_t n = 0; n < N; n++)
         for (int64_t k = 0; k < K; k++) {
             int64_t i = scale_index(qw, N, K, n, k);
@@ -406,6 +413,44 @@ void moe_quant_quantize_source(const moe_qweight *qw, const float *w, int64_t N,
     free(mn);
     free(mx);
     free(sf);
+    return 0;
+}
+
+static int quantize_args_ok(const moe_qweight *qw, int64_t N, int64_t K)
+{
+    if (!qw || qw->dtype < MOE_QTYPE_F8_E4M3 || qw->dtype > MOE_QTYPE_MXFP4 || N <= 0 || K <= 0)
+        return 0;
+    if (is4(qw) && K % 2)
+        return 0;
+    if (qw->scale == MOE_QSCALE_BLOCK && (qw->block_n < 1 || qw->block_k < 1))
+        return 0;
+    if (qw->scale == MOE_QSCALE_GROUP && qw->group_size < 1)
+        return 0;
+    if (qw->scale < MOE_QSCALE_TENSOR || qw->scale > MOE_QSCALE_GROUP)
+        return 0;
+    if (qw->has_zero_point && !(qw->dtype == MOE_QTYPE_INT4 && qw->scale == MOE_QSCALE_GROUP))
+        return 0;
+    if (qw->dtype == MOE_QTYPE_MXFP4 && qw->scale != MOE_QSCALE_GROUP)
+        return 0; /* E8M0 scales exist only per group */
+    return 1;
+}
+
+moe_status moe_quantize_matrix_sizes(const moe_qweight *qw, int64_t N, int64_t K, size_t *code_bytes,
+                                     size_t *scale_bytes, size_t *zero_bytes)
+{
+    if (!quantize_args_ok(qw, N, K) || !code_bytes || !scale_bytes || !zero_bytes)
+        return MOE_EINVAL;
+    moe_quant_source_sizes(qw, N, K, code_bytes, scale_bytes, zero_bytes);
+    return MOE_OK;
+}
+
+moe_status moe_quantize_matrix(const moe_qweight *qw, const float *w, int64_t N, int64_t K, void *codes,
+                               void *scale, uint8_t *zero)
+{
+    if (!quantize_args_ok(qw, N, K) || !w || !codes || !scale || (qw->has_zero_point && !zero))
+        return MOE_EINVAL;
+    return moe_quant_quantize_source(qw, w, N, K, codes, scale, qw->has_zero_point ? zero : NULL) ? MOE_ENOMEM
+                                                                                                  : MOE_OK;
 }
 
 /* ---- packing into the kernel layout (quant/quant.h MOE_QK_*) ---- */

@@ -98,8 +98,8 @@ void moe_quant_dequant_source(const moe_qweight *qw, const void *codes, const vo
  * zero points in the shapes of moe.h). Sizes: moe_quant_source_sizes. For tests and tools. */
 void moe_quant_source_sizes(const moe_qweight *qw, int64_t N, int64_t K, size_t *code_bytes,
                             size_t *scale_bytes, size_t *zero_bytes);
-void moe_quant_quantize_source(const moe_qweight *qw, const float *w, int64_t N, int64_t K, void *codes,
-                               void *scale, uint8_t *zero);
+int moe_quant_quantize_source(const moe_qweight *qw, const float *w, int64_t N, int64_t K, void *codes,
+                              void *scale, uint8_t *zero); /* 0, or -1 out of memory */
 
 /* Weights with quantized experts: built instead of the plain expert arrays. */
 typedef struct moe_qweights moe_qweights;

@@ -445,13 +445,64 @@ static void test_w8a8_int8(void **state)
     }
 }
 
+/* The public moe_quantize_matrix: the bytes of the internal quantizer, known values, and
+ * MOE_EINVAL for what the plan would refuse. */
+static void test_quantize_matrix_public(void **state)
+{
+    (void)state;
+    moe_quant_config q;
+    assert_int_equal(moe_quant_from_name("int4-g32-zp", &q), MOE_OK);
+    enum { N = 3, K = 64 };
+    float w[N * K];
+    for (int i = 0; i < N * K; i++)
+        w[i] = (float)((i * 37) % 29 - 14) * 0.25f;
+    size_t cb, sb, zb;
+    assert_int_equal(moe_quantize_matrix_sizes(&q.w13, N, K, &cb, &sb, &zb), MOE_OK);
+    assert_int_equal(cb, N * K / 2);
+    assert_int_equal(sb, N * 2 * 4);
+    assert_int_equal(zb, N * 2);
+    uint8_t c1[N * K / 2], c2[N * K / 2], z1[N * 2], z2[N * 2];
+    float s1[N * 2], s2[N * 2];
+    assert_int_equal(moe_quantize_matrix(&q.w13, w, N, K, c1, s1, z1), MOE_OK);
+    assert_int_equal(moe_quant_quantize_source(&q.w13, w, N, K, c2, s2, z2), 0);
+    assert_memory_equal(c1, c2, sizeof c1);
+    assert_memory_equal(s1, s2, sizeof s1);
+    assert_memory_equal(z1, z2, sizeof z1);
+    /* int8 per channel: row 0 of an exact ramp -127..127 gets s = 1 and codes = values */
+    assert_int_equal(moe_quant_from_name("int8-channel", &q), MOE_OK);
+    float r[2 * 255];
+    for (int k = 0; k < 255; k++)
+        r[k] = r[255 + k] = (float)(k - 127);
+    r[255] = 254.0f; /* row 1: max 254 -> s = 2 */
+    int8_t codes[2 * 255];
+    float sc[2];
+    assert_int_equal(moe_quantize_matrix(&q.w13, r, 2, 255, codes, sc, NULL), MOE_OK);
+    assert_true(sc[0] == 1.0f && sc[1] == 2.0f);
+    assert_int_equal(codes[0], -127);
+    assert_int_equal(codes[254], 127);
+    assert_int_equal(codes[255], 127);
+    assert_int_equal(codes[256], -63); /* -126 / 2 = -63 */
+    /* refused */
+    moe_qweight bad = q.w13;
+    bad.dtype = MOE_QTYPE_NONE;
+    assert_int_equal(moe_quantize_matrix_sizes(&bad, 2, 4, &cb, &sb, &zb), MOE_EINVAL);
+    assert_int_equal(moe_quant_from_name("mxfp4", &q), MOE_OK);
+    assert_int_equal(moe_quantize_matrix_sizes(&q.w13, 2, 63, &cb, &sb, &zb), MOE_EINVAL); /* odd K */
+    bad = q.w13;
+    bad.has_zero_point = 1;
+    assert_int_equal(moe_quantize_matrix(&bad, w, 2, 64, c1, s1, z1), MOE_EINVAL);
+    assert_int_equal(moe_quant_from_name("fp8-block", &q), MOE_OK);
+    q.w13.block_k = 0;
+    assert_int_equal(moe_quantize_matrix(&q.w13, w, 2, 64, c1, s1, NULL), MOE_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_e4m3_all_codes),        cmocka_unit_test(test_e2m1_e8m0),
         cmocka_unit_test(test_int4_packing),          cmocka_unit_test(test_act_quant),
         cmocka_unit_test(test_validation),            cmocka_unit_test(test_weight_only_exact),
-        cmocka_unit_test(test_block_grids_wide_scales), cmocka_unit_test(test_w8a8_int8),
+        cmocka_unit_test(test_block_grids_wide_scales), cmocka_unit_test(test_w8a8_int8), cmocka_unit_test(test_quantize_matrix_public),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

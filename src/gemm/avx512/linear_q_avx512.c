@@ -29,19 +29,20 @@ MOE_AI __m512 decode16(int kind, int zp, const uint8_t *row, int rb, __mmask16 m
     }
     if (kind == MOE_QK_I8)
         return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, row)));
-    /* 4-bit: rb bytes, low nibble first */
+    /* 4-bit: rb bytes, low nibble first. Each byte to two dword lanes, the high nibble
+     * shifted down; vpermps reads only the index's low 4 bits, so the nibble goes straight
+     * through a 16-entry table of its exact value (no mask, no int->float conversion). */
     __m128i b = _mm_maskz_loadu_epi8((__mmask16)((1u << rb) - 1u), row);
-    __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0f));
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0f));
-    __m512i v = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
-    if (kind == MOE_QK_FP4) {
-        const __m512 lut = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f,
-                                          -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
-        return _mm512_permutexvar_ps(v, lut);
-    }
-    if (!zp)
-        v = _mm512_sub_epi32(_mm512_xor_si512(v, _mm512_set1_epi32(8)), _mm512_set1_epi32(8));
-    return _mm512_cvtepi32_ps(v);
+    __m512i v = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
+    v = _mm512_srlv_epi32(v, _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4));
+    const __m512 lut = kind == MOE_QK_FP4
+                           ? _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
+                                            -2.0f, -3.0f, -4.0f, -6.0f)
+                       : zp ? _mm512_setr_ps(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, 10.0f, 11.0f,
+                                             12.0f, 13.0f, 14.0f, 15.0f)
+                            : _mm512_setr_ps(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, -8.0f, -7.0f, -6.0f, -5.0f,
+                                             -4.0f, -3.0f, -2.0f, -1.0f);
+    return _mm512_permutexvar_ps(v, lut);
 }
 
 /* NP panels from p by MB rows, weight-only. */
