@@ -19,41 +19,6 @@
 #include "moe.h"
 #include "testutil.h"
 
-/* Fail unless `got` == `want` and the last error message contains every string of `subs`. */
-static void check_error(moe_ctx *ctx, moe_status got, moe_status want, const char *const *subs)
-{
-    const char *msg = moe_ctx_last_error(ctx);
-    if (got != want)
-        fail_msg("status %s, want %s; message: %s", moe_status_name(got), moe_status_name(want), msg);
-    for (size_t i = 0; subs[i]; i++)
-        if (!strstr(msg, subs[i]))
-            fail_msg("message \"%s\" lacks \"%s\"", msg, subs[i]);
-}
-#define expect_error(ctx, got, want, ...) \
-    check_error((ctx), (got), (want), (const char *const[]){__VA_ARGS__, NULL})
-
-/* Remove folder `dir` and everything in it (tests leave no temp files behind). */
-static void rm_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat sb;
-        if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-            rm_tree(path);
-        else
-            unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 /* --------------------------------------------------------------------------------------
  * A tiny model description and its weights
  * ------------------------------------------------------------------------------------ */
@@ -1031,8 +996,8 @@ static void check_tensor_error(const model_spec *s, edit_fn edit, moe_status wan
     moe_layer_desc d;
     moe_status st = moe_checkpoint_layer_desc(ck, 0, &d);
     const char *with_file[] = {file, NULL};
-    check_error(ctx, st, want, with_file);
-    check_error(ctx, st, want, subs);
+    tu_check_error(ctx, st, want, with_file);
+    tu_check_error(ctx, st, want, subs);
 
     /* load_weights re-checks and fails the same way, whatever plan it is given. */
     moe_layer_desc good;
@@ -1046,7 +1011,7 @@ static void check_tensor_error(const model_spec *s, edit_fn edit, moe_status wan
     assert_int_equal(moe_plan_create(ctx, &good, &plan), MOE_OK);
     moe_weights *w = NULL;
     st = moe_checkpoint_load_weights(ck, 0, plan, &w);
-    check_error(ctx, st, want, subs);
+    tu_check_error(ctx, st, want, subs);
     assert_null(w);
     moe_plan_free(plan);
     moe_checkpoint_free(ck);
@@ -1184,7 +1149,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    rm_tree(g_root);
+    tu_rm_tree(g_root);
     return 0;
 }
 

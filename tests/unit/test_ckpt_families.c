@@ -26,35 +26,6 @@
 #include "ref/ref.h"
 #include "testutil.h"
 
-static void check_error(moe_ctx *ctx, moe_status got, moe_status want, const char *const *subs)
-{
-    const char *msg = moe_ctx_last_error(ctx);
-    if (got != want)
-        fail_msg("status %s, want %s; message: %s", moe_status_name(got), moe_status_name(want), msg);
-    for (size_t i = 0; subs[i]; i++)
-        if (!strstr(msg, subs[i]))
-            fail_msg("message \"%s\" lacks \"%s\"", msg, subs[i]);
-}
-#define expect_error(ctx, got, want, ...) \
-    check_error((ctx), (got), (want), (const char *const[]){__VA_ARGS__, NULL})
-
-static void rm_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static void write_text(const char *dir, const char *file, const char *text)
 {
     char path[700];
@@ -433,7 +404,7 @@ static void check_family(const fspec *s)
     free_weights(&fw);
     tl_free(tl);
     free(tl);
-    rm_tree(dir);
+    tu_rm_tree(dir);
     moe_ctx_free(ctx);
 }
 
@@ -775,7 +746,7 @@ static void test_family_errors(void **state)
     free_weights(&w);
     tl_free(tl);
     free(tl);
-    rm_tree(dir);
+    tu_rm_tree(dir);
     moe_ctx_free(ctx);
 }
 

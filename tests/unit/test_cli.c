@@ -271,27 +271,6 @@ static float *make_input(const char *path, int64_t T, int64_t W, moe_dtype dt, u
     return x;
 }
 
-static void rm_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat sb;
-        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode))
-            rm_tree(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 /* ---- general ------------------------------------------------------------------------ */
 
 static void test_help(void **state)
@@ -514,8 +493,8 @@ static int run_teardown(void **state)
 {
     run_fixture *f = *state;
     if (f) {
-        rm_tree(f->ck);
-        rm_tree(f->io);
+        tu_rm_tree(f->ck);
+        tu_rm_tree(f->io);
         free(f);
     }
     return 0;

@@ -15,42 +15,6 @@
 #include "moe.h"
 #include "testutil.h"
 
-/* Fail unless `got` == `want` and the last error message contains every string in the
- * NULL-terminated list `subs`. */
-static void check_error(moe_ctx *ctx, moe_status got, moe_status want, const char *const *subs)
-{
-    const char *msg = moe_ctx_last_error(ctx);
-    if (got != want)
-        fail_msg("status %s, want %s; message: %s", moe_status_name(got), moe_status_name(want), msg);
-    for (size_t i = 0; subs[i]; i++)
-        if (!strstr(msg, subs[i]))
-            fail_msg("message \"%s\" lacks \"%s\"", msg, subs[i]);
-}
-#define expect_error(ctx, got, want, ...) \
-    check_error((ctx), (got), (want), (const char *const[]){__VA_ARGS__, NULL})
-
-/* Remove folder `dir` and everything in it (tests leave no temp files behind). */
-static void rm_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat sb;
-        if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-            rm_tree(path);
-        else
-            unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 /* Write a safetensors file by hand: the 8-byte little-endian `hdr_len`, then `header`
  * (strlen bytes, whatever hdr_len says), then `data` [data_len]. */
 static void write_raw(const char *path, uint64_t hdr_len, const char *header, const void *data,
@@ -84,8 +48,8 @@ static void check_open_fails(moe_ctx *ctx, const char *path, moe_status want,
     moe_status st = moe_safetensors_open(ctx, path, &f);
     assert_null(f);
     const char *with_path[] = {path, NULL};
-    check_error(ctx, st, want, with_path);
-    check_error(ctx, st, want, subs);
+    tu_check_error(ctx, st, want, with_path);
+    tu_check_error(ctx, st, want, subs);
 }
 #define expect_open_fails(ctx, path, want, ...) \
     check_open_fails((ctx), (path), (want), (const char *const[]){__VA_ARGS__, NULL})
@@ -656,7 +620,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
     (void)state;
-    rm_tree(g_root);
+    tu_rm_tree(g_root);
     return 0;
 }
 

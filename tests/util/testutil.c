@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <dirent.h>
 #include <unistd.h>
 
 char *tu_data_path(char *buf, size_t len, const char *rel)
@@ -88,4 +89,35 @@ moe_ctx *tu_ctx(void)
     if (st != MOE_OK)
         fail_msg("moe_ctx_create: %s", err);
     return ctx;
+}
+
+void tu_check_error(moe_ctx *ctx, moe_status got, moe_status want, const char *const *subs)
+{
+    const char *msg = moe_ctx_last_error(ctx);
+    if (got != want)
+        fail_msg("status %s, want %s; message: %s", moe_status_name(got), moe_status_name(want), msg);
+    for (size_t i = 0; subs[i]; i++)
+        if (!strstr(msg, subs[i]))
+            fail_msg("message \"%s\" lacks \"%s\"", msg, subs[i]);
+}
+
+void tu_rm_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+            tu_rm_tree(path);
+        else
+            unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
 }

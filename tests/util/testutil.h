@@ -18,6 +18,13 @@ double tu_max_abs_diff(const float *a, const float *b, size_t n);
 double tu_max_abs(const float *a, size_t n);
 /* Write a file with the given bytes; returns 0 on success. */
 int tu_write_file(const char *path, const void *data, size_t len);
+/* Fail unless `got` == `want` and ctx's last error message contains every string of the
+ * NULL-terminated list `subs`. expect_error(ctx, got, want, "a", "b") builds the list. */
+void tu_check_error(moe_ctx *ctx, moe_status got, moe_status want, const char *const *subs);
+#define expect_error(ctx, got, want, ...) \
+    tu_check_error((ctx), (got), (want), (const char *const[]){__VA_ARGS__, NULL})
+/* Remove folder `dir` and everything below it (tests leave no temp files behind). */
+void tu_rm_tree(const char *dir);
 /* A context with defaults and one thread; fails the test on error. */
 moe_ctx *tu_ctx(void);
 
