@@ -869,7 +869,12 @@ moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tenso
  * (src/io/checkpoint.c lists the tensor names and layouts read). Multimodal wrappers
  * (Llama4ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration) are read through
  * their config's text_config. gpt-oss's MXFP4 experts are MOE_EUNSUPPORTED for now (use the
- * bf16 checkpoint).
+ * bf16 checkpoint). FP8 block checkpoints (config `quantization_config` {quant_method fp8,
+ * fmt e4m3, weight_block_size [bn, bk]}; per-expert layout: F8_E4M3 `weight` and F32
+ * `weight_scale_inv` [ceil(out/bn), ceil(in/bk)], a multiplier) give desc.quant fp8 e4m3 BLOCK
+ * [bn, bk] weight-only for w13 and w2 (the dynamic activation scheme runs with f32
+ * activations); weight_dtype is then the shared expert's dtype, or the router's without one.
+ * An fp8 shared expert, or fp8 in a stacked expert layout, is MOE_EUNSUPPORTED.
  * ------------------------------------------------------------------------------------- */
 typedef struct moe_checkpoint moe_checkpoint;
 
@@ -897,7 +902,8 @@ int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
  * Errors: MOE_ERANGE (layer outside [0, num_hidden_layers)), MOE_EDENSE (a dense layer; the
  * message names the config field that makes it dense), MOE_ENOTFOUND (a tensor),
  * MOE_EDTYPE / MOE_ESHAPE (a tensor disagreeing with config.json or with the other experts;
- * the message names tensor, expected and found), MOE_EUNSUPPORTED (gpt-oss MXFP4 experts). */
+ * the message names tensor, expected and found; FP8 checkpoints: every weight_scale_inv too,
+ * F32 on the ceil grid), MOE_EUNSUPPORTED (gpt-oss MXFP4 experts, an fp8 shared expert). */
 moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_layer_desc *out);
 
 /* Pack layer `layer`'s weights for `plan` (which must have been created from the

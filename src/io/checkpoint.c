@@ -34,6 +34,14 @@
  * [1, H] (Qwen2-MoE, Qwen3-Next, Qwen3.5: gated); P.shared_experts.* (DeepSeek: ungated,
  * I_s = n_shared_experts * moe_intermediate_size); P.shared_expert.* (Llama-4: ungated,
  * I_s = intermediate_size).
+ * FP8 block checkpoints (DeepSeek-V3, Qwen3-*-FP8): config.json quantization_config =
+ * {quant_method: fp8, fmt: e4m3, activation_scheme: dynamic, weight_block_size: [bn, bk]};
+ * per-expert layout only: each expert linear's P.experts.e.<proj>.weight is F8_E4M3 [out, in]
+ * with P.experts.e.<proj>.weight_scale_inv F32 [ceil(out/bn), ceil(in/bk)], which MULTIPLIES
+ * (w = q * s) despite its name: desc.quant becomes fp8 e4m3 BLOCK [bn, bk] for w13 and w2 and
+ * the scale tensors are passed as the source's gate/up/down_scale. Router, norms, biases and the
+ * shared expert stay bf16/f32 (an fp8 shared expert is MOE_EUNSUPPORTED); weight_dtype is then
+ * the shared expert's dtype, or the router's without one.
  * Every layout gives one moe_weight_source of pointers into the mapped files (strides for the
  * input-major ones): nothing is copied before moe_weights_create packs it.
  */
@@ -84,6 +92,8 @@ struct moe_checkpoint {
     int on_input;               /* Llama-4: routing weight on the expert input */
     moe_activation activation;
     float swiglu_alpha, swiglu_limit;
+    int fp8;                    /* quantization_config quant_method fp8 (block scales) */
+    int64_t fp8_bn, fp8_bk;     /* its weight_block_size [out, in] */
 
     /* which layers are MoE */
     int64_t sparse_step;        /* Qwen decoder_sparse_step */
@@ -506,6 +516,68 @@ static moe_status cfg_deepseek(moe_checkpoint *ck, const json_t *cfg)
 }
 
 /* Parse every field libmoe needs from config.json (or its text_config) into ck. */
+/* quantization_config (top level, else in text_config). quant_method "fp8" is read here (FP8
+ * block checkpoints, see the file comment); other methods are left to the tensor checks
+ * (gpt-oss mxfp4 is refused where its tensors are found). */
+static moe_status cfg_quant(moe_checkpoint *ck, const json_t *root, const json_t *cfg)
+{
+    const char *qpre = "";
+    const json_t *qc = json_object_get(root, "quantization_config");
+    if ((!qc || json_is_null(qc)) && cfg != root) {
+        qc = json_object_get(cfg, "quantization_config");
+        qpre = ck->cfg_prefix;
+    }
+    if (!qc || json_is_null(qc))
+        return MOE_OK;
+    if (!json_is_object(qc))
+        return moe_set_error(ck->ctx, MOE_EFORMAT, "%s: field '%squantization_config' must be an object, found %s",
+                             ck->config_path, qpre, json_kind(qc));
+    const json_t *m = json_object_get(qc, "quant_method");
+    if (!m || !json_is_string(m) || strcmp(json_string_value(m), "fp8") != 0)
+        return MOE_OK;
+    const json_t *fmt = json_object_get(qc, "fmt");
+    if (fmt && !json_is_null(fmt) && (!json_is_string(fmt) || strcmp(json_string_value(fmt), "e4m3") != 0))
+        return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%squantization_config.fmt' = %s: only e4m3 FP8 checkpoints are supported",
+                             ck->config_path, qpre, json_is_string(fmt) ? json_string_value(fmt) : json_kind(fmt));
+    const json_t *as = json_object_get(qc, "activation_scheme");
+    if (as && !json_is_null(as) && (!json_is_string(as) || strcmp(json_string_value(as), "dynamic") != 0))
+        return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%squantization_config.activation_scheme' = %s: only dynamic is supported",
+                             ck->config_path, qpre, json_is_string(as) ? json_string_value(as) : json_kind(as));
+    const json_t *bs = json_object_get(qc, "weight_block_size");
+    if (!bs || json_is_null(bs))
+        return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%squantization_config.weight_block_size' is absent: only FP8 block "
+                             "checkpoints (weight_block_size [bn, bk]) are supported, not per-tensor FP8",
+                             ck->config_path, qpre);
+    int64_t b[2] = {0, 0};
+    bool ok = json_is_array(bs) && json_array_size(bs) == 2;
+    for (size_t i = 0; ok && i < 2; i++) {
+        const json_t *x = json_array_get(bs, i);
+        ok = json_is_integer(x) && json_integer_value(x) >= 1 && json_integer_value(x) <= ((json_int_t)1 << 20);
+        if (ok)
+            b[i] = (int64_t)json_integer_value(x);
+    }
+    if (!ok)
+        return moe_set_error(ck->ctx, MOE_EFORMAT,
+                             "%s: field '%squantization_config.weight_block_size' must be [bn, bk], two integers "
+                             "in 1..1048576",
+                             ck->config_path, qpre);
+    ck->fp8 = 1;
+    ck->fp8_bn = b[0];
+    ck->fp8_bk = b[1];
+    /* The checkpoint's dynamic activation scheme (e4m3 activations, one scale per token per
+     * bk channels) is run weight-only: f32 activations times the exactly dequantized weights,
+     * which is more exact than the fp8 x fp8 products the model was served with. */
+    moe_log(ck->ctx, MOE_LOG_INFO,
+            "%s: FP8 block checkpoint (e4m3, %" PRId64 "x%" PRId64 " blocks): routed experts run weight-only "
+            "(fp8-block); the checkpoint's dynamic activation scheme is run with f32 activations, which is "
+            "more exact",
+            ck->config_path, b[0], b[1]);
+    return MOE_OK;
+}
+
 static moe_status parse_config(moe_checkpoint *ck, const json_t *root)
 {
     moe_status st = cfg_family(ck, root);
@@ -613,7 +685,7 @@ static moe_status parse_config(moe_checkpoint *ck, const json_t *root)
     default:
         break;
     }
-    if ((st = cfg_activation(ck, cfg)) != MOE_OK)
+    if ((st = cfg_activation(ck, cfg)) != MOE_OK || (st = cfg_quant(ck, root, cfg)) != MOE_OK)
         return st;
     if (ck->num_experts > 0 && ck->top_k > ck->num_experts)
         return moe_set_error(ck->ctx, MOE_EFORMAT,
@@ -942,6 +1014,9 @@ typedef struct ck_layer {
     const void **gate;          /* [E] pointers, each [I, H] (or strided) */
     const void **up;            /* [E] pointers, each [I, H] (or strided) */
     const void **down;          /* [E] pointers, each [H, I] (or strided) */
+    const void **gate_scale;    /* FP8: [E] pointers, each F32 [ceil(I/bn), ceil(H/bk)] */
+    const void **up_scale;      /* FP8: the same */
+    const void **down_scale;    /* FP8: [E] pointers, each F32 [ceil(H/bn), ceil(I/bk)] */
     int64_t gu_so, gu_si;       /* moe_weight_source strides; 0 = row-major */
     int64_t dn_so, dn_si;
     bool has_shared;
@@ -964,6 +1039,9 @@ static void ck_layer_free(ck_layer *lt)
     free(lt->gate);
     free(lt->up);
     free(lt->down);
+    free(lt->gate_scale);
+    free(lt->up_scale);
+    free(lt->down_scale);
     free(lt->gate_bias);
     free(lt->up_bias);
     free(lt->down_bias);
@@ -1064,7 +1142,10 @@ static moe_status get_weight(moe_checkpoint *ck, ck_layer *lt, const char *name,
             return moe_set_error(ck->ctx, MOE_EDTYPE,
                                  "%s: tensor '%s': dtype not accepted for expert weights (expected F32, BF16 or F16, found %s)%s",
                                  path, name, moe_dtype_name(info->dtype),
-                                 info->dtype == MOE_DTYPE_F8_E4M3 ? "; FP8 checkpoints are not supported yet" : "");
+                                 info->dtype == MOE_DTYPE_F8_E4M3
+                                     ? "; FP8 experts need config.json quantization_config {quant_method: fp8, "
+                                       "weight_block_size: [bn, bk]} and the per-expert layout"
+                                     : "");
         lt->have_weight_dtype = true;
         lt->weight_dtype = info->dtype;
         snprintf(lt->weight_dtype_from, sizeof lt->weight_dtype_from, "%s", name);
@@ -1091,6 +1172,51 @@ static moe_status get_vector(moe_checkpoint *ck, const char *name, const char *l
                              path, name, moe_dtype_name(info->dtype));
     const int64_t shape[1] = {n};
     return check_shape(ck, path, info, label, 1, shape);
+}
+
+/* An FP8 block checkpoint's expert weight `name` (F8_E4M3 [N, K], N x K = `want`) and its
+ * `name`_scale_inv (F32 [ceil(N/bn), ceil(K/bk)], a multiplier): *codes and *scale point into
+ * the mapped file. */
+static moe_status get_fp8_weight(moe_checkpoint *ck, const char *name, const char *label, const int64_t *want,
+                                 const void **codes, const void **scale)
+{
+    const char *path = NULL;
+    moe_tensor_info info;
+    moe_status st = ck_get(ck, name, &info, &path);
+    if (st != MOE_OK)
+        return st;
+    if (info.dtype != MOE_DTYPE_F8_E4M3)
+        return moe_set_error(ck->ctx, MOE_EDTYPE,
+                             "%s: tensor '%s': dtype disagrees with config.json quantization_config (fp8: expected "
+                             "F8_E4M3, found %s)",
+                             path, name, moe_dtype_name(info.dtype));
+    if ((st = check_shape(ck, path, &info, label, 2, want)) != MOE_OK)
+        return st;
+    *codes = info.data;
+    char sname[CK_NAME_LEN];
+    int len = snprintf(sname, sizeof sname, "%s_scale_inv", name);
+    if (len < 0 || (size_t)len >= sizeof sname)
+        return moe_set_error(ck->ctx, MOE_EINVAL, "%s: tensor name too long: '%s_scale_inv'", ck->dir, name);
+    if ((st = ck_get(ck, sname, &info, &path)) != MOE_OK)
+        return st;
+    if (info.dtype != MOE_DTYPE_F32)
+        return moe_set_error(ck->ctx, MOE_EDTYPE,
+                             "%s: tensor '%s': dtype not accepted for FP8 block scales (expected F32, found %s)", path,
+                             sname, moe_dtype_name(info.dtype));
+    const int64_t grid[2] = {(want[0] + ck->fp8_bn - 1) / ck->fp8_bn, (want[1] + ck->fp8_bk - 1) / ck->fp8_bk};
+    bool ok = info.ndim == 2 && info.shape[0] == grid[0] && info.shape[1] == grid[1];
+    if (!ok) {
+        char want_s[128], got_s[128];
+        return moe_set_error(ck->ctx, MOE_ESHAPE,
+                             "%s: tensor '%s': FP8 block scale shape disagrees with config.json (expected "
+                             "[ceil(%s / %" PRId64 "), ceil(%s / %" PRId64 ")] = %s for weight_block_size [%" PRId64
+                             ", %" PRId64 "], found %s)",
+                             path, sname, label[1] == 'I' ? "I" : "H", ck->fp8_bn, label[1] == 'I' ? "H" : "I",
+                             ck->fp8_bk, moe_io_format_shape(want_s, sizeof want_s, 2, grid), ck->fp8_bn, ck->fp8_bk,
+                             moe_io_format_shape(got_s, sizeof got_s, info.ndim, info.shape));
+    }
+    *scale = info.data;
+    return MOE_OK;
 }
 
 /* The candidate prefixes of layer `layer`'s MoE block, most likely first. Returns the count. */
@@ -1281,6 +1407,13 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
     lt->down = calloc((size_t)E, sizeof *lt->down); /* [E] */
     if (!lt->gate || !lt->up || !lt->down)
         return moe_set_error(ck->ctx, MOE_ENOMEM, "out of memory for %" PRId64 " experts", E);
+    if (ck->fp8) {
+        lt->gate_scale = calloc((size_t)E, sizeof *lt->gate_scale); /* [E] */
+        lt->up_scale = calloc((size_t)E, sizeof *lt->up_scale);     /* [E] */
+        lt->down_scale = calloc((size_t)E, sizeof *lt->down_scale); /* [E] */
+        if (!lt->gate_scale || !lt->up_scale || !lt->down_scale)
+            return moe_set_error(ck->ctx, MOE_ENOMEM, "out of memory for %" PRId64 " experts", E);
+    }
 
     /* Experts, in the family's layouts (the header comment lists them). */
     char gu_name[CK_NAME_LEN], dn_name[CK_NAME_LEN];
@@ -1293,6 +1426,14 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
                              "transformers' Mxfp4Config(dequantize=True) and saved with save_pretrained",
                              f ? moe_st_path(f) : ck->dir, gu_name);
     }
+    snprintf(gu_name, sizeof gu_name, "%sexperts.gate_up_proj", prefix);
+    if (ck->fp8 && (ck->family == MOE_FAMILY_GPT_OSS || ck->family == MOE_FAMILY_LLAMA4 ||
+                    ck->family == MOE_FAMILY_GRANITE_MOE || ck_has(ck, gu_name)))
+        return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
+                             "%s: layer %" PRId64 ": FP8 block checkpoints (quantization_config quant_method fp8) are "
+                             "read in the per-expert layout only (%sexperts.<e>.<proj>.weight + weight_scale_inv); "
+                             "%s's stacked expert tensors are not supported",
+                             ck->dir, layer, prefix, moe_family_name(ck->family));
     if (ck->family == MOE_FAMILY_GPT_OSS || ck->family == MOE_FAMILY_LLAMA4) {
         if ((st = input_major_experts(ck, lt, prefix, ck->family == MOE_FAMILY_GPT_OSS)) != MOE_OK)
             return st;
@@ -1315,7 +1456,18 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
             const char *down_s = mixtral ? "w2" : "down_proj";
             const int64_t in_shape[2] = {I, H};  /* gate and up: [I, H] */
             const int64_t out_shape[2] = {H, I}; /* down: [H, I] */
-            for (int64_t e = lt->e_lo; e < lt->e_hi; e++) {
+            for (int64_t e = lt->e_lo; ck->fp8 && e < lt->e_hi; e++) {
+                snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e, gate_s);
+                if ((st = get_fp8_weight(ck, name, "[I, H]", in_shape, &lt->gate[e], &lt->gate_scale[e])) != MOE_OK)
+                    return st;
+                snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e, up_s);
+                if ((st = get_fp8_weight(ck, name, "[I, H]", in_shape, &lt->up[e], &lt->up_scale[e])) != MOE_OK)
+                    return st;
+                snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e, down_s);
+                if ((st = get_fp8_weight(ck, name, "[H, I]", out_shape, &lt->down[e], &lt->down_scale[e])) != MOE_OK)
+                    return st;
+            }
+            for (int64_t e = lt->e_lo; !ck->fp8 && e < lt->e_hi; e++) {
                 moe_tensor_info t;
                 snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e, gate_s);
                 if ((st = get_weight(ck, lt, name, "[I, H]", 2, in_shape, &t)) != MOE_OK)
@@ -1342,6 +1494,19 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
         const int64_t in_shape[2] = {Is, H};
         const int64_t out_shape[2] = {H, Is};
         lt->has_shared = true;
+        for (int j = 0; ck->fp8 && j < 3; j++) {
+            static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+            moe_tensor_info t;
+            snprintf(name, sizeof name, "%s%s.%s.weight", prefix, sh, proj[j]);
+            if ((st = ck_get(ck, name, &t, &path)) != MOE_OK)
+                return st;
+            if (t.dtype == MOE_DTYPE_F8_E4M3)
+                return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
+                                     "%s: tensor '%s': F8_E4M3 shared expert: quantized shared experts are not "
+                                     "supported (only the routed experts may be FP8); dequantize the shared expert "
+                                     "to bf16",
+                                     path, name);
+        }
         snprintf(name, sizeof name, "%s%s.gate_proj.weight", prefix, sh);
         if ((st = get_weight(ck, lt, name, "[I_s, H]", 2, in_shape, &lt->sh_gate)) != MOE_OK)
             return st;
@@ -1364,6 +1529,12 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
             if ((st = check_shape(ck, path, &lt->sh_gate_w, "[1, H]", 2, gw_shape)) != MOE_OK)
                 return st;
         }
+    }
+    if (ck->fp8 && !lt->have_weight_dtype) {
+        /* FP8 routed experts and no shared expert: weight_dtype (which then types nothing
+         * but the description) follows the router */
+        lt->have_weight_dtype = true;
+        lt->weight_dtype = lt->router.dtype;
     }
     return MOE_OK;
 }
@@ -1393,6 +1564,14 @@ static void fill_desc(const moe_checkpoint *ck, const ck_layer *lt, moe_layer_de
     d->apply_router_weight_on_input = ck->on_input;
     d->swiglu_alpha = ck->swiglu_alpha;
     d->swiglu_limit = ck->swiglu_limit;
+    if (ck->fp8) {
+        /* weight-only: the checkpoint's dynamic fp8 activations are run as f32 (cfg_quant) */
+        const moe_qweight qw = {.dtype = MOE_QTYPE_F8_E4M3, .scale = MOE_QSCALE_BLOCK, .block_n = ck->fp8_bn,
+                                .block_k = ck->fp8_bk};
+        d->quant.w13 = qw;
+        d->quant.w2 = qw;
+        d->quant.act = MOE_QACT_NONE;
+    }
 }
 
 moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_layer_desc *out)
@@ -1434,6 +1613,15 @@ static moe_status check_plan_desc(moe_checkpoint *ck, int64_t layer, const moe_l
         {"has_router_bias", !!have->has_router_bias, want->has_router_bias},
         {"has_expert_bias", !!have->has_expert_bias, want->has_expert_bias},
         {"apply_router_weight_on_input", !!have->apply_router_weight_on_input, want->apply_router_weight_on_input},
+        {"quant.w13.dtype", have->quant.w13.dtype, want->quant.w13.dtype},
+        {"quant.w13.scale", have->quant.w13.scale, want->quant.w13.scale},
+        {"quant.w13.block_n", want->quant.w13.dtype ? have->quant.w13.block_n : 0, want->quant.w13.block_n},
+        {"quant.w13.block_k", want->quant.w13.dtype ? have->quant.w13.block_k : 0, want->quant.w13.block_k},
+        {"quant.w2.dtype", have->quant.w2.dtype, want->quant.w2.dtype},
+        {"quant.w2.scale", have->quant.w2.scale, want->quant.w2.scale},
+        {"quant.w2.block_n", want->quant.w2.dtype ? have->quant.w2.block_n : 0, want->quant.w2.block_n},
+        {"quant.w2.block_k", want->quant.w2.dtype ? have->quant.w2.block_k : 0, want->quant.w2.block_k},
+        {"quant.act", have->quant.act, want->quant.act},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (ints[i].h != ints[i].w)
@@ -1508,6 +1696,11 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
         src.gate_up_stride_in = lt.gu_si;
         src.down_stride_out = lt.dn_so;
         src.down_stride_in = lt.dn_si;
+        if (ck->fp8) {
+            src.gate_scale = lt.gate_scale;    /* E x F32 [ceil(I/bn), ceil(H/bk)] */
+            src.up_scale = lt.up_scale;
+            src.down_scale = lt.down_scale;    /* E x F32 [ceil(H/bn), ceil(I/bk)] */
+        }
         if (lt.has_shared) {
             src.shared_gate_proj = lt.sh_gate.data;     /* [I_s, H] */
             src.shared_up_proj = lt.sh_up.data;         /* [I_s, H] */
