@@ -196,8 +196,9 @@ int cli_cmd_plan(int argc, char **argv)
                "--tp %lld measures it)%s\n",
                (long long)(tp * ep), (long long)ep, (long long)tp, moe_mpi_available() ? "" : "; this build has no MPI");
     if (fp8)
-        printf("note: fp8 block kernels are not built yet; the layout below is the one they will use "
-               "(partial blocks masked, scale grids sliced, never padded)\n");
+        printf("note: fp8-block experts run weight-only in one process; quantized experts under EP/TP are not "
+               "supported yet, so for tp/ep > 1 this is the layout they will use (partial blocks masked, scale "
+               "grids sliced, never padded)\n");
 
     /* Per rank: EP group g holds experts [e0, e0 + ne); TP rank t holds I columns [i0, i0 + ni). */
     double total_bytes = 0;
