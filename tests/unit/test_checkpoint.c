@@ -1136,23 +1136,6 @@ static void test_tensor_errors(void **state)
                         "'model.layers.0.block_sparse_moe.experts.5.w3.weight'");
 }
 
-/* Every test's folders go under one root, removed when the group ends. */
-static char g_root[512];
-
-static int group_setup(void **state)
-{
-    (void)state;
-    tu_tmpdir(g_root, sizeof g_root, "test_checkpoint");
-    return setenv("LIBMOE_TEST_TMP", g_root, 1);
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    tu_rm_tree(g_root);
-    return 0;
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1167,5 +1150,5 @@ int main(void)
         cmocka_unit_test(test_weight_file_errors),
         cmocka_unit_test(test_tensor_errors),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);
 }

@@ -607,23 +607,6 @@ static void test_null_ctx(void **state)
     moe_safetensors_free(f);
 }
 
-/* Every test's folders go under one root, removed when the group ends. */
-static char g_root[512];
-
-static int group_setup(void **state)
-{
-    (void)state;
-    tu_tmpdir(g_root, sizeof g_root, "test_safetensors");
-    return setenv("LIBMOE_TEST_TMP", g_root, 1);
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    tu_rm_tree(g_root);
-    return 0;
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -639,5 +622,5 @@ int main(void)
         cmocka_unit_test(test_overlap_and_truncation),
         cmocka_unit_test(test_null_ctx),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);
 }

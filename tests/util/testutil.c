@@ -121,3 +121,19 @@ void tu_rm_tree(const char *dir)
     closedir(d);
     rmdir(dir);
 }
+
+static char g_tmp_root[512];
+
+int tu_group_tmp_setup(void **state)
+{
+    (void)state;
+    tu_tmpdir(g_tmp_root, sizeof g_tmp_root, "libmoe-test");
+    return setenv("LIBMOE_TEST_TMP", g_tmp_root, 1);
+}
+
+int tu_group_tmp_teardown(void **state)
+{
+    (void)state;
+    tu_rm_tree(g_tmp_root);
+    return 0;
+}

@@ -25,6 +25,10 @@ void tu_check_error(moe_ctx *ctx, moe_status got, moe_status want, const char *c
     tu_check_error((ctx), (got), (want), (const char *const[]){__VA_ARGS__, NULL})
 /* Remove folder `dir` and everything below it (tests leave no temp files behind). */
 void tu_rm_tree(const char *dir);
+/* cmocka group setup/teardown: every test's temporary folders (tu_tmpdir) go under one fresh
+ * root, removed with everything in it when the group ends. */
+int tu_group_tmp_setup(void **state);
+int tu_group_tmp_teardown(void **state);
 /* A context with defaults and one thread; fails the test on error. */
 moe_ctx *tu_ctx(void);
 
