@@ -122,4 +122,7 @@ void moe_linear_q_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *co
 /* The AVX-512 quantized linear kernel (linear_q of "avx512"): the same bits as the ref. */
 void moe_linear_q_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
                          int64_t ldo);
+/* The AVX-512 W8A8 (VNNI) kernel, called by moe_linear_q_avx512 for MOE_QK_W8A8. */
+void moe_linear_w8a8_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                            int64_t ldo);
 #endif
