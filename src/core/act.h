@@ -8,6 +8,50 @@
 
 #include "moe.h"
 
+/* libmoe's exp for the activations (SwiGLU, gpt-oss SwiGLU): one fixed sequence of IEEE
+ * operations, so that the scalar code here and the AVX-512 rows (src/gemm/avx512/act_avx512.c,
+ * vfnmadd / vfmadd / vroundscaleps / vscalefps) give the same bits (docs/numerics.md
+ * section 1). NaN -> NaN; x is clamped to [-105, 89] (e^-105 rounds to +0 and e^89 overflows
+ * to +inf, so the clamp changes no result); n = rint(x log2 e) in [-152, 129];
+ * r = x - n ln2 in two fused steps (Cody-Waite: ln2_hi has 15 significant bits, so n ln2_hi
+ * is exact); e^r by its degree-7 Taylor polynomial (|r| <= 0.35: truncation < 0.05 ulp) in
+ * Horner form with fmaf; the result p * 2^n with one rounding (ldexpf; vscalefps).
+ * Accuracy against correctly rounded exp, measured over every 97th float of [-105, 89]
+ * (tests/unit/test_act.c): at most MOE_EXPF_MAX_ULP ulp (0.915 measured). */
+#define MOE_EXPF_MAX_ULP 1
+
+#define MOE_EXPF_LO (-105.0f)
+#define MOE_EXPF_HI 89.0f
+#define MOE_EXPF_LOG2E 1.44269504088896341f
+#define MOE_EXPF_LN2_HI 0.693145751953125f          /* 0x3f317200 */
+#define MOE_EXPF_LN2_LO 1.42860682030941723212e-6f  /* ln 2 - LN2_HI */
+#define MOE_EXPF_C7 (1.0f / 5040.0f)
+#define MOE_EXPF_C6 (1.0f / 720.0f)
+#define MOE_EXPF_C5 (1.0f / 120.0f)
+#define MOE_EXPF_C4 (1.0f / 24.0f)
+#define MOE_EXPF_C3 (1.0f / 6.0f)
+#define MOE_EXPF_C2 0.5f
+
+static inline float moe_expf(float x)
+{
+    if (x != x)
+        return x;
+    float xc = x > MOE_EXPF_HI ? MOE_EXPF_HI : x;
+    xc = xc < MOE_EXPF_LO ? MOE_EXPF_LO : xc;
+    const float n = rintf(xc * MOE_EXPF_LOG2E);
+    float r = fmaf(-n, MOE_EXPF_LN2_HI, xc);
+    r = fmaf(-n, MOE_EXPF_LN2_LO, r);
+    float p = MOE_EXPF_C7;
+    p = fmaf(p, r, MOE_EXPF_C6);
+    p = fmaf(p, r, MOE_EXPF_C5);
+    p = fmaf(p, r, MOE_EXPF_C4);
+    p = fmaf(p, r, MOE_EXPF_C3);
+    p = fmaf(p, r, MOE_EXPF_C2);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    return ldexpf(p, (int)n);
+}
+
 static inline float moe_act_apply(const moe_layer_desc *d, float g, float u)
 {
     switch (d->activation) {
@@ -24,13 +68,28 @@ static inline float moe_act_apply(const moe_layer_desc *d, float g, float u)
         const float limit = d->swiglu_limit, alpha = d->swiglu_alpha;
         float gc = g > limit ? limit : g;                         /* min(g, limit), NaN kept */
         float uc = u > limit ? limit : (u < -limit ? -limit : u); /* clamp, NaN kept */
-        float glu = gc / (1.0f + expf(-(alpha * gc)));            /* gc * sigmoid(alpha gc) */
+        float glu = gc / (1.0f + moe_expf(-(alpha * gc)));            /* gc * sigmoid(alpha gc) */
         return (uc + 1.0f) * glu;
     }
     default: {
-        float silu = g / (1.0f + expf(-g));
+        float silu = g / (1.0f + moe_expf(-g));
         return silu * u;
     }
+    }
+}
+
+/* One row of the gate/up epilogue, the scalar form every table may use:
+ *   h[j] = act(g[j] (+ bg[j]), u[j] (+ bu[j])), j in [0, n); bg, bu NULL or both set. */
+static inline void moe_act_row_scalar(const moe_layer_desc *d, const float *g, const float *u, const float *bg,
+                                      const float *bu, float *h, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++) {
+        float gv = g[j], uv = u[j];
+        if (bg) {
+            gv = gv + bg[j];
+            uv = uv + bu[j];
+        }
+        h[j] = moe_act_apply(d, gv, uv);
     }
 }
 

@@ -75,6 +75,12 @@ void moe_convert_to_f32(float *dst, const void *src, moe_dtype dtype, size_t cou
 typedef void (*moe_linear_fn)(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x,
                               int mb, float *out, int64_t ldo);
 
+/* One row of the gate/up epilogue: h[j] = act(g[j] (+ bg[j]), u[j] (+ bu[j])) for j in
+ * [0, n), with exactly the operations of core/act.h (moe_act_row_scalar); bg and bu are both
+ * NULL or both set. */
+typedef void (*moe_act_row_fn)(const moe_layer_desc *d, const float *g, const float *u, const float *bg,
+                               const float *bu, float *h, int64_t n);
+
 typedef struct moe_kernels {
     const char *name; /* "ref", "avx2", "avx512" */
     moe_linear_fn linear;
@@ -82,7 +88,15 @@ typedef struct moe_kernels {
      * weights (weight-only), or the w8a8 integer contract (docs/numerics.md section 5).
      * `linear` hands matrices with w->q to it. */
     moe_linear_fn linear_q;
+    moe_act_row_fn act_row;
 } moe_kernels;
+
+void moe_act_row_ref(const moe_layer_desc *d, const float *g, const float *u, const float *bg, const float *bu,
+                     float *h, int64_t n);
+void moe_act_row_avx2(const moe_layer_desc *d, const float *g, const float *u, const float *bg, const float *bu,
+                      float *h, int64_t n);
+void moe_act_row_avx512(const moe_layer_desc *d, const float *g, const float *u, const float *bg, const float *bu,
+                        float *h, int64_t n);
 
 extern const moe_kernels moe_kernels_ref;
 extern const moe_kernels moe_kernels_avx2;

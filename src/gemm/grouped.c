@@ -40,17 +40,9 @@ static void gate_up_item(const moe_kernels *kern, const moe_layer_desc *d, const
         }
         kern->linear(gate, p0, p1, xr, mb, gt, ld);
         kern->linear(up, p0, p1, xr, mb, ut, ld);
-        for (int m = 0; m < mb; m++) {
-            float *hr = h + (b + m) * I; /* [I] */
-            for (int64_t n = n0; n < n1; n++) {
-                float g = gt[m * ld + (n - n0)], u = ut[m * ld + (n - n0)];
-                if (bg) {
-                    g = g + bg[n];
-                    u = u + bu[n];
-                }
-                hr[n] = moe_act_apply(d, g, u);
-            }
-        }
+        for (int m = 0; m < mb; m++) /* h[b + m][n0, n1) */
+            kern->act_row(d, gt + m * ld, ut + m * ld, bg ? bg + n0 : NULL, bu ? bu + n0 : NULL,
+                          h + (b + m) * I + n0, n1 - n0);
     }
 }
 

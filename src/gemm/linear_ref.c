@@ -1,5 +1,6 @@
 /* The scalar linear microkernel: the "ref" kernel table. Readable on purpose; the vector
  * tables must give exactly these bits. */
+#include "core/act.h"
 #include "core/kernels.h"
 #include "quant/quant.h"
 #include "quant/convert.h"
@@ -36,8 +37,15 @@ static void linear_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *c
     }
 }
 
+void moe_act_row_ref(const moe_layer_desc *d, const float *g, const float *u, const float *bg, const float *bu,
+                     float *h, int64_t n)
+{
+    moe_act_row_scalar(d, g, u, bg, bu, h, n);
+}
+
 const moe_kernels moe_kernels_ref = {
     .name = "ref",
     .linear = linear_ref,
     .linear_q = moe_linear_q_ref,
+    .act_row = moe_act_row_ref,
 };

@@ -110,4 +110,5 @@ const moe_kernels moe_kernels_avx2 = {
     .name = "avx2",
     .linear = linear_avx2,
     .linear_q = moe_linear_q_ref,
+    .act_row = moe_act_row_avx2,
 };

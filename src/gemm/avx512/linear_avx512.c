@@ -120,4 +120,5 @@ const moe_kernels moe_kernels_avx512 = {
     .name = "avx512",
     .linear = linear_avx512,
     .linear_q = moe_linear_q_avx512,
+    .act_row = moe_act_row_avx512,
 };

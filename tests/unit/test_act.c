@@ -1,0 +1,160 @@
+/* The activations' exp (core/act.h moe_expf) against correctly rounded exp (double exp,
+ * rounded once to f32), and every table's act_row against the scalar form, bit for bit
+ * (NaN, infinities, signed zeros, subnormal results, gpt-oss clamps, biases, tails). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/act.h"
+#include "core/kernels.h"
+#include "testutil.h"
+
+static float bits_f(uint32_t b)
+{
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+static uint32_t f_bits(float f)
+{
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    return b;
+}
+
+/* |got - exact| in units of the last place of the f32 nearest to `exact` (subnormal results:
+ * units of 2^-149). */
+static double ulp_err(float got, double exact)
+{
+    const float near = (float)exact;
+    if (isinf(near)) /* the exact value rounds to infinity: so must the result */
+        return got == near ? 0.0 : INFINITY;
+    int ex;
+    frexpf(near == 0.0f ? 0x1p-149f : near, &ex); /* near = m 2^ex, m in [0.5, 1) */
+    double ulp = ldexp(1.0, ex - 24);
+    if (ulp < 0x1p-149)
+        ulp = 0x1p-149;
+    return fabs((double)got - exact) / ulp;
+}
+
+static void test_expf_accuracy(void **state)
+{
+    (void)state;
+    double worst = 0.0;
+    float worst_x = 0.0f;
+    long n = 0;
+    /* every 97th bit pattern of [+0, 89] and [-0, -105]: about 23 million arguments */
+    const uint32_t hi_pos = f_bits(MOE_EXPF_HI), hi_neg = f_bits(MOE_EXPF_LO);
+    for (int side = 0; side < 2; side++) {
+        const uint32_t b0 = side ? 0x80000000u : 0u, b1 = side ? hi_neg : hi_pos;
+        for (uint32_t b = b0; b <= b1; b += 97) {
+            const float x = bits_f(b);
+            const double e = ulp_err(moe_expf(x), exp((double)x));
+            if (e > worst) {
+                worst = e;
+                worst_x = x;
+            }
+            n++;
+        }
+    }
+    print_message("moe_expf: %ld arguments, worst error %.3f ulp at x = %a\n", n, worst, (double)worst_x);
+    assert_true(worst <= MOE_EXPF_MAX_ULP);
+}
+
+static void test_expf_special(void **state)
+{
+    (void)state;
+    assert_true(isnan(moe_expf(NAN)));
+    assert_true(moe_expf(INFINITY) == INFINITY);
+    assert_true(moe_expf(-INFINITY) == 0.0f && !signbit(moe_expf(-INFINITY)));
+    assert_true(moe_expf(0.0f) == 1.0f && moe_expf(-0.0f) == 1.0f);
+    assert_true(moe_expf(88.8f) == INFINITY && moe_expf(1e30f) == INFINITY);
+    assert_true(moe_expf(-103.0f) == 0x1p-149f); /* e^-103 = 0.96 x 2^-149 */
+    assert_true(moe_expf(-104.0f) == 0.0f);      /* e^-104 = 0.35 x 2^-149 */
+    assert_true(moe_expf(-105.5f) == 0.0f && moe_expf(-1e30f) == 0.0f);
+    /* the largest finite result and the first overflow */
+    const float xmax = nextafterf((float)log((double)FLT_MAX), 0.0f);
+    assert_true(isfinite(moe_expf(xmax)) && ulp_err(moe_expf(xmax), exp((double)xmax)) <= MOE_EXPF_MAX_ULP);
+    assert_true(moe_expf(nextafterf(89.0f, 0.0f)) == INFINITY);
+    /* near 0, where e^x is 1 + x */
+    for (float x = 0x1p-30f; x < 1.0f; x *= 1.7f) {
+        assert_true(ulp_err(moe_expf(x), exp((double)x)) <= MOE_EXPF_MAX_ULP);
+        assert_true(ulp_err(moe_expf(-x), exp(-(double)x)) <= MOE_EXPF_MAX_ULP);
+    }
+}
+
+enum { N = 203 }; /* not a multiple of 16: masked tails */
+
+static void fill_inputs(float *g, float *u, float *bg, float *bu, unsigned seed)
+{
+    const float special[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, -1e-40f, 7.0f, -7.0f,
+                             7.0000005f, -7.0000005f, 88.0f, -88.0f, 100.0f, -100.0f, 150.0f, -150.0f,
+                             3e38f, -3e38f, 0x1p-126f, 1.0f, -1.0f};
+    const int ns = (int)(sizeof special / sizeof special[0]);
+    srand(seed);
+    for (int j = 0; j < N; j++) {
+        const float r1 = ((float)rand() / (float)RAND_MAX - 0.5f) * 40.0f;
+        const float r2 = ((float)rand() / (float)RAND_MAX - 0.5f) * 40.0f;
+        g[j] = j < ns ? special[j] : (j < 2 * ns ? r1 : r1 * 0.1f);
+        u[j] = j >= ns && j < 2 * ns ? special[j - ns] : r2;
+        bg[j] = ((float)rand() / (float)RAND_MAX - 0.5f);
+        bu[j] = ((float)rand() / (float)RAND_MAX - 0.5f);
+    }
+}
+
+static void check_table(const moe_kernels *k)
+{
+    const moe_activation acts[] = {MOE_ACT_SWIGLU, MOE_ACT_SWIGLU_OAI, MOE_ACT_GEGLU, MOE_ACT_GEGLU_TANH};
+    float g[N], u[N], bg[N], bu[N], want[N], got[N];
+    for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
+        for (int biased = 0; biased < 2; biased++) {
+            for (int n = 1; n <= N; n += (n < 40 ? 1 : 37)) {
+                moe_layer_desc d;
+                moe_layer_desc_init(&d);
+                d.activation = acts[a];
+                d.swiglu_alpha = 1.702f;
+                d.swiglu_limit = 7.0f;
+                fill_inputs(g, u, bg, bu, (unsigned)(n * 7 + (int)a));
+                memset(want, 0x5a, sizeof want);
+                memset(got, 0x5a, sizeof got);
+                moe_act_row_scalar(&d, g, u, biased ? bg : NULL, biased ? bu : NULL, want, n);
+                k->act_row(&d, g, u, biased ? bg : NULL, biased ? bu : NULL, got, n);
+                for (int j = 0; j < N; j++)
+                    if (f_bits(want[j]) != f_bits(got[j]))
+                        fail_msg("table %s act %d biased %d n %d: h[%d] = %a, scalar %a (g %a u %a)", k->name,
+                                 (int)acts[a], biased, n, j, (double)got[j], (double)want[j], (double)g[j],
+                                 (double)u[j]);
+            }
+        }
+    }
+}
+
+static void test_act_rows_all_tables(void **state)
+{
+    (void)state;
+    check_table(&moe_kernels_ref);
+    if (moe_cpu_has_avx2())
+        check_table(&moe_kernels_avx2);
+    if (moe_cpu_has_avx512())
+        check_table(&moe_kernels_avx512);
+    else
+        print_message("no AVX-512 on this CPU: the avx512 act_row was not run\n");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_expf_accuracy),
+        cmocka_unit_test(test_expf_special),
+        cmocka_unit_test(test_act_rows_all_tables),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
