@@ -42,7 +42,13 @@ import sys
 import time
 
 H, I, E, K = 2048, 768, 128, 8
-GGML_DTYPE = {"bf16": "bf16", "f16": "f16", "f32": "f32"}
+GGML_DTYPE = {"bf16": "bf16", "f16": "f16", "f32": "f32", "q8_0": "q8_0", "q4_0": "q4_0"}
+# Quantized comparisons: libmoe quantizes generated bf16 experts (`moe bench --quant`); ggml's
+# q8_0 is int8 codes with an f16 scale per 32 weights and runs with activations quantized to
+# q8_0 (int8 dot products), which libmoe's int8-w8a8 matches in kind (int8 x int8 -> int32,
+# per-channel weight and per-token activation scales); q4_0 (4-bit, f16 scale per 32,
+# activations q8_0) is set beside libmoe's int4-g32 weight-only. torch is not run for these.
+LIBMOE_QUANT = {"q8_0": "int8-w8a8", "q4_0": "int4-g32"}
 TORCH_DTYPES = ("bf16", "f32")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -197,7 +203,11 @@ def run_ggml(args, dtype):
 
 def run_libmoe(args, dtype):
     cmd = [args.moe, "bench", "--json", "--tokens", args.tokens, "--threads", str(args.threads),
-           "--dtype", dtype, "--min-time", str(args.min_time)]
+           "--min-time", str(args.min_time)]
+    if dtype in LIBMOE_QUANT:
+        cmd += ["--dtype", "bf16", "--quant", LIBMOE_QUANT[dtype]]
+    else:
+        cmd += ["--dtype", dtype]
     if args.roofline:
         cmd.append("--roofline")
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -284,8 +294,10 @@ def report(args, runs):
         for impl in impls:
             head += f" torch {impl} ms | libmoe/torch {impl} |"
             sep += "---:|---:|"
-        lines.append(f"\n{dtype.upper()} weights (ggml type_a={dtype}"
-                     f"{'' if dtype in TORCH_DTYPES else '; torch not run for f16'})"
+        what = (f"libmoe {LIBMOE_QUANT[dtype]} vs ggml type_a={dtype}; torch not run"
+                if dtype in LIBMOE_QUANT else
+                f"ggml type_a={dtype}{'' if dtype in TORCH_DTYPES else '; torch not run for f16'}")
+        lines.append(f"\n{dtype.upper()} weights ({what})"
                      f"{f', median of {len(runs)} runs' if len(runs) > 1 else ''}\n")
         lines.append(head)
         lines.append(sep)
@@ -316,7 +328,7 @@ def report(args, runs):
                                  f"{100 * max(v):.0f}% worst")
             lines.append("\nrun-to-run spread of GFLOP/s (max/min - 1 per cell): " +
                          "; ".join(parts) + ".")
-        if 1 in gg:
+        if 1 in gg and dtype not in LIBMOE_QUANT:
             b = 8 * I * H * (2 if dtype != "f32" else 4)
             gbs = b / (gg[1]["us_per_run"] * 1e-6) * 1e-9
             dram = f"; libmoe's measured DRAM read bandwidth: {a['dram_gbs']:.1f} GB/s" \
@@ -332,7 +344,9 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--tokens", default="1,8,32,128,512")
     ap.add_argument("--dtypes", default="bf16,f16,f32",
-                    help="weight dtypes: bf16 (ggml needs the patched bf16 cases), f16, f32")
+                    help="weight dtypes: bf16 (ggml needs the patched bf16 cases), f16, f32; "
+                         "quantized: q8_0 (libmoe int8-w8a8 vs ggml q8_0), q4_0 (libmoe "
+                         "int4-g32 vs ggml q4_0)")
     ap.add_argument("--moe", default=os.path.join(REPO, "build", "moe"),
                     help="the libmoe command (default: build/moe of this checkout)")
     ap.add_argument("--ggml", default="/tmp/ggml-build/bin/test-backend-ops",
