@@ -65,12 +65,14 @@ static void bias_to_f32(float *dst, const void *src, moe_dtype dt, int64_t n, in
         moe_convert_to_f32(dst + j, s + (size_t)(j * stride) * es, dt, 1);
 }
 
-/* The scale cells along K of the source that the columns [k0, k0 + Ks) touch (the cells a
- * shard would read if a cut cell could be masked): the baseline of the duplicated scales. */
-static int64_t cells_touched(const moe_qweight *qw, int64_t K, int64_t k0, int64_t Ks)
+/* The scale cells along K of the source whose first column lies in [k0, k0 + Ks): this
+ * shard's own cells. What a shard stores beyond them is held twice over the ranks (a cell cut
+ * by a shard boundary is on both shards; a re-expressed cell repeats its scale), so the sum over
+ * the TP ranks of the excess is what TP adds to the one-process scale bytes. */
+static int64_t cells_owned(const moe_qweight *qw, int64_t K, int64_t k0, int64_t Ks)
 {
     const int64_t gk = moe_quant_gk(qw, K);
-    return (k0 + Ks - 1) / gk - k0 / gk + 1;
+    return (k0 + Ks - 1) / gk - (k0 + gk - 1) / gk + 1;
 }
 
 /* Called by moe_weights_create after it has validated the common fields. Packs this rank's
@@ -158,10 +160,8 @@ moe_status moe_qweights_create(const moe_plan *plan, const moe_weight_source *sr
                                      .comp = q->comp[i]};
         const size_t per = sizeof(float) * (qw->has_zero_point ? 2 : 1);
         bytes += cb + per * (size_t)(N * ng) + (kind == MOE_QK_W8A8 ? sizeof(int32_t) * (size_t)N : 0);
-        if (kind != MOE_QK_W8A8) {
-            const int64_t base = mat == 2 ? cells_touched(&qc->w2, I, i0, Il) : cells_touched(&qc->w13, H, 0, H);
-            dup += per * (size_t)(N * (ng - base));
-        }
+        const int64_t own = mat == 2 ? cells_owned(&qc->w2, I, i0, Il) : cells_owned(&qc->w13, H, 0, H);
+        dup += per * (size_t)(N * (ng - own));
     }
     const size_t es = moe_dtype_size(d->weight_dtype);
     w->router_buf = moe_pack_f32(src->router, src->router_dtype, E, H); /* [E, H] f32 packed */
@@ -263,13 +263,14 @@ moe_status moe_qweights_create(const moe_plan *plan, const moe_weight_source *sr
             "weights (codes and f32 scales), no code padding",
             (long long)El, (long long)E, (long long)e0, (long long)(e0 + El - 1), (long long)i0,
             (long long)(i0 + Il - 1), (long long)I, moe_quant_name(qc), w->expert_bytes);
-    if (cut && (q13.block_n != qc->w13.block_n || q2.block_k != qc->w2.block_k || q2.group_size != qc->w2.group_size))
+    if (cut && dup > 0)
         moe_log(ctx, MOE_LOG_INFO,
-                "TP shard I %lld..%lld cuts the scale cells of %s (w13 block rows %lld, w2 cells along I %lld): "
-                "re-expressed as w13 block rows %lld, w2 cells %lld, each cut cell repeating its scale; %zu bytes of "
-                "duplicated f32 scales on this rank, no code padding",
-                (long long)i0, (long long)(i0 + Il - 1), moe_quant_name(qc), (long long)qc->w13.block_n,
-                (long long)moe_quant_gk(&qc->w2, I), (long long)q13.block_n, (long long)moe_quant_gk(&q2, Il), dup);
+                "TP shard I %lld..%lld of %lld cuts the scale cells of %s (w2: %lld columns per cell, kept per %lld on "
+                "this shard; w13 block rows %lld kept per %lld): %zu bytes of f32 scales on this rank repeat a cell "
+                "another shard also holds or a finer cell repeats; no code padding",
+                (long long)i0, (long long)(i0 + Il - 1), (long long)I, moe_quant_name(qc),
+                (long long)moe_quant_gk(&qc->w2, I), (long long)moe_quant_gk(&q2, Il), (long long)qc->w13.block_n,
+                (long long)q13.block_n, dup);
     *out = w;
     return MOE_OK;
 }
