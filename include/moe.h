@@ -322,8 +322,21 @@ typedef enum moe_activation {
  *            activations NONE.
  *   MXFP4:   GROUP scales with group_size 32, no zero points; activations NONE.
  *   block_n, block_k in [1, 2^20]; w13 and w2 are configured independently but must both be
- *   quantized or both NONE; activations TOKEN_GROUP (fp8 w8a8, DeepSeek-V3 style) and
- *   quantized experts under EP / TP are MOE_EUNSUPPORTED for now.
+ *   quantized or both NONE; activations TOKEN_GROUP (fp8 w8a8, DeepSeek-V3 style) are
+ *   MOE_EUNSUPPORTED for now.
+ * Under EP / TP ("Parallelism" below) the caller passes the whole layer's source arrays (the
+ *   other EP ranks' experts may be NULL); each rank packs its experts and, under TP, the gate/up
+ *   rows and down columns [i0, i0 + I_t) of each, cut from the source codes and scales. A block
+ *   or group cut by a shard boundary keeps its scale on both shards; a shard that starts inside a
+ *   cell and leaves it is re-expressed with cells of gcd(cell, i0 mod cell) (e.g. Qwen3-30B-A3B-
+ *   FP8, I = 768 at tp_size 4: shards 1 and 3 keep the down scales per 64 columns), the cut
+ *   cell's scale repeated; no code is padded and the repeated scale bytes are logged (INFO, and
+ *   per rank by `moe plan`). The weights are the same, so EP output is bit-identical to one
+ *   process and TP output matches it within the TP bound. INT4 / MXFP4 need an even I_t on
+ *   every rank (two codes per byte along I): moe_weights_create fails with MOE_ESHAPE on a rank
+ *   whose shard is odd. w8a8 (TOKEN) under TP quantizes the down projection's input per shard:
+ *   the per-token scale is max |h| over the rank's I_t columns (as vLLM's TP does), so TP w8a8
+ *   output is the sum of per-shard w8a8 partials, not within the TP bound of one process.
  * Dynamic activation quantization (TOKEN, int8): per row r of the GEMM input (the token's
  * hidden state before w13; the activation output h before w2), a = max_k |x[r][k]| (NaN
  * ignored), s = a / 127, q = rint(clamp(x / s, -127, 127)) (a NaN quotient gives -127);

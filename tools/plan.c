@@ -196,15 +196,17 @@ int cli_cmd_plan(int argc, char **argv)
                "--tp %lld measures it)%s\n",
                (long long)(tp * ep), (long long)ep, (long long)tp, moe_mpi_available() ? "" : "; this build has no MPI");
     if (fp8)
-        printf("note: fp8-block experts run weight-only in one process; quantized experts under EP/TP are not "
-               "supported yet, so for tp/ep > 1 this is the layout they will use (partial blocks masked, scale "
-               "grids sliced, never padded)\n");
-
+        printf("note: fp8-block experts run weight-only; under EP each rank packs its experts, under TP its rows of "
+               "gate/up and columns of down (a 128x128 block cut by the shard boundary is re-expressed with a finer "
+               "scale cell that repeats its scale: no code padding); 'scale bytes' are the packed f32 scales (one per "
+               "output feature and block along the input), included in moe_weights_expert_bytes\n");
     /* Per rank: EP group g holds experts [e0, e0 + ne); TP rank t holds I columns [i0, i0 + ni). */
-    double total_bytes = 0;
-    int64_t e0 = 0;
-    printf("\n%5s %5s %14s %10s %16s %14s %14s %10s\n", "ep", "tp", "experts", "I shard", "expert bytes",
-           "shared bytes", "scale bytes", "padding");
+    double total_bytes = 0, max_dup = 0, total_dup = 0;
+    int64_t e0 = 0, cut_cell = 0;
+    printf("\n%5s %5s %14s %10s %16s %14s %14s %12s %10s\n", "ep", "tp", "experts", "I shard", "expert bytes",
+           "shared bytes", "scale bytes", "dup scales", "padding");
+    /* 'dup scales': scale bytes beyond the blocks whose first column lies in the shard (summed over the TP ranks:
+     * what TP adds to the one-process scale bytes) */
     for (int64_t g = 0; g < ep; g++) {
         int64_t ne = E / ep + (g < E % ep ? 1 : 0);
         int64_t i0 = 0;
@@ -213,19 +215,35 @@ int cli_cmd_plan(int argc, char **argv)
             int64_t nis = Is ? Is / tp + (t < Is % tp ? 1 : 0) : 0;
             double wb = (double)ne * 3.0 * (double)H * (double)ni * es;
             double sb = 3.0 * (double)H * (double)nis * es;
-            double scales = 0;
+            double scales = 0, dup = 0;
             if (fp8) {
-                /* scale grids of the shard: gate and up [ceil(ni/128), ceil(H/128)], down [ceil(H/128), ceil(ni/128)];
-                 * a shard that starts or ends inside a 128 block reads that block's scales too */
-                int64_t blocks_i = (i0 + ni + 127) / 128 - i0 / 128;
-                int64_t blocks_h = (H + 127) / 128;
-                scales = (double)ne * 3.0 * (double)blocks_i * (double)blocks_h * 4.0;
+                /* packed f32 scales (src/quant/qweights.c): gate and up [ni, ceil(H/128)]; down [H, ceil(ni/gk)] with
+                 * gk = 128, or gcd(128, i0 mod 128) when the shard starts inside a block and leaves it (the cut
+                 * block's scale repeated); the duplicate is what exceeds the blocks the shard touches */
+                const int64_t bh = (H + 127) / 128, r = i0 % 128;
+                int64_t gk = 128;
+                if (r != 0 && r + ni > 128)
+                    for (gk = r; 128 % gk != 0 || r % gk != 0; gk--)
+                        ;
+                /* own: the blocks whose first column is in the shard; the rest is held by two shards */
+                const int64_t ng = (ni + gk - 1) / gk, own = (i0 + ni - 1) / 128 - (i0 + 127) / 128 + 1;
+                scales = (double)ne * (2.0 * (double)ni * (double)bh + (double)H * (double)ng) * 4.0;
+                dup = (double)ne * (double)H * (double)(ng - own) * 4.0;
+                total_dup += dup;
+                if (gk != 128 && tp > 1) {
+                    printf("  cut: tp rank %lld holds I %lld..%lld, which starts inside the 128-block %lld..%lld: its "
+                           "down projection's scales are kept per %lld columns\n",
+                           (long long)t, (long long)i0, (long long)(i0 + ni - 1), (long long)(i0 - r),
+                           (long long)(i0 - r + 127), (long long)gk);
+                    cut_cell = gk;
+                }
             }
             char ex[32];
             snprintf(ex, sizeof ex, "%lld..%lld", (long long)e0, (long long)(e0 + ne - 1));
-            printf("%5lld %5lld %14s %10lld %16.0f %14.0f %14.0f %10s\n", (long long)g, (long long)t, ex,
-                   (long long)ni, wb, sb, scales, "0");
+            printf("%5lld %5lld %14s %10lld %16.0f %14.0f %14.0f %12.0f %10s\n", (long long)g, (long long)t, ex,
+                   (long long)ni, wb, sb, scales, dup, "0");
             total_bytes += wb + sb + scales;
+            max_dup = dup > max_dup ? dup : max_dup;
             i0 += ni;
         }
         e0 += ne;
@@ -246,14 +264,18 @@ int cli_cmd_plan(int argc, char **argv)
         warnings++;
     }
     if (fp8) {
-        int64_t ni = I / tp;
-        if (tp > 1 && (ni % 128 != 0 || I % tp != 0)) {
-            char msg[256];
+        if (max_dup > 0) {
+            char msg[400];
             snprintf(msg, sizeof msg,
-                     "fp8 128x128 blocks cut by the TP split (I %lld per shard): the scales of a cut block are read by "
-                     "2 shards; no padding, no extra FLOPs; duplicated scale bytes per shard at most",
-                     (long long)ni);
-            warn(msg, (double)(E / ep + 1) * 3.0 * (double)((H + 127) / 128) * 4.0);
+                     "fp8 128x128 blocks cut by the TP split (I %lld per shard): the down projection's scales of a cut "
+                     "block are held by both shards%s; no code padding, no extra FLOPs; duplicated scale bytes "
+                     "(all ranks %.0f), on the worst rank",
+                     (long long)(I / tp),
+                     cut_cell ? ", and a shard starting inside a block and leaving it keeps them per finer cells "
+                                "(listed above)"
+                              : "",
+                     total_dup);
+            warn(msg, max_dup);
             warnings++;
         }
         if (H % 128 != 0 || I % 128 != 0) {

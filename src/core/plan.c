@@ -94,11 +94,6 @@ static moe_status check_parallel(moe_ctx *ctx, const moe_layer_desc *d, const mo
         par->dispatch_dtype != MOE_DTYPE_I8)
         return moe_set_error(ctx, MOE_EINVAL, "plan config: parallel.dispatch_dtype = %s, expected F32, F8_E4M3 or I8",
                              moe_dtype_name(par->dispatch_dtype));
-    if (!single && moe_quant_active(&d->quant))
-        return moe_set_error(ctx, MOE_EUNSUPPORTED,
-                             "plan config: parallel.ep_size = %d, tp_size = %d with quantized experts (desc quant): "
-                             "the quantized packer does not split experts or I across ranks yet",
-                             par->ep_size, par->tp_size);
     if (par->dispatch_dtype != MOE_DTYPE_F32 && par->ep_size < 2)
         return moe_set_error(ctx, MOE_EINVAL,
                              "plan config: parallel.dispatch_dtype = %s needs ep_size > 1 (only the expert-parallel "

@@ -542,3 +542,81 @@ void moe_quant_pack(const moe_qweight *qw, moe_qact act, const void *codes, cons
         off4 += (size_t)rb * (size_t)K;
     }
 }
+
+/* ---- slicing a source matrix (TP shards, src/quant/qweights.c) ---- */
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Cell length of a slice [off, off + len) cut from cells of length `cell` starting at 0: the
+ * same cell when the slice starts on a cell boundary or lies inside one cell, otherwise
+ * gcd(cell, off), so every local cell lies inside one source cell and the cut ones repeat
+ * their source cell's scale. */
+static int64_t rebase_cell(int64_t cell, int64_t off, int64_t len)
+{
+    const int64_t r = off % cell;
+    if (r == 0 || r + len <= cell)
+        return cell;
+    return gcd64(cell, r);
+}
+
+int moe_quant_slice_qweight(const moe_qweight *qw, int64_t n0, int64_t Ns, int64_t k0, int64_t Ks, moe_qweight *out)
+{
+    *out = *qw;
+    if (Ns < 1 || Ks < 1 || n0 < 0 || k0 < 0 || (is4(qw) && Ks % 2))
+        return -1;
+    if (qw->scale == MOE_QSCALE_BLOCK) {
+        out->block_n = rebase_cell(qw->block_n, n0, Ns);
+        out->block_k = rebase_cell(qw->block_k, k0, Ks);
+    } else if (qw->scale == MOE_QSCALE_GROUP) {
+        out->group_size = rebase_cell(qw->group_size, k0, Ks);
+    }
+    return 0;
+}
+
+void moe_quant_slice_source(const moe_qweight *qw, const void *codes, const void *scale, const uint8_t *zero,
+                            int64_t N, int64_t K, int64_t n0, int64_t k0, const moe_qweight *sq, int64_t Ns,
+                            int64_t Ks, void *scodes, void *sscale, uint8_t *szero)
+{
+    const uint8_t *c = codes; /* [N, K] bytes, or [N, K/2] nibble pairs */
+    uint8_t *sc = scodes;     /* [Ns, Ks] bytes, or [Ns, Ks/2] nibble pairs */
+    for (int64_t n = 0; n < Ns; n++) {
+        if (!is4(qw)) {
+            memcpy(sc + n * Ks, c + (n0 + n) * K + k0, (size_t)Ks);
+        } else if (k0 % 2 == 0) {
+            memcpy(sc + n * Ks / 2, c + ((n0 + n) * K + k0) / 2, (size_t)(Ks / 2));
+        } else { /* the pairs shift by one nibble: rebuild them */
+            for (int64_t k = 0; k < Ks; k += 2) {
+                unsigned lo = src_raw(qw, c, K, n0 + n, k0 + k), hi = src_raw(qw, c, K, n0 + n, k0 + k + 1);
+                sc[(n * Ks + k) / 2] = (uint8_t)(lo | hi << 4);
+            }
+        }
+    }
+    /* every cell of the slice's grid takes the scale (and zero point) of the source cell
+     * holding its first element */
+    int64_t rows, cols;
+    grid(sq, Ns, Ks, &rows, &cols);
+    const size_t ss = qw->dtype == MOE_QTYPE_MXFP4 ? 1 : 4;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) {
+            int64_t n = 0, k = 0; /* the cell's first element, slice coordinates */
+            switch (sq->scale) {
+            case MOE_QSCALE_TENSOR: break;
+            case MOE_QSCALE_CHANNEL: n = i; break;
+            case MOE_QSCALE_BLOCK: n = i * sq->block_n; k = j * sq->block_k; break;
+            default: n = i; k = j * sq->group_size; break;
+            }
+            const int64_t from = scale_index(qw, N, K, n0 + n, k0 + k);
+            memcpy((unsigned char *)sscale + (size_t)(i * cols + j) * ss, (const unsigned char *)scale + (size_t)from * ss,
+                   ss);
+            if (qw->has_zero_point)
+                szero[i * cols + j] = zero[from];
+        }
+}

@@ -101,6 +101,21 @@ void moe_quant_source_sizes(const moe_qweight *qw, int64_t N, int64_t K, size_t 
 int moe_quant_quantize_source(const moe_qweight *qw, const float *w, int64_t N, int64_t K, void *codes,
                               void *scale, uint8_t *zero); /* 0, or -1 out of memory */
 
+/* A TP shard of a source matrix: rows [n0, n0 + Ns) and columns [k0, k0 + Ks) of [N, K].
+ * moe_quant_slice_qweight gives the granularity the slice is expressed in (*out = *qw except:
+ * BLOCK block_n / block_k and GROUP group_size become gcd(size, offset mod size) where the
+ * slice cuts a block or group, so that each cell of the slice lies inside one source cell;
+ * unchanged when the slice starts on a boundary or lies inside one cell); -1 when the slice
+ * cannot be expressed (INT4 / MXFP4 with odd Ks, empty or negative ranges). Sizes of the
+ * slice's buffers: moe_quant_source_sizes(out, Ns, Ks). moe_quant_slice_source copies the codes
+ * (4-bit pairs re-paired when k0 is odd) and gives every cell of the slice's grid the scale
+ * and zero point of the source cell holding its first element: the slice dequantizes to
+ * exactly the slice of the dequantized matrix. */
+int moe_quant_slice_qweight(const moe_qweight *qw, int64_t n0, int64_t Ns, int64_t k0, int64_t Ks, moe_qweight *out);
+void moe_quant_slice_source(const moe_qweight *qw, const void *codes, const void *scale, const uint8_t *zero,
+                            int64_t N, int64_t K, int64_t n0, int64_t k0, const moe_qweight *sq, int64_t Ns,
+                            int64_t Ks, void *scodes, void *sscale, uint8_t *szero);
+
 /* Weights with quantized experts: built instead of the plain expert arrays. */
 typedef struct moe_qweights moe_qweights;
 moe_status moe_qweights_create(const moe_plan *plan, const moe_weight_source *src, moe_weights **out);

@@ -19,6 +19,12 @@
  *              workspace and a TP group's disagreeing token counts fail every rank, and the plan
  *              stays usable.
  *   quant      dispatch_dtype F8_E4M3 and I8: measured error against exact F32 dispatch.
+ *   qexperts   quantized routed experts (fp8 128x128 blocks cut by the TP shard (R11), fp8
+ *              [16, 16] blocks, int8-channel, int8-w8a8, int4-g32 with and without zero points,
+ *              mxfp4): EP bit-identical to the one-process quantized plan; TP (and TP 2 x EP 2)
+ *              bit-identical to an oracle summing one-process plans on shards cut by hand, within
+ *              1e-5 of the one-process plan (weight-only), bit-identical run to run; odd int4
+ *              shards refused.
  *   placement  128 experts on N = 6 ranks: 22,22,21,21,21,21, resident bytes, bit-identical.
  *   bench      dispatch / combine seconds and bytes per token (printed, not checked).
  *   kill       rank 1 dies (SIGKILL) before an execute: the job must end, not hang (driven by
@@ -45,6 +51,7 @@
 
 #include "moe.h"
 #include "quant/convert.h"
+#include "quant/quant.h"
 #include "testutil.h"
 
 static int R, N;              /* world rank and size */
@@ -960,6 +967,334 @@ static void mode_quant(void)
     rlayer_free(&L);
 }
 
+/* ---- quantized experts under EP and TP ----------------------------------------------------- */
+
+/* A layer with quantized routed experts: per expert and matrix m (0 gate [I, H], 1 up [I, H],
+ * 2 down [H, I]) the source codes, scales and zero points (moe.h "Quantized experts") and
+ * their dequantized f32 matrix (the oracle's weights). */
+typedef struct qlayer {
+    moe_layer_desc d;
+    float *router;    /* [E, H] f32 */
+    void **c[3];      /* [E] codes */
+    void **s[3];      /* [E] scales */
+    uint8_t **z[3];   /* [E] zero points or NULL */
+    float **f[3];     /* [E] dequantized [N, K] f32 */
+} qlayer;
+
+static void qlayer_make(qlayer *L, const char *scheme, int64_t bn, int64_t H, int64_t I, int64_t E, int64_t K,
+                        uint64_t seed)
+{
+    memset(L, 0, sizeof *L);
+    moe_layer_desc_init(&L->d);
+    L->d.hidden_size = H;
+    L->d.moe_intermediate_size = I;
+    L->d.num_experts = E;
+    L->d.top_k = K;
+    L->d.renormalize = 1;
+    L->d.weight_dtype = MOE_DTYPE_F32;
+    CHECK(moe_quant_from_name(scheme, &L->d.quant) == MOE_OK, "scheme %s", scheme);
+    if (bn) { /* a custom block shape [bn, bn] */
+        L->d.quant.w13.block_n = L->d.quant.w13.block_k = bn;
+        L->d.quant.w2.block_n = L->d.quant.w2.block_k = bn;
+    }
+    L->router = make_weights((size_t)(E * H), MOE_DTYPE_F32, seed, 1.0f);
+    for (int m = 0; m < 3; m++) {
+        const moe_qweight *qw = m == 2 ? &L->d.quant.w2 : &L->d.quant.w13;
+        const int64_t n = m == 2 ? H : I, k = m == 2 ? I : H;
+        L->c[m] = calloc((size_t)E, sizeof(void *));
+        L->s[m] = calloc((size_t)E, sizeof(void *));
+        L->z[m] = calloc((size_t)E, sizeof(void *));
+        L->f[m] = calloc((size_t)E, sizeof(void *));
+        for (int64_t e = 0; e < E; e++) {
+            float *w = make_weights((size_t)(n * k), MOE_DTYPE_F32, seed + 10 * (uint64_t)e + (uint64_t)m + 1, 0.3f);
+            /* scales over a wide exponent range: a misaddressed scale shows (R12) */
+            for (int64_t r = 0; r < n; r++)
+                for (int64_t j = 0; j < k; j++)
+                    w[r * k + j] = ldexpf(w[r * k + j], (int)((r / 4 + j / 8 + e) % 5) - 2);
+            size_t cb, sb, zb;
+            CHECK(moe_quantize_matrix_sizes(qw, n, k, &cb, &sb, &zb) == MOE_OK, "%s: moe_quantize_matrix_sizes", scheme);
+            L->c[m][e] = xmalloc(cb);
+            L->s[m][e] = xmalloc(sb);
+            L->z[m][e] = zb ? xmalloc(zb) : NULL;
+            CHECK(moe_quantize_matrix(qw, w, n, k, L->c[m][e], L->s[m][e], L->z[m][e]) == MOE_OK,
+                  "%s: moe_quantize_matrix", scheme);
+            L->f[m][e] = w;
+            moe_quant_dequant_source(qw, L->c[m][e], L->s[m][e], L->z[m][e], n, k, w);
+        }
+    }
+}
+
+static void qlayer_free(qlayer *L)
+{
+    free(L->router);
+    for (int m = 0; m < 3; m++) {
+        for (int64_t e = 0; e < L->d.num_experts; e++) {
+            free(L->c[m][e]);
+            free(L->s[m][e]);
+            free(L->z[m][e]);
+            free(L->f[m][e]);
+        }
+        free(L->c[m]);
+        free(L->s[m]);
+        free(L->z[m]);
+        free(L->f[m]);
+    }
+}
+
+/* The quantized source; with `plan` the other EP ranks' experts are NULL pointers. */
+typedef struct qsrc {
+    moe_weight_source src;
+    const void **p[9]; /* codes, scales (gate, up, down), then zero points */
+} qsrc;
+
+static void qsrc_make(qsrc *q, const qlayer *L, const moe_plan *plan)
+{
+    const int64_t E = L->d.num_experts;
+    int32_t *map = xmalloc(sizeof(int32_t) * (size_t)E);
+    if (plan)
+        CHECK(moe_plan_expert_map(plan, map) == MOE_OK, "moe_plan_expert_map");
+    memset(q, 0, sizeof *q);
+    for (int i = 0; i < 9; i++)
+        q->p[i] = calloc((size_t)E, sizeof(void *));
+    for (int64_t e = 0; e < E; e++) {
+        if (plan && map[e] < 0)
+            continue;
+        for (int m = 0; m < 3; m++) {
+            q->p[m][e] = L->c[m][e];
+            q->p[3 + m][e] = L->s[m][e];
+            q->p[6 + m][e] = L->z[m][e];
+        }
+    }
+    q->src.router = L->router;
+    q->src.router_dtype = MOE_DTYPE_F32;
+    q->src.gate_proj = q->p[0];
+    q->src.up_proj = q->p[1];
+    q->src.down_proj = q->p[2];
+    q->src.gate_scale = q->p[3];
+    q->src.up_scale = q->p[4];
+    q->src.down_scale = q->p[5];
+    if (L->d.quant.w13.has_zero_point) {
+        q->src.gate_zero = (const uint8_t *const *)q->p[6];
+        q->src.up_zero = (const uint8_t *const *)q->p[7];
+    }
+    if (L->d.quant.w2.has_zero_point)
+        q->src.down_zero = (const uint8_t *const *)q->p[8];
+    free(map);
+}
+
+static void qsrc_free(qsrc *q)
+{
+    for (int i = 0; i < 9; i++)
+        free(q->p[i]);
+}
+
+/* The oracle of a TP layer over tp shards, independent of the library's slicing: for each
+ * shard t (I columns [i0, i0 + It)), a one-process plan of intermediate size It whose experts
+ * are the shard cut by hand from the dequantized f32 matrices (weight-only schemes: the
+ * quantized kernels give the f32 path's bits) or, for w8a8, from the int8 codes with their
+ * per-channel scales (its activation scale is per shard, as under TP); the partial outputs
+ * summed in tp_rank order, ((p_0 + p_1) + p_2) + ..., as the TP reduction does. out [T, H]. */
+static void tp_oracle(const qlayer *L, int tp, const float *x, int64_t T, float *out)
+{
+    const int64_t H = L->d.hidden_size, I = L->d.moe_intermediate_size, E = L->d.num_experts;
+    const int w8a8 = L->d.quant.act == MOE_QACT_TOKEN;
+    moe_ctx *ctx = make_ctx(1024, -1, NULL);
+    for (int t = 0; t < tp; t++) {
+        const int64_t i0 = t * (I / tp) + (t < I % tp ? t : I % tp), It = I / tp + (t < I % tp ? 1 : 0);
+        moe_layer_desc d = L->d;
+        d.moe_intermediate_size = It;
+        if (!w8a8)
+            memset(&d.quant, 0, sizeof d.quant); /* f32 experts */
+        const void **gp = calloc((size_t)E, sizeof(void *)), **up = calloc((size_t)E, sizeof(void *));
+        const void **dp = calloc((size_t)E, sizeof(void *)), **gs = calloc((size_t)E, sizeof(void *));
+        const void **us = calloc((size_t)E, sizeof(void *)), **ds = calloc((size_t)E, sizeof(void *));
+        void **down = calloc((size_t)E, sizeof(void *)); /* [E][H, It] the down columns */
+        for (int64_t e = 0; e < E; e++) {
+            const size_t es = w8a8 ? 1 : 4;
+            const unsigned char *dsrc = w8a8 ? L->c[2][e] : (const void *)L->f[2][e]; /* [H, I] */
+            down[e] = xmalloc((size_t)(H * It) * es);
+            for (int64_t r = 0; r < H; r++)
+                memcpy((unsigned char *)down[e] + (size_t)(r * It) * es, dsrc + (size_t)(r * I + i0) * es,
+                       (size_t)It * es);
+            gp[e] = w8a8 ? (const void *)((const int8_t *)L->c[0][e] + i0 * H) : L->f[0][e] + i0 * H;
+            up[e] = w8a8 ? (const void *)((const int8_t *)L->c[1][e] + i0 * H) : L->f[1][e] + i0 * H;
+            dp[e] = down[e];
+            gs[e] = (const float *)L->s[0][e] + i0; /* w8a8: CHANNEL scales [I] and [H] */
+            us[e] = (const float *)L->s[1][e] + i0;
+            ds[e] = L->s[2][e];
+        }
+        moe_weight_source src;
+        memset(&src, 0, sizeof src);
+        src.router = L->router;
+        src.router_dtype = MOE_DTYPE_F32;
+        src.gate_proj = gp;
+        src.up_proj = up;
+        src.down_proj = dp;
+        if (w8a8) {
+            src.gate_scale = gs;
+            src.up_scale = us;
+            src.down_scale = ds;
+        }
+        moe_plan *p = NULL;
+        moe_weights *w = NULL;
+        OKC(ctx, moe_plan_create(ctx, &d, &p));
+        OKC(ctx, moe_weights_create(p, &src, &w));
+        result r;
+        OKC(ctx, exec_rows(p, w, x, MOE_DTYPE_F32, NULL, T, 0, T, T, &r));
+        for (int64_t i = 0; i < T * H; i++)
+            out[i] = t == 0 ? r.out[i] : out[i] + r.out[i];
+        result_free(&r);
+        moe_weights_free(w);
+        moe_plan_free(p);
+        for (int64_t e = 0; e < E; e++)
+            free(down[e]);
+        free(down);
+        free(gp);
+        free(up);
+        free(dp);
+        free(gs);
+        free(us);
+        free(ds);
+    }
+    moe_ctx_free(ctx);
+}
+
+/* One scheme: EP bit-identical to the one-process quantized plan (both formats); TP (and TP x
+ * EP with 4 ranks) bit-identical to the shard oracle, within 1e-5 of the one-process plan
+ * (weight-only schemes) and bit-identical run to run. */
+static void qexperts_case(const char *scheme, int64_t bn, int64_t H, int64_t I, int64_t E, int64_t K)
+{
+    qlayer L;
+    qlayer_make(&L, scheme, bn, H, I, E, K, 500 + (uint64_t)I);
+    const int64_t T = 37;
+    const int w8a8 = L.d.quant.act == MOE_QACT_TOKEN;
+    char name[96];
+    snprintf(name, sizeof name, "%s%s (H %lld, I %lld)", scheme, bn ? (bn == 16 ? " 16x16" : " custom") : "",
+             (long long)H, (long long)I);
+    float *x = xmalloc(sizeof(float) * (size_t)(T * H));
+    tu_fill_uniform(x, (size_t)(T * H), 91, -1.0f, 1.0f);
+    moe_ctx *ctx = make_ctx(16, -1, NULL);
+    /* the one-process quantized plan */
+    qsrc all;
+    qsrc_make(&all, &L, NULL);
+    moe_plan *p1 = NULL;
+    moe_weights *w1 = NULL;
+    OKC(ctx, moe_plan_create(ctx, &L.d, &p1));
+    OKC(ctx, moe_weights_create(p1, &all.src, &w1));
+    result ref;
+    OKC(ctx, exec_rows(p1, w1, x, MOE_DTYPE_F32, NULL, T, 0, T, T, &ref));
+    const size_t one_bytes = moe_weights_expert_bytes(w1);
+
+    pcfg cfgs[6];
+    int nc = 0;
+    cfgs[nc++] = (pcfg){.ep = N, .tp = 1, .ddt = MOE_DTYPE_F32};
+    cfgs[nc++] = (pcfg){.ep = N, .tp = 1, .ddt = MOE_DTYPE_F32, .low_latency = 1, .cap = 8};
+    cfgs[nc++] = (pcfg){.ep = 1, .tp = N, .ddt = MOE_DTYPE_F32};
+    if (N == 4) {
+        cfgs[nc++] = (pcfg){.ep = 2, .tp = 2, .ddt = MOE_DTYPE_F32};
+        cfgs[nc++] = (pcfg){.ep = 2, .tp = 2, .ddt = MOE_DTYPE_F32, .low_latency = 1, .cap = 8};
+    }
+    float *oracle = xmalloc(sizeof(float) * (size_t)(T * H));
+    int oracle_tp = 0;
+    size_t ep_bytes = 0, tp_bytes = 0;
+    for (int ci = 0; ci < nc; ci++) {
+        const pcfg *c = &cfgs[ci];
+        moe_plan *pp = par_plan(ctx, &L.d, c);
+        qsrc ls;
+        qsrc_make(&ls, &L, pp);
+        moe_weights *wp = NULL;
+        OKC(ctx, moe_weights_create(pp, &ls.src, &wp));
+        int64_t b, e, maxs;
+        par_tokens(c, T, &b, &e, &maxs);
+        result got, again;
+        OKC(ctx, exec_rows(pp, wp, x, MOE_DTYPE_F32, NULL, T, b, e, maxs, &got));
+        char what[256];
+        snprintf(what, sizeof what, "%s: ep %d tp %d %s", name, c->ep, c->tp, c->low_latency ? "batched" : "standard");
+        if (c->tp == 1) {
+            compare(what, &got, &ref, H, K, T, -1, b, e);
+            ep_bytes = moe_weights_expert_bytes(wp);
+        } else {
+            if (oracle_tp != c->tp) {
+                tp_oracle(&L, c->tp, x, T, oracle);
+                oracle_tp = c->tp;
+            }
+            result orc = ref; /* the oracle's routing is the one-process plan's */
+            orc.out = oracle;
+            char w2[300];
+            snprintf(w2, sizeof w2, "%s vs the shard oracle", what);
+            compare(w2, &got, &orc, H, K, T, -1, b, e);
+            if (!w8a8)
+                compare(what, &got, &ref, H, K, T, 1e-5, b, e);
+            /* run to run: the same bits */
+            OKC(ctx, exec_rows(pp, wp, x, MOE_DTYPE_F32, NULL, T, b, e, maxs, &again));
+            CHECK(memcmp(got.out + b * H, again.out + b * H, sizeof(float) * (size_t)((e - b) * H)) == 0,
+                  "%s: two runs differ", what);
+            result_free(&again);
+            if (c->ep == 1)
+                tp_bytes = moe_weights_expert_bytes(wp);
+        }
+        result_free(&got);
+        moe_weights_free(wp);
+        qsrc_free(&ls);
+        moe_plan_free(pp);
+    }
+    /* resident bytes: EP holds its experts' share; TP about 1/N of the codes */
+    CHECK(ep_bytes < one_bytes && tp_bytes < one_bytes, "%s: resident bytes ep %zu tp %zu of one process %zu", name,
+          ep_bytes, tp_bytes, one_bytes);
+    say("  %s: EP %d bit-identical to one process (both formats); TP %d%s bit-identical to the shard oracle%s and "
+        "run to run; bytes per rank ep %zu tp %zu (one process %zu)\n",
+        name, N, N, N == 4 ? " and TP 2 x EP 2" : "", w8a8 ? "" : ", within 1e-5 of one process", ep_bytes, tp_bytes,
+        one_bytes);
+    free(oracle);
+    result_free(&ref);
+    moe_weights_free(w1);
+    moe_plan_free(p1);
+    qsrc_free(&all);
+    moe_ctx_free(ctx);
+    free(x);
+    qlayer_free(&L);
+}
+
+static void mode_qexperts(void)
+{
+    /* R11: 128x128 blocks; I = 384 splits into 192 (TP 2) or 96 (TP 4): shards start inside a block */
+    qexperts_case("fp8-block", 0, 64, 384, 4, 2);
+    /* [16, 16] blocks with I = 24: 12 per shard at TP 2, 6 at TP 4 */
+    qexperts_case("fp8-block", 16, 40, 24, 6, 2);
+    qexperts_case("int8-channel", 0, 48, 40, 5, 2);
+    qexperts_case("int8-w8a8", 0, 48, 40, 5, 2);
+    /* int4 / mxfp4 groups of 32 along I = 96: shards of 48 (TP 2) or 24 (TP 4) cut the groups */
+    qexperts_case("int4-g32", 0, 64, 96, 4, 2);
+    qexperts_case("int4-g32-zp", 0, 64, 96, 4, 2);
+    qexperts_case("mxfp4", 0, 64, 96, 4, 2);
+    /* a 4-bit down projection whose shard is odd cannot be expressed: refused on those ranks */
+    {
+        qlayer L;
+        const int64_t I = 98; /* TP 2: 49, 49; TP 4: 25, 25, 24, 24 */
+        qlayer_make(&L, "int4-g32", 0, 64, I, 2, 1, 7);
+        moe_ctx *ctx = make_ctx(16, -1, NULL);
+        pcfg c = {.ep = 1, .tp = N, .ddt = MOE_DTYPE_F32};
+        moe_plan *pp = par_plan(ctx, &L.d, &c);
+        qsrc ls;
+        qsrc_make(&ls, &L, pp);
+        moe_weights *wp = NULL;
+        const int64_t It = I / N + (R < I % N ? 1 : 0);
+        moe_status st = moe_weights_create(pp, &ls.src, &wp);
+        if (It % 2) {
+            CHECK(st == MOE_ESHAPE && !wp && strstr(moe_ctx_last_error(ctx), "even"),
+                  "odd int4 shard: got %s (%s), expected MOE_ESHAPE", moe_status_name(st), moe_ctx_last_error(ctx));
+        } else {
+            CHECK(st == MOE_OK, "even int4 shard refused: %s", moe_ctx_last_error(ctx));
+        }
+        moe_weights_free(wp);
+        qsrc_free(&ls);
+        moe_plan_free(pp);
+        moe_ctx_free(ctx);
+        qlayer_free(&L);
+        say("  int4 with odd TP shards of I = %lld: refused (MOE_ESHAPE) on the odd ranks\n", (long long)I);
+    }
+}
+
 static void mode_placement(void)
 {
     /* R15: 128 experts on 6 ranks = 22,22,21,21,21,21 */
@@ -1157,6 +1492,8 @@ int main(int argc, char **argv)
         mode_errors();
     else if (!strcmp(g_mode, "quant"))
         mode_quant();
+    else if (!strcmp(g_mode, "qexperts"))
+        mode_qexperts();
     else if (!strcmp(g_mode, "placement"))
         mode_placement();
     else if (!strcmp(g_mode, "bench"))
