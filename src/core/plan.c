@@ -189,7 +189,7 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
         return moe_set_error(ctx, MOE_EDTYPE, "layer description: weight_dtype %s, expected F32, BF16 or F16",
                              moe_dtype_name(d->weight_dtype));
     {
-        moe_status qst = moe_quant_validate(ctx, NULL, d); /* desc->quant (src/quant) */
+        moe_status qst = moe_quant_validate(ctx, d); /* desc->quant (src/quant) */
         if (qst != MOE_OK)
             return qst;
     }

@@ -195,7 +195,7 @@ static moe_status check_weight(moe_ctx *ctx, const char *which, const moe_qweigh
     return MOE_OK;
 }
 
-moe_status moe_quant_validate(moe_ctx *ctx, const moe_plan *plan, const moe_layer_desc *d)
+moe_status moe_quant_validate(moe_ctx *ctx, const moe_layer_desc *d)
 {
     const moe_quant_config *q = &d->quant;
     if ((int)q->act < 0 || q->act > MOE_QACT_TOKEN_GROUP)
@@ -220,10 +220,6 @@ moe_status moe_quant_validate(moe_ctx *ctx, const moe_plan *plan, const moe_laye
         st = check_weight(ctx, "w2", &q->w2, q->act, d->moe_intermediate_size);
     if (st != MOE_OK)
         return st;
-    if (plan && plan->parallel)
-        return moe_set_error(ctx, MOE_EUNSUPPORTED,
-                             "layer description: quantized experts (quant) under expert or tensor parallelism are not "
-                             "implemented yet");
     if (ctx->kernels == &moe_kernels_avx2) {
         const double H = (double)d->hidden_size, I = (double)d->moe_intermediate_size;
         const double ex = 2.0 * (double)d->top_k * 3.0 * H * I;

@@ -83,7 +83,7 @@ struct moe_qmat {
 float moe_qmat_weight(const moe_pmat *w, int64_t n, int64_t k);
 
 /* Validate desc->quant; also logs the avx2 fallback. */
-moe_status moe_quant_validate(moe_ctx *ctx, const moe_plan *plan, const moe_layer_desc *d);
+moe_status moe_quant_validate(moe_ctx *ctx, const moe_layer_desc *d);
 int moe_quant_active(const moe_quant_config *q);
 /* Canonical "key=value;" text of desc->quant (appended to the plan text). */
 void moe_quant_text(const moe_quant_config *q, char *buf, size_t n);
