@@ -28,8 +28,8 @@
  *  - stacked input-major: Llama-4 P.experts.gate_up_proj [E, H, 2I] (gate = the first I
  *    columns) and P.experts.down_proj [E, I, H]; gpt-oss (bf16) the same shapes with gate and
  *    up interleaved (gate = even columns) plus P.experts.gate_up_proj_bias [E, 2I] (interleaved
- *    too) and P.experts.down_proj_bias [E, H]. gpt-oss's MXFP4 P.experts.*_blocks / *_scales
- *    are refused (MOE_EUNSUPPORTED) until quantized weights exist.
+ *    too) and P.experts.down_proj_bias [E, H];
+ *  - gpt-oss MXFP4 (as released; see below).
  * Shared expert: P.shared_expert.{gate,up,down}_proj.weight and P.shared_expert_gate.weight
  * [1, H] (Qwen2-MoE, Qwen3-Next, Qwen3.5: gated); P.shared_experts.* (DeepSeek: ungated,
  * I_s = n_shared_experts * moe_intermediate_size); P.shared_expert.* (Llama-4: ungated,
@@ -42,8 +42,22 @@
  * the scale tensors are passed as the source's gate/up/down_scale. Router, norms, biases and the
  * shared expert stay bf16/f32 (an fp8 shared expert is MOE_EUNSUPPORTED); weight_dtype is then
  * the shared expert's dtype, or the router's without one.
+ * MXFP4 checkpoints (gpt-oss as released): config.json quantization_config = {quant_method:
+ * mxfp4, modules_to_not_convert: [...]} (transformers' Mxfp4Config); per layer
+ * P.experts.gate_up_proj_blocks U8 [E, 2I, H/32, 16], P.experts.gate_up_proj_scales U8
+ * [E, 2I, H/32], P.experts.down_proj_blocks U8 [E, H, I/32, 16], P.experts.down_proj_scales U8
+ * [E, H, I/32], plus the bf16 biases above. Per expert a *_blocks tensor is the output-major
+ * codes [N, K/2] bytes (input 32 g + 2 b in the low nibble of byte b of group g, the next
+ * input in the high nibble) and *_scales the E8M0 exponents [N, K/32], w = e2m1 * 2^(s - 127)
+ * (transformers' integrations/mxfp4.py, convert_moe_packed_tensors, which writes row n of the
+ * blocks into column n of the bf16 gate_up_proj [E, H, 2I]: so gate = even rows, up = odd
+ * rows, like the bf16 columns). desc.quant becomes MXFP4 GROUP 32 for w13 and w2 (act NONE);
+ * weight_dtype follows the router. A layer without *_blocks but with gate_up_proj (a
+ * modules_to_not_convert layer) is read as bf16. H and I must be multiples of 32.
  * Every layout gives one moe_weight_source of pointers into the mapped files (strides for the
- * input-major ones): nothing is copied before moe_weights_create packs it.
+ * input-major ones): nothing is copied before moe_weights_create packs it, except MXFP4's
+ * gate/up rows, which moe_weight_source takes row-major only: the local experts' gate_up
+ * blocks and scales are copied apart (logged at INFO with their size) and freed once packed.
  */
 #include "io/io_internal.h"
 
