@@ -1577,19 +1577,20 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
 
     /* Experts, in the family's layouts (the header comment lists them). */
     char gu_name[CK_NAME_LEN], dn_name[CK_NAME_LEN];
-    snprintf(gu_name, sizeof gu_name, "%sexperts.gate_up_proj_blocks", prefix);
-    snprintf(dn_name, sizeof dn_name, "%sexperts.gate_up_proj", prefix);
-    if (ck->family == MOE_FAMILY_GPT_OSS && ck_has(ck, gu_name) && !ck->mxfp4) {
-        const moe_safetensors *f = ck_file_of(ck, gu_name);
+    snprintf(gu_name, sizeof gu_name, "%sexperts.gate_up_proj", prefix);
+    char blocks_name[CK_NAME_LEN];
+    snprintf(blocks_name, sizeof blocks_name, "%sexperts.gate_up_proj_blocks", prefix);
+    const bool has_blocks = ck->family == MOE_FAMILY_GPT_OSS && ck_has(ck, blocks_name);
+    if (has_blocks && !ck->mxfp4) {
+        const moe_safetensors *f = ck_file_of(ck, blocks_name);
         return moe_set_error(ck->ctx, MOE_EFORMAT,
                              "%s: tensor '%s': MXFP4 experts, but config.json has no quantization_config "
                              "{quant_method: mxfp4} (transformers would not read them either)",
-                             f ? moe_st_path(f) : ck->dir, gu_name);
+                             f ? moe_st_path(f) : ck->dir, blocks_name);
     }
     /* MXFP4 (quantization_config mxfp4): the layer's *_blocks, unless it was kept in bf16
      * (modules_to_not_convert) and has gate_up_proj instead */
-    const bool mxfp4 = ck->mxfp4 && (ck_has(ck, gu_name) || !ck_has(ck, dn_name));
-    snprintf(gu_name, sizeof gu_name, "%sexperts.gate_up_proj", prefix);
+    const bool mxfp4 = ck->mxfp4 && (has_blocks || !ck_has(ck, gu_name));
     if (ck->fp8 && (ck->family == MOE_FAMILY_GPT_OSS || ck->family == MOE_FAMILY_LLAMA4 ||
                     ck->family == MOE_FAMILY_GRANITE_MOE || ck_has(ck, gu_name)))
         return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
