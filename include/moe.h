@@ -881,8 +881,17 @@ moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tenso
  * listed in model.safetensors.index.json. Families: every moe_family but custom
  * (src/io/checkpoint.c lists the tensor names and layouts read). Multimodal wrappers
  * (Llama4ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration) are read through
- * their config's text_config. gpt-oss's MXFP4 experts are MOE_EUNSUPPORTED for now (use the
- * bf16 checkpoint). FP8 block checkpoints (config `quantization_config` {quant_method fp8,
+ * their config's text_config. gpt-oss MXFP4 checkpoints as released (config
+ * `quantization_config` {quant_method mxfp4, modules_to_not_convert}; per layer
+ * experts.gate_up_proj_blocks U8 [E, 2I, H/32, 16] + gate_up_proj_scales U8 [E, 2I, H/32],
+ * down_proj_blocks [E, H, I/32, 16] + down_proj_scales [E, H, I/32]: e2m1 codes, low nibble
+ * = even input, E8M0 exponents w = e2m1 * 2^(s - 127), as transformers' integrations/mxfp4.py
+ * dequantizes them; gate = the even rows of gate_up, up = the odd rows; bf16 biases) give
+ * desc.quant MXFP4 GROUP 32 weight-only for w13 and w2 and weight_dtype the router's; H and I
+ * must be multiples of 32. A layer whose experts were kept in bf16 loads unquantized.
+ * moe_checkpoint_load_weights copies the interleaved gate/up rows apart (the local experts'
+ * gate_up blocks and scales, logged at INFO with the byte count, freed once packed); down is
+ * read in place. FP8 block checkpoints (config `quantization_config` {quant_method fp8,
  * fmt e4m3, weight_block_size [bn, bk]}; per-expert layout: F8_E4M3 `weight` and F32
  * `weight_scale_inv` [ceil(out/bn), ceil(in/bk)], a multiplier) give desc.quant fp8 e4m3 BLOCK
  * [bn, bk] weight-only for w13 and w2 (the dynamic activation scheme runs with f32
@@ -916,7 +925,10 @@ int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
  * message names the config field that makes it dense), MOE_ENOTFOUND (a tensor),
  * MOE_EDTYPE / MOE_ESHAPE (a tensor disagreeing with config.json or with the other experts;
  * the message names tensor, expected and found; FP8 checkpoints: every weight_scale_inv too,
- * F32 on the ceil grid), MOE_EUNSUPPORTED (gpt-oss MXFP4 experts, an fp8 shared expert). */
+ * F32 on the ceil grid; MXFP4 checkpoints: every *_blocks / *_scales U8 in the shapes above),
+ * MOE_EFORMAT (MXFP4 with H or I not a multiple of 32, or *_blocks without quantization_config
+ * mxfp4), MOE_EUNSUPPORTED (an fp8 shared expert; quant_method mxfp4 on a family other than
+ * gpt-oss, from moe_checkpoint_open). */
 moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_layer_desc *out);
 
 /* Pack layer `layer`'s weights for `plan` (which must have been created from the

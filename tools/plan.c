@@ -167,8 +167,14 @@ int cli_cmd_plan(int argc, char **argv)
                                                                                                : MOE_DTYPE_BF16;
     const int64_t H = d.hidden_size, I = d.moe_intermediate_size, E = d.num_experts, K = d.top_k;
     const int64_t Is = d.shared_expert_intermediate_size;
+    /* a gpt-oss MXFP4 checkpoint's routed experts (desc.quant from the checkpoint): e2m1 codes, half a
+     * byte per weight, packed with one f32 scale per 32 inputs */
+    const int mx = !quant && d.quant.w13.dtype == MOE_QTYPE_MXFP4;
     const double es = fp8 ? 1.0 : (double)moe_dtype_size(d.weight_dtype);
-    const char *dtname = fp8 ? "F8_E4M3 + f32 128x128 block scales" : moe_dtype_name(d.weight_dtype);
+    const double ees = mx ? 0.5 : es; /* bytes per routed-expert weight (codes only) */
+    const char *dtname = fp8 ? "F8_E4M3 + f32 128x128 block scales"
+                         : mx ? "MXFP4 (e2m1 codes + a scale per 32 inputs, from the checkpoint)"
+                              : moe_dtype_name(d.weight_dtype);
     if (tp > I) {
         cli_err(CMD, "--tp %lld exceeds the intermediate size %lld: some ranks would hold no columns",
                 (long long)tp, (long long)I);
@@ -195,6 +201,9 @@ int cli_cmd_plan(int argc, char **argv)
                "what moe_weights_expert_bytes reports on that rank once packed (mpirun -np %lld moe bench --ep %lld "
                "--tp %lld measures it)%s\n",
                (long long)(tp * ep), (long long)ep, (long long)tp, moe_mpi_available() ? "" : "; this build has no MPI");
+    if (mx)
+        printf("note: mxfp4 experts run weight-only in one process; quantized experts under EP/TP are not "
+               "supported yet (moe run refuses --ep / --tp for this checkpoint)\n");
     if (fp8)
         printf("note: fp8-block experts run weight-only; under EP each rank packs its experts, under TP its rows of "
                "gate/up and columns of down (a 128x128 block cut by the shard boundary is re-expressed with a finer "
@@ -213,7 +222,7 @@ int cli_cmd_plan(int argc, char **argv)
         for (int64_t t = 0; t < tp; t++) {
             int64_t ni = I / tp + (t < I % tp ? 1 : 0);
             int64_t nis = Is ? Is / tp + (t < Is % tp ? 1 : 0) : 0;
-            double wb = (double)ne * 3.0 * (double)H * (double)ni * es;
+            double wb = (double)ne * 3.0 * (double)H * (double)ni * ees;
             double sb = 3.0 * (double)H * (double)nis * es;
             double scales = 0, dup = 0;
             if (fp8) {
@@ -238,6 +247,8 @@ int cli_cmd_plan(int argc, char **argv)
                     cut_cell = gk;
                 }
             }
+            if (mx) /* f32 per 32 inputs: gate and up [ni, H/32], down [H, ni/32] */
+                scales = (double)ne * (2.0 * (double)ni * (double)(H / 32) + (double)H * (double)((ni + 31) / 32)) * 4.0;
             char ex[32];
             snprintf(ex, sizeof ex, "%lld..%lld", (long long)e0, (long long)(e0 + ne - 1));
             printf("%5lld %5lld %14s %10lld %16.0f %14.0f %14.0f %12.0f %10s\n", (long long)g, (long long)t, ex,
@@ -249,7 +260,7 @@ int cli_cmd_plan(int argc, char **argv)
         e0 += ne;
     }
     printf("(bytes exact) all ranks: %s of expert weights (the layer itself: %s)\n", cli_fmt_bytes(b1, sizeof b1, total_bytes),
-           cli_fmt_bytes(b2, sizeof b2, (double)E * 3.0 * (double)H * (double)I * es + 3.0 * (double)H * (double)Is * es));
+           cli_fmt_bytes(b2, sizeof b2, (double)E * 3.0 * (double)H * (double)I * ees + 3.0 * (double)H * (double)Is * es));
 
     /* warnings: every cost not asked for */
     int warnings = 0;
@@ -286,7 +297,7 @@ int cli_cmd_plan(int argc, char **argv)
     if (strcmp(moe_ctx_isa(ctx), "avx2") == 0 && ((I / tp) % 16 != 0 || H % 16 != 0)) {
         warn("avx2 table: the last partial panel of 16 features runs the scalar fallback kernel; weights per "
              "expert on it at most",
-             15.0 * (double)H * 3.0 * es);
+             15.0 * (double)H * 3.0 * ees);
         warnings++;
     }
     if (!warnings)
@@ -295,7 +306,7 @@ int cli_cmd_plan(int argc, char **argv)
     /* per token */
     double flops = 2.0 * (double)K * 3.0 * (double)H * (double)I + 2.0 * 3.0 * (double)H * (double)Is +
                    2.0 * (double)E * (double)H;
-    double bytes = (double)K * 3.0 * (double)H * (double)I * es + 3.0 * (double)H * (double)Is * es;
+    double bytes = (double)K * 3.0 * (double)H * (double)I * ees + 3.0 * (double)H * (double)Is * es;
     printf("\nper token: %.1f MFLOP (router + %lld experts%s); decode reads %s of expert weights (all ranks)\n",
            flops / 1e6, (long long)K, Is ? " + shared" : "", cli_fmt_bytes(b1, sizeof b1, bytes));
 

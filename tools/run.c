@@ -357,12 +357,15 @@ int cli_cmd_run(int argc, char **argv)
     if ((st = moe_safetensors_write(ctx, out_path, to, 3)) != MOE_OK)
         LIBFAIL();
 
+    /* quantized routed experts (FP8 / MXFP4 checkpoints): their scheme after the dtype */
+    const int quantized = strcmp(moe_quant_name(&desc.quant), "none") != 0;
     fprintf(stderr,
-            "moe run: family %s layer %lld T %lld H %lld I %lld E %lld K %lld dtype %s "
+            "moe run: family %s layer %lld T %lld H %lld I %lld E %lld K %lld dtype %s%s%s "
             "ms %.3f (threads %d, %s%s)\n",
             moe_family_name(desc.family), (long long)layer, (long long)T, (long long)H,
             (long long)desc.moe_intermediate_size, (long long)desc.num_experts, (long long)K,
-            moe_dtype_name(desc.weight_dtype), ms, moe_ctx_num_threads(ctx), moe_ctx_isa(ctx),
+            moe_dtype_name(desc.weight_dtype), quantized ? " experts " : "", quantized ? moe_quant_name(&desc.quant) : "",
+            ms, moe_ctx_num_threads(ctx), moe_ctx_isa(ctx),
             nranks > 1 ? (tp > 1 ? (ep > 1 ? ", ep x tp over MPI" : ", tp over MPI") : ", ep over MPI") : "");
     rc = CLI_OK;
 #undef LIBFAIL

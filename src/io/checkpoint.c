@@ -28,8 +28,8 @@
  *  - stacked input-major: Llama-4 P.experts.gate_up_proj [E, H, 2I] (gate = the first I
  *    columns) and P.experts.down_proj [E, I, H]; gpt-oss (bf16) the same shapes with gate and
  *    up interleaved (gate = even columns) plus P.experts.gate_up_proj_bias [E, 2I] (interleaved
- *    too) and P.experts.down_proj_bias [E, H]. gpt-oss's MXFP4 P.experts.*_blocks / *_scales
- *    are refused (MOE_EUNSUPPORTED) until quantized weights exist.
+ *    too) and P.experts.down_proj_bias [E, H];
+ *  - gpt-oss MXFP4 (as released; see below).
  * Shared expert: P.shared_expert.{gate,up,down}_proj.weight and P.shared_expert_gate.weight
  * [1, H] (Qwen2-MoE, Qwen3-Next, Qwen3.5: gated); P.shared_experts.* (DeepSeek: ungated,
  * I_s = n_shared_experts * moe_intermediate_size); P.shared_expert.* (Llama-4: ungated,
@@ -42,8 +42,22 @@
  * the scale tensors are passed as the source's gate/up/down_scale. Router, norms, biases and the
  * shared expert stay bf16/f32 (an fp8 shared expert is MOE_EUNSUPPORTED); weight_dtype is then
  * the shared expert's dtype, or the router's without one.
+ * MXFP4 checkpoints (gpt-oss as released): config.json quantization_config = {quant_method:
+ * mxfp4, modules_to_not_convert: [...]} (transformers' Mxfp4Config); per layer
+ * P.experts.gate_up_proj_blocks U8 [E, 2I, H/32, 16], P.experts.gate_up_proj_scales U8
+ * [E, 2I, H/32], P.experts.down_proj_blocks U8 [E, H, I/32, 16], P.experts.down_proj_scales U8
+ * [E, H, I/32], plus the bf16 biases above. Per expert a *_blocks tensor is the output-major
+ * codes [N, K/2] bytes (input 32 g + 2 b in the low nibble of byte b of group g, the next
+ * input in the high nibble) and *_scales the E8M0 exponents [N, K/32], w = e2m1 * 2^(s - 127)
+ * (transformers' integrations/mxfp4.py, convert_moe_packed_tensors, which writes row n of the
+ * blocks into column n of the bf16 gate_up_proj [E, H, 2I]: so gate = even rows, up = odd
+ * rows, like the bf16 columns). desc.quant becomes MXFP4 GROUP 32 for w13 and w2 (act NONE);
+ * weight_dtype follows the router. A layer without *_blocks but with gate_up_proj (a
+ * modules_to_not_convert layer) is read as bf16. H and I must be multiples of 32.
  * Every layout gives one moe_weight_source of pointers into the mapped files (strides for the
- * input-major ones): nothing is copied before moe_weights_create packs it.
+ * input-major ones): nothing is copied before moe_weights_create packs it, except MXFP4's
+ * gate/up rows, which moe_weight_source takes row-major only: the local experts' gate_up
+ * blocks and scales are copied apart (logged at INFO with their size) and freed once packed.
  */
 #include "io/io_internal.h"
 
@@ -94,6 +108,7 @@ struct moe_checkpoint {
     float swiglu_alpha, swiglu_limit;
     int fp8;                    /* quantization_config quant_method fp8 (block scales) */
     int64_t fp8_bn, fp8_bk;     /* its weight_block_size [out, in] */
+    int mxfp4;                  /* quantization_config quant_method mxfp4 (gpt-oss) */
 
     /* which layers are MoE */
     int64_t sparse_step;        /* Qwen decoder_sparse_step */
@@ -516,9 +531,9 @@ static moe_status cfg_deepseek(moe_checkpoint *ck, const json_t *cfg)
 }
 
 /* Parse every field libmoe needs from config.json (or its text_config) into ck. */
-/* quantization_config (top level, else in text_config). quant_method "fp8" is read here (FP8
- * block checkpoints, see the file comment); other methods are left to the tensor checks
- * (gpt-oss mxfp4 is refused where its tensors are found). */
+/* quantization_config (top level, else in text_config). quant_method "fp8" (FP8 block
+ * checkpoints) and "mxfp4" (gpt-oss) are read here, see the file comment; other methods are
+ * left to the tensor checks. */
 static moe_status cfg_quant(moe_checkpoint *ck, const json_t *root, const json_t *cfg)
 {
     const char *qpre = "";
@@ -533,6 +548,22 @@ static moe_status cfg_quant(moe_checkpoint *ck, const json_t *root, const json_t
         return moe_set_error(ck->ctx, MOE_EFORMAT, "%s: field '%squantization_config' must be an object, found %s",
                              ck->config_path, qpre, json_kind(qc));
     const json_t *m = json_object_get(qc, "quant_method");
+    if (m && json_is_string(m) && strcmp(json_string_value(m), "mxfp4") == 0) {
+        /* transformers' Mxfp4Config: {quant_method, modules_to_not_convert}; which layers are
+         * quantized is read from the tensors (*_blocks present or not), so a layer named in
+         * modules_to_not_convert and saved in bf16 loads as bf16. */
+        if (ck->family != MOE_FAMILY_GPT_OSS)
+            return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%squantization_config.quant_method' = mxfp4: MXFP4 checkpoints are "
+                                 "read for gpt-oss only (GptOssForCausalLM), not %s",
+                                 ck->config_path, qpre, moe_family_name(ck->family));
+        ck->mxfp4 = 1;
+        moe_log(ck->ctx, MOE_LOG_INFO,
+                "%s: MXFP4 checkpoint (e2m1 codes, one E8M0 scale per 32 inputs): routed experts run "
+                "weight-only (mxfp4) with f32 activations",
+                ck->config_path);
+        return MOE_OK;
+    }
     if (!m || !json_is_string(m) || strcmp(json_string_value(m), "fp8") != 0)
         return MOE_OK;
     const json_t *fmt = json_object_get(qc, "fmt");
@@ -1014,9 +1045,17 @@ typedef struct ck_layer {
     const void **gate;          /* [E] pointers, each [I, H] (or strided) */
     const void **up;            /* [E] pointers, each [I, H] (or strided) */
     const void **down;          /* [E] pointers, each [H, I] (or strided) */
-    const void **gate_scale;    /* FP8: [E] pointers, each F32 [ceil(I/bn), ceil(H/bk)] */
-    const void **up_scale;      /* FP8: the same */
-    const void **down_scale;    /* FP8: [E] pointers, each F32 [ceil(H/bn), ceil(I/bk)] */
+    const void **gate_scale;    /* FP8: [E] pointers, each F32 [ceil(I/bn), ceil(H/bk)];
+                                   MXFP4: each U8 E8M0 [I, H/32] */
+    const void **up_scale;      /* FP8, MXFP4: the same */
+    const void **down_scale;    /* FP8: [E] pointers, each F32 [ceil(H/bn), ceil(I/bk)];
+                                   MXFP4: each U8 E8M0 [H, I/32] */
+    bool mxfp4;                 /* gpt-oss MXFP4 experts (*_blocks / *_scales) */
+    const uint8_t *gu_blocks;   /* MXFP4: gate_up_proj_blocks [E, 2I, H/32, 16], gate = even rows */
+    const uint8_t *gu_scales;   /* MXFP4: gate_up_proj_scales [E, 2I, H/32] */
+    uint8_t *gu_split;          /* MXFP4, when loading: the local experts' gate and up rows
+                                   de-interleaved, per expert e - e_lo: gate codes [I, H/2], up
+                                   codes [I, H/2], gate scales [I, H/32], up scales [I, H/32] */
     int64_t gu_so, gu_si;       /* moe_weight_source strides; 0 = row-major */
     int64_t dn_so, dn_si;
     bool has_shared;
@@ -1045,6 +1084,7 @@ static void ck_layer_free(ck_layer *lt)
     free(lt->gate_bias);
     free(lt->up_bias);
     free(lt->down_bias);
+    free(lt->gu_split);
 }
 
 /* MOE_ERANGE for a layer outside [0, L), MOE_EDENSE (with the reason and a few MoE layers)
@@ -1297,6 +1337,8 @@ static moe_status stacked_experts(moe_checkpoint *ck, ck_layer *lt, const char *
     return MOE_OK;
 }
 
+static moe_status gpt_oss_expert_biases(moe_checkpoint *ck, ck_layer *lt, const char *prefix);
+
 /* Stacked input-major experts (Llama-4, gpt-oss): gate_up [E, H, 2I], down [E, I, H]; gate
  * = the first I columns (halves) or the even columns (interleaved). */
 static moe_status input_major_experts(moe_checkpoint *ck, ck_layer *lt, const char *prefix, bool interleaved)
@@ -1326,8 +1368,16 @@ static moe_status input_major_experts(moe_checkpoint *ck, ck_layer *lt, const ch
     lt->dn_si = H;
     if (!interleaved)
         return MOE_OK;
+    return gpt_oss_expert_biases(ck, lt, prefix);
+}
 
-    /* gpt-oss biases: gate_up_proj_bias [E, 2I] (interleaved like the columns), down [E, H] */
+/* gpt-oss expert biases, bf16 and MXFP4 checkpoints alike: gate_up_proj_bias [E, 2I]
+ * (interleaved like gate_up's outputs: gate = even entries), down_proj_bias [E, H]. */
+static moe_status gpt_oss_expert_biases(moe_checkpoint *ck, ck_layer *lt, const char *prefix)
+{
+    const int64_t E = ck->num_experts, H = ck->hidden_size, I = ck->intermediate;
+    char name[CK_NAME_LEN];
+    moe_status st;
     moe_tensor_info gb, db;
     const char *path = NULL;
     const int64_t gb_shape[2] = {E, 2 * I}, db_shape[2] = {E, H};
@@ -1361,6 +1411,116 @@ static moe_status input_major_experts(moe_checkpoint *ck, ck_layer *lt, const ch
         lt->down_bias[e] = (const uint8_t *)db.data + (size_t)(e * H) * bs;
     }
     lt->expert_bias_dtype = gb.dtype;
+    return MOE_OK;
+}
+
+/* A gpt-oss MXFP4 tensor `name` (U8, shape `want` [ndim], spelled `label` in config terms):
+ * look it up, check it, and point *data at it. */
+static moe_status get_mxfp4_tensor(moe_checkpoint *ck, const char *name, const char *label, int ndim,
+                                   const int64_t *want, const uint8_t **data)
+{
+    const char *path = NULL;
+    moe_tensor_info info;
+    moe_status st = ck_get(ck, name, &info, &path);
+    if (st != MOE_OK)
+        return st;
+    if (info.dtype != MOE_DTYPE_U8)
+        return moe_set_error(ck->ctx, MOE_EDTYPE,
+                             "%s: tensor '%s': dtype not accepted for MXFP4 %s (expected U8, found %s)", path, name,
+                             ndim == 4 ? "blocks (two e2m1 codes per byte)" : "scales (E8M0 exponents)",
+                             moe_dtype_name(info.dtype));
+    if ((st = check_shape(ck, path, &info, label, ndim, want)) != MOE_OK)
+        return st;
+    *data = info.data;
+    return MOE_OK;
+}
+
+/* gpt-oss MXFP4 experts (transformers' integrations/mxfp4.py, the layout of the released
+ * checkpoints), per layer prefix P:
+ *   P.experts.gate_up_proj_blocks [E, 2I, H/32, 16] U8, P.experts.gate_up_proj_scales [E, 2I, H/32] U8
+ *   P.experts.down_proj_blocks    [E, H, I/32, 16]  U8, P.experts.down_proj_scales    [E, H, I/32]  U8
+ * Per expert the blocks are the output-major codes [N, K/2] bytes (row n = output feature n;
+ * byte b of group g holds input k = 32 g + 2 b in its low nibble and k + 1 in its high one)
+ * and the scales [N, K/32] E8M0 exponents, w = e2m1(code) * 2^(scale - 127): exactly
+ * moe.h's MXFP4 GROUP 32 source format. transformers' dequantization writes row n of the
+ * blocks into column n of the bf16 gate_up_proj [E, H, 2I], so gate_up's rows interleave
+ * gate (even rows) and up (odd rows) as the bf16 columns do. down is used in place; gate and
+ * up are split into row-major copies when the weights are loaded (mxfp4_split_gate_up). */
+static moe_status mxfp4_experts(moe_checkpoint *ck, ck_layer *lt, const char *prefix)
+{
+    const int64_t E = ck->num_experts, H = ck->hidden_size, I = ck->intermediate;
+    char name[CK_NAME_LEN];
+    moe_status st;
+    snprintf(name, sizeof name, "%sexperts.gate_up_proj_blocks", prefix);
+    if (H % 32 != 0 || I % 32 != 0)
+        return moe_set_error(ck->ctx, MOE_EFORMAT,
+                             "%s: tensor '%s': MXFP4 experts need hidden_size (%" PRId64 ") and intermediate_size (%" PRId64
+                             ") to be multiples of 32, the MXFP4 group along the input dimension",
+                             ck->dir, name, H, I);
+    const int64_t gu_blocks_shape[4] = {E, 2 * I, H / 32, 16};
+    const int64_t gu_scales_shape[3] = {E, 2 * I, H / 32};
+    const int64_t dn_blocks_shape[4] = {E, H, I / 32, 16};
+    const int64_t dn_scales_shape[3] = {E, H, I / 32};
+    const uint8_t *dn_blocks = NULL, *dn_scales = NULL;
+    if ((st = get_mxfp4_tensor(ck, name, "[E, 2I, H/32, 16]", 4, gu_blocks_shape, &lt->gu_blocks)) != MOE_OK)
+        return st;
+    snprintf(name, sizeof name, "%sexperts.gate_up_proj_scales", prefix);
+    if ((st = get_mxfp4_tensor(ck, name, "[E, 2I, H/32]", 3, gu_scales_shape, &lt->gu_scales)) != MOE_OK)
+        return st;
+    snprintf(name, sizeof name, "%sexperts.down_proj_blocks", prefix);
+    if ((st = get_mxfp4_tensor(ck, name, "[E, H, I/32, 16]", 4, dn_blocks_shape, &dn_blocks)) != MOE_OK)
+        return st;
+    snprintf(name, sizeof name, "%sexperts.down_proj_scales", prefix);
+    if ((st = get_mxfp4_tensor(ck, name, "[E, H, I/32]", 3, dn_scales_shape, &dn_scales)) != MOE_OK)
+        return st;
+    lt->mxfp4 = true;
+    for (int64_t e = lt->e_lo; e < lt->e_hi; e++) {
+        lt->down[e] = dn_blocks + (size_t)e * (size_t)(H * (I / 2));        /* [H, I/2] bytes */
+        lt->down_scale[e] = dn_scales + (size_t)e * (size_t)(H * (I / 32)); /* [H, I/32] */
+    }
+    return gpt_oss_expert_biases(ck, lt, prefix);
+}
+
+/* Split the local experts' interleaved MXFP4 gate_up rows (gate = even, up = odd) into
+ * row-major gate and up codes and scales (moe_weight_source takes quantized codes row-major
+ * only). The copy (lt->gu_split, logged with its size) lives until ck_layer_free, after
+ * moe_weights_create has packed it. */
+static moe_status mxfp4_split_gate_up(moe_checkpoint *ck, ck_layer *lt, int64_t layer)
+{
+    const int64_t H = ck->hidden_size, I = ck->intermediate;
+    const int64_t n = lt->e_hi - lt->e_lo;
+    if (n <= 0)
+        return MOE_OK;
+    const size_t row_b = (size_t)(H / 2), row_s = (size_t)(H / 32); /* bytes per row: codes, scales */
+    const size_t per_expert = 2 * (size_t)I * (row_b + row_s);
+    const size_t total = (size_t)n * per_expert;
+    lt->gu_split = malloc(total); /* n x (gate [I, H/2], up [I, H/2], gate [I, H/32], up [I, H/32]) */
+    if (!lt->gu_split)
+        return moe_set_error(ck->ctx, MOE_ENOMEM,
+                             "%s: layer %" PRId64 ": out of memory for the de-interleaved MXFP4 gate/up rows (%zu bytes)",
+                             ck->dir, layer, total);
+    for (int64_t e = lt->e_lo; e < lt->e_hi; e++) {
+        uint8_t *gc = lt->gu_split + (size_t)(e - lt->e_lo) * per_expert; /* gate codes [I, H/2] */
+        uint8_t *uc = gc + (size_t)I * row_b;                            /* up codes [I, H/2] */
+        uint8_t *gs = uc + (size_t)I * row_b;                            /* gate scales [I, H/32] */
+        uint8_t *us = gs + (size_t)I * row_s;                            /* up scales [I, H/32] */
+        const uint8_t *b = lt->gu_blocks + (size_t)e * 2 * (size_t)I * row_b; /* [2I, H/2] */
+        const uint8_t *sc = lt->gu_scales + (size_t)e * 2 * (size_t)I * row_s; /* [2I, H/32] */
+        for (int64_t j = 0; j < I; j++) {
+            memcpy(gc + (size_t)j * row_b, b + (size_t)(2 * j) * row_b, row_b);
+            memcpy(uc + (size_t)j * row_b, b + (size_t)(2 * j + 1) * row_b, row_b);
+            memcpy(gs + (size_t)j * row_s, sc + (size_t)(2 * j) * row_s, row_s);
+            memcpy(us + (size_t)j * row_s, sc + (size_t)(2 * j + 1) * row_s, row_s);
+        }
+        lt->gate[e] = gc;
+        lt->up[e] = uc;
+        lt->gate_scale[e] = gs;
+        lt->up_scale[e] = us;
+    }
+    moe_log(ck->ctx, MOE_LOG_INFO,
+            "%s: layer %" PRId64 ": MXFP4 gate_up_proj interleaves gate (even) and up (odd) rows; copied %" PRId64
+            " experts' rows apart for packing: %zu bytes (%.2f MiB), freed once packed",
+            ck->dir, layer, n, total, (double)total / (1024.0 * 1024.0));
     return MOE_OK;
 }
 
@@ -1407,7 +1567,7 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
     lt->down = calloc((size_t)E, sizeof *lt->down); /* [E] */
     if (!lt->gate || !lt->up || !lt->down)
         return moe_set_error(ck->ctx, MOE_ENOMEM, "out of memory for %" PRId64 " experts", E);
-    if (ck->fp8) {
+    if (ck->fp8 || ck->mxfp4) {
         lt->gate_scale = calloc((size_t)E, sizeof *lt->gate_scale); /* [E] */
         lt->up_scale = calloc((size_t)E, sizeof *lt->up_scale);     /* [E] */
         lt->down_scale = calloc((size_t)E, sizeof *lt->down_scale); /* [E] */
@@ -1417,16 +1577,20 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
 
     /* Experts, in the family's layouts (the header comment lists them). */
     char gu_name[CK_NAME_LEN], dn_name[CK_NAME_LEN];
-    snprintf(gu_name, sizeof gu_name, "%sexperts.gate_up_proj_blocks", prefix);
-    if (ck->family == MOE_FAMILY_GPT_OSS && ck_has(ck, gu_name)) {
-        const moe_safetensors *f = ck_file_of(ck, gu_name);
-        return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
-                             "%s: tensor '%s': gpt-oss MXFP4 experts (*_blocks / *_scales) are not supported yet "
-                             "(quantized weights come later); use a bf16 checkpoint, e.g. one loaded with "
-                             "transformers' Mxfp4Config(dequantize=True) and saved with save_pretrained",
-                             f ? moe_st_path(f) : ck->dir, gu_name);
-    }
     snprintf(gu_name, sizeof gu_name, "%sexperts.gate_up_proj", prefix);
+    char blocks_name[CK_NAME_LEN];
+    snprintf(blocks_name, sizeof blocks_name, "%sexperts.gate_up_proj_blocks", prefix);
+    const bool has_blocks = ck->family == MOE_FAMILY_GPT_OSS && ck_has(ck, blocks_name);
+    if (has_blocks && !ck->mxfp4) {
+        const moe_safetensors *f = ck_file_of(ck, blocks_name);
+        return moe_set_error(ck->ctx, MOE_EFORMAT,
+                             "%s: tensor '%s': MXFP4 experts, but config.json has no quantization_config "
+                             "{quant_method: mxfp4} (transformers would not read them either)",
+                             f ? moe_st_path(f) : ck->dir, blocks_name);
+    }
+    /* MXFP4 (quantization_config mxfp4): the layer's *_blocks, unless it was kept in bf16
+     * (modules_to_not_convert) and has gate_up_proj instead */
+    const bool mxfp4 = ck->mxfp4 && (has_blocks || !ck_has(ck, gu_name));
     if (ck->fp8 && (ck->family == MOE_FAMILY_GPT_OSS || ck->family == MOE_FAMILY_LLAMA4 ||
                     ck->family == MOE_FAMILY_GRANITE_MOE || ck_has(ck, gu_name)))
         return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
@@ -1434,7 +1598,10 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
                              "read in the per-expert layout only (%sexperts.<e>.<proj>.weight + weight_scale_inv); "
                              "%s's stacked expert tensors are not supported",
                              ck->dir, layer, prefix, moe_family_name(ck->family));
-    if (ck->family == MOE_FAMILY_GPT_OSS || ck->family == MOE_FAMILY_LLAMA4) {
+    if (mxfp4) {
+        if ((st = mxfp4_experts(ck, lt, prefix)) != MOE_OK)
+            return st;
+    } else if (ck->family == MOE_FAMILY_GPT_OSS || ck->family == MOE_FAMILY_LLAMA4) {
         if ((st = input_major_experts(ck, lt, prefix, ck->family == MOE_FAMILY_GPT_OSS)) != MOE_OK)
             return st;
     } else {
@@ -1530,9 +1697,9 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
                 return st;
         }
     }
-    if (ck->fp8 && !lt->have_weight_dtype) {
-        /* FP8 routed experts and no shared expert: weight_dtype (which then types nothing
-         * but the description) follows the router */
+    if ((ck->fp8 || lt->mxfp4) && !lt->have_weight_dtype) {
+        /* FP8 / MXFP4 routed experts and no shared expert: weight_dtype (which then types
+         * nothing but the description) follows the router */
         lt->have_weight_dtype = true;
         lt->weight_dtype = lt->router.dtype;
     }
@@ -1568,6 +1735,13 @@ static void fill_desc(const moe_checkpoint *ck, const ck_layer *lt, moe_layer_de
         /* weight-only: the checkpoint's dynamic fp8 activations are run as f32 (cfg_quant) */
         const moe_qweight qw = {.dtype = MOE_QTYPE_F8_E4M3, .scale = MOE_QSCALE_BLOCK, .block_n = ck->fp8_bn,
                                 .block_k = ck->fp8_bk};
+        d->quant.w13 = qw;
+        d->quant.w2 = qw;
+        d->quant.act = MOE_QACT_NONE;
+    }
+    if (lt->mxfp4) {
+        /* gpt-oss MXFP4: e2m1 codes, one E8M0 scale per 32 inputs, f32 activations */
+        const moe_qweight qw = {.dtype = MOE_QTYPE_MXFP4, .scale = MOE_QSCALE_GROUP, .group_size = 32};
         d->quant.w13 = qw;
         d->quant.w2 = qw;
         d->quant.act = MOE_QACT_NONE;
@@ -1684,6 +1858,8 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
         fill_desc(ck, &lt, &want);
         st = check_plan_desc(ck, layer, moe_plan_desc(plan), &want);
     }
+    if (st == MOE_OK && lt.mxfp4)
+        st = mxfp4_split_gate_up(ck, &lt, layer);
     if (st == MOE_OK) {
         moe_weight_source src;
         memset(&src, 0, sizeof src);
@@ -1696,10 +1872,12 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
         src.gate_up_stride_in = lt.gu_si;
         src.down_stride_out = lt.dn_so;
         src.down_stride_in = lt.dn_si;
-        if (ck->fp8) {
-            src.gate_scale = lt.gate_scale;    /* E x F32 [ceil(I/bn), ceil(H/bk)] */
+        if (ck->fp8 || lt.mxfp4) {
+            /* FP8: E x F32 [ceil(I/bn), ceil(H/bk)] (down [ceil(H/bn), ceil(I/bk)]);
+             * MXFP4: E x U8 [I, H/32] (down [H, I/32]) */
+            src.gate_scale = lt.gate_scale;
             src.up_scale = lt.up_scale;
-            src.down_scale = lt.down_scale;    /* E x F32 [ceil(H/bn), ceil(I/bk)] */
+            src.down_scale = lt.down_scale;
         }
         if (lt.has_shared) {
             src.shared_gate_proj = lt.sh_gate.data;     /* [I_s, H] */

@@ -34,6 +34,11 @@ the same rounded weights a bf16/f16 implementation sees. Tensor names: per-exper
 transformers' save_pretrained writes), stacked (transformers' in-memory layout,
 experts.gate_up_proj [E, 2I, H] and experts.down_proj [E, H, I]; Granite input_linear /
 output_linear), and the input-major [E, H, 2I] / [E, I, H] of Llama-4 and gpt-oss.
+gpt-oss's MXFP4 experts (config quantization_config quant_method mxfp4; transformers'
+integrations/mxfp4.py) are dequantized exactly to float64 (mxfp4_dequant):
+experts.gate_up_proj_blocks [E, 2I, H/32, 16] U8 + _scales [E, 2I, H/32] U8 give the
+output-major [E, 2I, H], gate = even rows, up = odd rows (the bf16 layout's columns);
+experts.down_proj_blocks / _scales give [E, H, I].
 """
 
 import json
@@ -51,6 +56,7 @@ _F64 = {
     "BF16": (np.uint16, lambda a: (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)),
     "I64": (np.int64, lambda a: a),
     "I32": (np.int32, lambda a: a),
+    "U8": (np.uint8, lambda a: a),
 }
 
 
@@ -283,7 +289,15 @@ def layer_params_new(ck, layer):
         p["router_bias"] = ck.get(moe + "router.bias")
     if v3:
         p["sel_bias"] = ck.get(moe + "gate.e_score_correction_bias")
-    if fam in ("gpt_oss", "llama4"):
+    if fam == "gpt_oss" and ck.has(moe + "experts.gate_up_proj_blocks"):
+        gu = mxfp4_dequant(ck.get(moe + "experts.gate_up_proj_blocks"),
+                           ck.get(moe + "experts.gate_up_proj_scales"))   # [E, 2I, H]
+        p["w_gate"], p["w_up"] = gu[:, 0::2, :], gu[:, 1::2, :]
+        p["w_down"] = mxfp4_dequant(ck.get(moe + "experts.down_proj_blocks"),
+                                    ck.get(moe + "experts.down_proj_scales"))  # [E, H, I]
+        b = ck.get(moe + "experts.gate_up_proj_bias")     # [E, 2I]
+        p["biases"] = (b[:, 0::2], b[:, 1::2], ck.get(moe + "experts.down_proj_bias"))
+    elif fam in ("gpt_oss", "llama4"):
         gu = ck.get(moe + "experts.gate_up_proj")            # [E, H, 2I]
         dn = ck.get(moe + "experts.down_proj")                # [E, I, H]
         if fam == "gpt_oss":
@@ -325,6 +339,22 @@ def layer_params_new(ck, layer):
         if p["shared_gated"]:
             p["s_expert_gate"] = ck.get(moe + "shared_expert_gate.weight")  # [1, H]
     return p
+
+
+# e2m1 values by 4-bit code (OCP MX: bit 3 the sign; magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6)
+_E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def mxfp4_dequant(blocks, scales):
+    """gpt-oss MXFP4: blocks [E, N, K/32, 16] uint8, scales [E, N, K/32] uint8 (E8M0) ->
+    w [E, N, K] float64, w[e, n, 32 g + j] = e2m1(code j of group g) * 2^(scale[e, n, g] - 127),
+    code 2b in the low nibble of byte b, code 2b + 1 in the high nibble. Exact in float64."""
+    E, N, G, B = blocks.shape
+    if B != 16 or tuple(scales.shape) != (E, N, G):
+        raise ValueError(f"MXFP4 blocks {blocks.shape} / scales {scales.shape}: expected [E, N, G, 16] / [E, N, G]")
+    codes = np.stack([blocks & 15, blocks >> 4], axis=-1).reshape(E, N, G, 32)
+    w = _E2M1[codes] * np.exp2(scales.astype(np.float64) - 127.0)[..., None]
+    return w.reshape(E, N, G * 32)
 
 
 def silu(v):

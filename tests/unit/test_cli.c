@@ -726,6 +726,36 @@ static void test_plan_command(void **state)
     run_moe(&r, bad);
     expect(&r, 2, e);
     result_free(&r);
+
+    /* a gpt-oss MXFP4 checkpoint: the scheme is named, and expert + scale bytes are what the
+     * library packs (moe_weights_expert_bytes), codes = E * 3 * H * I / 2 */
+    char dir[1024];
+    tu_data_path(dir, sizeof dir, "gpt_oss_mxfp4");
+    moe_ctx *ctx = tu_ctx();
+    moe_checkpoint *ck = NULL;
+    assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_OK);
+    moe_layer_desc d;
+    assert_int_equal(moe_checkpoint_layer_desc(ck, 0, &d), MOE_OK);
+    moe_plan *plan = NULL;
+    assert_int_equal(moe_plan_create(ctx, &d, &plan), MOE_OK);
+    moe_weights *w = NULL;
+    assert_int_equal(moe_checkpoint_load_weights(ck, 0, plan, &w), MOE_OK);
+    const long long codes = (long long)(d.num_experts * 3 * d.hidden_size * d.moe_intermediate_size / 2);
+    const long long packed = (long long)moe_weights_expert_bytes(w);
+    moe_weights_free(w);
+    moe_plan_free(plan);
+    moe_checkpoint_free(ck);
+    moe_ctx_free(ctx);
+    const char *am[] = {"plan", "--checkpoint", dir, NULL};
+    run_moe(&r, am);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "weights MXFP4"));
+    char row[128];
+    snprintf(row, sizeof row, " %lld              0 %14lld ", codes, packed - codes);
+    if (!strstr(r.out, row))
+        fail_msg("moe plan: no row with expert bytes %lld and scale bytes %lld (packed %lld):\n%s", codes,
+                 packed - codes, packed, r.out);
+    result_free(&r);
 }
 
 /* ---- moe run success: bitwise equal to a direct execute --------------------------------- */

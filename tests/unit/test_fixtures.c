@@ -20,8 +20,10 @@
  *      libmoe's before comparing).
  *    The description the checkpoint adapter gives is checked against meta.json too: family,
  *    sizes, scoring, renormalize, routed_scaling_factor, groups, biases, weight on input,
- *    activation, shared expert (fields absent from the first fixtures' meta.json take those
- *    families' values).
+ *    activation, shared expert, quantization scheme (fields absent from the first fixtures'
+ *    meta.json take those families' values). gpt_oss_mxfp4 is a gpt-oss checkpoint with
+ *    MXFP4 experts; its expectation is the HF block in float32 on transformers' own
+ *    dequantization of those experts, so the same f32 class applies.
  *  - expected_bf16.safetensors ("bf16" class: the HF block run entirely in torch.bfloat16),
  *    with the first-order bound derived below.
  *
@@ -99,7 +101,7 @@ static const char *const k_required[] = {
     "qwen3_moe_k_eq_e_f32", "qwen3_moe_empty_expert_f32", "qwen3_moe_bf16", "mixtral_bf16",
     "qwen3_moe_stacked_f32", "deepseek_v3_f32", "deepseek_v2_lite_f32", "deepseek_v2_grouped_f32",
     "gpt_oss_bf16", "llama4_f32", "olmoe_f32", "granitemoe_f32", "qwen3_5_moe_f32",
-    "olmoe_gelu_f32", "olmoe_gelu_tanh_f32",
+    "olmoe_gelu_f32", "olmoe_gelu_tanh_f32", "gpt_oss_mxfp4",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
@@ -276,6 +278,8 @@ static void run_fixture(const fixture *fx, const json_t *meta, int threads, cons
                                       : !strcmp(act, "geglu")      ? MOE_ACT_GEGLU
                                       : !strcmp(act, "geglu_tanh") ? MOE_ACT_GEGLU_TANH
                                                                    : MOE_ACT_SWIGLU);
+    /* quantized experts (gpt_oss_mxfp4): the scheme the checkpoint's tensors give */
+    assert_string_equal(moe_quant_name(&desc.quant), meta_str_or(meta, "quant", "none"));
     const char *wdt = meta_str(meta, "weight_dtype");
     assert_int_equal(desc.weight_dtype, !strcmp(wdt, "BF16") ? MOE_DTYPE_BF16 : MOE_DTYPE_F32);
 
