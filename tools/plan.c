@@ -202,8 +202,8 @@ int cli_cmd_plan(int argc, char **argv)
                "--tp %lld measures it)%s\n",
                (long long)(tp * ep), (long long)ep, (long long)tp, moe_mpi_available() ? "" : "; this build has no MPI");
     if (mx)
-        printf("note: mxfp4 experts run weight-only in one process; quantized experts under EP/TP are not "
-               "supported yet (moe run refuses --ep / --tp for this checkpoint)\n");
+        printf("note: mxfp4 experts run weight-only; under EP each rank packs its experts, under TP its rows of "
+               "gate/up and columns of down (each shard's I must be even: two codes per byte)\n");
     if (fp8)
         printf("note: fp8-block experts run weight-only; under EP each rank packs its experts, under TP its rows of "
                "gate/up and columns of down (a 128x128 block cut by the shard boundary is re-expressed with a finer "

@@ -513,20 +513,7 @@ static void fixture_case(const fixture *f, const pcfg *c, double tol, int64_t ch
     result ref;
     OKC(ctx, exec_rows(p1, w1, x, f->xdt, NULL, T, 0, T, T, &ref));
 
-    if (strcmp(moe_quant_name(&d.quant), "none") != 0) {
-        /* quantized experts (gpt_oss_mxfp4) under EP / TP are MOE_EUNSUPPORTED for now (moe.h) */
-        moe_plan *pq = NULL;
-        moe_status sq = par_plan_create(ctx, &d, c, &pq);
-        CHECK(sq == MOE_EUNSUPPORTED && pq == NULL, "%s: quantized experts under ep %d tp %d: %s, expected "
-              "MOE_EUNSUPPORTED", f->name, c->ep, c->tp, moe_status_name(sq));
-        result_free(&ref);
-        moe_weights_free(w1);
-        moe_plan_free(p1);
-        moe_checkpoint_free(ck);
-        free(x);
-        moe_ctx_free(ctx);
-        return;
-    }
+    const int quantized = strcmp(moe_quant_name(&d.quant), "none") != 0; /* gpt_oss_mxfp4 */
     moe_plan *pp = par_plan(ctx, &d, c);
     moe_weights *wp = NULL;
     OKC(ctx, moe_checkpoint_load_weights(ck, f->layer, pp, &wp));
@@ -538,8 +525,12 @@ static void fixture_case(const fixture *f, const pcfg *c, double tol, int64_t ch
     int64_t Isl = Is ? Is / c->tp + (pc->tp_rank < Is % c->tp ? 1 : 0) : 0;
     size_t es = moe_dtype_size(d.weight_dtype);
     size_t want = (size_t)(El * 3 * H * Il + 3 * H * Isl) * es;
-    CHECK(moe_weights_expert_bytes(wp) == want, "%s: resident expert bytes %zu, expected %zu (local share)", f->name,
-          moe_weights_expert_bytes(wp), want);
+    if (quantized) /* codes + scales: tests/mpi "qexperts" checks the exact per-rank layout */
+        CHECK(moe_weights_expert_bytes(wp) < moe_weights_expert_bytes(w1), "%s: resident quantized expert bytes %zu, "
+              "not below one process's %zu", f->name, moe_weights_expert_bytes(wp), moe_weights_expert_bytes(w1));
+    else
+        CHECK(moe_weights_expert_bytes(wp) == want, "%s: resident expert bytes %zu, expected %zu (local share)",
+              f->name, moe_weights_expert_bytes(wp), want);
     int64_t b, e, maxs;
     par_tokens(c, T, &b, &e, &maxs);
     result got;
@@ -581,7 +572,7 @@ static void all_fixtures(const pcfg *c, double tol, int64_t chunk)
     CHECK(n >= 20, "only %d fixtures found under LIBMOE_TEST_DATA", n);
     for (int i = 0; i < n; i++)
         fixture_case(&fx[i], c, tol, chunk);
-    say("  %d fixtures: ep %d x tp %d, %s%s: %s (quantized ones: refused, MOE_EUNSUPPORTED)\n", n, c->ep, c->tp,
+    say("  %d fixtures: ep %d x tp %d, %s%s: %s\n", n, c->ep, c->tp,
         c->low_latency ? "batched" : "standard", c->zero_last ? ", last EP rank without tokens" : "",
         tol < 0 ? "bit-identical to one process" : "within bound");
 }
