@@ -78,6 +78,11 @@ int cli_cmd_quantize(int argc, char **argv)
         cli_err(CMD, "--checkpoint, --output and --quant are required (see 'moe quantize --help')");
         return CLI_USAGE;
     }
+    moe_quant_config qc;
+    if (moe_quant_from_name(scheme, &qc) != MOE_OK || !strcmp(moe_quant_name(&qc), "none")) {
+        cli_err(CMD, "--quant %s: unknown scheme (see 'moe quantize --help')", scheme);
+        return CLI_USAGE;
+    }
     int64_t layers[4096];
     size_t n_layers = 0;
     if (layers_s && strcmp(layers_s, "all") != 0) {
@@ -114,8 +119,7 @@ int cli_cmd_quantize(int argc, char **argv)
         const char *m = moe_ctx_last_error(ctx);
         cli_err(CMD, "%s", m && m[0] ? m : moe_status_name(st));
         moe_ctx_free(ctx);
-        return st == MOE_EINVAL && !strstr(m ? m : "", "exists") && !strstr(m ? m : "", "output") ? CLI_USAGE
-                                                                                                   : CLI_FAIL;
+        return CLI_FAIL;
     }
     char b1[32], b2[32], b3[32], b4[32], b5[32];
     printf("expert tensors: %lld\n", (long long)s.expert_tensors);
