@@ -875,6 +875,8 @@ moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tenso
  * [bn, bk] weight-only for w13 and w2 (the dynamic activation scheme runs with f32
  * activations); weight_dtype is then the shared expert's dtype, or the router's without one.
  * An fp8 shared expert, or fp8 in a stacked expert layout, is MOE_EUNSUPPORTED.
+ * compressed-tensors checkpoints (int4 / int8 experts, llm-compressor's format): see
+ * "Quantized checkpoints" below.
  * ------------------------------------------------------------------------------------- */
 typedef struct moe_checkpoint moe_checkpoint;
 

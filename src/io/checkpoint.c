@@ -42,6 +42,8 @@
  * the scale tensors are passed as the source's gate/up/down_scale. Router, norms, biases and the
  * shared expert stay bf16/f32 (an fp8 shared expert is MOE_EUNSUPPORTED); weight_dtype is then
  * the shared expert's dtype, or the router's without one.
+ * compressed-tensors checkpoints (quant_method "compressed-tensors": int4 / int8 experts):
+ * read by src/io/ckpt_quant.c, called from cfg_quant and the per-expert lookup.
  * Every layout gives one moe_weight_source of pointers into the mapped files (strides for the
  * input-major ones): nothing is copied before moe_weights_create packs it.
  */

@@ -182,7 +182,7 @@ static void syn_make(syn *s, const char *dir)
     }
     snprintf(names[n], sizeof names[n], "model.embed_tokens.weight");
     t[n++] = (moe_tensor_out){.name = names[n - 1], .dtype = MOE_DTYPE_BF16, .ndim = 2, .shape = {8, SH},
-                              .data = s->router[0]};
+                              .data = s->w[0][0][0]}; /* [8, H] of the first expert matrix */
     free(tmp);
     moe_ctx *ctx = tu_ctx();
     join(p, sizeof p, dir, "model.safetensors");
