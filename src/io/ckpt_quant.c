@@ -972,6 +972,12 @@ moe_status moe_checkpoint_quantize(moe_ctx *ctx, const char *in_dir, const char 
                              "written (the Hugging Face FP8 layout libmoe loads is block-scaled); use fp8-block",
                              opt->scheme);
     j.ct = j.q.w13.dtype != MOE_QTYPE_F8_E4M3;
+    if (j.q.w13.has_zero_point)
+        moe_log(ctx, MOE_LOG_WARN,
+                "scheme %s: zero points (symmetric: false) load in libmoe and compressed-tensors, but vLLM's "
+                "Marlin WNA16 MoE path accepts symmetric int4 only (compressed_tensors_moe.py asserts "
+                "weight_quant.symmetric); use %.*s for vLLM",
+                opt->scheme, (int)(strlen(opt->scheme) - 3), opt->scheme);
     if (!j.ct && opt->layers && opt->n_layers > 0)
         return moe_set_error(ctx, MOE_EINVAL, "scheme fp8-block: --layers must be all (FP8 block checkpoints are loaded "
                              "with every MoE layer quantized)");
