@@ -897,6 +897,8 @@ moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tenso
  * [bn, bk] weight-only for w13 and w2 (the dynamic activation scheme runs with f32
  * activations); weight_dtype is then the shared expert's dtype, or the router's without one.
  * An fp8 shared expert, or fp8 in a stacked expert layout, is MOE_EUNSUPPORTED.
+ * compressed-tensors checkpoints (int4 / int8 experts, llm-compressor's format): see
+ * "Quantized checkpoints" below.
  * ------------------------------------------------------------------------------------- */
 typedef struct moe_checkpoint moe_checkpoint;
 
@@ -939,6 +941,80 @@ moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_laye
  * stacked tensors are read only in the local experts' slices, the files being mapped). */
 moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const moe_plan *plan,
                                        moe_weights **out);
+
+/* ---------------------------------------------------------------------------------------
+ * Quantized checkpoints: moe_checkpoint_quantize (`moe quantize`) converts the routed experts
+ * of a bf16 / f16 / f32 checkpoint in the per-expert layout (<P>experts.<e>.<proj>.weight:
+ * Mixtral, Qwen2/3-MoE, Qwen3-Next, OLMoE, DeepSeek-V2/V3) with moe_quantize_matrix and
+ * writes a checkpoint that moe_checkpoint_open loads (docs/quantize.md has the layouts):
+ *  - "fp8-block": the Hugging Face FP8 layout above (weight F8_E4M3 [N, K] + weight_scale_inv
+ *    F32 [ceil(N/128), ceil(K/128)]; quantization_config {quant_method fp8, fmt e4m3,
+ *    activation_scheme dynamic, weight_block_size [128, 128], ignored_layers and
+ *    modules_to_not_convert: every other 2-D weight's module}). Every MoE layer.
+ *  - "int8-channel", "int4-g32|g64|g128[-zp]": compressed-tensors "pack-quantized" (the format
+ *    llm-compressor writes and vLLM loads): weight_packed I32 [N, ceil(K * b / 32)] (codes
+ *    stored q + 2^(b-1), the lowest bits the lowest k), weight_scale F32 [N, 1] or
+ *    [N, K / g], weight_shape I64 [2] = [N, K], with zero points weight_zero_point I32
+ *    [ceil(N / 8), K / g] (packed along N the same way); int4 groups need K % g == 0 (as
+ *    compressed-tensors and vLLM do).
+ *  - "int8-w8a8": compressed-tensors "int-quantized": weight I8 [N, K], weight_scale F32
+ *    [N, 1], input_activations dynamic symmetric int8 per token.
+ * compressed-tensors quantization_config: {quant_method "compressed-tensors", format,
+ * quantization_status "compressed", config_groups {group_0 {targets ["Linear"], weights
+ * {num_bits, type "int", symmetric, strategy channel|group, group_size, dynamic false},
+ * input_activations, output_activations null, format}}, ignore: every other 2-D weight's
+ * module}. Scales are written in f32 (vLLM casts them to its parameter dtype).
+ * Everything else (attention, router, norms, shared experts, embeddings, other files) is
+ * copied unchanged; sharded inputs give shards of the same names and a new index. Memory:
+ * one expert tensor in f32 at a time plus the quantized tensors of the shard being written.
+ * The output appears complete or not at all (written in a temporary folder beside it, then
+ * renamed into place).
+ * Loading (moe_checkpoint_open / moe_checkpoint_layer_desc / moe_checkpoint_load_weights):
+ * compressed-tensors checkpoints with one scheme for the routed experts: int weights of 4 bits
+ * (channel, or group 32/64/128, symmetric or with zero points) or 8 bits (channel or group,
+ * symmetric), formats pack-quantized / int-quantized / naive-quantized, input_activations
+ * null (weight-only) or dynamic symmetric int8 per token (w8a8 -> quant.act TOKEN, int8
+ * channel weights only); scales F32, BF16 or F16. Anything else (float types, other
+ * num_bits, static activations, actorder "group" (g_idx), tensor / block strategies, sparsity,
+ * several different groups) is MOE_EUNSUPPORTED naming the field. A layer whose experts keep a
+ * float `weight` (left out by --layers) loads unquantized. int4 codes are converted to the
+ * source layout in a temporary copy per layer (logged with its size).
+ * ------------------------------------------------------------------------------------- */
+
+/* Progress lines of moe_checkpoint_quantize (one per shard, one at the end). */
+typedef void (*moe_progress_fn)(const char *msg, void *user);
+
+typedef struct moe_quantize_options {
+    const char *scheme;        /* moe_quant_from_name name: fp8-block, int8-channel, int8-w8a8,
+                                  int4-g32/g64/g128, int4-g32/g64/g128-zp */
+    const int64_t *layers;     /* [n_layers] MoE layers to quantize; NULL or 0 = all
+                                  (fp8-block: all only) */
+    size_t n_layers;
+    int force;                 /* 1: replace an existing non-empty out_dir */
+    moe_progress_fn progress;  /* or NULL */
+    void *progress_user;
+} moe_quantize_options;
+
+typedef struct moe_quantize_stats {
+    int64_t expert_tensors;        /* expert linears quantized */
+    uint64_t input_expert_bytes;   /* their bytes in the input */
+    uint64_t output_code_bytes;    /* codes written (weight / weight_packed) */
+    uint64_t output_scale_bytes;   /* scales (and weight_shape) written */
+    uint64_t output_zero_bytes;    /* zero points written */
+    uint64_t other_bytes;          /* tensors copied unchanged */
+    int shards;                    /* safetensors files written */
+    int copied_files;              /* other files copied */
+} moe_quantize_stats;
+
+/* Quantize `in_dir` into `out_dir` (above). Errors: MOE_EINVAL (unknown scheme, out_dir the
+ * input, inside it or holding it, out_dir existing and not empty without force, a parent
+ * folder that does not exist), MOE_EUNSUPPORTED (mxfp4, fp8-tensor / fp8-channel, an already
+ * quantized input, stacked expert layouts), MOE_ERANGE (a layer that is not an MoE layer),
+ * MOE_ESHAPE (int4 groups not dividing K), those of moe_checkpoint_open, MOE_EIO, MOE_ENOMEM.
+ * On error nothing is left at out_dir (an existing one is untouched) nor beside it. stats
+ * may be NULL. */
+moe_status moe_checkpoint_quantize(moe_ctx *ctx, const char *in_dir, const char *out_dir,
+                                   const moe_quantize_options *opt, moe_quantize_stats *stats);
 
 /* ---------------------------------------------------------------------------------------
  * Roofline: this machine's limits, measured (used by `moe bench --roofline`).

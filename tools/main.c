@@ -15,6 +15,8 @@ static void usage(FILE *f)
           "            (moe bench --help)\n"
           "  plan      per-rank memory, padding, workspace, FLOPs and kernel paths of a layer\n"
           "            (moe plan --help)\n"
+          "  quantize  convert a checkpoint's routed experts to fp8 / int8 / int4 and write a\n"
+          "            checkpoint libmoe and vLLM load (moe quantize --help)\n"
           "  env       every knob, its value and where it came from (moe env --help)\n"
           "  version   library version and kernel tables\n"
           "  help      this text; 'moe help COMMAND' for a command's options\n"
@@ -116,6 +118,8 @@ static int dispatch(int argc, char **argv)
                 return cli_cmd_env(2, hv);
             if (strcmp(argv[2], "plan") == 0)
                 return cli_cmd_plan(2, hv);
+            if (strcmp(argv[2], "quantize") == 0)
+                return cli_cmd_quantize(2, hv);
             if (strcmp(argv[2], "help") != 0) {
                 cli_err("moe help", "unknown command '%s'", argv[2]);
                 usage(stderr);
@@ -136,6 +140,8 @@ static int dispatch(int argc, char **argv)
         return cli_cmd_env(argc - 1, argv + 1);
     if (strcmp(sub, "plan") == 0)
         return cli_cmd_plan(argc - 1, argv + 1);
+    if (strcmp(sub, "quantize") == 0)
+        return cli_cmd_quantize(argc - 1, argv + 1);
     fprintf(stderr, "moe: unknown command '%s'\n\n", sub);
     usage(stderr);
     return CLI_USAGE;

@@ -54,6 +54,8 @@
  * rows, like the bf16 columns). desc.quant becomes MXFP4 GROUP 32 for w13 and w2 (act NONE);
  * weight_dtype follows the router. A layer without *_blocks but with gate_up_proj (a
  * modules_to_not_convert layer) is read as bf16. H and I must be multiples of 32.
+ * compressed-tensors checkpoints (quant_method "compressed-tensors": int4 / int8 experts):
+ * read by src/io/ckpt_quant.c, called from cfg_quant and the per-expert lookup.
  * Every layout gives one moe_weight_source of pointers into the mapped files (strides for the
  * input-major ones): nothing is copied before moe_weights_create packs it, except MXFP4's
  * gate/up rows, which moe_weight_source takes row-major only: the local experts' gate_up
@@ -109,6 +111,7 @@ struct moe_checkpoint {
     int fp8;                    /* quantization_config quant_method fp8 (block scales) */
     int64_t fp8_bn, fp8_bk;     /* its weight_block_size [out, in] */
     int mxfp4;                  /* quantization_config quant_method mxfp4 (gpt-oss) */
+    moe_ckq *ct;                /* quant_method compressed-tensors (src/io/ckpt_quant.c), or NULL */
 
     /* which layers are MoE */
     int64_t sparse_step;        /* Qwen decoder_sparse_step */
@@ -564,6 +567,8 @@ static moe_status cfg_quant(moe_checkpoint *ck, const json_t *root, const json_t
                 ck->config_path);
         return MOE_OK;
     }
+    if (m && json_is_string(m) && strcmp(json_string_value(m), "compressed-tensors") == 0)
+        return moe_ckq_parse(ck->ctx, ck->config_path, qpre, qc, &ck->ct);
     if (!m || !json_is_string(m) || strcmp(json_string_value(m), "fp8") != 0)
         return MOE_OK;
     const json_t *fmt = json_object_get(qc, "fmt");
@@ -856,6 +861,7 @@ void moe_checkpoint_free(moe_checkpoint *ck)
     json_decref(ck->index_json);
     free(ck->mlp_only);
     free(ck->moe_layers);
+    moe_ckq_free(ck->ct);
     free(ck->index_path);
     free(ck->config_path);
     free(ck->dir);
@@ -1032,6 +1038,17 @@ static moe_status ck_get(moe_checkpoint *ck, const char *name, moe_tensor_info *
     return moe_safetensors_at(f, (size_t)i, info);
 }
 
+/* moe_ckq_lookup callbacks (u = the checkpoint). */
+static bool ckq_has(void *u, const char *name)
+{
+    return ck_has(u, name);
+}
+
+static moe_status ckq_get(void *u, const char *name, moe_tensor_info *info, const char **path)
+{
+    return ck_get(u, name, info, path);
+}
+
 /* --------------------------------------------------------------------------------------
  * Layers
  * ------------------------------------------------------------------------------------ */
@@ -1071,6 +1088,7 @@ typedef struct ck_layer {
     moe_dtype expert_bias_dtype;
     int64_t e_lo, e_hi;         /* the experts resolved: [e_lo, e_hi); the others' pointers stay
                                    NULL (a parallel plan's rank reads only its own experts) */
+    moe_ckq_layer *ckq;         /* compressed-tensors experts' scales / zero points, or NULL */
 } ck_layer;
 
 static void ck_layer_free(ck_layer *lt)
@@ -1085,6 +1103,7 @@ static void ck_layer_free(ck_layer *lt)
     free(lt->up_bias);
     free(lt->down_bias);
     free(lt->gu_split);
+    moe_ckq_layer_free(lt->ckq);
 }
 
 /* MOE_ERANGE for a layer outside [0, L), MOE_EDENSE (with the reason and a few MoE layers)
@@ -1634,7 +1653,15 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
                 if ((st = get_fp8_weight(ck, name, "[H, I]", out_shape, &lt->down[e], &lt->down_scale[e])) != MOE_OK)
                     return st;
             }
-            for (int64_t e = lt->e_lo; !ck->fp8 && e < lt->e_hi; e++) {
+            if (ck->ct) {
+                const char *const proj[3] = {gate_s, up_s, down_s};
+                const void **codes[3] = {lt->gate, lt->up, lt->down};
+                const moe_ckq_lookup lk = {ckq_has, ckq_get, ck};
+                if ((st = moe_ckq_layer_load(ck->ctx, ck->ct, &lk, prefix, proj, lt->e_lo, lt->e_hi, E, I, H, codes,
+                                             &lt->ckq)) != MOE_OK)
+                    return st;
+            }
+            for (int64_t e = lt->e_lo; !ck->fp8 && !lt->ckq && e < lt->e_hi; e++) {
                 moe_tensor_info t;
                 snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e, gate_s);
                 if ((st = get_weight(ck, lt, name, "[I, H]", 2, in_shape, &t)) != MOE_OK)
@@ -1697,9 +1724,9 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
                 return st;
         }
     }
-    if ((ck->fp8 || lt->mxfp4) && !lt->have_weight_dtype) {
-        /* FP8 / MXFP4 routed experts and no shared expert: weight_dtype (which then types
-         * nothing but the description) follows the router */
+    if ((ck->fp8 || lt->mxfp4 || lt->ckq) && !lt->have_weight_dtype) {
+        /* FP8 / MXFP4 / compressed-tensors routed experts and no shared expert: weight_dtype
+         * (which then types nothing but the description) follows the router */
         lt->have_weight_dtype = true;
         lt->weight_dtype = lt->router.dtype;
     }
@@ -1746,6 +1773,8 @@ static void fill_desc(const moe_checkpoint *ck, const ck_layer *lt, moe_layer_de
         d->quant.w2 = qw;
         d->quant.act = MOE_QACT_NONE;
     }
+    if (lt->ckq)
+        moe_ckq_layer_quant(lt->ckq, &d->quant);
 }
 
 moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_layer_desc *out)
@@ -1879,6 +1908,8 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
             src.up_scale = lt.up_scale;
             src.down_scale = lt.down_scale;
         }
+        if (lt.ckq)
+            moe_ckq_layer_source(lt.ckq, &src); /* scales (and int4 zero points) per expert */
         if (lt.has_shared) {
             src.shared_gate_proj = lt.sh_gate.data;     /* [I_s, H] */
             src.shared_up_proj = lt.sh_up.data;         /* [I_s, H] */

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 /* Index (header order) of tensor `name` in `f`, or -1 when absent. Silent: records no error. */
 long moe_st_find(const moe_safetensors *f, const char *name);
 
@@ -16,5 +18,41 @@ const char *moe_st_path(const moe_safetensors *f);
 
 /* Write "[d0, d1, ...]" for a shape into buf (always NUL-terminated). Returns buf. */
 char *moe_io_format_shape(char *buf, size_t len, int ndim, const int64_t *shape);
+
+/* ---- compressed-tensors checkpoints (src/io/ckpt_quant.c) ----------------------------- */
+
+/* The parsed quantization_config of a compressed-tensors checkpoint. */
+typedef struct moe_ckq moe_ckq;
+/* One layer's quantized experts: owned converted buffers and the per-expert pointers. */
+typedef struct moe_ckq_layer moe_ckq_layer;
+
+/* Tensor lookup of the checkpoint loader: has() is silent; get() fills *info and *path (the
+ * file) or records an error naming the tensor. */
+typedef struct moe_ckq_lookup {
+    bool (*has)(void *u, const char *name);
+    moe_status (*get)(void *u, const char *name, moe_tensor_info *info, const char **path);
+    void *u;
+} moe_ckq_lookup;
+
+/* quantization_config `qc` (read from `config_path`, field prefix `qpre`): *out = NULL when
+ * quant_method is not "compressed-tensors"; else the scheme, or an error naming the field
+ * that libmoe does not load. */
+moe_status moe_ckq_parse(moe_ctx *ctx, const char *config_path, const char *qpre, const json_t *qc,
+                         moe_ckq **out);
+void moe_ckq_free(moe_ckq *q);
+
+/* The routed experts of one layer, per-expert layout `prefix`experts.<e>.<proj[j]> (j = gate,
+ * up, down; gate/up [I, H], down [H, I]) for experts [e_lo, e_hi) of E: codes[j][e] receive
+ * the code pointers (libmoe's source layout), and *out the scales and zero points. *out =
+ * NULL (nothing set) when this layer's experts are not quantized (a float `weight`: a layer
+ * the quantization left out). */
+moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, const char *prefix,
+                              const char *const proj[3], int64_t e_lo, int64_t e_hi, int64_t E, int64_t I,
+                              int64_t H, const void **codes[3], moe_ckq_layer **out);
+void moe_ckq_layer_free(moe_ckq_layer *l);
+/* desc.quant of a loaded layer. */
+void moe_ckq_layer_quant(const moe_ckq_layer *l, moe_quant_config *out);
+/* Scale and zero-point pointers of a loaded layer into src. */
+void moe_ckq_layer_source(const moe_ckq_layer *l, moe_weight_source *src);
 
 #endif
