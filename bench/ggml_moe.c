@@ -44,6 +44,8 @@
  * (ggml computes them in float, the reference in double). Also computes the same with gate
  * and up swapped, which must miss by 10x the allowance, to show the comparison can fail.
  * --shape 2048,768,16,8 checks the real H, I, K. Exit status 0 = pass. */
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
 
@@ -72,6 +74,7 @@ typedef struct cfg {
     uint64_t llc;
     uint64_t seed;
     int check;
+    int repack; /* --repack: q4_0 weights in ggml's CPU_REPACK buffer type, as llama.cpp does */
 } cfg;
 
 /* ---- small helpers ------------------------------------------------------------------- */
@@ -176,6 +179,12 @@ static uint64_t mem_available(void)
  *   down:     [E][H rows][row of I in `type`]  (ggml ne = {I, H, E}) */
 typedef struct layer_copy {
     void *gate, *up, *down;
+    /* --repack: the same weights in a CPU_REPACK backend buffer (ggml re-lays them out,
+     * e.g. q4_0 -> q4_0_8x8 on AVX2); the plain bytes above are then freed, except copy 0's
+     * under --check (the reference reads them) */
+    struct ggml_context *rctx;
+    ggml_backend_buffer_t rbuf;
+    struct ggml_tensor *rg, *ru, *rd;
 } layer_copy;
 
 typedef struct layer {
@@ -260,9 +269,64 @@ static void layer_build(layer *L, const cfg *c, int copies)
     free(fd);
 }
 
+/* ggml's CPU_REPACK buffer type (an extra buffer type of the CPU device), or NULL. */
+static ggml_backend_buffer_type_t repack_buft(void)
+{
+    ggml_backend_reg_t reg = ggml_backend_cpu_reg();
+    ggml_backend_dev_t dev = ggml_backend_reg_dev_get(reg, 0);
+    ggml_backend_dev_get_extra_bufts_t fn = (ggml_backend_dev_get_extra_bufts_t)
+        ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts");
+    if (!fn)
+        return NULL;
+    for (ggml_backend_buffer_type_t *b = fn(dev); b && *b; b++)
+        if (strcmp(ggml_backend_buft_name(*b), "CPU_REPACK") == 0)
+            return *b;
+    return NULL;
+}
+
+/* Move every copy's weights into CPU_REPACK buffers (ggml_backend_tensor_set repacks). */
+static int layer_repack(layer *L, int keep_plain0)
+{
+    const cfg *c = L->c;
+    ggml_backend_buffer_type_t buft = repack_buft();
+    if (!buft) {
+        fprintf(stderr, "ggml_moe: --repack: this ggml has no CPU_REPACK buffer type\n");
+        return -1;
+    }
+    for (int k = 0; k < L->copies; k++) {
+        layer_copy *cp = &L->cp[k];
+        struct ggml_init_params ip = {ggml_tensor_overhead() * 4, NULL, true};
+        cp->rctx = ggml_init(ip);
+        cp->rg = ggml_new_tensor_3d(cp->rctx, c->type, c->H, c->I, c->E);
+        cp->ru = ggml_new_tensor_3d(cp->rctx, c->type, c->H, c->I, c->E);
+        cp->rd = ggml_new_tensor_3d(cp->rctx, c->type, c->I, c->H, c->E);
+        cp->rbuf = ggml_backend_alloc_ctx_tensors_from_buft(cp->rctx, buft);
+        if (!cp->rbuf || !cp->rg->extra) {
+            fprintf(stderr, "ggml_moe: --repack: CPU_REPACK has no layout for %s [%lld, %lld, "
+                            "%lld] on this CPU\n", ggml_type_name(c->type), (long long)c->H,
+                    (long long)c->I, (long long)c->E);
+            return -1;
+        }
+        ggml_backend_tensor_set(cp->rg, cp->gate, 0, ggml_nbytes(cp->rg));
+        ggml_backend_tensor_set(cp->ru, cp->up, 0, ggml_nbytes(cp->ru));
+        ggml_backend_tensor_set(cp->rd, cp->down, 0, ggml_nbytes(cp->rd));
+        if (!(keep_plain0 && k == 0)) {
+            free(cp->gate);
+            free(cp->up);
+            free(cp->down);
+            cp->gate = cp->up = cp->down = NULL;
+        }
+    }
+    return 0;
+}
+
 static void layer_free(layer *L)
 {
     for (int k = 0; k < L->copies; k++) {
+        if (L->cp[k].rbuf)
+            ggml_backend_buffer_free(L->cp[k].rbuf);
+        if (L->cp[k].rctx)
+            ggml_free(L->cp[k].rctx);
         free(L->cp[k].gate);
         free(L->cp[k].up);
         free(L->cp[k].down);
@@ -285,7 +349,10 @@ typedef struct moe_graph {
     uint8_t *work;
 } moe_graph;
 
-static void graph_build(moe_graph *g, const cfg *c, int64_t T, struct ggml_threadpool *tp)
+static void graph_set_copy(moe_graph *g, const layer_copy *cp);
+
+static void graph_build(moe_graph *g, const cfg *c, int64_t T, struct ggml_threadpool *tp,
+                        const layer_copy *cp0)
 {
     const int64_t H = c->H, I = c->I, E = c->E, K = c->K;
     memset(g, 0, sizeof *g);
@@ -327,13 +394,26 @@ static void graph_build(moe_graph *g, const cfg *c, int64_t T, struct ggml_threa
     g->out = out;
     g->gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(g->gf, out);
+    if (cp0)
+        graph_set_copy(g, cp0); /* the plan's work size depends on the weights' layout */
     g->plan = ggml_graph_plan(g->gf, c->threads, tp);
     g->work = g->plan.work_size ? xalloc(g->plan.work_size) : NULL;
     g->plan.work_data = g->work;
 }
 
+/* Point the graph's weight tensors at copy cp: its plain bytes, or (--repack) its
+ * CPU_REPACK tensors' data, buffer and layout (extra), which ggml-cpu dispatches on. */
 static void graph_set_copy(moe_graph *g, const layer_copy *cp)
 {
+    if (cp->rbuf) {
+        struct ggml_tensor *src[3] = {cp->rg, cp->ru, cp->rd}, *dst[3] = {g->wg, g->wu, g->wd};
+        for (int m = 0; m < 3; m++) {
+            dst[m]->data = src[m]->data;
+            dst[m]->buffer = src[m]->buffer;
+            dst[m]->extra = src[m]->extra;
+        }
+        return;
+    }
     g->wg->data = cp->gate;
     g->wu->data = cp->up;
     g->wd->data = cp->down;
@@ -407,7 +487,7 @@ static void run_row(runner *R, int64_t T)
     const cfg *c = R->c;
     const int64_t H = c->H, E = c->E, K = c->K, I = c->I;
     moe_graph g;
-    graph_build(&g, c, T, R->tp);
+    graph_build(&g, c, T, R->tp, &R->L->cp[0]);
 
     int64_t step = (T * K) % E;
     int64_t ring = step == 0 ? 1 : E / gcd64(E, step);
@@ -479,12 +559,13 @@ static void run_row(runner *R, int64_t T)
            "\"mean_ms\": %.4f, \"gflops\": %.3f, \"gbps\": %.3f, \"flops_per_forward\": %.0f, "
            "\"distinct_experts\": %.2f, \"bytes_per_forward\": %.0f, \"copies\": %d, "
            "\"copies_wanted\": %d, \"layer_bytes\": %.0f, \"llc_bytes\": %llu, "
-           "\"input_ring\": %lld, \"work_bytes\": %zu}\n",
+           "\"input_ring\": %lld, \"work_bytes\": %zu, \"repack\": %s}\n",
            ggml_version(), ggml_commit(), ggml_type_name(c->type), (long long)T, c->threads,
            (long long)H, (long long)I, (long long)E, (long long)K, n_timed, med * 1e3,
            times[0] * 1e3, mean * 1e3, flops / med * 1e-9, bytes / med * 1e-9, flops, dexp,
            bytes, R->L->copies, R->L->copies_wanted, R->L->expert_bytes * (double)E,
-           (unsigned long long)c->llc, (long long)ring, g.plan.work_size);
+           (unsigned long long)c->llc, (long long)ring, g.plan.work_size,
+           c->repack ? "true" : "false");
     fflush(stdout);
     free(times);
     free(seen);
@@ -639,11 +720,13 @@ static int run_check(const cfg *c0, struct ggml_threadpool *tp)
         c.type = types[ti];
         layer L;
         layer_build(&L, &c, 1);
+        c.repack = c0->repack && c.type == GGML_TYPE_Q4_0;
+        if (c.repack && layer_repack(&L, 1))
+            return 1;
         for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
             const int64_t T = Ts[k], H = c.H, K = c.K, E = c.E;
             moe_graph g;
-            graph_build(&g, &c, T, tp);
-            graph_set_copy(&g, &L.cp[0]);
+            graph_build(&g, &c, T, tp, &L.cp[0]);
             float *x = g.x->data;
             float *w = g.w->data;
             int32_t *ids = g.ids->data;
@@ -700,11 +783,12 @@ static int run_check(const cfg *c0, struct ggml_threadpool *tp)
                    "\"rel_err_vs_ref_rounded_act\": %.3e, \"rel_err_vs_ref_f32_act\": %.3e, "
                    "\"rel_err_vs_ref_gate_up_swapped\": %.3e, \"rel_flip_budget_max\": %.3e, "
                    "\"rel_err_beyond_budget\": %.3e, \"tolerance\": %.0e, "
-                   "\"vec_dot_type\": \"%s\"}\n",
+                   "\"vec_dot_type\": \"%s\", \"repack\": %s}\n",
                    ok ? "pass" : "FAIL", ggml_type_name(c.type), (long long)T, (long long)H,
                    (long long)c.I, (long long)E, (long long)K, mag, err_r / mag, err_p / mag,
                    err_s / mag, bud_max / mag, excess / mag, tol,
-                   ggml_type_name(ggml_get_type_traits_cpu(c.type)->vec_dot_type));
+                   ggml_type_name(ggml_get_type_traits_cpu(c.type)->vec_dot_type),
+                   c.repack ? "true" : "false");
             free(ref);
             free(bud);
             graph_free(&g);
@@ -729,13 +813,15 @@ static void usage(FILE *f)
           "  --llc BYTES      last-level cache for that rule (default max(sysfs, 260 MiB))\n"
           "  --shape H,I,E,K  layer shape (default 2048,768,128,8; --check: 64,64,16,4)\n"
           "  --seed N         (default 1)\n"
+          "  --repack         put the weights in ggml's CPU_REPACK buffer type, as llama.cpp\n"
+          "                   does by default (q4_0 on AVX2: q4_0_8x8); --check: q4_0 only\n"
           "  --check          compare ggml's output with a double-precision reference\n",
           f);
 }
 
 int main(int argc, char **argv)
 {
-    cfg c = {2048, 768, 128, 8, {1, 8, 32, 128, 512}, 5, 2, GGML_TYPE_BF16, 1.5, 5, 100, 0, 0, 1, 0};
+    cfg c = {2048, 768, 128, 8, {1, 8, 32, 128, 512}, 5, 2, GGML_TYPE_BF16, 1.5, 5, 100, 0, 0, 1, 0, 0};
     int have_shape = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -745,6 +831,9 @@ int main(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--check")) {
             c.check = 1;
+            continue;
+        } else if (!strcmp(a, "--repack")) {
+            c.repack = 1;
             continue;
         }
         if (!v) {
@@ -867,6 +956,8 @@ int main(int argc, char **argv)
     double t0 = now_s();
     layer_build(&L, &c, copies);
     L.copies_wanted = copies_wanted;
+    if (c.repack && layer_repack(&L, 0))
+        return 1;
     fprintf(stderr,
             "ggml_moe: ggml %s (%s), %s weights, H %lld I %lld E %lld K %lld, %d threads; "
             "layer %.3f GB x %d cop%s = %.2f GB (%.1f x LLC %.0f MiB, sysfs %.0f MiB); "

@@ -211,15 +211,18 @@ def run_ggml(args, dtype):
 def run_ggml_layer(args, dtype):
     cmd = [args.ggml_layer, "--dtype", GGML_DTYPE[dtype], "--tokens", args.tokens,
            "--threads", str(args.threads), "--min-time", str(args.min_time)]
+    if dtype == "q4_0" and args.ggml_layer_repack:
+        cmd.append("--repack")  # llama.cpp's default on AVX2: q4_0 re-laid out as q4_0_8x8
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
         log(f"ggml layer ({dtype}) failed: {p.stderr.strip()[-400:]}")
         return None
     rows = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+    header = [x for x in p.stderr.splitlines() if x.startswith("ggml_moe:")]
     for r in rows:
         log(f"  ggml layer {dtype} T={r['T']}: {r['median_ms']:.2f} ms, "
             f"{r['gflops']:.1f} GFLOP/s, {r['gbps']:.1f} GB/s ({r['copies']} weight copies)")
-    return {"rows": rows, "header": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ""}
+    return {"rows": rows, "header": header[-1] if header else ""}
 
 
 # ---- libmoe ------------------------------------------------------------------------------------
@@ -378,9 +381,13 @@ def report(args, runs):
                          f"{gbs:.1f} GB/s{dram}.")
         if gl:
             cps = sorted({q["copies"] for q in gl.values()})
+            rp = any(row.get("repack") for res in runs
+                     for row in ((res[dtype].get("ggml_layer") or {}).get("rows", [])))
             lines.append(f"\nggml layer: bench/ggml_moe.c, the whole expert FFN, experts walked "
                          f"round-robin as in libmoe's bench, {'/'.join(map(str, cps))} weight "
-                         f"cop{'y' if cps == [1] else 'ies'} rotated; libmoe / ggml layer = ggml "
+                         f"cop{'y' if cps == [1] else 'ies'} rotated"
+                         f"{', weights in CPU_REPACK (q4_0_8x8)' if rp else ''}; "
+                         f"libmoe / ggml layer = ggml "
                          f"layer ms / libmoe ms (> 1: libmoe faster).")
     return "\n".join(lines)
 
@@ -400,6 +407,9 @@ def main():
                     help="ggml's test-backend-ops binary; '' to skip ggml")
     ap.add_argument("--ggml-layer", default=os.path.join(REPO, "build", "ggml_moe"),
                     help="bench/ggml_moe.c's program (bench/build_ggml_harness.sh); '' to skip")
+    ap.add_argument("--no-ggml-layer-repack", dest="ggml_layer_repack", action="store_false",
+                    help="q4_0: keep ggml's plain q4_0 layout instead of the CPU_REPACK buffer "
+                         "type (q4_0_8x8 on AVX2) that llama.cpp uses by default")
     ap.add_argument("--torch-python", default=sys.executable,
                     help="a Python with torch and transformers; '' to skip torch")
     ap.add_argument("--torch-impls", default="eager,grouped_mm",
