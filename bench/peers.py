@@ -6,6 +6,10 @@ shapes (the Qwen3-30B-A3B MoE layer: H 2048, I 768, E 128, K 8) and the same thr
           combine), per weight dtype.
   ggml    MUL_MAT_ID through `test-backend-ops perf -o MUL_MAT_ID`, the qwen3-30b-a3b cases
           (m 768, k 2048, 128 experts, 8 used, n tokens): ONE projection (gate-shaped).
+  ggml layer  bench/ggml_moe.c (build with bench/build_ggml_harness.sh): ggml's whole expert
+          FFN (mul_mat_id gate and up, swiglu, mul_mat_id down, routing-weight mul, sum over
+          the K experts) through ggml_graph_compute, with libmoe bench's memory conditions:
+          round-robin walk over all 128 experts, rotated weight copies, so decode reads DRAM.
   torch   transformers' Qwen3MoeSparseMoeBlock on CPU, with experts_implementation "eager"
           (the per-expert Python loop with index_add_) and "grouped_mm" (transformers 5's
           default for a loaded model), bf16 and f32 weights, torch.set_num_threads(N).
@@ -25,6 +29,9 @@ What is compared (FLOPs are counted the same way everywhere: 2 per multiply-add)
     re-reads the same 8 experts every run (25 MB f16, 50 MB f32): served partly from the
     last-level cache when that is >= ~32 MB. The script prints ggml's implied GB/s at n = 1
     next to the DRAM bandwidth libmoe measured, so this shows.
+    The "ggml layer" column has no such reuse: it walks the experts like libmoe's bench;
+    libmoe / ggml layer is a speed ratio (ggml layer ms over libmoe ms; libmoe's time also
+    includes the router and top-k, which the ggml graph is given as inputs).
 
 Needs: a built libmoe (`build/moe`), a built ggml test-backend-ops (see bench/README.md),
 torch and transformers (`pip install torch transformers`) in the Python given by
@@ -199,6 +206,25 @@ def run_ggml(args, dtype):
     return res
 
 
+# ---- ggml layer (bench/ggml_moe.c) ---------------------------------------------------------------
+
+def run_ggml_layer(args, dtype):
+    cmd = [args.ggml_layer, "--dtype", GGML_DTYPE[dtype], "--tokens", args.tokens,
+           "--threads", str(args.threads), "--min-time", str(args.min_time)]
+    if dtype == "q4_0" and args.ggml_layer_repack:
+        cmd.append("--repack")  # llama.cpp's default on AVX2: q4_0 re-laid out as q4_0_8x8
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        log(f"ggml layer ({dtype}) failed: {p.stderr.strip()[-400:]}")
+        return None
+    rows = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+    header = [x for x in p.stderr.splitlines() if x.startswith("ggml_moe:")]
+    for r in rows:
+        log(f"  ggml layer {dtype} T={r['T']}: {r['median_ms']:.2f} ms, "
+            f"{r['gflops']:.1f} GFLOP/s, {r['gbps']:.1f} GB/s ({r['copies']} weight copies)")
+    return {"rows": rows, "header": header[-1] if header else ""}
+
+
 # ---- libmoe ------------------------------------------------------------------------------------
 
 def run_libmoe(args, dtype):
@@ -245,9 +271,11 @@ def spread(xs):
 def aggregate(runs, dtype):
     """Per-cell medians over the repeated runs of one weight dtype."""
     tokens = set()
-    lm, gg, th = {}, {}, {}
+    lm, gg, th, gl = {}, {}, {}, {}
     for res in runs:
         r = res[dtype]
+        for row in (r.get("ggml_layer") or {}).get("rows", []):
+            gl.setdefault(row["T"], []).append(row)
         if r["libmoe"]:
             for row in r["libmoe"]["rows"]:
                 lm.setdefault(row["tokens"], []).append(row)
@@ -255,7 +283,13 @@ def aggregate(runs, dtype):
             gg.setdefault(int(n), []).append(g)
         for row in (r["torch"] or {}).get("results", []):
             th.setdefault((row["impl"], row["tokens"]), []).append(row)
-    agg = {"libmoe": {}, "ggml": {}, "torch": {}}
+    agg = {"libmoe": {}, "ggml": {}, "torch": {}, "ggml_layer": {}}
+    for t, rows in gl.items():
+        agg["ggml_layer"][t] = {"median_ms": med(x["median_ms"] for x in rows),
+                                "gflops": med(x["gflops"] for x in rows),
+                                "gbps": med(x["gbps"] for x in rows),
+                                "copies": rows[0]["copies"],
+                                "spread": spread([x["gflops"] for x in rows])}
     for t, rows in lm.items():
         bounds = [x.get("roofline_bound") for x in rows]
         bound = max(set(bounds), key=bounds.count)  # the majority (ridges vary run to run)
@@ -287,10 +321,14 @@ def report(args, runs):
     impls = args.torch_impls.split(",") if args.torch_python else []
     for dtype in args.dtypes.split(","):
         a = aggregate(runs, dtype)
-        lm, gg, th = a["libmoe"], a["ggml"], a["torch"]
+        lm, gg, th, gl = a["libmoe"], a["ggml"], a["torch"], a["ggml_layer"]
         head = ("| T | libmoe ms | libmoe GFLOP/s | libmoe / roofline | ggml GFLOP/s (1 proj) | "
                 "libmoe/ggml |")
         sep = "|---:|---:|---:|---:|---:|---:|"
+        if gl:
+            head += (" ggml layer (rotating experts) ms | ggml layer GB/s | "
+                     "libmoe / ggml layer (speed) |")
+            sep += "---:|---:|---:|"
         for impl in impls:
             head += f" torch {impl} ms | libmoe/torch {impl} |"
             sep += "---:|---:|"
@@ -301,7 +339,7 @@ def report(args, runs):
                      f"{f', median of {len(runs)} runs' if len(runs) > 1 else ''}\n")
         lines.append(head)
         lines.append(sep)
-        sp = {"libmoe": [], "ggml": [], "torch": []}
+        sp = {"libmoe": [], "ggml": [], "ggml layer": [], "torch": []}
         for t in tokens:
             r, g = lm.get(t), gg.get(t)
             lg = r["gflops"] if r else None
@@ -312,6 +350,12 @@ def report(args, runs):
                     else "n/a")
             line = (f"| {t} | {fmt(r['median_ms'] if r else None, '.2f')} | {fmt(lg)} | {frac} | "
                     f"{fmt(gf)} | {fmt(ratio(lg, gf), '.2f')} |")
+            if gl:
+                q = gl.get(t)
+                sp["ggml layer"].append(q["spread"] if q else None)
+                line += (f" {fmt(q['median_ms'] if q else None, '.2f')} | "
+                         f"{fmt(q['gbps'] if q else None)} | "
+                         f"{fmt(ratio(q['median_ms'] if q else None, r['median_ms'] if r else None), '.2f')} |")
             for impl in impls:
                 tr = th.get((impl, t)) if dtype in TORCH_DTYPES else None
                 if tr:
@@ -335,6 +379,16 @@ def report(args, runs):
                 if a["dram_gbs"] else ""
             lines.append(f"\nggml n=1 re-reads the same 8 experts' {b / 1e6:.0f} MB every run: "
                          f"{gbs:.1f} GB/s{dram}.")
+        if gl:
+            cps = sorted({q["copies"] for q in gl.values()})
+            rp = any(row.get("repack") for res in runs
+                     for row in ((res[dtype].get("ggml_layer") or {}).get("rows", [])))
+            lines.append(f"\nggml layer: bench/ggml_moe.c, the whole expert FFN, experts walked "
+                         f"round-robin as in libmoe's bench, {'/'.join(map(str, cps))} weight "
+                         f"cop{'y' if cps == [1] else 'ies'} rotated"
+                         f"{', weights in CPU_REPACK (q4_0_8x8)' if rp else ''}; "
+                         f"libmoe / ggml layer = ggml "
+                         f"layer ms / libmoe ms (> 1: libmoe faster).")
     return "\n".join(lines)
 
 
@@ -351,6 +405,11 @@ def main():
                     help="the libmoe command (default: build/moe of this checkout)")
     ap.add_argument("--ggml", default="/tmp/ggml-build/bin/test-backend-ops",
                     help="ggml's test-backend-ops binary; '' to skip ggml")
+    ap.add_argument("--ggml-layer", default=os.path.join(REPO, "build", "ggml_moe"),
+                    help="bench/ggml_moe.c's program (bench/build_ggml_harness.sh); '' to skip")
+    ap.add_argument("--no-ggml-layer-repack", dest="ggml_layer_repack", action="store_false",
+                    help="q4_0: keep ggml's plain q4_0 layout instead of the CPU_REPACK buffer "
+                         "type (q4_0_8x8 on AVX2) that llama.cpp uses by default")
     ap.add_argument("--torch-python", default=sys.executable,
                     help="a Python with torch and transformers; '' to skip torch")
     ap.add_argument("--torch-impls", default="eager,grouped_mm",
@@ -390,6 +449,10 @@ def main():
     if args.ggml and not os.access(args.ggml, os.X_OK):
         log(f"--ggml {args.ggml}: not found; ggml skipped (bench/README.md says how to build it)")
         args.ggml = ""
+    if args.ggml_layer and not os.access(args.ggml_layer, os.X_OK):
+        log(f"--ggml-layer {args.ggml_layer}: not found; ggml layer skipped (build it with "
+            f"bench/build_ggml_harness.sh)")
+        args.ggml_layer = ""
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     runs = []
     for rep in range(args.repeat):
@@ -397,8 +460,11 @@ def main():
         # One weight dtype at a time, every tool in turn, so that they share the machine's
         # state.
         for dtype in args.dtypes.split(","):
-            results[dtype] = {"libmoe": None, "ggml": None, "torch": None, "idle": {}}
+            results[dtype] = {"libmoe": None, "ggml": None, "ggml_layer": None, "torch": None,
+                              "idle": {}}
             tools = [("libmoe", run_libmoe)]
+            if args.ggml_layer:
+                tools.append(("ggml_layer", run_ggml_layer))
             if args.ggml:
                 tools.append(("ggml", run_ggml))
             if args.torch_python and dtype in TORCH_DTYPES:
