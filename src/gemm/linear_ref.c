@@ -40,4 +40,6 @@ const moe_kernels moe_kernels_ref = {
     .name = "ref",
     .linear = linear_ref,
     .linear_q = moe_linear_q_ref,
+    .linear_w8a8 = moe_linear_w8a8_rows_ref,
+    .quant_row_i8 = moe_quant_row_i8_ref,
 };
