@@ -188,6 +188,10 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups 
         q8v.xs = (const float *)((const uint8_t *)gr->y + n_src * q8v.H4);
         if (P > 0)
             q8 = &q8v;
+    } else if (g0.q && g0.q->kind == MOE_QK_W8A8) {
+        /* H or I of 1: no room for the codes in y / h; linear_q quantizes per work item */
+        moe_log(ctx, MOE_LOG_DEBUG, "w8a8: H = %lld, I = %lld: each row is quantized once per work item of "
+                "%d panels (no in-place codes for a dimension of 1)", (long long)H, (long long)g0.n, MOE_GEMM_PG);
     }
 
     if (stats) {
