@@ -76,7 +76,9 @@ typedef void (*moe_linear_fn)(const moe_pmat *w, int64_t p0, int64_t p1, const f
                               int mb, float *out, int64_t ldo);
 
 /* W8A8 int8 GEMM on rows already quantized by moe_quant_row_i8_fn (w->q->kind ==
- * MOE_QK_W8A8, docs/numerics.md section 5):
+ * MOE_QK_W8A8, docs/numerics.md section 5); pf, pf_bytes: a region the caller reads next
+ * (the next weights), which the kernel may prefetch into L2 while it computes (NULL, 0: none;
+ * never read as data, no effect on the result):
  *
  *   for m in [0, mb), for n in [16 * p0, min(N, 16 * p1)):
  *       acc = sum_{k < K} (xq[m][k] - 128) * w[n][k]      (exact int32)
@@ -85,7 +87,8 @@ typedef void (*moe_linear_fn)(const moe_pmat *w, int64_t p0, int64_t p1, const f
  * xq rows: K4 = ceil(K / 4) * 4 bytes each, u8 = q + 128, bytes K .. K4-1 equal to 128;
  * sx[m] the row's scale. The same bits as linear_q on the f32 rows they were quantized from. */
 typedef void (*moe_linear_w8a8_fn)(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
-                                   const float *sx, int mb, float *out, int64_t ldo);
+                                   const float *sx, int mb, float *out, int64_t ldo, const void *pf,
+                                   int64_t pf_bytes);
 
 /* Dynamic int8 quantization of one row of n >= 1 elements (the rule of moe.h "Dynamic
  * activation quantization"): v[k] = x[k] (mul NULL) or *mul * x[k] rounded to f32;

@@ -44,7 +44,8 @@ typedef struct w8a8_rows {
 static void gate_up_item(const moe_kernels *kern, const moe_layer_desc *d, const moe_pmat *gate,
                          const moe_pmat *up, const float *bg, const float *bu, const float *x,
                          int64_t H, const int32_t *rows, int64_t row_div, int64_t r0, int64_t r1,
-                         int64_t p0, int64_t p1, float *h, const w8a8_rows *q8, float *tls)
+                         int64_t p0, int64_t p1, float *h, const w8a8_rows *q8, const void *pf_next,
+                         int64_t pf_next_bytes, float *tls)
 {
     const int64_t I = gate->n;
     const int64_t ld = PG_MAX * MOE_PANEL;
@@ -63,8 +64,14 @@ static void gate_up_item(const moe_kernels *kern, const moe_layer_desc *d, const
                 xq[m] = q8->x8 + src * q8->H4;
                 sx[m] = q8->xs[src];
             }
-            kern->linear_w8a8(gate, p0, p1, xq, sx, mb, gt, ld);
-            kern->linear_w8a8(up, p0, p1, xq, sx, mb, ut, ld);
+            /* prefetch: during the first gate call this item's up panels, during the last up
+             * call the next item's gate panels */
+            const int64_t K4 = (gate->k + 3) / 4 * 4;
+            const int last = b + MOE_GEMM_RB >= r1;
+            const uint8_t *up_panels = (const uint8_t *)up->data + p0 * MOE_PANEL * K4; /* [n1 - n0][K4] */
+            kern->linear_w8a8(gate, p0, p1, xq, sx, mb, gt, ld, b == r0 ? up_panels : NULL,
+                              b == r0 ? (n1 - n0) * K4 : 0);
+            kern->linear_w8a8(up, p0, p1, xq, sx, mb, ut, ld, last ? pf_next : NULL, last ? pf_next_bytes : 0);
         } else {
             for (int m = 0; m < mb; m++) {
                 int64_t tok = rows ? rows[b + m] / row_div : b + m;
@@ -89,7 +96,8 @@ static void gate_up_item(const moe_kernels *kern, const moe_layer_desc *d, const
 
 /* Phase 2 item: rows [r0, r1) of h through down panels [p0, p1) -> y. */
 static void down_item(const moe_kernels *kern, const moe_pmat *down, const float *bd, const float *h,
-                      int64_t r0, int64_t r1, int64_t p0, int64_t p1, float *y, const w8a8_rows *q8, float *tls)
+                      int64_t r0, int64_t r1, int64_t p0, int64_t p1, float *y, const w8a8_rows *q8,
+                      const void *pf_next, int64_t pf_next_bytes, float *tls)
 {
     const int64_t I = down->k, H = down->n;
     const int64_t n0 = p0 * MOE_PANEL;
@@ -105,7 +113,9 @@ static void down_item(const moe_kernels *kern, const moe_pmat *down, const float
                 xq[m] = hq;
                 __builtin_memcpy(&sx[m], hq + q8->I4, sizeof(float));
             }
-            kern->linear_w8a8(down, p0, p1, xq, sx, mb, y + b * H + n0, H);
+            const int last = b + MOE_GEMM_RB >= r1; /* then prefetch the next item's panels */
+            kern->linear_w8a8(down, p0, p1, xq, sx, mb, y + b * H + n0, H, last ? pf_next : NULL,
+                              last ? pf_next_bytes : 0);
         } else {
             for (int m = 0; m < mb; m++)
                 xr[m] = h + (b + m) * I;
@@ -148,6 +158,41 @@ static int64_t item_group(const int64_t *item_off, int64_t n_groups, int64_t it)
             hi = mid - 1;
     }
     return lo;
+}
+
+/* W8A8: items per dynamic-schedule chunk. A thread runs W8A8_CHUNK consecutive items, so for
+ * all but the last of them it knows its next item and prefetches that item's weights (the
+ * other paths keep chunks of 1 item). */
+#define W8A8_CHUNK 4
+
+/* Panels [p0, p1) of item `it` (its group in *g). */
+static void item_panels(const moe_mlp_groups *gr, const int64_t *item_off, int64_t panels, int64_t it,
+                        int64_t *g, int64_t *p0, int64_t *p1)
+{
+    *g = item_group(item_off, gr->n_groups, it);
+    const int64_t pg = group_pg(gr->end[*g] - gr->begin[*g], gr->lowtok_threshold);
+    *p0 = (it - item_off[*g]) * pg;
+    *p1 = *p0 + pg < panels ? *p0 + pg : panels;
+}
+
+/* W8A8: the packed bytes of panels [p0, p1) of matrix `which` (0 gate, 2 down) of the next
+ * item this thread runs (it + 1 in the same chunk), for the prefetch hint; NULL otherwise. */
+static const void *next_item_weights(const moe_weights *w, const moe_mlp_groups *gr, const int64_t *item_off,
+                                     int64_t panels, int64_t n_items, int64_t it, int which, int64_t *bytes)
+{
+    *bytes = 0;
+    if ((it + 1) % W8A8_CHUNK == 0 || it + 1 >= n_items)
+        return NULL;
+    int64_t g, p0, p1;
+    item_panels(gr, item_off, panels, it + 1, &g, &p0, &p1);
+    moe_pmat m[3];
+    moe_weights_expert(w, gr->shared ? -1 : g, &m[0], &m[1], &m[2]);
+    const moe_pmat *x = &m[which];
+    if (!x->q || x->q->kind != MOE_QK_W8A8)
+        return NULL;
+    const int64_t K4 = (x->k + 3) / 4 * 4, n1 = p1 * MOE_PANEL < x->n ? p1 * MOE_PANEL : x->n;
+    *bytes = (n1 - p0 * MOE_PANEL) * K4;
+    return (const uint8_t *)x->data + p0 * MOE_PANEL * K4;
 }
 
 void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups *gr,
@@ -193,6 +238,8 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups 
         moe_log(ctx, MOE_LOG_DEBUG, "w8a8: H = %lld, I = %lld: each row is quantized once per work item of "
                 "%d panels (no in-place codes for a dimension of 1)", (long long)H, (long long)g0.n, MOE_GEMM_PG);
     }
+
+    const int chunk = q8 ? W8A8_CHUNK : 1; /* items per dynamic-schedule chunk */
 
     if (stats) {
         for (int64_t g = 0; g < gr->n_groups; g++) {
@@ -252,18 +299,18 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups 
 #pragma omp single
         count_items(gr, pi, item_off);
         int64_t n1 = item_off[gr->n_groups];
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, chunk)
         for (int64_t it = 0; it < n1; it++) {
-            int64_t g = item_group(item_off, gr->n_groups, it);
-            int64_t pg = group_pg(gr->end[g] - gr->begin[g], gr->lowtok_threshold);
-            int64_t p0 = (it - item_off[g]) * pg;
-            int64_t p1 = p0 + pg < pi ? p0 + pg : pi;
+            int64_t g, p0, p1;
+            item_panels(gr, item_off, pi, it, &g, &p0, &p1);
             moe_pmat gate, up, down;
             const float *bg, *bu, *bd;
             moe_weights_expert(w, gr->shared ? -1 : g, &gate, &up, &down);
             moe_weights_expert_bias(w, gr->shared ? -1 : g, &bg, &bu, &bd);
+            int64_t pfn = 0;
+            const void *pf = q8 ? next_item_weights(w, gr, item_off, pi, n1, it, 0, &pfn) : NULL;
             gate_up_item(kern, desc, &gate, &up, bg, bu, xin, H, xrows, xdiv, gr->begin[g], gr->end[g],
-                         p0, p1, gr->h, q8, tls);
+                         p0, p1, gr->h, q8, pf, pfn, tls);
         }
         /* implicit barrier: h complete */
 
@@ -285,17 +332,17 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups 
 #pragma omp single
         count_items(gr, ph, item_off);
         int64_t n2 = item_off[gr->n_groups];
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, chunk)
         for (int64_t it = 0; it < n2; it++) {
-            int64_t g = item_group(item_off, gr->n_groups, it);
-            int64_t pg = group_pg(gr->end[g] - gr->begin[g], gr->lowtok_threshold);
-            int64_t p0 = (it - item_off[g]) * pg;
-            int64_t p1 = p0 + pg < ph ? p0 + pg : ph;
+            int64_t g, p0, p1;
+            item_panels(gr, item_off, ph, it, &g, &p0, &p1);
             moe_pmat gate, up, down;
             const float *bg, *bu, *bd;
             moe_weights_expert(w, gr->shared ? -1 : g, &gate, &up, &down);
             moe_weights_expert_bias(w, gr->shared ? -1 : g, &bg, &bu, &bd);
-            down_item(kern, &down, bd, gr->h, gr->begin[g], gr->end[g], p0, p1, gr->y, q8, tls);
+            int64_t pfn = 0;
+            const void *pf = q8 ? next_item_weights(w, gr, item_off, ph, n2, it, 2, &pfn) : NULL;
+            down_item(kern, &down, bd, gr->h, gr->begin[g], gr->end[g], p0, p1, gr->y, q8, pf, pfn, tls);
         }
     }
 }

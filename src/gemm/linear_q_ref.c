@@ -93,10 +93,11 @@ float moe_quant_row_i8_ref(const float *x, int64_t n, const float *mul, uint8_t 
     return s;
 }
 
-/* W8A8 on quantized rows (core/kernels.h moe_linear_w8a8_fn), scalar. */
+/* W8A8 on quantized rows (core/kernels.h moe_linear_w8a8_fn), scalar; no prefetch. */
 void moe_linear_w8a8_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
-                              const float *sx, int mb, float *out, int64_t ldo)
+                              const float *sx, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes)
 {
+    (void)pf, (void)pf_bytes;
     const struct moe_qmat *q = w->q;
     const uint8_t *d = w->data;
     const int64_t K = w->k, K4 = (K + 3) / 4 * 4;

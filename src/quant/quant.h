@@ -128,9 +128,9 @@ void moe_linear_w8a8_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const flo
 /* W8A8 on quantized rows and the row quantizer (core/kernels.h moe_linear_w8a8_fn,
  * moe_quant_row_i8_fn): scalar (tables ref and avx2) and AVX-512 (VNNI; the ref without it). */
 void moe_linear_w8a8_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
-                              const float *sx, int mb, float *out, int64_t ldo);
+                              const float *sx, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes);
 void moe_linear_w8a8_rows_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
-                                 const float *sx, int mb, float *out, int64_t ldo);
+                                 const float *sx, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes);
 float moe_quant_row_i8_ref(const float *x, int64_t n, const float *mul, uint8_t *dst);
 float moe_quant_row_i8_avx512(const float *x, int64_t n, const float *mul, uint8_t *dst);
 #endif

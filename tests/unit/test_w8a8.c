@@ -216,7 +216,8 @@ static void check_gemm(const qmatrix *m, const float *x, int mb, int64_t p0, int
                     sx[m2] = tables[t]->quant_row_i8(xr[m2], K, NULL, codes + m2 * K4);
                     xq[m2] = codes + m2 * K4;
                 }
-                tables[t]->linear_w8a8(&m->pm, p0, p1, xq, sx, mb, got, ldo);
+                /* prefetch hint: the matrix itself (must not change anything) */
+                tables[t]->linear_w8a8(&m->pm, p0, p1, xq, sx, mb, got, ldo, m->packed, m->N * K4);
             }
             for (int m2 = 0; m2 < mb; m2++)
                 for (int64_t n = 0; n < nn; n++) {

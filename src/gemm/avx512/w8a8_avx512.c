@@ -84,7 +84,7 @@ enum { MR = 6, NR = 4 }; /* rows x panels per register tile */
 W8A8_TARGET static inline __attribute__((always_inline)) void
 vnni_tile(const uint8_t *const *xq, const float *sx, const uint8_t *const *wp, const int64_t *wst,
           const __mmask16 *mk, const int32_t *const *comp, const float *const *sw, int64_t k4n, float *out,
-          int64_t ldo, const int MB, const int NP)
+          int64_t ldo, const uint8_t *pf, int64_t pf_last, const int MB, const int NP)
 {
     const __m512i z = _mm512_setzero_si512();
     __m512i a0_0 = z, a0_1 = z, a0_2 = z, a0_3 = z, a1_0 = z, a1_1 = z, a1_2 = z, a1_3 = z;
@@ -96,6 +96,8 @@ vnni_tile(const uint8_t *const *xq, const float *sx, const uint8_t *const *wp, c
     const uint8_t *x0 = xq[0], *x1 = MB > 1 ? xq[1] : xq[0], *x2 = MB > 2 ? xq[2] : xq[0];
     const uint8_t *x3 = MB > 3 ? xq[3] : xq[0], *x4 = MB > 4 ? xq[4] : xq[0], *x5 = MB > 5 ? xq[5] : xq[0];
     for (int64_t k4 = 0; k4 < k4n; k4++) {
+        /* one 64-byte line of the caller's next region per step, up to its last line */
+        _mm_prefetch((const char *)(pf + (64 * k4 < pf_last ? 64 * k4 : pf_last)), _MM_HINT_T1);
         /* panel j, k4 group: [nw][4] bytes */
         const __m512i v0 = _mm512_maskz_loadu_epi32(k0, w0 + k4 * s0);
         const __m512i v1 = NP > 1 ? _mm512_maskz_loadu_epi32(k1, w1 + k4 * s1) : z;
@@ -148,14 +150,14 @@ vnni_tile(const uint8_t *const *xq, const float *sx, const uint8_t *const *wp, c
  * registers), called through tiles[MB - 1][NP - 1]. */
 typedef void (*tile_fn)(const uint8_t *const *xq, const float *sx, const uint8_t *const *wp, const int64_t *wst,
                         const __mmask16 *mk, const int32_t *const *comp, const float *const *sw, int64_t k4n,
-                        float *out, int64_t ldo);
+                        float *out, int64_t ldo, const uint8_t *pf, int64_t pf_last);
 #define MOE_TILE_FN(mbv, npv)                                                                                   \
     W8A8_TARGET __attribute__((noinline)) static void tile_##mbv##x##npv(                                      \
         const uint8_t *const *xq, const float *sx, const uint8_t *const *wp, const int64_t *wst,              \
         const __mmask16 *mk, const int32_t *const *comp, const float *const *sw, int64_t k4n, float *out,     \
-        int64_t ldo)                                                                                            \
+        int64_t ldo, const uint8_t *pf, int64_t pf_last)                                                        \
     {                                                                                                           \
-        vnni_tile(xq, sx, wp, wst, mk, comp, sw, k4n, out, ldo, mbv, npv);                                      \
+        vnni_tile(xq, sx, wp, wst, mk, comp, sw, k4n, out, ldo, pf, pf_last, mbv, npv);                         \
     }
 MOE_TILE_FN(1, 1) MOE_TILE_FN(1, 2) MOE_TILE_FN(1, 3) MOE_TILE_FN(1, 4)
 MOE_TILE_FN(2, 1) MOE_TILE_FN(2, 2) MOE_TILE_FN(2, 3) MOE_TILE_FN(2, 4)
@@ -171,11 +173,17 @@ static const tile_fn tiles[MR][NR] = {
 };
 
 W8A8_TARGET static void w8a8_rows_vnni(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
-                                       const float *sx, int mb, float *out, int64_t ldo)
+                                       const float *sx, int mb, float *out, int64_t ldo, const void *pf,
+                                       int64_t pf_bytes)
 {
     const struct moe_qmat *q = w->q;
     const int64_t K4 = (w->k + 3) / 4 * 4, k4n = K4 / 4;
     const uint8_t *d = w->data;
+    /* the prefetch region, one line per k4 step spread over the tiles in order; without one
+     * (or once it is covered) every step prefetches a line of the panels in use (in L1) */
+    const uint8_t *pfb = pf_bytes > 0 ? (const uint8_t *)pf : d + p0 * 16 * K4;
+    const int64_t pf_last = pf_bytes > 64 ? (pf_bytes - 1) / 64 * 64 : 0; /* offset of its last line */
+    int64_t pf_at = 0;                                                     /* next tile's first line */
     /* panels outer, rows inner: the NP panels' weights (NP * 16 * K4 bytes) are reused from
      * L1/L2 by every row tile */
     for (int64_t pb = p0; pb < p1; pb += NR) {
@@ -196,18 +204,20 @@ W8A8_TARGET static void w8a8_rows_vnni(const moe_pmat *w, int64_t p0, int64_t p1
         float *ob = out + (pb - p0) * MOE_PANEL;
         for (int m0 = 0; m0 < mb; m0 += MR) {
             const int MB = mb - m0 >= MR ? MR : mb - m0;
-            tiles[MB - 1][NP - 1](xq + m0, sx + m0, wp, wst, mk, comp, sw, k4n, ob + m0 * ldo, ldo);
+            tiles[MB - 1][NP - 1](xq + m0, sx + m0, wp, wst, mk, comp, sw, k4n, ob + m0 * ldo, ldo, pfb + pf_at,
+                                  pf_last - pf_at);
+            pf_at = pf_at + 64 * k4n < pf_last ? pf_at + 64 * k4n : pf_last;
         }
     }
 }
 
 void moe_linear_w8a8_rows_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
-                                 const float *sx, int mb, float *out, int64_t ldo)
+                                 const float *sx, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes)
 {
     if (has_vnni())
-        w8a8_rows_vnni(w, p0, p1, xq, sx, mb, out, ldo);
+        w8a8_rows_vnni(w, p0, p1, xq, sx, mb, out, ldo, pf, pf_bytes);
     else
-        moe_linear_w8a8_rows_ref(w, p0, p1, xq, sx, mb, out, ldo);
+        moe_linear_w8a8_rows_ref(w, p0, p1, xq, sx, mb, out, ldo, pf, pf_bytes);
 }
 
 /* linear_q on f32 rows: quantize MR rows at a time into a heap buffer [MR][K4] u8, then the
@@ -230,7 +240,7 @@ void moe_linear_w8a8_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const flo
             sx[m] = moe_quant_row_i8_avx512(x[m0 + m], K, NULL, buf + m * K4);
             xq[m] = buf + m * K4;
         }
-        w8a8_rows_vnni(w, p0, p1, xq, sx, MB, out + m0 * ldo, ldo);
+        w8a8_rows_vnni(w, p0, p1, xq, sx, MB, out + m0 * ldo, ldo, NULL, 0);
     }
     free(buf);
 }
