@@ -8,7 +8,8 @@
  *    moe.h enforces); per k4 step 4 weight loads and 6 broadcast 4-byte activation groups.
  *    vpdpbusd multiplies u8 (q + 128) by s8 w, so 128 * sum_k w[n][k] (packed as comp) is
  *    subtracted: exactly the ref's int32 sum_k q[k] w[n][k]. Epilogue straight to f32:
- *    out = ((float)(acc - comp) * s_x) * s_w.
+ *    out = ((float)(acc - comp) * s_x) * s_w. One prefetcht1 per k4 step walks the caller's
+ *    next weights (the pf hint) into L2 so the DRAM stream overlaps the arithmetic.
  *  - moe_linear_w8a8_avx512: linear_q on f32 rows (quantize 6 rows, then the tiles).
  * Without VNNI at run time the ref entries run (identical bits). */
 #include "core/kernels.h"
