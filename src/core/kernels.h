@@ -81,6 +81,29 @@ typedef void (*moe_linear_fn)(const moe_pmat *w, int64_t p0, int64_t p1, const f
 typedef void (*moe_act_row_fn)(const moe_layer_desc *d, const float *g, const float *u, const float *bg,
                                const float *bu, float *h, int64_t n);
 
+/* W8A8 int8 GEMM on rows already quantized by moe_quant_row_i8_fn (w->q->kind ==
+ * MOE_QK_W8A8, docs/numerics.md section 5); pf, pf_bytes: a region the caller reads next
+ * (the next weights), which the kernel may prefetch into L2 while it computes (NULL, 0: none;
+ * never read as data, no effect on the result):
+ *
+ *   for m in [0, mb), for n in [16 * p0, min(N, 16 * p1)):
+ *       acc = sum_{k < K} (xq[m][k] - 128) * w[n][k]      (exact int32)
+ *       out[m][n - 16 * p0] = ((float)acc * sx[m]) * s_w[n]
+ *
+ * xq rows: K4 = ceil(K / 4) * 4 bytes each, u8 = q + 128, bytes K .. K4-1 equal to 128;
+ * sx[m] the row's scale. The same bits as linear_q on the f32 rows they were quantized from. */
+typedef void (*moe_linear_w8a8_fn)(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                                   const float *sx, int mb, float *out, int64_t ldo, const void *pf,
+                                   int64_t pf_bytes);
+
+/* Dynamic int8 quantization of one row of n >= 1 elements (the rule of moe.h "Dynamic
+ * activation quantization"): v[k] = x[k] (mul NULL) or *mul * x[k] rounded to f32;
+ * a = max_k |v[k]| (NaN ignored), s = a / 127 (1 when a == 0), q[k] = rint(clamp(v[k] / s,
+ * -127, 127)) (NaN quotient -127). Writes u8 q[k] + 128 to dst[0 .. n), 128 to dst[n .. n4)
+ * (n4 = ceil(n / 4) * 4) and returns s. dst may be the same address as x (in place: byte k
+ * is written only after x[0 .. k] were read). */
+typedef float (*moe_quant_row_i8_fn)(const float *x, int64_t n, const float *mul, uint8_t *dst);
+
 typedef struct moe_kernels {
     const char *name; /* "ref", "avx2", "avx512" */
     moe_linear_fn linear;
@@ -89,6 +112,10 @@ typedef struct moe_kernels {
      * `linear` hands matrices with w->q to it. */
     moe_linear_fn linear_q;
     moe_act_row_fn act_row;
+    /* W8A8: the grouped driver quantizes each GEMM input row once (quant_row_i8) and runs
+     * linear_w8a8 on the codes; linear_q on f32 rows gives the same bits. */
+    moe_linear_w8a8_fn linear_w8a8;
+    moe_quant_row_i8_fn quant_row_i8;
 } moe_kernels;
 
 void moe_act_row_ref(const moe_layer_desc *d, const float *g, const float *u, const float *bg, const float *bu,

@@ -73,6 +73,48 @@ static void linear_w8a8_ref(const moe_pmat *w, int64_t p0, int64_t p1, const flo
     }
 }
 
+/* The row quantizer (core/kernels.h moe_quant_row_i8_fn), scalar: the same arithmetic as
+ * moe_qact_i8_scale / moe_qact_i8, on v[k] = x[k] or *mul * x[k]. */
+float moe_quant_row_i8_ref(const float *x, int64_t n, const float *mul, uint8_t *dst)
+{
+    float a = 0.0f;
+    for (int64_t k = 0; k < n; k++) {
+        const float v = fabsf(mul ? *mul * x[k] : x[k]);
+        a = v > a ? v : a; /* NaN ignored */
+    }
+    const float s = a == 0.0f ? 1.0f : a / 127.0f;
+    int64_t k = 0;
+    for (; k < n; k++) { /* in place: x[k] is read before byte k is written */
+        const float v = mul ? *mul * x[k] : x[k];
+        dst[k] = (uint8_t)(moe_qact_i8(v, s) + 128);
+    }
+    for (; k % 4; k++)
+        dst[k] = 128;
+    return s;
+}
+
+/* W8A8 on quantized rows (core/kernels.h moe_linear_w8a8_fn), scalar; no prefetch. */
+void moe_linear_w8a8_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                              const float *sx, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes)
+{
+    (void)pf, (void)pf_bytes;
+    const struct moe_qmat *q = w->q;
+    const uint8_t *d = w->data;
+    const int64_t K = w->k, K4 = (K + 3) / 4 * 4;
+    const int64_t n0 = p0 * MOE_PANEL, n1 = (p1 * MOE_PANEL < w->n) ? p1 * MOE_PANEL : w->n;
+    for (int m = 0; m < mb; m++) {
+        for (int64_t n = n0; n < n1; n++) {
+            const int64_t p = n / MOE_PANEL;
+            const int nw = moe_pmat_panel_width(w->n, p), j = (int)(n % MOE_PANEL);
+            const uint8_t *panel = d + p * 16 * K4; /* [K4/4][nw][4] */
+            int32_t a = 0;
+            for (int64_t k = 0; k < K; k++)
+                a += ((int32_t)xq[m][k] - 128) * (int32_t)(int8_t)panel[(k / 4) * nw * 4 + j * 4 + k % 4];
+            out[m * ldo + (n - n0)] = ((float)a * sx[m]) * q->scale[n];
+        }
+    }
+}
+
 void moe_linear_q_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
                       int64_t ldo)
 {

@@ -140,4 +140,12 @@ void moe_linear_q_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const float 
 /* The AVX-512 W8A8 (VNNI) kernel, called by moe_linear_q_avx512 for MOE_QK_W8A8. */
 void moe_linear_w8a8_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
                             int64_t ldo);
+/* W8A8 on quantized rows and the row quantizer (core/kernels.h moe_linear_w8a8_fn,
+ * moe_quant_row_i8_fn): scalar (tables ref and avx2) and AVX-512 (VNNI; the ref without it). */
+void moe_linear_w8a8_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                              const float *sx, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes);
+void moe_linear_w8a8_rows_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                                 const float *sx, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes);
+float moe_quant_row_i8_ref(const float *x, int64_t n, const float *mul, uint8_t *dst);
+float moe_quant_row_i8_avx512(const float *x, int64_t n, const float *mul, uint8_t *dst);
 #endif

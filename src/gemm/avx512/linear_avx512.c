@@ -121,4 +121,6 @@ const moe_kernels moe_kernels_avx512 = {
     .linear = linear_avx512,
     .linear_q = moe_linear_q_avx512,
     .act_row = moe_act_row_avx512,
+    .linear_w8a8 = moe_linear_w8a8_rows_avx512,
+    .quant_row_i8 = moe_quant_row_i8_avx512,
 };
