@@ -72,7 +72,7 @@ typedef struct bench_row {
     int64_t route_mismatch; /* forwards whose routing left the designed pattern */
     /* --roofline: FLOP per weight byte, the bound that applies and the row's fraction of it */
     double intensity;
-    const char *bound; /* "DRAM" or "FMA"; NULL without --roofline */
+    const char *bound; /* "DRAM", "FMA" or "VNNI" (int8-w8a8); NULL without --roofline */
     double bound_fraction;
 } bench_row;
 
@@ -133,8 +133,9 @@ static void bench_usage(FILE *f)
           "With --roofline, a last column: a row whose arithmetic intensity (FLOP/s over GB/s\n"
           "above, i.e. FLOPs per weight byte read) is below the ridge point (FMA peak / DRAM\n"
           "bandwidth) is memory-bound and gets GB/s / DRAM read bandwidth ('0.93 DRAM'); any\n"
-          "other row gets GFLOP/s / f32 FMA peak ('0.81 FMA'). A cache-resident row can\n"
-          "exceed 1 DRAM.\n",
+          "other row gets GFLOP/s / f32 FMA peak ('0.81 FMA'); with int8-w8a8 experts the\n"
+          "compute roof and the ridge use the VNNI int8 peak instead ('0.62 VNNI'). A\n"
+          "cache-resident row can exceed 1 DRAM.\n",
           f);
 }
 
@@ -547,12 +548,17 @@ static void row_roofline(const bench_state *s, bench_row *r)
     if (!s->have_rf)
         return;
     r->intensity = r->bytes_per_forward > 0 ? r->flops_per_forward / r->bytes_per_forward : 0.0;
-    if (r->intensity < s->rf.ridge_flop_per_byte) {
+    /* int8 w8a8 experts compute with VNNI (int8 x int8 -> int32): their compute roof is the
+     * VNNI peak, when this CPU has one */
+    const int vnni = s->desc.quant.act == MOE_QACT_TOKEN && s->rf.vnni_int8_gops > 0;
+    const double peak = vnni ? s->rf.vnni_int8_gops : s->rf.fma_f32_gflops;
+    const double ridge = s->rf.dram_read_gbs > 0 ? peak / s->rf.dram_read_gbs : s->rf.ridge_flop_per_byte;
+    if (r->intensity < ridge) {
         r->bound = "DRAM";
         r->bound_fraction = s->rf.dram_read_gbs > 0 ? r->gbps / s->rf.dram_read_gbs : 0.0;
     } else {
-        r->bound = "FMA";
-        r->bound_fraction = s->rf.fma_f32_gflops > 0 ? r->gflops / s->rf.fma_f32_gflops : 0.0;
+        r->bound = vnni ? "VNNI" : "FMA";
+        r->bound_fraction = peak > 0 ? r->gflops / peak : 0.0;
     }
 }
 
