@@ -172,7 +172,8 @@ moe_status moe_qweights_create(const moe_plan *plan, const moe_weight_source *sr
                               : mat == 0          ? src->gate_zero[e]
                               : mat == 1          ? src->up_zero[e]
                                                   : src->down_zero[e];
-        moe_quant_pack(qw, qc->act, codes, scale, zero, N, K, q->codes[i], q->scales[i], q->zeros[i], q->comp[i]);
+        q->qm[i].f8h = moe_quant_pack(qw, qc->act, codes, scale, zero, N, K, q->codes[i], q->scales[i],
+                                      q->zeros[i], q->comp[i]);
     }
     for (int64_t e = 0; w->expert_bias && e < E; e++) {
         float *b = w->expert_bias + (size_t)e * (size_t)(2 * I + H); /* [2I + H] */
