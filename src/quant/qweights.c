@@ -175,6 +175,19 @@ moe_status moe_qweights_create(const moe_plan *plan, const moe_weight_source *sr
         q->qm[i].f8h = moe_quant_pack(qw, qc->act, codes, scale, zero, N, K, q->codes[i], q->scales[i],
                                       q->zeros[i], q->comp[i]);
     }
+    int64_t exact_f8 = 0; /* fp8 matrices on the exact (slower) e4m3 decode, quant.h moe_qmat.f8h */
+    size_t exact_f8_bytes = 0;
+    for (int64_t i = 0; i < q->n; i++)
+        if (q->qm[i].kind == MOE_QK_F8 && !q->qm[i].f8h) {
+            exact_f8++;
+            exact_f8_bytes += moe_quant_packed_bytes(MOE_QK_F8, i % 3 == 2 ? H : I, i % 3 == 2 ? I : H);
+        }
+    if (exact_f8 > 0)
+        moe_log(ctx, MOE_LOG_WARN,
+                "%lld of %lld fp8 expert matrices (%zu bytes of codes) hold NaN codes (0x7f/0xff) or scales with "
+                "s * 256 above the f32 range: they run the exact e4m3 decode, slower than the f16 "
+                "decode",
+                (long long)exact_f8, (long long)q->n, exact_f8_bytes);
     for (int64_t e = 0; w->expert_bias && e < E; e++) {
         float *b = w->expert_bias + (size_t)e * (size_t)(2 * I + H); /* [2I + H] */
         bias_to_f32(b, src->gate_bias[e], src->expert_bias_dtype, I, gub_stride);
