@@ -600,9 +600,9 @@ static void test_packed_kernels(void **state)
     const int64_t Ns[] = {7, 16 * 4 + 5, 80};
     for (size_t a = 0; a < 3; a++) {
         const int64_t N = Ns[a];
-        /* 4-bit: K % 8 = 0, 2, 6; groups that do not divide K; per-channel with a tail */
-        const int64_t K4s[] = {128, 66, 102};
-        for (size_t b = 0; b < 3; b++) {
+        /* 4-bit: K % 8 = 0, 2, 4, 6; groups that do not divide K; per-channel with a tail */
+        const int64_t K4s[] = {128, 66, 36, 102};
+        for (size_t b = 0; b < 4; b++) {
             const int64_t K = K4s[b];
             moe_qweight i4 = {.dtype = MOE_QTYPE_INT4, .scale = MOE_QSCALE_GROUP, .group_size = 32};
             check_packed_kernels(&i4, N, K, 0, -12, 12);
