@@ -12,7 +12,10 @@ float moe_qmat_weight(const moe_pmat *w, int64_t n, int64_t kk)
     const int nw = moe_pmat_panel_width(w->n, p), j = (int)(n % MOE_PANEL);
     float v;
     switch (q->kind) {
-    case MOE_QK_F8: v = moe_e4m3_to_f32(d[p * 16 * K + kk * nw + j]); break;
+    case MOE_QK_F8:
+        /* f8h: the f16 value e4m3 * 2^-8 (exact in f32), scale = s * 256 (quant.h) */
+        v = moe_e4m3_to_f32(d[p * 16 * K + kk * nw + j]) * (q->f8h ? 0x1p-8f : 1.0f);
+        break;
     case MOE_QK_I8: v = (float)(int8_t)d[p * 16 * K + kk * nw + j]; break;
     case MOE_QK_W8A8: {
         const int64_t K4 = (K + 3) / 4 * 4;
@@ -20,9 +23,17 @@ float moe_qmat_weight(const moe_pmat *w, int64_t n, int64_t kk)
         break;
     }
     default: {
-        const int rb = (nw + 1) / 2;
-        unsigned b = d[p * 8 * K + kk * rb + j / 2];
-        unsigned nib = (j & 1) ? (b >> 4) : (b & 15u);
+        /* 4-bit (quant.h MOE_QK_I4): body words [K/8][nw], then tail rows [K%8][ceil(nw/2)] */
+        const uint8_t *panel = d + p * 8 * K;
+        const int64_t K8 = K / 8;
+        unsigned nib;
+        if (kk < 8 * K8) {
+            unsigned b = panel[4 * ((kk / 8) * nw + j) + (kk % 8) / 2];
+            nib = (kk & 1) ? (b >> 4) : (b & 15u);
+        } else {
+            unsigned b = panel[4 * nw * K8 + (kk - 8 * K8) * ((nw + 1) / 2) + j / 2];
+            nib = (j & 1) ? (b >> 4) : (b & 15u);
+        }
         if (q->kind == MOE_QK_FP4)
             v = moe_e2m1_to_f32(nib);
         else if (q->zero)

@@ -475,9 +475,12 @@ size_t moe_quant_packed_bytes(int kind, int64_t N, int64_t K)
     if (kind == MOE_QK_W8A8)
         return (size_t)(N * ((K + 3) / 4 * 4));
     if (kind == MOE_QK_I4 || kind == MOE_QK_FP4) {
+        /* per panel: body 4 * nw * (K / 8) bytes, tail (K % 8) * ceil(nw / 2) bytes */
         size_t b = 0;
-        for (int64_t p = 0; p < moe_pmat_panels(N); p++)
-            b += (size_t)((moe_pmat_panel_width(N, p) + 1) / 2) * (size_t)K;
+        for (int64_t p = 0; p < moe_pmat_panels(N); p++) {
+            const int nw = moe_pmat_panel_width(N, p);
+            b += (size_t)(4 * nw) * (size_t)(K / 8) + (size_t)((nw + 1) / 2) * (size_t)(K % 8);
+        }
         return b;
     }
     return (size_t)(N * K);
@@ -493,50 +496,75 @@ static unsigned src_raw(const moe_qweight *qw, const uint8_t *c, int64_t K, int6
     return c[n * K + k];
 }
 
-void moe_quant_pack(const moe_qweight *qw, moe_qact act, const void *codes, const void *scale,
-                    const uint8_t *zero, int64_t N, int64_t K, uint8_t *dst, float *dscale, float *dzero,
-                    int32_t *comp)
+/* fp8: may the matrix be decoded through f16 (moe_qmat.f8h)? No NaN code, and s * 256 finite
+ * for every finite scale s (an infinite or NaN scale gives the same product either way). */
+static int f8_half_ok(const moe_qweight *qw, const uint8_t *codes, const void *scale, int64_t N, int64_t K)
+{
+    for (int64_t i = 0; i < N * K; i++)
+        if ((codes[i] & 0x7fu) == 0x7fu)
+            return 0;
+    int64_t r, c;
+    grid(qw, N, K, &r, &c);
+    for (int64_t i = 0; i < r * c; i++) {
+        float s;
+        memcpy(&s, (const unsigned char *)scale + 4 * i, 4);
+        if (isfinite(s) && !isfinite(s * 256.0f))
+            return 0;
+    }
+    return 1;
+}
+
+int moe_quant_pack(const moe_qweight *qw, moe_qact act, const void *codes, const void *scale,
+                   const uint8_t *zero, int64_t N, int64_t K, uint8_t *dst, float *dscale, float *dzero,
+                   int32_t *comp)
 {
     const int kind = moe_quant_kind(qw, act);
     const int64_t gk = moe_quant_gk(qw, K), ng = (K + gk - 1) / gk;
-    const int64_t K4 = (K + 3) / 4 * 4;
-    size_t off4 = 0; /* byte offset of the current panel (4-bit kinds) */
+    const int64_t K4 = (K + 3) / 4 * 4, K8 = K / 8;
+    const int f8h = kind == MOE_QK_F8 && f8_half_ok(qw, codes, scale, N, K);
+    const float smul = f8h ? 256.0f : 1.0f; /* exact: a power of two, no overflow (f8_half_ok) */
     for (int64_t p = 0; p < moe_pmat_panels(N); p++) {
         const int nw = moe_pmat_panel_width(N, p);
-        const int rb = (nw + 1) / 2;
+        const int rb = (nw + 1) / 2;                /* bytes per 4-bit tail row */
+        uint8_t *p4 = dst + p * 8 * K;              /* 4-bit panel: body [K8][nw] words */
+        uint8_t *t4 = p4 + (size_t)(4 * nw) * (size_t)K8; /* tail [K % 8][rb] */
         if (kind == MOE_QK_I4 || kind == MOE_QK_FP4)
-            memset(dst + off4, 0, (size_t)rb * (size_t)K);
+            memset(t4, 0, (size_t)rb * (size_t)(K % 8));
         else if (kind == MOE_QK_W8A8)
             memset(dst + p * 16 * K4, 0, (size_t)(nw * K4));
         for (int j = 0; j < nw; j++) {
             const int64_t n = p * MOE_PANEL + j;
             int64_t sum = 0;
-            for (int64_t k = 0; k < K; k++) {
-                unsigned v = src_raw(qw, codes, K, n, k);
-                switch (kind) {
-                case MOE_QK_I4:
-                case MOE_QK_FP4:
-                    dst[off4 + (size_t)(k * rb + j / 2)] |= (uint8_t)((j & 1) ? v << 4 : v);
-                    break;
-                case MOE_QK_W8A8:
-                    dst[p * 16 * K4 + (k / 4) * nw * 4 + j * 4 + k % 4] = (uint8_t)v;
-                    sum += (int8_t)v;
-                    break;
-                default:
-                    dst[p * 16 * K + k * nw + j] = (uint8_t)v;
-                    break;
+            if (kind == MOE_QK_I4 || kind == MOE_QK_FP4) {
+                /* body: word (kb, j) = source bytes of k = 8kb .. 8kb+7 (K even: row n starts on a byte) */
+                const uint8_t *row = (const uint8_t *)codes + n * K / 2;
+                for (int64_t kb = 0; kb < K8; kb++)
+                    memcpy(p4 + (size_t)(4 * (kb * nw + j)), row + 4 * kb, 4);
+                for (int64_t k = 8 * K8; k < K; k++) {
+                    unsigned v = src_raw(qw, codes, K, n, k);
+                    t4[(size_t)((k - 8 * K8) * rb + j / 2)] |= (uint8_t)((j & 1) ? v << 4 : v);
+                }
+            } else {
+                for (int64_t k = 0; k < K; k++) {
+                    unsigned v = src_raw(qw, codes, K, n, k);
+                    if (kind == MOE_QK_W8A8) {
+                        dst[p * 16 * K4 + (k / 4) * nw * 4 + j * 4 + k % 4] = (uint8_t)v;
+                        sum += (int8_t)v;
+                    } else {
+                        dst[p * 16 * K + k * nw + j] = (uint8_t)v;
+                    }
                 }
             }
             if (comp)
                 comp[n] = (int32_t)(128 * sum); /* |sum| <= 128 K: fits for K < 2^17 */
             for (int64_t g = 0; g < ng; g++) {
-                dscale[p * 16 * ng + g * nw + j] = src_scale(qw, scale, N, K, n, g * gk);
+                dscale[p * 16 * ng + g * nw + j] = src_scale(qw, scale, N, K, n, g * gk) * smul;
                 if (dzero)
                     dzero[p * 16 * ng + g * nw + j] = (float)zero[scale_index(qw, N, K, n, g * gk)];
             }
         }
-        off4 += (size_t)rb * (size_t)K;
     }
+    return f8h;
 }
 
 /* ---- slicing a source matrix (TP shards, src/quant/qweights.c) ---- */

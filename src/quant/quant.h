@@ -60,10 +60,17 @@ static inline int8_t moe_qact_i8(float x, float s)
 
 /* Kinds of packed code layout. */
 enum {
-    MOE_QK_F8 = 1,   /* e4m3, weight-only: panel p at byte p*16*K, [K][nw] */
+    MOE_QK_F8 = 1,   /* e4m3, weight-only: panel p at byte p*16*K, [K][nw] (the source bytes) */
     MOE_QK_I8 = 2,   /* int8, weight-only: the same layout */
-    MOE_QK_I4 = 3,   /* signed int4 (or unsigned with zero points): panel p at byte p*8*K,
-                        [K][ceil(nw/2)], low nibble = even feature */
+    MOE_QK_I4 = 3,   /* signed int4 (or unsigned with zero points): panel p at byte p*8*K, holding
+                        K8 = K / 8 and Kt = K % 8 (0, 2, 4 or 6; K is even):
+                          body [K8][nw] 4-byte words: word (kb, j) holds the 8 codes k = 8kb ..
+                            8kb+7 of feature j, code 8kb+i in bits 4i..4i+3 (byte i/2, low nibble
+                            for even i), i.e. 4 consecutive bytes of the source row;
+                          tail [Kt][ceil(nw/2)] bytes at panel byte 4*nw*K8: row k - 8*K8, low
+                            nibble = even feature.
+                        A full panel is 64*K8 + 8*Kt = 8*K bytes; nothing is padded but the
+                        odd-width tail nibble of a last panel with odd nw. */
     MOE_QK_FP4 = 4,  /* e2m1: as MOE_QK_I4 */
     MOE_QK_W8A8 = 5  /* int8 for VNNI: panel p at byte p*16*K4 (K4 = K rounded up to 4,
                         zero-filled), [K4/4][nw][4] */
@@ -72,6 +79,12 @@ enum {
 /* What the kernels read beside moe_pmat.data (moe_pmat.q). */
 struct moe_qmat {
     int kind;            /* MOE_QK_* */
+    int f8h;             /* MOE_QK_F8 only: 1 when the codes are decoded through f16 (no NaN code
+                            0x7f/0xff in the matrix, and every finite scale s has s * 256 finite):
+                            the code's f16 bits (b & 0x80) << 8 | (b & 0x7f) << 7 are the e4m3
+                            value times 2^-8 exactly, and scale holds s * 256 (exact), so
+                            f16val * (s * 256) is the same real product as e4m3val * s, rounded
+                            once: the same bits. 0: scale holds s, codes decoded as e4m3 directly. */
     int64_t gk;          /* scale group length along K */
     int64_t ng;          /* ceil(K / gk) */
     const float *scale;  /* panel p at p*16*ng: [ng][nw] f32 (W8A8: [N] f32 per channel) */
@@ -128,9 +141,11 @@ void moe_qweights_expert(const moe_weights *w, int64_t e, moe_pmat *gate, moe_pm
 int moe_quant_kind(const moe_qweight *qw, moe_qact act);
 int64_t moe_quant_gk(const moe_qweight *qw, int64_t K);
 size_t moe_quant_packed_bytes(int kind, int64_t N, int64_t K);
-void moe_quant_pack(const moe_qweight *qw, moe_qact act, const void *codes, const void *scale,
-                    const uint8_t *zero, int64_t N, int64_t K, uint8_t *dst, float *dscale, float *dzero,
-                    int32_t *comp);
+/* Packs one source matrix into dst (moe_quant_packed_bytes), dscale / dzero ([N * ng] f32) and
+ * comp (W8A8). Returns the value of moe_qmat.f8h for the packed matrix (0 unless fp8). */
+int moe_quant_pack(const moe_qweight *qw, moe_qact act, const void *codes, const void *scale,
+                   const uint8_t *zero, int64_t N, int64_t K, uint8_t *dst, float *dscale, float *dzero,
+                   int32_t *comp);
 /* The scalar quantized linear kernel (linear_q of "ref"; avx2's fallback). */
 void moe_linear_q_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
                       int64_t ldo);

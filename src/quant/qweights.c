@@ -224,7 +224,8 @@ moe_status moe_qweights_create(const moe_plan *plan, const moe_weight_source *sr
             scale = ls;
             zero = lz;
         }
-        moe_quant_pack(lq, qc->act, codes, scale, zero, Nl, Kl, q->codes[i], q->scales[i], q->zeros[i], q->comp[i]);
+        q->qm[i].f8h = moe_quant_pack(lq, qc->act, codes, scale, zero, Nl, Kl, q->codes[i], q->scales[i], q->zeros[i],
+                                      q->comp[i]);
         free(lc);
         free(ls);
         free(lz);
@@ -233,6 +234,19 @@ moe_status moe_qweights_create(const moe_plan *plan, const moe_weight_source *sr
         moe_weights_free(w);
         return moe_set_error(ctx, MOE_ENOMEM, "moe_weights_create: out of memory slicing the TP shard of the experts");
     }
+    int64_t exact_f8 = 0; /* fp8 matrices on the exact (slower) e4m3 decode, quant.h moe_qmat.f8h */
+    size_t exact_f8_bytes = 0;
+    for (int64_t i = 0; i < q->n; i++)
+        if (q->qm[i].kind == MOE_QK_F8 && !q->qm[i].f8h) {
+            exact_f8++;
+            exact_f8_bytes += moe_quant_packed_bytes(MOE_QK_F8, i % 3 == 2 ? H : Il, i % 3 == 2 ? Il : H);
+        }
+    if (exact_f8 > 0)
+        moe_log(ctx, MOE_LOG_WARN,
+                "%lld of %lld fp8 expert matrices (%zu bytes of codes) hold NaN codes (0x7f/0xff) or scales with "
+                "s * 256 above the f32 range: they run the exact e4m3 decode, slower than the f16 "
+                "decode",
+                (long long)exact_f8, (long long)q->n, exact_f8_bytes);
     const size_t bes = moe_dtype_size(src->expert_bias_dtype);
     for (int64_t le = 0; w->expert_bias && le < El; le++) {
         const int64_t e = e0 + le;

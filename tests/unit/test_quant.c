@@ -496,6 +496,145 @@ static void test_quantize_matrix_public(void **state)
     assert_int_equal(moe_quantize_matrix(&q.w13, w, 2, 64, c1, s1, NULL), MOE_EINVAL);
 }
 
+/* ---- the packed layouts, kernel by kernel ---- */
+
+static uint64_t kq_state;
+static unsigned kq_rand(void) /* splitmix64, deterministic */
+{
+    uint64_t z = (kq_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (unsigned)((z ^ (z >> 31)) >> 32);
+}
+
+/* One matrix [N, K] of random codes (every code value, e4m3 subnormals and -0 included; NaN
+ * codes only when nan_codes) and random scales 2^(scale_lo .. scale_hi) (f32) or E8M0 bytes,
+ * packed by moe_quant_pack; then for mb = 1 .. 9 rows and two panel ranges: moe_linear_q_ref
+ * equal, bit for bit, to one fmaf per term in increasing k over moe_quant_dequant_source (the
+ * oracle), and moe_linear_q_avx512 equal to the ref; lanes past a narrow panel untouched.
+ * Returns moe_qmat.f8h of the packed matrix. */
+static int check_packed_kernels(const moe_qweight *qw, int64_t N, int64_t K, int nan_codes, int scale_lo,
+                                int scale_hi)
+{
+    const int avx512 = isa_ok("avx512");
+    size_t cb, sb, zb;
+    moe_quant_source_sizes(qw, N, K, &cb, &sb, &zb);
+    uint8_t *codes = malloc(cb), *zero = zb ? malloc(zb) : NULL;
+    unsigned char *scale = malloc(sb);
+    for (size_t i = 0; i < cb; i++) {
+        codes[i] = (uint8_t)kq_rand();
+        if (qw->dtype == MOE_QTYPE_F8_E4M3 && !nan_codes && (codes[i] & 0x7f) == 0x7f)
+            codes[i] ^= 0x01; /* 0x7e / 0xfe: +-448 */
+    }
+    if (qw->dtype == MOE_QTYPE_F8_E4M3 && nan_codes)
+        for (int64_t n = 0; n < N; n += 3) /* at most one NaN per output feature */
+            codes[n * K + (n * 7) % K] = (n & 1) ? 0xff : 0x7f;
+    for (size_t i = 0; i < zb; i++)
+        zero[i] = (uint8_t)(kq_rand() & 15u);
+    if (qw->dtype == MOE_QTYPE_MXFP4) {
+        for (size_t i = 0; i < sb; i++)
+            scale[i] = (uint8_t)(127 + scale_lo + (int)(kq_rand() % (unsigned)(scale_hi - scale_lo + 1)));
+    } else {
+        for (size_t i = 0; i < sb / 4; i++) {
+            float s = ldexpf(1.0f + (float)(kq_rand() & 0xffff) / 65536.0f,
+                             scale_lo + (int)(kq_rand() % (unsigned)(scale_hi - scale_lo + 1)));
+            memcpy(scale + 4 * i, &s, 4);
+        }
+    }
+    const int kind = moe_quant_kind(qw, MOE_QACT_NONE);
+    const int64_t gk = moe_quant_gk(qw, K), ng = (K + gk - 1) / gk;
+    uint8_t *packed = malloc(moe_quant_packed_bytes(kind, N, K) + 1);
+    float *ps = malloc(sizeof(float) * (size_t)(N * ng)), *pz = zb ? malloc(sizeof(float) * (size_t)(N * ng)) : NULL;
+    const int f8h = moe_quant_pack(qw, MOE_QACT_NONE, codes, scale, zero, N, K, packed, ps, pz, NULL);
+    struct moe_qmat qm = {.kind = kind, .f8h = f8h, .gk = gk, .ng = ng, .scale = ps, .zero = pz};
+    moe_pmat w = {.data = packed, .dtype = MOE_DTYPE_U8, .n = N, .k = K, .q = &qm};
+
+    float *deq = malloc(sizeof(float) * (size_t)(N * K)); /* [N, K] the oracle's weights */
+    moe_quant_dequant_source(qw, codes, scale, zero, N, K, deq);
+    enum { MB = 9 };
+    float *xb = malloc(sizeof(float) * (size_t)(MB * K)); /* [MB, K] */
+    tu_fill_uniform(xb, (size_t)(MB * K), kq_rand(), -2.0f, 2.0f);
+    const float *x[MB];
+    for (int m = 0; m < MB; m++)
+        x[m] = xb + m * K;
+    const int64_t P = moe_pmat_panels(N), ldo = P * MOE_PANEL;
+    float *want = malloc(sizeof(float) * (size_t)(MB * ldo)), *ref = malloc(sizeof(float) * (size_t)(MB * ldo)),
+          *got = malloc(sizeof(float) * (size_t)(MB * ldo)); /* [MB, ldo] */
+    const int64_t ranges[2][2] = {{0, P}, {P > 1 ? 1 : 0, P}};
+    for (int r = 0; r < 2; r++) {
+        const int64_t p0 = ranges[r][0], p1 = ranges[r][1];
+        for (int mb = 1; mb <= MB; mb++) {
+            for (int64_t i = 0; i < MB * ldo; i++)
+                want[i] = ref[i] = got[i] = 12345.0f; /* sentinel */
+            for (int m = 0; m < mb; m++)
+                for (int64_t n = p0 * MOE_PANEL; n < N; n++) {
+                    float a = 0.0f;
+                    for (int64_t k = 0; k < K; k++)
+                        a = fmaf(x[m][k], deq[n * K + k], a);
+                    want[m * ldo + n - p0 * MOE_PANEL] = a;
+                }
+            moe_linear_q_ref(&w, p0, p1, x, mb, ref, ldo);
+            if (memcmp(ref, want, sizeof(float) * (size_t)(MB * ldo)) != 0)
+                fail_msg("dtype %d N=%lld K=%lld gk=%lld f8h=%d mb=%d p0=%lld: ref differs from f32 on the dequantized "
+                         "weights",
+                         (int)qw->dtype, (long long)N, (long long)K, (long long)gk, f8h, mb, (long long)p0);
+            if (avx512) {
+                moe_linear_q_avx512(&w, p0, p1, x, mb, got, ldo);
+                if (memcmp(got, ref, sizeof(float) * (size_t)(MB * ldo)) != 0)
+                    fail_msg("dtype %d N=%lld K=%lld gk=%lld f8h=%d mb=%d p0=%lld: avx512 differs from ref (max %g)",
+                             (int)qw->dtype, (long long)N, (long long)K, (long long)gk, f8h, mb, (long long)p0,
+                             tu_max_abs_diff(got, ref, (size_t)(MB * ldo)));
+            }
+        }
+    }
+    free(codes), free(zero), free(scale), free(packed), free(ps), free(pz), free(deq), free(xb), free(want), free(ref),
+        free(got);
+    return f8h;
+}
+
+static void test_packed_kernels(void **state)
+{
+    (void)state;
+    kq_state = 2026;
+    /* N: one narrow panel, 4 full + a narrow one (tiles of 4 and of 1 panel, masked tail), 5 full */
+    const int64_t Ns[] = {7, 16 * 4 + 5, 80};
+    for (size_t a = 0; a < 3; a++) {
+        const int64_t N = Ns[a];
+        /* 4-bit: K % 8 = 0, 2, 4, 6; groups that do not divide K; per-channel with a tail */
+        const int64_t K4s[] = {128, 66, 36, 102};
+        for (size_t b = 0; b < 4; b++) {
+            const int64_t K = K4s[b];
+            moe_qweight i4 = {.dtype = MOE_QTYPE_INT4, .scale = MOE_QSCALE_GROUP, .group_size = 32};
+            check_packed_kernels(&i4, N, K, 0, -12, 12);
+            i4.has_zero_point = 1;
+            i4.group_size = 64;
+            check_packed_kernels(&i4, N, K, 0, -12, 12);
+            moe_qweight i4c = {.dtype = MOE_QTYPE_INT4, .scale = MOE_QSCALE_CHANNEL};
+            check_packed_kernels(&i4c, N, K, 0, -3, 3);
+            moe_qweight fp4 = {.dtype = MOE_QTYPE_MXFP4, .scale = MOE_QSCALE_GROUP, .group_size = 32};
+            check_packed_kernels(&fp4, N, K, 0, -20, 20);
+        }
+        /* byte codes: K odd; blocks of odd length (the 2-k fp8 steps cross no block end) */
+        const int64_t K8s[] = {37, 128, 70};
+        for (size_t b = 0; b < 3; b++) {
+            const int64_t K = K8s[b];
+            moe_qweight i8 = {.dtype = MOE_QTYPE_I8, .scale = MOE_QSCALE_CHANNEL};
+            check_packed_kernels(&i8, N, K, 0, -8, 8);
+            moe_qweight f8 = {.dtype = MOE_QTYPE_F8_E4M3, .scale = MOE_QSCALE_BLOCK, .block_n = 16, .block_k = 5};
+            assert_int_equal(check_packed_kernels(&f8, N, K, 0, -30, 30), 1); /* the f16 decode */
+            f8.block_n = 7, f8.block_k = 128;
+            /* scales down to 2^-140 (f32 subnormal) and up to 2^119 (s * 256 < 2^128): f16 decode */
+            assert_int_equal(check_packed_kernels(&f8, N, K, 0, -140, 119), 1);
+            /* s * 256 overflows: the exact e4m3 decode */
+            assert_int_equal(check_packed_kernels(&f8, N, K, 0, 120, 127), 0);
+            /* NaN codes 0x7f / 0xff: the exact e4m3 decode */
+            moe_qweight f8c = {.dtype = MOE_QTYPE_F8_E4M3, .scale = MOE_QSCALE_CHANNEL};
+            assert_int_equal(check_packed_kernels(&f8c, N, K, 1, -4, 4), 0);
+            assert_int_equal(check_packed_kernels(&f8c, N, K, 0, -4, 4), 1);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -503,6 +642,7 @@ int main(void)
         cmocka_unit_test(test_int4_packing),          cmocka_unit_test(test_act_quant),
         cmocka_unit_test(test_validation),            cmocka_unit_test(test_weight_only_exact),
         cmocka_unit_test(test_block_grids_wide_scales), cmocka_unit_test(test_w8a8_int8), cmocka_unit_test(test_quantize_matrix_public),
+        cmocka_unit_test(test_packed_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

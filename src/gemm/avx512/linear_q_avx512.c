@@ -2,7 +2,9 @@
  * src/gemm/linear_q_ref.c.
  *  - Weight-only (fp8 e4m3, int8, int4, mxfp4): 16 codes of a panel row decoded to f32
  *    exactly, times the f32 scale (minus the zero point first), then vfmadd in increasing k:
- *    the f32 contract of linear_avx512.c on the dequantized weights.
+ *    the f32 contract of linear_avx512.c on the dequantized weights. 4-bit codes come 8 k per
+ *    32-bit lane (quant.h MOE_QK_I4: one 64-byte load per 8 k, then a shift and a vpermps per
+ *    k); fp8 goes through f16 (quant.h moe_qmat.f8h: sign-extend, shift, mask, vcvtph2ps).
  *  - W8A8 int8: w8a8_avx512.c. */
 #include "core/kernels.h"
 #include "quant/quant.h"
@@ -11,11 +13,43 @@
 
 #define MOE_AI static inline __attribute__((always_inline))
 
-/* 16 codes (nw valid) of row kk of panel base -> f32 code values (before scale). */
-MOE_AI __m512 decode16(int kind, int zp, const uint8_t *row, int rb, __mmask16 mask)
+/* The 16-entry table of a 4-bit code's exact value (vpermps reads the index's low 4 bits). */
+MOE_AI __m512 lut4(int kind, int zp)
 {
-    if (kind == MOE_QK_F8) {
-        __m512i v = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask, row));
+    if (kind == MOE_QK_FP4)
+        return _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f,
+                              -4.0f, -6.0f);
+    if (zp)
+        return _mm512_setr_ps(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, 10.0f, 11.0f, 12.0f, 13.0f,
+                              14.0f, 15.0f);
+    return _mm512_setr_ps(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, -8.0f, -7.0f, -6.0f, -5.0f, -4.0f, -3.0f,
+                          -2.0f, -1.0f);
+}
+
+/* e4m3 bytes sign-extended to 16-bit words -> the f16 bits (b & 0x80) << 8 | (b & 0x7f) << 7:
+ * << 7 puts the magnitude in bits 7..13 and copies of the sign in bits 14 and 15; clear bit 14.
+ * The f16 value is the e4m3 value times 2^-8 exactly (subnormals included). */
+MOE_AI __m512i f8_half_bits(__m512i words)
+{
+    return _mm512_and_si512(_mm512_slli_epi16(words, 7), _mm512_set1_epi16((short)-16385 /* 0xbfff */));
+}
+
+/* Codes of k = kk of one panel (nw valid lanes; full: nw = 16) -> f32 values before scale:
+ * e4m3 value (times 2^-8 when f8h), int8, or the 4-bit value. */
+MOE_AI __m512 decode1(int kind, int f8h, const uint8_t *panel, int64_t K, int64_t kk, int nw, __mmask16 mask,
+                      int full, __m512 lut)
+{
+    if (kind == MOE_QK_F8 || kind == MOE_QK_I8) {
+        const uint8_t *row = panel + kk * nw; /* [K][nw] bytes */
+        __m128i b = full ? _mm_loadu_si128((const __m128i *)row) : _mm_maskz_loadu_epi8(mask, row);
+        if (kind == MOE_QK_I8)
+            return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+        if (f8h) {
+            __m512i h = f8_half_bits(_mm512_castsi256_si512(_mm256_cvtepi8_epi16(b)));
+            return _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+        }
+        /* exact e4m3 decode (matrices with NaN codes or scales near the f32 top) */
+        __m512i v = _mm512_cvtepu8_epi32(b);
         __m512i m = _mm512_and_si512(v, _mm512_set1_epi32(0x7f));
         __m512i sign = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24);
         __m512 f = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(m, 20)), _mm512_set1_ps(0x1p120f));
@@ -24,40 +58,42 @@ MOE_AI __m512 decode16(int kind, int zp, const uint8_t *row, int rb, __mmask16 m
         bits = _mm512_mask_mov_epi32(bits, nan, _mm512_or_si512(sign, _mm512_set1_epi32(0x7fc00000)));
         return _mm512_castsi512_ps(bits);
     }
-    if (kind == MOE_QK_I8)
-        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask, row)));
-    /* 4-bit: rb bytes, low nibble first. Each byte to two dword lanes, the high nibble
-     * shifted down; vpermps reads only the index's low 4 bits, so the nibble goes straight
-     * through a 16-entry table of its exact value (no mask, no int->float conversion). */
+    /* 4-bit (quant.h MOE_QK_I4): body word row kk / 8, code kk % 8 in bits 4 (kk % 8) of each lane */
+    const int64_t K8 = K / 8;
+    if (kk < 8 * K8) {
+        const uint8_t *wr = panel + 4 * (kk / 8) * nw; /* [nw] words */
+        __m512i v = full ? _mm512_loadu_si512(wr) : _mm512_maskz_loadu_epi32(mask, wr);
+        v = _mm512_srl_epi32(v, _mm_cvtsi32_si128(4 * (int)(kk % 8)));
+        return _mm512_permutexvar_ps(v, lut);
+    }
+    /* tail row: ceil(nw/2) bytes, low nibble first; each byte to two dword lanes, the high
+     * nibble shifted down */
+    const int rb = (nw + 1) / 2;
+    const uint8_t *row = panel + 4 * nw * K8 + (kk - 8 * K8) * rb;
     __m128i b = _mm_maskz_loadu_epi8((__mmask16)((1u << rb) - 1u), row);
     __m512i v = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, b));
     v = _mm512_srlv_epi32(v, _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4));
-    const __m512 lut = kind == MOE_QK_FP4
-                           ? _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
-                                            -2.0f, -3.0f, -4.0f, -6.0f)
-                       : zp ? _mm512_setr_ps(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, 10.0f, 11.0f,
-                                             12.0f, 13.0f, 14.0f, 15.0f)
-                            : _mm512_setr_ps(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, -8.0f, -7.0f, -6.0f, -5.0f,
-                                             -4.0f, -3.0f, -2.0f, -1.0f);
     return _mm512_permutexvar_ps(v, lut);
 }
 
-/* NP panels from p by MB rows, weight-only. */
-MOE_AI void wo_tile(const moe_pmat *w, const int kind, const int zp, int64_t p, int64_t p0, const int NP,
-                    const int MB, const float *const *x, float *out, int64_t ldo)
+/* NP panels from p by MB rows, weight-only; full: every panel 16 wide (no masks). Per k: the
+ * NP weight vectors w = v * s (or (v - z) * s), then acc[j][m] = fma(x[m][k], w, acc[j][m]),
+ * k increasing: the f32 kernel's order on the dequantized weights. */
+MOE_AI void wo_tile(const moe_pmat *w, const int kind, const int zp, const int f8h, const int full, int64_t p,
+                    int64_t p0, const int NP, const int MB, const float *const *x, float *out, int64_t ldo)
 {
     const struct moe_qmat *q = w->q;
     const int64_t K = w->k, gk = q->gk, ng = q->ng;
-    const uint8_t *d = w->data;
     const int four = kind == MOE_QK_I4 || kind == MOE_QK_FP4;
+    const int64_t K8x = four ? K / 8 * 8 : 0; /* 4-bit: k below this are in the body words */
+    const __m512 lut = four ? lut4(kind, zp) : _mm512_setzero_ps();
     __m512 acc[4][4];
     const uint8_t *base[4];
-    int nw[4], rs[4];
+    int nw[4];
     __mmask16 mask[4];
     for (int j = 0; j < NP; j++) {
-        nw[j] = moe_pmat_panel_width(w->n, p + j);
-        rs[j] = four ? (nw[j] + 1) / 2 : nw[j]; /* bytes per panel row */
-        base[j] = d + (p + j) * (four ? 8 : 16) * K;
+        nw[j] = full ? MOE_PANEL : moe_pmat_panel_width(w->n, p + j);
+        base[j] = (const uint8_t *)w->data + (p + j) * (four ? 8 : 16) * K;
         mask[j] = (__mmask16)((1u << nw[j]) - 1u);
         for (int m = 0; m < MB; m++)
             acc[j][m] = _mm512_setzero_ps();
@@ -65,16 +101,65 @@ MOE_AI void wo_tile(const moe_pmat *w, const int kind, const int zp, int64_t p, 
     for (int64_t g = 0; g < ng; g++) {
         __m512 sc[4], zr[4];
         for (int j = 0; j < NP; j++) {
-            const int64_t si = (p + j) * 16 * ng + g * nw[j];
-            sc[j] = _mm512_maskz_loadu_ps(mask[j], q->scale + si);
-            zr[j] = zp ? _mm512_maskz_loadu_ps(mask[j], q->zero + si) : _mm512_setzero_ps();
+            const float *sp = q->scale + (p + j) * 16 * ng + g * nw[j];
+            sc[j] = full ? _mm512_loadu_ps(sp) : _mm512_maskz_loadu_ps(mask[j], sp);
+            zr[j] = _mm512_setzero_ps();
+            if (zp) {
+                const float *zp_ = q->zero + (p + j) * 16 * ng + g * nw[j];
+                zr[j] = full ? _mm512_loadu_ps(zp_) : _mm512_maskz_loadu_ps(mask[j], zp_);
+            }
         }
         const int64_t k1 = (g + 1) * gk < K ? (g + 1) * gk : K;
-        for (int64_t kk = g * gk; kk < k1; kk++) {
+        int64_t kk = g * gk;
+        if (four && kk % 8 == 0) {
+            /* 8 k per body word row: one load, then per k a shift, the table, the scale, the fma */
+            for (; kk + 8 <= k1 && kk + 8 <= K8x; kk += 8) {
+                __m512i v[4];
+                for (int j = 0; j < NP; j++) {
+                    const uint8_t *wr = base[j] + 4 * (kk / 8) * nw[j];
+                    v[j] = full ? _mm512_loadu_si512(wr) : _mm512_maskz_loadu_epi32(mask[j], wr);
+                }
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) {
+                    __m512 wv[4];
+                    for (int j = 0; j < NP; j++) {
+                        __m512 c = _mm512_permutexvar_ps(i ? _mm512_srli_epi32(v[j], 4 * i) : v[j], lut);
+                        wv[j] = zp ? _mm512_mul_ps(_mm512_sub_ps(c, zr[j]), sc[j]) : _mm512_mul_ps(c, sc[j]);
+                    }
+                    for (int m = 0; m < MB; m++) {
+                        __m512 xb = _mm512_set1_ps(x[m][kk + i]);
+                        for (int j = 0; j < NP; j++)
+                            acc[j][m] = _mm512_fmadd_ps(xb, wv[j], acc[j][m]);
+                    }
+                }
+            }
+        }
+        if (kind == MOE_QK_F8 && f8h && full) {
+            /* 2 k per 32-byte load: 32 bytes -> 32 f16 words -> 2 x 16 f32 */
+            for (; kk + 2 <= k1; kk += 2) {
+                __m512 w0[4], w1[4];
+                for (int j = 0; j < NP; j++) {
+                    __m512i h = f8_half_bits(_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(base[j] + kk * 16))));
+                    w0[j] = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), sc[j]);
+                    w1[j] = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), sc[j]);
+                }
+                for (int m = 0; m < MB; m++) {
+                    __m512 xb = _mm512_set1_ps(x[m][kk]);
+                    for (int j = 0; j < NP; j++)
+                        acc[j][m] = _mm512_fmadd_ps(xb, w0[j], acc[j][m]);
+                }
+                for (int m = 0; m < MB; m++) {
+                    __m512 xb = _mm512_set1_ps(x[m][kk + 1]);
+                    for (int j = 0; j < NP; j++)
+                        acc[j][m] = _mm512_fmadd_ps(xb, w1[j], acc[j][m]);
+                }
+            }
+        }
+        for (; kk < k1; kk++) {
             __m512 wv[4];
             for (int j = 0; j < NP; j++) {
-                __m512 v = decode16(kind, zp, base[j] + kk * rs[j], rs[j], mask[j]);
-                wv[j] = zp ? _mm512_mul_ps(_mm512_sub_ps(v, zr[j]), sc[j]) : _mm512_mul_ps(v, sc[j]);
+                __m512 c = decode1(kind, f8h, base[j], K, kk, nw[j], mask[j], full, lut);
+                wv[j] = zp ? _mm512_mul_ps(_mm512_sub_ps(c, zr[j]), sc[j]) : _mm512_mul_ps(c, sc[j]);
             }
             for (int m = 0; m < MB; m++) {
                 __m512 xb = _mm512_set1_ps(x[m][kk]);
@@ -84,41 +169,43 @@ MOE_AI void wo_tile(const moe_pmat *w, const int kind, const int zp, int64_t p, 
         }
     }
     for (int j = 0; j < NP; j++)
-        for (int m = 0; m < MB; m++)
-            _mm512_mask_storeu_ps(out + m * ldo + (p + j - p0) * MOE_PANEL, mask[j], acc[j][m]);
+        for (int m = 0; m < MB; m++) {
+            float *o = out + m * ldo + (p + j - p0) * MOE_PANEL;
+            if (full)
+                _mm512_storeu_ps(o, acc[j][m]);
+            else
+                _mm512_mask_storeu_ps(o, mask[j], acc[j][m]);
+        }
 }
 
-MOE_AI void wo_linear(const moe_pmat *w, const int kind, const int zp, int64_t p0, int64_t p1,
+/* Panels [p, p1) by MB rows: NP-panel tiles over the full panels, then one panel at a time;
+ * the last panel (narrower than 16) masked. */
+MOE_AI void wo_rows(const moe_pmat *w, const int kind, const int zp, const int f8h, int64_t p, int64_t p0,
+                    int64_t p1, const int NP, const int MB, const float *const *x, float *out, int64_t ldo)
+{
+    const int64_t pf = w->n / MOE_PANEL < p1 ? w->n / MOE_PANEL : p1; /* full panels end */
+    for (; p + NP <= pf; p += NP)
+        wo_tile(w, kind, zp, f8h, 1, p, p0, NP, MB, x, out, ldo);
+    for (; p < pf; p++)
+        wo_tile(w, kind, zp, f8h, 1, p, p0, 1, MB, x, out, ldo);
+    for (; p < p1; p++)
+        wo_tile(w, kind, zp, f8h, 0, p, p0, 1, MB, x, out, ldo);
+}
+
+MOE_AI void wo_linear(const moe_pmat *w, const int kind, const int zp, const int f8h, int64_t p0, int64_t p1,
                       const float *const *x, int mb, float *out, int64_t ldo)
 {
     for (int m0 = 0; m0 < mb;) {
-        const int rows = mb - m0;
+        const int rows = mb - m0 < 4 ? mb - m0 : 4;
         const float *const *xr = x + m0;
         float *o = out + (int64_t)m0 * ldo;
-        int64_t p = p0;
-        if (rows >= 4) {
-            for (; p + 2 <= p1; p += 2)
-                wo_tile(w, kind, zp, p, p0, 2, 4, xr, o, ldo);
-            for (; p < p1; p++)
-                wo_tile(w, kind, zp, p, p0, 1, 4, xr, o, ldo);
-            m0 += 4;
-            continue;
-        }
-#define MOE_QROWS(R)                                         \
-    case R:                                                  \
-        for (; p + 4 <= p1; p += 4)                          \
-            wo_tile(w, kind, zp, p, p0, 4, R, xr, o, ldo);   \
-        for (; p < p1; p++)                                  \
-            wo_tile(w, kind, zp, p, p0, 1, R, xr, o, ldo);   \
-        break;
         switch (rows) {
-            MOE_QROWS(1)
-            MOE_QROWS(2)
-            MOE_QROWS(3)
-        default: break;
+        case 1: wo_rows(w, kind, zp, f8h, p0, p0, p1, 4, 1, xr, o, ldo); break;
+        case 2: wo_rows(w, kind, zp, f8h, p0, p0, p1, 4, 2, xr, o, ldo); break;
+        case 3: wo_rows(w, kind, zp, f8h, p0, p0, p1, 4, 3, xr, o, ldo); break;
+        default: wo_rows(w, kind, zp, f8h, p0, p0, p1, 2, 4, xr, o, ldo); break;
         }
-#undef MOE_QROWS
-        m0 = mb;
+        m0 += rows;
     }
 }
 
@@ -126,14 +213,19 @@ void moe_linear_q_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const float 
                          int64_t ldo)
 {
     switch (w->q->kind) {
-    case MOE_QK_F8: wo_linear(w, MOE_QK_F8, 0, p0, p1, x, mb, out, ldo); break;
-    case MOE_QK_I8: wo_linear(w, MOE_QK_I8, 0, p0, p1, x, mb, out, ldo); break;
-    case MOE_QK_FP4: wo_linear(w, MOE_QK_FP4, 0, p0, p1, x, mb, out, ldo); break;
+    case MOE_QK_F8:
+        if (w->q->f8h)
+            wo_linear(w, MOE_QK_F8, 0, 1, p0, p1, x, mb, out, ldo);
+        else
+            wo_linear(w, MOE_QK_F8, 0, 0, p0, p1, x, mb, out, ldo);
+        break;
+    case MOE_QK_I8: wo_linear(w, MOE_QK_I8, 0, 0, p0, p1, x, mb, out, ldo); break;
+    case MOE_QK_FP4: wo_linear(w, MOE_QK_FP4, 0, 0, p0, p1, x, mb, out, ldo); break;
     case MOE_QK_I4:
         if (w->q->zero)
-            wo_linear(w, MOE_QK_I4, 1, p0, p1, x, mb, out, ldo);
+            wo_linear(w, MOE_QK_I4, 1, 0, p0, p1, x, mb, out, ldo);
         else
-            wo_linear(w, MOE_QK_I4, 0, p0, p1, x, mb, out, ldo);
+            wo_linear(w, MOE_QK_I4, 0, 0, p0, p1, x, mb, out, ldo);
         break;
     default:
         moe_linear_w8a8_avx512(w, p0, p1, x, mb, out, ldo);
