@@ -313,7 +313,11 @@ typedef enum moe_activation {
  *
  * Accepted combinations (anything else is refused by moe_plan_create with a message naming
  * the field):
- *   F8_E4M3: TENSOR, CHANNEL or BLOCK scales; activations NONE (weight-only).
+ *   F8_E4M3: TENSOR, CHANNEL or BLOCK scales; activations NONE (weight-only); or BLOCK
+ *            scales with activations TOKEN_GROUP and act_group_size == block_k of w13 and of
+ *            w2 ("fp8-block-w8a8", fp8 w8a8 as DeepSeek-V3 / Qwen3-FP8 run it; how the FP8
+ *            block checkpoints' `activation_scheme: dynamic` is served; moe_checkpoint still
+ *            loads them weight-only as fp8-block, pick fp8-block-w8a8 in the descriptor).
  *   I8:      TENSOR, CHANNEL, BLOCK or GROUP scales with activations NONE; or CHANNEL /
  *            TENSOR scales with activations TOKEN (w8a8: int8 x int8 -> int32, AVX512-VNNI).
  *            TOKEN activations with BLOCK weights are refused (they need per-token-group
@@ -322,8 +326,8 @@ typedef enum moe_activation {
  *            activations NONE.
  *   MXFP4:   GROUP scales with group_size 32, no zero points; activations NONE.
  *   block_n, block_k in [1, 2^20]; w13 and w2 are configured independently but must both be
- *   quantized or both NONE; activations TOKEN_GROUP (fp8 w8a8, DeepSeek-V3 style) are
- *   MOE_EUNSUPPORTED for now.
+ *   quantized or both NONE; TOKEN_GROUP with other weights, or with act_group_size !=
+ *   block_k, is MOE_EUNSUPPORTED.
  * Under EP / TP ("Parallelism" below) the caller passes the whole layer's source arrays (the
  *   other EP ranks' experts may be NULL); each rank packs its experts and, under TP, the gate/up
  *   rows and down columns [i0, i0 + I_t) of each, cut from the source codes and scales. A block
@@ -337,10 +341,23 @@ typedef enum moe_activation {
  *   whose shard is odd. w8a8 (TOKEN) under TP quantizes the down projection's input per shard:
  *   the per-token scale is max |h| over the rank's I_t columns (as vLLM's TP does), so TP w8a8
  *   output is the sum of per-shard w8a8 partials, not within the TP bound of one process.
+ *   fp8 w8a8 (TOKEN_GROUP) under TP needs every rank's shard of I to start on a multiple of
+ *   w2's block_k (so the activation groups of h line up with the weight blocks; e.g. I = 768
+ *   over tp_size 2 or 3, not 4 or 5); otherwise moe_plan_create fails with MOE_EUNSUPPORTED.
+ *   The groups then lie inside one rank as in one process (each rank's partial holds whole
+ *   groups; not yet exercised by the MPI tests). EP is unaffected.
  * Dynamic activation quantization (TOKEN, int8): per row r of the GEMM input (the token's
  * hidden state before w13; the activation output h before w2), a = max_k |x[r][k]| (NaN
  * ignored), s = a / 127, q = rint(clamp(x / s, -127, 127)) (a NaN quotient gives -127);
  * an all-zero row gets s = 1 and q = 0, so its GEMM output is exactly 0 (R14).
+ * Dynamic activation quantization (TOKEN_GROUP, fp8; vLLM per_token_group_quant_fp8): per
+ * row and per group g of act_group_size consecutive channels (the last one partial),
+ * a = max |x| over the group (NaN ignored), s[g] = max(a, 1e-10) / 448, q = e4m3(clamp(x /
+ * s[g], -448, 448)) round to nearest even (a NaN element gives the NaN code; an infinite one
+ * makes the group's s infinite and its own q NaN: the token's outputs are NaN). The GEMM
+ * (vLLM w8a8_block_fp8_matmul): y = +0, then per group g in increasing order
+ * y = y + (part_g * s[g]) * s_w[n / block_n][g], part_g the fmaf chain in increasing k from +0
+ * of dec(q_x[k]) * dec(q_w[n][k]) over the group (docs/numerics.md section 5).
  * ------------------------------------------------------------------------------------- */
 typedef enum moe_qtype {
     MOE_QTYPE_NONE = 0,    /* weight_dtype, unquantized */
@@ -379,7 +396,8 @@ typedef struct moe_quant_config {
 } moe_quant_config;
 
 /* Static short name of a scheme for logs and the command line: "none", "fp8-tensor",
- * "fp8-channel", "fp8-block", "int8-channel", "int8-w8a8", "int4-g128", "int4-g128-zp",
+ * "fp8-channel", "fp8-block", "fp8-block-w8a8" (act TOKEN_GROUP, act_group_size 128),
+ * "int8-channel", "int8-w8a8", "int4-g128", "int4-g128-zp",
  * "mxfp4", ... ("custom" for anything else). */
 const char *moe_quant_name(const moe_quant_config *q);
 /* Fill `q` with the named scheme (the names above; group sizes g32 g64 g128; "fp8-block"

@@ -104,7 +104,8 @@ static void bench_usage(FILE *f)
           "                     MemAvailable)\n"
           "  --seed N           seed of the generated weights and inputs (default 1)\n"
           "  --quant SCHEME     quantize the generated routed experts (moe_quantize_matrix of\n"
-          "                     f32 weights): fp8-tensor, fp8-channel, fp8-block, int8-channel,\n"
+          "                     f32 weights): fp8-tensor, fp8-channel, fp8-block, fp8-block-w8a8,\n"
+          "                     int8-channel,\n"
           "                     int8-w8a8, int4-g32, int4-g64, int4-g128 (-zp: zero points),\n"
           "                     mxfp4; embedded layers only. GB/s and the roofline then count\n"
           "                     the packed bytes the kernels read (codes + f32 scales)\n"
@@ -286,7 +287,7 @@ static int parse_bench_args(int argc, char **argv, bench_cfg *cfg)
             if (!(cfg->quant = cli_value(&a)))
                 return CLI_USAGE;
             if (moe_quant_from_name(cfg->quant, &cfg->q) != MOE_OK) {
-                cli_err(CMD, "--quant: unknown scheme '%s' (fp8-tensor, fp8-channel, fp8-block, "
+                cli_err(CMD, "--quant: unknown scheme '%s' (fp8-tensor, fp8-channel, fp8-block, fp8-block-w8a8, "
                         "int8-channel, int8-w8a8, int4-g32/g64/g128[-zp], mxfp4, none)", cfg->quant);
                 return CLI_USAGE;
             }

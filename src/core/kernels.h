@@ -104,6 +104,32 @@ typedef void (*moe_linear_w8a8_fn)(const moe_pmat *w, int64_t p0, int64_t p1, co
  * is written only after x[0 .. k] were read). */
 typedef float (*moe_quant_row_i8_fn)(const float *x, int64_t n, const float *mul, uint8_t *dst);
 
+/* fp8 w8a8 block GEMM on rows already quantized by moe_quant_row_f8_fn (w->q->kind ==
+ * MOE_QK_F8A8, docs/numerics.md section 5). G = w->q->gk (= act_group_size = block_k),
+ * ng = w->q->ng groups of k; dec() the exact e4m3 value:
+ *
+ *   for m in [0, mb), for n in [16 * p0, min(N, 16 * p1)):
+ *       y = +0.0f
+ *       for g = 0 .. ng-1:
+ *           part = +0.0f; for k in [gG, min(K, (g+1)G)): part = fmaf(dec(xq[m][k]), dec(w[n][k]), part)
+ *           y = y + (part * sa[m][g]) * s_w[n][g]          (three f32 roundings)
+ *       out[m][n - 16 * p0] = y
+ *
+ * xq rows: K e4m3 codes; sa[m]: the row's [ng] f32 group scales. The same bits as linear_q
+ * on the f32 rows they were quantized from. */
+typedef void (*moe_linear_f8a8_fn)(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                                   const float *const *sa, int mb, float *out, int64_t ldo);
+
+/* Dynamic fp8 quantization of one row of n >= 1 elements per group of G channels (moe.h
+ * "Dynamic activation quantization", TOKEN_GROUP): v[k] = x[k] (mul NULL) or *mul * x[k]
+ * rounded to f32; per group g (the last one partial): a = max |v| over the group (NaN
+ * ignored), sa[g] = max(a, 1e-10f) / 448; q[k] = e4m3(v[k] / sa[g]) (nearest even,
+ * saturating to +-448; NaN gives the NaN code 0x7f / 0xff). Writes sa[0 .. ceil(n/G)) first
+ * (sa must not overlap x), then the codes to dst[0 .. n); dst may be the same address as x
+ * (byte k is written only after x[0 .. k] were read). */
+typedef void (*moe_quant_row_f8_fn)(const float *x, int64_t n, int64_t G, const float *mul, uint8_t *dst,
+                                    float *sa);
+
 typedef struct moe_kernels {
     const char *name; /* "ref", "avx2", "avx512" */
     moe_linear_fn linear;
@@ -116,6 +142,9 @@ typedef struct moe_kernels {
      * linear_w8a8 on the codes; linear_q on f32 rows gives the same bits. */
     moe_linear_w8a8_fn linear_w8a8;
     moe_quant_row_i8_fn quant_row_i8;
+    /* fp8 w8a8 block (MOE_QK_F8A8): the same scheme with per-token-group e4m3 codes. */
+    moe_linear_f8a8_fn linear_f8a8;
+    moe_quant_row_f8_fn quant_row_f8;
 } moe_kernels;
 
 void moe_act_row_ref(const moe_layer_desc *d, const float *g, const float *u, const float *bg, const float *bu,

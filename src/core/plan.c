@@ -208,6 +208,19 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
     if (pst != MOE_OK)
         return pst;
     const moe_parallel_config *par = &c.parallel;
+    if (d->quant.act == MOE_QACT_TOKEN_GROUP) /* fp8 w8a8: every TP shard must start on a k-block of w2 */
+        for (int r = 0; r < par->tp_size; r++) {
+            const int64_t i0 = moe_split_first(d->moe_intermediate_size, par->tp_size, r);
+            if (i0 % d->quant.w2.block_k != 0)
+                return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                                     "layer description: fp8 w8a8 (quant.act = TOKEN_GROUP) under TP: tp rank %d's "
+                                     "shard of the intermediate size %lld starts at column %lld, inside a "
+                                     "down-projection k-block of %lld (block_k), so its activation groups would not "
+                                     "line up with the weight blocks; choose tp_size so that every shard starts on a "
+                                     "multiple of block_k, use EP, or weight-only fp8-block",
+                                     r, (long long)d->moe_intermediate_size, (long long)i0,
+                                     (long long)d->quant.w2.block_k);
+        }
     /* Composition: low_latency picks the batched format; with ep_size > 1 the local kinds
      * become the expert-parallel kind of the same format. */
     moe_prepare_finalize_kind pfk = c.prepare_finalize;

@@ -8,7 +8,7 @@
 
 /* Per-thread scratch layout (floats):
  *   gate tile [RB][PG_MAX*16], up tile [RB][PG_MAX*16], row pointers [RB] (stored as pointers),
- *   then for W8A8 row scales [RB] f32. */
+ *   then for W8A8 row scales [RB] f32, then for fp8 w8a8 row-scale pointers [RB]. */
 #define PG_MAX (MOE_GEMM_PG > MOE_GEMM_PG_LOWTOK ? MOE_GEMM_PG : MOE_GEMM_PG_LOWTOK)
 #define TILE_FLOATS (MOE_GEMM_RB * PG_MAX * MOE_PANEL)
 #define PTR_FLOATS ((MOE_GEMM_RB * sizeof(void *) + sizeof(float) - 1) / sizeof(float))
@@ -16,7 +16,7 @@
 size_t moe_gemm_thread_scratch_floats(void)
 {
     /* rounded to 16 floats so every thread's slice stays 64-byte aligned */
-    size_t n = 2 * TILE_FLOATS + PTR_FLOATS + MOE_GEMM_RB;
+    size_t n = 2 * TILE_FLOATS + 2 * PTR_FLOATS + MOE_GEMM_RB;
     return (n + 15) & ~(size_t)15;
 }
 
@@ -34,10 +34,23 @@ size_t moe_gemm_thread_scratch_floats(void)
  * does it). */
 typedef struct w8a8_rows {
     const uint8_t *x8; /* [S][H4] u8 codes of the w13 input rows */
-    const float *xs;   /* [S] their scales */
+    const float *xs;   /* [S] their scales (fp8: [S][ngH]) */
     int per_token;     /* 1: source row of position i is token rows[i] / row_div; 0: i */
     int64_t H4, I4;
+    int f8;            /* 1: fp8 w8a8 block (MOE_QK_F8A8), see below */
+    int64_t ngH, ngI;  /* fp8: activation groups per x row and per h row */
 } w8a8_rows;
+
+/* fp8 w8a8 block (fp8 weights, TOKEN_GROUP activations): the same scheme with e4m3 codes and
+ * one f32 scale per group of act_group_size channels (kernels.h moe_quant_row_f8_fn), also
+ * in the existing buffers:
+ *   x codes: in y: [S][H4] e4m3 bytes at byte 0, then [S][ngH] f32 scales at byte S * H4.
+ *            Needs S * (H4 + 4 ngH) <= positions * H * 4 bytes.
+ *   h codes: in place in h after phase 1: row i's [I] codes at its start, its [ngI] f32 scales
+ *            at byte I4 of the row (needs I4 + 4 ngI <= 4 I); the quantizer writes the scales
+ *            to the thread's scratch first (ngI <= 2 * TILE_FLOATS) and they are copied into
+ *            the row after its codes.
+ * Otherwise linear_q quantizes each row once per work item (logged at DEBUG). */
 
 
 /* Phase 1 item: rows of group g, gate/up panels [p0, p1) -> h[:, 16*p0 .. 16*p1). */
@@ -54,11 +67,20 @@ static void gate_up_item(const moe_kernels *kern, const moe_layer_desc *d, const
     const float **xr = (const float **)(tls + 2 * TILE_FLOATS); /* [RB] */
     const uint8_t **xq = (const uint8_t **)(tls + 2 * TILE_FLOATS); /* [RB] (W8A8, instead of xr) */
     float *sx = tls + 2 * TILE_FLOATS + PTR_FLOATS;                 /* [RB] (W8A8) */
+    const float **sa = (const float **)(tls + 2 * TILE_FLOATS + PTR_FLOATS + MOE_GEMM_RB); /* [RB] (fp8) */
     const int64_t n0 = p0 * MOE_PANEL;
     const int64_t n1 = (p1 * MOE_PANEL < I) ? p1 * MOE_PANEL : I;
     for (int64_t b = r0; b < r1; b += MOE_GEMM_RB) {
         int mb = (int)((r1 - b) < MOE_GEMM_RB ? (r1 - b) : MOE_GEMM_RB);
-        if (q8) {
+        if (q8 && q8->f8) {
+            for (int m = 0; m < mb; m++) {
+                int64_t src = q8->per_token ? rows[b + m] / row_div : b + m;
+                xq[m] = q8->x8 + src * q8->H4;
+                sa[m] = q8->xs + src * q8->ngH;
+            }
+            kern->linear_f8a8(gate, p0, p1, xq, sa, mb, gt, ld);
+            kern->linear_f8a8(up, p0, p1, xq, sa, mb, ut, ld);
+        } else if (q8) {
             for (int m = 0; m < mb; m++) {
                 int64_t src = q8->per_token ? rows[b + m] / row_div : b + m;
                 xq[m] = q8->x8 + src * q8->H4;
@@ -97,9 +119,17 @@ static void down_item(const moe_kernels *kern, const moe_pmat *down, const float
     const float **xr = (const float **)(tls + 2 * TILE_FLOATS); /* [RB] */
     const uint8_t **xq = (const uint8_t **)(tls + 2 * TILE_FLOATS); /* [RB] (W8A8) */
     float *sx = tls + 2 * TILE_FLOATS + PTR_FLOATS;                 /* [RB] (W8A8) */
+    const float **sa = (const float **)(tls + 2 * TILE_FLOATS + PTR_FLOATS + MOE_GEMM_RB); /* [RB] (fp8) */
     for (int64_t b = r0; b < r1; b += MOE_GEMM_RB) {
         int mb = (int)((r1 - b) < MOE_GEMM_RB ? (r1 - b) : MOE_GEMM_RB);
-        if (q8) {
+        if (q8 && q8->f8) {
+            for (int m = 0; m < mb; m++) {
+                const uint8_t *hq = (const uint8_t *)(h + (b + m) * I); /* [I] codes, [ngI] scales at byte I4 */
+                xq[m] = hq;
+                sa[m] = (const float *)(hq + q8->I4);
+            }
+            kern->linear_f8a8(down, p0, p1, xq, sa, mb, y + b * H + n0, H);
+        } else if (q8) {
             for (int m = 0; m < mb; m++) {
                 const uint8_t *hq = (const uint8_t *)(h + (b + m) * I); /* [I4] codes, then the scale */
                 xq[m] = hq;
@@ -205,7 +235,7 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups 
     const int64_t ph = moe_pmat_panels(H);    /* panels of H */
 
     /* W8A8: quantize each input row once (see w8a8_rows above) */
-    w8a8_rows q8v, *q8 = NULL;
+    w8a8_rows q8v = {0}, *q8 = NULL;
     int64_t n_src = 0; /* S: source rows to quantize before w13 */
     if (g0.q && g0.q->kind == MOE_QK_W8A8 && kern->linear_w8a8 && kern->quant_row_i8 && H >= 2 && g0.n >= 2) {
         int64_t P = 0, Tt = 0; /* P: one past the last position used; Tt: one past the last token */
@@ -225,13 +255,40 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups 
         q8v.xs = (const float *)((const uint8_t *)gr->y + n_src * q8v.H4);
         if (P > 0)
             q8 = &q8v;
+    } else if (g0.q && g0.q->kind == MOE_QK_F8A8 && kern->linear_f8a8 && kern->quant_row_f8) {
+        int64_t P = 0, Tt = 0; /* as above */
+        for (int64_t g = 0; g < gr->n_groups; g++) {
+            if (gr->end[g] > gr->begin[g] && gr->end[g] > P)
+                P = gr->end[g];
+            if (gr->rows && !gr->in_scale)
+                for (int64_t i = gr->begin[g]; i < gr->end[g]; i++)
+                    if (gr->rows[i] / gr->row_div + 1 > Tt)
+                        Tt = gr->rows[i] / gr->row_div + 1;
+        }
+        q8v.f8 = 1;
+        q8v.H4 = (H + 3) / 4 * 4;
+        q8v.I4 = (g0.n + 3) / 4 * 4;
+        q8v.ngH = g0.q->ng;
+        q8v.ngI = d0.q->ng;
+        const int64_t xrow = q8v.H4 + 4 * q8v.ngH; /* bytes per quantized x row */
+        q8v.per_token = gr->rows && !gr->in_scale && Tt * xrow <= P * H * 4;
+        n_src = q8v.per_token ? Tt : P;
+        q8v.x8 = (const uint8_t *)gr->y;
+        q8v.xs = (const float *)((const uint8_t *)gr->y + n_src * q8v.H4);
+        const int fits = n_src * xrow <= P * H * 4 && q8v.I4 + 4 * q8v.ngI <= 4 * g0.n &&
+                         q8v.ngI <= 2 * (int64_t)TILE_FLOATS;
+        if (P > 0 && fits)
+            q8 = &q8v;
+        else if (P > 0)
+            moe_log(ctx, MOE_LOG_DEBUG, "fp8 w8a8: H = %lld, I = %lld: no room for the codes in y / h; each row is "
+                    "quantized once per work item of %d panels", (long long)H, (long long)g0.n, MOE_GEMM_PG);
     } else if (g0.q && g0.q->kind == MOE_QK_W8A8) {
         /* H or I of 1: no room for the codes in y / h; linear_q quantizes per work item */
         moe_log(ctx, MOE_LOG_DEBUG, "w8a8: H = %lld, I = %lld: each row is quantized once per work item of "
                 "%d panels (no in-place codes for a dimension of 1)", (long long)H, (long long)g0.n, MOE_GEMM_PG);
     }
 
-    const int chunk = q8 ? W8A8_CHUNK : 1; /* items per dynamic-schedule chunk */
+    const int chunk = q8 && !q8->f8 ? W8A8_CHUNK : 1; /* items per dynamic-schedule chunk */
 
     if (stats) {
         for (int64_t g = 0; g < gr->n_groups; g++) {
@@ -251,7 +308,28 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups 
 
         /* phase 0 (apply_router_weight_on_input): y[i] = in_scale[r] * x[r / row_div],
          * r = rows[i], one rounding per element, as src/ref scales the expert input */
-        if (q8) {
+        if (q8 && q8->f8) {
+            /* phase 0 (fp8 w8a8): the w13 input rows -> e4m3 codes and group scales in y */
+            uint8_t *x8 = (uint8_t *)gr->y;                      /* [S][H4] */
+            float *xs = (float *)(x8 + n_src * q8->H4);           /* [S][ngH] */
+            const int64_t G = g0.q->gk;
+            if (q8->per_token) {
+#pragma omp for schedule(static)
+                for (int64_t t = 0; t < n_src; t++)
+                    kern->quant_row_f8(gr->x + t * H, H, G, NULL, x8 + t * q8->H4, xs + t * q8->ngH);
+            } else {
+                for (int64_t g = 0; g < gr->n_groups; g++) {
+#pragma omp for schedule(static) nowait
+                    for (int64_t i = gr->begin[g]; i < gr->end[g]; i++) {
+                        const int64_t r = gr->rows ? gr->rows[i] : i;
+                        const float *xr = gr->x + (gr->rows ? r / gr->row_div : i) * H; /* [H] */
+                        kern->quant_row_f8(xr, H, G, gr->in_scale ? &gr->in_scale[r] : NULL, x8 + i * q8->H4,
+                                           xs + i * q8->ngH);
+                    }
+                }
+#pragma omp barrier
+            }
+        } else if (q8) {
             /* phase 0 (W8A8): the w13 input rows -> codes and scales in y. Per position with
              * in_scale: v = in_scale[r] * x[r / row_div], rounded per element as below. */
             uint8_t *x8 = (uint8_t *)gr->y;                     /* [S][H4] */
@@ -307,7 +385,19 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups 
         /* implicit barrier: h complete */
 
         /* phase 1b (W8A8): each h row -> codes in place (row start) and its scale at byte I4 */
-        if (q8) {
+        if (q8 && q8->f8) {
+            const int64_t I = g0.n;
+            float *sc = tls; /* [ngI] the row's scales until its codes are written */
+            for (int64_t g = 0; g < gr->n_groups; g++) {
+#pragma omp for schedule(static) nowait
+                for (int64_t i = gr->begin[g]; i < gr->end[g]; i++) {
+                    uint8_t *hq = (uint8_t *)(gr->h + i * I); /* [I] f32 in, [I] e4m3 + [ngI] f32 out */
+                    kern->quant_row_f8(gr->h + i * I, I, d0.q->gk, NULL, hq, sc);
+                    __builtin_memcpy(hq + q8->I4, sc, sizeof(float) * (size_t)q8->ngI);
+                }
+            }
+#pragma omp barrier
+        } else if (q8) {
             const int64_t I = g0.n;
             for (int64_t g = 0; g < gr->n_groups; g++) {
 #pragma omp for schedule(static) nowait

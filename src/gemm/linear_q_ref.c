@@ -16,6 +16,7 @@ float moe_qmat_weight(const moe_pmat *w, int64_t n, int64_t kk)
         /* f8h: the f16 value e4m3 * 2^-8 (exact in f32), scale = s * 256 (quant.h) */
         v = moe_e4m3_to_f32(d[p * 16 * K + kk * nw + j]) * (q->f8h ? 0x1p-8f : 1.0f);
         break;
+    case MOE_QK_F8A8: v = moe_e4m3_to_f32(d[p * 16 * K + kk * nw + j]); break; /* scale holds s */
     case MOE_QK_I8: v = (float)(int8_t)d[p * 16 * K + kk * nw + j]; break;
     case MOE_QK_W8A8: {
         const int64_t K4 = (K + 3) / 4 * 4;
@@ -126,11 +127,87 @@ void moe_linear_w8a8_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const u
     }
 }
 
+/* fp8 w8a8 row quantizer (core/kernels.h moe_quant_row_f8_fn), scalar. */
+void moe_quant_row_f8_ref(const float *x, int64_t n, int64_t G, const float *mul, uint8_t *dst, float *sa)
+{
+    for (int64_t g = 0; g * G < n; g++) { /* pass 1: every group's scale (x intact) */
+        const int64_t k1 = (g + 1) * G < n ? (g + 1) * G : n;
+        float a = 0.0f;
+        for (int64_t k = g * G; k < k1; k++) {
+            const float v = fabsf(mul ? *mul * x[k] : x[k]);
+            a = v > a ? v : a; /* NaN ignored */
+        }
+        sa[g] = (a > 1e-10f ? a : 1e-10f) / 448.0f;
+    }
+    for (int64_t k = 0; k < n; k++) { /* pass 2, in place allowed: x[k] read before byte k */
+        const float v = mul ? *mul * x[k] : x[k];
+        dst[k] = moe_f32_to_e4m3(v / sa[k / G]);
+    }
+}
+
+/* fp8 w8a8 on quantized rows (core/kernels.h moe_linear_f8a8_fn), scalar: the definition. */
+void moe_linear_f8a8_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                              const float *const *sa, int mb, float *out, int64_t ldo)
+{
+    const struct moe_qmat *q = w->q;
+    const uint8_t *d = w->data;
+    const int64_t K = w->k, G = q->gk;
+    const int64_t n0 = p0 * MOE_PANEL, n1 = (p1 * MOE_PANEL < w->n) ? p1 * MOE_PANEL : w->n;
+    for (int m = 0; m < mb; m++) {
+        for (int64_t n = n0; n < n1; n++) {
+            const int64_t p = n / MOE_PANEL;
+            const int nw = moe_pmat_panel_width(w->n, p), j = (int)(n % MOE_PANEL);
+            const uint8_t *panel = d + p * 16 * K; /* [K][nw] */
+            float y = 0.0f;
+            for (int64_t g = 0; g < q->ng; g++) {
+                const int64_t k1 = (g + 1) * G < K ? (g + 1) * G : K;
+                float part = 0.0f;
+                for (int64_t k = g * G; k < k1; k++)
+                    part = fmaf(moe_e4m3_to_f32(xq[m][k]), moe_e4m3_to_f32(panel[k * nw + j]), part);
+                y = y + (part * sa[m][g]) * q->scale[p * 16 * q->ng + g * nw + j];
+            }
+            out[m * ldo + (n - n0)] = y;
+        }
+    }
+}
+
+/* fp8 w8a8 on f32 rows: each group quantized on the fly (the row quantizer's arithmetic),
+ * then the definition above; out holds the running sum y between groups. */
+static void linear_f8a8_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                            int64_t ldo)
+{
+    const struct moe_qmat *q = w->q;
+    const uint8_t *d = w->data;
+    const int64_t K = w->k, G = q->gk;
+    const int64_t n0 = p0 * MOE_PANEL, n1 = (p1 * MOE_PANEL < w->n) ? p1 * MOE_PANEL : w->n;
+    for (int m = 0; m < mb; m++) {
+        for (int64_t g = 0; g < q->ng; g++) {
+            const int64_t k1 = (g + 1) * G < K ? (g + 1) * G : K;
+            const float sa = moe_qact_f8_scale(x[m] + g * G, k1 - g * G);
+            for (int64_t n = n0; n < n1; n++) {
+                const int64_t p = n / MOE_PANEL;
+                const int nw = moe_pmat_panel_width(w->n, p), j = (int)(n % MOE_PANEL);
+                const uint8_t *panel = d + p * 16 * K; /* [K][nw] */
+                float part = 0.0f;
+                for (int64_t k = g * G; k < k1; k++)
+                    part = fmaf(moe_e4m3_to_f32(moe_f32_to_e4m3(x[m][k] / sa)), moe_e4m3_to_f32(panel[k * nw + j]),
+                                part);
+                float *o = out + m * ldo + (n - n0);
+                *o = (g == 0 ? 0.0f : *o) + (part * sa) * q->scale[p * 16 * q->ng + g * nw + j];
+            }
+        }
+    }
+}
+
 void moe_linear_q_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
                       int64_t ldo)
 {
     if (w->q->kind == MOE_QK_W8A8) {
         linear_w8a8_ref(w, p0, p1, x, mb, out, ldo);
+        return;
+    }
+    if (w->q->kind == MOE_QK_F8A8) {
+        linear_f8a8_ref(w, p0, p1, x, mb, out, ldo);
         return;
     }
     for (int64_t p = p0; p < p1; p++) {

@@ -50,4 +50,6 @@ const moe_kernels moe_kernels_ref = {
     .act_row = moe_act_row_ref,
     .linear_w8a8 = moe_linear_w8a8_rows_ref,
     .quant_row_i8 = moe_quant_row_i8_ref,
+    .linear_f8a8 = moe_linear_f8a8_rows_ref,
+    .quant_row_f8 = moe_quant_row_f8_ref,
 };

@@ -47,19 +47,21 @@ static const struct {
     int64_t bn, bk, g;
     int zp;
     moe_qact act;
+    int64_t ag; /* act_group_size */
 } schemes[] = {
-    {"fp8-tensor", MOE_QTYPE_F8_E4M3, MOE_QSCALE_TENSOR, 0, 0, 0, 0, MOE_QACT_NONE},
-    {"fp8-channel", MOE_QTYPE_F8_E4M3, MOE_QSCALE_CHANNEL, 0, 0, 0, 0, MOE_QACT_NONE},
-    {"fp8-block", MOE_QTYPE_F8_E4M3, MOE_QSCALE_BLOCK, 128, 128, 0, 0, MOE_QACT_NONE},
-    {"int8-channel", MOE_QTYPE_I8, MOE_QSCALE_CHANNEL, 0, 0, 0, 0, MOE_QACT_NONE},
-    {"int8-w8a8", MOE_QTYPE_I8, MOE_QSCALE_CHANNEL, 0, 0, 0, 0, MOE_QACT_TOKEN},
-    {"int4-g32", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 32, 0, MOE_QACT_NONE},
-    {"int4-g64", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 64, 0, MOE_QACT_NONE},
-    {"int4-g128", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 128, 0, MOE_QACT_NONE},
-    {"int4-g32-zp", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 32, 1, MOE_QACT_NONE},
-    {"int4-g64-zp", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 64, 1, MOE_QACT_NONE},
-    {"int4-g128-zp", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 128, 1, MOE_QACT_NONE},
-    {"mxfp4", MOE_QTYPE_MXFP4, MOE_QSCALE_GROUP, 0, 0, 32, 0, MOE_QACT_NONE},
+    {"fp8-tensor", MOE_QTYPE_F8_E4M3, MOE_QSCALE_TENSOR, 0, 0, 0, 0, MOE_QACT_NONE, 0},
+    {"fp8-channel", MOE_QTYPE_F8_E4M3, MOE_QSCALE_CHANNEL, 0, 0, 0, 0, MOE_QACT_NONE, 0},
+    {"fp8-block", MOE_QTYPE_F8_E4M3, MOE_QSCALE_BLOCK, 128, 128, 0, 0, MOE_QACT_NONE, 0},
+    {"fp8-block-w8a8", MOE_QTYPE_F8_E4M3, MOE_QSCALE_BLOCK, 128, 128, 0, 0, MOE_QACT_TOKEN_GROUP, 128},
+    {"int8-channel", MOE_QTYPE_I8, MOE_QSCALE_CHANNEL, 0, 0, 0, 0, MOE_QACT_NONE, 0},
+    {"int8-w8a8", MOE_QTYPE_I8, MOE_QSCALE_CHANNEL, 0, 0, 0, 0, MOE_QACT_TOKEN, 0},
+    {"int4-g32", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 32, 0, MOE_QACT_NONE, 0},
+    {"int4-g64", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 64, 0, MOE_QACT_NONE, 0},
+    {"int4-g128", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 128, 0, MOE_QACT_NONE, 0},
+    {"int4-g32-zp", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 32, 1, MOE_QACT_NONE, 0},
+    {"int4-g64-zp", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 64, 1, MOE_QACT_NONE, 0},
+    {"int4-g128-zp", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 128, 1, MOE_QACT_NONE, 0},
+    {"mxfp4", MOE_QTYPE_MXFP4, MOE_QSCALE_GROUP, 0, 0, 32, 0, MOE_QACT_NONE, 0},
 };
 
 moe_status moe_quant_from_name(const char *name, moe_quant_config *q)
@@ -75,6 +77,7 @@ moe_status moe_quant_from_name(const char *name, moe_quant_config *q)
                              .block_k = schemes[i].bk, .group_size = schemes[i].g, .has_zero_point = schemes[i].zp};
             q->w13 = q->w2 = w;
             q->act = schemes[i].act;
+            q->act_group_size = schemes[i].ag;
             return MOE_OK;
         }
     }
@@ -116,7 +119,8 @@ void moe_quant_text(const moe_quant_config *q, char *buf, size_t n)
              q->w2.has_zero_point, (int)q->act, (long long)q->act_group_size);
 }
 
-static moe_status check_weight(moe_ctx *ctx, const char *which, const moe_qweight *w, moe_qact act, int64_t K)
+static moe_status check_weight(moe_ctx *ctx, const char *which, const moe_qweight *w, moe_qact act, int64_t act_group,
+                               int64_t K)
 {
     if ((int)w->dtype < 0 || w->dtype > MOE_QTYPE_MXFP4)
         return moe_set_error(ctx, MOE_EINVAL, "layer description: quant.%s.dtype = %d is not a moe_qtype value", which,
@@ -140,11 +144,20 @@ static moe_status check_weight(moe_ctx *ctx, const char *which, const moe_qweigh
         if (w->scale == MOE_QSCALE_GROUP)
             return moe_set_error(ctx, MOE_EINVAL,
                                  "layer description: quant.%s: fp8 takes TENSOR, CHANNEL or BLOCK scales, not GROUP", which);
-        if (act != MOE_QACT_NONE)
+        if (act == MOE_QACT_TOKEN)
             return moe_set_error(ctx, MOE_EUNSUPPORTED,
-                                 "layer description: quant.act = %s with fp8 weights (fp8 w8a8) is not implemented; "
-                                 "use act NONE (weight-only fp8)",
-                                 act == MOE_QACT_TOKEN ? "TOKEN" : "TOKEN_GROUP");
+                                 "layer description: quant.act = TOKEN with fp8 weights (per-token fp8 w8a8) is not "
+                                 "implemented; use TOKEN_GROUP with BLOCK scales (fp8-block-w8a8) or act NONE");
+        if (act == MOE_QACT_TOKEN_GROUP && w->scale != MOE_QSCALE_BLOCK)
+            return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                                 "layer description: quant.act = TOKEN_GROUP with quant.%s.scale = %s: fp8 w8a8 needs "
+                                 "BLOCK weight scales (DeepSeek-V3 / Qwen3-FP8 style)",
+                                 which, w->scale == MOE_QSCALE_TENSOR ? "TENSOR" : "CHANNEL");
+        if (act == MOE_QACT_TOKEN_GROUP && w->block_k != act_group)
+            return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                                 "layer description: quant.act_group_size = %lld but quant.%s.block_k = %lld: fp8 "
+                                 "w8a8 needs the activation groups equal to the weight blocks along K",
+                                 (long long)act_group, which, (long long)w->block_k);
         break;
     case MOE_QTYPE_I8:
         if (act == MOE_QACT_TOKEN && (w->scale == MOE_QSCALE_BLOCK || w->scale == MOE_QSCALE_GROUP))
@@ -215,9 +228,16 @@ moe_status moe_quant_validate(moe_ctx *ctx, const moe_layer_desc *d)
         return moe_set_error(ctx, MOE_EINVAL,
                              "layer description: quant.act = TOKEN (w8a8) needs int8 w13 and w2 (got %s, %s)",
                              qtype_name(q->w13.dtype), qtype_name(q->w2.dtype));
-    moe_status st = check_weight(ctx, "w13", &q->w13, q->act, d->hidden_size);
+    if (q->act == MOE_QACT_TOKEN_GROUP && (q->w13.dtype != MOE_QTYPE_F8_E4M3 || q->w2.dtype != MOE_QTYPE_F8_E4M3))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "layer description: quant.act = TOKEN_GROUP (fp8 w8a8) needs fp8 w13 and w2 (got %s, %s)",
+                             qtype_name(q->w13.dtype), qtype_name(q->w2.dtype));
+    if (q->act == MOE_QACT_TOKEN_GROUP && (q->act_group_size < 1 || q->act_group_size > (1 << 20)))
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: quant.act_group_size = %lld, must be in [1, 2^20]",
+                             (long long)q->act_group_size);
+    moe_status st = check_weight(ctx, "w13", &q->w13, q->act, q->act_group_size, d->hidden_size);
     if (st == MOE_OK)
-        st = check_weight(ctx, "w2", &q->w2, q->act, d->moe_intermediate_size);
+        st = check_weight(ctx, "w2", &q->w2, q->act, q->act_group_size, d->moe_intermediate_size);
     if (st != MOE_OK)
         return st;
     if (ctx->kernels == &moe_kernels_avx2) {
@@ -454,7 +474,7 @@ moe_status moe_quantize_matrix(const moe_qweight *qw, const float *w, int64_t N,
 int moe_quant_kind(const moe_qweight *qw, moe_qact act)
 {
     switch (qw->dtype) {
-    case MOE_QTYPE_F8_E4M3: return MOE_QK_F8;
+    case MOE_QTYPE_F8_E4M3: return act == MOE_QACT_TOKEN_GROUP ? MOE_QK_F8A8 : MOE_QK_F8;
     case MOE_QTYPE_I8: return act == MOE_QACT_TOKEN ? MOE_QK_W8A8 : MOE_QK_I8;
     case MOE_QTYPE_INT4: return MOE_QK_I4;
     default: return MOE_QK_FP4;
@@ -498,11 +518,18 @@ static unsigned src_raw(const moe_qweight *qw, const uint8_t *c, int64_t K, int6
 
 /* fp8: may the matrix be decoded through f16 (moe_qmat.f8h)? No NaN code, and s * 256 finite
  * for every finite scale s (an infinite or NaN scale gives the same product either way). */
-static int f8_half_ok(const moe_qweight *qw, const uint8_t *codes, const void *scale, int64_t N, int64_t K)
+static int f8_codes_ok(const uint8_t *codes, int64_t N, int64_t K)
 {
     for (int64_t i = 0; i < N * K; i++)
         if ((codes[i] & 0x7fu) == 0x7fu)
             return 0;
+    return 1;
+}
+
+static int f8_half_ok(const moe_qweight *qw, const uint8_t *codes, const void *scale, int64_t N, int64_t K)
+{
+    if (!f8_codes_ok(codes, N, K))
+        return 0;
     int64_t r, c;
     grid(qw, N, K, &r, &c);
     for (int64_t i = 0; i < r * c; i++) {
@@ -521,8 +548,10 @@ int moe_quant_pack(const moe_qweight *qw, moe_qact act, const void *codes, const
     const int kind = moe_quant_kind(qw, act);
     const int64_t gk = moe_quant_gk(qw, K), ng = (K + gk - 1) / gk;
     const int64_t K4 = (K + 3) / 4 * 4, K8 = K / 8;
-    const int f8h = kind == MOE_QK_F8 && f8_half_ok(qw, codes, scale, N, K);
-    const float smul = f8h ? 256.0f : 1.0f; /* exact: a power of two, no overflow (f8_half_ok) */
+    /* F8A8 keeps s (no scale product in the f16 path): only NaN codes need the exact decode */
+    const int f8h = (kind == MOE_QK_F8 && f8_half_ok(qw, codes, scale, N, K)) ||
+                    (kind == MOE_QK_F8A8 && f8_codes_ok(codes, N, K));
+    const float smul = kind == MOE_QK_F8 && f8h ? 256.0f : 1.0f; /* exact: a power of two, no overflow (f8_half_ok) */
     for (int64_t p = 0; p < moe_pmat_panels(N); p++) {
         const int nw = moe_pmat_panel_width(N, p);
         const int rb = (nw + 1) / 2;                /* bytes per 4-bit tail row */

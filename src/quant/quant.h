@@ -72,14 +72,19 @@ enum {
                         A full panel is 64*K8 + 8*Kt = 8*K bytes; nothing is padded but the
                         odd-width tail nibble of a last panel with odd nw. */
     MOE_QK_FP4 = 4,  /* e2m1: as MOE_QK_I4 */
-    MOE_QK_W8A8 = 5  /* int8 for VNNI: panel p at byte p*16*K4 (K4 = K rounded up to 4,
+    MOE_QK_W8A8 = 5, /* int8 for VNNI: panel p at byte p*16*K4 (K4 = K rounded up to 4,
                         zero-filled), [K4/4][nw][4] */
+    MOE_QK_F8A8 = 6  /* e4m3 weights for fp8 w8a8 (activations TOKEN_GROUP): the codes laid out
+                        as MOE_QK_F8; scale holds s itself (never s * 256: the kernels multiply
+                        the group's partial sum by s after the group); gk = block_k */
 };
 
 /* What the kernels read beside moe_pmat.data (moe_pmat.q). */
 struct moe_qmat {
     int kind;            /* MOE_QK_* */
-    int f8h;             /* MOE_QK_F8 only: 1 when the codes are decoded through f16 (no NaN code
+    int f8h;             /* MOE_QK_F8A8: 1 when the matrix has no NaN code (the kernels may decode
+                            through f16 to e4m3 * 2^-8, with activations pre-scaled by 2^8).
+                            MOE_QK_F8 only: 1 when the codes are decoded through f16 (no NaN code
                             0x7f/0xff in the matrix, and every finite scale s has s * 256 finite):
                             the code's f16 bits (b & 0x80) << 8 | (b & 0x7f) << 7 are the e4m3
                             value times 2^-8 exactly, and scale holds s * 256 (exact), so
@@ -163,4 +168,22 @@ void moe_linear_w8a8_rows_avx512(const moe_pmat *w, int64_t p0, int64_t p1, cons
                                  const float *sx, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes);
 float moe_quant_row_i8_ref(const float *x, int64_t n, const float *mul, uint8_t *dst);
 float moe_quant_row_i8_avx512(const float *x, int64_t n, const float *mul, uint8_t *dst);
+/* fp8 w8a8 block (core/kernels.h moe_linear_f8a8_fn, moe_quant_row_f8_fn): scalar and AVX-512. */
+void moe_linear_f8a8_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                              const float *const *sa, int mb, float *out, int64_t ldo);
+void moe_linear_f8a8_rows_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                                 const float *const *sa, int mb, float *out, int64_t ldo);
+void moe_quant_row_f8_ref(const float *x, int64_t n, int64_t G, const float *mul, uint8_t *dst, float *sa);
+
+/* fp8 activation scale of one group of n values (moe_quant_row_f8_fn): max(a, 1e-10) / 448,
+ * a = max |x| (NaN ignored). */
+static inline float moe_qact_f8_scale(const float *x, int64_t n)
+{
+    float a = 0.0f;
+    for (int64_t k = 0; k < n; k++) {
+        float v = fabsf(x[k]);
+        a = v > a ? v : a;
+    }
+    return (a > 1e-10f ? a : 1e-10f) / 448.0f;
+}
 #endif

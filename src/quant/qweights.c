@@ -122,6 +122,15 @@ moe_status moe_qweights_create(const moe_plan *plan, const moe_weight_source *sr
                              "tp_size and the remainder split give even shards",
                              moe_quant_name(qc), (long long)Il, (long long)i0, (long long)(i0 + Il - 1), (long long)I,
                              plan->par.tp_size);
+    if (qc->act == MOE_QACT_TOKEN_GROUP && i0 % qc->w2.block_k != 0)
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "moe_weights_create: fp8 w8a8 (%s) under TP: this rank's shard of the intermediate size "
+                             "starts at column %lld (of I = %lld over tp_size %d), inside a down-projection k-block of "
+                             "%lld, so its activation groups of act_group_size %lld would not line up with the weight "
+                             "blocks; choose tp_size so that every shard starts on a multiple of block_k, use EP, or "
+                             "use weight-only fp8-block",
+                             moe_quant_name(qc), (long long)i0, (long long)I, plan->par.tp_size,
+                             (long long)qc->w2.block_k, (long long)qc->act_group_size);
     moe_weights *w = calloc(1, sizeof *w);
     moe_qweights *q = calloc(1, sizeof *q);
     if (!w || !q) {
@@ -237,7 +246,7 @@ moe_status moe_qweights_create(const moe_plan *plan, const moe_weight_source *sr
     int64_t exact_f8 = 0; /* fp8 matrices on the exact (slower) e4m3 decode, quant.h moe_qmat.f8h */
     size_t exact_f8_bytes = 0;
     for (int64_t i = 0; i < q->n; i++)
-        if (q->qm[i].kind == MOE_QK_F8 && !q->qm[i].f8h) {
+        if ((q->qm[i].kind == MOE_QK_F8 || q->qm[i].kind == MOE_QK_F8A8) && !q->qm[i].f8h) {
             exact_f8++;
             exact_f8_bytes += moe_quant_packed_bytes(MOE_QK_F8, i % 3 == 2 ? H : Il, i % 3 == 2 ? Il : H);
         }

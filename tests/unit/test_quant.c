@@ -141,9 +141,12 @@ static void test_validation(void **state)
     assert_int_equal(plan_with(q, 64, 32, ctx, msg), MOE_EINVAL);
     assert_non_null(strstr(msg, "block"));
     assert_int_equal(moe_quant_from_name("fp8-block", &q), MOE_OK);
-    q.act = MOE_QACT_TOKEN_GROUP;
+    q.act = MOE_QACT_TOKEN_GROUP; /* fp8 w8a8 (test_f8a8.c): act_group_size must be block_k */
     q.act_group_size = 128;
+    assert_int_equal(plan_with(q, 64, 32, ctx, msg), MOE_OK);
+    q.act_group_size = 64;
     assert_int_equal(plan_with(q, 64, 32, ctx, msg), MOE_EUNSUPPORTED);
+    assert_non_null(strstr(msg, "act_group_size"));
     q.act = MOE_QACT_NONE;
     q.w2.dtype = MOE_QTYPE_NONE;
     assert_int_equal(plan_with(q, 64, 32, ctx, msg), MOE_EUNSUPPORTED);

@@ -123,4 +123,6 @@ const moe_kernels moe_kernels_avx512 = {
     .act_row = moe_act_row_avx512,
     .linear_w8a8 = moe_linear_w8a8_rows_avx512,
     .quant_row_i8 = moe_quant_row_i8_avx512,
+    .linear_f8a8 = moe_linear_f8a8_rows_avx512,
+    .quant_row_f8 = moe_quant_row_f8_ref,
 };

@@ -209,6 +209,114 @@ MOE_AI void wo_linear(const moe_pmat *w, const int kind, const int zp, const int
     }
 }
 
+/* ---- fp8 w8a8 block (MOE_QK_F8A8) on quantized rows: core/kernels.h moe_linear_f8a8_fn ----
+ * Per group: part[j][m] accumulated in registers from +0 with vfmadd in increasing k on the
+ * broadcast activation dec(q_a) * 2^8 (a 256-entry table, exact) and the panel's weights
+ * dec(q_w) * 2^-8 (f8h: through f16; otherwise the exact decode times 2^-8, exact): each
+ * product is the real dec(q_a) * dec(q_w), exact in f32, so every fma rounds as the ref's.
+ * At the group's end: y = y + (part * sa[m][g]) * s_w, y held in the out rows (+0 before the
+ * first group). */
+
+/* dec(c) * 256 for every e4m3 code c (NaN codes NaN). */
+static float f8a8_lut[256];
+__attribute__((constructor)) static void f8a8_lut_init(void)
+{
+    for (int c = 0; c < 256; c++)
+        f8a8_lut[c] = moe_e4m3_to_f32((uint8_t)c) * 256.0f;
+}
+
+MOE_AI void f8a8_tile(const moe_pmat *w, const int f8h, const int full, int64_t p, int64_t p0, const int NP,
+                      const int MB, const uint8_t *const *xq, const float *const *sa, float *out, int64_t ldo)
+{
+    const struct moe_qmat *q = w->q;
+    const int64_t K = w->k, G = q->gk, ng = q->ng;
+    const __m512 zero = _mm512_setzero_ps();
+    const uint8_t *base[4];
+    int nw[4];
+    __mmask16 mask[4];
+    for (int j = 0; j < NP; j++) {
+        nw[j] = full ? MOE_PANEL : moe_pmat_panel_width(w->n, p + j);
+        base[j] = (const uint8_t *)w->data + (p + j) * 16 * K;
+        mask[j] = (__mmask16)((1u << nw[j]) - 1u);
+    }
+    for (int64_t g = 0; g < ng; g++) {
+        __m512 acc[4][6];
+        for (int j = 0; j < NP; j++)
+            for (int m = 0; m < MB; m++)
+                acc[j][m] = zero;
+        const int64_t k1 = (g + 1) * G < K ? (g + 1) * G : K;
+        for (int64_t kk = g * G; kk < k1; kk++) {
+            __m512 wv[4];
+            for (int j = 0; j < NP; j++) {
+                wv[j] = decode1(MOE_QK_F8, f8h, base[j], K, kk, nw[j], mask[j], full, zero);
+                if (!f8h)
+                    wv[j] = _mm512_mul_ps(wv[j], _mm512_set1_ps(0x1p-8f)); /* exact */
+            }
+            for (int m = 0; m < MB; m++) {
+                __m512 xb = _mm512_set1_ps(f8a8_lut[xq[m][kk]]);
+                for (int j = 0; j < NP; j++)
+                    acc[j][m] = _mm512_fmadd_ps(xb, wv[j], acc[j][m]);
+            }
+        }
+        for (int j = 0; j < NP; j++) {
+            const float *sp = q->scale + (p + j) * 16 * ng + g * nw[j]; /* [nw] s_w of group g */
+            const __m512 sw = full ? _mm512_loadu_ps(sp) : _mm512_maskz_loadu_ps(mask[j], sp);
+            for (int m = 0; m < MB; m++) {
+                float *o = out + m * ldo + (p + j - p0) * MOE_PANEL;
+                __m512 y = g == 0 ? zero : full ? _mm512_loadu_ps(o) : _mm512_maskz_loadu_ps(mask[j], o);
+                __m512 t = _mm512_mul_ps(_mm512_mul_ps(acc[j][m], _mm512_set1_ps(sa[m][g])), sw);
+                y = _mm512_add_ps(y, t);
+                if (full)
+                    _mm512_storeu_ps(o, y);
+                else
+                    _mm512_mask_storeu_ps(o, mask[j], y);
+            }
+        }
+    }
+}
+
+MOE_AI void f8a8_rows(const moe_pmat *w, const int f8h, int64_t p0, int64_t p1, const int MB,
+                      const uint8_t *const *xq, const float *const *sa, float *out, int64_t ldo)
+{
+    const int64_t pf = w->n / MOE_PANEL < p1 ? w->n / MOE_PANEL : p1; /* full panels end */
+    int64_t p = p0;
+    for (; p + 4 <= pf; p += 4)
+        f8a8_tile(w, f8h, 1, p, p0, 4, MB, xq, sa, out, ldo);
+    for (; p < pf; p++)
+        f8a8_tile(w, f8h, 1, p, p0, 1, MB, xq, sa, out, ldo);
+    for (; p < p1; p++)
+        f8a8_tile(w, f8h, 0, p, p0, 1, MB, xq, sa, out, ldo);
+}
+
+MOE_AI void f8a8_linear(const moe_pmat *w, const int f8h, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                        const float *const *sa, int mb, float *out, int64_t ldo)
+{
+    for (int m0 = 0; m0 < mb;) {
+        const int rows = mb - m0 < 6 ? mb - m0 : 6;
+        const uint8_t *const *xr = xq + m0;
+        const float *const *sr = sa + m0;
+        float *o = out + (int64_t)m0 * ldo;
+        switch (rows) {
+        case 1: f8a8_rows(w, f8h, p0, p1, 1, xr, sr, o, ldo); break;
+        case 2: f8a8_rows(w, f8h, p0, p1, 2, xr, sr, o, ldo); break;
+        case 3: f8a8_rows(w, f8h, p0, p1, 3, xr, sr, o, ldo); break;
+        case 4: f8a8_rows(w, f8h, p0, p1, 4, xr, sr, o, ldo); break;
+        case 5: f8a8_rows(w, f8h, p0, p1, 5, xr, sr, o, ldo); break;
+        default: f8a8_rows(w, f8h, p0, p1, 6, xr, sr, o, ldo); break;
+        }
+        m0 += rows;
+    }
+}
+
+void moe_linear_f8a8_rows_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                                 const float *const *sa, int mb, float *out, int64_t ldo)
+{
+    if (w->q->f8h)
+        f8a8_linear(w, 1, p0, p1, xq, sa, mb, out, ldo);
+    else
+        f8a8_linear(w, 0, p0, p1, xq, sa, mb, out, ldo);
+}
+
 void moe_linear_q_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
                          int64_t ldo)
 {
@@ -220,6 +328,7 @@ void moe_linear_q_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const float 
             wo_linear(w, MOE_QK_F8, 0, 0, p0, p1, x, mb, out, ldo);
         break;
     case MOE_QK_I8: wo_linear(w, MOE_QK_I8, 0, 0, p0, p1, x, mb, out, ldo); break;
+    case MOE_QK_F8A8: moe_linear_q_ref(w, p0, p1, x, mb, out, ldo); break; /* f32 rows: the fallback (quant.h) */
     case MOE_QK_FP4: wo_linear(w, MOE_QK_FP4, 0, 0, p0, p1, x, mb, out, ldo); break;
     case MOE_QK_I4:
         if (w->q->zero)
