@@ -1013,6 +1013,11 @@ moe_status moe_checkpoint_quantize(moe_ctx *ctx, const char *in_dir, const char 
         return moe_set_error(ctx, MOE_EINVAL, "%s: the output is the input checkpoint %s, inside it, or holds it",
                              out_dir, in_dir);
     struct stat sb;
+    /* a symbolic link at OUT (dangling or not) would fail only at the final rename, after all
+     * the work: refuse it now */
+    if (lstat(out_abs, &sb) == 0 && S_ISLNK(sb.st_mode))
+        return moe_set_error(ctx, MOE_EINVAL, "%s: is a symbolic link; give the folder itself (the output is "
+                             "published by renaming a finished folder into place)", out_dir);
     int exists = stat(out_abs, &sb) == 0;
     if (exists) {
         int empty = 0;
@@ -1075,6 +1080,16 @@ moe_status moe_checkpoint_quantize(moe_ctx *ctx, const char *in_dir, const char 
         goto out;
     }
     made_tmp = true;
+    {
+        /* mkdtemp makes the folder 0700; the published checkpoint gets the mode mkdir would give
+         * (0777 less the umask), so other users (e.g. a serving process) can read it */
+        const mode_t um = umask(0);
+        umask(um);
+        if (chmod(tmp, 0777 & ~um) != 0) {
+            st = moe_set_error(ctx, MOE_EIO, "%s: cannot set the folder's mode: %s", tmp, strerror(errno));
+            goto out;
+        }
+    }
     const bool sharded = access(idx_path, F_OK) == 0;
     if (sharded) {
         index = json_load_file(idx_path, 0, &jerr);

@@ -659,6 +659,33 @@ static void test_errors(void **state)
     assert_int_equal(quantize(ctx, in, out, "int8-channel", NULL, 0, 1, NULL), MOE_OK);
     assert_int_equal(access(p, F_OK), -1);
     assert_int_equal(dir_entries(root), with_bad + 1);
+    /* the published folder has mkdir's mode (0777 less the umask), not mkdtemp's 0700 */
+    {
+        const mode_t um = umask(0);
+        umask(um);
+        struct stat so;
+        assert_int_equal(stat(out, &so), 0);
+        assert_int_equal(so.st_mode & 0777, 0777 & ~um);
+    }
+    /* a symbolic link at the output (to an empty folder, or dangling) is refused before any
+     * work, and left as it is */
+    {
+        char target[800], link_p[800];
+        join(target, sizeof target, root, "lt");
+        join(link_p, sizeof link_p, root, "ln");
+        assert_int_equal(mkdir(target, 0755), 0);
+        assert_int_equal(symlink(target, link_p), 0);
+        const int with_link = dir_entries(root);
+        expect_error(ctx, quantize(ctx, in, link_p, "int8-channel", NULL, 0, 1, NULL), MOE_EINVAL, "symbolic link");
+        assert_int_equal(dir_entries(root), with_link);
+        assert_int_equal(dir_entries(target), 0);
+        assert_int_equal(unlink(link_p), 0);
+        assert_int_equal(symlink("/nonexistent/moe_q_target", link_p), 0);
+        expect_error(ctx, quantize(ctx, in, link_p, "int8-channel", NULL, 0, 0, NULL), MOE_EINVAL, "symbolic link");
+        assert_int_equal(dir_entries(root), with_link);
+        assert_int_equal(unlink(link_p), 0);
+        assert_int_equal(rmdir(target), 0);
+    }
     /* an empty existing output is fine without --force */
     char empty[700];
     join(empty, sizeof empty, root, "empty");
