@@ -26,9 +26,10 @@ static void plan_usage(FILE *f)
           "  --checkpoint DIR   a Hugging Face checkpoint; --layer L (default: first MoE layer)\n"
           "  --tp N             tensor-parallel ranks: I is split across them (default 1)\n"
           "  --ep N             expert-parallel groups: experts placed E/N per group, the first\n"
-          "                     E %% N groups holding one more (default 1)\n"
-          "  --quant SCHEME     expert weights: bf16 (default for --model), f16, f32, or\n"
-          "                     fp8-block (e4m3, 128x128 block scales)\n"
+          "                     E % N groups holding one more (default 1)\n"
+          "  --quant SCHEME     expert weights: bf16 (default for --model), f16, f32, or a\n"
+          "                     quantization scheme of moe bench --quant (fp8-block, int8-w8a8,\n"
+          "                     int4-g128, mxfp4, ...); default for --checkpoint: its own\n"
           "  --tokens LIST      token counts for workspace and kernel path (default\n"
           "                     1,16,256,2048,32768)\n"
           "  -h, --help         this text\n",
@@ -97,9 +98,13 @@ int cli_cmd_plan(int argc, char **argv)
         cli_err(CMD, "give exactly one of --model NAME or --checkpoint DIR (see 'moe plan --help')");
         return CLI_USAGE;
     }
-    if (quant && strcmp(quant, "bf16") && strcmp(quant, "f16") && strcmp(quant, "f32") &&
-        strcmp(quant, "fp8-block")) {
-        cli_err(CMD, "--quant %s: accepted values are bf16, f16, f32, fp8-block", quant);
+    moe_quant_config qarg; /* --quant SCHEME (a moe_quant_from_name name), else unused */
+    memset(&qarg, 0, sizeof qarg);
+    const int qdtype = quant && (!strcmp(quant, "bf16") || !strcmp(quant, "f16") || !strcmp(quant, "f32"));
+    if (quant && !qdtype && moe_quant_from_name(quant, &qarg) != MOE_OK) {
+        cli_err(CMD, "--quant %s: accepted values are bf16, f16, f32 and the schemes of moe bench --quant "
+                "(fp8-block, fp8-block-w8a8, fp8-channel, fp8-tensor, int8-channel, int8-w8a8, "
+                "int4-g32/g64/g128[-zp], mxfp4, none)", quant);
         return CLI_USAGE;
     }
     /* token counts */
@@ -161,20 +166,30 @@ int cli_cmd_plan(int argc, char **argv)
         }
         name = ckdir;
     }
-    const int fp8 = quant && strcmp(quant, "fp8-block") == 0;
-    if (quant && !fp8)
-        d.weight_dtype = strcmp(quant, "f32") == 0 ? MOE_DTYPE_F32 : strcmp(quant, "f16") == 0 ? MOE_DTYPE_F16
-                                                                                               : MOE_DTYPE_BF16;
     const int64_t H = d.hidden_size, I = d.moe_intermediate_size, E = d.num_experts, K = d.top_k;
     const int64_t Is = d.shared_expert_intermediate_size;
-    /* a gpt-oss MXFP4 checkpoint's routed experts (desc.quant from the checkpoint): e2m1 codes, half a
-     * byte per weight, packed with one f32 scale per 32 inputs */
-    const int mx = !quant && d.quant.w13.dtype == MOE_QTYPE_MXFP4;
-    const double es = fp8 ? 1.0 : (double)moe_dtype_size(d.weight_dtype);
-    const double ees = mx ? 0.5 : es; /* bytes per routed-expert weight (codes only) */
-    const char *dtname = fp8 ? "F8_E4M3 + f32 128x128 block scales"
-                         : mx ? "MXFP4 (e2m1 codes + a scale per 32 inputs, from the checkpoint)"
-                              : moe_dtype_name(d.weight_dtype);
+    if (qdtype)
+        d.weight_dtype = strcmp(quant, "f32") == 0 ? MOE_DTYPE_F32 : strcmp(quant, "f16") == 0 ? MOE_DTYPE_F16
+                                                                                               : MOE_DTYPE_BF16;
+    if (quant && !qdtype)
+        d.quant = qarg; /* --quant SCHEME replaces the checkpoint's own scheme */
+    else if (qdtype)
+        memset(&d.quant, 0, sizeof d.quant);
+    /* quantized routed experts (--quant SCHEME, or the checkpoint's own: FP8 block,
+     * compressed-tensors, MXFP4): codes of `qbits` bits, plus f32 scales (src/quant/qweights.c
+     * packs one f32 per output feature per scale cell along the input; zero points the same;
+     * w8a8 one int32 per output feature) */
+    const moe_quant_config *qc = &d.quant;
+    const int qz = strcmp(moe_quant_name(qc), "none") != 0;
+    const int qbits = !qz ? 0 : (qc->w13.dtype == MOE_QTYPE_INT4 || qc->w13.dtype == MOE_QTYPE_MXFP4) ? 4 : 8;
+    const int fp8 = qz && qc->w13.dtype == MOE_QTYPE_F8_E4M3 && qc->w13.scale == MOE_QSCALE_BLOCK;
+    const double es = (double)moe_dtype_size(d.weight_dtype);
+    const double ees = qz ? qbits / 8.0 : es; /* bytes per routed-expert weight (codes only) */
+    char dtbuf[160];
+    if (qz)
+        snprintf(dtbuf, sizeof dtbuf, "%s (routed experts: %d-bit codes + f32 scales%s; the rest %s)", moe_quant_name(qc),
+                 qbits, quant ? "" : ", from the checkpoint", moe_dtype_name(d.weight_dtype));
+    const char *dtname = qz ? dtbuf : moe_dtype_name(d.weight_dtype);
     if (tp > I) {
         cli_err(CMD, "--tp %lld exceeds the intermediate size %lld: some ranks would hold no columns",
                 (long long)tp, (long long)I);
@@ -201,14 +216,12 @@ int cli_cmd_plan(int argc, char **argv)
                "what moe_weights_expert_bytes reports on that rank once packed (mpirun -np %lld moe bench --ep %lld "
                "--tp %lld measures it)%s\n",
                (long long)(tp * ep), (long long)ep, (long long)tp, moe_mpi_available() ? "" : "; this build has no MPI");
-    if (mx)
-        printf("note: mxfp4 experts run weight-only; under EP each rank packs its experts, under TP its rows of "
-               "gate/up and columns of down (each shard's I must be even: two codes per byte)\n");
-    if (fp8)
-        printf("note: fp8-block experts run weight-only; under EP each rank packs its experts, under TP its rows of "
-               "gate/up and columns of down (a 128x128 block cut by the shard boundary is re-expressed with a finer "
-               "scale cell that repeats its scale: no code padding); 'scale bytes' are the packed f32 scales (one per "
-               "output feature and block along the input), included in moe_weights_expert_bytes\n");
+    if (qz && tp * ep > 1)
+        printf("note: quantized experts (%s): under EP each rank packs its experts, under TP its rows of gate/up and "
+               "columns of down; a scale block or group cut by the shard boundary is re-expressed with a finer cell "
+               "that repeats its scale (no code padding)%s; 'scale bytes' are the packed f32 scales (one per output "
+               "feature and cell along the input, zero points alike), included in moe_weights_expert_bytes\n",
+               moe_quant_name(qc), qbits == 4 ? "; 4-bit codes need an even I shard on every rank" : "");
     /* Per rank: EP group g holds experts [e0, e0 + ne); TP rank t holds I columns [i0, i0 + ni). */
     double total_bytes = 0, max_dup = 0, total_dup = 0;
     int64_t e0 = 0, cut_cell = 0;
@@ -225,30 +238,44 @@ int cli_cmd_plan(int argc, char **argv)
             double wb = (double)ne * 3.0 * (double)H * (double)ni * ees;
             double sb = 3.0 * (double)H * (double)nis * es;
             double scales = 0, dup = 0;
-            if (fp8) {
-                /* packed f32 scales (src/quant/qweights.c): gate and up [ni, ceil(H/128)]; down [H, ceil(ni/gk)] with
-                 * gk = 128, or gcd(128, i0 mod 128) when the shard starts inside a block and leaves it (the cut
-                 * block's scale repeated); the duplicate is what exceeds the blocks the shard touches */
-                const int64_t bh = (H + 127) / 128, r = i0 % 128;
-                int64_t gk = 128;
-                if (r != 0 && r + ni > 128)
-                    for (gk = r; 128 % gk != 0 || r % gk != 0; gk--)
+            if (qz) {
+                /* per matrix [N, K]: one f32 per output feature per cell of gk inputs (BLOCK: block_k; GROUP:
+                 * group_size; CHANNEL / TENSOR: the whole K), doubled with zero points, + N int32 with w8a8.
+                 * gate and up [ni, H] cut along N; down [H, ni] along K: a shard that starts inside a cell and
+                 * leaves it keeps the cells of gcd(gk, i0 mod gk) (src/quant/qweights.c); the duplicate is what
+                 * exceeds the cells whose first column lies in the shard. */
+                const moe_qweight *q13 = &qc->w13, *q2 = &qc->w2;
+                const int64_t g13 = q13->scale == MOE_QSCALE_BLOCK ? q13->block_k
+                                    : q13->scale == MOE_QSCALE_GROUP ? q13->group_size : H;
+                const int64_t c2 = q2->scale == MOE_QSCALE_BLOCK ? q2->block_k
+                                   : q2->scale == MOE_QSCALE_GROUP ? q2->group_size : I;
+                const int64_t r = i0 % c2;
+                int64_t gk = c2 < ni || r ? c2 : ni;
+                if (q2->scale != MOE_QSCALE_BLOCK && q2->scale != MOE_QSCALE_GROUP)
+                    gk = ni; /* one cell over the shard's whole K */
+                else if (r != 0 && r + ni > c2)
+                    for (gk = r; c2 % gk != 0 || r % gk != 0; gk--)
                         ;
-                /* own: the blocks whose first column is in the shard; the rest is held by two shards */
-                const int64_t ng = (ni + gk - 1) / gk, own = (i0 + ni - 1) / 128 - (i0 + 127) / 128 + 1;
-                scales = (double)ne * (2.0 * (double)ni * (double)bh + (double)H * (double)ng) * 4.0;
-                dup = (double)ne * (double)H * (double)(ng - own) * 4.0;
+                else
+                    gk = c2;
+                const double z13 = q13->has_zero_point ? 2.0 : 1.0, z2 = q2->has_zero_point ? 2.0 : 1.0;
+                const int64_t ng = (ni + gk - 1) / gk;
+                scales = (double)ne * (2.0 * (double)ni * (double)((H + g13 - 1) / g13) * z13 + (double)H * (double)ng * z2) * 4.0;
+                if (qc->act == MOE_QACT_TOKEN)
+                    scales += (double)ne * (2.0 * (double)ni + (double)H) * 4.0;
+                if (q2->scale == MOE_QSCALE_BLOCK || q2->scale == MOE_QSCALE_GROUP) {
+                    const int64_t own = (i0 + ni - 1) / c2 - (i0 + c2 - 1) / c2 + 1;
+                    dup = (double)ne * (double)H * (double)(ng - (own > 0 ? own : 0)) * 4.0 * z2;
+                }
                 total_dup += dup;
-                if (gk != 128 && tp > 1) {
-                    printf("  cut: tp rank %lld holds I %lld..%lld, which starts inside the 128-block %lld..%lld: its "
-                           "down projection's scales are kept per %lld columns\n",
-                           (long long)t, (long long)i0, (long long)(i0 + ni - 1), (long long)(i0 - r),
-                           (long long)(i0 - r + 127), (long long)gk);
+                if (gk != c2 && gk != ni && tp > 1) {
+                    printf("  cut: tp rank %lld holds I %lld..%lld, which starts inside the %lld-column scale cell "
+                           "%lld..%lld: its down projection's scales are kept per %lld columns\n",
+                           (long long)t, (long long)i0, (long long)(i0 + ni - 1), (long long)c2, (long long)(i0 - r),
+                           (long long)(i0 - r + c2 - 1), (long long)gk);
                     cut_cell = gk;
                 }
             }
-            if (mx) /* f32 per 32 inputs: gate and up [ni, H/32], down [H, ni/32] */
-                scales = (double)ne * (2.0 * (double)ni * (double)(H / 32) + (double)H * (double)((ni + 31) / 32)) * 4.0;
             char ex[32];
             snprintf(ex, sizeof ex, "%lld..%lld", (long long)e0, (long long)(e0 + ne - 1));
             printf("%5lld %5lld %14s %10lld %16.0f %14.0f %14.0f %12.0f %10s\n", (long long)g, (long long)t, ex,
@@ -259,7 +286,8 @@ int cli_cmd_plan(int argc, char **argv)
         }
         e0 += ne;
     }
-    printf("(bytes exact) all ranks: %s of expert weights (the layer itself: %s)\n", cli_fmt_bytes(b1, sizeof b1, total_bytes),
+    printf("(bytes exact) all ranks: %s of expert weights (the layer's weights%s: %s)\n",
+           cli_fmt_bytes(b1, sizeof b1, total_bytes), qz ? ", codes without scales" : "",
            cli_fmt_bytes(b2, sizeof b2, (double)E * 3.0 * (double)H * (double)I * ees + 3.0 * (double)H * (double)Is * es));
 
     /* warnings: every cost not asked for */
@@ -274,25 +302,25 @@ int cli_cmd_plan(int argc, char **argv)
         warn("router weight [E, H] f32 replicated on every rank; bytes per rank", 4.0 * (double)E * (double)H);
         warnings++;
     }
-    if (fp8) {
-        if (max_dup > 0) {
-            char msg[400];
-            snprintf(msg, sizeof msg,
-                     "fp8 128x128 blocks cut by the TP split (I %lld per shard): the down projection's scales of a cut "
-                     "block are held by both shards%s; no code padding, no extra FLOPs; duplicated scale bytes "
-                     "(all ranks %.0f), on the worst rank",
-                     (long long)(I / tp),
-                     cut_cell ? ", and a shard starting inside a block and leaving it keeps them per finer cells "
-                                "(listed above)"
-                              : "",
-                     total_dup);
-            warn(msg, max_dup);
-            warnings++;
-        }
-        if (H % 128 != 0 || I % 128 != 0) {
-            warn("fp8 blocks: partial trailing blocks (H or I not a multiple of 128) are masked, not padded; padding", 0);
-            warnings++;
-        }
+    if (qz && max_dup > 0) {
+        char msg[400];
+        snprintf(msg, sizeof msg,
+                 "%s scale cells cut by the TP split (I %lld per shard): the down projection's scales of a cut cell "
+                 "are held by both shards%s; no code padding, no extra FLOPs; duplicated scale bytes (all ranks %.0f), "
+                 "on the worst rank",
+                 moe_quant_name(qc), (long long)(I / tp),
+                 cut_cell ? ", and a shard starting inside a cell and leaving it keeps them per finer cells (listed "
+                            "above)"
+                          : "",
+                 total_dup);
+        warn(msg, max_dup);
+        warnings++;
+    }
+    if (fp8 && (H % qc->w13.block_k != 0 || I % qc->w2.block_k != 0 || I % qc->w13.block_n != 0 ||
+                H % qc->w2.block_n != 0)) {
+        warn("fp8 blocks: partial trailing blocks (H or I not a multiple of the block) are masked, not padded; padding",
+             0);
+        warnings++;
     }
     if (strcmp(moe_ctx_isa(ctx), "avx2") == 0 && ((I / tp) % 16 != 0 || H % 16 != 0)) {
         warn("avx2 table: the last partial panel of 16 features runs the scalar fallback kernel; weights per "
@@ -317,8 +345,10 @@ int cli_cmd_plan(int argc, char **argv)
     shard.moe_intermediate_size = I / tp + (I % tp ? 1 : 0);
     if (Is)
         shard.shared_expert_intermediate_size = Is / tp + (Is % tp ? 1 : 0);
-    if (fp8)
-        shard.weight_dtype = MOE_DTYPE_BF16; /* workspace does not depend on the weight dtype */
+    if (qz) { /* the workspace does not depend on the expert weights' format */
+        memset(&shard.quant, 0, sizeof shard.quant);
+        shard.weight_dtype = MOE_DTYPE_BF16;
+    }
     moe_plan *p = NULL;
     if (moe_plan_create(ctx, &shard, &p) != MOE_OK) {
         cli_err(CMD, "%s", moe_ctx_last_error(ctx));

@@ -719,7 +719,7 @@ static void test_plan_command(void **state)
     const char *af[] = {"plan", "--model", "qwen3.5-35b-a3b", "--tp", "8", "--quant", "fp8-block", NULL};
     run_moe(&r, af);
     expect(&r, 0, NULL);
-    assert_non_null(strstr(r.out, "WARNING: fp8 128x128 blocks cut by the TP split (I 64 per shard)"));
+    assert_non_null(strstr(r.out, "WARNING: fp8-block scale cells cut by the TP split (I 64 per shard)"));
     result_free(&r);
     const char *bad[] = {"plan", "--model", "qwen3.5-35b-a3b", "--quant", "int3", NULL};
     const char *e[] = {"int3", "fp8-block", NULL};
@@ -727,34 +727,42 @@ static void test_plan_command(void **state)
     expect(&r, 2, e);
     result_free(&r);
 
-    /* a gpt-oss MXFP4 checkpoint: the scheme is named, and expert + scale bytes are what the
-     * library packs (moe_weights_expert_bytes), codes = E * 3 * H * I / 2 */
-    char dir[1024];
-    tu_data_path(dir, sizeof dir, "gpt_oss_mxfp4");
-    moe_ctx *ctx = tu_ctx();
-    moe_checkpoint *ck = NULL;
-    assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_OK);
-    moe_layer_desc d;
-    assert_int_equal(moe_checkpoint_layer_desc(ck, 0, &d), MOE_OK);
-    moe_plan *plan = NULL;
-    assert_int_equal(moe_plan_create(ctx, &d, &plan), MOE_OK);
-    moe_weights *w = NULL;
-    assert_int_equal(moe_checkpoint_load_weights(ck, 0, plan, &w), MOE_OK);
-    const long long codes = (long long)(d.num_experts * 3 * d.hidden_size * d.moe_intermediate_size / 2);
-    const long long packed = (long long)moe_weights_expert_bytes(w);
-    moe_weights_free(w);
-    moe_plan_free(plan);
-    moe_checkpoint_free(ck);
-    moe_ctx_free(ctx);
-    const char *am[] = {"plan", "--checkpoint", dir, NULL};
-    run_moe(&r, am);
-    expect(&r, 0, NULL);
-    assert_non_null(strstr(r.out, "weights MXFP4"));
-    char row[128];
-    snprintf(row, sizeof row, " %lld              0 %14lld ", codes, packed - codes);
-    if (!strstr(r.out, row))
-        fail_msg("moe plan: no row with expert bytes %lld and scale bytes %lld (packed %lld):\n%s", codes,
-                 packed - codes, packed, r.out);
+    /* quantized checkpoints (gpt-oss MXFP4, compressed-tensors int4 with zero points): the
+     * scheme is named, and expert + scale bytes are what the library packs
+     * (moe_weights_expert_bytes), codes = E * 3 * H * I / 2 */
+    const char *qfx[] = {"gpt_oss_mxfp4", "qwen3_moe_ct_w4a16_zp"};
+    const char *qname[] = {"weights mxfp4", "weights int4-g32-zp"};
+    for (int f = 0; f < 2; f++) {
+        char dir[1024];
+        tu_data_path(dir, sizeof dir, qfx[f]);
+        moe_ctx *ctx = tu_ctx();
+        moe_checkpoint *ck = NULL;
+        assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_OK);
+        moe_layer_desc d;
+        assert_int_equal(moe_checkpoint_layer_desc(ck, 0, &d), MOE_OK);
+        moe_plan *plan = NULL;
+        assert_int_equal(moe_plan_create(ctx, &d, &plan), MOE_OK);
+        moe_weights *w = NULL;
+        assert_int_equal(moe_checkpoint_load_weights(ck, 0, plan, &w), MOE_OK);
+        const long long codes = (long long)(d.num_experts * 3 * d.hidden_size * d.moe_intermediate_size / 2);
+        const long long packed = (long long)moe_weights_expert_bytes(w);
+        moe_weights_free(w);
+        moe_plan_free(plan);
+        moe_checkpoint_free(ck);
+        moe_ctx_free(ctx);
+        const char *am[] = {"plan", "--checkpoint", dir, NULL};
+        run_moe(&r, am);
+        expect(&r, 0, NULL);
+        if (!strstr(r.out, qname[f]))
+            fail_msg("moe plan %s: '%s' not in:\n%s", qfx[f], qname[f], r.out);
+        char row[128];
+        snprintf(row, sizeof row, " %lld              0 %14lld ", codes, packed - codes);
+        if (!strstr(r.out, row))
+            fail_msg("moe plan %s: no row with expert bytes %lld and scale bytes %lld (packed %lld):\n%s", qfx[f],
+                     codes, packed - codes, packed, r.out);
+        if (f == 0)
+            result_free(&r);
+    }
     result_free(&r);
 }
 
