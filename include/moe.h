@@ -924,7 +924,8 @@ typedef struct moe_checkpoint moe_checkpoint;
  * open and validate every safetensors file. Errors: MOE_ENOTFOUND (config.json, a shard, a
  * config field), MOE_EFORMAT (bad JSON or safetensors, a config value out of range),
  * MOE_EUNSUPPORTED (unknown architecture, named; or a config value libmoe does not compute:
- * hidden_act, DeepSeek scoring_func / topk_method), MOE_EIO, MOE_ENOMEM. */
+ * hidden_act, DeepSeek scoring_func / topk_method, a quantization_config.quant_method other
+ * than fp8, mxfp4 and compressed-tensors, e.g. gptq, awq, bitsandbytes), MOE_EIO, MOE_ENOMEM. */
 moe_status moe_checkpoint_open(moe_ctx *ctx, const char *dir, moe_checkpoint **out);
 void moe_checkpoint_free(moe_checkpoint *ck);
 

@@ -569,8 +569,14 @@ static moe_status cfg_quant(moe_checkpoint *ck, const json_t *root, const json_t
     }
     if (m && json_is_string(m) && strcmp(json_string_value(m), "compressed-tensors") == 0)
         return moe_ckq_parse(ck->ctx, ck->config_path, qpre, qc, &ck->ct);
-    if (!m || !json_is_string(m) || strcmp(json_string_value(m), "fp8") != 0)
-        return MOE_OK;
+    if (!m || json_is_null(m))
+        return MOE_OK; /* no method: nothing quantized */
+    if (!json_is_string(m) || strcmp(json_string_value(m), "fp8") != 0)
+        return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%squantization_config.quant_method' = '%s': libmoe reads fp8 (block), mxfp4 "
+                             "(gpt-oss) and compressed-tensors (int8 / int4) checkpoints; dequantize this one to "
+                             "bf16 first or convert a bf16 checkpoint with moe quantize",
+                             ck->config_path, qpre, json_is_string(m) ? json_string_value(m) : json_kind(m));
     const json_t *fmt = json_object_get(qc, "fmt");
     if (fmt && !json_is_null(fmt) && (!json_is_string(fmt) || strcmp(json_string_value(fmt), "e4m3") != 0))
         return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,

@@ -20,7 +20,7 @@
 #include "testutil.h"
 
 enum { H = 64, I = 80, E = 4, K = 2, IS = 32, T = 7 };
-enum { M_OK, M_BAD_SHAPE, M_FP8_SHARED };
+enum { M_OK, M_BAD_SHAPE, M_FP8_SHARED, M_GPTQ };
 
 /* e4m3fn: sign, 4-bit exponent (bias 7), 3-bit mantissa; exponent 0 subnormal m/8 * 2^-6;
  * 0x7f / 0xff NaN, no infinities. */
@@ -104,9 +104,9 @@ static void write_ckpt(moe_ctx *ctx, const fp8_layer *L, int64_t bn, int64_t bk,
     if (q2)
         n += snprintf(cfg + n, sizeof cfg - (size_t)n, " \"shared_expert_intermediate_size\": %d,", IS);
     snprintf(cfg + n, sizeof cfg - (size_t)n,
-             " \"quantization_config\": {\"quant_method\": \"fp8\", \"fmt\": \"e4m3\","
+             " \"quantization_config\": {\"quant_method\": \"%s\", \"fmt\": \"e4m3\","
              " \"activation_scheme\": \"dynamic\", \"weight_block_size\": [%lld, %lld]}}",
-             (long long)bn, (long long)bk);
+             mode == M_GPTQ ? "gptq" : "fp8", (long long)bn, (long long)bk);
     snprintf(path, sizeof path, "%s/config.json", dir);
     assert_int_equal(tu_write_file(path, cfg, strlen(cfg)), 0);
 
@@ -274,6 +274,14 @@ static void test_fp8_errors(void **state)
     expect_error(ctx, moe_checkpoint_layer_desc(ck, 0, &d), MOE_EUNSUPPORTED,
                  "model.layers.0.mlp.shared_expert.gate_proj.weight", "quantized shared experts are not supported");
     moe_checkpoint_free(ck);
+    tu_rm_tree(dir);
+
+    /* a quantization method libmoe does not read (GPTQ): refused when the checkpoint is opened,
+     * not later as a missing tensor */
+    write_ckpt(ctx, &L, 32, 48, M_GPTQ, dir, sizeof dir);
+    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED, "quantization_config.quant_method",
+                 "'gptq'", "compressed-tensors");
+    assert_null(ck);
     tu_rm_tree(dir);
 
     layer_free(&L);
