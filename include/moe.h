@@ -73,8 +73,10 @@ typedef enum moe_status {
     MOE_EWORKSPACE = 11,  /* workspace missing or smaller than moe_plan_workspace_size() */
     MOE_ETIMEOUT = 12,    /* parallel plans: a peer rank did not arrive within
                              moe_parallel_config.timeout_s (dead, hung or never called) */
-    MOE_EMPI = 13         /* parallel plans: an MPI call failed, or an earlier timeout left
+    MOE_EMPI = 13,        /* parallel plans: an MPI call failed, or an earlier timeout left
                              the plan's communicator unusable */
+    MOE_ECANCELED = 14    /* stopped because the caller's cancel flag was set (e.g. by a
+                             signal handler: moe_quantize_options.cancel) */
 } moe_status;
 
 /* Static name of a status, e.g. "MOE_EFORMAT". Unknown values give "MOE_E?". */
@@ -1012,6 +1014,10 @@ typedef struct moe_quantize_options {
     int force;                 /* 1: replace an existing non-empty out_dir */
     moe_progress_fn progress;  /* or NULL */
     void *progress_user;
+    const volatile int *cancel;/* or NULL: when *cancel becomes nonzero (a signal handler may set
+                                  it; a volatile sig_atomic_t is an int on the platforms libmoe
+                                  builds for) the conversion stops before the next tensor,
+                                  removes its temporary folder and returns MOE_ECANCELED */
 } moe_quantize_options;
 
 typedef struct moe_quantize_stats {

@@ -31,6 +31,7 @@ const char *moe_status_name(moe_status s)
     case MOE_EWORKSPACE: return "MOE_EWORKSPACE";
     case MOE_ETIMEOUT: return "MOE_ETIMEOUT";
     case MOE_EMPI: return "MOE_EMPI";
+    case MOE_ECANCELED: return "MOE_ECANCELED";
     }
     return "MOE_E?";
 }

@@ -882,6 +882,10 @@ static moe_status convert_shard(qw_job *j, moe_checkpoint *ck, const char *in_pa
     qw_shard s = {0};
     size_t nq = 0;
     for (size_t i = 0; i < moe_safetensors_count(f) && st == MOE_OK; i++) {
+        if (j->opt->cancel && *j->opt->cancel) {
+            st = moe_set_error(j->ctx, MOE_ECANCELED, "%s: interrupted; the partial output is removed", in_path);
+            break;
+        }
         moe_tensor_info t;
         moe_safetensors_at(f, i, &t);
         int64_t layer = -1;
@@ -1075,6 +1079,20 @@ moe_status moe_checkpoint_quantize(moe_ctx *ctx, const char *in_dir, const char 
                                ")", opt->layers[i], in_dir, moe_checkpoint_num_layers(ck));
             goto out;
         }
+    {
+        /* a run killed outright (SIGKILL, power loss) cannot remove its temporary folder: name
+         * any that are there (not removed: another run may be writing one now) */
+        DIR *pd = opendir(out_parent_real);
+        char pre[NAME_MAX + 16];
+        snprintf(pre, sizeof pre, ".%s.tmp.", leaf);
+        for (struct dirent *de = pd ? readdir(pd) : NULL; de; de = readdir(pd))
+            if (strncmp(de->d_name, pre, strlen(pre)) == 0)
+                moe_log(ctx, MOE_LOG_WARN, "%s/%s: a temporary folder of an earlier moe quantize of %s that did not "
+                        "finish (killed?); remove it if no other run is writing it", out_parent_real, de->d_name,
+                        out_dir);
+        if (pd)
+            closedir(pd);
+    }
     if (!mkdtemp(tmp)) {
         st = moe_set_error(ctx, MOE_EIO, "%s: cannot create a temporary folder: %s", tmp, strerror(errno));
         goto out;

@@ -631,6 +631,19 @@ static void test_errors(void **state)
     expect_error(ctx, quantize(ctx, ct, out, "int8-channel", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "already quantized");
     assert_int_equal(dir_entries(root), before); /* nothing left behind */
 
+    /* the cancel flag (what `moe quantize` sets on SIGINT / SIGTERM / SIGHUP): MOE_ECANCELED,
+     * no output and no temporary folder */
+    volatile int cancel = 1;
+    moe_quantize_options oc = {.scheme = "int8-channel", .cancel = &cancel};
+    moe_quantize_stats sc;
+    expect_error(ctx, moe_checkpoint_quantize(ctx, in, out, &oc, &sc), MOE_ECANCELED, "interrupted");
+    assert_int_equal(dir_entries(root), before);
+    assert_string_equal(moe_status_name(MOE_ECANCELED), "MOE_ECANCELED");
+    cancel = 0;
+    assert_int_equal(moe_checkpoint_quantize(ctx, in, out, &oc, &sc), MOE_OK);
+    tu_rm_tree(out);
+    assert_int_equal(dir_entries(root), before);
+
     /* a corrupt input: nothing at the output, no temporary folder */
     char bad[700];
     join(bad, sizeof bad, root, "bad");
