@@ -1035,8 +1035,10 @@ typedef struct moe_quantize_stats {
  * input, inside it or holding it, out_dir existing and not empty without force, a parent
  * folder that does not exist), MOE_EUNSUPPORTED (mxfp4, fp8-tensor / fp8-channel, an already
  * quantized input, stacked expert layouts), MOE_ERANGE (a layer that is not an MoE layer),
- * MOE_ESHAPE (int4 groups not dividing K), those of moe_checkpoint_open, MOE_EIO, MOE_ENOMEM.
- * On error nothing is left at out_dir (an existing one is untouched) nor beside it. stats
+ * MOE_ESHAPE (int4 groups not dividing K), MOE_ECANCELED (opt->cancel set), those of
+ * moe_checkpoint_open, MOE_EIO, MOE_ENOMEM. On error nothing is left at out_dir (an existing
+ * one is untouched) nor beside it (a process killed outright leaves its temporary folder
+ * `.OUT.tmp.XXXXXX`, which the next call for the same out_dir names in a WARNING). stats
  * may be NULL. */
 moe_status moe_checkpoint_quantize(moe_ctx *ctx, const char *in_dir, const char *out_dir,
                                    const moe_quantize_options *opt, moe_quantize_stats *stats);
