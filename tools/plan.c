@@ -203,8 +203,12 @@ int cli_cmd_plan(int argc, char **argv)
     }
 
     char b1[32], b2[32];
-    printf("plan: %s layer: H %lld, I %lld, E %lld, K %lld", name, (long long)H, (long long)I,
-           (long long)E, (long long)K);
+    if (ckdir)
+        printf("plan: %s layer %lld: H %lld, I %lld, E %lld, K %lld", name, (long long)layer, (long long)H,
+               (long long)I, (long long)E, (long long)K);
+    else
+        printf("plan: %s layer: H %lld, I %lld, E %lld, K %lld", name, (long long)H, (long long)I,
+               (long long)E, (long long)K);
     if (Is)
         printf(", shared expert I %lld%s", (long long)Is, d.shared_expert_gated ? " (gated)" : "");
     printf(", weights %s\n", dtname);

@@ -105,6 +105,11 @@ int cli_cmd_quantize(int argc, char **argv)
             if (n_layers == sizeof layers / sizeof layers[0] ||
                 cli_parse_i64(CMD, "--layers", tok, 0, INT32_MAX, &layers[n_layers]) < 0)
                 return CLI_USAGE;
+            for (size_t i = 0; i < n_layers; i++)
+                if (layers[i] == layers[n_layers]) {
+                    cli_err(CMD, "--layers: layer %lld is listed twice", (long long)layers[n_layers]);
+                    return CLI_USAGE;
+                }
             n_layers++;
         }
         if (n_layers == 0) {

@@ -217,6 +217,22 @@ static const void *next_item_weights(const moe_weights *w, const moe_mlp_groups 
     return (const uint8_t *)x->data + p0 * MOE_PANEL * K4;
 }
 
+/* Quantized activations: *P = one past the last position used, *Tt = one past the last
+ * token a position reads (0 with in_scale or without row ids). */
+static void rows_extent(const moe_mlp_groups *gr, int64_t *P, int64_t *Tt)
+{
+    *P = 0;
+    *Tt = 0;
+    for (int64_t g = 0; g < gr->n_groups; g++) {
+        if (gr->end[g] > gr->begin[g] && gr->end[g] > *P)
+            *P = gr->end[g];
+        if (gr->rows && !gr->in_scale)
+            for (int64_t i = gr->begin[g]; i < gr->end[g]; i++)
+                if (gr->rows[i] / gr->row_div + 1 > *Tt)
+                    *Tt = gr->rows[i] / gr->row_div + 1;
+    }
+}
+
 void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups *gr,
                  float *scratch, int64_t *item_off, moe_mlp_stats *stats)
 {
@@ -238,15 +254,8 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups 
     w8a8_rows q8v = {0}, *q8 = NULL;
     int64_t n_src = 0; /* S: source rows to quantize before w13 */
     if (g0.q && g0.q->kind == MOE_QK_W8A8 && kern->linear_w8a8 && kern->quant_row_i8 && H >= 2 && g0.n >= 2) {
-        int64_t P = 0, Tt = 0; /* P: one past the last position used; Tt: one past the last token */
-        for (int64_t g = 0; g < gr->n_groups; g++) {
-            if (gr->end[g] > gr->begin[g] && gr->end[g] > P)
-                P = gr->end[g];
-            if (gr->rows && !gr->in_scale)
-                for (int64_t i = gr->begin[g]; i < gr->end[g]; i++)
-                    if (gr->rows[i] / gr->row_div + 1 > Tt)
-                        Tt = gr->rows[i] / gr->row_div + 1;
-        }
+        int64_t P, Tt;
+        rows_extent(gr, &P, &Tt);
         q8v.H4 = (H + 3) / 4 * 4;
         q8v.I4 = (g0.n + 3) / 4 * 4;
         q8v.per_token = gr->rows && !gr->in_scale && Tt * (q8v.H4 + 4) <= P * H * 4;
@@ -256,15 +265,8 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups 
         if (P > 0)
             q8 = &q8v;
     } else if (g0.q && g0.q->kind == MOE_QK_F8A8 && kern->linear_f8a8 && kern->quant_row_f8) {
-        int64_t P = 0, Tt = 0; /* as above */
-        for (int64_t g = 0; g < gr->n_groups; g++) {
-            if (gr->end[g] > gr->begin[g] && gr->end[g] > P)
-                P = gr->end[g];
-            if (gr->rows && !gr->in_scale)
-                for (int64_t i = gr->begin[g]; i < gr->end[g]; i++)
-                    if (gr->rows[i] / gr->row_div + 1 > Tt)
-                        Tt = gr->rows[i] / gr->row_div + 1;
-        }
+        int64_t P, Tt;
+        rows_extent(gr, &P, &Tt);
         q8v.f8 = 1;
         q8v.H4 = (H + 3) / 4 * 4;
         q8v.I4 = (g0.n + 3) / 4 * 4;

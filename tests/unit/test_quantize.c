@@ -772,6 +772,11 @@ static void test_cli(void **state)
                      2);
     assert_non_null(strstr(e, "int5"));
     assert_int_equal(run_cli(o, sizeof o, e, sizeof e,
+                             (const char *const[]){"--checkpoint", in, "--output", out, "--quant", "int8-channel",
+                                                   "--layers", "0,0", NULL}),
+                     2);
+    assert_non_null(strstr(e, "layer 0 is listed twice"));
+    assert_int_equal(run_cli(o, sizeof o, e, sizeof e,
                              (const char *const[]){"--checkpoint", in, "--output", out, "--quant", "mxfp4", NULL}),
                      1);
     assert_non_null(strstr(e, "mxfp4"));
