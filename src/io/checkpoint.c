@@ -1551,7 +1551,10 @@ static moe_status mxfp4_split_gate_up(moe_checkpoint *ck, ck_layer *lt, int64_t 
 
 /* Resolve MoE layer `layer`: find every tensor, check dtypes and shapes against config.json,
  * and fill lt (free with ck_layer_free, also on error). */
-static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt, int64_t e_lo, int64_t e_hi)
+/* describe != 0 (moe_checkpoint_layer_desc): every tensor is validated but quantized codes
+ * are not converted (compressed-tensors). */
+static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt, int64_t e_lo, int64_t e_hi,
+                                int describe)
 {
     memset(lt, 0, sizeof *lt);
     lt->e_lo = e_lo < 0 ? 0 : e_lo;
@@ -1663,8 +1666,8 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
                 const char *const proj[3] = {gate_s, up_s, down_s};
                 const void **codes[3] = {lt->gate, lt->up, lt->down};
                 const moe_ckq_lookup lk = {ckq_has, ckq_get, ck};
-                if ((st = moe_ckq_layer_load(ck->ctx, ck->ct, &lk, prefix, proj, lt->e_lo, lt->e_hi, E, I, H, codes,
-                                             &lt->ckq)) != MOE_OK)
+                if ((st = moe_ckq_layer_load(ck->ctx, ck->ct, &lk, prefix, proj, lt->e_lo, lt->e_hi, E, I, H, describe,
+                                             codes, &lt->ckq)) != MOE_OK)
                     return st;
             }
             for (int64_t e = lt->e_lo; !ck->fp8 && !lt->ckq && e < lt->e_hi; e++) {
@@ -1790,7 +1793,7 @@ moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_laye
     if (!out)
         return moe_set_error(ck->ctx, MOE_EINVAL, "moe_checkpoint_layer_desc: out is NULL");
     ck_layer lt;
-    moe_status st = resolve_layer(ck, layer, &lt, 0, ck->num_experts);
+    moe_status st = resolve_layer(ck, layer, &lt, 0, ck->num_experts, 1);
     if (st == MOE_OK)
         fill_desc(ck, &lt, out);
     ck_layer_free(&lt);
@@ -1887,7 +1890,7 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
         free(map);
     }
     ck_layer lt;
-    moe_status st = resolve_layer(ck, layer, &lt, e_lo, e_hi);
+    moe_status st = resolve_layer(ck, layer, &lt, e_lo, e_hi, 0);
     if (st == MOE_OK) {
         moe_layer_desc want;
         fill_desc(ck, &lt, &want);

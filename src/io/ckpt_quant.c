@@ -348,8 +348,8 @@ static moe_status bad_shape(moe_ctx *ctx, const char *path, const char *name, co
 
 /* One expert linear `base` ([N, K]): codes, scales, zero points. */
 static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, moe_ckq_layer *l,
-                              const char *base, int64_t N, int64_t K, const void **codes, const void **scale,
-                              const uint8_t **zero)
+                              const char *base, int64_t N, int64_t K, int describe, const void **codes,
+                              const void **scale, const uint8_t **zero)
 {
     char name[320], want[96];
     moe_tensor_info t;
@@ -405,11 +405,11 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
         /* little-endian words: row n's bytes are its codes in k order */
         const size_t row_in = (size_t)words * 4, row_out = q->num_bits == 4 ? (size_t)K / 2 : (size_t)K;
         const uint8_t flip = q->num_bits == 8 ? 0x80 : (q->symmetric ? 0x88 : 0x00);
-        uint8_t *c = own(l, (size_t)N * row_out); /* [N, K/2] (int4) or [N, K] (int8) */
-        if (!c)
+        uint8_t *c = describe ? NULL : own(l, (size_t)N * row_out); /* [N, K/2] (int4) or [N, K] (int8) */
+        if (!c && !describe)
             return moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory", name);
         const uint8_t *src = t.data;
-        for (int64_t n = 0; n < N; n++)
+        for (int64_t n = 0; c && n < N; n++)
             for (size_t b = 0; b < row_out; b++)
                 c[(size_t)n * row_out + b] = src[(size_t)n * row_in + b] ^ flip;
         *codes = c;
@@ -427,6 +427,8 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
     }
     if (t.dtype == MOE_DTYPE_F32) {
         *scale = t.data;
+    } else if ((t.dtype == MOE_DTYPE_BF16 || t.dtype == MOE_DTYPE_F16) && describe) {
+        *scale = NULL;
     } else if (t.dtype == MOE_DTYPE_BF16 || t.dtype == MOE_DTYPE_F16) {
         float *s = own(l, sizeof(float) * (size_t)(N * G)); /* [N, G] f32, exact */
         if (!s)
@@ -455,6 +457,8 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
         snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "] (ceil(out / 8), groups)", zrows, G);
         return bad_shape(ctx, path, name, &t, want);
     }
+    if (describe)
+        return MOE_OK;
     uint8_t *z = own(l, (size_t)(N * G)); /* [N, G] u8 0..15 */
     if (!z)
         return moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory", name);
@@ -471,7 +475,7 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
 
 moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, const char *prefix,
                               const char *const proj[3], int64_t e_lo, int64_t e_hi, int64_t E, int64_t I, int64_t H,
-                              const void **codes[3], moe_ckq_layer **out)
+                              int describe, const void **codes[3], moe_ckq_layer **out)
 {
     *out = NULL;
     char base[300], name[320];
@@ -504,7 +508,7 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
     for (int64_t e = e_lo; e < e_hi && st == MOE_OK; e++)
         for (int j = 0; j < 3 && st == MOE_OK; j++) {
             snprintf(base, sizeof base, "%sexperts.%" PRId64 ".%s", prefix, e, proj[j]);
-            st = load_linear(ctx, q, lk, l, base, j == 2 ? H : I, j == 2 ? I : H, &codes[j][e], &l->scale[j][e],
+            st = load_linear(ctx, q, lk, l, base, j == 2 ? H : I, j == 2 ? I : H, describe, &codes[j][e], &l->scale[j][e],
                              &l->zero[j][e]);
         }
     if (st != MOE_OK) {

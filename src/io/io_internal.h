@@ -45,10 +45,12 @@ void moe_ckq_free(moe_ckq *q);
  * up, down; gate/up [I, H], down [H, I]) for experts [e_lo, e_hi) of E: codes[j][e] receive
  * the code pointers (libmoe's source layout), and *out the scales and zero points. *out =
  * NULL (nothing set) when this layer's experts are not quantized (a float `weight`: a layer
- * the quantization left out). */
+ * the quantization left out). describe != 0: validate every tensor (names, dtypes, shapes)
+ * and fill *out's scheme only, converting nothing (codes, scales and zero points stay NULL):
+ * what moe_checkpoint_layer_desc needs. */
 moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, const char *prefix,
                               const char *const proj[3], int64_t e_lo, int64_t e_hi, int64_t E, int64_t I,
-                              int64_t H, const void **codes[3], moe_ckq_layer **out);
+                              int64_t H, int describe, const void **codes[3], moe_ckq_layer **out);
 void moe_ckq_layer_free(moe_ckq_layer *l);
 /* desc.quant of a loaded layer. */
 void moe_ckq_layer_quant(const moe_ckq_layer *l, moe_quant_config *out);
