@@ -916,7 +916,12 @@ moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tenso
  * `weight_scale_inv` [ceil(out/bn), ceil(in/bk)], a multiplier) give desc.quant fp8 e4m3 BLOCK
  * [bn, bk] weight-only for w13 and w2 (the dynamic activation scheme runs with f32
  * activations); weight_dtype is then the shared expert's dtype, or the router's without one.
- * An fp8 shared expert, or fp8 in a stacked expert layout, is MOE_EUNSUPPORTED.
+ * An fp8 shared expert (DeepSeek-V3's FP8 checkpoints quantize it too: the same `weight` +
+ * `weight_scale_inv` pair) is dequantized at load to f32 with the routed kernels' arithmetic
+ * (w = q * s, one f32 multiply) and runs as an f32 shared expert (weight_dtype F32; 4 bytes per
+ * weight resident instead of 1, logged at INFO with the byte count); a shared expert with
+ * only some projections in fp8 is MOE_EDTYPE. fp8 in a stacked expert layout is
+ * MOE_EUNSUPPORTED.
  * compressed-tensors checkpoints (int4 / int8 experts, llm-compressor's format): see
  * "Quantized checkpoints" below.
  * ------------------------------------------------------------------------------------- */
@@ -950,8 +955,8 @@ int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
  * the message names tensor, expected and found; FP8 checkpoints: every weight_scale_inv too,
  * F32 on the ceil grid; MXFP4 checkpoints: every *_blocks / *_scales U8 in the shapes above),
  * MOE_EFORMAT (MXFP4 with H or I not a multiple of 32, or *_blocks without quantization_config
- * mxfp4), MOE_EUNSUPPORTED (an fp8 shared expert; quant_method mxfp4 on a family other than
- * gpt-oss, from moe_checkpoint_open). */
+ * mxfp4), MOE_EUNSUPPORTED (quant_method mxfp4 on a family other than gpt-oss, from
+ * moe_checkpoint_open). */
 moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_layer_desc *out);
 
 /* Pack layer `layer`'s weights for `plan` (which must have been created from the

@@ -39,9 +39,10 @@
  * per-expert layout only: each expert linear's P.experts.e.<proj>.weight is F8_E4M3 [out, in]
  * with P.experts.e.<proj>.weight_scale_inv F32 [ceil(out/bn), ceil(in/bk)], which MULTIPLIES
  * (w = q * s) despite its name: desc.quant becomes fp8 e4m3 BLOCK [bn, bk] for w13 and w2 and
- * the scale tensors are passed as the source's gate/up/down_scale. Router, norms, biases and the
- * shared expert stay bf16/f32 (an fp8 shared expert is MOE_EUNSUPPORTED); weight_dtype is then
- * the shared expert's dtype, or the router's without one.
+ * the scale tensors are passed as the source's gate/up/down_scale. Router, norms and biases
+ * stay bf16/f32; an fp8 shared expert (DeepSeek-V3 FP8) is dequantized to f32 at load (w = q * s,
+ * lt->sh_deq, logged with its size) and runs in weight_dtype F32; otherwise weight_dtype is the
+ * shared expert's dtype, or the router's without one.
  * MXFP4 checkpoints (gpt-oss as released): config.json quantization_config = {quant_method:
  * mxfp4, modules_to_not_convert: [...]} (transformers' Mxfp4Config); per layer
  * P.experts.gate_up_proj_blocks U8 [E, 2I, H/32, 16], P.experts.gate_up_proj_scales U8
@@ -62,6 +63,7 @@
  * blocks and scales are copied apart (logged at INFO with their size) and freed once packed.
  */
 #include "io/io_internal.h"
+#include "quant/quant.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -1076,6 +1078,9 @@ typedef struct ck_layer {
     bool mxfp4;                 /* gpt-oss MXFP4 experts (*_blocks / *_scales) */
     const uint8_t *gu_blocks;   /* MXFP4: gate_up_proj_blocks [E, 2I, H/32, 16], gate = even rows */
     const uint8_t *gu_scales;   /* MXFP4: gate_up_proj_scales [E, 2I, H/32] */
+    float *sh_deq;              /* FP8 shared expert, when loading: gate [I_s, H], up [I_s, H],
+                                   down [H, I_s] dequantized to f32 (w = q * s, the routed
+                                   kernels' arithmetic); NULL otherwise */
     uint8_t *gu_split;          /* MXFP4, when loading: the local experts' gate and up rows
                                    de-interleaved, per expert e - e_lo: gate codes [I, H/2], up
                                    codes [I, H/2], gate scales [I, H/32], up scales [I, H/32] */
@@ -1109,6 +1114,7 @@ static void ck_layer_free(ck_layer *lt)
     free(lt->up_bias);
     free(lt->down_bias);
     free(lt->gu_split);
+    free(lt->sh_deq);
     moe_ckq_layer_free(lt->ckq);
 }
 
@@ -1697,28 +1703,63 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
         const int64_t in_shape[2] = {Is, H};
         const int64_t out_shape[2] = {H, Is};
         lt->has_shared = true;
+        static const char *const sproj[3] = {"gate_proj", "up_proj", "down_proj"};
+        int n_fp8 = 0;
         for (int j = 0; ck->fp8 && j < 3; j++) {
-            static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
             moe_tensor_info t;
-            snprintf(name, sizeof name, "%s%s.%s.weight", prefix, sh, proj[j]);
+            snprintf(name, sizeof name, "%s%s.%s.weight", prefix, sh, sproj[j]);
             if ((st = ck_get(ck, name, &t, &path)) != MOE_OK)
                 return st;
-            if (t.dtype == MOE_DTYPE_F8_E4M3)
-                return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
-                                     "%s: tensor '%s': F8_E4M3 shared expert: quantized shared experts are not "
-                                     "supported (only the routed experts may be FP8); dequantize the shared expert "
-                                     "to bf16",
-                                     path, name);
+            n_fp8 += t.dtype == MOE_DTYPE_F8_E4M3;
         }
-        snprintf(name, sizeof name, "%s%s.gate_proj.weight", prefix, sh);
-        if ((st = get_weight(ck, lt, name, "[I_s, H]", 2, in_shape, &lt->sh_gate)) != MOE_OK)
-            return st;
-        snprintf(name, sizeof name, "%s%s.up_proj.weight", prefix, sh);
-        if ((st = get_weight(ck, lt, name, "[I_s, H]", 2, in_shape, &lt->sh_up)) != MOE_OK)
-            return st;
-        snprintf(name, sizeof name, "%s%s.down_proj.weight", prefix, sh);
-        if ((st = get_weight(ck, lt, name, "[H, I_s]", 2, out_shape, &lt->sh_down)) != MOE_OK)
-            return st;
+        if (n_fp8 == 3) {
+            /* FP8 shared expert (DeepSeek-V3 FP8 quantizes it too): validated like the routed
+             * experts, then dequantized to f32 with the routed kernels' arithmetic (w = q * s,
+             * one f32 multiply: moe_quant_dequant_source), so it computes exactly what the
+             * weight-only fp8 kernels would; it runs in weight_dtype F32 */
+            const moe_qweight qw = {.dtype = MOE_QTYPE_F8_E4M3, .scale = MOE_QSCALE_BLOCK, .block_n = ck->fp8_bn,
+                                    .block_k = ck->fp8_bk};
+            const int64_t *shp[3] = {in_shape, in_shape, out_shape};
+            const char *lab[3] = {"[I_s, H]", "[I_s, H]", "[H, I_s]"};
+            moe_tensor_info *dst[3] = {&lt->sh_gate, &lt->sh_up, &lt->sh_down};
+            const size_t n1 = (size_t)(Is * H); /* elements per matrix */
+            if (!describe && !(lt->sh_deq = malloc(3 * n1 * sizeof(float))))
+                return moe_set_error(ck->ctx, MOE_ENOMEM, "out of memory dequantizing the FP8 shared expert (%zu bytes)",
+                                     3 * n1 * sizeof(float));
+            for (int j = 0; j < 3; j++) {
+                const void *codes = NULL, *scale = NULL;
+                snprintf(name, sizeof name, "%s%s.%s.weight", prefix, sh, sproj[j]);
+                if ((st = get_fp8_weight(ck, name, lab[j], shp[j], &codes, &scale)) != MOE_OK)
+                    return st;
+                float *w = lt->sh_deq ? lt->sh_deq + (size_t)j * n1 : NULL; /* [N, K] f32 */
+                if (w)
+                    moe_quant_dequant_source(&qw, codes, scale, NULL, shp[j][0], shp[j][1], w);
+                *dst[j] = (moe_tensor_info){.name = NULL, .dtype = MOE_DTYPE_F32, .ndim = 2,
+                                            .shape = {shp[j][0], shp[j][1]}, .data = w, .nbytes = n1 * sizeof(float)};
+            }
+            lt->have_weight_dtype = true;
+            lt->weight_dtype = MOE_DTYPE_F32;
+            if (lt->sh_deq)
+                moe_log(ck->ctx, MOE_LOG_INFO,
+                        "%s%s: FP8 shared expert dequantized to f32 (w = q * s exactly): %zu bytes resident instead of "
+                        "%zu of e4m3 codes",
+                        prefix, sh, 3 * n1 * sizeof(float), 3 * n1);
+        } else if (n_fp8 > 0) {
+            snprintf(name, sizeof name, "%s%s.gate_proj.weight", prefix, sh);
+            return moe_set_error(ck->ctx, MOE_EDTYPE,
+                                 "%s: shared expert '%s': %d of its 3 projections are F8_E4M3: all three or none",
+                                 ck->dir, name, n_fp8);
+        } else {
+            snprintf(name, sizeof name, "%s%s.gate_proj.weight", prefix, sh);
+            if ((st = get_weight(ck, lt, name, "[I_s, H]", 2, in_shape, &lt->sh_gate)) != MOE_OK)
+                return st;
+            snprintf(name, sizeof name, "%s%s.up_proj.weight", prefix, sh);
+            if ((st = get_weight(ck, lt, name, "[I_s, H]", 2, in_shape, &lt->sh_up)) != MOE_OK)
+                return st;
+            snprintf(name, sizeof name, "%s%s.down_proj.weight", prefix, sh);
+            if ((st = get_weight(ck, lt, name, "[H, I_s]", 2, out_shape, &lt->sh_down)) != MOE_OK)
+                return st;
+        }
         if (ck->shared_gated) {
             const int64_t gw_shape[2] = {1, H};
             snprintf(name, sizeof name, "%sshared_expert_gate.weight", prefix);

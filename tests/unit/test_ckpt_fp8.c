@@ -43,7 +43,33 @@ typedef struct fp8_layer {
     uint8_t *codes[E][3];
     float *scales[E][3];
     int64_t gr[3], gc[3];       /* scale grid per matrix */
+    /* the shared expert (Qwen2-MoE layout, I_s = IS), quantized the same way */
+    float *sdeq[3];             /* dequantized gate [IS, H], up [IS, H], down [H, IS] */
+    uint8_t *scodes[3];
+    float *sscales[3];
 } fp8_layer;
+
+/* Quantize a random f32 [N, Kd] (rows and columns of different magnitude) to fp8 blocks and
+ * write the test's own dequantization (e4m3_value * s) into *deq. */
+static void quant_matrix(const moe_qweight *qw, int64_t N, int64_t Kd, uint64_t seed, uint8_t **codes, float **scales,
+                         float **deq)
+{
+    float *w = malloc(sizeof(float) * (size_t)(N * Kd));
+    tu_fill_uniform(w, (size_t)(N * Kd), seed, -0.5f, 0.5f);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < Kd; k++)
+            w[n * Kd + k] *= ldexpf(1.0f, (int)((n / 16 + k / 24) % 5) - 2);
+    size_t cb, sb, zb;
+    assert_int_equal(moe_quantize_matrix_sizes(qw, N, Kd, &cb, &sb, &zb), MOE_OK);
+    *codes = malloc(cb);
+    *scales = malloc(sb);
+    assert_int_equal(moe_quantize_matrix(qw, w, N, Kd, *codes, *scales, NULL), MOE_OK);
+    const int64_t gc = (Kd + qw->block_k - 1) / qw->block_k;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < Kd; k++)
+            w[n * Kd + k] = e4m3_value((*codes)[n * Kd + k]) * (*scales)[(n / qw->block_n) * gc + k / qw->block_k];
+    *deq = w;
+}
 
 static void layer_make(fp8_layer *L, int64_t bn, int64_t bk)
 {
@@ -77,6 +103,9 @@ static void layer_make(fp8_layer *L, int64_t bn, int64_t bk)
                     w[n * Kd + k] = e4m3_value(L->codes[e][m][n * Kd + k]) *
                                     L->scales[e][m][(n / bn) * L->gc[m] + k / bk];
         }
+    for (int m = 0; m < 3; m++)
+        quant_matrix(&qw, m == 2 ? H : IS, m == 2 ? IS : H, 900 + (uint64_t)m, &L->scodes[m], &L->sscales[m],
+                     &L->sdeq[m]);
 }
 
 static void layer_free(fp8_layer *L)
@@ -88,6 +117,11 @@ static void layer_free(fp8_layer *L)
             free(L->codes[e][m]);
             free(L->scales[e][m]);
         }
+    for (int m = 0; m < 3; m++) {
+        free(L->sdeq[m]);
+        free(L->scodes[m]);
+        free(L->sscales[m]);
+    }
 }
 
 /* Write the checkpoint into a fresh folder `dir`. */
@@ -136,11 +170,16 @@ static void write_ckpt(moe_ctx *ctx, const fp8_layer *L, int64_t bn, int64_t bk,
             nt++;
         }
     if (q2) {
-        /* the shared expert in fp8 too (codes of expert 0, cut to [IS, H] / [H, IS]) */
+        /* the shared expert in fp8 too, with its own block scales (DeepSeek-V3 FP8 does this) */
         for (int m = 0; m < 3; m++) {
+            const int64_t N = m == 2 ? H : IS, Kd = m == 2 ? IS : H;
             snprintf(names[nt], sizeof names[nt], "model.layers.0.mlp.shared_expert.%s.weight", proj[m]);
-            t[nt] = (moe_tensor_out){.name = names[nt], .dtype = MOE_DTYPE_F8_E4M3, .ndim = 2,
-                                     .shape = {m == 2 ? H : IS, m == 2 ? IS : H}, .data = L->codes[0][m]};
+            t[nt] = (moe_tensor_out){.name = names[nt], .dtype = MOE_DTYPE_F8_E4M3, .ndim = 2, .shape = {N, Kd},
+                                     .data = L->scodes[m]};
+            nt++;
+            snprintf(names[nt], sizeof names[nt], "model.layers.0.mlp.shared_expert.%s.weight_scale_inv", proj[m]);
+            t[nt] = (moe_tensor_out){.name = names[nt], .dtype = MOE_DTYPE_F32, .ndim = 2,
+                                     .shape = {(N + bn - 1) / bn, (Kd + bk - 1) / bk}, .data = L->sscales[m]};
             nt++;
         }
         snprintf(names[nt], sizeof names[nt], "model.layers.0.mlp.shared_expert_gate.weight");
@@ -268,14 +307,6 @@ static void test_fp8_errors(void **state)
     moe_checkpoint_free(ck);
     tu_rm_tree(dir);
 
-    /* an fp8 shared expert */
-    write_ckpt(ctx, &L, 32, 48, M_FP8_SHARED, dir, sizeof dir);
-    assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_OK);
-    expect_error(ctx, moe_checkpoint_layer_desc(ck, 0, &d), MOE_EUNSUPPORTED,
-                 "model.layers.0.mlp.shared_expert.gate_proj.weight", "quantized shared experts are not supported");
-    moe_checkpoint_free(ck);
-    tu_rm_tree(dir);
-
     /* a quantization method libmoe does not read (GPTQ): refused when the checkpoint is opened,
      * not later as a missing tensor */
     write_ckpt(ctx, &L, 32, 48, M_GPTQ, dir, sizeof dir);
@@ -288,12 +319,66 @@ static void test_fp8_errors(void **state)
     moe_ctx_free(ctx);
 }
 
+/* An FP8 shared expert (Qwen2-MoE layout, gated): dequantized to f32 at load, so the layer is
+ * bit-identical to an f32 plan on the test's own dequantization of every fp8 weight. */
+static void test_fp8_shared_expert(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    fp8_layer L;
+    layer_make(&L, 32, 48);
+    char dir[512];
+    write_ckpt(ctx, &L, 32, 48, M_FP8_SHARED, dir, sizeof dir);
+    moe_checkpoint *ck = NULL;
+    if (moe_checkpoint_open(ctx, dir, &ck) != MOE_OK)
+        fail_msg("open: %s", moe_ctx_last_error(ctx));
+    moe_layer_desc d;
+    if (moe_checkpoint_layer_desc(ck, 0, &d) != MOE_OK)
+        fail_msg("layer_desc: %s", moe_ctx_last_error(ctx));
+    assert_int_equal(d.shared_expert_intermediate_size, IS);
+    assert_int_equal(d.weight_dtype, MOE_DTYPE_F32); /* the dequantized shared expert's */
+    assert_int_equal(d.quant.w13.dtype, MOE_QTYPE_F8_E4M3);
+    float x[T * H];
+    tu_fill_uniform(x, T * H, 6, -1.5f, 1.5f);
+    float out[T * H], ref[T * H], wts[T * K], rwts[T * K];
+    int32_t ids[T * K], rids[T * K];
+    run_plan(ctx, &d, ck, NULL, x, out, ids, wts);
+
+    const void *gp[E], *up[E], *dp[E];
+    for (int e = 0; e < E; e++)
+        gp[e] = L.deq[e][0], up[e] = L.deq[e][1], dp[e] = L.deq[e][2];
+    moe_weight_source src;
+    memset(&src, 0, sizeof src);
+    src.router = L.router;
+    src.router_dtype = MOE_DTYPE_F32;
+    src.gate_proj = gp;
+    src.up_proj = up;
+    src.down_proj = dp;
+    src.shared_gate_proj = L.sdeq[0];
+    src.shared_up_proj = L.sdeq[1];
+    src.shared_down_proj = L.sdeq[2];
+    src.shared_expert_gate = L.router; /* the checkpoint's [1, H]: the router's first row */
+    moe_layer_desc d32 = d;
+    memset(&d32.quant, 0, sizeof d32.quant);
+    run_plan(ctx, &d32, NULL, &src, x, ref, rids, rwts);
+    if (memcmp(out, ref, sizeof out) != 0)
+        fail_msg("fp8 shared expert: checkpoint output differs from f32 on the dequantized weights (max diff %g)",
+                 tu_max_abs_diff(out, ref, T * H));
+    assert_memory_equal(ids, rids, sizeof ids);
+    assert_true(tu_max_abs(ref, T * H) > 1e-3);
+    moe_checkpoint_free(ck);
+    tu_rm_tree(dir);
+    layer_free(&L);
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp8_block_128),
         cmocka_unit_test(test_fp8_block_small),
         cmocka_unit_test(test_fp8_errors),
+        cmocka_unit_test(test_fp8_shared_expert),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
