@@ -273,21 +273,7 @@ static void run(const qlayer *L, int which, const char *isa, int threads, const 
         src.gate_scale = gs, src.up_scale = us, src.down_scale = ds;
         src.gate_zero = gz, src.up_zero = uz, src.down_zero = dz;
     }
-    moe_plan *plan = NULL;
-    moe_weights *w = NULL;
-    moe_status st = moe_plan_create(ctx, which == 0 ? &L->desc : &L->fdesc, &plan);
-    if (st == MOE_OK)
-        st = moe_weights_create(plan, &src, &w);
-    if (st != MOE_OK)
-        fail_msg("%s: %s", moe_status_name(st), moe_ctx_last_error(ctx));
-    size_t ws = moe_plan_workspace_size(plan, T);
-    void *wsp = aligned_alloc(64, (ws + 63) / 64 * 64 + 64);
-    st = moe_plan_execute(plan, w, x, T, out, wsp, ws);
-    if (st != MOE_OK)
-        fail_msg("%s: %s", moe_status_name(st), moe_ctx_last_error(ctx));
-    free(wsp);
-    moe_weights_free(w);
-    moe_plan_free(plan);
+    tu_run_layer(ctx, which == 0 ? &L->desc : &L->fdesc, NULL, &src, x, T, out);
     moe_ctx_free(ctx);
     free(g), free(u), free(dn), free(gs), free(us), free(ds), free(gz), free(uz), free(dz);
 }

@@ -358,21 +358,7 @@ static void run_layer(const wlayer *L, const moe_kernels *table, int threads, in
         cfg.experts = MOE_EXPERTS_BATCHED;
         cfg.batched_capacity = 8;
     }
-    moe_plan *plan = NULL;
-    moe_weights *w = NULL;
-    moe_status st = moe_plan_create_ex(ctx, &L->desc, &cfg, &plan);
-    if (st == MOE_OK)
-        st = moe_weights_create(plan, &src, &w);
-    if (st != MOE_OK)
-        fail_msg("%s: %s", moe_status_name(st), moe_ctx_last_error(ctx));
-    size_t ws = moe_plan_workspace_size(plan, T);
-    void *wsp = aligned_alloc(64, (ws + 63) / 64 * 64 + 64);
-    st = moe_plan_execute(plan, w, x, T, out, wsp, ws);
-    if (st != MOE_OK)
-        fail_msg("%s: %s", moe_status_name(st), moe_ctx_last_error(ctx));
-    free(wsp);
-    moe_weights_free(w);
-    moe_plan_free(plan);
+    tu_run_layer(ctx, &L->desc, &cfg, &src, x, T, out);
     moe_ctx_free(ctx);
     for (int j = 0; j < 3; j++)
         free(p[j]), free(s[j]);

@@ -137,3 +137,23 @@ int tu_group_tmp_teardown(void **state)
     tu_rm_tree(g_tmp_root);
     return 0;
 }
+
+void tu_run_layer(moe_ctx *ctx, const moe_layer_desc *d, const moe_plan_config *cfg, const moe_weight_source *src,
+                  const float *x, int64_t T, float *out)
+{
+    moe_plan *plan = NULL;
+    moe_weights *w = NULL;
+    moe_status st = cfg ? moe_plan_create_ex(ctx, d, cfg, &plan) : moe_plan_create(ctx, d, &plan);
+    if (st == MOE_OK)
+        st = moe_weights_create(plan, src, &w);
+    if (st != MOE_OK)
+        fail_msg("%s: %s", moe_status_name(st), moe_ctx_last_error(ctx));
+    const size_t ws = moe_plan_workspace_size(plan, T);
+    void *wsp = aligned_alloc(64, (ws + 63) / 64 * 64 + 64); /* workspace, 64-byte aligned */
+    st = moe_plan_execute(plan, w, x, T, out, wsp, ws);
+    if (st != MOE_OK)
+        fail_msg("%s: %s", moe_status_name(st), moe_ctx_last_error(ctx));
+    free(wsp);
+    moe_weights_free(w);
+    moe_plan_free(plan);
+}

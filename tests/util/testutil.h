@@ -31,5 +31,9 @@ int tu_group_tmp_setup(void **state);
 int tu_group_tmp_teardown(void **state);
 /* A context with defaults and one thread; fails the test on error. */
 moe_ctx *tu_ctx(void);
+/* One forward of the layer d (plan config cfg, or NULL for the defaults) on weights src:
+ * x [T, H] f32 -> out [T, H]; fails the test, naming the status and message, on error. */
+void tu_run_layer(moe_ctx *ctx, const moe_layer_desc *d, const moe_plan_config *cfg, const moe_weight_source *src,
+                  const float *x, int64_t T, float *out);
 
 #endif
