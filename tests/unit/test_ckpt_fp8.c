@@ -194,21 +194,24 @@ static void write_ckpt(moe_ctx *ctx, const fp8_layer *L, int64_t bn, int64_t bk,
 static void run_plan(moe_ctx *ctx, const moe_layer_desc *d, moe_checkpoint *ck, const moe_weight_source *src,
                      const float *x, float *out, int32_t *ids, float *wts)
 {
-    moe_plan *plan = NULL;
-    if (moe_plan_create(ctx, d, &plan) != MOE_OK)
-        fail_msg("plan: %s", moe_ctx_last_error(ctx));
-    moe_weights *w = NULL;
-    moe_status st = ck ? moe_checkpoint_load_weights(ck, 0, plan, &w) : moe_weights_create(plan, src, &w);
-    if (st != MOE_OK)
-        fail_msg("weights: %s", moe_ctx_last_error(ctx));
-    size_t wsz = moe_plan_workspace_size(plan, T);
-    void *ws = malloc(wsz);
-    moe_exec_args a = {.hidden_states = x, .hidden_dtype = MOE_DTYPE_F32, .n_tokens = T, .output = out,
-                       .topk_ids = ids, .topk_weights = wts, .workspace = ws, .workspace_size = wsz};
-    assert_int_equal(moe_plan_execute_ex(plan, w, &a), MOE_OK);
-    free(ws);
-    moe_weights_free(w);
-    moe_plan_free(plan);
+    tu_run_layer_ex(ctx, d, NULL, ck, 0, src, x, MOE_DTYPE_F32, T, out, ids, wts);
+}
+
+/* The f32 source of L's dequantized weights (router, routed experts through gp/up/dp [E], and
+ * the shared expert's, used when the description has one). */
+static void deq_source(const fp8_layer *L, const void **gp, const void **up, const void **dp, moe_weight_source *src)
+{
+    for (int e = 0; e < E; e++)
+        gp[e] = L->deq[e][0], up[e] = L->deq[e][1], dp[e] = L->deq[e][2];
+    memset(src, 0, sizeof *src);
+    src->router = L->router;
+    src->router_dtype = MOE_DTYPE_F32;
+    src->gate_proj = gp;
+    src->up_proj = up;
+    src->down_proj = dp;
+    src->shared_gate_proj = L->sdeq[0];
+    src->shared_up_proj = L->sdeq[1];
+    src->shared_down_proj = L->sdeq[2];
 }
 
 static void check_blocks(int64_t bn, int64_t bk)
@@ -243,15 +246,8 @@ static void check_blocks(int64_t bn, int64_t bk)
 
     /* f32 plan on the dequantized weights */
     const void *gp[E], *up[E], *dp[E];
-    for (int e = 0; e < E; e++)
-        gp[e] = L.deq[e][0], up[e] = L.deq[e][1], dp[e] = L.deq[e][2];
     moe_weight_source src;
-    memset(&src, 0, sizeof src);
-    src.router = L.router;
-    src.router_dtype = MOE_DTYPE_F32;
-    src.gate_proj = gp;
-    src.up_proj = up;
-    src.down_proj = dp;
+    deq_source(&L, gp, up, dp, &src);
     moe_layer_desc d32 = d;
     memset(&d32.quant, 0, sizeof d32.quant);
     d32.weight_dtype = MOE_DTYPE_F32;
@@ -345,18 +341,8 @@ static void test_fp8_shared_expert(void **state)
     run_plan(ctx, &d, ck, NULL, x, out, ids, wts);
 
     const void *gp[E], *up[E], *dp[E];
-    for (int e = 0; e < E; e++)
-        gp[e] = L.deq[e][0], up[e] = L.deq[e][1], dp[e] = L.deq[e][2];
     moe_weight_source src;
-    memset(&src, 0, sizeof src);
-    src.router = L.router;
-    src.router_dtype = MOE_DTYPE_F32;
-    src.gate_proj = gp;
-    src.up_proj = up;
-    src.down_proj = dp;
-    src.shared_gate_proj = L.sdeq[0];
-    src.shared_up_proj = L.sdeq[1];
-    src.shared_down_proj = L.sdeq[2];
+    deq_source(&L, gp, up, dp, &src);
     src.shared_expert_gate = L.router; /* the checkpoint's [1, H]: the router's first row */
     moe_layer_desc d32 = d;
     memset(&d32.quant, 0, sizeof d32.quant);

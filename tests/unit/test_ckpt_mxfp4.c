@@ -59,21 +59,7 @@ typedef struct oss_layer {
 static void run_plan(moe_ctx *ctx, const moe_layer_desc *d, moe_checkpoint *ck, const moe_weight_source *src,
                      const void *x, moe_dtype xdt, int64_t T, float *out, int32_t *ids, float *wts)
 {
-    moe_plan *plan = NULL;
-    if (moe_plan_create(ctx, d, &plan) != MOE_OK)
-        fail_msg("plan: %s", moe_ctx_last_error(ctx));
-    moe_weights *w = NULL;
-    moe_status st = ck ? moe_checkpoint_load_weights(ck, 0, plan, &w) : moe_weights_create(plan, src, &w);
-    if (st != MOE_OK)
-        fail_msg("weights: %s", moe_ctx_last_error(ctx));
-    size_t wsz = moe_plan_workspace_size(plan, T);
-    void *ws = malloc(wsz ? wsz : 1);
-    moe_exec_args a = {.hidden_states = x, .hidden_dtype = xdt, .n_tokens = T, .output = out,
-                       .topk_ids = ids, .topk_weights = wts, .workspace = ws, .workspace_size = wsz};
-    assert_int_equal(moe_plan_execute_ex(plan, w, &a), MOE_OK);
-    free(ws);
-    moe_weights_free(w);
-    moe_plan_free(plan);
+    tu_run_layer_ex(ctx, d, NULL, ck, 0, src, x, xdt, T, out, ids, wts);
 }
 
 /* Open `dir`, check the description, run layer 0 on x [T, H] through the checkpoint and

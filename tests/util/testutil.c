@@ -138,22 +138,31 @@ int tu_group_tmp_teardown(void **state)
     return 0;
 }
 
-void tu_run_layer(moe_ctx *ctx, const moe_layer_desc *d, const moe_plan_config *cfg, const moe_weight_source *src,
-                  const float *x, int64_t T, float *out)
+void tu_run_layer_ex(moe_ctx *ctx, const moe_layer_desc *d, const moe_plan_config *cfg, moe_checkpoint *ck,
+                     int64_t layer, const moe_weight_source *src, const void *x, moe_dtype xdt, int64_t T, float *out,
+                     int32_t *ids, float *wts)
 {
     moe_plan *plan = NULL;
     moe_weights *w = NULL;
     moe_status st = cfg ? moe_plan_create_ex(ctx, d, cfg, &plan) : moe_plan_create(ctx, d, &plan);
     if (st == MOE_OK)
-        st = moe_weights_create(plan, src, &w);
+        st = ck ? moe_checkpoint_load_weights(ck, layer, plan, &w) : moe_weights_create(plan, src, &w);
     if (st != MOE_OK)
         fail_msg("%s: %s", moe_status_name(st), moe_ctx_last_error(ctx));
     const size_t ws = moe_plan_workspace_size(plan, T);
     void *wsp = aligned_alloc(64, (ws + 63) / 64 * 64 + 64); /* workspace, 64-byte aligned */
-    st = moe_plan_execute(plan, w, x, T, out, wsp, ws);
+    moe_exec_args a = {.hidden_states = x, .hidden_dtype = xdt, .n_tokens = T, .output = out,
+                       .topk_ids = ids, .topk_weights = wts, .workspace = wsp, .workspace_size = ws};
+    st = moe_plan_execute_ex(plan, w, &a);
     if (st != MOE_OK)
         fail_msg("%s: %s", moe_status_name(st), moe_ctx_last_error(ctx));
     free(wsp);
     moe_weights_free(w);
     moe_plan_free(plan);
+}
+
+void tu_run_layer(moe_ctx *ctx, const moe_layer_desc *d, const moe_plan_config *cfg, const moe_weight_source *src,
+                  const float *x, int64_t T, float *out)
+{
+    tu_run_layer_ex(ctx, d, cfg, NULL, 0, src, x, MOE_DTYPE_F32, T, out, NULL, NULL);
 }

@@ -35,5 +35,10 @@ moe_ctx *tu_ctx(void);
  * x [T, H] f32 -> out [T, H]; fails the test, naming the status and message, on error. */
 void tu_run_layer(moe_ctx *ctx, const moe_layer_desc *d, const moe_plan_config *cfg, const moe_weight_source *src,
                   const float *x, int64_t T, float *out);
+/* The same with the weights of checkpoint layer `layer` when ck is set (else src), hidden
+ * states x [T, H] of dtype xdt, and topk_ids / topk_weights [T, K] (each may be NULL). */
+void tu_run_layer_ex(moe_ctx *ctx, const moe_layer_desc *d, const moe_plan_config *cfg, moe_checkpoint *ck,
+                     int64_t layer, const moe_weight_source *src, const void *x, moe_dtype xdt, int64_t T, float *out,
+                     int32_t *ids, float *wts);
 
 #endif
