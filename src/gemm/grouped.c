@@ -219,6 +219,17 @@ static const void *next_item_weights(const moe_weights *w, const moe_mlp_groups 
 
 /* Quantized activations: *P = one past the last position used, *Tt = one past the last
  * token a position reads (0 with in_scale or without row ids). */
+/* Source row i of the w13 input, xr [H] (times *mul when set), -> its codes at x8 + i * H4
+ * and its scale(s): xs[i] (int8 W8A8) or xs[i * ngH ..] (fp8 w8a8, groups of G). */
+static inline void quant_x_row(const moe_kernels *kern, const w8a8_rows *q8, int64_t G, const float *xr, int64_t H,
+                               const float *mul, uint8_t *x8, float *xs, int64_t i)
+{
+    if (q8->f8)
+        kern->quant_row_f8(xr, H, G, mul, x8 + i * q8->H4, xs + i * q8->ngH);
+    else
+        xs[i] = kern->quant_row_i8(xr, H, mul, x8 + i * q8->H4);
+}
+
 static void rows_extent(const moe_mlp_groups *gr, int64_t *P, int64_t *Tt)
 {
     *P = 0;
@@ -310,44 +321,22 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups 
 
         /* phase 0 (apply_router_weight_on_input): y[i] = in_scale[r] * x[r / row_div],
          * r = rows[i], one rounding per element, as src/ref scales the expert input */
-        if (q8 && q8->f8) {
-            /* phase 0 (fp8 w8a8): the w13 input rows -> e4m3 codes and group scales in y */
-            uint8_t *x8 = (uint8_t *)gr->y;                      /* [S][H4] */
-            float *xs = (float *)(x8 + n_src * q8->H4);           /* [S][ngH] */
-            const int64_t G = g0.q->gk;
-            if (q8->per_token) {
-#pragma omp for schedule(static)
-                for (int64_t t = 0; t < n_src; t++)
-                    kern->quant_row_f8(gr->x + t * H, H, G, NULL, x8 + t * q8->H4, xs + t * q8->ngH);
-            } else {
-                for (int64_t g = 0; g < gr->n_groups; g++) {
-#pragma omp for schedule(static) nowait
-                    for (int64_t i = gr->begin[g]; i < gr->end[g]; i++) {
-                        const int64_t r = gr->rows ? gr->rows[i] : i;
-                        const float *xr = gr->x + (gr->rows ? r / gr->row_div : i) * H; /* [H] */
-                        kern->quant_row_f8(xr, H, G, gr->in_scale ? &gr->in_scale[r] : NULL, x8 + i * q8->H4,
-                                           xs + i * q8->ngH);
-                    }
-                }
-#pragma omp barrier
-            }
-        } else if (q8) {
-            /* phase 0 (W8A8): the w13 input rows -> codes and scales in y. Per position with
-             * in_scale: v = in_scale[r] * x[r / row_div], rounded per element as below. */
+        if (q8) {
+            /* phase 0 (W8A8 / fp8 w8a8): the w13 input rows -> codes and scales in y. Per
+             * position with in_scale: v = in_scale[r] * x[r / row_div], rounded per element. */
             uint8_t *x8 = (uint8_t *)gr->y;                     /* [S][H4] */
-            float *xs = (float *)(x8 + n_src * q8->H4);          /* [S] */
+            float *xs = (float *)(x8 + n_src * q8->H4);          /* [S] (int8) or [S][ngH] (fp8) */
             if (q8->per_token) {
 #pragma omp for schedule(static)
                 for (int64_t t = 0; t < n_src; t++)
-                    xs[t] = kern->quant_row_i8(gr->x + t * H, H, NULL, x8 + t * q8->H4);
+                    quant_x_row(kern, q8, g0.q->gk, gr->x + t * H, H, NULL, x8, xs, t);
             } else {
                 for (int64_t g = 0; g < gr->n_groups; g++) {
 #pragma omp for schedule(static) nowait
                     for (int64_t i = gr->begin[g]; i < gr->end[g]; i++) {
                         const int64_t r = gr->rows ? gr->rows[i] : i;
                         const float *xr = gr->x + (gr->rows ? r / gr->row_div : i) * H; /* [H] */
-                        xs[i] = kern->quant_row_i8(xr, H, gr->in_scale ? &gr->in_scale[r] : NULL,
-                                                   x8 + i * q8->H4);
+                        quant_x_row(kern, q8, g0.q->gk, xr, H, gr->in_scale ? &gr->in_scale[r] : NULL, x8, xs, i);
                     }
                 }
 #pragma omp barrier
