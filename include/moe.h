@@ -346,8 +346,9 @@ typedef enum moe_activation {
  *   fp8 w8a8 (TOKEN_GROUP) under TP needs every rank's shard of I to start on a multiple of
  *   w2's block_k (so the activation groups of h line up with the weight blocks; e.g. I = 768
  *   over tp_size 2 or 3, not 4 or 5); otherwise moe_plan_create fails with MOE_EUNSUPPORTED.
- *   The groups then lie inside one rank as in one process (each rank's partial holds whole
- *   groups; not yet exercised by the MPI tests). EP is unaffected.
+ *   The groups then lie inside one rank, so every code and group scale is the one-process
+ *   value and TP fp8 w8a8 output matches one process within the TP bound (only the sums are
+ *   reassociated; docs/numerics.md section 6, tested under mpirun). EP is unaffected.
  * Dynamic activation quantization (TOKEN, int8): per row r of the GEMM input (the token's
  * hidden state before w13; the activation output h before w2), a = max_k |x[r][k]| (NaN
  * ignored), s = a / 127, q = rint(clamp(x / s, -127, 127)) (a NaN quotient gives -127);
