@@ -293,10 +293,13 @@ typedef enum moe_activation {
 /* ---------------------------------------------------------------------------------------
  * Quantized experts (vLLM's FusedMoEQuantConfig). The routed experts' w13 (gate and up) and
  * w2 (down) may each hold quantized codes with scales; the router, biases and the shared
- * expert stay in weight_dtype. A weight element is dequantized to f32 as
+ * expert stay in weight_dtype. A weight element stands for
  *   w = v * s          (v the code's value: e4m3, int8, signed int4, e2m1; s its scale)
- *   w = (v - z) * s    (int4 with zero points: v the unsigned nibble 0..15, z in 0..15)
- * one f32 multiply, and then used exactly like an f32 weight (docs/numerics.md section 5).
+ *   w = (v - z) * s    (int4 with zero points: v the unsigned nibble 0..15, z in 0..15).
+ * Weight-only kernels compute each scale group's dot product on the values v in f32 (one
+ * fmaf per term, increasing k; zero points: minus z times the group's sum of x), then add it
+ * times s with one fmaf per group: the same bits on every kernel table and batch, within f32
+ * reassociation of the f32 path on the dequantized weights (docs/numerics.md section 5).
  *
  * Scale granularity, and the scale array the caller passes per expert and matrix
  * ([N, K] = the matrix's [out_features, in_features]: w13 gate and up [I, H], w2 [H, I]):
@@ -918,9 +921,9 @@ moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tenso
  * [bn, bk] weight-only for w13 and w2 (the dynamic activation scheme runs with f32
  * activations); weight_dtype is then the shared expert's dtype, or the router's without one.
  * An fp8 shared expert (DeepSeek-V3's FP8 checkpoints quantize it too: the same `weight` +
- * `weight_scale_inv` pair) is dequantized at load to f32 with the routed kernels' arithmetic
- * (w = q * s, one f32 multiply) and runs as an f32 shared expert (weight_dtype F32; 4 bytes per
- * weight resident instead of 1, logged at INFO with the byte count); a shared expert with
+ * `weight_scale_inv` pair) is dequantized at load to f32 (w = q * s, one f32 multiply) and
+ * runs as an f32 shared expert (weight_dtype F32; 4 bytes per weight resident instead of 1,
+ * logged at INFO with the byte count); a shared expert with
  * only some projections in fp8 is MOE_EDTYPE. fp8 in a stacked expert layout is
  * MOE_EUNSUPPORTED.
  * compressed-tensors checkpoints (int4 / int8 experts, llm-compressor's format): see

@@ -133,8 +133,9 @@ typedef void (*moe_quant_row_f8_fn)(const float *x, int64_t n, int64_t G, const 
 typedef struct moe_kernels {
     const char *name; /* "ref", "avx2", "avx512" */
     moe_linear_fn linear;
-    /* Quantized weights (w->q set, quant/quant.h): the same contract on the dequantized
-     * weights (weight-only), or the w8a8 integer contract (docs/numerics.md section 5).
+    /* Quantized weights (w->q set, quant/quant.h): weight-only, each scale group's dot
+     * product on the codes' exact values, then times the scale; or the w8a8 integer contract
+     * (docs/numerics.md section 5).
      * `linear` hands matrices with w->q to it. */
     moe_linear_fn linear_q;
     moe_act_row_fn act_row;

@@ -1,27 +1,30 @@
 /* Scalar kernels for quantized weights (table entry linear_q of "ref"; the avx2 table uses
- * them too). Weight-only: every weight dequantized to f32 as (v - z) * s or v * s, then the
- * f32 contract of linear_ref.c (fmaf in increasing k). W8A8 int8: per-row dynamic int8
- * activations, exact int32 dot products, out = ((float)acc * s_x) * s_w[n]. */
+ * them too).
+ *  - Weight-only (fp8, int8, int4, mxfp4): the scale applied after each scale group's dot
+ *    product (docs/numerics.md section 5): per group g of gk consecutive k (per channel or per
+ *    tensor: one group of K), part = fmaf(x[k], v[k], part) in increasing k from +0 on the
+ *    codes' exact values (int4 with zero points: then part = fmaf(-z, xs, part), xs the sum of
+ *    the group's x in increasing k from +0), then y = fmaf(part, s[g], y) from y = +0 in
+ *    increasing g.
+ *  - W8A8 int8: per-row dynamic int8 activations, exact int32 dot products,
+ *    out = ((float)acc * s_x) * s_w[n]. */
 #include "quant/quant.h"
 
-float moe_qmat_weight(const moe_pmat *w, int64_t n, int64_t kk)
+float moe_qmat_code(const moe_pmat *w, int64_t n, int64_t kk)
 {
     const struct moe_qmat *q = w->q;
     const uint8_t *d = w->data;
     const int64_t K = w->k, p = n / MOE_PANEL;
     const int nw = moe_pmat_panel_width(w->n, p), j = (int)(n % MOE_PANEL);
-    float v;
     switch (q->kind) {
     case MOE_QK_F8:
         /* f8h: the f16 value e4m3 * 2^-8 (exact in f32), scale = s * 256 (quant.h) */
-        v = moe_e4m3_to_f32(d[p * 16 * K + kk * nw + j]) * (q->f8h ? 0x1p-8f : 1.0f);
-        break;
-    case MOE_QK_F8A8: v = moe_e4m3_to_f32(d[p * 16 * K + kk * nw + j]); break; /* scale holds s */
-    case MOE_QK_I8: v = (float)(int8_t)d[p * 16 * K + kk * nw + j]; break;
+        return moe_e4m3_to_f32(d[p * 16 * K + kk * nw + j]) * (q->f8h ? 0x1p-8f : 1.0f);
+    case MOE_QK_F8A8: return moe_e4m3_to_f32(d[p * 16 * K + kk * nw + j]); /* scale holds s */
+    case MOE_QK_I8: return (float)(int8_t)d[p * 16 * K + kk * nw + j];
     case MOE_QK_W8A8: {
         const int64_t K4 = (K + 3) / 4 * 4;
-        v = (float)(int8_t)d[p * 16 * K4 + (kk / 4) * nw * 4 + j * 4 + kk % 4];
-        break;
+        return (float)(int8_t)d[p * 16 * K4 + (kk / 4) * nw * 4 + j * 4 + kk % 4];
     }
     default: {
         /* 4-bit (quant.h MOE_QK_I4): body words [K/8][nw], then tail rows [K%8][ceil(nw/2)] */
@@ -36,16 +39,21 @@ float moe_qmat_weight(const moe_pmat *w, int64_t n, int64_t kk)
             nib = (j & 1) ? (b >> 4) : (b & 15u);
         }
         if (q->kind == MOE_QK_FP4)
-            v = moe_e2m1_to_f32(nib);
-        else if (q->zero)
-            v = (float)nib;
-        else
-            v = (float)((int)(nib ^ 8u) - 8);
-        break;
+            return moe_e2m1_to_f32(nib);
+        if (q->zero)
+            return (float)nib;
+        return (float)((int)(nib ^ 8u) - 8);
     }
     }
-    const int64_t si = p * 16 * q->ng + (kk / q->gk) * nw + j;
-    return q->zero ? (v - q->zero[si]) * q->scale[si] : v * q->scale[si];
+}
+
+/* Index of the scale (and zero point) of weight (n, kk) in q->scale: panel p at p*16*ng,
+ * [ng][nw]. */
+static int64_t qmat_scale_index(const moe_pmat *w, int64_t n, int64_t kk)
+{
+    const int64_t p = n / MOE_PANEL;
+    const int nw = moe_pmat_panel_width(w->n, p);
+    return p * 16 * w->q->ng + (kk / w->q->gk) * nw + (n % MOE_PANEL);
 }
 
 enum { KC_REF = 2048, NB_REF = 8 * MOE_PANEL };
@@ -210,13 +218,27 @@ void moe_linear_q_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *co
         linear_f8a8_ref(w, p0, p1, x, mb, out, ldo);
         return;
     }
+    const struct moe_qmat *q = w->q;
     for (int64_t p = p0; p < p1; p++) {
         const int nw = moe_pmat_panel_width(w->n, p);
         for (int m = 0; m < mb; m++) {
             for (int j = 0; j < nw; j++) {
+                const int64_t n = p * MOE_PANEL + j;
                 float acc = 0.0f;
-                for (int64_t kk = 0; kk < w->k; kk++)
-                    acc = fmaf(x[m][kk], moe_qmat_weight(w, p * MOE_PANEL + j, kk), acc);
+                for (int64_t g = 0; g < q->ng; g++) {
+                    const int64_t k0 = g * q->gk, k1 = k0 + q->gk < w->k ? k0 + q->gk : w->k;
+                    const int64_t si = qmat_scale_index(w, n, k0);
+                    float part = 0.0f;
+                    for (int64_t kk = k0; kk < k1; kk++)
+                        part = fmaf(x[m][kk], moe_qmat_code(w, n, kk), part);
+                    if (q->zero) {
+                        float xs = 0.0f; /* the group's sum of x, increasing k */
+                        for (int64_t kk = k0; kk < k1; kk++)
+                            xs = xs + x[m][kk];
+                        part = fmaf(-q->zero[si], xs, part);
+                    }
+                    acc = fmaf(part, q->scale[si], acc);
+                }
                 out[m * ldo + (p - p0) * MOE_PANEL + j] = acc;
             }
         }

@@ -1079,8 +1079,8 @@ typedef struct ck_layer {
     const uint8_t *gu_blocks;   /* MXFP4: gate_up_proj_blocks [E, 2I, H/32, 16], gate = even rows */
     const uint8_t *gu_scales;   /* MXFP4: gate_up_proj_scales [E, 2I, H/32] */
     float *sh_deq;              /* FP8 shared expert, when loading: gate [I_s, H], up [I_s, H],
-                                   down [H, I_s] dequantized to f32 (w = q * s, the routed
-                                   kernels' arithmetic); NULL otherwise */
+                                   down [H, I_s] dequantized to f32 (w = q * s rounded
+                                   once); NULL otherwise */
     uint8_t *gu_split;          /* MXFP4, when loading: the local experts' gate and up rows
                                    de-interleaved, per expert e - e_lo: gate codes [I, H/2], up
                                    codes [I, H/2], gate scales [I, H/32], up scales [I, H/32] */
@@ -1714,9 +1714,9 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
         }
         if (n_fp8 == 3) {
             /* FP8 shared expert (DeepSeek-V3 FP8 quantizes it too): validated like the routed
-             * experts, then dequantized to f32 with the routed kernels' arithmetic (w = q * s,
-             * one f32 multiply: moe_quant_dequant_source), so it computes exactly what the
-             * weight-only fp8 kernels would; it runs in weight_dtype F32 */
+             * experts, then dequantized to f32 (w = q * s, one f32 multiply:
+             * moe_quant_dequant_source), within f32 reassociation of what the weight-only fp8
+             * kernels would compute (docs/numerics.md section 5); it runs in weight_dtype F32 */
             const moe_qweight qw = {.dtype = MOE_QTYPE_F8_E4M3, .scale = MOE_QSCALE_BLOCK, .block_n = ck->fp8_bn,
                                     .block_k = ck->fp8_bk};
             const int64_t *shp[3] = {in_shape, in_shape, out_shape};

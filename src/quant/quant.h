@@ -87,9 +87,10 @@ struct moe_qmat {
                             MOE_QK_F8 only: 1 when the codes are decoded through f16 (no NaN code
                             0x7f/0xff in the matrix, and every finite scale s has s * 256 finite):
                             the code's f16 bits (b & 0x80) << 8 | (b & 0x7f) << 7 are the e4m3
-                            value times 2^-8 exactly, and scale holds s * 256 (exact), so
-                            f16val * (s * 256) is the same real product as e4m3val * s, rounded
-                            once: the same bits. 0: scale holds s, codes decoded as e4m3 directly. */
+                            value times 2^-8 exactly, and scale holds s * 256 (exact): a group's
+                            partial sum on the f16 values is the e4m3 one times 2^-8 exactly
+                            (unless it meets the f32 subnormal range), so times s * 256 it gives
+                            the same bits. 0: scale holds s, codes decoded as e4m3 directly. */
     int64_t gk;          /* scale group length along K */
     int64_t ng;          /* ceil(K / gk) */
     const float *scale;  /* panel p at p*16*ng: [ng][nw] f32 (W8A8: [N] f32 per channel) */
@@ -97,8 +98,9 @@ struct moe_qmat {
     const int32_t *comp; /* W8A8: [N] 128 * sum_k w[n][k] */
 };
 
-/* Dequantized f32 weight (n, k) as every kernel computes it. */
-float moe_qmat_weight(const moe_pmat *w, int64_t n, int64_t k);
+/* The exact value of code (n, k) before its scale (the f8h e4m3 value times 2^-8; int4 with zero
+ * points: the unsigned code, the zero point not subtracted). */
+float moe_qmat_code(const moe_pmat *w, int64_t n, int64_t k);
 
 /* Validate desc->quant; also logs the avx2 fallback. */
 moe_status moe_quant_validate(moe_ctx *ctx, const moe_layer_desc *d);
@@ -108,7 +110,8 @@ void moe_quant_text(const moe_quant_config *q, char *buf, size_t n);
 int moe_quant_equal(const moe_quant_config *a, const moe_quant_config *b);
 
 /* Dequantize one source matrix (codes, scales, zero points as moe_weight_source gives them)
- * [N, K] to f32 row-major, with the kernels' arithmetic: the oracle of the tests. */
+ * [N, K] to f32 row-major, (v - z) * s or v * s rounded to f32 once: the weights of the f32
+ * oracles of the tests and of dequantized-at-load shared experts. */
 void moe_quant_dequant_source(const moe_qweight *qw, const void *codes, const void *scale,
                               const uint8_t *zero, int64_t N, int64_t K, float *out);
 

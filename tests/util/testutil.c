@@ -68,6 +68,15 @@ double tu_max_abs(const float *a, size_t n)
     return m;
 }
 
+double tu_check_reassoc(const char *what, const float *got, const float *want, size_t n)
+{
+    const double rel = tu_max_abs_diff(got, want, n) / tu_max_abs(want, n);
+    if (!(rel <= TU_REASSOC_REL))
+        fail_msg("%s: %g of max |output| from the f32 path on the dequantized weights (bound %g)", what, rel,
+                 TU_REASSOC_REL);
+    return rel;
+}
+
 int tu_write_file(const char *path, const void *data, size_t len)
 {
     FILE *f = fopen(path, "wb");

@@ -13,6 +13,15 @@ char *tu_data_path(char *buf, size_t len, const char *rel);
 char *tu_tmpdir(char *buf, size_t len, const char *tag);
 /* Deterministic uniform floats in [lo, hi) from a 64-bit seed (splitmix64). */
 void tu_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi);
+/* Weight-only quantized layers against the f32 layer on the dequantized weights: the kernels
+ * apply each scale after its group's dot product (docs/numerics.md section 5), an f32
+ * reassociation of the same sums, so outputs agree to a few f32 ulps of the largest terms (the
+ * tests measure 1e-7 .. 1e-6 of max |output|); a misread code, scale or zero point is off by
+ * orders of magnitude more. Bound on max |a - b| / max |b|. */
+#define TU_REASSOC_REL 1e-5
+/* Fail (naming `what`) unless max |got - want| <= TU_REASSOC_REL * max |want| (NaN fails);
+ * returns the ratio. */
+double tu_check_reassoc(const char *what, const float *got, const float *want, size_t n);
 /* max_i |a_i - b_i| and max_i |b_i| */
 double tu_max_abs_diff(const float *a, const float *b, size_t n);
 double tu_max_abs(const float *a, size_t n);

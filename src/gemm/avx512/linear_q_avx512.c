@@ -1,10 +1,11 @@
 /* AVX-512 kernels for quantized weights (linear_q of table "avx512"); the same bits as
  * src/gemm/linear_q_ref.c.
- *  - Weight-only (fp8 e4m3, int8, int4, mxfp4): 16 codes of a panel row decoded to f32
- *    exactly, times the f32 scale (minus the zero point first), then vfmadd in increasing k:
- *    the f32 contract of linear_avx512.c on the dequantized weights. 4-bit codes come 8 k per
- *    32-bit lane (quant.h MOE_QK_I4: one 64-byte load per 8 k, then a shift and a vpermps per
- *    k); fp8 goes through f16 (quant.h moe_qmat.f8h: sign-extend, shift, mask, vcvtph2ps).
+ *  - Weight-only (fp8 e4m3, int8, int4, mxfp4): 16 codes of a panel row decoded to their exact
+ *    f32 values go straight into the group's partial sums (vfmadd in increasing k), and the
+ *    scale is applied once per group and output (docs/numerics.md section 5). 4-bit codes come
+ *    8 k per 32-bit lane (quant.h MOE_QK_I4: one 64-byte load per 8 k, then per k a shift, a
+ *    vpermps and the vfmadd); fp8 goes through f16 (quant.h moe_qmat.f8h: sign-extend, shift,
+ *    mask, vcvtph2ps); int8 through vpmovsxbd and vcvtdq2ps.
  *  - W8A8 int8: w8a8_avx512.c. */
 #include "core/kernels.h"
 #include "quant/quant.h"
@@ -76,18 +77,20 @@ MOE_AI __m512 decode1(int kind, int f8h, const uint8_t *panel, int64_t K, int64_
     return _mm512_permutexvar_ps(v, lut);
 }
 
-/* NP panels from p by MB rows, weight-only; full: every panel 16 wide (no masks). Per k: the
- * NP weight vectors w = v * s (or (v - z) * s), then acc[j][m] = fma(x[m][k], w, acc[j][m]),
- * k increasing: the f32 kernel's order on the dequantized weights. */
-MOE_AI void wo_tile(const moe_pmat *w, const int kind, const int zp, const int f8h, const int full, int64_t p,
-                    int64_t p0, const int NP, const int MB, const float *const *x, float *out, int64_t ldo)
+/* Weight-only, scale after the group (linear_q_ref.c): NP panels from p by MB rows. Per
+ * group, part[j][m] = fma(x[m][k], v, part) from +0 in increasing k on the codes' exact values
+ * v (zp: and xs[m] = xs[m] + x[m][k], the group's x sum, every lane the same); then
+ * y = fma(part, s, y) (zp: part - z * xs first, one fnmadd), y kept in the out rows (+0 before
+ * group 0). */
+MOE_AI void post_tile(const moe_pmat *w, const int kind, const int zp, const int f8h, const int full, int64_t p,
+                      int64_t p0, const int NP, const int MB, const float *const *x, float *out, int64_t ldo)
 {
     const struct moe_qmat *q = w->q;
     const int64_t K = w->k, gk = q->gk, ng = q->ng;
     const int four = kind == MOE_QK_I4 || kind == MOE_QK_FP4;
     const int64_t K8x = four ? K / 8 * 8 : 0; /* 4-bit: k below this are in the body words */
     const __m512 lut = four ? lut4(kind, zp) : _mm512_setzero_ps();
-    __m512 acc[4][4];
+    const __m512 zero = _mm512_setzero_ps();
     const uint8_t *base[4];
     int nw[4];
     __mmask16 mask[4];
@@ -95,24 +98,18 @@ MOE_AI void wo_tile(const moe_pmat *w, const int kind, const int zp, const int f
         nw[j] = full ? MOE_PANEL : moe_pmat_panel_width(w->n, p + j);
         base[j] = (const uint8_t *)w->data + (p + j) * (four ? 8 : 16) * K;
         mask[j] = (__mmask16)((1u << nw[j]) - 1u);
-        for (int m = 0; m < MB; m++)
-            acc[j][m] = _mm512_setzero_ps();
     }
     for (int64_t g = 0; g < ng; g++) {
-        __m512 sc[4], zr[4];
-        for (int j = 0; j < NP; j++) {
-            const float *sp = q->scale + (p + j) * 16 * ng + g * nw[j];
-            sc[j] = full ? _mm512_loadu_ps(sp) : _mm512_maskz_loadu_ps(mask[j], sp);
-            zr[j] = _mm512_setzero_ps();
-            if (zp) {
-                const float *zp_ = q->zero + (p + j) * 16 * ng + g * nw[j];
-                zr[j] = full ? _mm512_loadu_ps(zp_) : _mm512_maskz_loadu_ps(mask[j], zp_);
-            }
+        __m512 part[4][4], xs[4];
+        for (int m = 0; m < MB; m++) {
+            xs[m] = zero;
+            for (int j = 0; j < NP; j++)
+                part[j][m] = zero;
         }
         const int64_t k1 = (g + 1) * gk < K ? (g + 1) * gk : K;
         int64_t kk = g * gk;
         if (four && kk % 8 == 0) {
-            /* 8 k per body word row: one load, then per k a shift, the table, the scale, the fma */
+            /* 8 k per body word row: one load, then per k a shift, the table, the fma */
             for (; kk + 8 <= k1 && kk + 8 <= K8x; kk += 8) {
                 __m512i v[4];
                 for (int j = 0; j < NP; j++) {
@@ -121,15 +118,15 @@ MOE_AI void wo_tile(const moe_pmat *w, const int kind, const int zp, const int f
                 }
 #pragma GCC unroll 8
                 for (int i = 0; i < 8; i++) {
-                    __m512 wv[4];
-                    for (int j = 0; j < NP; j++) {
-                        __m512 c = _mm512_permutexvar_ps(i ? _mm512_srli_epi32(v[j], 4 * i) : v[j], lut);
-                        wv[j] = zp ? _mm512_mul_ps(_mm512_sub_ps(c, zr[j]), sc[j]) : _mm512_mul_ps(c, sc[j]);
-                    }
+                    __m512 c[4];
+                    for (int j = 0; j < NP; j++)
+                        c[j] = _mm512_permutexvar_ps(i ? _mm512_srli_epi32(v[j], 4 * i) : v[j], lut);
                     for (int m = 0; m < MB; m++) {
-                        __m512 xb = _mm512_set1_ps(x[m][kk + i]);
+                        const __m512 xb = _mm512_set1_ps(x[m][kk + i]);
+                        if (zp)
+                            xs[m] = _mm512_add_ps(xs[m], xb);
                         for (int j = 0; j < NP; j++)
-                            acc[j][m] = _mm512_fmadd_ps(xb, wv[j], acc[j][m]);
+                            part[j][m] = _mm512_fmadd_ps(xb, c[j], part[j][m]);
                     }
                 }
             }
@@ -137,73 +134,85 @@ MOE_AI void wo_tile(const moe_pmat *w, const int kind, const int zp, const int f
         if (kind == MOE_QK_F8 && f8h && full) {
             /* 2 k per 32-byte load: 32 bytes -> 32 f16 words -> 2 x 16 f32 */
             for (; kk + 2 <= k1; kk += 2) {
-                __m512 w0[4], w1[4];
+                __m512 c0[4], c1[4];
                 for (int j = 0; j < NP; j++) {
                     __m512i h = f8_half_bits(_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(base[j] + kk * 16))));
-                    w0[j] = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), sc[j]);
-                    w1[j] = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), sc[j]);
+                    c0[j] = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+                    c1[j] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
                 }
                 for (int m = 0; m < MB; m++) {
-                    __m512 xb = _mm512_set1_ps(x[m][kk]);
+                    const __m512 xb = _mm512_set1_ps(x[m][kk]);
                     for (int j = 0; j < NP; j++)
-                        acc[j][m] = _mm512_fmadd_ps(xb, w0[j], acc[j][m]);
+                        part[j][m] = _mm512_fmadd_ps(xb, c0[j], part[j][m]);
                 }
                 for (int m = 0; m < MB; m++) {
-                    __m512 xb = _mm512_set1_ps(x[m][kk + 1]);
+                    const __m512 xb = _mm512_set1_ps(x[m][kk + 1]);
                     for (int j = 0; j < NP; j++)
-                        acc[j][m] = _mm512_fmadd_ps(xb, w1[j], acc[j][m]);
+                        part[j][m] = _mm512_fmadd_ps(xb, c1[j], part[j][m]);
                 }
             }
         }
         for (; kk < k1; kk++) {
-            __m512 wv[4];
-            for (int j = 0; j < NP; j++) {
-                __m512 c = decode1(kind, f8h, base[j], K, kk, nw[j], mask[j], full, lut);
-                wv[j] = zp ? _mm512_mul_ps(_mm512_sub_ps(c, zr[j]), sc[j]) : _mm512_mul_ps(c, sc[j]);
+            __m512 c[4];
+            for (int j = 0; j < NP; j++)
+                c[j] = decode1(kind, f8h, base[j], K, kk, nw[j], mask[j], full, lut);
+            for (int m = 0; m < MB; m++) {
+                const __m512 xb = _mm512_set1_ps(x[m][kk]);
+                if (zp)
+                    xs[m] = _mm512_add_ps(xs[m], xb);
+                for (int j = 0; j < NP; j++)
+                    part[j][m] = _mm512_fmadd_ps(xb, c[j], part[j][m]);
+            }
+        }
+        for (int j = 0; j < NP; j++) {
+            const float *sp = q->scale + (p + j) * 16 * ng + g * nw[j]; /* [nw] scales of group g */
+            const __m512 sc = full ? _mm512_loadu_ps(sp) : _mm512_maskz_loadu_ps(mask[j], sp);
+            __m512 zr = zero;
+            if (zp) {
+                const float *zq = q->zero + (p + j) * 16 * ng + g * nw[j];
+                zr = full ? _mm512_loadu_ps(zq) : _mm512_maskz_loadu_ps(mask[j], zq);
             }
             for (int m = 0; m < MB; m++) {
-                __m512 xb = _mm512_set1_ps(x[m][kk]);
-                for (int j = 0; j < NP; j++)
-                    acc[j][m] = _mm512_fmadd_ps(xb, wv[j], acc[j][m]);
+                float *o = out + m * ldo + (p + j - p0) * MOE_PANEL;
+                __m512 t = part[j][m];
+                if (zp)
+                    t = _mm512_fnmadd_ps(zr, xs[m], t);
+                __m512 y = g == 0 ? zero : full ? _mm512_loadu_ps(o) : _mm512_maskz_loadu_ps(mask[j], o);
+                y = _mm512_fmadd_ps(t, sc, y);
+                if (full)
+                    _mm512_storeu_ps(o, y);
+                else
+                    _mm512_mask_storeu_ps(o, mask[j], y);
             }
         }
     }
-    for (int j = 0; j < NP; j++)
-        for (int m = 0; m < MB; m++) {
-            float *o = out + m * ldo + (p + j - p0) * MOE_PANEL;
-            if (full)
-                _mm512_storeu_ps(o, acc[j][m]);
-            else
-                _mm512_mask_storeu_ps(o, mask[j], acc[j][m]);
-        }
 }
 
-/* Panels [p, p1) by MB rows: NP-panel tiles over the full panels, then one panel at a time;
- * the last panel (narrower than 16) masked. */
-MOE_AI void wo_rows(const moe_pmat *w, const int kind, const int zp, const int f8h, int64_t p, int64_t p0,
-                    int64_t p1, const int NP, const int MB, const float *const *x, float *out, int64_t ldo)
+MOE_AI void post_rows(const moe_pmat *w, const int kind, const int zp, const int f8h, int64_t p0, int64_t p1,
+                      const int NP, const int MB, const float *const *x, float *out, int64_t ldo)
 {
     const int64_t pf = w->n / MOE_PANEL < p1 ? w->n / MOE_PANEL : p1; /* full panels end */
+    int64_t p = p0;
     for (; p + NP <= pf; p += NP)
-        wo_tile(w, kind, zp, f8h, 1, p, p0, NP, MB, x, out, ldo);
+        post_tile(w, kind, zp, f8h, 1, p, p0, NP, MB, x, out, ldo);
     for (; p < pf; p++)
-        wo_tile(w, kind, zp, f8h, 1, p, p0, 1, MB, x, out, ldo);
+        post_tile(w, kind, zp, f8h, 1, p, p0, 1, MB, x, out, ldo);
     for (; p < p1; p++)
-        wo_tile(w, kind, zp, f8h, 0, p, p0, 1, MB, x, out, ldo);
+        post_tile(w, kind, zp, f8h, 0, p, p0, 1, MB, x, out, ldo);
 }
 
-MOE_AI void wo_linear(const moe_pmat *w, const int kind, const int zp, const int f8h, int64_t p0, int64_t p1,
-                      const float *const *x, int mb, float *out, int64_t ldo)
+MOE_AI void post_linear(const moe_pmat *w, const int kind, const int zp, const int f8h, int64_t p0, int64_t p1,
+                        const float *const *x, int mb, float *out, int64_t ldo)
 {
     for (int m0 = 0; m0 < mb;) {
         const int rows = mb - m0 < 4 ? mb - m0 : 4;
         const float *const *xr = x + m0;
         float *o = out + (int64_t)m0 * ldo;
         switch (rows) {
-        case 1: wo_rows(w, kind, zp, f8h, p0, p0, p1, 4, 1, xr, o, ldo); break;
-        case 2: wo_rows(w, kind, zp, f8h, p0, p0, p1, 4, 2, xr, o, ldo); break;
-        case 3: wo_rows(w, kind, zp, f8h, p0, p0, p1, 4, 3, xr, o, ldo); break;
-        default: wo_rows(w, kind, zp, f8h, p0, p0, p1, 2, 4, xr, o, ldo); break;
+        case 1: post_rows(w, kind, zp, f8h, p0, p1, 4, 1, xr, o, ldo); break;
+        case 2: post_rows(w, kind, zp, f8h, p0, p1, 4, 2, xr, o, ldo); break;
+        case 3: post_rows(w, kind, zp, f8h, p0, p1, 4, 3, xr, o, ldo); break;
+        default: post_rows(w, kind, zp, f8h, p0, p1, 2, 4, xr, o, ldo); break;
         }
         m0 += rows;
     }
@@ -323,18 +332,18 @@ void moe_linear_q_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const float 
     switch (w->q->kind) {
     case MOE_QK_F8:
         if (w->q->f8h)
-            wo_linear(w, MOE_QK_F8, 0, 1, p0, p1, x, mb, out, ldo);
+            post_linear(w, MOE_QK_F8, 0, 1, p0, p1, x, mb, out, ldo);
         else
-            wo_linear(w, MOE_QK_F8, 0, 0, p0, p1, x, mb, out, ldo);
+            post_linear(w, MOE_QK_F8, 0, 0, p0, p1, x, mb, out, ldo);
         break;
-    case MOE_QK_I8: wo_linear(w, MOE_QK_I8, 0, 0, p0, p1, x, mb, out, ldo); break;
+    case MOE_QK_I8: post_linear(w, MOE_QK_I8, 0, 0, p0, p1, x, mb, out, ldo); break;
     case MOE_QK_F8A8: moe_linear_q_ref(w, p0, p1, x, mb, out, ldo); break; /* f32 rows: the fallback (quant.h) */
-    case MOE_QK_FP4: wo_linear(w, MOE_QK_FP4, 0, 0, p0, p1, x, mb, out, ldo); break;
+    case MOE_QK_FP4: post_linear(w, MOE_QK_FP4, 0, 0, p0, p1, x, mb, out, ldo); break;
     case MOE_QK_I4:
         if (w->q->zero)
-            wo_linear(w, MOE_QK_I4, 1, 0, p0, p1, x, mb, out, ldo);
+            post_linear(w, MOE_QK_I4, 1, 0, p0, p1, x, mb, out, ldo);
         else
-            wo_linear(w, MOE_QK_I4, 0, 0, p0, p1, x, mb, out, ldo);
+            post_linear(w, MOE_QK_I4, 0, 0, p0, p1, x, mb, out, ldo);
         break;
     default:
         moe_linear_w8a8_avx512(w, p0, p1, x, mb, out, ldo);
