@@ -43,6 +43,11 @@
  * stay bf16/f32; an fp8 shared expert (DeepSeek-V3 FP8) is dequantized to f32 at load (w = q * s,
  * lt->sh_deq, logged with its size) and runs in weight_dtype F32; otherwise weight_dtype is the
  * shared expert's dtype, or the router's without one.
+ * compressed-tensors checkpoints (src/io/ckpt_quant.c) whose shared expert is quantized too
+ * (llm-compressor does so unless `ignore` lists it): its linears are validated like the routed
+ * experts' and dequantized to f32 at load ((v - z) * s or v * s, lt->sh_deq, logged with its
+ * size); it runs in weight_dtype F32. Which way it is stored is read from the tensors and
+ * checked against config_groups targets and ignore (moe_ckq_shared_check).
  * MXFP4 checkpoints (gpt-oss as released): config.json quantization_config = {quant_method:
  * mxfp4, modules_to_not_convert: [...]} (transformers' Mxfp4Config); per layer
  * P.experts.gate_up_proj_blocks U8 [E, 2I, H/32, 16], P.experts.gate_up_proj_scales U8
@@ -1712,7 +1717,50 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
                 return st;
             n_fp8 += t.dtype == MOE_DTYPE_F8_E4M3;
         }
-        if (n_fp8 == 3) {
+        /* compressed-tensors: llm-compressor quantizes the shared expert too unless `ignore`
+         * lists it; the tensors decide, checked against config.json */
+        int ct_q = 0;
+        const moe_ckq_lookup lk = {ckq_has, ckq_get, ck};
+        char sbase[3][CK_NAME_LEN];
+        const char *const sb[3] = {sbase[0], sbase[1], sbase[2]};
+        for (int j = 0; j < 3; j++)
+            snprintf(sbase[j], sizeof sbase[j], "%s%s.%s", prefix, sh, sproj[j]);
+        if (ck->ct && (st = moe_ckq_shared_check(ck->ctx, ck->ct, &lk, ck->dir, sb, &ct_q)) != MOE_OK)
+            return st;
+        if (ct_q) {
+            /* dequantized to f32 with the routed kernels' arithmetic ((v - z) * s or v * s,
+             * one f32 multiply: moe_quant_dequant_source), so it computes exactly what a
+             * weight-only int8 kernel would; it runs in weight_dtype F32 */
+            const int64_t *shp[3] = {in_shape, in_shape, out_shape};
+            moe_tensor_info *dst[3] = {&lt->sh_gate, &lt->sh_up, &lt->sh_down};
+            const size_t n1 = (size_t)(Is * H); /* elements per matrix */
+            if (!describe && !(lt->sh_deq = malloc(3 * n1 * sizeof(float))))
+                return moe_set_error(ck->ctx, MOE_ENOMEM,
+                                     "out of memory dequantizing the compressed-tensors shared expert (%zu bytes)",
+                                     3 * n1 * sizeof(float));
+            size_t code_bytes = 0;
+            for (int j = 0; j < 3; j++) {
+                float *w = lt->sh_deq ? lt->sh_deq + (size_t)j * n1 : NULL; /* [N, K] f32 */
+                size_t cb = 0;
+                if ((st = moe_ckq_dequant_linear(ck->ctx, ck->ct, &lk, sb[j], shp[j][0], shp[j][1], describe, w,
+                                                 &cb)) != MOE_OK)
+                    return st;
+                code_bytes += cb;
+                *dst[j] = (moe_tensor_info){.name = NULL, .dtype = MOE_DTYPE_F32, .ndim = 2,
+                                            .shape = {shp[j][0], shp[j][1]}, .data = w, .nbytes = n1 * sizeof(float)};
+            }
+            lt->have_weight_dtype = true;
+            lt->weight_dtype = MOE_DTYPE_F32;
+            const moe_quant_config *cq = moe_ckq_quant(ck->ct);
+            if (lt->sh_deq)
+                moe_log(ck->ctx, cq->act == MOE_QACT_NONE ? MOE_LOG_INFO : MOE_LOG_WARN,
+                        "%s%s: compressed-tensors %s shared expert dequantized to f32 (the routed kernels' "
+                        "arithmetic, exactly): %zu bytes resident instead of %zu of codes%s",
+                        prefix, sh, moe_quant_name(cq), 3 * n1 * sizeof(float), code_bytes,
+                        cq->act == MOE_QACT_NONE ? ""
+                                                 : "; it runs with f32 activations (the checkpoint's dynamic int8 "
+                                                   "activation quantization applies to the routed experts only)");
+        } else if (n_fp8 == 3) {
             /* FP8 shared expert (DeepSeek-V3 FP8 quantizes it too): validated like the routed
              * experts, then dequantized to f32 with the routed kernels' arithmetic (w = q * s,
              * one f32 multiply: moe_quant_dequant_source), so it computes exactly what the
@@ -1762,7 +1810,16 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
         }
         if (ck->shared_gated) {
             const int64_t gw_shape[2] = {1, H};
+            snprintf(name, sizeof name, "%sshared_expert_gate.weight_packed", prefix);
+            const bool gate_packed = ck_has(ck, name);
             snprintf(name, sizeof name, "%sshared_expert_gate.weight", prefix);
+            if (ck->ct && (gate_packed || (ck_has(ck, name) && ck_get(ck, name, &lt->sh_gate_w, &path) == MOE_OK &&
+                                           lt->sh_gate_w.dtype == MOE_DTYPE_I8)))
+                return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
+                                     "%s: tensor '%s%s': the shared expert gate [1, H] is stored quantized; libmoe "
+                                     "runs it in the router's dtype: quantize with it in ignore (llm-compressor's MoE "
+                                     "recipes list \"re:.*shared_expert_gate$\")",
+                                     ck->dir, name, gate_packed ? "_packed" : "");
             if ((st = ck_get(ck, name, &lt->sh_gate_w, &path)) != MOE_OK)
                 return st;
             if (lt->sh_gate_w.dtype != lt->router.dtype)
