@@ -539,11 +539,9 @@ static void test_inconsistent(void **state)
 
     /* a quantized shared_expert_gate: refused, naming it */
     variant v5 = {.drop = {PFX "shared_expert_gate.weight"}, .n_add = 1};
-    int8_t gq[H] = {0};
-    float gs[1] = {1.0f};
+    int8_t gq[H] = {0}; /* [1, H] */
     v5.add[0] = (moe_tensor_out){.name = PFX "shared_expert_gate.weight", .dtype = MOE_DTYPE_I8, .ndim = 2,
                                  .shape = {1, H}, .data = gq};
-    (void)gs;
     expect_error(ctx, variant_desc(ctx, w8, &v5, &d), MOE_EUNSUPPORTED, PFX "shared_expert_gate.weight", "ignore");
 
     for (int j = 0; j < 3; j++)
