@@ -1517,6 +1517,35 @@ static moe_status mxfp4_experts(moe_checkpoint *ck, ck_layer *lt, const char *pr
     return gpt_oss_expert_biases(ck, lt, prefix);
 }
 
+/* E8M0 scale byte 255 is NaN (OCP MX): the rows using it compute NaN. Loaded as it is (the
+ * output follows the maths), with one WARNING per tensor naming it and the count; only the
+ * local experts' scales are read. */
+static void mxfp4_warn_nan_scales(moe_checkpoint *ck, const ck_layer *lt, const char *prefix)
+{
+    const int64_t H = ck->hidden_size, I = ck->intermediate;
+    const size_t gu_n = (size_t)(2 * I * (H / 32)), dn_n = (size_t)(H * (I / 32)); /* per expert */
+    int64_t gu_nan = 0, dn_nan = 0;
+    for (int64_t e = lt->e_lo; e < lt->e_hi; e++) {
+        const uint8_t *g = lt->gu_scales + (size_t)e * gu_n;  /* [2I, H/32] */
+        const uint8_t *d = lt->down_scale[e];                /* [H, I/32] */
+        for (size_t i = 0; i < gu_n; i++)
+            gu_nan += g[i] == 255;
+        for (size_t i = 0; d && i < dn_n; i++)
+            dn_nan += d[i] == 255;
+    }
+    const int64_t n_local = lt->e_hi - lt->e_lo;
+    if (gu_nan)
+        moe_log(ck->ctx, MOE_LOG_WARN,
+                "%s: tensor '%sexperts.gate_up_proj_scales': %" PRId64 " of %" PRId64 " E8M0 scales are 255 (NaN): "
+                "loaded as they are, so the rows using them compute NaN",
+                ck->dir, prefix, gu_nan, n_local * (int64_t)gu_n);
+    if (dn_nan)
+        moe_log(ck->ctx, MOE_LOG_WARN,
+                "%s: tensor '%sexperts.down_proj_scales': %" PRId64 " of %" PRId64 " E8M0 scales are 255 (NaN): "
+                "loaded as they are, so the rows using them compute NaN",
+                ck->dir, prefix, dn_nan, n_local * (int64_t)dn_n);
+}
+
 /* Split the local experts' interleaved MXFP4 gate_up rows (gate = even, up = odd) into
  * row-major gate and up codes and scales (moe_weight_source takes quantized codes row-major
  * only). The copy (lt->gu_split, logged with its size) lives until ck_layer_free, after
@@ -1640,6 +1669,8 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
     if (mxfp4) {
         if ((st = mxfp4_experts(ck, lt, prefix)) != MOE_OK)
             return st;
+        if (!describe)
+            mxfp4_warn_nan_scales(ck, lt, prefix);
     } else if (ck->family == MOE_FAMILY_GPT_OSS || ck->family == MOE_FAMILY_LLAMA4) {
         if ((st = input_major_experts(ck, lt, prefix, ck->family == MOE_FAMILY_GPT_OSS)) != MOE_OK)
             return st;

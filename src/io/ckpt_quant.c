@@ -59,6 +59,10 @@ struct moe_ckq_layer {
     void **owned;              /* [n_owned] converted buffers */
     size_t n_owned, cap_owned;
     size_t owned_bytes;
+    /* weight_scale values that are NaN, zero or negative (loaded as they are; warned once) */
+    int64_t bad_nan, bad_zero, bad_neg, bad_total;
+    int bad_tensors;
+    char bad_first[320];       /* the first tensor with one */
 };
 
 static const char *jkind(const json_t *v)
@@ -381,6 +385,42 @@ void moe_ckq_layer_source(const moe_ckq_layer *l, moe_weight_source *src)
     src->down_zero = l->zero[2];
 }
 
+/* Count the NaN, zero and negative values of scale tensor `name` (f32 [n], possibly unaligned)
+ * into l: llm-compressor never writes them (a zero scale would make every weight of its group
+ * zero, a NaN poisons the whole output row), so they are a corrupt or hand-edited checkpoint;
+ * the load goes on and computes what the maths gives, with a WARNING
+ * (warn_scales). */
+static void scan_scales(moe_ckq_layer *l, const char *name, const void *scale, int64_t n)
+{
+    int64_t nan = 0, zero = 0, neg = 0;
+    const unsigned char *p = scale;
+    for (int64_t i = 0; i < n; i++) {
+        float s;
+        memcpy(&s, p + 4 * i, 4);
+        nan += s != s;
+        zero += s == 0.0f;
+        neg += s < 0.0f;
+    }
+    l->bad_total += n;
+    if (nan + zero + neg == 0)
+        return;
+    if (l->bad_tensors++ == 0)
+        snprintf(l->bad_first, sizeof l->bad_first, "%s", name);
+    l->bad_nan += nan;
+    l->bad_zero += zero;
+    l->bad_neg += neg;
+}
+
+static void warn_scales(moe_ctx *ctx, const moe_ckq_layer *l, const char *what)
+{
+    if (l->bad_tensors)
+        moe_log(ctx, MOE_LOG_WARN,
+                "%s: %" PRId64 " NaN, %" PRId64 " zero and %" PRId64 " negative weight_scale values (of %" PRId64
+                ") in %d tensor(s), the first '%s': loaded as they are, so the output follows (v - z) * s (a NaN "
+                "scale makes the rows that use it NaN, a zero one their weights zero)",
+                what, l->bad_nan, l->bad_zero, l->bad_neg, l->bad_total, l->bad_tensors, l->bad_first);
+}
+
 static bool shape_is(const moe_tensor_info *t, int nd, int64_t a, int64_t b)
 {
     return t->ndim == nd && t->shape[0] == a && (nd < 2 || t->shape[1] == b);
@@ -429,8 +469,12 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
             ws[0] = w32[0];
             ws[1] = w32[1];
         } else {
-            return moe_set_error(ctx, MOE_EFORMAT, "%s: tensor '%s': expected I64 [2] (the unpacked [out, in])", path,
-                                 name);
+            char got[96];
+            return moe_set_error(ctx, MOE_EFORMAT,
+                                 "%s: tensor '%s': %s %s, expected an integer vector I64 (or I32) [2] holding the "
+                                 "unpacked [out, in]",
+                                 path, name, moe_dtype_name(t.dtype),
+                                 moe_io_format_shape(got, sizeof got, t.ndim, t.shape));
         }
         if (ws[0] != N || ws[1] != K)
             return moe_set_error(ctx, MOE_ESHAPE, "%s: tensor '%s' = [%" PRId64 ", %" PRId64 "], expected [%" PRId64
@@ -492,6 +536,8 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
         return moe_set_error(ctx, MOE_EDTYPE, "%s: tensor '%s': dtype %s, expected F32, BF16 or F16", path, name,
                              moe_dtype_name(t.dtype));
     }
+    if (!describe)
+        scan_scales(l, name, *scale, N * G);
     if (!qw->has_zero_point)
         return MOE_OK;
     snprintf(name, sizeof name, "%s.weight_zero_point", base);
@@ -568,6 +614,9 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
             free(l->zero[j]);
             l->zero[j] = NULL;
         }
+    char what[320];
+    snprintf(what, sizeof what, "%sexperts", prefix);
+    warn_scales(ctx, l, what);
     if (l->owned_bytes)
         moe_log(ctx, MOE_LOG_INFO,
                 "%sexperts: %zu bytes of compressed-tensors codes / scales converted to libmoe's source layout "
@@ -728,8 +777,10 @@ moe_status moe_ckq_dequant_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_
     const void *codes = NULL, *scale = NULL;
     const uint8_t *zero = NULL;
     moe_status st = load_linear(ctx, q, lk, l, base, N, K, describe, &codes, &scale, &zero);
-    if (st == MOE_OK && w)
+    if (st == MOE_OK && w) {
         moe_quant_dequant_source(&q->quant.w13, codes, scale, zero, N, K, w);
+        warn_scales(ctx, l, base);
+    }
     if (code_bytes)
         *code_bytes = (size_t)(N * K) * (size_t)q->num_bits / 8;
     moe_ckq_layer_free(l);

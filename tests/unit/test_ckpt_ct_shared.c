@@ -550,6 +550,164 @@ static void test_inconsistent(void **state)
     moe_ctx_free(ctx);
 }
 
+/* A copy of bf16 tensor `name` of f with element i set to bf16 bits h. */
+static uint16_t *patched_bf16(moe_safetensors *f, const char *name, int64_t i, uint16_t h, moe_tensor_out *o)
+{
+    moe_tensor_info t = get(f, name);
+    assert_int_equal(t.dtype, MOE_DTYPE_BF16);
+    uint16_t *c = malloc(t.nbytes);
+    memcpy(c, t.data, t.nbytes);
+    c[i] = h;
+    *o = (moe_tensor_out){.name = name, .dtype = t.dtype, .ndim = t.ndim, .data = c};
+    memcpy(o->shape, t.shape, sizeof t.shape);
+    return c;
+}
+
+/* weight_scale values that are zero, negative or NaN: loaded with a WARNING naming the tensor
+ * and the counts; the output follows the maths (bit for bit the f32 plan on the test's
+ * dequantization with the same scales; a NaN in the shared expert's gate_proj makes every
+ * output NaN). int8 fixture, so the comparison is exact. */
+static void test_bad_scales(void **state)
+{
+    (void)state;
+    logcap cap = {0};
+    moe_ctx *ctx = ctx_logging(&cap);
+    char src[600], dir[512];
+    tu_data_path(src, sizeof src, "qwen2_moe_ct_w8a16_shared");
+    fixture fx;
+    fixture_load(ctx, &fx, src, 8);
+    const char *sh_up = PFX "shared_expert.up_proj.weight_scale", *ex_dn = PFX "experts.1.down_proj.weight_scale";
+    variant v = {.drop = {sh_up, ex_dn}, .n_add = 2};
+    uint16_t *c0 = patched_bf16(fx.m, sh_up, 3, 0x0000, &v.add[0]);      /* row 3: zero */
+    moe_tensor_info t1 = get(fx.m, ex_dn);
+    uint16_t s5;
+    memcpy(&s5, (const uint8_t *)t1.data + 2 * 5, 2);
+    uint16_t *c1 = patched_bf16(fx.m, ex_dn, 5, s5 ^ 0x8000, &v.add[1]); /* row 5: negated */
+    assert_true(bf16_bits_to_f32(c1[5]) < 0.0f);
+    write_variant(ctx, src, &v, dir, sizeof dir);
+    moe_checkpoint *ck = NULL;
+    assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_OK);
+    moe_layer_desc d;
+    assert_int_equal(moe_checkpoint_layer_desc(ck, 0, &d), MOE_OK);
+    float out[T * H], ref[T * H];
+    cap.text[0] = '\0';
+    tu_run_layer_ex(ctx, &d, NULL, ck, 0, NULL, fx.x, MOE_DTYPE_F32, T, out, NULL, NULL);
+    const char *want[] = {"0 NaN, 0 zero and 1 negative weight_scale values (of 512) in 1 tensor(s), the first '" PFX
+                          "experts.1.down_proj.weight_scale'",
+                          PFX "shared_expert.up_proj: 0 NaN, 1 zero and 0 negative weight_scale values (of 64) in 1 "
+                          "tensor(s)"};
+    for (int i = 0; i < 2; i++)
+        if (!strstr(cap.text, want[i]))
+            fail_msg("log lacks \"%s\":\n%s", want[i], cap.text);
+    moe_checkpoint_free(ck);
+    tu_rm_tree(dir);
+    /* the test's dequantization with the same scales: row 3 of the shared up_proj is q * 0,
+     * row 5 of expert 1's down_proj q * -s */
+    moe_tensor_info tq = get(fx.m, PFX "shared_expert.up_proj.weight");
+    for (int k = 0; k < H; k++)
+        fx.sh[1].w[3 * H + k] = (float)((const int8_t *)tq.data)[3 * H + k] * bf16_bits_to_f32(c0[3]);
+    tq = get(fx.m, PFX "experts.1.down_proj.weight");
+    for (int k = 0; k < I; k++)
+        fx.ex_[1][2].w[5 * I + k] = (float)((const int8_t *)tq.data)[5 * I + k] * bf16_bits_to_f32(c1[5]);
+    const void *gp[E], *up[E], *dp[E];
+    moe_weight_source s32;
+    const float *sh[3] = {fx.sh[0].w, fx.sh[1].w, fx.sh[2].w};
+    f32_source(&fx, sh, gp, up, dp, &s32);
+    moe_layer_desc d32 = d;
+    memset(&d32.quant, 0, sizeof d32.quant);
+    tu_run_layer_ex(ctx, &d32, NULL, NULL, 0, &s32, fx.x, MOE_DTYPE_F32, T, ref, NULL, NULL);
+    if (memcmp(out, ref, sizeof out) != 0)
+        fail_msg("zero / negative scales: not bit-equal to f32 on the same dequantization (max diff %g)",
+                 tu_max_abs_diff(out, ref, T * H));
+    free(c0), free(c1);
+
+    /* a NaN scale in the shared expert's gate_proj (row 0): intermediate 0 is NaN for every
+     * token, so is every output (the down projection mixes it into every row) */
+    const char *sh_gate = PFX "shared_expert.gate_proj.weight_scale";
+    variant vn = {.drop = {sh_gate}, .n_add = 1};
+    uint16_t *cn = patched_bf16(fx.m, sh_gate, 0, 0x7fc0, &vn.add[0]);
+    write_variant(ctx, src, &vn, dir, sizeof dir);
+    assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_OK);
+    cap.text[0] = '\0';
+    tu_run_layer_ex(ctx, &d, NULL, ck, 0, NULL, fx.x, MOE_DTYPE_F32, T, out, NULL, NULL);
+    if (!strstr(cap.text, PFX "shared_expert.gate_proj: 1 NaN, 0 zero and 0 negative"))
+        fail_msg("log lacks the NaN scale warning:\n%s", cap.text);
+    for (int i = 0; i < T * H; i++)
+        assert_true(isnan(out[i]));
+    moe_checkpoint_free(ck);
+    tu_rm_tree(dir);
+    free(cn);
+    fixture_free(&fx);
+    moe_ctx_free(ctx);
+}
+
+/* weight_shape: I64 [2] as compressed-tensors writes it, I32 [2] accepted (the same output);
+ * a float or wrong-length one refused naming the tensor. */
+static void test_weight_shape(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    char src[600], dir[512];
+    tu_data_path(src, sizeof src, "qwen2_moe_ct_w4a16_shared");
+    fixture fx;
+    fixture_load(ctx, &fx, src, 4);
+    moe_checkpoint *ck = NULL;
+    assert_int_equal(moe_checkpoint_open(ctx, src, &ck), MOE_OK);
+    moe_layer_desc d;
+    assert_int_equal(moe_checkpoint_layer_desc(ck, 0, &d), MOE_OK);
+    float want[T * H], got[T * H];
+    tu_run_layer_ex(ctx, &d, NULL, ck, 0, NULL, fx.x, MOE_DTYPE_F32, T, want, NULL, NULL);
+    moe_checkpoint_free(ck);
+
+    /* every weight_shape of the shared expert and of expert 2 as I32 */
+    static const char *const names[6] = {
+        PFX "shared_expert.gate_proj.weight_shape", PFX "shared_expert.up_proj.weight_shape",
+        PFX "shared_expert.down_proj.weight_shape", PFX "experts.2.gate_proj.weight_shape",
+        PFX "experts.2.up_proj.weight_shape",       PFX "experts.2.down_proj.weight_shape"};
+    int32_t s32[6][2];
+    variant v = {.n_add = 4};
+    for (int i = 0; i < 6; i++) {
+        moe_tensor_info t = get(fx.m, names[i]);
+        assert_int_equal(t.dtype, MOE_DTYPE_I64);
+        int64_t s64[2];
+        memcpy(s64, t.data, sizeof s64);
+        s32[i][0] = (int32_t)s64[0], s32[i][1] = (int32_t)s64[1];
+    }
+    /* (variant holds 4 additions and 8 drops: two passes) */
+    for (int pass = 0; pass < 2; pass++) {
+        memset(&v, 0, sizeof v);
+        for (int i = 0; i < 3; i++) {
+            v.drop[i] = names[3 * pass + i];
+            v.add[v.n_add++] = (moe_tensor_out){.name = names[3 * pass + i], .dtype = MOE_DTYPE_I32, .ndim = 1,
+                                                .shape = {2}, .data = s32[3 * pass + i]};
+        }
+        write_variant(ctx, src, &v, dir, sizeof dir);
+        assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_OK);
+        assert_int_equal(moe_checkpoint_layer_desc(ck, 0, &d), MOE_OK);
+        tu_run_layer_ex(ctx, &d, NULL, ck, 0, NULL, fx.x, MOE_DTYPE_F32, T, got, NULL, NULL);
+        assert_memory_equal(got, want, sizeof got);
+        moe_checkpoint_free(ck);
+        tu_rm_tree(dir);
+    }
+    /* F32 [2]: refused */
+    float f2[2] = {(float)IS, (float)H};
+    variant vf = {.drop = {names[0]}, .n_add = 1};
+    vf.add[0] = (moe_tensor_out){.name = names[0], .dtype = MOE_DTYPE_F32, .ndim = 1, .shape = {2}, .data = f2};
+    expect_error(ctx, variant_desc(ctx, src, &vf, &d), MOE_EFORMAT, names[0], "F32 [2]", "I64 (or I32) [2]");
+    /* I64 [3]: refused */
+    int64_t l3[3] = {I, H, 1};
+    variant vl = {.drop = {names[4]}, .n_add = 1};
+    vl.add[0] = (moe_tensor_out){.name = names[4], .dtype = MOE_DTYPE_I64, .ndim = 1, .shape = {3}, .data = l3};
+    expect_error(ctx, variant_desc(ctx, src, &vl, &d), MOE_EFORMAT, names[4], "I64 [3]", "I64 (or I32) [2]");
+    /* I64 [2] with the wrong values */
+    int64_t bad[2] = {IS, I}; /* gate_proj is [IS, H] = [64, 64] */
+    variant vb = {.drop = {names[0]}, .n_add = 1};
+    vb.add[0] = (moe_tensor_out){.name = names[0], .dtype = MOE_DTYPE_I64, .ndim = 1, .shape = {2}, .data = bad};
+    expect_error(ctx, variant_desc(ctx, src, &vb, &d), MOE_ESHAPE, names[0], "expected [64, 64]");
+    fixture_free(&fx);
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -557,6 +715,8 @@ int main(void)
         cmocka_unit_test(test_int8_shared),
         cmocka_unit_test(test_ignored_shared_bf16),
         cmocka_unit_test(test_inconsistent),
+        cmocka_unit_test(test_bad_scales),
+        cmocka_unit_test(test_weight_shape),
     };
     return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);
 }
