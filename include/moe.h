@@ -909,6 +909,8 @@ moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tenso
  * dequantizes them; gate = the even rows of gate_up, up = the odd rows; bf16 biases) give
  * desc.quant MXFP4 GROUP 32 weight-only for w13 and w2 and weight_dtype the router's; H and I
  * must be multiples of 32. A layer whose experts were kept in bf16 loads unquantized.
+ * Scale bytes 255 (NaN) load as they are (the rows using them compute NaN), with a WARNING
+ * from moe_checkpoint_load_weights naming the tensor and the count (local experts only).
  * moe_checkpoint_load_weights copies the interleaved gate/up rows apart (the local experts'
  * gate_up blocks and scales, logged at INFO with the byte count, freed once packed); down is
  * read in place. FP8 block checkpoints (config `quantization_config` {quant_method fp8,
@@ -1001,7 +1003,9 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
  * (channel, or group 32/64/128, symmetric or with zero points) or 8 bits (channel or group,
  * symmetric), formats pack-quantized / int-quantized / naive-quantized, input_activations
  * null (weight-only) or dynamic symmetric int8 per token (w8a8 -> quant.act TOKEN, int8
- * channel weights only); scales F32, BF16 or F16. Anything else (float types, other
+ * channel weights only); scales F32, BF16 or F16 (NaN, zero or negative values load as they are,
+ * with a WARNING naming the first such tensor and the counts); weight_shape an integer vector
+ * I64 (as compressed-tensors writes it) or I32 [2], anything else MOE_EFORMAT. Anything else (float types, other
  * num_bits, static activations, actorder "group" (g_idx), tensor / block strategies, sparsity,
  * several different groups) is MOE_EUNSUPPORTED naming the field. A layer whose experts keep a
  * float `weight` (left out by --layers) loads unquantized. int4 codes are converted to the
