@@ -704,6 +704,7 @@ moe_status moe_ckq_shared_check(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lo
     static const char *const nm[6] = {"weight_packed", "weight_scale", "weight_shape", "weight_zero_point",
                                       "weight (I8)", "weight (float)"};
     int nq = 0, jq = -1, jf = -1;
+    bool jf_float = false; /* base[jf] has a float weight (else no weight tensor at all) */
     for (int j = 0; j < 3; j++) {
         const unsigned m = ct_tensors_present(lk, base[j]);
         if ((m & any_q) && (m & 32u))
@@ -714,6 +715,7 @@ moe_status moe_ckq_shared_check(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lo
                                  m & 4u ? "weight_shape " : "", m & 8u ? "weight_zero_point" : "");
         if (!(m & any_q)) {
             jf = j;
+            jf_float = (m & 32u) != 0;
             continue;
         }
         nq++;
@@ -738,8 +740,9 @@ moe_status moe_ckq_shared_check(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lo
     if (nq > 0 && nq < 3)
         return moe_set_error(ctx, MOE_EFORMAT,
                              "%s: shared expert: %d of its 3 projections are stored quantized ('%s') and %d not "
-                             "('%s.weight' is a float weight): all three or none",
-                             dir, nq, base[jq], 3 - nq, base[jf]);
+                             "('%s' has %s): all three or none",
+                             dir, nq, base[jq], 3 - nq, base[jf],
+                             jf_float ? "a float weight" : "neither a weight nor weight_packed");
     /* what config.json says: quantized when a config group targets it and `ignore` does not
      * list it (compressed-tensors is_match) */
     const char *thit = NULL, *ihit = NULL;

@@ -519,7 +519,11 @@ static void test_inconsistent(void **state)
     v2.add[0] = (moe_tensor_out){.name = PFX "shared_expert.down_proj.weight", .dtype = MOE_DTYPE_BF16, .ndim = 2,
                                  .shape = {H, IS}, .data = b[2]};
     expect_error(ctx, variant_desc(ctx, w4, &v2, &d), MOE_EFORMAT, "2 of its 3 projections",
-                 PFX "shared_expert.down_proj.weight");
+                 PFX "shared_expert.down_proj' has a float weight");
+    /* ... or no tensors at all */
+    variant v2c = {.drop = {PFX "shared_expert.down_proj."}};
+    expect_error(ctx, variant_desc(ctx, w4, &v2c, &d), MOE_EFORMAT, "2 of its 3 projections",
+                 PFX "shared_expert.down_proj' has neither a weight nor weight_packed");
     /* a float weight beside weight_packed */
     variant v2b = {.n_add = 1};
     v2b.add[0] = v2.add[0];
