@@ -487,6 +487,40 @@ static void test_ignored_shared_bf16(void **state)
     moe_ctx_free(ctx);
 }
 
+/* A bf16 shared expert that config.json says is quantized (targets "Linear", not in ignore):
+ * loaded as stored, with a WARNING naming it and the target. */
+static void test_float_shared_not_ignored(void **state)
+{
+    (void)state;
+    logcap cap = {0};
+    moe_ctx *ctx = ctx_logging(&cap);
+    char src[600];
+    tu_data_path(src, sizeof src, "qwen2_moe_ct_w8a16_shared");
+    fixture fx;
+    fixture_load(ctx, &fx, src, 8);
+    uint16_t *b[3];
+    float *f[3];
+    shared_bf16(&fx, b, f);
+    variant v = {.drop = {PFX "shared_expert."}, .n_add = 3};
+    static const char *const names[3] = {PFX "shared_expert.gate_proj.weight", PFX "shared_expert.up_proj.weight",
+                                         PFX "shared_expert.down_proj.weight"};
+    for (int j = 0; j < 3; j++)
+        v.add[j] = (moe_tensor_out){.name = names[j], .dtype = MOE_DTYPE_BF16, .ndim = 2,
+                                    .shape = {j == 2 ? H : IS, j == 2 ? IS : H}, .data = b[j]};
+    moe_layer_desc d;
+    cap.text[0] = '\0';
+    assert_int_equal(variant_desc(ctx, src, &v, &d), MOE_OK);
+    assert_int_equal(d.weight_dtype, MOE_DTYPE_BF16);
+    const char *want = "shared expert linear '" PFX "shared_expert.gate_proj' is stored as a float weight although "
+                       "config_groups target \"Linear\" matches it";
+    if (!strstr(cap.text, want))
+        fail_msg("log lacks \"%s\":\n%s", want, cap.text);
+    for (int j = 0; j < 3; j++)
+        free(b[j]), free(f[j]);
+    fixture_free(&fx);
+    moe_ctx_free(ctx);
+}
+
 static void test_inconsistent(void **state)
 {
     (void)state;
@@ -718,6 +752,7 @@ int main(void)
         cmocka_unit_test(test_int4_shared),
         cmocka_unit_test(test_int8_shared),
         cmocka_unit_test(test_ignored_shared_bf16),
+        cmocka_unit_test(test_float_shared_not_ignored),
         cmocka_unit_test(test_inconsistent),
         cmocka_unit_test(test_bad_scales),
         cmocka_unit_test(test_weight_shape),
