@@ -19,7 +19,11 @@
  *  - a shared expert in `ignore` stored in bf16 loads as bf16 (bit for bit against f32 on its
  *    bf16 values), and the inconsistent checkpoints are refused naming the tensor: weight_scale
  *    missing, 2 of 3 projections quantized, quantized although ignored, quantized although no
- *    config group targets it, a quantized shared_expert_gate. */
+ *    config group targets it, a quantized shared_expert_gate; a float shared expert that the
+ *    config targets loads with a WARNING;
+ *  - weight_scale values that are zero / negative / NaN load with a WARNING naming the tensor
+ *    and the counts, the output following the maths; weight_shape I32 accepted (same output),
+ *    F32 or [3] refused (MOE_EFORMAT), wrong values MOE_ESHAPE. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
