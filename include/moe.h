@@ -913,6 +913,8 @@ moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tenso
  * dequantizes them; gate = the even rows of gate_up, up = the odd rows; bf16 biases) give
  * desc.quant MXFP4 GROUP 32 weight-only for w13 and w2 and weight_dtype the router's; H and I
  * must be multiples of 32. A layer whose experts were kept in bf16 loads unquantized.
+ * Scale bytes 255 (NaN) load as they are (the rows using them compute NaN), with a WARNING
+ * from moe_checkpoint_load_weights naming the tensor and the count (local experts only).
  * moe_checkpoint_load_weights copies the interleaved gate/up rows apart (the local experts'
  * gate_up blocks and scales, logged at INFO with the byte count, freed once packed); down is
  * read in place. FP8 block checkpoints (config `quantization_config` {quant_method fp8,
@@ -959,7 +961,8 @@ int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
  * the message names tensor, expected and found; FP8 checkpoints: every weight_scale_inv too,
  * F32 on the ceil grid; MXFP4 checkpoints: every *_blocks / *_scales U8 in the shapes above),
  * MOE_EFORMAT (MXFP4 with H or I not a multiple of 32, or *_blocks without quantization_config
- * mxfp4), MOE_EUNSUPPORTED (quant_method mxfp4 on a family other than gpt-oss, from
+ * mxfp4; a compressed-tensors shared expert inconsistent with itself or config.json, see
+ * "Quantized checkpoints"), MOE_EUNSUPPORTED (quant_method mxfp4 on a family other than gpt-oss, from
  * moe_checkpoint_open). */
 moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_layer_desc *out);
 
@@ -1004,11 +1007,27 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
  * (channel, or group 32/64/128, symmetric or with zero points) or 8 bits (channel or group,
  * symmetric), formats pack-quantized / int-quantized / naive-quantized, input_activations
  * null (weight-only) or dynamic symmetric int8 per token (w8a8 -> quant.act TOKEN, int8
- * channel weights only); scales F32, BF16 or F16. Anything else (float types, other
+ * channel weights only); scales F32, BF16 or F16 (NaN, zero or negative values load as they are,
+ * with a WARNING naming the first such tensor and the counts); weight_shape an integer vector
+ * I64 (as compressed-tensors writes it) or I32 [2], anything else MOE_EFORMAT. Anything else (float types, other
  * num_bits, static activations, actorder "group" (g_idx), tensor / block strategies, sparsity,
  * several different groups) is MOE_EUNSUPPORTED naming the field. A layer whose experts keep a
  * float `weight` (left out by --layers) loads unquantized. int4 codes are converted to the
  * source layout in a temporary copy per layer (logged with its size).
+ * A quantized shared expert (llm-compressor quantizes shared_expert(s).{gate,up,down}_proj
+ * with the routed experts unless `ignore` lists them) is validated like the routed experts,
+ * dequantized at load to f32 with the routed kernels' arithmetic ((v - z) * s or v * s, one
+ * f32 multiply) and runs as an f32 shared expert: weight_dtype F32, 4 bytes per weight
+ * resident instead of 0.5 (int4) or 1 (int8), logged with the byte count (at INFO; at WARNING for w8a8,
+ * whose shared expert then runs with f32 activations). The tensors decide whether it is
+ * quantized: a float `weight` loads in its dtype (a shared expert in `ignore`). MOE_EFORMAT,
+ * naming the tensor, when they disagree with each other or with config.json: a compressed
+ * linear missing one of its tensors (weight_packed without weight_scale, ...), some
+ * projections quantized and some not, a float `weight` beside compressed tensors, or quantized
+ * tensors for a module that `ignore` lists (exact name or "re:" pattern, matched as
+ * compressed-tensors does: Python re.match, evaluated as a POSIX extended regex) or that no
+ * config group targets. A float shared expert that config.json says is quantized loads with a
+ * WARNING. A quantized shared_expert_gate is MOE_EUNSUPPORTED (it runs in the router's dtype).
  * ------------------------------------------------------------------------------------- */
 
 /* Progress lines of moe_checkpoint_quantize (one per shard, one at the end). */

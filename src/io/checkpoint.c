@@ -43,6 +43,11 @@
  * stay bf16/f32; an fp8 shared expert (DeepSeek-V3 FP8) is dequantized to f32 at load (w = q * s,
  * lt->sh_deq, logged with its size) and runs in weight_dtype F32; otherwise weight_dtype is the
  * shared expert's dtype, or the router's without one.
+ * compressed-tensors checkpoints (src/io/ckpt_quant.c) whose shared expert is quantized too
+ * (llm-compressor does so unless `ignore` lists it): its linears are validated like the routed
+ * experts' and dequantized to f32 at load ((v - z) * s or v * s, lt->sh_deq, logged with its
+ * size); it runs in weight_dtype F32. Which way it is stored is read from the tensors and
+ * checked against config_groups targets and ignore (moe_ckq_shared_check).
  * MXFP4 checkpoints (gpt-oss as released): config.json quantization_config = {quant_method:
  * mxfp4, modules_to_not_convert: [...]} (transformers' Mxfp4Config); per layer
  * P.experts.gate_up_proj_blocks U8 [E, 2I, H/32, 16], P.experts.gate_up_proj_scales U8
@@ -1512,6 +1517,35 @@ static moe_status mxfp4_experts(moe_checkpoint *ck, ck_layer *lt, const char *pr
     return gpt_oss_expert_biases(ck, lt, prefix);
 }
 
+/* E8M0 scale byte 255 is NaN (OCP MX): the rows using it compute NaN. Loaded as it is (the
+ * output follows the maths), with one WARNING per tensor naming it and the count; only the
+ * local experts' scales are read. */
+static void mxfp4_warn_nan_scales(moe_checkpoint *ck, const ck_layer *lt, const char *prefix)
+{
+    const int64_t H = ck->hidden_size, I = ck->intermediate;
+    const size_t gu_n = (size_t)(2 * I * (H / 32)), dn_n = (size_t)(H * (I / 32)); /* per expert */
+    int64_t gu_nan = 0, dn_nan = 0;
+    for (int64_t e = lt->e_lo; e < lt->e_hi; e++) {
+        const uint8_t *g = lt->gu_scales + (size_t)e * gu_n;  /* [2I, H/32] */
+        const uint8_t *d = lt->down_scale[e];                /* [H, I/32] */
+        for (size_t i = 0; i < gu_n; i++)
+            gu_nan += g[i] == 255;
+        for (size_t i = 0; d && i < dn_n; i++)
+            dn_nan += d[i] == 255;
+    }
+    const int64_t n_local = lt->e_hi - lt->e_lo;
+    if (gu_nan)
+        moe_log(ck->ctx, MOE_LOG_WARN,
+                "%s: tensor '%sexperts.gate_up_proj_scales': %" PRId64 " of %" PRId64 " E8M0 scales are 255 (NaN): "
+                "loaded as they are, so the rows using them compute NaN",
+                ck->dir, prefix, gu_nan, n_local * (int64_t)gu_n);
+    if (dn_nan)
+        moe_log(ck->ctx, MOE_LOG_WARN,
+                "%s: tensor '%sexperts.down_proj_scales': %" PRId64 " of %" PRId64 " E8M0 scales are 255 (NaN): "
+                "loaded as they are, so the rows using them compute NaN",
+                ck->dir, prefix, dn_nan, n_local * (int64_t)dn_n);
+}
+
 /* Split the local experts' interleaved MXFP4 gate_up rows (gate = even, up = odd) into
  * row-major gate and up codes and scales (moe_weight_source takes quantized codes row-major
  * only). The copy (lt->gu_split, logged with its size) lives until ck_layer_free, after
@@ -1635,6 +1669,8 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
     if (mxfp4) {
         if ((st = mxfp4_experts(ck, lt, prefix)) != MOE_OK)
             return st;
+        if (!describe)
+            mxfp4_warn_nan_scales(ck, lt, prefix);
     } else if (ck->family == MOE_FAMILY_GPT_OSS || ck->family == MOE_FAMILY_LLAMA4) {
         if ((st = input_major_experts(ck, lt, prefix, ck->family == MOE_FAMILY_GPT_OSS)) != MOE_OK)
             return st;
@@ -1712,7 +1748,50 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
                 return st;
             n_fp8 += t.dtype == MOE_DTYPE_F8_E4M3;
         }
-        if (n_fp8 == 3) {
+        /* compressed-tensors: llm-compressor quantizes the shared expert too unless `ignore`
+         * lists it; the tensors decide, checked against config.json */
+        int ct_q = 0;
+        const moe_ckq_lookup lk = {ckq_has, ckq_get, ck};
+        char sbase[3][CK_NAME_LEN];
+        const char *const sb[3] = {sbase[0], sbase[1], sbase[2]};
+        for (int j = 0; j < 3; j++)
+            snprintf(sbase[j], sizeof sbase[j], "%s%s.%s", prefix, sh, sproj[j]);
+        if (ck->ct && (st = moe_ckq_shared_check(ck->ctx, ck->ct, &lk, ck->dir, sb, &ct_q)) != MOE_OK)
+            return st;
+        if (ct_q) {
+            /* dequantized to f32 with the routed kernels' arithmetic ((v - z) * s or v * s,
+             * one f32 multiply: moe_quant_dequant_source), so it computes exactly what a
+             * weight-only int8 kernel would; it runs in weight_dtype F32 */
+            const int64_t *shp[3] = {in_shape, in_shape, out_shape};
+            moe_tensor_info *dst[3] = {&lt->sh_gate, &lt->sh_up, &lt->sh_down};
+            const size_t n1 = (size_t)(Is * H); /* elements per matrix */
+            if (!describe && !(lt->sh_deq = malloc(3 * n1 * sizeof(float))))
+                return moe_set_error(ck->ctx, MOE_ENOMEM,
+                                     "out of memory dequantizing the compressed-tensors shared expert (%zu bytes)",
+                                     3 * n1 * sizeof(float));
+            size_t code_bytes = 0;
+            for (int j = 0; j < 3; j++) {
+                float *w = lt->sh_deq ? lt->sh_deq + (size_t)j * n1 : NULL; /* [N, K] f32 */
+                size_t cb = 0;
+                if ((st = moe_ckq_dequant_linear(ck->ctx, ck->ct, &lk, sb[j], shp[j][0], shp[j][1], describe, w,
+                                                 &cb)) != MOE_OK)
+                    return st;
+                code_bytes += cb;
+                *dst[j] = (moe_tensor_info){.name = NULL, .dtype = MOE_DTYPE_F32, .ndim = 2,
+                                            .shape = {shp[j][0], shp[j][1]}, .data = w, .nbytes = n1 * sizeof(float)};
+            }
+            lt->have_weight_dtype = true;
+            lt->weight_dtype = MOE_DTYPE_F32;
+            const moe_quant_config *cq = moe_ckq_quant(ck->ct);
+            if (lt->sh_deq)
+                moe_log(ck->ctx, cq->act == MOE_QACT_NONE ? MOE_LOG_INFO : MOE_LOG_WARN,
+                        "%s%s: compressed-tensors %s shared expert dequantized to f32 (the routed kernels' "
+                        "arithmetic, exactly): %zu bytes resident instead of %zu of codes%s",
+                        prefix, sh, moe_quant_name(cq), 3 * n1 * sizeof(float), code_bytes,
+                        cq->act == MOE_QACT_NONE ? ""
+                                                 : "; it runs with f32 activations (the checkpoint's dynamic int8 "
+                                                   "activation quantization applies to the routed experts only)");
+        } else if (n_fp8 == 3) {
             /* FP8 shared expert (DeepSeek-V3 FP8 quantizes it too): validated like the routed
              * experts, then dequantized to f32 (w = q * s, one f32 multiply:
              * moe_quant_dequant_source), within f32 reassociation of what the weight-only fp8
@@ -1762,7 +1841,16 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
         }
         if (ck->shared_gated) {
             const int64_t gw_shape[2] = {1, H};
+            snprintf(name, sizeof name, "%sshared_expert_gate.weight_packed", prefix);
+            const bool gate_packed = ck_has(ck, name);
             snprintf(name, sizeof name, "%sshared_expert_gate.weight", prefix);
+            if (ck->ct && (gate_packed || (ck_has(ck, name) && ck_get(ck, name, &lt->sh_gate_w, &path) == MOE_OK &&
+                                           lt->sh_gate_w.dtype == MOE_DTYPE_I8)))
+                return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
+                                     "%s: tensor '%s%s': the shared expert gate [1, H] is stored quantized; libmoe "
+                                     "runs it in the router's dtype: quantize with it in ignore (llm-compressor's MoE "
+                                     "recipes list \"re:.*shared_expert_gate$\")",
+                                     ck->dir, name, gate_packed ? "_packed" : "");
             if ((st = ck_get(ck, name, &lt->sh_gate_w, &path)) != MOE_OK)
                 return st;
             if (lt->sh_gate_w.dtype != lt->router.dtype)

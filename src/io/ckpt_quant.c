@@ -36,6 +36,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <jansson.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,8 @@ struct moe_ckq {
     int num_bits;          /* 4 or 8 */
     int symmetric;
     moe_quant_config quant;/* w13 = w2 = the weight scheme, act */
+    json_t *targets;       /* the config groups' targets (strings), or NULL when a group has none */
+    json_t *ignore;        /* quantization_config.ignore (strings), or NULL */
 };
 
 struct moe_ckq_layer {
@@ -56,6 +59,10 @@ struct moe_ckq_layer {
     void **owned;              /* [n_owned] converted buffers */
     size_t n_owned, cap_owned;
     size_t owned_bytes;
+    /* weight_scale values that are NaN, zero or negative (loaded as they are; warned once) */
+    int64_t bad_nan, bad_zero, bad_neg, bad_total;
+    int bad_tensors;
+    char bad_first[320];       /* the first tensor with one */
 };
 
 static const char *jkind(const json_t *v)
@@ -87,7 +94,24 @@ static bool jnull(const json_t *v)
 
 void moe_ckq_free(moe_ckq *q)
 {
+    if (!q)
+        return;
+    json_decref(q->targets);
+    json_decref(q->ignore);
     free(q);
+}
+
+/* MOE_EFORMAT unless `v` is null / absent or an array of strings. */
+static moe_status check_str_array(moe_ctx *ctx, const char *cp, const char *field, const json_t *v)
+{
+    if (jnull(v))
+        return MOE_OK;
+    bool ok = json_is_array(v);
+    for (size_t i = 0; ok && i < json_array_size(v); i++)
+        ok = json_is_string(json_array_get(v, i));
+    return ok ? MOE_OK
+              : moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s' must be a list of strings (module names, \"re:\" "
+                              "patterns or class names), found %s", cp, field, jkind(v));
 }
 
 /* weights of one config group into q. `f` is the group's field prefix for messages. */
@@ -232,7 +256,7 @@ moe_status moe_ckq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const j
         return moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory", cp);
     const char *key;
     json_t *g;
-    bool first = true;
+    bool first = true, first_targets = true;
     moe_status st = MOE_OK;
     json_object_foreach((json_t *)groups, key, g) {
         snprintf(f, sizeof f, "%squantization_config.config_groups.%s", qpre, key);
@@ -255,6 +279,11 @@ moe_status moe_ckq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const j
                                cp, f, qpre, jkind(fmt));
             break;
         }
+        const json_t *tg = json_object_get(g, "targets");
+        char tf[200];
+        snprintf(tf, sizeof tf, "%s.targets", f);
+        if ((st = check_str_array(ctx, cp, tf, tg)) != MOE_OK)
+            break;
         if ((st = parse_weights(ctx, cp, f, json_object_get(g, "weights"), &one)) != MOE_OK ||
             (st = parse_acts(ctx, cp, f, g, &one)) != MOE_OK)
             break;
@@ -271,11 +300,29 @@ moe_status moe_ckq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const j
                                cp, f);
             break;
         }
+        one.targets = q->targets;
         *q = one;
         first = false;
+        /* the union of the groups' targets; a group without targets makes it unknown (NULL) */
+        if (first_targets) {
+            q->targets = json_is_array(tg) ? json_array() : NULL;
+            first_targets = false;
+        }
+        if (q->targets && json_is_array(tg))
+            json_array_extend(q->targets, (json_t *)tg);
+        else if (q->targets) {
+            json_decref(q->targets);
+            q->targets = NULL;
+        }
+    }
+    if (st == MOE_OK) {
+        snprintf(f, sizeof f, "%squantization_config.ignore", qpre);
+        const json_t *ig = json_object_get(qc, "ignore");
+        if ((st = check_str_array(ctx, cp, f, ig)) == MOE_OK && json_is_array(ig))
+            q->ignore = json_deep_copy(ig);
     }
     if (st != MOE_OK) {
-        free(q);
+        moe_ckq_free(q);
         return st;
     }
     moe_log(ctx, MOE_LOG_INFO, "%s: compressed-tensors checkpoint: routed experts %s", cp, moe_quant_name(&q->quant));
@@ -318,6 +365,11 @@ static void *own(moe_ckq_layer *l, size_t n)
     return b;
 }
 
+const moe_quant_config *moe_ckq_quant(const moe_ckq *q)
+{
+    return &q->quant;
+}
+
 void moe_ckq_layer_quant(const moe_ckq_layer *l, moe_quant_config *out)
 {
     *out = l->quant;
@@ -331,6 +383,42 @@ void moe_ckq_layer_source(const moe_ckq_layer *l, moe_weight_source *src)
     src->gate_zero = l->zero[0];
     src->up_zero = l->zero[1];
     src->down_zero = l->zero[2];
+}
+
+/* Count the NaN, zero and negative values of scale tensor `name` (f32 [n], possibly unaligned)
+ * into l: llm-compressor never writes them (a zero scale would make every weight of its group
+ * zero, a NaN poisons the whole output row), so they are a corrupt or hand-edited checkpoint;
+ * the load goes on and computes what the maths gives, with a WARNING
+ * (warn_scales). */
+static void scan_scales(moe_ckq_layer *l, const char *name, const void *scale, int64_t n)
+{
+    int64_t nan = 0, zero = 0, neg = 0;
+    const unsigned char *p = scale;
+    for (int64_t i = 0; i < n; i++) {
+        float s;
+        memcpy(&s, p + 4 * i, 4);
+        nan += s != s;
+        zero += s == 0.0f;
+        neg += s < 0.0f;
+    }
+    l->bad_total += n;
+    if (nan + zero + neg == 0)
+        return;
+    if (l->bad_tensors++ == 0)
+        snprintf(l->bad_first, sizeof l->bad_first, "%s", name);
+    l->bad_nan += nan;
+    l->bad_zero += zero;
+    l->bad_neg += neg;
+}
+
+static void warn_scales(moe_ctx *ctx, const moe_ckq_layer *l, const char *what)
+{
+    if (l->bad_tensors)
+        moe_log(ctx, MOE_LOG_WARN,
+                "%s: %" PRId64 " NaN, %" PRId64 " zero and %" PRId64 " negative weight_scale values (of %" PRId64
+                ") in %d tensor(s), the first '%s': loaded as they are, so the output follows (v - z) * s (a NaN "
+                "scale makes the rows that use it NaN, a zero one their weights zero)",
+                what, l->bad_nan, l->bad_zero, l->bad_neg, l->bad_total, l->bad_tensors, l->bad_first);
 }
 
 static bool shape_is(const moe_tensor_info *t, int nd, int64_t a, int64_t b)
@@ -381,8 +469,12 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
             ws[0] = w32[0];
             ws[1] = w32[1];
         } else {
-            return moe_set_error(ctx, MOE_EFORMAT, "%s: tensor '%s': expected I64 [2] (the unpacked [out, in])", path,
-                                 name);
+            char got[96];
+            return moe_set_error(ctx, MOE_EFORMAT,
+                                 "%s: tensor '%s': %s %s, expected an integer vector I64 (or I32) [2] holding the "
+                                 "unpacked [out, in]",
+                                 path, name, moe_dtype_name(t.dtype),
+                                 moe_io_format_shape(got, sizeof got, t.ndim, t.shape));
         }
         if (ws[0] != N || ws[1] != K)
             return moe_set_error(ctx, MOE_ESHAPE, "%s: tensor '%s' = [%" PRId64 ", %" PRId64 "], expected [%" PRId64
@@ -444,6 +536,8 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
         return moe_set_error(ctx, MOE_EDTYPE, "%s: tensor '%s': dtype %s, expected F32, BF16 or F16", path, name,
                              moe_dtype_name(t.dtype));
     }
+    if (!describe)
+        scan_scales(l, name, *scale, N * G);
     if (!qw->has_zero_point)
         return MOE_OK;
     snprintf(name, sizeof name, "%s.weight_zero_point", base);
@@ -520,6 +614,9 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
             free(l->zero[j]);
             l->zero[j] = NULL;
         }
+    char what[320];
+    snprintf(what, sizeof what, "%sexperts", prefix);
+    warn_scales(ctx, l, what);
     if (l->owned_bytes)
         moe_log(ctx, MOE_LOG_INFO,
                 "%sexperts: %zu bytes of compressed-tensors codes / scales converted to libmoe's source layout "
@@ -527,6 +624,170 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
                 prefix, l->owned_bytes);
     *out = l;
     return MOE_OK;
+}
+
+/* ---- a quantized shared expert ---- */
+
+/* Does module `name` match compressed-tensors target / ignore entry `t` (utils/match.py
+ * match_name and _match_class): "re:<pattern>" is Python's re.match (anchored at the start
+ * only), evaluated here as a POSIX extended regex "^(<pattern>)"; any other string is an exact
+ * module name or a class name, and a shared-expert projection is an nn.Linear, so "Linear"
+ * (and "Module", a base class) match it. 1 match, 0 no match, -1 undecidable (a pattern POSIX
+ * regcomp refuses, e.g. Python-only syntax). */
+static int target_matches(const char *name, const char *t)
+{
+    if (strncmp(t, "re:", 3) != 0)
+        return strcmp(t, name) == 0 || strcmp(t, "Linear") == 0 || strcmp(t, "Module") == 0;
+    size_t n = strlen(t + 3) + 4;
+    char *pat = malloc(n);
+    if (!pat)
+        return -1;
+    snprintf(pat, n, "^(%s)", t + 3);
+    regex_t re;
+    int r = -1;
+    if (regcomp(&re, pat, REG_EXTENDED | REG_NOSUB) == 0) {
+        r = regexec(&re, name, 0, NULL, 0) == 0;
+        regfree(&re);
+    }
+    free(pat);
+    return r;
+}
+
+/* Over a list: 1 when an entry matches (*hit = it), 0 when none does, -1 when none matches
+ * but one was undecidable (*hit = it). */
+static int list_matches(const json_t *list, const char *name, const char **hit)
+{
+    int r = 0;
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        const char *t = json_string_value(json_array_get(list, i));
+        int m = target_matches(name, t);
+        if (m == 1) {
+            *hit = t;
+            return 1;
+        }
+        if (m < 0 && r == 0) {
+            *hit = t;
+            r = -1;
+        }
+    }
+    return r;
+}
+
+/* Which compressed-tensors tensors of linear `base` are present: bit 0 weight_packed, 1
+ * weight_scale, 2 weight_shape, 3 weight_zero_point, 4 an I8 `weight` (int-quantized), 5 a
+ * float `weight`. */
+static unsigned ct_tensors_present(const moe_ckq_lookup *lk, const char *base)
+{
+    static const char *const sfx[4] = {"weight_packed", "weight_scale", "weight_shape", "weight_zero_point"};
+    char name[320];
+    unsigned m = 0;
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "%s.%s", base, sfx[i]);
+        m |= lk->has(lk->u, name) ? 1u << i : 0u;
+    }
+    snprintf(name, sizeof name, "%s.weight", base);
+    moe_tensor_info t;
+    const char *path;
+    if (lk->has(lk->u, name) && lk->get(lk->u, name, &t, &path) == MOE_OK)
+        m |= t.dtype == MOE_DTYPE_I8 ? 1u << 4 : 1u << 5;
+    return m;
+}
+
+moe_status moe_ckq_shared_check(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, const char *dir,
+                                const char *const base[3], int *quantized)
+{
+    *quantized = 0;
+    const bool packed = q->format == CKQ_FMT_PACKED;
+    /* the tensors a quantized linear of this scheme has, and any of them */
+    const unsigned need = packed ? (1u | 2u | 4u | (q->quant.w13.has_zero_point ? 8u : 0u)) : (16u | 2u);
+    const unsigned any_q = 1u | 2u | 4u | 8u | 16u;
+    static const char *const nm[6] = {"weight_packed", "weight_scale", "weight_shape", "weight_zero_point",
+                                      "weight (I8)", "weight (float)"};
+    int nq = 0, jq = -1, jf = -1;
+    bool jf_float = false; /* base[jf] has a float weight (else no weight tensor at all) */
+    for (int j = 0; j < 3; j++) {
+        const unsigned m = ct_tensors_present(lk, base[j]);
+        if ((m & any_q) && (m & 32u))
+            return moe_set_error(ctx, MOE_EFORMAT,
+                                 "%s: shared expert linear '%s': both a float '%s.weight' and compressed-tensors "
+                                 "tensors (%s%s%s%s): one or the other",
+                                 dir, base[j], base[j], m & 1u ? "weight_packed " : "", m & 2u ? "weight_scale " : "",
+                                 m & 4u ? "weight_shape " : "", m & 8u ? "weight_zero_point" : "");
+        if (!(m & any_q)) {
+            jf = j;
+            jf_float = (m & 32u) != 0;
+            continue;
+        }
+        nq++;
+        jq = j;
+        for (int b = 0; b < 5; b++)
+            if ((need & (1u << b)) && !(m & (1u << b))) {
+                /* the first tensor present names what was found */
+                int have = 0;
+                while (have < 5 && !(m & (1u << have)))
+                    have++;
+                return moe_set_error(ctx, MOE_EFORMAT,
+                                     "%s: tensor '%s.%s' is missing: shared expert linear '%s' has '%s.%s', so it is "
+                                     "stored quantized (compressed-tensors %s: %s), but incompletely",
+                                     dir, base[j], b == 4 ? "weight" : nm[b], base[j], base[j],
+                                     have == 4 ? "weight" : nm[have], packed ? "pack-quantized" : "int-quantized",
+                                     packed ? (q->quant.w13.has_zero_point
+                                                   ? "weight_packed, weight_scale, weight_shape, weight_zero_point"
+                                                   : "weight_packed, weight_scale, weight_shape")
+                                            : "I8 weight, weight_scale");
+            }
+    }
+    if (nq > 0 && nq < 3)
+        return moe_set_error(ctx, MOE_EFORMAT,
+                             "%s: shared expert: %d of its 3 projections are stored quantized ('%s') and %d not "
+                             "('%s' has %s): all three or none",
+                             dir, nq, base[jq], 3 - nq, base[jf],
+                             jf_float ? "a float weight" : "neither a weight nor weight_packed");
+    /* what config.json says: quantized when a config group targets it and `ignore` does not
+     * list it (compressed-tensors is_match) */
+    const char *thit = NULL, *ihit = NULL;
+    const int targeted = q->targets ? list_matches(q->targets, base[0], &thit) : -1;
+    const int ignored = q->ignore ? list_matches(q->ignore, base[0], &ihit) : 0;
+    if (nq == 3) {
+        if (ignored == 1)
+            return moe_set_error(ctx, MOE_EFORMAT,
+                                 "%s: shared expert linear '%s' is stored quantized, but quantization_config.ignore "
+                                 "lists it (entry \"%s\"): the checkpoint contradicts its config.json",
+                                 dir, base[0], ihit);
+        if (targeted == 0)
+            return moe_set_error(ctx, MOE_EFORMAT,
+                                 "%s: shared expert linear '%s' is stored quantized, but no "
+                                 "quantization_config.config_groups target matches it: the checkpoint contradicts its "
+                                 "config.json",
+                                 dir, base[0]);
+        *quantized = 1;
+        return MOE_OK;
+    }
+    if (targeted == 1 && ignored == 0)
+        moe_log(ctx, MOE_LOG_WARN,
+                "%s: shared expert linear '%s' is stored as a float weight although config_groups target \"%s\" "
+                "matches it and ignore does not list it; loaded as stored (vLLM would expect it quantized)",
+                dir, base[0], thit);
+    return MOE_OK;
+}
+
+moe_status moe_ckq_dequant_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, const char *base,
+                                  int64_t N, int64_t K, int describe, float *w, size_t *code_bytes)
+{
+    moe_ckq_layer *l = calloc(1, sizeof *l); /* owns the converted codes / scales / zero points */
+    if (!l)
+        return moe_set_error(ctx, MOE_ENOMEM, "out of memory");
+    const void *codes = NULL, *scale = NULL;
+    const uint8_t *zero = NULL;
+    moe_status st = load_linear(ctx, q, lk, l, base, N, K, describe, &codes, &scale, &zero);
+    if (st == MOE_OK && w) {
+        moe_quant_dequant_source(&q->quant.w13, codes, scale, zero, N, K, w);
+        warn_scales(ctx, l, base);
+    }
+    if (code_bytes)
+        *code_bytes = (size_t)(N * K) * (size_t)q->num_bits / 8;
+    moe_ckq_layer_free(l);
+    return st;
 }
 
 /* ==========================================================================================

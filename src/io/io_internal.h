@@ -52,6 +52,25 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
                               const char *const proj[3], int64_t e_lo, int64_t e_hi, int64_t E, int64_t I,
                               int64_t H, int describe, const void **codes[3], moe_ckq_layer **out);
 void moe_ckq_layer_free(moe_ckq_layer *l);
+
+/* The shared expert's three linears base[j] (module names "<prefix>shared_expert(s).<proj>",
+ * j = gate, up, down) of a compressed-tensors checkpoint: *quantized = 1 when they are stored
+ * quantized in q's scheme, 0 when they are float `weight`s. The tensors decide; MOE_EFORMAT
+ * (naming the tensor, `dir` in the message) when they are inconsistent: some projections
+ * quantized and some not, a float weight beside compressed tensors, a compressed linear missing
+ * one of its tensors (e.g. weight_packed without weight_scale), or quantized tensors that
+ * config.json says are not (quantization_config.ignore lists the module, or no config group
+ * targets it). A float shared expert that the config says is quantized loads with a warning. */
+moe_status moe_ckq_shared_check(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, const char *dir,
+                                const char *const base[3], int *quantized);
+/* Linear `base` [N, K] stored in q's scheme: validate it (names, dtypes, shapes, as the routed
+ * experts) and, unless describe, dequantize it into w [N, K] f32 with the routed kernels'
+ * arithmetic (moe_quant_dequant_source: (v - z) * s or v * s, one f32 multiply). *code_bytes
+ * (if not NULL): the bytes of its codes as stored. */
+moe_status moe_ckq_dequant_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, const char *base,
+                                  int64_t N, int64_t K, int describe, float *w, size_t *code_bytes);
+/* q's weight scheme ("int4-g32-zp", ...) and whether it quantizes activations (w8a8). */
+const moe_quant_config *moe_ckq_quant(const moe_ckq *q);
 /* desc.quant of a loaded layer. */
 void moe_ckq_layer_quant(const moe_ckq_layer *l, moe_quant_config *out);
 /* Scale and zero-point pointers of a loaded layer into src. */
