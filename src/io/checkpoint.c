@@ -1625,7 +1625,11 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
     /* MXFP4 (quantization_config mxfp4): the layer's *_blocks, unless it was kept in bf16
      * (modules_to_not_convert) and has gate_up_proj instead */
     const bool mxfp4 = ck->mxfp4 && (has_blocks || !ck_has(ck, gu_name));
-    if (ck->fp8 && (ck->family == MOE_FAMILY_GPT_OSS || ck->family == MOE_FAMILY_LLAMA4 ||
+    /* Llama-4 quantized per expert (llm-compressor's compressed-tensors checkpoints, and
+     * `moe quantize`'s int8 / int4 / fp8-block output): P.experts.e.{gate,up,down}_proj.* in
+     * place of the stacked gate_up_proj / down_proj */
+    const bool l4_per_expert = ck->family == MOE_FAMILY_LLAMA4 && (ck->fp8 || ck->ct) && !ck_has(ck, gu_name);
+    if (ck->fp8 && (ck->family == MOE_FAMILY_GPT_OSS || (ck->family == MOE_FAMILY_LLAMA4 && !l4_per_expert) ||
                     ck->family == MOE_FAMILY_GRANITE_MOE || ck_has(ck, gu_name)))
         return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
                              "%s: layer %" PRId64 ": FP8 block checkpoints (quantization_config quant_method fp8) are "
@@ -1635,14 +1639,14 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
     if (mxfp4) {
         if ((st = mxfp4_experts(ck, lt, prefix)) != MOE_OK)
             return st;
-    } else if (ck->family == MOE_FAMILY_GPT_OSS || ck->family == MOE_FAMILY_LLAMA4) {
+    } else if (ck->family == MOE_FAMILY_GPT_OSS || (ck->family == MOE_FAMILY_LLAMA4 && !l4_per_expert)) {
         if ((st = input_major_experts(ck, lt, prefix, ck->family == MOE_FAMILY_GPT_OSS)) != MOE_OK)
             return st;
     } else {
         /* Granite as released: input_linear / output_linear; else the in-memory names */
         snprintf(gu_name, sizeof gu_name, "%sexperts.gate_up_proj", prefix);
         snprintf(dn_name, sizeof dn_name, "%sexperts.down_proj", prefix);
-        const bool in_memory = ck_has(ck, gu_name);
+        const bool in_memory = ck_has(ck, gu_name) && !l4_per_expert;
         if (ck->family == MOE_FAMILY_GRANITE_MOE && !in_memory) {
             snprintf(gu_name, sizeof gu_name, "%sinput_linear.weight", prefix);
             snprintf(dn_name, sizeof dn_name, "%soutput_linear.weight", prefix);
