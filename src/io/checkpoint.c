@@ -57,6 +57,9 @@
  * modules_to_not_convert layer) is read as bf16. H and I must be multiples of 32.
  * compressed-tensors checkpoints (quant_method "compressed-tensors": int4 / int8 experts):
  * read by src/io/ckpt_quant.c, called from cfg_quant and the per-expert lookup.
+ * Llama-4 quantized per expert (compressed-tensors or fp8 block; llm-compressor's layout and
+ * `moe quantize`'s): a layer without P.experts.gate_up_proj reads
+ * P.experts.e.{gate,up,down}_proj.* through the per-expert path.
  * Every layout gives one moe_weight_source of pointers into the mapped files (strides for the
  * input-major ones): nothing is copied before moe_weights_create packs it, except MXFP4's
  * gate/up rows, which moe_weight_source takes row-major only: the local experts' gate_up
