@@ -10,6 +10,10 @@
  *    here within 1e-5 of its largest output (the 4-bit kernels apply the group scale after
  *    the group's dot product). --layers 1 keeps layer 0 in bf16 (named in
  *    modules_to_not_convert, bit-equal to the input).
+ *  - tests/fixtures/gpt_oss_bf16_to_mxfp4 (transformers-made, gen_mxfp4_quant_fixture.py): the
+ *    written blocks decoded here equal transformers' convert_moe_packed_tensors of a numpy OCP
+ *    MX quantization of the same weights, and the loaded layer gives transformers' GptOssMLP
+ *    output on them within 1e-5 of its largest magnitude.
  *  - Llama-4 (stacked, gate | up halves) -> int8-channel, int4-g32, fp8-block: written per
  *    expert (experts.<e>.{gate,up,down}_proj.*, llm-compressor's layout); the loaded layer
  *    against an f32 plan on the written codes decoded here (int8 / fp8 bit for bit, int4
@@ -596,10 +600,89 @@ static void test_llama4(void **state)
     tu_rm_tree(root);
 }
 
+/* tests/fixtures/gpt_oss_bf16_to_mxfp4 (gen_mxfp4_quant_fixture.py): a bf16 gpt-oss checkpoint
+ * saved by transformers, with transformers' convert_moe_packed_tensors of a numpy OCP MX
+ * quantization of its experts and GptOssMLP's float32 output on those weights. The written
+ * blocks, decoded here, must equal transformers' dequantized experts bit for bit (the codes
+ * may differ only in the sign of zero and the exponent of an all-zero group), and the loaded
+ * checkpoint must give transformers' output within 1e-5 of its largest magnitude. */
+static void test_gpt_oss_transformers(void **state)
+{
+    (void)state;
+    char fx[700], root[512], out[700], p[1024];
+    tu_data_path(fx, sizeof fx, "gpt_oss_bf16_to_mxfp4");
+    tu_tmpdir(root, sizeof root, "quantize_oss_hf");
+    join(out, sizeof out, root, "q");
+    moe_ctx *ctx = tu_ctx();
+    if (quantize_checked(ctx, fx, out, "mxfp4") != MOE_OK)
+        fail_msg("quantize: %s", moe_ctx_last_error(ctx));
+    enum { H = 64, I = 32, E = 4, K = 2, TT = 12 };
+    moe_safetensors *w = NULL, *r = NULL, *xin = NULL, *ex = NULL;
+    join(p, sizeof p, out, "model.safetensors");
+    assert_int_equal(moe_safetensors_open(ctx, p, &w), MOE_OK);
+    join(p, sizeof p, fx, "mxfp4_ref.safetensors");
+    assert_int_equal(moe_safetensors_open(ctx, p, &r), MOE_OK);
+    float *deq = malloc(sizeof(float) * 2 * I * H); /* one expert [N, K] */
+    for (int j = 0; j < 2; j++) {
+        const int64_t N = j == 0 ? 2 * I : H, Kin = j == 0 ? H : I;
+        const char *proj = j == 0 ? "gate_up_proj" : "down_proj";
+        char name[160];
+        const int64_t bs[4] = {E, N, Kin / 32, 16}, ss[3] = {E, N, Kin / 32}, hs[3] = {E, Kin, N};
+        snprintf(name, sizeof name, "model.layers.0.mlp.experts.%s_blocks", proj);
+        const uint8_t *b = get(w, name, MOE_DTYPE_U8, 4, bs);
+        snprintf(name, sizeof name, "model.layers.0.mlp.experts.%s_scales", proj);
+        const uint8_t *sc = get(w, name, MOE_DTYPE_U8, 3, ss);
+        const float *hf = get(r, proj, MOE_DTYPE_F32, 3, hs); /* transformers' [E, K, N] */
+        for (int e = 0; e < E; e++) {
+            mx_decode(b + (size_t)e * N * Kin / 2, sc + (size_t)e * N * Kin / 32, N, Kin, deq);
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t k = 0; k < Kin; k++)
+                    if (deq[n * Kin + k] != hf[((size_t)e * Kin + k) * N + n])
+                        fail_msg("%s expert %d [n %lld, k %lld]: written %g, transformers %g", proj, e, (long long)n,
+                                 (long long)k, deq[n * Kin + k], hf[((size_t)e * Kin + k) * N + n]);
+        }
+    }
+    free(deq);
+    join(p, sizeof p, fx, "input.safetensors");
+    assert_int_equal(moe_safetensors_open(ctx, p, &xin), MOE_OK);
+    join(p, sizeof p, fx, "expected.safetensors");
+    assert_int_equal(moe_safetensors_open(ctx, p, &ex), MOE_OK);
+    const int64_t xs[2] = {TT, H}, ks[2] = {TT, K};
+    const uint16_t *x = get(xin, "hidden_states", MOE_DTYPE_BF16, 2, xs);
+    const float *want = get(ex, "output", MOE_DTYPE_F32, 2, xs);
+    const int32_t *want_ids = get(ex, "topk_ids", MOE_DTYPE_I32, 2, ks);
+    moe_checkpoint *ck = NULL;
+    if (moe_checkpoint_open(ctx, out, &ck) != MOE_OK)
+        fail_msg("open: %s", moe_ctx_last_error(ctx));
+    moe_layer_desc d;
+    assert_int_equal(moe_checkpoint_layer_desc(ck, 0, &d), MOE_OK);
+    assert_string_equal(moe_quant_name(&d.quant), "mxfp4");
+    float got[TT * H], wts[TT * K];
+    int32_t ids[TT * K];
+    tu_run_layer_ex(ctx, &d, NULL, ck, 0, NULL, x, MOE_DTYPE_BF16, TT, got, ids, wts);
+    /* the same experts, in any order within a token */
+    for (int t = 0; t < TT; t++)
+        for (int a = 0; a < K; a++) {
+            int found = 0;
+            for (int b2 = 0; b2 < K; b2++)
+                found |= ids[t * K + a] == want_ids[t * K + b2];
+            assert_true(found);
+        }
+    const double mx = tu_max_abs(want, TT * H), diff = tu_max_abs_diff(got, want, TT * H);
+    printf("  gpt_oss_bf16_to_mxfp4: |libmoe - transformers| / max = %.3e (bound 1e-5)\n", diff / mx);
+    if (diff > 1e-5 * mx)
+        fail_msg("output differs from transformers by %g (max |expected| %g)", diff, mx);
+    moe_checkpoint_free(ck);
+    moe_safetensors_free(w), moe_safetensors_free(r), moe_safetensors_free(xin), moe_safetensors_free(ex);
+    moe_ctx_free(ctx);
+    tu_rm_tree(root);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt_oss_mxfp4),
+        cmocka_unit_test(test_gpt_oss_transformers),
         cmocka_unit_test(test_llama4),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
