@@ -17,7 +17,8 @@
  *  - Llama-4 (stacked, gate | up halves) -> int8-channel, int4-g32, fp8-block: written per
  *    expert (experts.<e>.{gate,up,down}_proj.*, llm-compressor's layout); the loaded layer
  *    against an f32 plan on the written codes decoded here (int8 / fp8 bit for bit, int4
- *    within 1e-5 of the largest output).
+ *    within 1e-5 of the largest output); --layers 3 keeps layer 1 stacked bf16 (listed in
+ *    `ignore`, bit-equal to the input).
  *  - errors: gpt-oss with a non-mxfp4 scheme, mxfp4 on Llama-4, mxfp4 with I not a multiple
  *    of 32 (transformers' gpt_oss_bf16 fixture), the cancel flag: each leaves nothing behind. */
 #include <stdarg.h>
@@ -426,10 +427,11 @@ static void test_gpt_oss_mxfp4(void **state)
     tu_rm_tree(root);
 }
 
-/* Llama-4: layer 1 of transformers' llama4_f32 config (MoE; layer 0 dense) with H = 64, I = 32,
- * E = 8, a shared expert of I_s = I; all bf16. */
+/* Llama-4: transformers' llama4_f32 config with H = 64, I = 32, E = 8, four layers of which 1
+ * and 3 are MoE (interleave step 2), each with a shared expert of I_s = I; all bf16. */
 enum { LH = 64, LI = 32, LE = 8 };
 #define LP "language_model.model.layers.1.feed_forward."
+#define LP3 "language_model.model.layers.3.feed_forward."
 
 typedef struct l4 {
     uint16_t *router, *gu, *dn, *sg, *su, *sd; /* [E, H], [E, H, 2I], [E, I, H], [I, H], [I, H], [H, I] */
@@ -437,27 +439,43 @@ typedef struct l4 {
 
 static void l4_make(l4 *m, const char *dir)
 {
-    static const char *const keys[] = {"hidden_size", "intermediate_size"};
-    const int64_t vals[] = {LH, LI};
-    write_config("llama4_f32", dir, "text_config", keys, vals, 2);
+    static const char *const keys[] = {"hidden_size", "intermediate_size", "num_hidden_layers"};
+    const int64_t vals[] = {LH, LI, 4};
+    write_config("llama4_f32", dir, "text_config", keys, vals, 3);
+    char p[1024];
+    join(p, sizeof p, dir, "config.json");
+    json_error_t je;
+    json_t *cfg = json_load_file(p, 0, &je), *tc = json_object_get(cfg, "text_config");
+    json_object_set_new(tc, "moe_layers", json_pack("[i, i]", 1, 3));
+    json_object_set_new(tc, "layer_types", json_pack("[s, s, s, s]", "chunked_attention", "chunked_attention",
+                                                     "chunked_attention", "full_attention"));
+    json_object_set_new(tc, "no_rope_layers", json_pack("[i, i, i, i]", 1, 1, 1, 0));
+    assert_int_equal(json_dump_file(cfg, p, JSON_INDENT(1)), 0);
+    json_decref(cfg);
     m->router = bf16_fill(LE * LH, LH, 501, -1.0f, 1.0f);
     m->gu = bf16_fill((size_t)LE * LH * 2 * LI, 2 * LI, 502, -0.5f, 0.5f);
     m->dn = bf16_fill((size_t)LE * LI * LH, LH, 503, -0.5f, 0.5f);
     m->sg = bf16_fill(LI * LH, LH, 504, -0.5f, 0.5f);
     m->su = bf16_fill(LI * LH, LH, 505, -0.5f, 0.5f);
     m->sd = bf16_fill(LH * LI, LI, 506, -0.5f, 0.5f);
-    moe_tensor_out t[6] = {
+    /* layer 3: the same tensors (its own names) */
+    moe_tensor_out t[12] = {
         {.name = LP "router.weight", .dtype = MOE_DTYPE_BF16, .ndim = 2, .shape = {LE, LH}, .data = m->router},
         {.name = LP "experts.gate_up_proj", .dtype = MOE_DTYPE_BF16, .ndim = 3, .shape = {LE, LH, 2 * LI}, .data = m->gu},
         {.name = LP "experts.down_proj", .dtype = MOE_DTYPE_BF16, .ndim = 3, .shape = {LE, LI, LH}, .data = m->dn},
         {.name = LP "shared_expert.gate_proj.weight", .dtype = MOE_DTYPE_BF16, .ndim = 2, .shape = {LI, LH}, .data = m->sg},
         {.name = LP "shared_expert.up_proj.weight", .dtype = MOE_DTYPE_BF16, .ndim = 2, .shape = {LI, LH}, .data = m->su},
         {.name = LP "shared_expert.down_proj.weight", .dtype = MOE_DTYPE_BF16, .ndim = 2, .shape = {LH, LI}, .data = m->sd},
+        {.name = LP3 "router.weight", .dtype = MOE_DTYPE_BF16, .ndim = 2, .shape = {LE, LH}, .data = m->router},
+        {.name = LP3 "experts.gate_up_proj", .dtype = MOE_DTYPE_BF16, .ndim = 3, .shape = {LE, LH, 2 * LI}, .data = m->gu},
+        {.name = LP3 "experts.down_proj", .dtype = MOE_DTYPE_BF16, .ndim = 3, .shape = {LE, LI, LH}, .data = m->dn},
+        {.name = LP3 "shared_expert.gate_proj.weight", .dtype = MOE_DTYPE_BF16, .ndim = 2, .shape = {LI, LH}, .data = m->sg},
+        {.name = LP3 "shared_expert.up_proj.weight", .dtype = MOE_DTYPE_BF16, .ndim = 2, .shape = {LI, LH}, .data = m->su},
+        {.name = LP3 "shared_expert.down_proj.weight", .dtype = MOE_DTYPE_BF16, .ndim = 2, .shape = {LH, LI}, .data = m->sd},
     };
-    char p[1024];
     join(p, sizeof p, dir, "model.safetensors");
     moe_ctx *ctx = tu_ctx();
-    assert_int_equal(moe_safetensors_write(ctx, p, t, 6), MOE_OK);
+    assert_int_equal(moe_safetensors_write(ctx, p, t, 12), MOE_OK);
     moe_ctx_free(ctx);
 }
 
@@ -526,7 +544,7 @@ static void test_llama4(void **state)
         moe_quantize_options o = {.scheme = schemes[si]};
         if (moe_checkpoint_quantize(ctx, in, out, &o, &s) != MOE_OK)
             fail_msg("quantize %s: %s", schemes[si], moe_ctx_last_error(ctx));
-        assert_int_equal(s.expert_tensors, 3 * LE);
+        assert_int_equal(s.expert_tensors, 2 * 3 * LE);
         join(p, sizeof p, out, "model.safetensors");
         moe_safetensors *f = NULL;
         assert_int_equal(moe_safetensors_open(ctx, p, &f), MOE_OK);
@@ -588,6 +606,41 @@ static void test_llama4(void **state)
         if (exact ? memcmp(o1, ref, sizeof ref) != 0 : diff > 1e-5 * mx)
             fail_msg("llama4 %s: max |diff| %g, max |ref| %g", schemes[si], diff, mx);
         moe_checkpoint_free(ck);
+    }
+    /* --layers 3 (int4-g32): layer 1 keeps its stacked bf16 experts, listed in `ignore`, and
+     * loads unquantized, bit-equal to the input's layer 1 */
+    {
+        join(out, sizeof out, root, "l3");
+        const int64_t only3[1] = {3};
+        moe_quantize_options o3 = {.scheme = "int4-g32", .layers = only3, .n_layers = 1};
+        if (moe_checkpoint_quantize(ctx, in, out, &o3, NULL) != MOE_OK)
+            fail_msg("quantize --layers 3: %s", moe_ctx_last_error(ctx));
+        join(p, sizeof p, out, "config.json");
+        json_error_t je;
+        json_t *cfg = json_load_file(p, 0, &je);
+        const json_t *ign = json_object_get(json_object_get(cfg, "quantization_config"), "ignore");
+        int listed = 0;
+        for (size_t i = 0; i < json_array_size(ign); i++)
+            listed |= !strcmp(json_string_value(json_array_get(ign, i)), LP "experts");
+        assert_true(listed);
+        json_decref(cfg);
+        float x[T * LH], a[T * LH], b[T * LH];
+        tu_fill_uniform(x, T * LH, 98, -1.0f, 1.0f);
+        const char *dirs[2] = {in, out};
+        float *outs[2] = {a, b};
+        for (int i = 0; i < 2; i++) {
+            moe_checkpoint *ck = NULL;
+            moe_layer_desc d;
+            if (moe_checkpoint_open(ctx, dirs[i], &ck) != MOE_OK || moe_checkpoint_layer_desc(ck, 1, &d) != MOE_OK)
+                fail_msg("%s: %s", dirs[i], moe_ctx_last_error(ctx));
+            assert_int_equal(d.quant.w13.dtype, MOE_QTYPE_NONE);
+            tu_run_layer_ex(ctx, &d, NULL, ck, 1, NULL, x, MOE_DTYPE_F32, T, outs[i], NULL, NULL);
+            moe_layer_desc d3;
+            assert_int_equal(moe_checkpoint_layer_desc(ck, 3, &d3), MOE_OK);
+            assert_int_equal(d3.quant.w13.dtype, i == 0 ? MOE_QTYPE_NONE : MOE_QTYPE_INT4);
+            moe_checkpoint_free(ck);
+        }
+        assert_memory_equal(a, b, sizeof a);
     }
     /* mxfp4 is gpt-oss's format only: refused, nothing left */
     const int before = dir_entries(root);
