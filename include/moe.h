@@ -978,7 +978,8 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
 /* ---------------------------------------------------------------------------------------
  * Quantized checkpoints: moe_checkpoint_quantize (`moe quantize`) converts the routed experts
  * of a bf16 / f16 / f32 checkpoint in the per-expert layout (<P>experts.<e>.<proj>.weight:
- * Mixtral, Qwen2/3-MoE, Qwen3-Next, OLMoE, DeepSeek-V2/V3) with moe_quantize_matrix and
+ * Mixtral, Qwen2/3-MoE, Qwen3-Next, OLMoE, DeepSeek-V2/V3), or gpt-oss / Llama-4 (stacked,
+ * below) with moe_quantize_matrix and
  * writes a checkpoint that moe_checkpoint_open loads (docs/quantize.md has the layouts):
  *  - "fp8-block": the Hugging Face FP8 layout above (weight F8_E4M3 [N, K] + weight_scale_inv
  *    F32 [ceil(N/128), ceil(K/128)]; quantization_config {quant_method fp8, fmt e4m3,
@@ -992,6 +993,15 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
  *    compressed-tensors and vLLM do).
  *  - "int8-w8a8": compressed-tensors "int-quantized": weight I8 [N, K], weight_scale F32
  *    [N, 1], input_activations dynamic symmetric int8 per token.
+ *  - "mxfp4" (gpt-oss only): the released openai/gpt-oss layout the gpt-oss MXFP4 loader reads
+ *    (P.experts.gate_up_proj_blocks U8 [E, 2I, H/32, 16] + _scales U8 E8M0 [E, 2I, H/32],
+ *    down_proj_blocks [E, H, I/32, 16] + _scales [E, H, I/32], row n = column n of the bf16
+ *    tensor; biases kept; quantization_config {quant_method mxfp4, modules_to_not_convert}),
+ *    rounded by moe_quantize_matrix's OCP MX rule. H and I multiples of 32.
+ * Stacked inputs: gpt-oss is written as mxfp4 only (other schemes MOE_EUNSUPPORTED); Llama-4's
+ * experts.gate_up_proj [E, H, 2I] / down_proj [E, I, H] are written per expert
+ * (P.experts.<e>.{gate,up,down}_proj.*, llm-compressor's layout, read back by the loader); mxfp4
+ * on any family but gpt-oss is MOE_EUNSUPPORTED.
  * compressed-tensors quantization_config: {quant_method "compressed-tensors", format,
  * quantization_status "compressed", config_groups {group_0 {targets ["Linear"], weights
  * {num_bits, type "int", symmetric, strategy channel|group, group_size, dynamic false},
@@ -1016,10 +1026,10 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
  * source layout in a temporary copy per layer (logged with its size).
  * A quantized shared expert (llm-compressor quantizes shared_expert(s).{gate,up,down}_proj
  * with the routed experts unless `ignore` lists them) is validated like the routed experts,
- * dequantized at load to f32 with the routed kernels' arithmetic ((v - z) * s or v * s, one
- * f32 multiply) and runs as an f32 shared expert: weight_dtype F32, 4 bytes per weight
- * resident instead of 0.5 (int4) or 1 (int8), logged with the byte count (at INFO; at WARNING for w8a8,
- * whose shared expert then runs with f32 activations). The tensors decide whether it is
+ * dequantized at load to f32 ((v - z) * s or v * s, one f32 multiply) and runs as an f32
+ * shared expert: weight_dtype F32, 4 bytes per weight resident instead of 0.5 (int4) or 1
+ * (int8), logged with the byte count (at INFO; at WARNING for w8a8, whose shared expert then
+ * runs with f32 activations). The tensors decide whether it is
  * quantized: a float `weight` loads in its dtype (a shared expert in `ignore`). MOE_EFORMAT,
  * naming the tensor, when they disagree with each other or with config.json: a compressed
  * linear missing one of its tensors (weight_packed without weight_scale, ...), some
@@ -1035,7 +1045,7 @@ typedef void (*moe_progress_fn)(const char *msg, void *user);
 
 typedef struct moe_quantize_options {
     const char *scheme;        /* moe_quant_from_name name: fp8-block, int8-channel, int8-w8a8,
-                                  int4-g32/g64/g128, int4-g32/g64/g128-zp */
+                                  int4-g32/g64/g128, int4-g32/g64/g128-zp, mxfp4 (gpt-oss) */
     const int64_t *layers;     /* [n_layers] MoE layers to quantize; NULL or 0 = all
                                   (fp8-block: all only) */
     size_t n_layers;
@@ -1061,9 +1071,10 @@ typedef struct moe_quantize_stats {
 
 /* Quantize `in_dir` into `out_dir` (above). Errors: MOE_EINVAL (unknown scheme, out_dir the
  * input, inside it or holding it, out_dir existing and not empty without force, a parent
- * folder that does not exist), MOE_EUNSUPPORTED (mxfp4, fp8-tensor / fp8-channel, an already
- * quantized input, stacked expert layouts), MOE_ERANGE (a layer that is not an MoE layer),
- * MOE_ESHAPE (int4 groups not dividing K), MOE_ECANCELED (opt->cancel set), those of
+ * folder that does not exist), MOE_EUNSUPPORTED (mxfp4 on a family other than gpt-oss, gpt-oss
+ * with another scheme, fp8-tensor / fp8-channel, an already quantized input, Granite / other
+ * stacked expert layouts), MOE_ERANGE (a layer that is not an MoE layer), MOE_ESHAPE (int4
+ * groups not dividing K, mxfp4 with H or I not a multiple of 32), MOE_ECANCELED (opt->cancel set), those of
  * moe_checkpoint_open, MOE_EIO, MOE_ENOMEM. On error nothing is left at out_dir (an existing
  * one is untouched) nor beside it (a process killed outright leaves its temporary folder
  * `.OUT.tmp.XXXXXX`, which the next call for the same out_dir names in a WARNING). stats

@@ -14,7 +14,8 @@ static void quantize_usage(FILE *f)
           "                    [--force]\n"
           "\n"
           "Quantizes the routed experts of a Hugging Face MoE checkpoint (per-expert layout:\n"
-          "Mixtral, Qwen2/3-MoE, Qwen3-Next, OLMoE, DeepSeek-V2/V3) and writes a checkpoint\n"
+          "Mixtral, Qwen2/3-MoE, Qwen3-Next, OLMoE, DeepSeek-V2/V3; stacked: gpt-oss (mxfp4\n"
+          "only), Llama-4 (written per expert)) and writes a checkpoint\n"
           "that moe run / moe bench load, and vLLM too: everything else (attention, router,\n"
           "norms, shared experts, embeddings, tokenizer files) is copied unchanged. The output\n"
           "appears complete or not at all. Memory: one expert tensor in f32 at a time plus the\n"
@@ -29,8 +30,12 @@ static void quantize_usage(FILE *f)
           "                                       per-token int8 activations\n"
           "                     int4-g32|g64|g128 compressed-tensors pack-quantized, symmetric\n"
           "                     int4-g32-zp|g64-zp|g128-zp   the same with zero points\n"
+          "                     mxfp4             gpt-oss only: the released openai/gpt-oss\n"
+          "                                       MXFP4 layout (*_blocks e2m1 + *_scales E8M0\n"
+          "                                       per 32 inputs; biases stay bf16)\n"
           "  --layers LIST      MoE layers to quantize, comma-separated, or all (default all;\n"
-          "                     fp8-block: all only); the others stay as they are\n"
+          "                     fp8-block: all only); the others stay as they are (mxfp4:\n"
+          "                     named in modules_to_not_convert)\n"
           "  --force            replace OUT when it exists and is not empty\n"
           "  -h, --help         this text\n",
           f);

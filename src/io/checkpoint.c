@@ -62,6 +62,9 @@
  * modules_to_not_convert layer) is read as bf16. H and I must be multiples of 32.
  * compressed-tensors checkpoints (quant_method "compressed-tensors": int4 / int8 experts):
  * read by src/io/ckpt_quant.c, called from cfg_quant and the per-expert lookup.
+ * Llama-4 quantized per expert (compressed-tensors or fp8 block; llm-compressor's layout and
+ * `moe quantize`'s): a layer without P.experts.gate_up_proj reads
+ * P.experts.e.{gate,up,down}_proj.* through the per-expert path.
  * Every layout gives one moe_weight_source of pointers into the mapped files (strides for the
  * input-major ones): nothing is copied before moe_weights_create packs it, except MXFP4's
  * gate/up rows, which moe_weight_source takes row-major only: the local experts' gate_up
@@ -1659,7 +1662,11 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
     /* MXFP4 (quantization_config mxfp4): the layer's *_blocks, unless it was kept in bf16
      * (modules_to_not_convert) and has gate_up_proj instead */
     const bool mxfp4 = ck->mxfp4 && (has_blocks || !ck_has(ck, gu_name));
-    if (ck->fp8 && (ck->family == MOE_FAMILY_GPT_OSS || ck->family == MOE_FAMILY_LLAMA4 ||
+    /* Llama-4 quantized per expert (llm-compressor's compressed-tensors checkpoints, and
+     * `moe quantize`'s int8 / int4 / fp8-block output): P.experts.e.{gate,up,down}_proj.* in
+     * place of the stacked gate_up_proj / down_proj */
+    const bool l4_per_expert = ck->family == MOE_FAMILY_LLAMA4 && (ck->fp8 || ck->ct) && !ck_has(ck, gu_name);
+    if (ck->fp8 && (ck->family == MOE_FAMILY_GPT_OSS || (ck->family == MOE_FAMILY_LLAMA4 && !l4_per_expert) ||
                     ck->family == MOE_FAMILY_GRANITE_MOE || ck_has(ck, gu_name)))
         return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
                              "%s: layer %" PRId64 ": FP8 block checkpoints (quantization_config quant_method fp8) are "
@@ -1671,14 +1678,14 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
             return st;
         if (!describe)
             mxfp4_warn_nan_scales(ck, lt, prefix);
-    } else if (ck->family == MOE_FAMILY_GPT_OSS || ck->family == MOE_FAMILY_LLAMA4) {
+    } else if (ck->family == MOE_FAMILY_GPT_OSS || (ck->family == MOE_FAMILY_LLAMA4 && !l4_per_expert)) {
         if ((st = input_major_experts(ck, lt, prefix, ck->family == MOE_FAMILY_GPT_OSS)) != MOE_OK)
             return st;
     } else {
         /* Granite as released: input_linear / output_linear; else the in-memory names */
         snprintf(gu_name, sizeof gu_name, "%sexperts.gate_up_proj", prefix);
         snprintf(dn_name, sizeof dn_name, "%sexperts.down_proj", prefix);
-        const bool in_memory = ck_has(ck, gu_name);
+        const bool in_memory = ck_has(ck, gu_name) && !l4_per_expert;
         if (ck->family == MOE_FAMILY_GRANITE_MOE && !in_memory) {
             snprintf(gu_name, sizeof gu_name, "%sinput_linear.weight", prefix);
             snprintf(dn_name, sizeof dn_name, "%soutput_linear.weight", prefix);
@@ -1759,9 +1766,9 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
         if (ck->ct && (st = moe_ckq_shared_check(ck->ctx, ck->ct, &lk, ck->dir, sb, &ct_q)) != MOE_OK)
             return st;
         if (ct_q) {
-            /* dequantized to f32 with the routed kernels' arithmetic ((v - z) * s or v * s,
-             * one f32 multiply: moe_quant_dequant_source), so it computes exactly what a
-             * weight-only int8 kernel would; it runs in weight_dtype F32 */
+            /* dequantized to f32 ((v - z) * s or v * s, one f32 multiply:
+             * moe_quant_dequant_source), within f32 reassociation of what the weight-only
+             * kernels would compute (docs/numerics.md section 5); it runs in weight_dtype F32 */
             const int64_t *shp[3] = {in_shape, in_shape, out_shape};
             moe_tensor_info *dst[3] = {&lt->sh_gate, &lt->sh_up, &lt->sh_down};
             const size_t n1 = (size_t)(Is * H); /* elements per matrix */
@@ -1785,8 +1792,8 @@ static moe_status resolve_layer(moe_checkpoint *ck, int64_t layer, ck_layer *lt,
             const moe_quant_config *cq = moe_ckq_quant(ck->ct);
             if (lt->sh_deq)
                 moe_log(ck->ctx, cq->act == MOE_QACT_NONE ? MOE_LOG_INFO : MOE_LOG_WARN,
-                        "%s%s: compressed-tensors %s shared expert dequantized to f32 (the routed kernels' "
-                        "arithmetic, exactly): %zu bytes resident instead of %zu of codes%s",
+                        "%s%s: compressed-tensors %s shared expert dequantized to f32 ((v - z) * s, one f32 "
+                        "multiply): %zu bytes resident instead of %zu of codes%s",
                         prefix, sh, moe_quant_name(cq), 3 * n1 * sizeof(float), code_bytes,
                         cq->act == MOE_QACT_NONE ? ""
                                                  : "; it runs with f32 activations (the checkpoint's dynamic int8 "

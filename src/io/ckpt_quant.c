@@ -910,6 +910,34 @@ static int expert_linear(const char *name, int64_t *layer)
     return 1;
 }
 
+/* A stacked input-major expert tensor "<P>experts.gate_up_proj" (*which 0) or
+ * "<P>experts.down_proj" (*which 1) of gpt-oss / Llama-4, and the layer number L from the last
+ * "layers.<L>." of P. 1 when `name` is one. */
+static int stacked_linear(const char *name, int64_t *layer, int *which)
+{
+    const char *x = strstr(name, ".experts.");
+    if (!x)
+        return 0;
+    const char *p = x + strlen(".experts.");
+    if (strcmp(p, "gate_up_proj") == 0)
+        *which = 0;
+    else if (strcmp(p, "down_proj") == 0)
+        *which = 1;
+    else
+        return 0;
+    const char *l = NULL;
+    for (const char *s = name; (s = strstr(s, "layers.")) && s < x; s++)
+        l = s;
+    if (!l)
+        return 0;
+    char *end;
+    long long v = strtoll(l + strlen("layers."), &end, 10);
+    if (end == l + strlen("layers.") || *end != '.')
+        return 0;
+    *layer = v;
+    return 1;
+}
+
 /* The output tensors of one shard under construction. */
 typedef struct qw_shard {
     moe_tensor_out *t;   /* [n] */
@@ -971,9 +999,12 @@ typedef struct qw_job {
     moe_ctx *ctx;
     const moe_quantize_options *opt;
     moe_quant_config q;
-    int ct;                  /* compressed-tensors output (else fp8 block) */
+    int ct;                  /* compressed-tensors output (else fp8 block or mxfp4) */
+    int mxfp4;               /* gpt-oss MXFP4 output (*_blocks / *_scales) */
+    moe_family fam;
     moe_quantize_stats *stats;
     json_t *ignore;          /* non-expert Linear-like modules (2-D weights) */
+    json_t *keep;            /* mxfp4: "<P>experts" of the layers left out by --layers */
 } qw_job;
 
 static void progress(const qw_job *j, const char *fmt, ...) MOE_PRINTF(2, 3);
@@ -989,46 +1020,46 @@ static void progress(const qw_job *j, const char *fmt, ...)
     j->opt->progress(msg, j->opt->progress_user);
 }
 
-/* Quantize one expert linear t (name "<base>.weight", [N, K]) into shard s. */
-static moe_status quantize_linear(qw_job *j, qw_shard *s, const char *path, const moe_tensor_info *t)
+/* Element i of a F32 / BF16 / F16 tensor, in f32 (exact). */
+static float elem_f32(const moe_tensor_info *t, size_t i)
 {
-    const int64_t N = t->shape[0], K = t->shape[1];
+    const uint8_t *src = t->data;
+    if (t->dtype == MOE_DTYPE_F32) {
+        float f;
+        memcpy(&f, src + 4 * i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, src + 2 * i, 2);
+    return t->dtype == MOE_DTYPE_BF16 ? moe_bf16_to_f32(h) : moe_f16_to_f32(h);
+}
+
+/* Quantize one expert linear w (f32 [N, K], the weight "<base>.weight", `in_bytes` bytes in
+ * the input) into shard s under the names of the job's format. */
+static moe_status quantize_f32(qw_job *j, qw_shard *s, const char *path, const char *base, const float *w, int64_t N,
+                               int64_t K, size_t in_bytes)
+{
     const moe_qweight *qw = &j->q.w13;
     size_t cb, sb, zb;
     if (moe_quantize_matrix_sizes(qw, N, K, &cb, &sb, &zb) != MOE_OK)
-        return moe_set_error(j->ctx, MOE_ESHAPE, "%s: tensor '%s' [%" PRId64 ", %" PRId64 "] cannot be quantized to %s",
-                             path, t->name, N, K, moe_quant_name(&j->q));
+        return moe_set_error(j->ctx, MOE_ESHAPE, "%s: tensor '%s.weight' [%" PRId64 ", %" PRId64 "] cannot be quantized "
+                             "to %s", path, base, N, K, moe_quant_name(&j->q));
     if (j->ct && qw->scale == MOE_QSCALE_GROUP && K % qw->group_size != 0)
         return moe_set_error(j->ctx, MOE_ESHAPE,
-                             "%s: tensor '%s': input size %" PRId64 " is not a multiple of the group size %" PRId64
+                             "%s: tensor '%s.weight': input size %" PRId64 " is not a multiple of the group size %" PRId64
                              " (compressed-tensors and vLLM need whole groups); use a smaller group",
-                             path, t->name, K, qw->group_size);
-    float *w = malloc(sizeof(float) * (size_t)(N * K)); /* [N, K] f32: one tensor at a time */
+                             path, base, K, qw->group_size);
     uint8_t *codes = malloc(cb ? cb : 1), *zero = malloc(zb ? zb : 1);
     float *scale = malloc(sb ? sb : 1);
-    if (!w || !codes || !zero || !scale) {
-        free(w), free(codes), free(zero), free(scale);
-        return moe_set_error(j->ctx, MOE_ENOMEM, "%s: out of memory for tensor '%s' (%zu bytes in f32)", path, t->name,
-                             sizeof(float) * (size_t)(N * K));
-    }
-    const uint8_t *src = t->data;
-    for (int64_t i = 0; i < N * K; i++) {
-        if (t->dtype == MOE_DTYPE_F32) {
-            memcpy(&w[i], src + 4 * i, 4);
-        } else {
-            uint16_t h;
-            memcpy(&h, src + 2 * i, 2);
-            w[i] = t->dtype == MOE_DTYPE_BF16 ? moe_bf16_to_f32(h) : moe_f16_to_f32(h);
-        }
+    if (!codes || !zero || !scale) {
+        free(codes), free(zero), free(scale);
+        return moe_set_error(j->ctx, MOE_ENOMEM, "%s: out of memory for tensor '%s.weight'", path, base);
     }
     moe_status st = moe_quantize_matrix(qw, w, N, K, codes, scale, zero);
-    free(w);
     if (st != MOE_OK) {
         free(codes), free(zero), free(scale);
-        return moe_set_error(j->ctx, st, "%s: tensor '%s': quantization failed", path, t->name);
+        return moe_set_error(j->ctx, st, "%s: tensor '%s.weight': quantization failed", path, base);
     }
-    char base[300];
-    snprintf(base, sizeof base, "%.*s", (int)(strlen(t->name) - strlen(".weight")), t->name);
     moe_tensor_out *o;
     st = MOE_ENOMEM;
     int64_t rows = 1, cols = 1; /* the scale grid */
@@ -1048,10 +1079,11 @@ static moe_status quantize_linear(qw_job *j, qw_shard *s, const char *path, cons
     if (!j->ct) {
         /* FP8 block: weight F8_E4M3 [N, K], weight_scale_inv F32 [ceil(N/bn), ceil(K/bk)] */
         uint8_t *c = shard_buf(s, cb);
-        if (!c || !(o = shard_add(s)))
+        const char *wn = shard_name(s, base, ".weight");
+        if (!c || !wn || !(o = shard_add(s)))
             goto done;
         memcpy(c, codes, cb);
-        *o = (moe_tensor_out){.name = t->name, .dtype = MOE_DTYPE_F8_E4M3, .ndim = 2, .shape = {N, K}, .data = c};
+        *o = (moe_tensor_out){.name = wn, .dtype = MOE_DTYPE_F8_E4M3, .ndim = 2, .shape = {N, K}, .data = c};
         if (!(o = shard_add(s)) || !(o->name = shard_name(s, base, ".weight_scale_inv")))
             goto done;
         o->dtype = MOE_DTYPE_F32, o->ndim = 2, o->shape[0] = rows, o->shape[1] = cols, o->data = sc;
@@ -1059,10 +1091,11 @@ static moe_status quantize_linear(qw_job *j, qw_shard *s, const char *path, cons
     } else if (j->q.act == MOE_QACT_TOKEN) {
         /* int-quantized: weight I8 [N, K] (q), weight_scale F32 [N, 1] */
         uint8_t *c = shard_buf(s, cb);
-        if (!c || !(o = shard_add(s)))
+        const char *wn = shard_name(s, base, ".weight");
+        if (!c || !wn || !(o = shard_add(s)))
             goto done;
         memcpy(c, codes, cb);
-        *o = (moe_tensor_out){.name = t->name, .dtype = MOE_DTYPE_I8, .ndim = 2, .shape = {N, K}, .data = c};
+        *o = (moe_tensor_out){.name = wn, .dtype = MOE_DTYPE_I8, .ndim = 2, .shape = {N, K}, .data = c};
         if (!(o = shard_add(s)) || !(o->name = shard_name(s, base, ".weight_scale")))
             goto done;
         o->dtype = MOE_DTYPE_F32, o->ndim = 2, o->shape[0] = N, o->shape[1] = 1, o->data = sc;
@@ -1115,14 +1148,122 @@ static moe_status quantize_linear(qw_job *j, qw_shard *s, const char *path, cons
         }
     }
     j->stats->output_scale_bytes += sb;
-    j->stats->input_expert_bytes += t->nbytes;
+    j->stats->input_expert_bytes += in_bytes;
     j->stats->expert_tensors++;
     st = MOE_OK;
 done:
     free(codes), free(zero), free(scale);
     if (st != MOE_OK)
-        return moe_set_error(j->ctx, MOE_ENOMEM, "%s: out of memory writing tensor '%s'", path, t->name);
+        return moe_set_error(j->ctx, MOE_ENOMEM, "%s: out of memory writing tensor '%s.weight'", path, base);
     return MOE_OK;
+}
+
+/* Quantize one per-expert linear t ("<base>.weight", [N, K] F32 / BF16 / F16) into shard s. */
+static moe_status quantize_linear(qw_job *j, qw_shard *s, const char *path, const moe_tensor_info *t)
+{
+    const int64_t N = t->shape[0], K = t->shape[1];
+    float *w = malloc(sizeof(float) * (size_t)(N * K)); /* [N, K] f32: one tensor at a time */
+    if (!w)
+        return moe_set_error(j->ctx, MOE_ENOMEM, "%s: out of memory for tensor '%s' (%zu bytes in f32)", path, t->name,
+                             sizeof(float) * (size_t)(N * K));
+    for (int64_t i = 0; i < N * K; i++)
+        w[i] = elem_f32(t, (size_t)i);
+    char base[300];
+    snprintf(base, sizeof base, "%.*s", (int)(strlen(t->name) - strlen(".weight")), t->name);
+    moe_status st = quantize_f32(j, s, path, base, w, N, K, t->nbytes);
+    free(w);
+    return st;
+}
+
+/* Quantize a stacked input-major expert tensor t of layer `layer` (checkpoint.c's header):
+ * "<P>experts.gate_up_proj" [E, H, 2I] (which 0; gpt-oss: gate = even columns, Llama-4: gate =
+ * the first I) or "<P>experts.down_proj" [E, I, H] (which 1). Expert e's linear is column-major
+ * there: output n is column n. Written as
+ *  - mxfp4 (gpt-oss, the released openai/gpt-oss layout the MXFP4 loader reads):
+ *    "<P>experts.gate_up_proj_blocks" U8 [E, 2I, H/32, 16] + "_scales" U8 [E, 2I, H/32] (row n
+ *    = column n of the bf16 tensor, so gate / up stay interleaved as in the input), and
+ *    "<P>experts.down_proj_blocks" U8 [E, H, I/32, 16] + "_scales" U8 [E, H, I/32]: per expert
+ *    moe_quantize_matrix's MXFP4 codes [N, K/2] (low nibble = even k) and E8M0 exponents;
+ *  - otherwise (Llama-4) per expert: "<P>experts.<e>.{gate,up,down}_proj" [N, K] in the job's
+ *    format, as llm-compressor saves Llama-4 (one Linear per expert) and vLLM's llama4 loads. */
+static moe_status quantize_stacked(qw_job *j, moe_checkpoint *ck, qw_shard *s, const char *path,
+                                   const moe_tensor_info *t, int64_t layer, int which)
+{
+    moe_layer_desc d;
+    moe_status st = moe_checkpoint_layer_desc(ck, layer, &d);
+    if (st != MOE_OK)
+        return st;
+    const int64_t E = d.num_experts, H = d.hidden_size, I = d.moe_intermediate_size;
+    const int64_t K = which == 0 ? H : I, C = which == 0 ? 2 * I : H; /* t is [E, K, C] */
+    if (t->ndim != 3 || t->shape[0] != E || t->shape[1] != K || t->shape[2] != C ||
+        (t->dtype != MOE_DTYPE_F32 && t->dtype != MOE_DTYPE_BF16 && t->dtype != MOE_DTYPE_F16))
+        return moe_set_error(j->ctx, MOE_ESHAPE,
+                             "%s: tensor '%s': expected an F32, BF16 or F16 tensor of shape %s = [%" PRId64 ", %" PRId64
+                             ", %" PRId64 "], found %s with %d dimensions",
+                             path, t->name, which == 0 ? "[E, H, 2I]" : "[E, I, H]", E, K, C, moe_dtype_name(t->dtype),
+                             t->ndim);
+    const size_t plen = strlen(t->name) - strlen(which == 0 ? "gate_up_proj" : "down_proj"); /* "<P>experts." */
+    char base[300];
+    if (j->mxfp4) {
+        const int64_t N = C;
+        size_t cb, sb, zb;
+        if (K % 32 != 0 || moe_quantize_matrix_sizes(&j->q.w13, N, K, &cb, &sb, &zb) != MOE_OK)
+            return moe_set_error(j->ctx, MOE_ESHAPE,
+                                 "%s: tensor '%s': MXFP4 needs the input size (%s = %" PRId64 ") to be a multiple of 32, "
+                                 "the MXFP4 group",
+                                 path, t->name, which == 0 ? "hidden_size" : "intermediate_size", K);
+        uint8_t *blocks = shard_buf(s, (size_t)E * cb); /* [E, N, K/32, 16] */
+        uint8_t *scales = shard_buf(s, (size_t)E * sb); /* [E, N, K/32] E8M0 */
+        float *w = malloc(sizeof(float) * (size_t)(N * K)); /* [N, K] one expert */
+        uint8_t zero_unused = 0;
+        if (!blocks || !scales || !w) {
+            free(w);
+            return moe_set_error(j->ctx, MOE_ENOMEM, "%s: out of memory for tensor '%s'", path, t->name);
+        }
+        for (int64_t e = 0; e < E && st == MOE_OK; e++) {
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t k = 0; k < K; k++)
+                    w[n * K + k] = elem_f32(t, (size_t)((e * K + k) * C + n));
+            st = moe_quantize_matrix(&j->q.w13, w, N, K, blocks + (size_t)e * cb, scales + (size_t)e * sb,
+                                     &zero_unused);
+        }
+        free(w);
+        if (st != MOE_OK)
+            return moe_set_error(j->ctx, st, "%s: tensor '%s': quantization failed", path, t->name);
+        snprintf(base, sizeof base, "%s", t->name);
+        moe_tensor_out *o;
+        if (!(o = shard_add(s)) || !(o->name = shard_name(s, base, "_blocks")))
+            return moe_set_error(j->ctx, MOE_ENOMEM, "%s: out of memory", path);
+        o->dtype = MOE_DTYPE_U8, o->ndim = 4, o->shape[0] = E, o->shape[1] = N, o->shape[2] = K / 32, o->shape[3] = 16;
+        o->data = blocks;
+        if (!(o = shard_add(s)) || !(o->name = shard_name(s, base, "_scales")))
+            return moe_set_error(j->ctx, MOE_ENOMEM, "%s: out of memory", path);
+        o->dtype = MOE_DTYPE_U8, o->ndim = 3, o->shape[0] = E, o->shape[1] = N, o->shape[2] = K / 32;
+        o->data = scales;
+        j->stats->output_code_bytes += (uint64_t)E * cb;
+        j->stats->output_scale_bytes += (uint64_t)E * sb;
+        j->stats->input_expert_bytes += t->nbytes;
+        j->stats->expert_tensors += E * (which == 0 ? 2 : 1);
+        return MOE_OK;
+    }
+    /* per expert: gate_up gives gate (columns [0, I)) and up ([I, 2I)), down gives down */
+    static const char *const names[3] = {"gate_proj", "up_proj", "down_proj"};
+    const int64_t N = which == 0 ? I : H;
+    float *w = malloc(sizeof(float) * (size_t)(N * K)); /* [N, K] one expert linear */
+    if (!w)
+        return moe_set_error(j->ctx, MOE_ENOMEM, "%s: out of memory for tensor '%s'", path, t->name);
+    const size_t in_bytes = t->nbytes / (size_t)(E * (which == 0 ? 2 : 1));
+    for (int64_t e = 0; e < E && st == MOE_OK; e++)
+        for (int m = which == 0 ? 0 : 2; m < (which == 0 ? 2 : 3) && st == MOE_OK; m++) {
+            const int64_t c0 = m == 1 ? I : 0; /* the column of output 0 */
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t k = 0; k < K; k++)
+                    w[n * K + k] = elem_f32(t, (size_t)((e * K + k) * C + c0 + n));
+            snprintf(base, sizeof base, "%.*s%" PRId64 ".%s", (int)plen, t->name, e, names[m]);
+            st = quantize_f32(j, s, path, base, w, N, K, in_bytes);
+        }
+    free(w);
+    return st;
 }
 
 static bool layer_selected(const moe_quantize_options *o, int64_t layer)
@@ -1156,6 +1297,21 @@ static moe_status convert_shard(qw_job *j, moe_checkpoint *ck, const char *in_pa
         int64_t layer = -1;
         const bool ex = expert_linear(t.name, &layer) && layer >= 0 && layer < moe_checkpoint_num_layers(ck) &&
                         moe_checkpoint_is_moe_layer(ck, layer);
+        int which = -1;
+        const bool stk = !ex && (j->fam == MOE_FAMILY_GPT_OSS || j->fam == MOE_FAMILY_LLAMA4) &&
+                         stacked_linear(t.name, &layer, &which) && layer >= 0 &&
+                         layer < moe_checkpoint_num_layers(ck) && moe_checkpoint_is_moe_layer(ck, layer);
+        if (stk && layer_selected(j->opt, layer)) {
+            st = quantize_stacked(j, ck, &s, in_path, &t, layer, which);
+            nq++;
+            continue;
+        }
+        if (stk && which == 0) {
+            /* a layer left out by --layers keeps its stacked float experts: named in the config
+             * as a module not to convert ("<P>experts") */
+            const size_t len = strlen(t.name) - strlen(".gate_up_proj");
+            json_array_append_new(j->mxfp4 ? j->keep : j->ignore, json_stringn(t.name, len));
+        }
         if (ex && layer_selected(j->opt, layer)) {
             if (t.ndim != 2 || (t.dtype != MOE_DTYPE_F32 && t.dtype != MOE_DTYPE_BF16 && t.dtype != MOE_DTYPE_F16)) {
                 st = moe_set_error(j->ctx, MOE_EDTYPE, "%s: tensor '%s': expected a 2-D F32, BF16 or F16 expert weight, "
@@ -1196,6 +1352,18 @@ static moe_status convert_shard(qw_job *j, moe_checkpoint *ck, const char *in_pa
 static json_t *quant_config_json(const qw_job *j)
 {
     const moe_qweight *qw = &j->q.w13;
+    if (j->mxfp4) {
+        /* transformers' Mxfp4Config as openai/gpt-oss-20b / -120b's config.json has it: the
+         * released modules_to_not_convert (patterns), plus "<P>experts" of each layer left
+         * out by --layers (transformers' should_convert_module matches at module boundaries) */
+        json_t *keep = json_pack("[s, s, s, s]", "model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                 "model.embed_tokens", "lm_head");
+        if (!keep || json_array_extend(keep, j->keep) != 0) {
+            json_decref(keep);
+            return NULL;
+        }
+        return json_pack("{s:o, s:s}", "modules_to_not_convert", keep, "quant_method", "mxfp4");
+    }
     if (!j->ct)
         return json_pack("{s:s, s:s, s:s, s:[I,I], s:O, s:O}", "quant_method", "fp8", "fmt", "e4m3",
                          "activation_scheme", "dynamic", "weight_block_size", (json_int_t)qw->block_n,
@@ -1231,23 +1399,21 @@ moe_status moe_checkpoint_quantize(moe_ctx *ctx, const char *in_dir, const char 
     if (moe_quant_from_name(opt->scheme, &j.q) != MOE_OK || !moe_quant_active(&j.q))
         return moe_set_error(ctx, MOE_EINVAL,
                              "unknown quantization scheme '%s' (accepted: fp8-block, int8-channel, int8-w8a8, int4-g32, "
-                             "int4-g64, int4-g128, int4-g32-zp, int4-g64-zp, int4-g128-zp)",
+                             "int4-g64, int4-g128, int4-g32-zp, int4-g64-zp, int4-g128-zp, mxfp4)",
                              opt->scheme);
-    if (j.q.w13.dtype == MOE_QTYPE_MXFP4)
-        return moe_set_error(ctx, MOE_EUNSUPPORTED, "scheme 'mxfp4': writing MXFP4 checkpoints is not supported yet "
-                             "(gpt-oss's own MXFP4 layout is read by the gpt-oss loader); choose an int4 or fp8 scheme");
+j.mxfp4 = j.q.w13.dtype == MOE_QTYPE_MXFP4;
     if (j.q.w13.dtype == MOE_QTYPE_F8_E4M3 && j.q.w13.scale != MOE_QSCALE_BLOCK)
         return moe_set_error(ctx, MOE_EUNSUPPORTED, "scheme '%s': per-tensor / per-channel FP8 checkpoints are not "
                              "written (the Hugging Face FP8 layout libmoe loads is block-scaled); use fp8-block",
                              opt->scheme);
-    j.ct = j.q.w13.dtype != MOE_QTYPE_F8_E4M3;
+    j.ct = j.q.w13.dtype != MOE_QTYPE_F8_E4M3 && !j.mxfp4;
     if (j.q.w13.has_zero_point)
         moe_log(ctx, MOE_LOG_WARN,
                 "scheme %s: zero points (symmetric: false) load in libmoe and compressed-tensors, but vLLM's "
                 "Marlin WNA16 MoE path accepts symmetric int4 only (compressed_tensors_moe.py asserts "
                 "weight_quant.symmetric); use %.*s for vLLM",
                 opt->scheme, (int)(strlen(opt->scheme) - 3), opt->scheme);
-    if (!j.ct && opt->layers && opt->n_layers > 0)
+    if (j.q.w13.dtype == MOE_QTYPE_F8_E4M3 && opt->layers && opt->n_layers > 0)
         return moe_set_error(ctx, MOE_EINVAL, "scheme fp8-block: --layers must be all (FP8 block checkpoints are loaded "
                              "with every MoE layer quantized)");
 
@@ -1315,8 +1481,9 @@ moe_status moe_checkpoint_quantize(moe_ctx *ctx, const char *in_dir, const char 
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp.XXXXXX", out_parent_real, leaf);
     json_t *cfg = NULL, *index = NULL, *weight_map = NULL;
     j.ignore = json_array();
+    j.keep = json_array();
     bool made_tmp = false;
-    if (!cfg_path || !idx_path || !j.ignore) {
+    if (!cfg_path || !idx_path || !j.ignore || !j.keep) {
         st = moe_set_error(ctx, MOE_ENOMEM, "out of memory");
         goto out;
     }
@@ -1331,10 +1498,28 @@ moe_status moe_checkpoint_quantize(moe_ctx *ctx, const char *in_dir, const char 
                            "set); quantize a bf16 / f32 checkpoint", cfg_path);
         goto out;
     }
-    moe_family fam = moe_checkpoint_family(ck);
-    if (fam == MOE_FAMILY_GPT_OSS || fam == MOE_FAMILY_LLAMA4 || fam == MOE_FAMILY_GRANITE_MOE) {
-        st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: %s stores its experts stacked; moe quantize writes the "
-                           "per-expert layout (experts.<e>.<proj>.weight) only", in_dir, moe_family_name(fam));
+    const moe_family fam = moe_checkpoint_family(ck);
+    j.fam = fam;
+    if (fam == MOE_FAMILY_GRANITE_MOE) {
+        st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: %s stores its experts stacked (input_linear / output_linear); "
+                           "moe quantize writes gpt-oss, Llama-4 and the per-expert layout "
+                           "(experts.<e>.<proj>.weight) only", in_dir, moe_family_name(fam));
+        goto out;
+    }
+    if (fam == MOE_FAMILY_GPT_OSS && !j.mxfp4) {
+        /* gpt-oss's experts are one fused module with biases (no per-expert Linear that
+         * compressed-tensors or the HF FP8 format could target), and libmoe's gpt-oss loader
+         * reads the stacked bf16 or the MXFP4 tensors only */
+        st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: gpt-oss experts are written as MXFP4 only (--quant mxfp4, the "
+                           "layout of the released openai/gpt-oss checkpoints); scheme '%s' has no gpt-oss checkpoint "
+                           "format with expert biases that libmoe or transformers load", in_dir, opt->scheme);
+        goto out;
+    }
+    if (fam != MOE_FAMILY_GPT_OSS && j.mxfp4) {
+        st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: scheme 'mxfp4' is written for gpt-oss only (its released "
+                           "*_blocks / *_scales layout; transformers and libmoe read MXFP4 checkpoints for gpt-oss "
+                           "only); for %s use int4-g32 (compressed-tensors, vLLM-loadable)", in_dir,
+                           moe_family_name(fam));
         goto out;
     }
     for (size_t i = 0; i < opt->n_layers && opt->layers; i++)
@@ -1410,8 +1595,9 @@ moe_status moe_checkpoint_quantize(moe_ctx *ctx, const char *in_dir, const char 
         stats->shards = 1;
     }
     if (stats->expert_tensors == 0) {
-        st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: no per-expert weights (<prefix>experts.<e>.<proj>.weight) in "
-                           "the selected MoE layers: stacked expert layouts are not written", in_dir);
+        st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: no expert weights in the selected MoE layers "
+                           "(<prefix>experts.<e>.<proj>.weight, or gpt-oss / Llama-4's experts.gate_up_proj and "
+                           "down_proj): other stacked expert layouts are not written", in_dir);
         goto out;
     }
     /* config.json with quantization_config; the index with the new names */
@@ -1507,6 +1693,7 @@ out:
     json_decref(index);
     json_decref(weight_map);
     json_decref(j.ignore);
+    json_decref(j.keep);
     free(cfg_path);
     free(idx_path);
     moe_checkpoint_free(ck);

@@ -11,13 +11,13 @@
  *    the packed zero points itself, bf16 scales widened by shifting, w = (q - zp) * s in f32)
  *    equals the package's decompression bit for bit;
  *  - the checkpoint layer (shared expert dequantized at load) against an f32 plan on the
- *    test's dequantized weights: bit for bit for int8, within 1e-5 * max |ref| for int4 (the
- *    int4 kernels apply the group scale after the group's dot product); int4 also bit for bit
- *    against a plan on the same routed codes given in memory with the test's f32 shared expert;
+ *    test's dequantized weights: within TU_REASSOC_REL (the routed kernels apply each scale
+ *    after its group's dot product); int4 also bit for bit against a plan on the same routed
+ *    codes given in memory with the test's f32 shared expert;
  *  - against transformers' output: max |out - HF| <= 1e-5 * max |HF| (the f32 fixture bound);
  *  - the INFO log of the resident f32 bytes; desc.weight_dtype F32;
- *  - a shared expert in `ignore` stored in bf16 loads as bf16 (bit for bit against f32 on its
- *    bf16 values), and the inconsistent checkpoints are refused naming the tensor: weight_scale
+ *  - a shared expert in `ignore` stored in bf16 loads as bf16 (against f32 on its bf16 values,
+ *    within TU_REASSOC_REL for the quantized routed experts), and the inconsistent checkpoints are refused naming the tensor: weight_scale
  *    missing, 2 of 3 projections quantized, quantized although ignored, quantized although no
  *    config group targets it, a quantized shared_expert_gate; a float shared expert that the
  *    config targets loads with a WARNING;
@@ -287,7 +287,7 @@ static void check_fixture(const char *fxname, int bits)
     tu_run_layer_ex(ctx, &d, NULL, ck, 0, NULL, fx.x, MOE_DTYPE_F32, T, out, ids, wts);
     /* the cost is logged: 3 * IS * H f32 resident */
     char want[160];
-    snprintf(want, sizeof want, "shared expert dequantized to f32 (the routed kernels' arithmetic, exactly): %d bytes "
+    snprintf(want, sizeof want, "shared expert dequantized to f32 ((v - z) * s, one f32 multiply): %d bytes "
              "resident instead of %d of codes", 3 * IS * H * 4, 3 * IS * H * bits / 8);
     if (!strstr(cap.text, want))
         fail_msg("log lacks \"%s\":\n%s", want, cap.text);
@@ -302,14 +302,10 @@ static void check_fixture(const char *fxname, int bits)
     tu_run_layer_ex(ctx, &d32, NULL, NULL, 0, &src, fx.x, MOE_DTYPE_F32, T, ref, rids, rwts);
     assert_memory_equal(ids, rids, sizeof ids);
     assert_memory_equal(wts, rwts, sizeof wts);
-    const double mx = tu_max_abs(ref, T * H), diff = tu_max_abs_diff(out, ref, T * H);
-    assert_true(mx > 1e-3);
-    if (bits == 8) {
-        if (memcmp(out, ref, sizeof out) != 0)
-            fail_msg("%s: not bit-equal to f32 on the test's dequantization (max diff %g)", fxname, diff);
-    } else {
-        if (!(diff <= 1e-5 * mx))
-            fail_msg("%s: max |out - f32 on dequantized| = %.3e > 1e-5 * max = %.3e", fxname, diff, 1e-5 * mx);
+    assert_true(tu_max_abs(ref, T * H) > 1e-3);
+    /* the kernels apply each scale after its group's dot product: within f32 reassociation */
+    const double deq_rel = tu_check_reassoc(fxname, out, ref, T * H);
+    if (bits == 4) { /* the fixture keeps the routed codes for int4 */
         /* bit for bit against a plan on the same routed codes in memory and the test's f32
          * shared expert: only the shared expert's dequantization differs in origin */
         const void *gc[E], *uc[E], *dc[E], *gs[E], *us[E], *ds[E];
@@ -331,7 +327,7 @@ static void check_fixture(const char *fxname, int bits)
     }
     /* transformers' block in float32 on the package's decompression */
     const double hmx = tu_max_abs(fx.expected, T * H), herr = tu_max_abs_diff(out, fx.expected, T * H);
-    printf("  %s: vs f32 on dequantized %.3e of max, vs transformers %.3e of max (bound 1e-5)\n", fxname, diff / mx,
+    printf("  %s: vs f32 on dequantized %.3e of max, vs transformers %.3e of max (bound 1e-5)\n", fxname, deq_rel,
            herr / hmx);
     if (!(herr <= 1e-5 * hmx))
         fail_msg("%s: max |out - HF| = %.3e > 1e-5 * max |HF| = %.3e", fxname, herr, 1e-5 * hmx);
@@ -479,9 +475,7 @@ static void test_ignored_shared_bf16(void **state)
     memset(&d32.quant, 0, sizeof d32.quant);
     d32.weight_dtype = MOE_DTYPE_F32;
     tu_run_layer_ex(ctx, &d32, NULL, NULL, 0, &s32, fx.x, MOE_DTYPE_F32, T, ref, NULL, NULL);
-    if (memcmp(out, ref, sizeof out) != 0)
-        fail_msg("ignored bf16 shared expert: not bit-equal to f32 on its values (max diff %g)",
-                 tu_max_abs_diff(out, ref, T * H));
+    tu_check_reassoc("ignored bf16 shared expert", out, ref, T * H); /* routed int4: reassociated */
     assert_true(tu_max_abs(ref, T * H) > 1e-3);
     moe_checkpoint_free(ck);
     tu_rm_tree(dir);
@@ -658,9 +652,7 @@ static void test_bad_scales(void **state)
     moe_layer_desc d32 = d;
     memset(&d32.quant, 0, sizeof d32.quant);
     tu_run_layer_ex(ctx, &d32, NULL, NULL, 0, &s32, fx.x, MOE_DTYPE_F32, T, ref, NULL, NULL);
-    if (memcmp(out, ref, sizeof out) != 0)
-        fail_msg("zero / negative scales: not bit-equal to f32 on the same dequantization (max diff %g)",
-                 tu_max_abs_diff(out, ref, T * H));
+    tu_check_reassoc("zero / negative scales", out, ref, T * H);
     free(c0), free(c1);
 
     /* a NaN scale in the shared expert's gate_proj (row 0): intermediate 0 is NaN for every

@@ -14,7 +14,7 @@
  *  - qwen3_moe_ct_w4a16_zp: compressed by the compressed-tensors package itself
  *    (tests/fixtures/gen_ct_fixture.py): the loaded layer within TU_REASSOC_REL of an f32 plan
  *    on the package's own decompression (dequant.safetensors).
- *  - errors: existing output, --force, unknown scheme, mxfp4, output = input or inside it,
+ *  - errors: existing output, --force, unknown scheme, mxfp4 on Qwen3, output = input or inside it,
  *    missing or corrupt input, int4 groups not dividing K, stacked layout, quantized input;
  *    nothing left behind; unsupported compressed-tensors fields named by the loader; the CLI's
  *    exit codes, messages and byte counts. */
@@ -613,7 +613,7 @@ static void test_errors(void **state)
 
     join(out, sizeof out, root, "o");
     expect_error(ctx, quantize(ctx, in, out, "int3", NULL, 0, 0, NULL), MOE_EINVAL, "unknown", "int3");
-    expect_error(ctx, quantize(ctx, in, out, "mxfp4", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "mxfp4");
+    expect_error(ctx, quantize(ctx, in, out, "mxfp4", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "mxfp4", "gpt-oss only");
     expect_error(ctx, quantize(ctx, in, out, "fp8-channel", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "fp8-block");
     expect_error(ctx, quantize(ctx, in, in, "int8-channel", NULL, 0, 0, NULL), MOE_EINVAL, "input");
     join(p, sizeof p, in, "sub");
@@ -624,7 +624,7 @@ static void test_errors(void **state)
     expect_error(ctx, quantize(ctx, in, out, "int4-g128", NULL, 0, 0, NULL), MOE_ESHAPE, "group size 128");
     char stacked[600];
     tu_data_path(stacked, sizeof stacked, "qwen3_moe_stacked_f32");
-    expect_error(ctx, quantize(ctx, stacked, out, "int8-channel", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "per-expert");
+    expect_error(ctx, quantize(ctx, stacked, out, "int8-channel", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "stacked");
     char ct[600];
     tu_data_path(ct, sizeof ct, "qwen3_moe_ct_w4a16_zp");
     expect_error(ctx, quantize(ctx, ct, out, "int8-channel", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "already quantized");
