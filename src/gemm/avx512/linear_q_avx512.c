@@ -115,6 +115,9 @@ MOE_AI void post_tile(const moe_pmat *w, const int kind, const int zp, const int
                 for (int j = 0; j < NP; j++) {
                     const uint8_t *wr = base[j] + 4 * (kk / 8) * nw[j];
                     v[j] = full ? _mm512_loadu_si512(wr) : _mm512_maskz_loadu_epi32(mask[j], wr);
+                    /* 16 lines ahead in this panel's stream (past the panel's end: a harmless
+                     * hint): T = 1 median 1.07 -> 1.02 ms (int4-g128, 6 runs each, 2026-11-29) */
+                    _mm_prefetch((const char *)wr + 1024, _MM_HINT_T0);
                 }
 #pragma GCC unroll 8
                 for (int i = 0; i < 8; i++) {
