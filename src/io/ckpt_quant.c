@@ -874,6 +874,23 @@ static int copy_file(const char *src, const char *dst)
     return err;
 }
 
+/* The layer number L of the last "layers.<L>." of name that starts before x. 1 when there is
+ * one. */
+static int layer_before(const char *name, const char *x, int64_t *layer)
+{
+    const char *l = NULL;
+    for (const char *s = name; (s = strstr(s, "layers.")) && s < x; s++)
+        l = s;
+    if (!l)
+        return 0;
+    char *end;
+    long long v = strtoll(l + strlen("layers."), &end, 10);
+    if (end == l + strlen("layers.") || *end != '.')
+        return 0;
+    *layer = v;
+    return 1;
+}
+
 /* A routed expert linear: "<P>experts.<e>.<proj>.weight" with proj one of the per-expert names,
  * and the layer number L from the last "layers.<L>." of P. 1 when `name` is one. */
 static int expert_linear(const char *name, int64_t *layer)
@@ -897,17 +914,7 @@ static int expert_linear(const char *name, int64_t *layer)
     }
     if (!hit)
         return 0;
-    const char *l = NULL;
-    for (const char *s = name; (s = strstr(s, "layers.")) && s < x; s++)
-        l = s;
-    if (!l)
-        return 0;
-    char *end;
-    long long v = strtoll(l + strlen("layers."), &end, 10);
-    if (end == l + strlen("layers.") || *end != '.')
-        return 0;
-    *layer = v;
-    return 1;
+    return layer_before(name, x, layer);
 }
 
 /* A stacked input-major expert tensor "<P>experts.gate_up_proj" (*which 0) or
@@ -925,17 +932,7 @@ static int stacked_linear(const char *name, int64_t *layer, int *which)
         *which = 1;
     else
         return 0;
-    const char *l = NULL;
-    for (const char *s = name; (s = strstr(s, "layers.")) && s < x; s++)
-        l = s;
-    if (!l)
-        return 0;
-    char *end;
-    long long v = strtoll(l + strlen("layers."), &end, 10);
-    if (end == l + strlen("layers.") || *end != '.')
-        return 0;
-    *layer = v;
-    return 1;
+    return layer_before(name, x, layer);
 }
 
 /* The output tensors of one shard under construction. */

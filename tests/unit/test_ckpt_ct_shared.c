@@ -46,11 +46,6 @@ enum { H = 64, I = 32, IS = 64, E = 4, K = 2, T = 7, G4 = 32 };
 static const char *const PROJ[3] = {"gate_proj", "up_proj", "down_proj"};
 #define PFX "model.layers.0.mlp."
 
-static void join(char *buf, size_t n, const char *a, const char *b)
-{
-    snprintf(buf, n, "%s/%s", a, b);
-}
-
 static float bf16_bits_to_f32(uint16_t h)
 {
     uint32_t u = (uint32_t)h << 16;
@@ -161,13 +156,13 @@ static void fixture_load(moe_ctx *ctx, fixture *fx, const char *dir, int bits)
 {
     char p[700], base[200];
     memset(fx, 0, sizeof *fx);
-    join(p, sizeof p, dir, "model.safetensors");
+    tu_join(p, sizeof p, dir, "model.safetensors");
     assert_int_equal(moe_safetensors_open(ctx, p, &fx->m), MOE_OK);
-    join(p, sizeof p, dir, "dequant.safetensors");
+    tu_join(p, sizeof p, dir, "dequant.safetensors");
     assert_int_equal(moe_safetensors_open(ctx, p, &fx->dq), MOE_OK);
-    join(p, sizeof p, dir, "input.safetensors");
+    tu_join(p, sizeof p, dir, "input.safetensors");
     assert_int_equal(moe_safetensors_open(ctx, p, &fx->in), MOE_OK);
-    join(p, sizeof p, dir, "expected.safetensors");
+    tu_join(p, sizeof p, dir, "expected.safetensors");
     assert_int_equal(moe_safetensors_open(ctx, p, &fx->ex), MOE_OK);
     for (int j = 0; j < 3; j++) {
         for (int e = 0; e < E; e++) {
@@ -231,37 +226,10 @@ static void f32_source(const fixture *fx, const float *const sh[3], const void *
     src->shared_expert_gate = fx->sh_gate_w;
 }
 
-typedef struct logcap {
-    char text[8192];
-} logcap;
-
-static void log_capture(moe_log_level level, const char *msg, void *user)
-{
-    logcap *c = user;
-    (void)level;
-    size_t n = strlen(c->text);
-    snprintf(c->text + n, sizeof c->text - n, "%s\n", msg);
-}
-
-static moe_ctx *ctx_logging(logcap *cap)
-{
-    moe_options o;
-    moe_options_init(&o);
-    o.num_threads = 1;
-    o.log_level = MOE_LOG_INFO;
-    o.log_fn = log_capture;
-    o.log_user = cap;
-    moe_ctx *ctx = NULL;
-    char err[512];
-    if (moe_ctx_create(&o, &ctx, err, sizeof err) != MOE_OK)
-        fail_msg("moe_ctx_create: %s", err);
-    return ctx;
-}
-
 static void check_fixture(const char *fxname, int bits)
 {
-    logcap cap = {0};
-    moe_ctx *ctx = ctx_logging(&cap);
+    tu_logcap cap = {0};
+    moe_ctx *ctx = tu_ctx_logging(&cap, MOE_LOG_INFO);
     char dir[600];
     tu_data_path(dir, sizeof dir, fxname);
     fixture fx;
@@ -375,7 +343,7 @@ static void write_variant(moe_ctx *ctx, const char *src, const variant *v, char 
 {
     char p[800];
     tu_tmpdir(dir, len, "ct_shared");
-    join(p, sizeof p, src, "config.json");
+    tu_join(p, sizeof p, src, "config.json");
     json_t *cfg = json_load_file(p, 0, NULL);
     assert_non_null(cfg);
     json_t *qc = json_object_get(cfg, "quantization_config");
@@ -384,11 +352,11 @@ static void write_variant(moe_ctx *ctx, const char *src, const variant *v, char 
     if (v->targets)
         json_object_set_new(json_object_get(json_object_get(qc, "config_groups"), "group_0"), "targets",
                             json_pack("[s]", v->targets));
-    join(p, sizeof p, dir, "config.json");
+    tu_join(p, sizeof p, dir, "config.json");
     assert_int_equal(json_dump_file(cfg, p, 0), 0);
     json_decref(cfg);
     moe_safetensors *m = NULL;
-    join(p, sizeof p, src, "model.safetensors");
+    tu_join(p, sizeof p, src, "model.safetensors");
     assert_int_equal(moe_safetensors_open(ctx, p, &m), MOE_OK);
     moe_tensor_out t[MAX_T];
     size_t n = 0;
@@ -403,7 +371,7 @@ static void write_variant(moe_ctx *ctx, const char *src, const variant *v, char 
     }
     for (int i = 0; i < v->n_add; i++)
         t[n++] = v->add[i];
-    join(p, sizeof p, dir, "model.safetensors");
+    tu_join(p, sizeof p, dir, "model.safetensors");
     assert_int_equal(moe_safetensors_write(ctx, p, t, n), MOE_OK);
     moe_safetensors_free(m);
 }
@@ -490,8 +458,8 @@ static void test_ignored_shared_bf16(void **state)
 static void test_float_shared_not_ignored(void **state)
 {
     (void)state;
-    logcap cap = {0};
-    moe_ctx *ctx = ctx_logging(&cap);
+    tu_logcap cap = {0};
+    moe_ctx *ctx = tu_ctx_logging(&cap, MOE_LOG_INFO);
     char src[600];
     tu_data_path(src, sizeof src, "qwen2_moe_ct_w8a16_shared");
     fixture fx;
@@ -606,8 +574,8 @@ static uint16_t *patched_bf16(moe_safetensors *f, const char *name, int64_t i, u
 static void test_bad_scales(void **state)
 {
     (void)state;
-    logcap cap = {0};
-    moe_ctx *ctx = ctx_logging(&cap);
+    tu_logcap cap = {0};
+    moe_ctx *ctx = tu_ctx_logging(&cap, MOE_LOG_INFO);
     char src[600], dir[512];
     tu_data_path(src, sizeof src, "qwen2_moe_ct_w8a16_shared");
     fixture fx;

@@ -410,18 +410,6 @@ static void test_errors(void **state)
     moe_ctx_free(ctx);
 }
 
-typedef struct logcap {
-    char text[4096];
-} logcap;
-
-static void log_capture(moe_log_level level, const char *msg, void *user)
-{
-    logcap *c = user;
-    (void)level;
-    size_t n = strlen(c->text);
-    snprintf(c->text + n, sizeof c->text - n, "%s\n", msg);
-}
-
 /* E8M0 scale byte 255 is NaN: loaded with a WARNING naming the tensor and the count, and the
  * output follows the maths: a NaN scale in row n of expert 2's down_proj makes output column n
  * NaN exactly for the tokens routed to expert 2 (the gate_up NaN of expert 1 is only counted:
@@ -429,15 +417,8 @@ static void log_capture(moe_log_level level, const char *msg, void *user)
 static void test_nan_scales(void **state)
 {
     (void)state;
-    logcap cap = {0};
-    moe_options o;
-    moe_options_init(&o);
-    o.num_threads = 1;
-    o.log_fn = log_capture;
-    o.log_user = &cap;
-    moe_ctx *ctx = NULL;
-    char err[256];
-    assert_int_equal(moe_ctx_create(&o, &ctx, err, sizeof err), MOE_OK);
+    tu_logcap cap = {0};
+    moe_ctx *ctx = tu_ctx_logging(&cap, MOE_LOG_WARN);
     synth *S = malloc(sizeof *S);
     synth_make(S);
     const int n_col = 5;

@@ -42,27 +42,6 @@ enum { SH = 128, SI = 128, SE = 4, SK = 2, SL = 2, T = 13 };
 
 /* ---- helpers ---- */
 
-static void join(char *buf, size_t n, const char *a, const char *b)
-{
-    if ((size_t)snprintf(buf, n, "%s/%s", a, b) >= n)
-        fail_msg("path too long: %s/%s", a, b);
-}
-
-/* Number of entries of folder d (without . and ..); -1 if it cannot be opened. */
-static int dir_entries(const char *d)
-{
-    DIR *dd = opendir(d);
-    if (!dd)
-        return -1;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(dd)))
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-            n++;
-    closedir(dd);
-    return n;
-}
-
 /* Run layer `layer` of checkpoint dir on x [T, H]: output [T, H] malloc'd; desc into *d. */
 static float *run_ckpt(moe_ctx *ctx, const char *dir, int64_t layer, const float *x, moe_layer_desc *d)
 {
@@ -151,10 +130,10 @@ static void syn_make(syn *s, const char *dir)
                             "decoder_sparse_step", 1, "mlp_only_layers", "hidden_act", "silu", "num_attention_heads", 1,
                             "num_key_value_heads", 1, "head_dim", 8, "vocab_size", 8);
     char p[512];
-    join(p, sizeof p, dir, "config.json");
+    tu_join(p, sizeof p, dir, "config.json");
     assert_int_equal(json_dump_file(cfg, p, 0), 0);
     json_decref(cfg);
-    join(p, sizeof p, dir, "tokenizer.json");
+    tu_join(p, sizeof p, dir, "tokenizer.json");
     assert_int_equal(tu_write_file(p, "{}", 2), 0);
     moe_tensor_out t[SL * (1 + 3 * SE) + 1];
     static char names[SL * (1 + 3 * SE) + 1][96];
@@ -186,7 +165,7 @@ static void syn_make(syn *s, const char *dir)
                               .data = s->w[0][0][0]}; /* [8, H] of the first expert matrix */
     free(tmp);
     moe_ctx *ctx = tu_ctx();
-    join(p, sizeof p, dir, "model.safetensors");
+    tu_join(p, sizeof p, dir, "model.safetensors");
     assert_int_equal(moe_safetensors_write(ctx, p, t, n), MOE_OK);
     moe_ctx_free(ctx);
 }
@@ -261,7 +240,7 @@ static void test_synthetic_schemes(void **state)
                                           "int4-g128", "int4-g32-zp",  "int4-g64-zp", "int4-g128-zp"};
     char root[512], in[600], out[600];
     tu_tmpdir(root, sizeof root, "quantize_syn");
-    join(in, sizeof in, root, "in");
+    tu_join(in, sizeof in, root, "in");
     assert_int_equal(mkdir(in, 0755), 0);
     syn s;
     syn_make(&s, in);
@@ -275,7 +254,7 @@ static void test_synthetic_schemes(void **state)
     for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
         moe_quant_config q;
         assert_int_equal(moe_quant_from_name(schemes[i], &q), MOE_OK);
-        join(out, sizeof out, root, schemes[i]);
+        tu_join(out, sizeof out, root, schemes[i]);
         moe_quantize_stats st;
         if (quantize(ctx, in, out, schemes[i], NULL, 0, 0, &st) != MOE_OK)
             fail_msg("%s: %s", schemes[i], moe_ctx_last_error(ctx));
@@ -284,7 +263,7 @@ static void test_synthetic_schemes(void **state)
         assert_int_equal(st.shards, 1);
         assert_true(st.copied_files >= 1); /* tokenizer.json */
         char p[700];
-        join(p, sizeof p, out, "tokenizer.json");
+        tu_join(p, sizeof p, out, "tokenizer.json");
         assert_int_equal(access(p, F_OK), 0);
         for (int l = 0; l < SL; l++) {
             float *got = run_ckpt(ctx, out, l, x, &d);
@@ -312,7 +291,7 @@ static void test_synthetic_schemes(void **state)
         }
     }
     /* --layers 1: layer 0 stays bf16 (bit-equal to the input), layer 1 quantized */
-    join(out, sizeof out, root, "partial");
+    tu_join(out, sizeof out, root, "partial");
     const int64_t one = 1;
     moe_quantize_stats st;
     assert_int_equal(quantize(ctx, in, out, "int4-g64-zp", &one, 1, 0, &st), MOE_OK);
@@ -330,7 +309,7 @@ static void test_synthetic_schemes(void **state)
     free(l1), free(want);
     /* a layer that is not there */
     const int64_t bad = 7;
-    join(out, sizeof out, root, "bad_layer");
+    tu_join(out, sizeof out, root, "bad_layer");
     expect_error(ctx, quantize(ctx, in, out, "int8-channel", &bad, 1, 0, NULL), MOE_ERANGE, "layer 7");
     expect_error(ctx, quantize(ctx, in, out, "fp8-block", &one, 1, 0, NULL), MOE_EINVAL, "--layers");
     assert_int_equal(access(out, F_OK), -1);
@@ -362,8 +341,8 @@ static void write_dequant_copy(moe_ctx *ctx, const char *in, const char *out, co
         const char *n = de->d_name;
         size_t nl = strlen(n);
         char ip[700], op[700];
-        join(ip, sizeof ip, in, n);
-        join(op, sizeof op, out, n);
+        tu_join(ip, sizeof ip, in, n);
+        tu_join(op, sizeof op, out, n);
         if (!strcmp(n, "config.json") || !strcmp(n, "model.safetensors.index.json")) {
             json_t *j = json_load_file(ip, 0, NULL);
             assert_non_null(j);
@@ -467,7 +446,7 @@ static void test_fixtures(void **state)
             if (strstr(fixtures[f], "sharded")) {
                 assert_int_equal(st.shards, 2);
                 char p[900];
-                join(p, sizeof p, out, "model.safetensors.index.json");
+                tu_join(p, sizeof p, out, "model.safetensors.index.json");
                 json_t *ix = json_load_file(p, 0, NULL);
                 assert_non_null(ix);
                 json_t *wm = json_object_get(ix, "weight_map");
@@ -476,7 +455,7 @@ static void test_fixtures(void **state)
                 int scales = 0;
                 json_object_foreach(wm, k, v) {
                     char sp[1000];
-                    join(sp, sizeof sp, out, json_string_value(v));
+                    tu_join(sp, sizeof sp, out, json_string_value(v));
                     moe_safetensors *sf = NULL;
                     assert_int_equal(moe_safetensors_open(ctx, sp, &sf), MOE_OK);
                     moe_tensor_info ti;
@@ -507,19 +486,19 @@ static void test_ct_package_fixture(void **state)
     tu_tmpdir(root, sizeof root, "quantize_ct");
     /* the reference checkpoint: config without quantization_config, the package's
      * decompressed experts in f32, the rest as it is */
-    join(deq, sizeof deq, root, "deq");
+    tu_join(deq, sizeof deq, root, "deq");
     assert_int_equal(mkdir(deq, 0755), 0);
-    join(p, sizeof p, in, "config.json");
+    tu_join(p, sizeof p, in, "config.json");
     json_t *cfg = json_load_file(p, 0, NULL);
     assert_non_null(cfg);
     json_object_del(cfg, "quantization_config");
-    join(p, sizeof p, deq, "config.json");
+    tu_join(p, sizeof p, deq, "config.json");
     assert_int_equal(json_dump_file(cfg, p, 0), 0);
     json_decref(cfg);
     moe_safetensors *m = NULL, *dq = NULL;
-    join(p, sizeof p, in, "model.safetensors");
+    tu_join(p, sizeof p, in, "model.safetensors");
     assert_int_equal(moe_safetensors_open(ctx, p, &m), MOE_OK);
-    join(p, sizeof p, in, "dequant.safetensors");
+    tu_join(p, sizeof p, in, "dequant.safetensors");
     assert_int_equal(moe_safetensors_open(ctx, p, &dq), MOE_OK);
     moe_tensor_out t[64];
     size_t n = 0;
@@ -538,13 +517,13 @@ static void test_ct_package_fixture(void **state)
         memcpy(t[n++].shape, ti.shape, sizeof ti.shape);
     }
     assert_int_equal(n, 2 + 12);
-    join(p, sizeof p, deq, "model.safetensors");
+    tu_join(p, sizeof p, deq, "model.safetensors");
     assert_int_equal(moe_safetensors_write(ctx, p, t, n), MOE_OK);
     moe_safetensors_free(m);
     moe_safetensors_free(dq);
 
     moe_safetensors *xf = NULL;
-    join(p, sizeof p, in, "input.safetensors");
+    tu_join(p, sizeof p, in, "input.safetensors");
     assert_int_equal(moe_safetensors_open(ctx, p, &xf), MOE_OK);
     moe_tensor_info xi;
     assert_int_equal(moe_safetensors_get(xf, "hidden_states", &xi), MOE_OK);
@@ -575,7 +554,7 @@ static void expect_ct_refusal(moe_ctx *ctx, const char *dir, const char *sub, co
                               const char *field)
 {
     char p[800];
-    join(p, sizeof p, dir, "config.json");
+    tu_join(p, sizeof p, dir, "config.json");
     json_t *cfg = json_load_file(p, 0, NULL);
     assert_non_null(cfg);
     json_t *g = json_object_get(json_object_get(json_object_get(cfg, "quantization_config"), "config_groups"),
@@ -609,14 +588,14 @@ static void test_errors(void **state)
     char root[512], in[600], out[700], p[800];
     tu_tmpdir(root, sizeof root, "quantize_err");
     tu_data_path(in, sizeof in, "qwen3_moe_f32");
-    const int before = dir_entries(root);
+    const int before = tu_dir_entries(root);
 
-    join(out, sizeof out, root, "o");
+    tu_join(out, sizeof out, root, "o");
     expect_error(ctx, quantize(ctx, in, out, "int3", NULL, 0, 0, NULL), MOE_EINVAL, "unknown", "int3");
     expect_error(ctx, quantize(ctx, in, out, "mxfp4", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "mxfp4", "gpt-oss only");
     expect_error(ctx, quantize(ctx, in, out, "fp8-channel", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "fp8-block");
     expect_error(ctx, quantize(ctx, in, in, "int8-channel", NULL, 0, 0, NULL), MOE_EINVAL, "input");
-    join(p, sizeof p, in, "sub");
+    tu_join(p, sizeof p, in, "sub");
     expect_error(ctx, quantize(ctx, in, p, "int8-channel", NULL, 0, 1, NULL), MOE_EINVAL, "inside");
     expect_error(ctx, quantize(ctx, "/nonexistent/ckpt", out, "int8-channel", NULL, 0, 0, NULL), MOE_ENOTFOUND,
                  "/nonexistent/ckpt");
@@ -628,7 +607,7 @@ static void test_errors(void **state)
     char ct[600];
     tu_data_path(ct, sizeof ct, "qwen3_moe_ct_w4a16_zp");
     expect_error(ctx, quantize(ctx, ct, out, "int8-channel", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "already quantized");
-    assert_int_equal(dir_entries(root), before); /* nothing left behind */
+    assert_int_equal(tu_dir_entries(root), before); /* nothing left behind */
 
     /* the cancel flag (what `moe quantize` sets on SIGINT / SIGTERM / SIGHUP): MOE_ECANCELED,
      * no output and no temporary folder */
@@ -636,41 +615,41 @@ static void test_errors(void **state)
     moe_quantize_options oc = {.scheme = "int8-channel", .cancel = &cancel};
     moe_quantize_stats sc;
     expect_error(ctx, moe_checkpoint_quantize(ctx, in, out, &oc, &sc), MOE_ECANCELED, "interrupted");
-    assert_int_equal(dir_entries(root), before);
+    assert_int_equal(tu_dir_entries(root), before);
     assert_string_equal(moe_status_name(MOE_ECANCELED), "MOE_ECANCELED");
     cancel = 0;
     assert_int_equal(moe_checkpoint_quantize(ctx, in, out, &oc, &sc), MOE_OK);
     tu_rm_tree(out);
-    assert_int_equal(dir_entries(root), before);
+    assert_int_equal(tu_dir_entries(root), before);
 
     /* a corrupt input: nothing at the output, no temporary folder */
     char bad[700];
-    join(bad, sizeof bad, root, "bad");
+    tu_join(bad, sizeof bad, root, "bad");
     assert_int_equal(mkdir(bad, 0755), 0);
     char src[800];
-    join(src, sizeof src, in, "config.json");
+    tu_join(src, sizeof src, in, "config.json");
     FILE *fi = fopen(src, "rb");
     char buf[8192];
     size_t nb = fread(buf, 1, sizeof buf, fi);
     fclose(fi);
-    join(p, sizeof p, bad, "config.json");
+    tu_join(p, sizeof p, bad, "config.json");
     assert_int_equal(tu_write_file(p, buf, nb), 0);
-    join(p, sizeof p, bad, "model.safetensors");
+    tu_join(p, sizeof p, bad, "model.safetensors");
     assert_int_equal(tu_write_file(p, "\x10\0\0\0\0\0\0\0{\"a\":", 13), 0);
-    const int with_bad = dir_entries(root);
+    const int with_bad = tu_dir_entries(root);
     expect_error(ctx, quantize(ctx, bad, out, "int8-channel", NULL, 0, 0, NULL), MOE_EFORMAT, "model.safetensors");
-    assert_int_equal(dir_entries(root), with_bad);
+    assert_int_equal(tu_dir_entries(root), with_bad);
 
     /* an existing non-empty output: refused, untouched; --force replaces it */
     assert_int_equal(mkdir(out, 0755), 0);
-    join(p, sizeof p, out, "keep.txt");
+    tu_join(p, sizeof p, out, "keep.txt");
     assert_int_equal(tu_write_file(p, "x", 1), 0);
     expect_error(ctx, quantize(ctx, in, out, "int8-channel", NULL, 0, 0, NULL), MOE_EINVAL, "not empty", "--force");
     assert_int_equal(access(p, F_OK), 0);
-    assert_int_equal(dir_entries(root), with_bad + 1);
+    assert_int_equal(tu_dir_entries(root), with_bad + 1);
     assert_int_equal(quantize(ctx, in, out, "int8-channel", NULL, 0, 1, NULL), MOE_OK);
     assert_int_equal(access(p, F_OK), -1);
-    assert_int_equal(dir_entries(root), with_bad + 1);
+    assert_int_equal(tu_dir_entries(root), with_bad + 1);
     /* the published folder has mkdir's mode (0777 less the umask), not mkdtemp's 0700 */
     {
         const mode_t um = umask(0);
@@ -683,27 +662,27 @@ static void test_errors(void **state)
      * work, and left as it is */
     {
         char target[800], link_p[800];
-        join(target, sizeof target, root, "lt");
-        join(link_p, sizeof link_p, root, "ln");
+        tu_join(target, sizeof target, root, "lt");
+        tu_join(link_p, sizeof link_p, root, "ln");
         assert_int_equal(mkdir(target, 0755), 0);
         assert_int_equal(symlink(target, link_p), 0);
-        const int with_link = dir_entries(root);
+        const int with_link = tu_dir_entries(root);
         expect_error(ctx, quantize(ctx, in, link_p, "int8-channel", NULL, 0, 1, NULL), MOE_EINVAL, "symbolic link");
-        assert_int_equal(dir_entries(root), with_link);
-        assert_int_equal(dir_entries(target), 0);
+        assert_int_equal(tu_dir_entries(root), with_link);
+        assert_int_equal(tu_dir_entries(target), 0);
         assert_int_equal(unlink(link_p), 0);
         assert_int_equal(symlink("/nonexistent/moe_q_target", link_p), 0);
         expect_error(ctx, quantize(ctx, in, link_p, "int8-channel", NULL, 0, 0, NULL), MOE_EINVAL, "symbolic link");
-        assert_int_equal(dir_entries(root), with_link);
+        assert_int_equal(tu_dir_entries(root), with_link);
         assert_int_equal(unlink(link_p), 0);
         assert_int_equal(rmdir(target), 0);
     }
     /* an empty existing output is fine without --force */
     char empty[700];
-    join(empty, sizeof empty, root, "empty");
+    tu_join(empty, sizeof empty, root, "empty");
     assert_int_equal(mkdir(empty, 0755), 0);
     assert_int_equal(quantize(ctx, in, empty, "int4-g32", NULL, 0, 0, NULL), MOE_ESHAPE);
-    assert_int_equal(dir_entries(empty), 0);
+    assert_int_equal(tu_dir_entries(empty), 0);
 
     /* the loader names what it refuses (on the int8-channel output written above) */
     expect_ct_refusal(ctx, out, "weights", "type", json_string("float"), "weights.type");
@@ -761,7 +740,7 @@ static void test_cli(void **state)
     char root[512], in[600], out[700], o[8192], e[4096];
     tu_tmpdir(root, sizeof root, "quantize_cli");
     tu_data_path(in, sizeof in, "qwen3_moe_f32");
-    join(out, sizeof out, root, "q");
+    tu_join(out, sizeof out, root, "q");
     assert_int_equal(run_cli(o, sizeof o, e, sizeof e, (const char *const[]){"--help", NULL}), 0);
     assert_non_null(strstr(o, "usage: moe quantize"));
     assert_int_equal(run_cli(o, sizeof o, e, sizeof e, (const char *const[]){"--checkpoint", in, NULL}), 2);
@@ -783,7 +762,7 @@ static void test_cli(void **state)
                              (const char *const[]){"--checkpoint", in, "--output", in, "--quant", "int8-w8a8", NULL}),
                      1);
     assert_non_null(strstr(e, "input"));
-    assert_int_equal(dir_entries(root), 0);
+    assert_int_equal(tu_dir_entries(root), 0);
     assert_int_equal(run_cli(o, sizeof o, e, sizeof e,
                              (const char *const[]){"--checkpoint", in, "--output", out, "--quant", "int8-w8a8", NULL}),
                      0);
@@ -799,7 +778,7 @@ static void test_cli(void **state)
                              (const char *const[]){"--checkpoint", in, "--output", out, "--quant", "fp8-block",
                                                    "--force", NULL}),
                      0);
-    assert_int_equal(dir_entries(root), 1);
+    assert_int_equal(tu_dir_entries(root), 1);
     tu_rm_tree(root);
 }
 

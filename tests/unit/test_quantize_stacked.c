@@ -40,26 +40,6 @@
 
 enum { T = 11 };
 
-static void join(char *buf, size_t n, const char *a, const char *b)
-{
-    if ((size_t)snprintf(buf, n, "%s/%s", a, b) >= n)
-        fail_msg("path too long: %s/%s", a, b);
-}
-
-static int dir_entries(const char *d)
-{
-    DIR *dd = opendir(d);
-    if (!dd)
-        return -1;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(dd)))
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-            n++;
-    closedir(dd);
-    return n;
-}
-
 static moe_status quantize_checked(moe_ctx *ctx, const char *in, const char *out, const char *scheme)
 {
     moe_quantize_options o = {.scheme = scheme};
@@ -189,7 +169,7 @@ static void write_config(const char *fx, const char *dir, const char *sub, const
             json_array_append_new(lt, json_string(i % 2 ? "full_attention" : "sliding_attention"));
         json_object_set_new(c, "layer_types", lt);
     }
-    join(p, sizeof p, dir, "config.json");
+    tu_join(p, sizeof p, dir, "config.json");
     assert_int_equal(json_dump_file(cfg, p, JSON_INDENT(1)), 0);
     json_decref(cfg);
 }
@@ -239,7 +219,7 @@ static void oss_make(oss *m, const char *dir)
         }
     }
     char p[1024];
-    join(p, sizeof p, dir, "model.safetensors");
+    tu_join(p, sizeof p, dir, "model.safetensors");
     moe_ctx *ctx = tu_ctx();
     assert_int_equal(moe_safetensors_write(ctx, p, t, n), MOE_OK);
     moe_ctx_free(ctx);
@@ -308,12 +288,12 @@ static void test_gpt_oss_mxfp4(void **state)
     (void)state;
     char root[512], in[700], out[700], p[800];
     tu_tmpdir(root, sizeof root, "quantize_oss");
-    join(in, sizeof in, root, "in");
+    tu_join(in, sizeof in, root, "in");
     assert_int_equal(mkdir(in, 0755), 0);
     oss m;
     oss_make(&m, in);
     moe_ctx *ctx = tu_ctx();
-    join(out, sizeof out, root, "q");
+    tu_join(out, sizeof out, root, "q");
     moe_quantize_options o = {.scheme = "mxfp4"};
     moe_quantize_stats s;
     if (moe_checkpoint_quantize(ctx, in, out, &o, &s) != MOE_OK)
@@ -323,7 +303,7 @@ static void test_gpt_oss_mxfp4(void **state)
     assert_int_equal(s.output_scale_bytes, (uint64_t)GL * GE * (2 * GI * GH / 32 + GH * GI / 32));
 
     /* config: the released Mxfp4Config */
-    join(p, sizeof p, out, "config.json");
+    tu_join(p, sizeof p, out, "config.json");
     json_error_t je;
     json_t *cfg = json_load_file(p, 0, &je);
     json_t *want = json_pack("{s:[s,s,s,s], s:s}", "modules_to_not_convert", "model.layers.*.self_attn",
@@ -333,7 +313,7 @@ static void test_gpt_oss_mxfp4(void **state)
     json_decref(cfg);
 
     /* the tensors, against this test's quantizer; decoded for the f32 reference */
-    join(p, sizeof p, out, "model.safetensors");
+    tu_join(p, sizeof p, out, "model.safetensors");
     moe_safetensors *f = NULL;
     assert_int_equal(moe_safetensors_open(ctx, p, &f), MOE_OK);
     float *wt = malloc(sizeof(float) * 2 * GI * GH);                    /* one expert [N, K] */
@@ -385,12 +365,12 @@ static void test_gpt_oss_mxfp4(void **state)
 
     /* --layers 1: layer 0 stays bf16 (named in modules_to_not_convert), bit-equal to the input */
     char out1[700];
-    join(out1, sizeof out1, root, "q1");
+    tu_join(out1, sizeof out1, root, "q1");
     const int64_t only1[1] = {1};
     moe_quantize_options o1 = {.scheme = "mxfp4", .layers = only1, .n_layers = 1};
     if (moe_checkpoint_quantize(ctx, in, out1, &o1, NULL) != MOE_OK)
         fail_msg("quantize --layers 1: %s", moe_ctx_last_error(ctx));
-    join(p, sizeof p, out1, "config.json");
+    tu_join(p, sizeof p, out1, "config.json");
     cfg = json_load_file(p, 0, &je);
     const json_t *keep = json_object_get(json_object_get(cfg, "quantization_config"), "modules_to_not_convert");
     assert_int_equal(json_array_size(keep), 5);
@@ -410,16 +390,16 @@ static void test_gpt_oss_mxfp4(void **state)
 
     /* errors: another scheme on gpt-oss; I = 16 (transformers' fixture) is not a multiple of
      * 32; the cancel flag. Nothing is left behind. */
-    const int before = dir_entries(root);
+    const int before = tu_dir_entries(root);
     char fx[700], bad[700];
-    join(bad, sizeof bad, root, "bad");
+    tu_join(bad, sizeof bad, root, "bad");
     expect_error(ctx, quantize_checked(ctx, in, bad, "int4-g32"), MOE_EUNSUPPORTED, "MXFP4 only", "mxfp4");
     tu_data_path(fx, sizeof fx, "gpt_oss_bf16");
     expect_error(ctx, quantize_checked(ctx, fx, bad, "mxfp4"), MOE_ESHAPE, "multiple of 32");
     volatile int cancel = 1;
     moe_quantize_options oc = {.scheme = "mxfp4", .cancel = &cancel};
     expect_error(ctx, moe_checkpoint_quantize(ctx, in, bad, &oc, NULL), MOE_ECANCELED, "interrupted");
-    assert_int_equal(dir_entries(root), before);
+    assert_int_equal(tu_dir_entries(root), before);
 
     free(wt), free(codes), free(sc), free(gate), free(up), free(down), free(deq);
     oss_free(&m);
@@ -443,7 +423,7 @@ static void l4_make(l4 *m, const char *dir)
     const int64_t vals[] = {LH, LI, 4};
     write_config("llama4_f32", dir, "text_config", keys, vals, 3);
     char p[1024];
-    join(p, sizeof p, dir, "config.json");
+    tu_join(p, sizeof p, dir, "config.json");
     json_error_t je;
     json_t *cfg = json_load_file(p, 0, &je), *tc = json_object_get(cfg, "text_config");
     json_object_set_new(tc, "moe_layers", json_pack("[i, i]", 1, 3));
@@ -473,7 +453,7 @@ static void l4_make(l4 *m, const char *dir)
         {.name = LP3 "shared_expert.up_proj.weight", .dtype = MOE_DTYPE_BF16, .ndim = 2, .shape = {LI, LH}, .data = m->su},
         {.name = LP3 "shared_expert.down_proj.weight", .dtype = MOE_DTYPE_BF16, .ndim = 2, .shape = {LH, LI}, .data = m->sd},
     };
-    join(p, sizeof p, dir, "model.safetensors");
+    tu_join(p, sizeof p, dir, "model.safetensors");
     moe_ctx *ctx = tu_ctx();
     assert_int_equal(moe_safetensors_write(ctx, p, t, 12), MOE_OK);
     moe_ctx_free(ctx);
@@ -524,7 +504,7 @@ static void test_llama4(void **state)
     (void)state;
     char root[512], in[700], out[700], p[800];
     tu_tmpdir(root, sizeof root, "quantize_l4");
-    join(in, sizeof in, root, "in");
+    tu_join(in, sizeof in, root, "in");
     assert_int_equal(mkdir(in, 0755), 0);
     l4 m;
     l4_make(&m, in);
@@ -539,13 +519,13 @@ static void test_llama4(void **state)
         sh[2 * LI * LH + i] = bf(m.sd[i]);
     }
     for (size_t si = 0; si < sizeof schemes / sizeof schemes[0]; si++) {
-        join(out, sizeof out, root, schemes[si]);
+        tu_join(out, sizeof out, root, schemes[si]);
         moe_quantize_stats s;
         moe_quantize_options o = {.scheme = schemes[si]};
         if (moe_checkpoint_quantize(ctx, in, out, &o, &s) != MOE_OK)
             fail_msg("quantize %s: %s", schemes[si], moe_ctx_last_error(ctx));
         assert_int_equal(s.expert_tensors, 2 * 3 * LE);
-        join(p, sizeof p, out, "model.safetensors");
+        tu_join(p, sizeof p, out, "model.safetensors");
         moe_safetensors *f = NULL;
         assert_int_equal(moe_safetensors_open(ctx, p, &f), MOE_OK);
         assert_false(has(f, LP "experts.gate_up_proj"));
@@ -609,12 +589,12 @@ static void test_llama4(void **state)
     /* --layers 3 (int4-g32): layer 1 keeps its stacked bf16 experts, listed in `ignore`, and
      * loads unquantized, bit-equal to the input's layer 1 */
     {
-        join(out, sizeof out, root, "l3");
+        tu_join(out, sizeof out, root, "l3");
         const int64_t only3[1] = {3};
         moe_quantize_options o3 = {.scheme = "int4-g32", .layers = only3, .n_layers = 1};
         if (moe_checkpoint_quantize(ctx, in, out, &o3, NULL) != MOE_OK)
             fail_msg("quantize --layers 3: %s", moe_ctx_last_error(ctx));
-        join(p, sizeof p, out, "config.json");
+        tu_join(p, sizeof p, out, "config.json");
         json_error_t je;
         json_t *cfg = json_load_file(p, 0, &je);
         const json_t *ign = json_object_get(json_object_get(cfg, "quantization_config"), "ignore");
@@ -642,10 +622,10 @@ static void test_llama4(void **state)
         assert_memory_equal(a, b, sizeof a);
     }
     /* mxfp4 is gpt-oss's format only: refused, nothing left */
-    const int before = dir_entries(root);
-    join(out, sizeof out, root, "mx");
+    const int before = tu_dir_entries(root);
+    tu_join(out, sizeof out, root, "mx");
     expect_error(ctx, quantize_checked(ctx, in, out, "mxfp4"), MOE_EUNSUPPORTED, "gpt-oss only", "int4-g32");
-    assert_int_equal(dir_entries(root), before);
+    assert_int_equal(tu_dir_entries(root), before);
     free(gate), free(up), free(down), free(sh);
     free(m.router), free(m.gu), free(m.dn), free(m.sg), free(m.su), free(m.sd);
     moe_ctx_free(ctx);
@@ -664,15 +644,15 @@ static void test_gpt_oss_transformers(void **state)
     char fx[700], root[512], out[700], p[1024];
     tu_data_path(fx, sizeof fx, "gpt_oss_bf16_to_mxfp4");
     tu_tmpdir(root, sizeof root, "quantize_oss_hf");
-    join(out, sizeof out, root, "q");
+    tu_join(out, sizeof out, root, "q");
     moe_ctx *ctx = tu_ctx();
     if (quantize_checked(ctx, fx, out, "mxfp4") != MOE_OK)
         fail_msg("quantize: %s", moe_ctx_last_error(ctx));
     enum { H = 64, I = 32, E = 4, K = 2, TT = 12 };
     moe_safetensors *w = NULL, *r = NULL, *xin = NULL, *ex = NULL;
-    join(p, sizeof p, out, "model.safetensors");
+    tu_join(p, sizeof p, out, "model.safetensors");
     assert_int_equal(moe_safetensors_open(ctx, p, &w), MOE_OK);
-    join(p, sizeof p, fx, "mxfp4_ref.safetensors");
+    tu_join(p, sizeof p, fx, "mxfp4_ref.safetensors");
     assert_int_equal(moe_safetensors_open(ctx, p, &r), MOE_OK);
     float *deq = malloc(sizeof(float) * 2 * I * H); /* one expert [N, K] */
     for (int j = 0; j < 2; j++) {
@@ -695,9 +675,9 @@ static void test_gpt_oss_transformers(void **state)
         }
     }
     free(deq);
-    join(p, sizeof p, fx, "input.safetensors");
+    tu_join(p, sizeof p, fx, "input.safetensors");
     assert_int_equal(moe_safetensors_open(ctx, p, &xin), MOE_OK);
-    join(p, sizeof p, fx, "expected.safetensors");
+    tu_join(p, sizeof p, fx, "expected.safetensors");
     assert_int_equal(moe_safetensors_open(ctx, p, &ex), MOE_OK);
     const int64_t xs[2] = {TT, H}, ks[2] = {TT, K};
     const uint16_t *x = get(xin, "hidden_states", MOE_DTYPE_BF16, 2, xs);

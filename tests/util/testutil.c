@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <dirent.h>
 #include <unistd.h>
@@ -75,6 +76,49 @@ double tu_check_reassoc(const char *what, const float *got, const float *want, s
         fail_msg("%s: %g of max |output| from the f32 path on the dequantized weights (bound %g)", what, rel,
                  TU_REASSOC_REL);
     return rel;
+}
+
+void tu_join(char *buf, size_t n, const char *a, const char *b)
+{
+    if ((size_t)snprintf(buf, n, "%s/%s", a, b) >= n)
+        fail_msg("path too long: %s/%s", a, b);
+}
+
+int tu_dir_entries(const char *d)
+{
+    DIR *dd = opendir(d);
+    if (!dd)
+        return -1;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(dd)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            n++;
+    closedir(dd);
+    return n;
+}
+
+static void tu_log_capture(moe_log_level level, const char *msg, void *user)
+{
+    tu_logcap *c = user;
+    (void)level;
+    size_t n = strlen(c->text);
+    snprintf(c->text + n, sizeof c->text - n, "%s\n", msg);
+}
+
+moe_ctx *tu_ctx_logging(tu_logcap *cap, moe_log_level level)
+{
+    moe_options o;
+    moe_options_init(&o);
+    o.num_threads = 1;
+    o.log_level = level;
+    o.log_fn = tu_log_capture;
+    o.log_user = cap;
+    moe_ctx *ctx = NULL;
+    char err[512];
+    if (moe_ctx_create(&o, &ctx, err, sizeof err) != MOE_OK)
+        fail_msg("moe_ctx_create: %s", err);
+    return ctx;
 }
 
 int tu_write_file(const char *path, const void *data, size_t len)

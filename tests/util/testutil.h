@@ -32,6 +32,17 @@ int tu_write_file(const char *path, const void *data, size_t len);
 void tu_check_error(moe_ctx *ctx, moe_status got, moe_status want, const char *const *subs);
 #define expect_error(ctx, got, want, ...) \
     tu_check_error((ctx), (got), (want), (const char *const[]){__VA_ARGS__, NULL})
+/* buf = a "/" b; fails the test when it does not fit. */
+void tu_join(char *buf, size_t n, const char *a, const char *b);
+/* Number of entries of folder d (without . and ..); -1 if it cannot be opened. */
+int tu_dir_entries(const char *d);
+/* Log lines captured by tu_ctx_logging's context, each followed by a newline (truncated at
+ * the buffer's end). */
+typedef struct tu_logcap {
+    char text[8192];
+} tu_logcap;
+/* A one-thread context at log level `level` whose messages are appended to cap->text. */
+moe_ctx *tu_ctx_logging(tu_logcap *cap, moe_log_level level);
 /* Remove folder `dir` and everything below it (tests leave no temp files behind). */
 void tu_rm_tree(const char *dir);
 /* cmocka group setup/teardown: every test's temporary folders (tu_tmpdir) go under one fresh
