@@ -1010,6 +1010,8 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
  * Everything else (attention, router, norms, shared experts, embeddings, other files) is
  * copied unchanged; sharded inputs give shards of the same names and a new index. Memory:
  * one expert tensor in f32 at a time plus the quantized tensors of the shard being written.
+ * A NaN or Inf expert weight is refused (MOE_EINVAL naming the tensor and its first [n, k]):
+ * int / e2m1 codes cannot hold it (a NaN would become 0, an Inf would make its scale cell NaN).
  * The output appears complete or not at all (written in a temporary folder beside it, then
  * renamed into place).
  * Loading (moe_checkpoint_open / moe_checkpoint_layer_desc / moe_checkpoint_load_weights):

@@ -36,6 +36,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <jansson.h>
+#include <math.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1031,6 +1032,31 @@ static float elem_f32(const moe_tensor_info *t, size_t i)
     return t->dtype == MOE_DTYPE_BF16 ? moe_bf16_to_f32(h) : moe_f16_to_f32(h);
 }
 
+/* Refuse a non-finite expert weight: int codes cannot hold NaN / Inf (moe_quantize_matrix would
+ * turn a NaN into code 0, and an Inf makes its cell's absmax scale Inf, so every weight of that
+ * scale cell decodes to NaN), so the output would silently differ from the input. w is f32
+ * [N, K] (expert `e` of `name` for stacked tensors, e < 0 otherwise). MOE_EINVAL naming the
+ * tensor, the count and the first [n, k]. */
+static moe_status check_finite(qw_job *j, const char *path, const char *name, int64_t e, const float *w, int64_t N,
+                               int64_t K)
+{
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < N * K; i++)
+        if (!isfinite(w[i]) && bad++ == 0)
+            first = i;
+    if (bad == 0)
+        return MOE_OK;
+    char where[48] = "";
+    if (e >= 0)
+        snprintf(where, sizeof where, " (expert %" PRId64 ")", e);
+    return moe_set_error(j->ctx, MOE_EINVAL,
+                         "%s: tensor '%s'%s has %" PRId64 " non-finite value(s) (the first, %g, at [n, k] = [%" PRId64
+                         ", %" PRId64 "] of the [%" PRId64 ", %" PRId64 "] = [out, in] matrix): %s cannot represent "
+                         "NaN / Inf weights (a NaN would become 0, an Inf would turn its whole scale cell into NaN); "
+                         "fix the input checkpoint",
+                         path, name, where, bad, (double)w[first], first / K, first % K, N, K, moe_quant_name(&j->q));
+}
+
 /* Quantize one expert linear w (f32 [N, K], the weight "<base>.weight", `in_bytes` bytes in
  * the input) into shard s under the names of the job's format. */
 static moe_status quantize_f32(qw_job *j, qw_shard *s, const char *path, const char *base, const float *w, int64_t N,
@@ -1046,6 +1072,11 @@ static moe_status quantize_f32(qw_job *j, qw_shard *s, const char *path, const c
                              "%s: tensor '%s.weight': input size %" PRId64 " is not a multiple of the group size %" PRId64
                              " (compressed-tensors and vLLM need whole groups); use a smaller group",
                              path, base, K, qw->group_size);
+    char wname[320];
+    snprintf(wname, sizeof wname, "%s.weight", base);
+    moe_status fin = check_finite(j, path, wname, -1, w, N, K);
+    if (fin != MOE_OK)
+        return fin;
     uint8_t *codes = malloc(cb ? cb : 1), *zero = malloc(zb ? zb : 1);
     float *scale = malloc(sb ? sb : 1);
     if (!codes || !zero || !scale) {
@@ -1221,6 +1252,10 @@ static moe_status quantize_stacked(qw_job *j, moe_checkpoint *ck, qw_shard *s, c
             for (int64_t n = 0; n < N; n++)
                 for (int64_t k = 0; k < K; k++)
                     w[n * K + k] = elem_f32(t, (size_t)((e * K + k) * C + n));
+            if ((st = check_finite(j, path, t->name, e, w, N, K)) != MOE_OK) {
+                free(w);
+                return st;
+            }
             st = moe_quantize_matrix(&j->q.w13, w, N, K, blocks + (size_t)e * cb, scales + (size_t)e * sb,
                                      &zero_unused);
         }

@@ -6,6 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+float moe_e4m3_x256[256]; /* quant.h */
+__attribute__((constructor)) static void e4m3_x256_init(void)
+{
+    for (int c = 0; c < 256; c++)
+        moe_e4m3_x256[c] = moe_e4m3_to_f32((uint8_t)c) * 256.0f;
+}
+
 unsigned moe_f32_to_e2m1(float f)
 {
     static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};

@@ -121,6 +121,10 @@ typedef struct syn {
     uint16_t *w[SL][SE][3];        /* gate [I, H], up [I, H], down [H, I] bf16 */
 } syn;
 
+/* When syn_poison_on: element 5 of layer 0 expert 1's down_proj is syn_poison (a NaN or Inf). */
+static int syn_poison_on;
+static float syn_poison;
+
 static void syn_make(syn *s, const char *dir)
 {
     json_t *cfg = json_pack("{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:i, s:[], s:s, s:i, s:i, s:i, s:i}",
@@ -155,6 +159,8 @@ static void syn_make(syn *s, const char *dir)
                 s->w[l][e][m] = malloc(2 * (size_t)(N * K));
                 for (int64_t i = 0; i < N * K; i++) /* rows of different magnitude: the scales differ */
                     s->w[l][e][m][i] = moe_f32_to_bf16(tmp[i] * ldexpf(1.0f, (int)((i / K) / 16 % 5) - 2));
+                if (syn_poison_on && l == 0 && e == 1 && m == 2)
+                    s->w[l][e][m][5] = moe_f32_to_bf16(syn_poison);
                 snprintf(names[n], sizeof names[n], "model.layers.%d.mlp.experts.%d.%s.weight", l, e, proj[m]);
                 t[n++] = (moe_tensor_out){.name = names[n - 1], .dtype = MOE_DTYPE_BF16, .ndim = 2,
                                           .shape = {N, K}, .data = s->w[l][e][m]};
@@ -581,6 +587,38 @@ static void expect_ct_refusal(moe_ctx *ctx, const char *dir, const char *sub, co
     json_decref(cfg);
 }
 
+/* A NaN or Inf expert weight is refused (int codes cannot hold it: a NaN would become 0 and an
+ * Inf would make its scale cell NaN) naming the tensor and [n, k], for every scheme; nothing
+ * is left behind. */
+static void test_nonfinite_weight(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    char root[512], in[600], out[700];
+    tu_tmpdir(root, sizeof root, "quantize_nonfinite");
+    const float vals[2] = {NAN, INFINITY};
+    for (int v = 0; v < 2; v++) {
+        join(in, sizeof in, root, v ? "in_inf" : "in_nan");
+        assert_int_equal(mkdir(in, 0755), 0);
+        syn s;
+        syn_poison_on = 1, syn_poison = vals[v];
+        syn_make(&s, in);
+        syn_poison_on = 0;
+        syn_free(&s);
+        const int before = dir_entries(root);
+        static const char *const schemes[] = {"int8-channel", "int4-g32-zp", "fp8-block", "int8-w8a8"};
+        for (size_t i = 0; i < sizeof schemes / sizeof *schemes; i++) {
+            join(out, sizeof out, root, "o");
+            expect_error(ctx, quantize(ctx, in, out, schemes[i], NULL, 0, 0, NULL), MOE_EINVAL,
+                         "model.layers.0.mlp.experts.1.down_proj.weight", "1 non-finite", "[n, k] = [0, 5]",
+                         schemes[i]);
+            assert_int_equal(dir_entries(root), before);
+        }
+    }
+    tu_rm_tree(root);
+    moe_ctx_free(ctx);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -789,6 +827,7 @@ int main(void)
         cmocka_unit_test(test_fixtures),
         cmocka_unit_test(test_ct_package_fixture),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_nonfinite_weight),
         cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);

@@ -229,13 +229,7 @@ MOE_AI void post_linear(const moe_pmat *w, const int kind, const int zp, const i
  * At the group's end: y = y + (part * sa[m][g]) * s_w, y held in the out rows (+0 before the
  * first group). */
 
-/* dec(c) * 256 for every e4m3 code c (NaN codes NaN). */
-static float f8a8_lut[256];
-__attribute__((constructor)) static void f8a8_lut_init(void)
-{
-    for (int c = 0; c < 256; c++)
-        f8a8_lut[c] = moe_e4m3_to_f32((uint8_t)c) * 256.0f;
-}
+/* the activation table dec(c) * 256: moe_e4m3_x256 (quant.h; no constructor in this file) */
 
 MOE_AI void f8a8_tile(const moe_pmat *w, const int f8h, const int full, int64_t p, int64_t p0, const int NP,
                       const int MB, const uint8_t *const *xq, const float *const *sa, float *out, int64_t ldo)
@@ -265,7 +259,7 @@ MOE_AI void f8a8_tile(const moe_pmat *w, const int f8h, const int full, int64_t 
                     wv[j] = _mm512_mul_ps(wv[j], _mm512_set1_ps(0x1p-8f)); /* exact */
             }
             for (int m = 0; m < MB; m++) {
-                __m512 xb = _mm512_set1_ps(f8a8_lut[xq[m][kk]]);
+                __m512 xb = _mm512_set1_ps(moe_e4m3_x256[xq[m][kk]]);
                 for (int j = 0; j < NP; j++)
                     acc[j][m] = _mm512_fmadd_ps(xb, wv[j], acc[j][m]);
             }
