@@ -1019,8 +1019,8 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
  * (channel, or group 32/64/128, symmetric or with zero points) or 8 bits (channel or group,
  * symmetric), formats pack-quantized / int-quantized / naive-quantized, input_activations
  * null (weight-only) or dynamic symmetric int8 per token (w8a8 -> quant.act TOKEN, int8
- * channel weights only); scales F32, BF16 or F16 (NaN, zero or negative values load as they are,
- * with a WARNING naming the first such tensor and the counts); weight_shape an integer vector
+ * channel weights only); scales F32, BF16 or F16 (NaN, infinite, zero or negative values load
+ * as they are, with a WARNING naming the first such tensor and the counts); weight_shape an integer vector
  * I64 (as compressed-tensors writes it) or I32 [2], anything else MOE_EFORMAT. Anything else (float types, other
  * num_bits, static activations, actorder "group" (g_idx), tensor / block strategies, sparsity,
  * several different groups) is MOE_EUNSUPPORTED naming the field. A layer whose experts keep a

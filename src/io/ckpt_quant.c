@@ -60,8 +60,9 @@ struct moe_ckq_layer {
     void **owned;              /* [n_owned] converted buffers */
     size_t n_owned, cap_owned;
     size_t owned_bytes;
-    /* weight_scale values that are NaN, zero or negative (loaded as they are; warned once) */
-    int64_t bad_nan, bad_zero, bad_neg, bad_total;
+    /* weight_scale values that are NaN, infinite, zero or negative (loaded as they are; warned
+     * once) */
+    int64_t bad_nan, bad_inf, bad_zero, bad_neg, bad_total;
     int bad_tensors;
     char bad_first[320];       /* the first tensor with one */
 };
@@ -130,9 +131,12 @@ static moe_status parse_weights(moe_ctx *ctx, const char *cp, const char *f, con
                              "%s: field '%s.weights.type' = %s: only int weights are loaded (float compressed-tensors "
                              "schemes are not)",
                              cp, f, jkind(type));
-    if (!json_is_integer(nb) || (json_integer_value(nb) != 4 && json_integer_value(nb) != 8))
+    if (!json_is_integer(nb))
         return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights.num_bits' = %s: only 4 and 8 are loaded", cp,
-                             f, json_is_integer(nb) ? "another integer" : jkind(nb));
+                             f, jkind(nb));
+    if (json_integer_value(nb) != 4 && json_integer_value(nb) != 8)
+        return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights.num_bits' = %lld: only 4 and 8 are loaded",
+                             cp, f, (long long)json_integer_value(nb));
     q->num_bits = (int)json_integer_value(nb);
     if (!jnull(sym) && !json_is_boolean(sym))
         return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s.weights.symmetric' must be true or false", cp, f);
@@ -393,21 +397,23 @@ void moe_ckq_layer_source(const moe_ckq_layer *l, moe_weight_source *src)
  * (warn_scales). */
 static void scan_scales(moe_ckq_layer *l, const char *name, const void *scale, int64_t n)
 {
-    int64_t nan = 0, zero = 0, neg = 0;
+    int64_t nan = 0, inf = 0, zero = 0, neg = 0;
     const unsigned char *p = scale;
     for (int64_t i = 0; i < n; i++) {
         float s;
         memcpy(&s, p + 4 * i, 4);
         nan += s != s;
+        inf += isinf(s) != 0;
         zero += s == 0.0f;
         neg += s < 0.0f;
     }
     l->bad_total += n;
-    if (nan + zero + neg == 0)
+    if (nan + inf + zero + neg == 0)
         return;
     if (l->bad_tensors++ == 0)
         snprintf(l->bad_first, sizeof l->bad_first, "%s", name);
     l->bad_nan += nan;
+    l->bad_inf += inf;
     l->bad_zero += zero;
     l->bad_neg += neg;
 }
@@ -416,10 +422,11 @@ static void warn_scales(moe_ctx *ctx, const moe_ckq_layer *l, const char *what)
 {
     if (l->bad_tensors)
         moe_log(ctx, MOE_LOG_WARN,
-                "%s: %" PRId64 " NaN, %" PRId64 " zero and %" PRId64 " negative weight_scale values (of %" PRId64
-                ") in %d tensor(s), the first '%s': loaded as they are, so the output follows (v - z) * s (a NaN "
-                "scale makes the rows that use it NaN, a zero one their weights zero)",
-                what, l->bad_nan, l->bad_zero, l->bad_neg, l->bad_total, l->bad_tensors, l->bad_first);
+                "%s: %" PRId64 " NaN, %" PRId64 " infinite, %" PRId64 " zero and %" PRId64
+                " negative weight_scale values (of %" PRId64 ") in %d tensor(s), the first '%s': loaded as they "
+                "are, so the output follows (v - z) * s (a NaN or infinite scale makes the rows that use it NaN "
+                "or infinite, a zero one their weights zero)",
+                what, l->bad_nan, l->bad_inf, l->bad_zero, l->bad_neg, l->bad_total, l->bad_tensors, l->bad_first);
 }
 
 static bool shape_is(const moe_tensor_info *t, int nd, int64_t a, int64_t b)

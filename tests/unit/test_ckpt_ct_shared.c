@@ -567,7 +567,7 @@ static uint16_t *patched_bf16(moe_safetensors *f, const char *name, int64_t i, u
     return c;
 }
 
-/* weight_scale values that are zero, negative or NaN: loaded with a WARNING naming the tensor
+/* weight_scale values that are zero, negative, NaN or infinite: loaded with a WARNING naming the tensor
  * and the counts; the output follows the maths (bit for bit the f32 plan on the test's
  * dequantization with the same scales; a NaN in the shared expert's gate_proj makes every
  * output NaN). int8 fixture, so the comparison is exact. */
@@ -596,9 +596,9 @@ static void test_bad_scales(void **state)
     float out[T * H], ref[T * H];
     cap.text[0] = '\0';
     tu_run_layer_ex(ctx, &d, NULL, ck, 0, NULL, fx.x, MOE_DTYPE_F32, T, out, NULL, NULL);
-    const char *want[] = {"0 NaN, 0 zero and 1 negative weight_scale values (of 512) in 1 tensor(s), the first '" PFX
+    const char *want[] = {"0 NaN, 0 infinite, 0 zero and 1 negative weight_scale values (of 512) in 1 tensor(s), the first '" PFX
                           "experts.1.down_proj.weight_scale'",
-                          PFX "shared_expert.up_proj: 0 NaN, 1 zero and 0 negative weight_scale values (of 64) in 1 "
+                          PFX "shared_expert.up_proj: 0 NaN, 0 infinite, 1 zero and 0 negative weight_scale values (of 64) in 1 "
                           "tensor(s)"};
     for (int i = 0; i < 2; i++)
         if (!strstr(cap.text, want[i]))
@@ -632,10 +632,22 @@ static void test_bad_scales(void **state)
     assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_OK);
     cap.text[0] = '\0';
     tu_run_layer_ex(ctx, &d, NULL, ck, 0, NULL, fx.x, MOE_DTYPE_F32, T, out, NULL, NULL);
-    if (!strstr(cap.text, PFX "shared_expert.gate_proj: 1 NaN, 0 zero and 0 negative"))
+    if (!strstr(cap.text, PFX "shared_expert.gate_proj: 1 NaN, 0 infinite, 0 zero and 0 negative"))
         fail_msg("log lacks the NaN scale warning:\n%s", cap.text);
     for (int i = 0; i < T * H; i++)
         assert_true(isnan(out[i]));
+    moe_checkpoint_free(ck);
+    tu_rm_tree(dir);
+    free(cn);
+    /* an infinite scale (row 1 of the shared gate_proj): warned and counted as infinite */
+    variant vi = {.drop = {sh_gate}, .n_add = 1};
+    cn = patched_bf16(fx.m, sh_gate, 1, 0x7f80, &vi.add[0]);
+    write_variant(ctx, src, &vi, dir, sizeof dir);
+    assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_OK);
+    cap.text[0] = '\0';
+    tu_run_layer_ex(ctx, &d, NULL, ck, 0, NULL, fx.x, MOE_DTYPE_F32, T, out, NULL, NULL);
+    if (!strstr(cap.text, PFX "shared_expert.gate_proj: 0 NaN, 1 infinite, 0 zero and 0 negative"))
+        fail_msg("log lacks the infinite scale warning:\n%s", cap.text);
     moe_checkpoint_free(ck);
     tu_rm_tree(dir);
     free(cn);

@@ -598,21 +598,21 @@ static void test_nonfinite_weight(void **state)
     tu_tmpdir(root, sizeof root, "quantize_nonfinite");
     const float vals[2] = {NAN, INFINITY};
     for (int v = 0; v < 2; v++) {
-        join(in, sizeof in, root, v ? "in_inf" : "in_nan");
+        tu_join(in, sizeof in, root, v ? "in_inf" : "in_nan");
         assert_int_equal(mkdir(in, 0755), 0);
         syn s;
         syn_poison_on = 1, syn_poison = vals[v];
         syn_make(&s, in);
         syn_poison_on = 0;
         syn_free(&s);
-        const int before = dir_entries(root);
+        const int before = tu_dir_entries(root);
         static const char *const schemes[] = {"int8-channel", "int4-g32-zp", "fp8-block", "int8-w8a8"};
         for (size_t i = 0; i < sizeof schemes / sizeof *schemes; i++) {
-            join(out, sizeof out, root, "o");
+            tu_join(out, sizeof out, root, "o");
             expect_error(ctx, quantize(ctx, in, out, schemes[i], NULL, 0, 0, NULL), MOE_EINVAL,
                          "model.layers.0.mlp.experts.1.down_proj.weight", "1 non-finite", "[n, k] = [0, 5]",
                          schemes[i]);
-            assert_int_equal(dir_entries(root), before);
+            assert_int_equal(tu_dir_entries(root), before);
         }
     }
     tu_rm_tree(root);
