@@ -247,7 +247,9 @@ moe_status moe_quant_validate(moe_ctx *ctx, const moe_layer_desc *d)
         st = check_weight(ctx, "w2", &q->w2, q->act, q->act_group_size, d->moe_intermediate_size);
     if (st != MOE_OK)
         return st;
-    if (ctx->kernels == &moe_kernels_avx2) {
+    if (ctx->kernels == &moe_kernels_avx2 && q->act != MOE_QACT_NONE) {
+        /* weight-only schemes have AVX2 kernels (gemm/avx2/linear_q_avx2.c); the w8a8 ones
+         * (int8 VNNI, fp8 block) run the scalar entries of table avx2 */
         const double H = (double)d->hidden_size, I = (double)d->moe_intermediate_size;
         const double ex = 2.0 * (double)d->top_k * 3.0 * H * I;
         const double all = ex + 2.0 * (double)d->num_experts * H +

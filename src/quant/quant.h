@@ -161,9 +161,13 @@ size_t moe_quant_packed_bytes(int kind, int64_t N, int64_t K);
 int moe_quant_pack(const moe_qweight *qw, moe_qact act, const void *codes, const void *scale,
                    const uint8_t *zero, int64_t N, int64_t K, uint8_t *dst, float *dscale, float *dzero,
                    int32_t *comp);
-/* The scalar quantized linear kernel (linear_q of "ref"; avx2's fallback). */
+/* The scalar quantized linear kernel (linear_q of "ref"; avx2's for W8A8 and F8A8). */
 void moe_linear_q_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
                       int64_t ldo);
+/* The AVX2 + FMA quantized linear kernel (linear_q of "avx2"): weight-only kinds vectorized with
+ * the ref's bits; MOE_QK_W8A8 and MOE_QK_F8A8 on the scalar ref entry. */
+void moe_linear_q_avx2(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                       int64_t ldo);
 /* The AVX-512 quantized linear kernel (linear_q of "avx512"): the same bits as the ref. */
 void moe_linear_q_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
                          int64_t ldo);

@@ -509,7 +509,8 @@ static unsigned kq_rand(void) /* splitmix64, deterministic */
  * codes only when nan_codes) and random scales 2^(scale_lo .. scale_hi) (f32) or E8M0 bytes,
  * packed by moe_quant_pack; then for mb = 1 .. 9 rows and two panel ranges: moe_linear_q_ref
  * within the a-priori rounding bound of the exact value sum_k x[k] (v[k] - z) s (below), and
- * moe_linear_q_avx512 equal to the ref bit for bit; lanes past a narrow panel untouched.
+ * moe_linear_q_avx2 and moe_linear_q_avx512 (where the CPU has them) equal to the ref bit for
+ * bit, lanes past a narrow panel and rows past mb untouched.
  * Returns moe_qmat.f8h of the packed matrix.
  *
  * The exact value is summed in double from the code values v - z (moe_quant_dequant_source with
@@ -518,10 +519,11 @@ static unsigned kq_rand(void) /* splitmix64, deterministic */
  * zero-point fmaf and the ng scale fmaf once, each error at most 2^-24 of a partial sum whose
  * magnitude is at most A = sum_k |x[k]| (|v[k]| + |z|) s, plus 2^-150 per rounding in the f32
  * subnormal range: |ref - exact| <= (gk + ng + 4) 2^-24 A (1 + 2^-20) + (K + ng + 4) 2^-149. */
+static int avx2_calls; /* moe_linear_q_avx2 calls checked by check_packed_kernels */
 static int check_packed_kernels(const moe_qweight *qw, int64_t N, int64_t K, int nan_codes, int scale_lo,
                                 int scale_hi)
 {
-    const int avx512 = isa_ok("avx512");
+    const int avx512 = isa_ok("avx512"), avx2 = isa_ok("avx2");
     size_t cb, sb, zb;
     moe_quant_source_sizes(qw, N, K, &cb, &sb, &zb);
     uint8_t *codes = malloc(cb), *zero = zb ? malloc(zb) : NULL;
@@ -626,7 +628,19 @@ static int check_packed_kernels(const moe_qweight *qw, int64_t N, int64_t K, int
                                  (int)qw->dtype, (long long)N, (long long)K, (long long)gk, f8h, mb, (long long)p0,
                                  m, (long long)n, r, exact, bound);
                 }
+            if (avx2) { /* sentinels kept: lanes past the call must stay untouched */
+                for (int64_t i = 0; i < MB * ldo; i++)
+                    got[i] = 12345.0f;
+                moe_linear_q_avx2(&w, p0, p1, x, mb, got, ldo);
+                if (memcmp(got, ref, sizeof(float) * (size_t)(MB * ldo)) != 0)
+                    fail_msg("dtype %d N=%lld K=%lld gk=%lld f8h=%d mb=%d p0=%lld: avx2 differs from ref (max %g)",
+                             (int)qw->dtype, (long long)N, (long long)K, (long long)gk, f8h, mb, (long long)p0,
+                             tu_max_abs_diff(got, ref, (size_t)(MB * ldo)));
+                avx2_calls++;
+            }
             if (avx512) {
+                for (int64_t i = 0; i < MB * ldo; i++)
+                    got[i] = 12345.0f;
                 moe_linear_q_avx512(&w, p0, p1, x, mb, got, ldo);
                 if (memcmp(got, ref, sizeof(float) * (size_t)(MB * ldo)) != 0)
                     fail_msg("dtype %d N=%lld K=%lld gk=%lld f8h=%d mb=%d p0=%lld: avx512 differs from ref (max %g)",
@@ -661,6 +675,13 @@ static void test_packed_kernels(void **state)
             check_packed_kernels(&i4c, N, K, 0, -3, 3);
             moe_qweight fp4 = {.dtype = MOE_QTYPE_MXFP4, .scale = MOE_QSCALE_GROUP, .group_size = 32};
             check_packed_kernels(&fp4, N, K, 0, -20, 20);
+            /* groups of 6 and 10 (a TP slice's gcd granularity, moe_quant_slice_qweight): groups
+             * that start inside a body word */
+            moe_qweight i4s = {.dtype = MOE_QTYPE_INT4, .scale = MOE_QSCALE_GROUP, .group_size = 6};
+            check_packed_kernels(&i4s, N, K, 0, -12, 12);
+            i4s.has_zero_point = 1;
+            i4s.group_size = 10;
+            check_packed_kernels(&i4s, N, K, 0, -12, 12);
         }
         /* byte codes: K odd; blocks of odd length (the 2-k fp8 steps cross no block end) */
         const int64_t K8s[] = {37, 128, 70};
@@ -681,6 +702,10 @@ static void test_packed_kernels(void **state)
             assert_int_equal(check_packed_kernels(&f8c, N, K, 0, -4, 4), 1);
         }
     }
+    if (isa_ok("avx2")) /* the avx2 kernel was really compared, not skipped */
+        assert_true(avx2_calls > 0);
+    else
+        print_message("CPU without AVX2 + FMA: moe_linear_q_avx2 not checked\n");
 }
 
 int main(void)

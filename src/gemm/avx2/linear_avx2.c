@@ -96,7 +96,7 @@ static void linear_avx2(const moe_pmat *w, int64_t p0, int64_t p1, const float *
                         float *out, int64_t ldo)
 {
     if (w->q) { /* quantized weights (quant/quant.h) */
-        moe_linear_q_ref(w, p0, p1, x, mb, out, ldo);
+        moe_linear_q_avx2(w, p0, p1, x, mb, out, ldo);
         return;
     }
     switch (w->dtype) {
@@ -109,7 +109,7 @@ static void linear_avx2(const moe_pmat *w, int64_t p0, int64_t p1, const float *
 const moe_kernels moe_kernels_avx2 = {
     .name = "avx2",
     .linear = linear_avx2,
-    .linear_q = moe_linear_q_ref,
+    .linear_q = moe_linear_q_avx2,
     .act_row = moe_act_row_avx2,
     .linear_w8a8 = moe_linear_w8a8_rows_ref,
     .quant_row_i8 = moe_quant_row_i8_ref,
