@@ -310,8 +310,10 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
     }
     moe_par_shard(&p->desc, &p->par, &p->shard);
     /* A cost nobody asked for is logged with its size: the AVX2 table runs a partial last
-     * panel (fewer than 16 output features) through the scalar kernel. */
-    if (ctx->kernels == &moe_kernels_avx2) {
+     * panel (fewer than 16 output features) through the scalar kernel. Not for weight-only
+     * quantized routed experts: gemm/avx2/linear_q_avx2.c runs their narrow panel vectorized
+     * (w8a8 schemes run the scalar entry throughout, logged by moe_quant_validate). */
+    if (ctx->kernels == &moe_kernels_avx2 && !moe_quant_active(&d->quant)) {
         int64_t tail = d->moe_intermediate_size % MOE_PANEL, tail_h = d->hidden_size % MOE_PANEL;
         if (tail || tail_h) {
             double share = (2.0 * (double)tail * (double)d->hidden_size + (double)tail_h * (double)d->moe_intermediate_size) /

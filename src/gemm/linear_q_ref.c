@@ -1,5 +1,5 @@
-/* Scalar kernels for quantized weights (table entry linear_q of "ref"; the avx2 table uses
- * them too).
+/* Scalar kernels for quantized weights (table entry linear_q of "ref"; the avx2 table's
+ * moe_linear_q_avx2 calls it for W8A8 and F8A8).
  *  - Weight-only (fp8, int8, int4, mxfp4): the scale applied after each scale group's dot
  *    product (docs/numerics.md section 5): per group g of gk consecutive k (per channel or per
  *    tensor: one group of K), part = fmaf(x[k], v[k], part) in increasing k from +0 on the
