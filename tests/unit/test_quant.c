@@ -703,7 +703,7 @@ static void test_packed_kernels(void **state)
         }
     }
     /* zero points with more than 256 groups (groups of 2, a TP slice's granularity): the avx2
-     * kernel's group sums of x go to the heap */
+     * kernel sums x over two windows of groups (256 and 45), y carried in out between them */
     moe_qweight i4g2 = {.dtype = MOE_QTYPE_INT4, .scale = MOE_QSCALE_GROUP, .group_size = 2, .has_zero_point = 1};
     check_packed_kernels(&i4g2, 21, 602, 0, -12, 12);
     if (isa_ok("avx2")) /* the avx2 kernel was really compared, not skipped */

@@ -22,10 +22,11 @@
 #include "quant/quant.h"
 
 #include <immintrin.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define MOE_AI static inline __attribute__((always_inline))
+
+enum { XS_G = 256 }; /* zero points: groups per x-sum window */
 
 /* Lanes of half h of a panel of nw features that are valid: all ones where 8h + i < nw. */
 MOE_AI __m256i half_mask(int nw, int h)
@@ -139,8 +140,8 @@ MOE_AI void decode1(int kind, int zp, int f8h, const uint8_t *panel, int64_t K, 
 /* Weight-only, scale after the group: NP panels from p by MB rows (linear_q_ref.c's sequence
  * per lane, see the top of this file). */
 MOE_AI void post_tile(const moe_pmat *w, const int kind, const int zp, const int f8h, const int full, int64_t p,
-                      int64_t p0, const int NP, const int MB, const float *const *x, const float *xsum, float *out,
-                      int64_t ldo)
+                      int64_t p0, const int NP, const int MB, const float *const *x, int64_t g0, int64_t g1,
+                      const float *xsum, float *out, int64_t ldo)
 {
     const struct moe_qmat *q = w->q;
     const int64_t K = w->k, gk = q->gk, ng = q->ng;
@@ -156,7 +157,7 @@ MOE_AI void post_tile(const moe_pmat *w, const int kind, const int zp, const int
         mk[j][0] = half_mask(nw[j], 0);
         mk[j][1] = half_mask(nw[j], 1);
     }
-    for (int64_t g = 0; g < ng; g++) {
+    for (int64_t g = g0; g < g1; g++) {
         __m256 part[4][2][4];
         for (int m = 0; m < MB; m++)
             for (int j = 0; j < NP; j++)
@@ -215,7 +216,7 @@ MOE_AI void post_tile(const moe_pmat *w, const int kind, const int zp, const int
                     float *o = out + m * ldo + (p + j - p0) * MOE_PANEL + 8 * h; /* [8] */
                     __m256 t = part[j][h][m];
                     if (zp)
-                        t = _mm256_fnmadd_ps(zr, _mm256_set1_ps(xsum[m * ng + g]), t);
+                        t = _mm256_fnmadd_ps(zr, _mm256_set1_ps(xsum[m * XS_G + (g - g0)]), t);
                     __m256 y = g == 0 ? zero : full ? _mm256_loadu_ps(o) : _mm256_maskload_ps(o, mk[j][h]);
                     y = _mm256_fmadd_ps(t, sc, y);
                     if (full)
@@ -229,69 +230,63 @@ MOE_AI void post_tile(const moe_pmat *w, const int kind, const int zp, const int
 }
 
 MOE_AI void post_rows(const moe_pmat *w, const int kind, const int zp, const int f8h, int64_t p0, int64_t p1,
-                      const int NP, const int MB, const float *const *x, const float *xsum, float *out,
-                      int64_t ldo)
+                      const int NP, const int MB, const float *const *x, int64_t g0, int64_t g1, const float *xsum,
+                      float *out, int64_t ldo)
 {
     const int64_t pf = w->n / MOE_PANEL < p1 ? w->n / MOE_PANEL : p1; /* full panels end */
     int64_t p = p0;
     for (; p + NP <= pf; p += NP)
-        post_tile(w, kind, zp, f8h, 1, p, p0, NP, MB, x, xsum, out, ldo);
+        post_tile(w, kind, zp, f8h, 1, p, p0, NP, MB, x, g0, g1, xsum, out, ldo);
     for (; p < pf; p++)
-        post_tile(w, kind, zp, f8h, 1, p, p0, 1, MB, x, xsum, out, ldo);
+        post_tile(w, kind, zp, f8h, 1, p, p0, 1, MB, x, g0, g1, xsum, out, ldo);
     for (; p < p1; p++)
-        post_tile(w, kind, zp, f8h, 0, p, p0, 1, MB, x, xsum, out, ldo);
+        post_tile(w, kind, zp, f8h, 0, p, p0, 1, MB, x, g0, g1, xsum, out, ldo);
 }
 
 /* Rows in blocks of up to 4: 2 * NP * MB accumulators of the 16 ymm registers.
  * Zero points: the group sums of x (xs = xs + x[k] from +0 in increasing k, the ref's scalar
  * operations; the same in every lane) are summed once per row block here, 4 rows interleaved,
- * into xsum [4][ng] (on the stack up to 256 groups, else on the heap), instead of in ymm
- * registers inside each tile (int4-g128-zp T = 256: 210 -> 135 ms, 3 runs each, 2026-11-29). */
+ * into xsum [4][XS_G] for a window of at most XS_G groups at a time (y stays in out between
+ * windows), instead of in ymm registers inside each tile (int4-g128-zp T = 256: 210 -> 135 ms,
+ * 3 runs each, 2026-11-29). */
 MOE_AI void post_linear(const moe_pmat *w, const int kind, const int zp, const int f8h, int64_t p0, int64_t p1,
                         const float *const *x, int mb, float *out, int64_t ldo)
 {
     const int64_t ng = w->q->ng, gk = w->q->gk, K = w->k;
-    float xs_stack[4 * 256];
-    float *xsum = NULL; /* [4][ng] */
-    if (zp) {
-        xsum = ng <= 256 ? xs_stack : malloc(sizeof(float) * 4 * (size_t)ng);
-        if (!xsum) { /* out of memory: the scalar entry (the same bits) */
-            moe_linear_q_ref(w, p0, p1, x, mb, out, ldo);
-            return;
-        }
-    }
+    float xsum[4 * XS_G]; /* [4][XS_G] (zero points) */
     for (int m0 = 0; m0 < mb;) {
         const int rows = mb - m0 < 4 ? mb - m0 : 4;
         const float *const *xr = x + m0;
         float *o = out + (int64_t)m0 * ldo;
-        if (zp) {
-            /* 4 independent scalar chains (rows past the block repeat row 0, not stored) */
-            const float *x0 = xr[0], *x1 = xr[rows > 1 ? 1 : 0], *x2 = xr[rows > 2 ? 2 : 0],
-                        *x3 = xr[rows > 3 ? 3 : 0];
-            for (int64_t g = 0; g < ng; g++) {
-                const int64_t k1 = (g + 1) * gk < K ? (g + 1) * gk : K;
-                float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-                for (int64_t k = g * gk; k < k1; k++) {
-                    s0 = s0 + x0[k];
-                    s1 = s1 + x1[k];
-                    s2 = s2 + x2[k];
-                    s3 = s3 + x3[k];
+        for (int64_t g0 = 0; g0 < ng; g0 += zp ? XS_G : ng) {
+            const int64_t g1 = zp && g0 + XS_G < ng ? g0 + XS_G : ng;
+            if (zp) {
+                /* 4 independent scalar chains (rows past the block repeat row 0, not stored) */
+                const float *x0 = xr[0], *x1 = xr[rows > 1 ? 1 : 0], *x2 = xr[rows > 2 ? 2 : 0],
+                            *x3 = xr[rows > 3 ? 3 : 0];
+                for (int64_t g = g0; g < g1; g++) {
+                    const int64_t k1 = (g + 1) * gk < K ? (g + 1) * gk : K;
+                    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+                    for (int64_t k = g * gk; k < k1; k++) {
+                        s0 = s0 + x0[k];
+                        s1 = s1 + x1[k];
+                        s2 = s2 + x2[k];
+                        s3 = s3 + x3[k];
+                    }
+                    const float sm[4] = {s0, s1, s2, s3};
+                    for (int m = 0; m < rows; m++)
+                        xsum[m * XS_G + (g - g0)] = sm[m];
                 }
-                const float sm[4] = {s0, s1, s2, s3};
-                for (int m = 0; m < rows; m++)
-                    xsum[m * ng + g] = sm[m];
             }
-        }
-        switch (rows) {
-        case 1: post_rows(w, kind, zp, f8h, p0, p1, 2, 1, xr, xsum, o, ldo); break;
-        case 2: post_rows(w, kind, zp, f8h, p0, p1, 2, 2, xr, xsum, o, ldo); break;
-        case 3: post_rows(w, kind, zp, f8h, p0, p1, 1, 3, xr, xsum, o, ldo); break;
-        default: post_rows(w, kind, zp, f8h, p0, p1, 1, 4, xr, xsum, o, ldo); break;
+            switch (rows) {
+            case 1: post_rows(w, kind, zp, f8h, p0, p1, 2, 1, xr, g0, g1, xsum, o, ldo); break;
+            case 2: post_rows(w, kind, zp, f8h, p0, p1, 2, 2, xr, g0, g1, xsum, o, ldo); break;
+            case 3: post_rows(w, kind, zp, f8h, p0, p1, 1, 3, xr, g0, g1, xsum, o, ldo); break;
+            default: post_rows(w, kind, zp, f8h, p0, p1, 1, 4, xr, g0, g1, xsum, o, ldo); break;
+            }
         }
         m0 += rows;
     }
-    if (xsum != xs_stack)
-        free(xsum);
 }
 
 void moe_linear_q_avx2(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
