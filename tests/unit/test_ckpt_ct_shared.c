@@ -235,12 +235,8 @@ static void check_fixture(const char *fxname, int bits)
     fixture fx;
     fixture_load(ctx, &fx, dir, bits);
 
-    moe_checkpoint *ck = NULL;
-    if (moe_checkpoint_open(ctx, dir, &ck) != MOE_OK)
-        fail_msg("open: %s", moe_ctx_last_error(ctx));
     moe_layer_desc d;
-    if (moe_checkpoint_layer_desc(ck, 0, &d) != MOE_OK)
-        fail_msg("layer_desc: %s", moe_ctx_last_error(ctx));
+    moe_checkpoint *ck = tu_open_layer(ctx, dir, 0, &d);
     assert_int_equal(d.family, MOE_FAMILY_QWEN2_MOE);
     assert_int_equal(d.shared_expert_intermediate_size, IS);
     assert_int_equal(d.shared_expert_gated, 1);

@@ -221,12 +221,8 @@ static void check_blocks(int64_t bn, int64_t bk)
     layer_make(&L, bn, bk);
     char dir[512];
     write_ckpt(ctx, &L, bn, bk, M_OK, dir, sizeof dir);
-    moe_checkpoint *ck = NULL;
-    if (moe_checkpoint_open(ctx, dir, &ck) != MOE_OK)
-        fail_msg("open: %s", moe_ctx_last_error(ctx));
     moe_layer_desc d;
-    if (moe_checkpoint_layer_desc(ck, 0, &d) != MOE_OK)
-        fail_msg("layer_desc: %s", moe_ctx_last_error(ctx));
+    moe_checkpoint *ck = tu_open_layer(ctx, dir, 0, &d);
     assert_int_equal(d.family, MOE_FAMILY_QWEN3_MOE);
     assert_int_equal(d.weight_dtype, MOE_DTYPE_F32); /* no shared expert: the router's */
     const moe_qweight *qs[2] = {&d.quant.w13, &d.quant.w2};
@@ -325,12 +321,8 @@ static void test_fp8_shared_expert(void **state)
     layer_make(&L, 32, 48);
     char dir[512];
     write_ckpt(ctx, &L, 32, 48, M_FP8_SHARED, dir, sizeof dir);
-    moe_checkpoint *ck = NULL;
-    if (moe_checkpoint_open(ctx, dir, &ck) != MOE_OK)
-        fail_msg("open: %s", moe_ctx_last_error(ctx));
     moe_layer_desc d;
-    if (moe_checkpoint_layer_desc(ck, 0, &d) != MOE_OK)
-        fail_msg("layer_desc: %s", moe_ctx_last_error(ctx));
+    moe_checkpoint *ck = tu_open_layer(ctx, dir, 0, &d);
     assert_int_equal(d.shared_expert_intermediate_size, IS);
     assert_int_equal(d.weight_dtype, MOE_DTYPE_F32); /* the dequantized shared expert's */
     assert_int_equal(d.quant.w13.dtype, MOE_QTYPE_F8_E4M3);

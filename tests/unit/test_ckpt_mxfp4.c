@@ -69,12 +69,8 @@ static void check_bits(const char *dir, const oss_layer *L, const void *x, moe_d
 {
     moe_ctx *ctx = tu_ctx();
     const int64_t H = L->H, I = L->I, E = L->E, K = L->K;
-    moe_checkpoint *ck = NULL;
-    if (moe_checkpoint_open(ctx, dir, &ck) != MOE_OK)
-        fail_msg("open: %s", moe_ctx_last_error(ctx));
     moe_layer_desc d;
-    if (moe_checkpoint_layer_desc(ck, 0, &d) != MOE_OK)
-        fail_msg("layer_desc: %s", moe_ctx_last_error(ctx));
+    moe_checkpoint *ck = tu_open_layer(ctx, dir, 0, &d);
     assert_int_equal(d.family, MOE_FAMILY_GPT_OSS);
     assert_int_equal(d.hidden_size, H);
     assert_int_equal(d.moe_intermediate_size, I);

@@ -31,23 +31,6 @@
 
 static const moe_kernels *const tables[] = {&moe_kernels_ref, &moe_kernels_avx2, &moe_kernels_avx512};
 
-static int table_ok(const moe_kernels *t)
-{
-    return t == &moe_kernels_ref || (t == &moe_kernels_avx2 && moe_cpu_has_avx2()) ||
-           (t == &moe_kernels_avx512 && moe_cpu_has_avx512());
-}
-
-static uint32_t bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static int same(float a, float b)
-{
-    return bits(a) == bits(b) || (isnan(a) && isnan(b));
-}
 
 /* ---- the rule, written out independently ---- */
 
@@ -79,7 +62,7 @@ static void check_row(const float *x, int64_t n, int64_t G, const char *what)
     float *v = malloc(sizeof(float) * (size_t)n), *buf = malloc(sizeof(float) * (size_t)n);
     const float mul = -0.37f;
     for (size_t t = 0; t < 3; t++) {
-        if (!table_ok(tables[t]))
+        if (!tu_table_ok(tables[t]))
             continue;
         for (int mode = 0; mode < 3; mode++) { /* plain, in place, multiplier */
             for (int64_t k = 0; k < n; k++)
@@ -230,7 +213,7 @@ static void check_gemm(const fmatrix *m, const float *x, int mb, int64_t p0, int
         }
     }
     for (size_t t = 0; t < 3; t++) {
-        if (!table_ok(tables[t]))
+        if (!tu_table_ok(tables[t]))
             continue;
         for (int path = 0; path < 2; path++) {
             memset(got, 0xff, sizeof(float) * (size_t)(mb * ldo)); /* NaN garbage: the kernels must not read it */
@@ -246,7 +229,7 @@ static void check_gemm(const fmatrix *m, const float *x, int mb, int64_t p0, int
             }
             for (int r = 0; r < mb; r++)
                 for (int64_t n = 0; n < nn; n++)
-                    if (!same(got[r * ldo + n], want[r * ldo + n]))
+                    if (!tu_same_bits(got + r * ldo + n, want + r * ldo + n, 1))
                         fail_msg("%s %s N=%lld K=%lld bn=%lld G=%lld f8h=%d mb=%d panels [%lld,%lld): row %d col "
                                  "%lld: %a vs %a",
                                  tables[t]->name, path ? "linear_f8a8" : "linear_q", (long long)m->N, (long long)K,
@@ -382,14 +365,6 @@ static void run_layer(const flayer *L, const moe_kernels *table, int quantized, 
         free(p[j]), free(s[j]);
 }
 
-static int same_bits(const float *a, const float *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!same(a[i], b[i]))
-            return 0;
-    return 1;
-}
-
 static void test_layer(void **state)
 {
     (void)state;
@@ -419,13 +394,13 @@ static void test_layer(void **state)
                                  (long long)tok, (long long)h, (double)want[tok * H + h]);
             }
             for (size_t t = 0; t < 3; t++) {
-                if (!table_ok(tables[t]))
+                if (!tu_table_ok(tables[t]))
                     continue;
                 for (int batched = 0; batched <= 1; batched++)
                     for (int64_t chunk = 16; chunk <= 64; chunk += 48)
                         for (int th = 1; th <= 2; th++) {
                             run_layer(&L, tables[t], 1, th, batched, chunk, x, T, got);
-                            if (!same_bits(got, want, (size_t)(T * H)))
+                            if (!tu_same_bits(got, want, (size_t)(T * H)))
                                 fail_msg("layer H=%lld I=%lld on_input %d %s batched %d chunk %lld threads %d "
                                          "differs from the ref per-item path (max diff %g)",
                                          (long long)H, (long long)I, on_input, tables[t]->name, batched,

@@ -683,11 +683,8 @@ static void test_gpt_oss_transformers(void **state)
     const uint16_t *x = get(xin, "hidden_states", MOE_DTYPE_BF16, 2, xs);
     const float *want = get(ex, "output", MOE_DTYPE_F32, 2, xs);
     const int32_t *want_ids = get(ex, "topk_ids", MOE_DTYPE_I32, 2, ks);
-    moe_checkpoint *ck = NULL;
-    if (moe_checkpoint_open(ctx, out, &ck) != MOE_OK)
-        fail_msg("open: %s", moe_ctx_last_error(ctx));
     moe_layer_desc d;
-    assert_int_equal(moe_checkpoint_layer_desc(ck, 0, &d), MOE_OK);
+    moe_checkpoint *ck = tu_open_layer(ctx, out, 0, &d);
     assert_string_equal(moe_quant_name(&d.quant), "mxfp4");
     float got[TT * H], wts[TT * K];
     int32_t ids[TT * K];

@@ -27,18 +27,6 @@
 
 static const moe_kernels *const tables[] = {&moe_kernels_ref, &moe_kernels_avx2, &moe_kernels_avx512};
 
-static int table_ok(const moe_kernels *t)
-{
-    return t == &moe_kernels_ref || (t == &moe_kernels_avx2 && moe_cpu_has_avx2()) ||
-           (t == &moe_kernels_avx512 && moe_cpu_has_avx512());
-}
-
-static uint32_t bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
 
 /* ---- the row quantizer ---- */
 
@@ -61,26 +49,26 @@ static void check_row(const float *x, int64_t n, const char *what)
     float *v = malloc(sizeof(float) * (size_t)n), *buf = malloc(sizeof(float) * (size_t)(n + 1));
     const float mul = -0.37f;
     for (size_t t = 0; t < 3; t++) {
-        if (!table_ok(tables[t]))
+        if (!tu_table_ok(tables[t]))
             continue;
         /* plain */
         float sw = rule_codes(x, n, want);
         memset(got, 0xee, (size_t)n4);
         float sg = tables[t]->quant_row_i8(x, n, NULL, got);
-        if (bits(sg) != bits(sw) || memcmp(got, want, (size_t)n4) != 0)
+        if (tu_f32_bits(sg) != tu_f32_bits(sw) || memcmp(got, want, (size_t)n4) != 0)
             fail_msg("quant_row %s n=%lld (%s): scale %a vs %a or codes differ", tables[t]->name, (long long)n,
                      what, (double)sg, (double)sw);
         /* in place: the codes over the row's own floats */
         memcpy(buf, x, sizeof(float) * (size_t)n);
         sg = tables[t]->quant_row_i8(buf, n, NULL, (uint8_t *)buf);
-        if (bits(sg) != bits(sw) || memcmp(buf, want, (size_t)n4) != 0)
+        if (tu_f32_bits(sg) != tu_f32_bits(sw) || memcmp(buf, want, (size_t)n4) != 0)
             fail_msg("quant_row %s n=%lld (%s) in place differs", tables[t]->name, (long long)n, what);
         /* with a multiplier: the rule on the rounded products */
         for (int64_t k = 0; k < n; k++)
             v[k] = mul * x[k];
         sw = rule_codes(v, n, want);
         sg = tables[t]->quant_row_i8(x, n, &mul, got);
-        if (bits(sg) != bits(sw) || memcmp(got, want, (size_t)n4) != 0)
+        if (tu_f32_bits(sg) != tu_f32_bits(sw) || memcmp(got, want, (size_t)n4) != 0)
             fail_msg("quant_row %s n=%lld (%s) with multiplier differs", tables[t]->name, (long long)n, what);
     }
     free(want), free(got), free(v), free(buf);
@@ -94,7 +82,7 @@ static void test_quant_row(void **state)
         const float x[6] = {127.0f, 2.5f, 3.5f, -2.5f, NAN, -0.0f};
         uint8_t q[8];
         for (size_t t = 0; t < 3; t++) {
-            if (!table_ok(tables[t]))
+            if (!tu_table_ok(tables[t]))
                 continue;
             assert_true(tables[t]->quant_row_i8(x, 6, NULL, q) == 1.0f);
             const int want[8] = {127, 2, 4, -2, -127, 0, 0, 0};
@@ -205,7 +193,7 @@ static void check_gemm(const qmatrix *m, const float *x, int mb, int64_t p0, int
         }
     }
     for (size_t t = 0; t < 3; t++) {
-        if (!table_ok(tables[t]))
+        if (!tu_table_ok(tables[t]))
             continue;
         for (int path = 0; path < 2; path++) {
             memset(got, 0, sizeof(float) * (size_t)(mb * ldo));
@@ -222,7 +210,7 @@ static void check_gemm(const qmatrix *m, const float *x, int mb, int64_t p0, int
             for (int m2 = 0; m2 < mb; m2++)
                 for (int64_t n = 0; n < nn; n++) {
                     const float w = want[m2 * ldo + n], g = got[m2 * ldo + n];
-                    if (bits(w) != bits(g) && !(isnan(w) && isnan(g)))
+                    if (tu_f32_bits(w) != tu_f32_bits(g) && !(isnan(w) && isnan(g)))
                         fail_msg("%s %s N=%lld K=%lld mb=%d panels [%lld,%lld): row %d col %lld: %a vs %a",
                                  tables[t]->name, path ? "linear_w8a8" : "linear_q", (long long)m->N,
                                  (long long)K, mb, (long long)p0, (long long)p1, m2, (long long)(n0 + n),
@@ -364,14 +352,6 @@ static void run_layer(const wlayer *L, const moe_kernels *table, int threads, in
         free(p[j]), free(s[j]);
 }
 
-static int same_bits(const float *a, const float *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (bits(a[i]) != bits(b[i]) && !(isnan(a[i]) && isnan(b[i])))
-            return 0;
-    return 1;
-}
-
 static void test_layer_quantize_once(void **state)
 {
     (void)state;
@@ -390,7 +370,7 @@ static void test_layer_quantize_once(void **state)
             x[11 * H] = INFINITY;                            /* token 11: +inf */
             float *want = malloc(sizeof(float) * (size_t)(T * H)), *got = malloc(sizeof(float) * (size_t)(T * H));
             for (size_t t = 0; t < 3; t++) {
-                if (!table_ok(tables[t]))
+                if (!tu_table_ok(tables[t]))
                     continue;
                 moe_kernels per_item = *tables[t];
                 per_item.linear_w8a8 = NULL;
@@ -400,7 +380,7 @@ static void test_layer_quantize_once(void **state)
                         run_layer(&L, &per_item, 1, batched, chunk, x, T, want);
                         for (int th = 1; th <= 2; th++) {
                             run_layer(&L, tables[t], th, batched, chunk, x, T, got);
-                            if (!same_bits(got, want, (size_t)(T * H)))
+                            if (!tu_same_bits(got, want, (size_t)(T * H)))
                                 fail_msg("layer H=%lld I=%lld on_input %d %s batched %d chunk %lld threads %d: "
                                          "quantize-once differs from the per-item path",
                                          (long long)H, (long long)I, on_input, tables[t]->name, batched,

@@ -1,4 +1,5 @@
 #include "testutil.h"
+#include "core/kernels.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -76,6 +77,37 @@ double tu_check_reassoc(const char *what, const float *got, const float *want, s
         fail_msg("%s: %g of max |output| from the f32 path on the dequantized weights (bound %g)", what, rel,
                  TU_REASSOC_REL);
     return rel;
+}
+
+uint32_t tu_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+int tu_same_bits(const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (tu_f32_bits(a[i]) != tu_f32_bits(b[i]) && !(isnan(a[i]) && isnan(b[i])))
+            return 0;
+    return 1;
+}
+
+int tu_table_ok(const struct moe_kernels *t)
+{
+    return t == &moe_kernels_ref || (t == &moe_kernels_avx2 && moe_cpu_has_avx2()) ||
+           (t == &moe_kernels_avx512 && moe_cpu_has_avx512());
+}
+
+moe_checkpoint *tu_open_layer(moe_ctx *ctx, const char *dir, int64_t layer, moe_layer_desc *d)
+{
+    moe_checkpoint *ck = NULL;
+    if (moe_checkpoint_open(ctx, dir, &ck) != MOE_OK)
+        fail_msg("open %s: %s", dir, moe_ctx_last_error(ctx));
+    if (moe_checkpoint_layer_desc(ck, layer, d) != MOE_OK)
+        fail_msg("layer_desc %s layer %lld: %s", dir, (long long)layer, moe_ctx_last_error(ctx));
+    return ck;
 }
 
 void tu_join(char *buf, size_t n, const char *a, const char *b)

@@ -32,6 +32,16 @@ int tu_write_file(const char *path, const void *data, size_t len);
 void tu_check_error(moe_ctx *ctx, moe_status got, moe_status want, const char *const *subs);
 #define expect_error(ctx, got, want, ...) \
     tu_check_error((ctx), (got), (want), (const char *const[]){__VA_ARGS__, NULL})
+/* The bits of f. */
+uint32_t tu_f32_bits(float f);
+/* 1 when a[i] and b[i] have the same bits for every i < n, NaN == NaN whatever its payload. */
+int tu_same_bits(const float *a, const float *b, size_t n);
+/* 1 when kernel table t (core/kernels.h) can run on this CPU. */
+struct moe_kernels;
+int tu_table_ok(const struct moe_kernels *t);
+/* moe_checkpoint_open(dir) and moe_checkpoint_layer_desc(layer) into *d; fails the test with
+ * the library's message on error. */
+moe_checkpoint *tu_open_layer(moe_ctx *ctx, const char *dir, int64_t layer, moe_layer_desc *d);
 /* buf = a "/" b; fails the test when it does not fit. */
 void tu_join(char *buf, size_t n, const char *a, const char *b);
 /* Number of entries of folder d (without . and ..); -1 if it cannot be opened. */
