@@ -217,8 +217,6 @@ static const void *next_item_weights(const moe_weights *w, const moe_mlp_groups 
     return (const uint8_t *)x->data + p0 * MOE_PANEL * K4;
 }
 
-/* Quantized activations: *P = one past the last position used, *Tt = one past the last
- * token a position reads (0 with in_scale or without row ids). */
 /* Source row i of the w13 input, xr [H] (times *mul when set), -> its codes at x8 + i * H4
  * and its scale(s): xs[i] (int8 W8A8) or xs[i * ngH ..] (fp8 w8a8, groups of G). */
 static inline void quant_x_row(const moe_kernels *kern, const w8a8_rows *q8, int64_t G, const float *xr, int64_t H,
@@ -230,6 +228,8 @@ static inline void quant_x_row(const moe_kernels *kern, const w8a8_rows *q8, int
         xs[i] = kern->quant_row_i8(xr, H, mul, x8 + i * q8->H4);
 }
 
+/* Quantized activations: *P = one past the last position used, *Tt = one past the last
+ * token a position reads (0 with in_scale or without row ids). */
 static void rows_extent(const moe_mlp_groups *gr, int64_t *P, int64_t *Tt)
 {
     *P = 0;
