@@ -22,7 +22,7 @@
  *     [ceil(N * b / 32), n_groups], packed the same way along N (zp + 2^(b-1)).
  *   format "int-quantized" (int weights with int activations, e.g. W8A8) or
  *     "naive-quantized": <module>.weight I8 [N, K] holding q, <module>.weight_scale [N, 1].
- * libmoe's source layout (moe.h "Quantized experts") is reached with
+ * libmoe's source layout (moe_quant.h "Quantized experts") is reached with
  *   int4 symmetric:  nibble = stored ^ 8 (two's complement q), [N, K/2] bytes, low nibble k even
  *   int4 zero point: v = stored nibble (q + 8), z = stored zero nibble (zp + 8): w = (v - z) s
  *   int8 packed:     byte = stored ^ 0x80; int-quantized: the I8 bytes as they are.

@@ -1,4 +1,4 @@
-/* Expert-parallel prepare/finalize over MPI (moe.h "Parallelism", DESIGN.md sections 6-7).
+/* Expert-parallel prepare/finalize over MPI (moe_parallel.h "Parallelism", DESIGN.md sections 6-7).
  *
  * ep_alltoall (standard format, high throughput), per chunk of Tc tokens on this rank:
  *   1. route locally (done by the caller: the router is replicated) and group the T*K rows by

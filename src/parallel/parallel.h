@@ -1,8 +1,8 @@
-/* Expert and tensor parallelism (moe.h "Parallelism", DESIGN.md section 7): the interface the
+/* Expert and tensor parallelism (moe_parallel.h "Parallelism", DESIGN.md section 7): the interface the
  * core uses. Every MPI call of the library lives in src/parallel (mpi.c, ep.c); without MPI
  * (MOE_WITH_MPI off) stub.c gives the same symbols and only one-process plans exist. */
-#ifndef MOE_PARALLEL_H
-#define MOE_PARALLEL_H
+#ifndef MOE_PARALLEL_PARALLEL_H
+#define MOE_PARALLEL_PARALLEL_H
 
 #include "core/modular.h"
 

@@ -1,5 +1,5 @@
 /* Placement of a layer over the ranks (no MPI here): contiguous experts for EP, contiguous
- * intermediate columns for TP (moe.h "Parallelism"). */
+ * intermediate columns for TP (moe_parallel.h "Parallelism"). */
 #include "core/knobs.h"
 #include "parallel/parallel.h"
 

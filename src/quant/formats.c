@@ -1,5 +1,5 @@
 /* Quantized formats: encoders, scheme names, validation of moe_quant_config, and the source
- * layout of moe.h ("Quantized experts") read and written element by element. */
+ * layout of moe_quant.h ("Quantized experts") read and written element by element. */
 #include "quant/quant.h"
 
 #include <stdio.h>

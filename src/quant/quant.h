@@ -41,7 +41,7 @@ static inline float moe_e8m0_to_f32(uint8_t e)
     return moe_bits_to_f32((uint32_t)e << 23);
 }
 
-/* ---- dynamic int8 activation quantization (moe.h "Quantized experts") ---- */
+/* ---- dynamic int8 activation quantization (moe_quant.h "Quantized experts") ---- */
 
 /* Scale of a row: a = max |x| (NaN ignored), s = a / 127, s = 1 when a == 0. */
 static inline float moe_qact_i8_scale(const float *x, int64_t n)

@@ -1,4 +1,4 @@
-/* Expert and tensor parallelism over MPI (moe.h "Parallelism"), run under mpirun:
+/* Expert and tensor parallelism over MPI (moe_parallel.h "Parallelism"), run under mpirun:
  *
  *   mpirun -np N test_mpi MODE
  *
@@ -987,7 +987,7 @@ static void mode_quant(void)
 /* ---- quantized experts under EP and TP ----------------------------------------------------- */
 
 /* A layer with quantized routed experts: per expert and matrix m (0 gate [I, H], 1 up [I, H],
- * 2 down [H, I]) the source codes, scales and zero points (moe.h "Quantized experts") and
+ * 2 down [H, I]) the source codes, scales and zero points (moe_quant.h "Quantized experts") and
  * their dequantized f32 matrix (the oracle's weights). */
 typedef struct qlayer {
     moe_layer_desc d;

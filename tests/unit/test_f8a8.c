@@ -1,5 +1,5 @@
 /* fp8 w8a8 block ("fp8-block-w8a8": e4m3 weights with [bn, bk] block scales, activations
- * quantized per token per group of act_group_size = bk channels; moe.h "Quantized experts",
+ * quantized per token per group of act_group_size = bk channels; moe_quant.h "Quantized experts",
  * docs/numerics.md section 5):
  *  - the row quantizer (table entry quant_row_f8) of every table against the rule written out
  *    here independently (amax per group with NaN ignored, max(a, 1e-10) / 448, e4m3 nearest

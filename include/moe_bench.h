@@ -1,0 +1,64 @@
+/*
+ * libmoe: this machine's roofline (DRAM bandwidth, FMA and VNNI peaks), for benchmarks.
+ *
+ * Part of the public API. Include moe.h, which includes this header where its types are
+ * needed; this file also works on its own (it includes moe.h first).
+ */
+#include "moe.h"
+
+#ifndef MOE_BENCH_H
+#define MOE_BENCH_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------
+ * Roofline: this machine's limits, measured (used by `moe bench --roofline`).
+ * ------------------------------------------------------------------------------------- */
+
+/* Units are decimal: 1 GB/s = 1e9 bytes per second, 1 GFLOP/s = 1e9 floating-point
+ * operations per second (a fused multiply-add counts 2), 1 GOP/s = 1e9 integer operations
+ * per second (an int8 multiply-accumulate counts 2). */
+typedef struct moe_roofline {
+    double dram_read_gbs;       /* DRAM read bandwidth, GB/s, all `threads` together */
+    double fma_f32_gflops;      /* f32 fused multiply-add peak, GFLOP/s, all threads */
+    double vnni_int8_gops;      /* int8 dot-product (vpdpbusd) peak, GOP/s; 0 without
+                                   AVX512-VNNI (CPU, or loops not avx512) */
+    double ridge_flop_per_byte; /* fma_f32_gflops / dram_read_gbs: below this arithmetic
+                                   intensity (FLOP per weight byte) a kernel is bound by
+                                   DRAM, above it by the FMA peak */
+    int threads;                /* threads the loops ran on (the ctx's thread count) */
+    const char *isa;            /* static: ISA of the FMA and VNNI loops, "avx512",
+                                   "avx2" or "scalar" */
+    size_t dram_buffer_bytes;   /* bytes the bandwidth loop streamed over per pass */
+    size_t llc_bytes;           /* last-level cache per sysfs (0: unknown) */
+    double seconds;             /* wall time of the whole measurement */
+} moe_roofline;
+
+/* Measure this machine's roofline with ctx's thread count (OpenMP), in about 1 to 3 s.
+ * Nothing is cached: every call measures again, so run it on an otherwise idle machine.
+ *  - dram_read_gbs: a read-only streaming sum (vector loads, integer adds) over a buffer of
+ *    4 x max(LLC from sysfs, 260 MiB) (about 1 GiB; less, down to 64 MiB, when
+ *    MemAvailable is short), split into one contiguous slice per thread, written first by
+ *    the thread that reads it, in ordinary pages like the packed weights; the best of 8
+ *    passes (a pass ends when the slowest thread ends) = buffer bytes / wall time. Other
+ *    processes' memory traffic or CPU use lowers it.
+ *  - fma_f32_gflops: every thread runs 12 independent register-resident chains of vector
+ *    FMAs (zmm for avx512, ymm for avx2) - enough to cover FMA latency x throughput on
+ *    current x86 cores - for about 0.06 s; 2 x lanes x FMAs over the thread's own CPU
+ *    time (CLOCK_THREAD_CPUTIME_ID: FMA units are per core, so time-sharing a core with
+ *    another process does not lower it), summed over the threads; best of 5.
+ *  - vnni_int8_gops: the same with vpdpbusd on zmm (64 u8 x s8 products each, counted 2
+ *    ops per product), when CPUID leaf 7 ECX bit 11 (AVX512-VNNI) is set and the loops
+ *    run avx512 (below); else 0.
+ * The loops use the ISA of ctx's kernel table (avx512 or avx2); for the "ref" table, the
+ * widest this CPU and OS support, or portable scalar C without AVX2.
+ * Errors: MOE_EINVAL (NULL ctx or out), MOE_ENOMEM (the buffer, size named). */
+moe_status moe_roofline_measure(moe_ctx *ctx, moe_roofline *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOE_BENCH_H */

@@ -1,0 +1,176 @@
+/*
+ * libmoe: safetensors files, Hugging Face checkpoints, and moe quantize.
+ *
+ * Part of the public API. Include moe.h, which includes this header where its types are
+ * needed; this file also works on its own (it includes moe.h first).
+ */
+#include "moe.h"
+
+#ifndef MOE_CHECKPOINT_H
+#define MOE_CHECKPOINT_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------
+ * Safetensors files (https://github.com/huggingface/safetensors format): read by mmap
+ * after validating the whole header against the file size; written atomically.
+ * ------------------------------------------------------------------------------------- */
+typedef struct moe_safetensors moe_safetensors;
+
+#define MOE_MAX_DIMS 8
+
+typedef struct moe_tensor_info {
+    const char *name;              /* valid while the file is open */
+    moe_dtype dtype;
+    int ndim;
+    int64_t shape[MOE_MAX_DIMS];
+    const void *data;              /* mmap'd, read-only, valid while the file is open */
+    size_t nbytes;
+} moe_tensor_info;
+
+/* Open and validate: 8-byte little-endian header length within the file, header valid JSON
+ * object, every tensor with a known dtype, shape of non-negative ints, data_offsets
+ * [begin, end] inside the data section with end - begin = numel * dtype size, and no two
+ * tensors overlapping. Errors (message names the file and the tensor or field): MOE_ENOTFOUND
+ * (no such file), MOE_EIO, MOE_EFORMAT, MOE_EDTYPE, MOE_ENOMEM.
+ * Safetensors does not promise aligned tensor data: moe_tensor_info.data may be unaligned for
+ * its dtype (read it with memcpy, or copy it, before using it as a typed array). */
+moe_status moe_safetensors_open(moe_ctx *ctx, const char *path, moe_safetensors **out);
+void moe_safetensors_free(moe_safetensors *f);
+size_t moe_safetensors_count(const moe_safetensors *f);
+/* i-th tensor in header order. MOE_ERANGE when i >= count. */
+moe_status moe_safetensors_at(const moe_safetensors *f, size_t i, moe_tensor_info *out);
+/* Tensor by name. MOE_ENOTFOUND (message names file and tensor) when absent. */
+moe_status moe_safetensors_get(moe_safetensors *f, const char *name, moe_tensor_info *out);
+
+/* A tensor to write. */
+typedef struct moe_tensor_out {
+    const char *name;
+    moe_dtype dtype;
+    int ndim;
+    int64_t shape[MOE_MAX_DIMS];
+    const void *data; /* numel * dtype size bytes */
+} moe_tensor_out;
+
+/* Write `n` tensors to `path` atomically: a temporary file beside it, renamed over `path`
+ * only once complete, so a failure leaves nothing at `path`. Errors: MOE_EINVAL, MOE_EIO. */
+moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tensor_out *tensors,
+                                 size_t n);
+
+/* ---------------------------------------------------------------------------------------
+ * Hugging Face checkpoints: a folder with config.json and model.safetensors, or shards
+ * listed in model.safetensors.index.json. Families: every moe_family but custom, in their
+ * per-expert, stacked (output- or input-major) and quantized layouts: FP8 block
+ * (quant_method fp8, weight + weight_scale_inv), gpt-oss MXFP4 as released (*_blocks +
+ * *_scales), compressed-tensors int4 / int8 (llm-compressor). Multimodal wrappers
+ * (Llama4ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration) are read through
+ * their config's text_config. docs/checkpoints.md is the format reference (tensor names and
+ * shapes per layout, how quantized shared experts load, what is refused and why).
+ * ------------------------------------------------------------------------------------- */
+typedef struct moe_checkpoint moe_checkpoint;
+
+/* Open `dir`: parse config.json, detect the family from `architectures` (or `model_type`),
+ * open and validate every safetensors file. Errors: MOE_ENOTFOUND (config.json, a shard, a
+ * config field), MOE_EFORMAT (bad JSON or safetensors, a config value out of range),
+ * MOE_EUNSUPPORTED (unknown architecture, named; or a config value libmoe does not compute:
+ * hidden_act, DeepSeek scoring_func / topk_method, a quantization_config.quant_method other
+ * than fp8, mxfp4 and compressed-tensors, e.g. gptq, awq, bitsandbytes), MOE_EIO, MOE_ENOMEM. */
+moe_status moe_checkpoint_open(moe_ctx *ctx, const char *dir, moe_checkpoint **out);
+void moe_checkpoint_free(moe_checkpoint *ck);
+
+moe_family moe_checkpoint_family(const moe_checkpoint *ck);
+/* config `num_hidden_layers`. */
+int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
+/* 1 if layer `layer` is an MoE layer, else 0. Qwen2/3-MoE, Qwen3-Next: not in
+ * mlp_only_layers and (layer + 1) % decoder_sparse_step == 0; DeepSeek-V2/V3: layer >=
+ * first_k_dense_replace and layer % moe_layer_freq == 0 (the published code's rule;
+ * transformers, which has no moe_layer_freq, agrees for the released value 1); Llama-4:
+ * listed in moe_layers, else (layer + 1) % interleave_moe_layer_step == 0; Mixtral, OLMoE,
+ * Granite-MoE, gpt-oss, Qwen3.5-MoE: every layer. No layer is MoE when the expert count is 0. */
+int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
+
+/* The layer description of MoE layer `layer`, from config.json and the tensors' dtype (moe.h
+ * "Layer description" says which field of which family sets what).
+ * Errors: MOE_ERANGE (layer outside [0, num_hidden_layers)), MOE_EDENSE (a dense layer; the
+ * message names the config field that makes it dense), MOE_ENOTFOUND (a tensor),
+ * MOE_EDTYPE / MOE_ESHAPE (a tensor disagreeing with config.json or with the other experts;
+ * the message names tensor, expected and found; FP8 checkpoints: every weight_scale_inv too,
+ * F32 on the ceil grid; MXFP4 checkpoints: every *_blocks / *_scales U8 in the shapes of
+ * docs/checkpoints.md),
+ * MOE_EFORMAT (MXFP4 with H or I not a multiple of 32, or *_blocks without quantization_config
+ * mxfp4; a compressed-tensors shared expert inconsistent with itself or config.json, see
+ * docs/checkpoints.md), MOE_EUNSUPPORTED (quant_method mxfp4 on a family other than gpt-oss, from
+ * moe_checkpoint_open). */
+moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_layer_desc *out);
+
+/* Pack layer `layer`'s weights for `plan` (which must have been created from the
+ * description moe_checkpoint_layer_desc() gave). Same errors as moe_checkpoint_layer_desc
+ * plus those of moe_weights_create. The checkpoint may be freed afterwards. A parallel plan
+ * packs only its rank's share (moe_weights_create): under EP only the local experts'
+ * tensors are looked up and read (per-expert tensors of other ranks are not touched;
+ * stacked tensors are read only in the local experts' slices, the files being mapped). */
+moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const moe_plan *plan,
+                                       moe_weights **out);
+
+/* ---------------------------------------------------------------------------------------
+ * Quantized checkpoints: moe_checkpoint_quantize (`moe quantize`) converts the routed experts
+ * of a bf16 / f16 / f32 checkpoint (per-expert layout, or gpt-oss / Llama-4 stacked) with
+ * moe_quantize_matrix and writes a checkpoint that moe_checkpoint_open (and vLLM) loads:
+ * "fp8-block" as Hugging Face FP8, "int8-channel" / "int4-g32|g64|g128[-zp]" as
+ * compressed-tensors pack-quantized, "int8-w8a8" as compressed-tensors int-quantized with
+ * dynamic per-token activations, "mxfp4" (gpt-oss only) in the released openai/gpt-oss layout.
+ * Everything else is copied unchanged; sharded inputs give shards of the same names. A NaN or
+ * Inf expert weight is refused (MOE_EINVAL naming the tensor and its first [n, k]). The output
+ * appears complete or not at all (a temporary folder beside it, renamed into place).
+ * docs/checkpoints.md ("Writing") and docs/quantize.md give the tensors written.
+ * ------------------------------------------------------------------------------------- */
+
+/* Progress lines of moe_checkpoint_quantize (one per shard, one at the end). */
+typedef void (*moe_progress_fn)(const char *msg, void *user);
+
+typedef struct moe_quantize_options {
+    const char *scheme;        /* moe_quant_from_name name: fp8-block, int8-channel, int8-w8a8,
+                                  int4-g32/g64/g128, int4-g32/g64/g128-zp, mxfp4 (gpt-oss) */
+    const int64_t *layers;     /* [n_layers] MoE layers to quantize; NULL or 0 = all
+                                  (fp8-block: all only) */
+    size_t n_layers;
+    int force;                 /* 1: replace an existing non-empty out_dir */
+    moe_progress_fn progress;  /* or NULL */
+    void *progress_user;
+    const volatile int *cancel;/* or NULL: when *cancel becomes nonzero (a signal handler may set
+                                  it; a volatile sig_atomic_t is an int on the platforms libmoe
+                                  builds for) the conversion stops before the next tensor,
+                                  removes its temporary folder and returns MOE_ECANCELED */
+} moe_quantize_options;
+
+typedef struct moe_quantize_stats {
+    int64_t expert_tensors;        /* expert linears quantized */
+    uint64_t input_expert_bytes;   /* their bytes in the input */
+    uint64_t output_code_bytes;    /* codes written (weight / weight_packed) */
+    uint64_t output_scale_bytes;   /* scales (and weight_shape) written */
+    uint64_t output_zero_bytes;    /* zero points written */
+    uint64_t other_bytes;          /* tensors copied unchanged */
+    int shards;                    /* safetensors files written */
+    int copied_files;              /* other files copied */
+} moe_quantize_stats;
+
+/* Quantize `in_dir` into `out_dir` (above). Errors: MOE_EINVAL (unknown scheme, out_dir the
+ * input, inside it or holding it, out_dir existing and not empty without force, a parent
+ * folder that does not exist), MOE_EUNSUPPORTED (mxfp4 on a family other than gpt-oss, gpt-oss
+ * with another scheme, fp8-tensor / fp8-channel, an already quantized input, Granite / other
+ * stacked expert layouts), MOE_ERANGE (a layer that is not an MoE layer), MOE_ESHAPE (int4
+ * groups not dividing K, mxfp4 with H or I not a multiple of 32), MOE_ECANCELED (opt->cancel set), those of
+ * moe_checkpoint_open, MOE_EIO, MOE_ENOMEM. On error nothing is left at out_dir (an existing
+ * one is untouched) nor beside it (a process killed outright leaves its temporary folder
+ * `.OUT.tmp.XXXXXX`, which the next call for the same out_dir names in a WARNING). stats
+ * may be NULL. */
+moe_status moe_checkpoint_quantize(moe_ctx *ctx, const char *in_dir, const char *out_dir,
+                                   const moe_quantize_options *opt, moe_quantize_stats *stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MOE_CHECKPOINT_H */
