@@ -237,8 +237,24 @@ int moe_ctx_num_threads(const moe_ctx *ctx);
 const char *moe_ctx_options_text(const moe_ctx *ctx);
 /* XXH64 (seed 0) of moe_ctx_options_text(): the key of tuning files, compared across ranks. */
 uint64_t moe_ctx_options_hash(const moe_ctx *ctx);
-/* Name of the kernel table in use: "ref", "avx2" or "avx512". */
+/* Name of the kernel table in use: a row of the kernel registry (moe_isa_count), e.g. "ref",
+ * "avx2", "avx512". */
 const char *moe_ctx_isa(const moe_ctx *ctx);
+
+/* The kernel registry: one row per kernel table, in order of preference (MOE_ISA=auto takes
+ * the last row this machine runs). MOE_ISA accepts "auto" and every row's name. */
+typedef struct moe_isa_info {
+    const char *name;         /* static: MOE_ISA's value, e.g. "avx512" */
+    const char *requires;     /* static: what the row needs, e.g. "AVX-512 F/BW/VL/DQ" */
+    int runnable;             /* 1 when this CPU and OS run it (CPUID and XCR0) */
+    char capabilities[128];   /* sub-ISA features the table uses here ("fma f16c avx512 vnni"),
+                                 "" when none or not runnable */
+} moe_isa_info;
+
+/* Number of rows of the kernel registry. */
+size_t moe_isa_count(void);
+/* Row i (0 <= i < moe_isa_count()). MOE_ERANGE for i out of range, MOE_EINVAL for NULL out. */
+moe_status moe_isa_describe(size_t i, moe_isa_info *out);
 
 /* ---------------------------------------------------------------------------------------
  * Layer description.
@@ -477,6 +493,79 @@ uint64_t moe_plan_hash(const moe_plan *plan);
  * rank's execute (the rows received from the peers need room), and the size includes the
  * send and receive buffers of the dispatch and the TP reduction. */
 size_t moe_plan_workspace_size(const moe_plan *plan, int64_t max_tokens);
+
+/* ---------------------------------------------------------------------------------------
+ * Plan report: what a layer costs on one rank before anything is packed, and every cost
+ * nobody asked for (padding, duplicated memory, fallback kernels), computed by the same rules
+ * moe_weights_create and the kernel tables follow (`moe plan` prints it).
+ * ------------------------------------------------------------------------------------- */
+#define MOE_REPORT_MAX_COSTS 8
+
+/* One cost nobody asked for. */
+typedef struct moe_cost {
+    const char *kind;  /* static: "replicated", "duplicated", "padding", "fallback" */
+    double bytes;      /* its memory on the worst rank, in bytes; -1 when it is not memory (a
+                          fallback kernel: compute) */
+    double flop_share; /* the share of the layer's FLOPs it runs slower (fallback), else 0 */
+    char what[400];    /* one sentence saying what and why (the WARNING line, without size) */
+} moe_cost;
+
+typedef struct moe_rank_report {
+    /* the layer */
+    const char *kernel_table;     /* static: the ctx's table */
+    const char *experts_format;   /* static: the routed experts' weights: "bf16", "f16", "f32",
+                                     or the quantization scheme ("int4-g128", "custom", ...) */
+    int quantized;                /* routed experts quantized (desc.quant) */
+    int code_bits;                /* bits per routed-expert weight as packed (32, 16, 8 or 4) */
+    double flops_per_token;       /* 2 K 3 H I + 2 3 H I_s + 2 E H (router) */
+    double decode_bytes_per_token;/* routed weight bytes of K experts (codes only) + shared */
+    uint64_t layer_bytes;         /* the layer's expert and shared weights in one process
+                                     (quantized: codes without scales) */
+    uint64_t total_bytes;         /* all ranks together: codes, scales and shared experts */
+    /* this rank (ep_rank, tp_rank) */
+    int ep_rank, tp_rank;
+    int64_t expert_first, n_experts; /* global expert ids [first, first + n) */
+    int64_t i_first, i_cols;         /* I columns [first, first + cols) of every expert */
+    int64_t shared_i_first, shared_i_cols; /* the shared expert's I_s columns */
+    uint64_t code_bytes;          /* routed experts as packed (quantized: the codes) */
+    uint64_t scale_bytes;         /* quantized: their f32 scales, zero points, w8a8 sums */
+    uint64_t dup_scale_bytes;     /* of scale_bytes: held twice over the TP ranks (a scale cell
+                                     cut by the shard boundary, or repeated by a finer cell) */
+    uint64_t shared_bytes;        /* the shared expert's shard */
+    uint64_t router_bytes;        /* the router [E, H] f32 (replicated on every rank) */
+    uint64_t padding_bytes;       /* 0: every kernel masks partial tiles; no format pads */
+    int64_t w2_scale_cell;        /* quantized: the down projection's scale cell along I, and */
+    int64_t w2_scale_cell_kept;   /* the cell this shard keeps it in (smaller when the shard
+                                     starts inside a cell and leaves it), else 0 */
+    /* every cost nobody asked for, over all ranks of the layout */
+    size_t n_costs;
+    moe_cost costs[MOE_REPORT_MAX_COSTS];
+} moe_rank_report;
+
+/* The report of `plan` for its own rank. code_bytes + scale_bytes + shared_bytes is what
+ * moe_weights_expert_bytes reports once packed. Errors: MOE_EINVAL (NULL argument). */
+moe_status moe_plan_report(const moe_plan *plan, moe_rank_report *out);
+
+/* The same for any rank of an EP x TP layout, without MPI and without creating the plan:
+ * desc on ctx's kernel table, par's ep_size / tp_size and the rank's ep_rank / tp_rank (other
+ * fields ignored). Errors: those of moe_plan_create's validation of desc (recorded on ctx), and
+ * MOE_EINVAL for sizes or ranks out of range (named). */
+moe_status moe_plan_report_for(moe_ctx *ctx, const moe_layer_desc *desc, const moe_parallel_config *par,
+                               moe_rank_report *out);
+
+/* What an execute of n_tokens (>= 1) tokens runs on `plan`. */
+typedef struct moe_plan_path {
+    int64_t chunk_tokens;         /* tokens per chunk */
+    int64_t chunks;
+    double rows_per_expert;       /* mean routed rows per expert in a full chunk (Tc K / E) */
+    const char *permute;          /* static: the method MOE_PERMUTE picks for a full chunk */
+    const char *experts_path;     /* static: "tiled GEMM", or "few-token streaming" when the mean
+                                     rows per expert are below MOE_LOWTOK_THRESHOLD */
+    size_t workspace_bytes;       /* moe_plan_workspace_size(plan, n_tokens) */
+} moe_plan_path;
+
+/* Errors: MOE_EINVAL (NULL argument, n_tokens < 1). */
+moe_status moe_plan_path_for(const moe_plan *plan, int64_t n_tokens, moe_plan_path *out);
 
 /* ---------------------------------------------------------------------------------------
  * Weights: packed once into the kernel layout. Weights stay in their dtype (F32, BF16,

@@ -1,10 +1,23 @@
-/* Run-time ISA detection from CPUID and XCR0: an ISA counts only when the CPU has its
- * instructions AND the OS saves its registers (XCR0), so a binary never executes an
- * instruction the machine cannot run. */
-#include "core/kernels.h"
+/* Run-time CPU features from CPUID and XCR0, in one place (core/cpu.h). An ISA counts only
+ * when the CPU has its instructions AND the OS saves its registers (XCR0). AMX tile data also
+ * needs the Linux permission request (arch_prctl ARCH_REQ_XCOMP_PERM with XFEATURE_XTILEDATA,
+ * Linux >= 5.16) before the first tile instruction; a refusal leaves amx_permitted 0 with the
+ * errno, and the context logs it at INFO. */
+#include "core/cpu.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#include <errno.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 static uint64_t read_xcr0(void)
 {
@@ -12,55 +25,99 @@ static uint64_t read_xcr0(void)
     __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
     return ((uint64_t)edx << 32) | eax;
 }
-
-typedef struct cpu_bits {
-    int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, os_ymm, os_zmm;
-} cpu_bits;
-
-static cpu_bits detect(void)
-{
-    cpu_bits b = {0};
-    unsigned a, bx, c, d;
-    if (!__get_cpuid(1, &a, &bx, &c, &d))
-        return b;
-    int osxsave = (c >> 27) & 1;
-    int avx = (c >> 28) & 1;
-    b.fma = (c >> 12) & 1;
-    b.f16c = (c >> 29) & 1;
-    if (osxsave) {
-        uint64_t xcr0 = read_xcr0();
-        b.os_ymm = avx && ((xcr0 & 0x6) == 0x6);          /* XMM and YMM state */
-        b.os_zmm = b.os_ymm && ((xcr0 & 0xe0) == 0xe0);   /* opmask, ZMM_Hi256, Hi16_ZMM */
-    }
-    if (__get_cpuid_max(0, NULL) >= 7) {
-        __cpuid_count(7, 0, a, bx, c, d);
-        b.avx2 = (bx >> 5) & 1;
-        b.avx512f = (bx >> 16) & 1;
-        b.avx512dq = (bx >> 17) & 1;
-        b.avx512bw = (bx >> 30) & 1;
-        b.avx512vl = (bx >> 31) & 1;
-    }
-    return b;
-}
-
-int moe_cpu_has_avx2(void)
-{
-    cpu_bits b = detect();
-    return b.os_ymm && b.avx2 && b.fma && b.f16c;
-}
-
-int moe_cpu_has_avx512(void)
-{
-    cpu_bits b = detect();
-    return moe_cpu_has_avx2() && b.os_zmm && b.avx512f && b.avx512bw && b.avx512vl && b.avx512dq;
-}
-#else
-int moe_cpu_has_avx2(void)
-{
-    return 0;
-}
-int moe_cpu_has_avx512(void)
-{
-    return 0;
-}
 #endif
+
+static moe_cpu_features g_features;
+static char g_vendor[16];
+static char g_text[256];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void detect(void)
+{
+    moe_cpu_features *f = &g_features;
+    memset(f, 0, sizeof *f);
+    f->vendor = g_vendor;
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d))
+        return;
+    const unsigned max_leaf = a;
+    memcpy(g_vendor, &b, 4);
+    memcpy(g_vendor + 4, &d, 4);
+    memcpy(g_vendor + 8, &c, 4);
+    g_vendor[12] = '\0';
+    __cpuid(1, a, b, c, d);
+    const int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+    f->fma = (c >> 12) & 1;
+    f->f16c = (c >> 29) & 1;
+    uint64_t xcr0 = osxsave ? read_xcr0() : 0;
+    f->os_ymm = avx && (xcr0 & 0x6) == 0x6;            /* XMM and YMM state */
+    f->os_zmm = f->os_ymm && (xcr0 & 0xe0) == 0xe0;    /* opmask, ZMM_Hi256, Hi16_ZMM */
+    f->os_amx = (xcr0 & 0x60000) == 0x60000;            /* TILECFG, TILEDATA */
+    if (max_leaf >= 7) {
+        __cpuid_count(7, 0, a, b, c, d);
+        f->avx2 = (b >> 5) & 1;
+        f->avx512f = (b >> 16) & 1;
+        f->avx512dq = (b >> 17) & 1;
+        f->avx512bw = (b >> 30) & 1;
+        f->avx512vl = (b >> 31) & 1;
+        f->avx512_vnni = (c >> 11) & 1;
+        f->avx512_fp16 = (d >> 23) & 1;
+        f->amx_bf16 = (d >> 22) & 1;
+        f->amx_tile = (d >> 24) & 1;
+        f->amx_int8 = (d >> 25) & 1;
+        const unsigned sub = a;
+        if (sub >= 1) {
+            __cpuid_count(7, 1, a, b, c, d);
+            f->avx512_bf16 = (a >> 5) & 1;
+        }
+    }
+#if defined(__linux__) && defined(__x86_64__)
+    if (f->amx_tile && f->os_amx) {
+        /* ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 (asm/prctl.h) */
+        errno = 0;
+        if (syscall(SYS_arch_prctl, 0x1023, 18) == 0)
+            f->amx_permitted = 1;
+        else
+            f->amx_perm_errno = errno;
+    }
+#endif
+#endif
+    static const struct {
+        const char *name;
+        size_t off;
+    } names[] = {
+        {"fma", offsetof(moe_cpu_features, fma)},           {"f16c", offsetof(moe_cpu_features, f16c)},
+        {"avx2", offsetof(moe_cpu_features, avx2)},         {"avx512f", offsetof(moe_cpu_features, avx512f)},
+        {"avx512dq", offsetof(moe_cpu_features, avx512dq)}, {"avx512bw", offsetof(moe_cpu_features, avx512bw)},
+        {"avx512vl", offsetof(moe_cpu_features, avx512vl)}, {"avx512_vnni", offsetof(moe_cpu_features, avx512_vnni)},
+        {"avx512_bf16", offsetof(moe_cpu_features, avx512_bf16)},
+        {"avx512_fp16", offsetof(moe_cpu_features, avx512_fp16)},
+        {"amx_tile", offsetof(moe_cpu_features, amx_tile)}, {"amx_bf16", offsetof(moe_cpu_features, amx_bf16)},
+        {"amx_int8", offsetof(moe_cpu_features, amx_int8)}, {"os_ymm", offsetof(moe_cpu_features, os_ymm)},
+        {"os_zmm", offsetof(moe_cpu_features, os_zmm)},     {"os_amx", offsetof(moe_cpu_features, os_amx)},
+        {"amx_permitted", offsetof(moe_cpu_features, amx_permitted)},
+    };
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        int on;
+        memcpy(&on, (const char *)f + names[i].off, sizeof on);
+        if (on && used < sizeof g_text) {
+            int n = snprintf(g_text + used, sizeof g_text - used, "%s%s", used ? " " : "", names[i].name);
+            if (n > 0)
+                used += (size_t)n;
+        }
+    }
+}
+
+const moe_cpu_features *moe_cpu_features_get(void)
+{
+    pthread_once(&g_once, detect);
+    return &g_features;
+}
+
+const char *moe_cpu_features_text(void)
+{
+    pthread_once(&g_once, detect);
+    return g_text;
+}

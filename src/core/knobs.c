@@ -1,6 +1,7 @@
 /* The knob table: every tuning switch of DESIGN.md section 5, resolved from the API value,
  * else the environment, else the default, and validated in one place. moe_ctx_create and
- * `moe env` both go through moe_knob_resolve, so what `moe env` shows is what runs. */
+ * `moe env` (moe_knob_describe) both go through moe_knob_resolve (src/layer/ctx.c supplies the
+ * ISA knob's values from the kernel registry), so what `moe env` shows is what runs. */
 #include "core/knobs.h"
 
 #include <errno.h>
@@ -13,7 +14,6 @@
 
 extern char **environ;
 
-static const char *const isa_values[] = {"auto", "ref", "avx2", "avx512", NULL};
 static const char *const permute_values[] = {"auto", "sort", "onehot", "packed", NULL};
 static const char *const topk_values[] = {"sort", "rowmax", NULL};
 static const char *const tp_reduce_values[] = {"allreduce", "reduce_scatter", NULL};
@@ -33,8 +33,10 @@ typedef struct knob_def {
 static const knob_def defs[MOE_KNOB__COUNT] = {
     {MOE_KNOB_NUM_THREADS, "num_threads", "MOE_NUM_THREADS", "integer 1..4096",
      "worker threads (else OMP_NUM_THREADS, else cores)", KIND_INT, 1, 4096, NULL, NULL},
-    {MOE_KNOB_ISA, "isa", "MOE_ISA", "auto, ref, avx2, avx512",
-     "kernel table; auto picks the best the CPU and OS support (CPUID, XCR0)", KIND_ENUM, 0, 0, isa_values, "auto"},
+    /* accepted values and names: "auto" and the kernel registry's rows, given by the caller
+     * (src/layer/ctx.c; core does not know the registry) */
+    {MOE_KNOB_ISA, "isa", "MOE_ISA", NULL,
+     "kernel table; auto picks the best the CPU and OS support (CPUID, XCR0)", KIND_ENUM, 0, 0, NULL, "auto"},
     {MOE_KNOB_CHUNK_SIZE, "chunk_size", "MOE_CHUNK_SIZE", "integer >= 1 (tokens)",
      "tokens per chunk: bounds the workspace; results unchanged", KIND_INT, 1, (long long)1 << 40, NULL, "1024"},
     {MOE_KNOB_PERMUTE, "permute", "MOE_PERMUTE", "auto, sort, onehot, packed",
@@ -143,9 +145,10 @@ static const char *api_value(const moe_options *o, moe_knob k, char *buf, size_t
     }
 }
 
-/* Validate text for knob d: canonical value into `value`, or a message into `err`. */
-static int validate(const knob_def *d, const char *text, char *value, size_t vlen, long long *num, char *err,
-                    size_t elen)
+/* Validate text for knob d (values, accepted: its enum's, for KIND_ENUM): canonical value into
+ * `value`, or a message into `err`. */
+static int validate(const knob_def *d, const char *const *values, const char *accepted, const char *text,
+                    char *value, size_t vlen, long long *num, char *err, size_t elen)
 
 {
     if (d->kind == KIND_INT) {
@@ -153,7 +156,7 @@ static int validate(const knob_def *d, const char *text, char *value, size_t vle
         char *end = NULL;
         long long v = strtoll(text, &end, 10);
         if (!*text || errno != 0 || *end != '\0' || v < d->lo || v > d->hi) {
-            snprintf(err, elen, "'%.60s' is not accepted: %s", text, d->accepted);
+            snprintf(err, elen, "'%.60s' is not accepted: %s", text, accepted);
             return 0;
         }
         *num = v;
@@ -161,14 +164,14 @@ static int validate(const knob_def *d, const char *text, char *value, size_t vle
         return 1;
     }
     if (d->kind == KIND_ENUM) {
-        for (int i = 0; d->values[i]; i++) {
-            if (strcmp(text, d->values[i]) == 0) {
+        for (int i = 0; values[i]; i++) {
+            if (strcmp(text, values[i]) == 0) {
                 *num = i;
                 snprintf(value, vlen, "%s", text);
                 return 1;
             }
         }
-        snprintf(err, elen, "'%.60s' is not accepted: accepted values are %s", text, d->accepted);
+        snprintf(err, elen, "'%.60s' is not accepted: accepted values are %s", text, accepted);
         return 0;
     }
     /* KIND_PATH: empty means none; otherwise an existing folder */
@@ -176,7 +179,7 @@ static int validate(const knob_def *d, const char *text, char *value, size_t vle
         struct stat st;
         errno = 0;
         if (stat(text, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            snprintf(err, elen, "'%.60s' is not accepted: %s (%s)", text, d->accepted,
+            snprintf(err, elen, "'%.60s' is not accepted: %s (%s)", text, accepted,
                      errno ? strerror(errno) : "not a folder");
             return 0;
         }
@@ -186,13 +189,16 @@ static int validate(const knob_def *d, const char *text, char *value, size_t vle
     return 1;
 }
 
-int moe_knob_resolve(const moe_options *opts, moe_knob k, moe_knob_info *info, long long *num)
+int moe_knob_resolve(const moe_options *opts, moe_knob k, const moe_knob_isa *isa, moe_knob_info *info,
+                     long long *num)
 {
     const knob_def *d = &defs[k];
+    const char *const *values = k == MOE_KNOB_ISA ? isa->names : d->values;
+    const char *accepted = k == MOE_KNOB_ISA ? isa->accepted : d->accepted;
     memset(info, 0, sizeof *info);
     info->field = d->field;
     info->env = d->env;
-    info->accepted = d->accepted;
+    info->accepted = accepted;
     info->doc = d->doc;
     char buf[64];
     int bad_unset = 0;
@@ -211,7 +217,7 @@ int moe_knob_resolve(const moe_options *opts, moe_knob k, moe_knob_info *info, l
     }
     char err[160];
     if (text && !bad_unset) {
-        if (validate(d, text, info->value, sizeof info->value, num, err, sizeof err))
+        if (validate(d, values, accepted, text, info->value, sizeof info->value, num, err, sizeof err))
             return 1;
         snprintf(info->error, sizeof info->error, "%.80s=%s", where, err);
         return 0;
@@ -227,17 +233,8 @@ int moe_knob_resolve(const moe_options *opts, moe_knob k, moe_knob_info *info, l
         snprintf(info->value, sizeof info->value, "%lld", *num);
         return 1;
     }
-    validate(d, d->default_text, info->value, sizeof info->value, num, err, sizeof err);
+    validate(d, values, accepted, d->default_text, info->value, sizeof info->value, num, err, sizeof err);
     return 1;
-}
-
-moe_status moe_knob_describe(const moe_options *opts, size_t i, moe_knob_info *out)
-{
-    if (!out || i >= MOE_KNOB__COUNT)
-        return MOE_ERANGE;
-    long long num = 0;
-    moe_knob_resolve(opts, (moe_knob)i, out, &num);
-    return MOE_OK;
 }
 
 /* Levenshtein distance, for "did you mean". */

@@ -5,7 +5,7 @@
 #ifndef MOE_GEMM_GROUPED_H
 #define MOE_GEMM_GROUPED_H
 
-#include "core/kernels.h"
+#include "gemm/kernels.h"
 
 /* Rows per inner block of an item (a multiple of the microkernels' 6-row tiles). */
 #define MOE_GEMM_RB 48
@@ -16,13 +16,21 @@
 /* Scratch floats per thread needed by moe_mlp_run / moe_linear_rows. */
 size_t moe_gemm_thread_scratch_floats(void);
 
+/* One expert as the driver reads it: its packed gate [I, H], up [I, H] and down [H, I] (I this
+ * rank's shard) and its biases as f32 vectors (all NULL without expert biases; bd also NULL on
+ * the TP ranks that do not add it). Built once by the weights (src/layer/weights.c). */
+typedef struct moe_expert_mats {
+    moe_pmat gate, up, down;
+    const float *bg, *bu, *bd; /* [I], [I], [H] */
+} moe_expert_mats;
+
 /* A set of row groups through the expert MLPs (desc->activation, expert biases). Row positions index h and y; both activation
  * formats map onto this: the standard format (rows grouped by expert, adjacent ranges from
  * offsets) and the batched format ([E, capacity] slots, group e = [e*cap, e*cap + count[e])). */
 typedef struct moe_mlp_groups {
-    int shared;             /* 1: the single shared expert (n_groups = 1) */
+    const moe_expert_mats *experts; /* [n_groups]: group g runs experts[g] */
     const float *x;         /* input rows, each H floats */
-    int64_t n_groups;       /* group g uses expert g's weights */
+    int64_t n_groups;
     const int64_t *begin;   /* [n_groups] first row position of group g */
     const int64_t *end;     /* [n_groups] one past its last row position */
     const int32_t *rows;    /* [positions] row ids: the input of position i is
@@ -50,8 +58,8 @@ typedef struct moe_mlp_stats {
  * sequential runs; the tiled path uses MOE_GEMM_PG panels per item so a tile stays in L2
  * while all of the group's rows pass over it. Both paths compute every element with the same
  * kernel and order, so switching never changes a bit. */
-void moe_mlp_run(const moe_ctx *ctx, const moe_weights *w, const moe_mlp_groups *g,
-                 float *scratch, int64_t *item_off, moe_mlp_stats *stats);
+void moe_mlp_run(const moe_ctx *ctx, const moe_layer_desc *desc, const moe_mlp_groups *g, float *scratch,
+                 int64_t *item_off, moe_mlp_stats *stats);
 
 /* out[t][n] = sum_k x[t][k] * W[n][k] for t < T (x [T, W.k] with row stride ldx, out [T, W.n]
  * with row stride ldo), threaded over (row block, panel group). */

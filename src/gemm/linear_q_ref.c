@@ -1,5 +1,5 @@
-/* Scalar kernels for quantized weights (table entry linear_q of "ref"; the avx2 table's
- * moe_linear_q_avx2 calls it for W8A8 and F8A8).
+/* Scalar kernels for quantized weights: the reference entries of every kernel table for the
+ * quantized formats (gemm/kernels.h; moe_kernels_init_ref installs them).
  *  - Weight-only (fp8, int8, int4, mxfp4): the scale applied after each scale group's dot
  *    product (docs/numerics.md section 5): per group g of gk consecutive k (per channel or per
  *    tensor: one group of K), part = fmaf(x[k], v[k], part) in increasing k from +0 on the
@@ -8,44 +8,8 @@
  *    increasing g.
  *  - W8A8 int8: per-row dynamic int8 activations, exact int32 dot products,
  *    out = ((float)acc * s_x) * s_w[n]. */
+#include "gemm/kernels.h"
 #include "quant/quant.h"
-
-float moe_qmat_code(const moe_pmat *w, int64_t n, int64_t kk)
-{
-    const struct moe_qmat *q = w->q;
-    const uint8_t *d = w->data;
-    const int64_t K = w->k, p = n / MOE_PANEL;
-    const int nw = moe_pmat_panel_width(w->n, p), j = (int)(n % MOE_PANEL);
-    switch (q->kind) {
-    case MOE_QK_F8:
-        /* f8h: the f16 value e4m3 * 2^-8 (exact in f32), scale = s * 256 (quant.h) */
-        return moe_e4m3_to_f32(d[p * 16 * K + kk * nw + j]) * (q->f8h ? 0x1p-8f : 1.0f);
-    case MOE_QK_F8A8: return moe_e4m3_to_f32(d[p * 16 * K + kk * nw + j]); /* scale holds s */
-    case MOE_QK_I8: return (float)(int8_t)d[p * 16 * K + kk * nw + j];
-    case MOE_QK_W8A8: {
-        const int64_t K4 = (K + 3) / 4 * 4;
-        return (float)(int8_t)d[p * 16 * K4 + (kk / 4) * nw * 4 + j * 4 + kk % 4];
-    }
-    default: {
-        /* 4-bit (quant.h MOE_QK_I4): body words [K/8][nw], then tail rows [K%8][ceil(nw/2)] */
-        const uint8_t *panel = d + p * 8 * K;
-        const int64_t K8 = K / 8;
-        unsigned nib;
-        if (kk < 8 * K8) {
-            unsigned b = panel[4 * ((kk / 8) * nw + j) + (kk % 8) / 2];
-            nib = (kk & 1) ? (b >> 4) : (b & 15u);
-        } else {
-            unsigned b = panel[4 * nw * K8 + (kk - 8 * K8) * ((nw + 1) / 2) + j / 2];
-            nib = (j & 1) ? (b >> 4) : (b & 15u);
-        }
-        if (q->kind == MOE_QK_FP4)
-            return moe_e2m1_to_f32(nib);
-        if (q->zero)
-            return (float)nib;
-        return (float)((int)(nib ^ 8u) - 8);
-    }
-    }
-}
 
 /* Index of the scale (and zero point) of weight (n, kk) in q->scale: panel p at p*16*ng,
  * [ng][nw]. */
@@ -58,7 +22,7 @@ static int64_t qmat_scale_index(const moe_pmat *w, int64_t n, int64_t kk)
 
 enum { KC_REF = 2048, NB_REF = 8 * MOE_PANEL };
 
-static void linear_w8a8_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+void moe_ukr_w8a8_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
                             int64_t ldo)
 {
     const struct moe_qmat *q = w->q;
@@ -93,10 +57,11 @@ static void linear_w8a8_ref(const moe_pmat *w, int64_t p0, int64_t p1, const flo
     }
 }
 
-/* The row quantizer (core/kernels.h moe_quant_row_i8_fn), scalar: the same arithmetic as
+/* The W8A8 row quantizer (gemm/kernels.h moe_quant_row_fn), scalar: the same arithmetic as
  * moe_qact_i8_scale / moe_qact_i8, on v[k] = x[k] or *mul * x[k]. */
-float moe_quant_row_i8_ref(const float *x, int64_t n, const float *mul, uint8_t *dst)
+void moe_quant_row_i8_ref(const float *x, int64_t n, int64_t G, const float *mul, uint8_t *dst, float *scales)
 {
+    (void)G; /* one scale per row */
     float a = 0.0f;
     for (int64_t k = 0; k < n; k++) {
         const float v = fabsf(mul ? *mul * x[k] : x[k]);
@@ -110,12 +75,12 @@ float moe_quant_row_i8_ref(const float *x, int64_t n, const float *mul, uint8_t 
     }
     for (; k % 4; k++)
         dst[k] = 128;
-    return s;
+    scales[0] = s;
 }
 
-/* W8A8 on quantized rows (core/kernels.h moe_linear_w8a8_fn), scalar; no prefetch. */
-void moe_linear_w8a8_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
-                              const float *sx, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes)
+/* W8A8 on quantized rows (gemm/kernels.h moe_linear_rows_fn), scalar; no prefetch. */
+void moe_ukr_w8a8_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                           const float *const *xs, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes)
 {
     (void)pf, (void)pf_bytes;
     const struct moe_qmat *q = w->q;
@@ -130,12 +95,12 @@ void moe_linear_w8a8_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const u
             int32_t a = 0;
             for (int64_t k = 0; k < K; k++)
                 a += ((int32_t)xq[m][k] - 128) * (int32_t)(int8_t)panel[(k / 4) * nw * 4 + j * 4 + k % 4];
-            out[m * ldo + (n - n0)] = ((float)a * sx[m]) * q->scale[n];
+            out[m * ldo + (n - n0)] = ((float)a * xs[m][0]) * q->scale[n];
         }
     }
 }
 
-/* fp8 w8a8 row quantizer (core/kernels.h moe_quant_row_f8_fn), scalar. */
+/* fp8 w8a8 row quantizer (gemm/kernels.h moe_quant_row_fn), scalar. */
 void moe_quant_row_f8_ref(const float *x, int64_t n, int64_t G, const float *mul, uint8_t *dst, float *sa)
 {
     for (int64_t g = 0; g * G < n; g++) { /* pass 1: every group's scale (x intact) */
@@ -153,10 +118,12 @@ void moe_quant_row_f8_ref(const float *x, int64_t n, int64_t G, const float *mul
     }
 }
 
-/* fp8 w8a8 on quantized rows (core/kernels.h moe_linear_f8a8_fn), scalar: the definition. */
-void moe_linear_f8a8_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
-                              const float *const *sa, int mb, float *out, int64_t ldo)
+/* fp8 w8a8 on quantized rows (gemm/kernels.h moe_linear_rows_fn), scalar: the definition; no
+ * prefetch. */
+void moe_ukr_f8a8_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                           const float *const *sa, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes)
 {
+    (void)pf, (void)pf_bytes;
     const struct moe_qmat *q = w->q;
     const uint8_t *d = w->data;
     const int64_t K = w->k, G = q->gk;
@@ -181,7 +148,7 @@ void moe_linear_f8a8_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const u
 
 /* fp8 w8a8 on f32 rows: each group quantized on the fly (the row quantizer's arithmetic),
  * then the definition above; out holds the running sum y between groups. */
-static void linear_f8a8_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+void moe_ukr_f8a8_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
                             int64_t ldo)
 {
     const struct moe_qmat *q = w->q;
@@ -207,17 +174,10 @@ static void linear_f8a8_ref(const moe_pmat *w, int64_t p0, int64_t p1, const flo
     }
 }
 
-void moe_linear_q_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
-                      int64_t ldo)
+/* Weight-only formats (F8, I8, I4, I4ZP, FP4): the definition of docs/numerics.md section 5. */
+void moe_ukr_q_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                   int64_t ldo)
 {
-    if (w->q->kind == MOE_QK_W8A8) {
-        linear_w8a8_ref(w, p0, p1, x, mb, out, ldo);
-        return;
-    }
-    if (w->q->kind == MOE_QK_F8A8) {
-        linear_f8a8_ref(w, p0, p1, x, mb, out, ldo);
-        return;
-    }
     const struct moe_qmat *q = w->q;
     for (int64_t p = p0; p < p1; p++) {
         const int nw = moe_pmat_panel_width(w->n, p);

@@ -1,8 +1,7 @@
-/* The scalar linear microkernel: the "ref" kernel table. Readable on purpose; the vector
- * tables must give exactly these bits. */
+/* The scalar kernels of the "ref" table, and the reference entries every table starts from
+ * (moe_kernels_init_ref). Readable on purpose; the vector tables must give exactly these bits. */
 #include "core/act.h"
-#include "core/kernels.h"
-#include "quant/quant.h"
+#include "gemm/kernels.h"
 #include "quant/convert.h"
 
 #include <math.h>
@@ -16,13 +15,10 @@ static float load_w(const void *base, moe_dtype dt, int64_t i)
     }
 }
 
-static void linear_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb,
-                       float *out, int64_t ldo)
+/* Plain f32 / bf16 / f16 panels: one fmaf per term in increasing k from +0. */
+void moe_ukr_plain_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                       int64_t ldo)
 {
-    if (w->q) { /* quantized weights (quant/quant.h) */
-        moe_linear_q_ref(w, p0, p1, x, mb, out, ldo);
-        return;
-    }
     for (int64_t p = p0; p < p1; p++) {
         int nw = moe_pmat_panel_width(w->n, p);
         int64_t panel = p * MOE_PANEL * w->k; /* element offset of panel p: [k][nw] */
@@ -43,13 +39,31 @@ void moe_act_row_ref(const moe_layer_desc *d, const float *g, const float *u, co
     moe_act_row_scalar(d, g, u, bg, bu, h, n);
 }
 
-const moe_kernels moe_kernels_ref = {
-    .name = "ref",
-    .linear = linear_ref,
-    .linear_q = moe_linear_q_ref,
-    .act_row = moe_act_row_ref,
-    .linear_w8a8 = moe_linear_w8a8_rows_ref,
-    .quant_row_i8 = moe_quant_row_i8_ref,
-    .linear_f8a8 = moe_linear_f8a8_rows_ref,
-    .quant_row_f8 = moe_quant_row_f8_ref,
-};
+/* The f32-row entries of the quantized-activation formats (linear_q_ref.c). */
+void moe_ukr_w8a8_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                      int64_t ldo);
+void moe_ukr_f8a8_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                      int64_t ldo);
+
+void moe_kernels_init_ref(moe_kernels *k)
+{
+    *k = (moe_kernels){0};
+    k->name = "ref";
+    k->linear[MOE_WF_F32] = moe_ukr_plain_ref;
+    k->linear[MOE_WF_BF16] = moe_ukr_plain_ref;
+    k->linear[MOE_WF_F16] = moe_ukr_plain_ref;
+    k->linear[MOE_WF_F8] = moe_ukr_q_ref;
+    k->linear[MOE_WF_I8] = moe_ukr_q_ref;
+    k->linear[MOE_WF_I4] = moe_ukr_q_ref;
+    k->linear[MOE_WF_I4ZP] = moe_ukr_q_ref;
+    k->linear[MOE_WF_FP4] = moe_ukr_q_ref;
+    k->linear[MOE_WF_W8A8] = moe_ukr_w8a8_ref;
+    k->linear[MOE_WF_F8A8] = moe_ukr_f8a8_ref;
+    k->act_row = moe_act_row_ref;
+    k->quant_row[MOE_WF_W8A8] = moe_quant_row_i8_ref;
+    k->linear_rows[MOE_WF_W8A8] = moe_ukr_w8a8_rows_ref;
+    k->quant_row[MOE_WF_F8A8] = moe_quant_row_f8_ref;
+    k->linear_rows[MOE_WF_F8A8] = moe_ukr_f8a8_rows_ref;
+    k->native = 0; /* the scalar kernels compute every format; nothing is a fallback of "ref" */
+    k->tail_ref = 0;
+}

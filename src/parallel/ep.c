@@ -65,13 +65,13 @@ typedef struct ep_ws {
     int64_t rows;        /* batched: row slots per block, cap * min(K, emax) */
 } ep_ws;
 
-static int is_batched(const moe_plan *p)
+static int is_batched(const moe_stage *p)
 {
-    return p->pf == &moe_pf_ep_batched;
+    return p->batched;
 }
 
 /* Lay out the EP workspace for chunks of Tc tokens at base (NULL: sizes only). Returns bytes. */
-static size_t ep_layout(const moe_plan *p, int64_t Tc, unsigned char *base, ep_ws *w)
+static size_t ep_layout(const moe_stage *p, int64_t Tc, unsigned char *base, ep_ws *w)
 {
     const moe_par *m = p->mpi;
     const size_t H = (size_t)p->desc.hidden_size, K = (size_t)p->desc.top_k;
@@ -125,10 +125,14 @@ static size_t ep_layout(const moe_plan *p, int64_t Tc, unsigned char *base, ep_w
     return cur;
 }
 
-size_t moe_ep_workspace_bytes(const moe_plan *p, int64_t Tc)
+/* The parallel workspace: the TP gather buffer (the transport's), then the EP buffers above.
+ * Here, not in mpi.c, so that the transport never calls the dispatch/combine. */
+size_t moe_par_workspace_bytes(const moe_stage *p, int64_t Tc)
 {
+    if (!p->parallel)
+        return 0;
     ep_ws w;
-    return ep_layout(p, Tc, NULL, &w);
+    return moe_par_tp_bytes(p, Tc) + (p->par.ep_size > 1 ? ep_layout(p, Tc, NULL, &w) : 0);
 }
 
 /* One dispatch record: int32 local expert id, f32 scale, then the row's H activations (times
@@ -209,7 +213,7 @@ static int32_t rec_lid(const unsigned char *rec)
 /* The first routed row whose id is outside [0, E), or -1. */
 static int64_t bad_row(const moe_chunk *c)
 {
-    const int64_t E = c->plan->desc.num_experts, n = c->T * c->plan->desc.top_k;
+    const int64_t E = c->st->desc.num_experts, n = c->T * c->st->desc.top_k;
     for (int64_t r = 0; r < n; r++)
         if (c->ids[r] < 0 || c->ids[r] >= E)
             return r;
@@ -219,7 +223,7 @@ static int64_t bad_row(const moe_chunk *c)
 /* Group this rank's rows by global expert (c->offsets, c->rows, c->pos). */
 static void group_local(moe_chunk *c)
 {
-    const int64_t E = c->plan->desc.num_experts;
+    const int64_t E = c->st->desc.num_experts;
     if (c->T > 0) {
         moe_pf_group_rows(c);
     } else {
@@ -230,16 +234,16 @@ static void group_local(moe_chunk *c)
 
 static moe_status bad_id_error(moe_chunk *c, int64_t r)
 {
-    const int64_t K = c->plan->desc.top_k;
-    return moe_set_error(c->plan->ctx, MOE_EINVAL,
+    const int64_t K = c->st->desc.top_k;
+    return moe_set_error(c->st->ctx, MOE_EINVAL,
                          "EP dispatch: token %lld slot %lld is routed to expert id %d, outside every rank's range [0, %lld); "
                          "no row is dropped: the execute fails on every rank",
-                         (long long)(r / K), (long long)(r % K), c->ids[r], (long long)c->plan->desc.num_experts);
+                         (long long)(r / K), (long long)(r % K), c->ids[r], (long long)c->st->desc.num_experts);
 }
 
 static moe_status peer_bad_error(moe_chunk *c, int src, int code)
 {
-    return moe_set_error(c->plan->ctx, MOE_EINVAL,
+    return moe_set_error(c->st->ctx, MOE_EINVAL,
                          "EP dispatch: EP rank %d %s; no row is dropped: the execute fails on every rank", src,
                          code == -2 ? "would overflow a batched block (more rows than its slots)"
                                     : "routed a row to an expert id outside every rank's range");
@@ -249,10 +253,10 @@ static moe_status peer_bad_error(moe_chunk *c, int src, int code)
  * over tokens. */
 static void combine(moe_chunk *c, const float *y)
 {
-    const moe_layer_desc *ds = &c->plan->desc;
+    const moe_layer_desc *ds = &c->st->desc;
     if (c->T == 0)
         return;
-#pragma omp parallel num_threads(c->plan->ctx->num_threads)
+#pragma omp parallel num_threads(c->st->ctx->num_threads)
     {
         int tid = omp_get_thread_num(), n = omp_get_num_threads();
         int64_t a0 = c->T * tid / n, a1 = c->T * (tid + 1) / n;
@@ -264,7 +268,7 @@ static void combine(moe_chunk *c, const float *y)
 
 static moe_status std_prepare(moe_chunk *c, moe_dispatch *d)
 {
-    const moe_plan *p = c->plan;
+    const moe_stage *p = c->st;
     moe_par *m = p->mpi;
     moe_ctx *ctx = p->ctx;
     moe_status st = moe_par_usable(p);
@@ -362,7 +366,7 @@ static moe_status std_prepare(moe_chunk *c, moe_dispatch *d)
 
 static moe_status std_finalize(moe_chunk *c, const moe_dispatch *d)
 {
-    const moe_plan *p = c->plan;
+    const moe_stage *p = c->st;
     moe_par *m = p->mpi;
     const double t_start = MPI_Wtime();
     const int64_t H = p->desc.hidden_size;
@@ -391,7 +395,7 @@ static moe_status std_finalize(moe_chunk *c, const moe_dispatch *d)
 
 static moe_status bat_prepare(moe_chunk *c, moe_dispatch *d)
 {
-    const moe_plan *p = c->plan;
+    const moe_stage *p = c->st;
     moe_par *m = p->mpi;
     moe_ctx *ctx = p->ctx;
     moe_status st = moe_par_usable(p);
@@ -494,7 +498,7 @@ static moe_status bat_prepare(moe_chunk *c, moe_dispatch *d)
 
 static moe_status bat_finalize(moe_chunk *c, const moe_dispatch *d)
 {
-    const moe_plan *p = c->plan;
+    const moe_stage *p = c->st;
     moe_par *m = p->mpi;
     const double t_start = MPI_Wtime();
     const int64_t H = p->desc.hidden_size;

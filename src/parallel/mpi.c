@@ -32,7 +32,7 @@ static void mpi_errstr(int rc, char *buf, size_t len)
         snprintf(buf, len, "%s", s);
 }
 
-moe_status moe_par_mpi_fail(const moe_plan *p, int rc, const char *what)
+moe_status moe_par_mpi_fail(const moe_stage *p, int rc, const char *what)
 {
     char s[MPI_MAX_ERROR_STRING + 32];
     mpi_errstr(rc, s, sizeof s);
@@ -43,7 +43,7 @@ moe_status moe_par_mpi_fail(const moe_plan *p, int rc, const char *what)
                          s);
 }
 
-moe_status moe_par_usable(const moe_plan *p)
+moe_status moe_par_usable(const moe_stage *p)
 {
     if (p->mpi && p->mpi->broken)
         return moe_set_error(p->ctx, MOE_EMPI,
@@ -53,7 +53,7 @@ moe_status moe_par_usable(const moe_plan *p)
     return MOE_OK;
 }
 
-moe_status moe_par_wait(const moe_plan *p, MPI_Request *req, const char *what)
+moe_status moe_par_wait(const moe_stage *p, MPI_Request *req, const char *what)
 {
     moe_par *m = p->mpi;
     const double t0 = MPI_Wtime();
@@ -95,7 +95,7 @@ typedef struct hello_plan {
     int32_t ep_rank, tp_rank, dp_size, dp_rank;
     int32_t comm_size;    /* the communicator's size as this rank sees it */
     int32_t pad;
-    char text[sizeof(((moe_plan *)0)->text)]; /* moe_plan_text */
+    char text[MOE_PLAN_TEXT_LEN]; /* moe_plan_text */
 } hello_plan;
 
 /* The first "key=value;" pair where texts a and b differ, copied into pa and pb (the whole
@@ -123,7 +123,7 @@ static int text_diff(const char *a, const char *b, char *key, size_t klen, char 
 
 /* Every rank runs this on the same gathered data, so every rank reaches the same verdict
  * and the same message. */
-static moe_status check_ranks(moe_plan *p, const hello_plan *all, int n)
+static moe_status check_ranks(moe_stage *p, const hello_plan *all, int n)
 {
     moe_ctx *ctx = p->ctx;
     const int ep = p->par.ep_size, tp = p->par.tp_size;
@@ -209,7 +209,7 @@ void moe_par_free(moe_par *m)
     free(m);
 }
 
-moe_status moe_par_create(moe_plan *p, void *user_comm)
+moe_status moe_par_create(moe_stage *p, const char *text, uint64_t hash, void *user_comm)
 {
     moe_ctx *ctx = p->ctx;
     int inited = 0, fin = 0;
@@ -259,13 +259,13 @@ moe_status moe_par_create(moe_plan *p, void *user_comm)
     hello_plan *all = malloc(sizeof(hello_plan) * (size_t)size); /* [size] */
     hello_plan mine;
     memset(&mine, 0, sizeof mine);
-    mine.hash = p->hash;
+    mine.hash = hash;
     mine.ep_rank = p->par.ep_rank;
     mine.tp_rank = p->par.tp_rank;
     mine.dp_size = p->par.dp_size;
     mine.dp_rank = p->par.dp_rank;
     mine.comm_size = size;
-    memcpy(mine.text, p->text, sizeof mine.text);
+    snprintf(mine.text, sizeof mine.text, "%s", text);
     if (!all) {
         p->mpi = NULL;
         moe_par_free(m);
@@ -356,20 +356,13 @@ moe_status moe_par_create(moe_plan *p, void *user_comm)
     }
     moe_log(ctx, MOE_LOG_INFO,
             "parallel plan: rank %d of %d = (ep_rank %d of %d, tp_rank %d of %d), plan hash %016llx agreed by every rank",
-            rank, size, p->par.ep_rank, p->par.ep_size, p->par.tp_rank, p->par.tp_size, (unsigned long long)p->hash);
+            rank, size, p->par.ep_rank, p->par.ep_size, p->par.tp_rank, p->par.tp_size, (unsigned long long)hash);
     return MOE_OK;
 }
 
 /* ---- execute ----------------------------------------------------------------------------- */
 
-size_t moe_par_workspace_bytes(const moe_plan *p, int64_t Tc)
-{
-    if (!p->parallel)
-        return 0;
-    return moe_par_tp_bytes(p, Tc) + (p->par.ep_size > 1 ? moe_ep_workspace_bytes(p, Tc) : 0);
-}
-
-moe_status moe_par_begin(const moe_plan *p, moe_status local, int64_t n_tokens, int64_t ws_tokens,
+moe_status moe_par_begin(const moe_stage *p, moe_status local, int64_t n_tokens, int64_t ws_tokens,
                          int64_t *tc_max, int64_t *n_chunks, int64_t *max_tokens)
 {
     moe_par *m = p->mpi;
@@ -434,7 +427,7 @@ static void sum_in_rank_order(const float *g, int tp, size_t ld, size_t n, float
 
 moe_status moe_par_tp_reduce(moe_chunk *c, int64_t t0, int64_t T, float *output)
 {
-    const moe_plan *p = c->plan;
+    const moe_stage *p = c->st;
     moe_par *m = p->mpi;
     const int64_t H = p->desc.hidden_size, Tc = c->T;
     const int tp = m->tp_size, me = m->tp_rank;

@@ -1,5 +1,6 @@
-/* The MPI state of a parallel plan, shared by mpi.c (plan check, execute start, TP sum) and
- * ep.c (the expert-parallel prepare/finalize). Only src/parallel includes this. */
+/* The MPI state of a parallel plan: the transport (mpi.c: the communicators, the plan check,
+ * the polled waits, the execute start, the TP sum), which ep.c (the expert-parallel
+ * dispatch/combine) uses; mpi.c never calls ep.c. Only src/parallel includes this. */
 #ifndef MOE_PARALLEL_MPI_INTERNAL_H
 #define MOE_PARALLEL_MPI_INTERNAL_H
 
@@ -40,11 +41,11 @@ struct moe_par {
 /* Wait for `req` by polling MPI_Test against the plan's timeout (sched_yield, then short
  * sleeps, between polls so oversubscribed ranks progress). `what` names the step in
  * messages. A timeout or MPI error marks the plan broken. */
-moe_status moe_par_wait(const moe_plan *p, MPI_Request *req, const char *what);
+moe_status moe_par_wait(const moe_stage *p, MPI_Request *req, const char *what);
 /* Record MPI error `rc` of step `what` (MOE_EMPI) and mark the plan broken. */
-moe_status moe_par_mpi_fail(const moe_plan *p, int rc, const char *what);
+moe_status moe_par_mpi_fail(const moe_stage *p, int rc, const char *what);
 /* MOE_EMPI when the plan is broken, else MOE_OK. */
-moe_status moe_par_usable(const moe_plan *p);
+moe_status moe_par_usable(const moe_stage *p);
 
 /* A workspace slice rounded up to 64 bytes. */
 static inline size_t moe_par_align(size_t bytes)
@@ -54,14 +55,12 @@ static inline size_t moe_par_align(size_t bytes)
 
 /* Bytes of the TP gather buffer [tp_size, Tc, H] f32 at the start of the parallel workspace
  * (0 without TP). */
-static inline size_t moe_par_tp_bytes(const moe_plan *p, int64_t Tc)
+static inline size_t moe_par_tp_bytes(const moe_stage *p, int64_t Tc)
 {
     return p->par.tp_size > 1
                ? moe_par_align((size_t)p->par.tp_size * (size_t)Tc * (size_t)p->desc.hidden_size * sizeof(float))
                : 0;
 }
 
-/* EP workspace (ep.c), after the TP gather buffer: bytes for chunks of Tc tokens. */
-size_t moe_ep_workspace_bytes(const moe_plan *p, int64_t Tc);
 
 #endif

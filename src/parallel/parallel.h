@@ -4,7 +4,7 @@
 #ifndef MOE_PARALLEL_PARALLEL_H
 #define MOE_PARALLEL_PARALLEL_H
 
-#include "core/modular.h"
+#include "core/stage.h"
 
 /* The contiguous split of n items over `parts` used for experts (EP), intermediate columns
  * (TP) and reduce-scatter rows: part r gets n / parts items, plus one when r < n % parts. */
@@ -40,13 +40,13 @@ void moe_par_shard(const moe_layer_desc *d, const moe_parallel_config *par, moe_
  * ranks are resolved (p->shard must be computed afterwards). Errors are recorded on
  * p->ctx: MOE_EINVAL (a mismatch or bad coordinates, named), MOE_ETIMEOUT, MOE_EMPI,
  * MOE_ENOMEM; MOE_EUNSUPPORTED without MPI. */
-moe_status moe_par_create(moe_plan *p, void *user_comm);
+moe_status moe_par_create(moe_stage *p, const char *text, uint64_t hash, void *user_comm);
 void moe_par_free(struct moe_par *m);
 
 /* Bytes of workspace the parallel stages need for chunks of up to Tc tokens on this rank
  * (EP send and receive buffers, the rows received from peers, TP partial and gather
  * buffers). 0 for one-process plans. */
-size_t moe_par_workspace_bytes(const moe_plan *p, int64_t Tc);
+size_t moe_par_workspace_bytes(const moe_stage *p, int64_t Tc);
 
 /* The start of a parallel execute, collective over all of the plan's ranks: each rank gives
  * its status so far (`local`, with the message already recorded on the ctx when not
@@ -56,7 +56,7 @@ size_t moe_par_workspace_bytes(const moe_plan *p, int64_t Tc);
  * On success: *tc_max = min(max n_tokens over ranks, chunk size), the chunk length every
  * rank uses; *n_chunks = chunks every rank runs (a rank out of tokens runs empty ones);
  * *max_tokens = max n_tokens. */
-moe_status moe_par_begin(const moe_plan *p, moe_status local, int64_t n_tokens, int64_t ws_tokens,
+moe_status moe_par_begin(const moe_stage *p, moe_status local, int64_t n_tokens, int64_t ws_tokens,
                          int64_t *tc_max, int64_t *n_chunks, int64_t *max_tokens);
 
 /* TP: sum the partial outputs c->out [c->T, H] of the TP group deterministically (moe.h
@@ -65,6 +65,6 @@ moe_status moe_par_begin(const moe_plan *p, moe_status local, int64_t n_tokens, 
 moe_status moe_par_tp_reduce(moe_chunk *c, int64_t t0, int64_t T, float *output);
 
 /* The rows [*begin, *end) of T whose output this rank writes (moe_plan_tp_rows). */
-void moe_par_tp_rows(const moe_plan *p, int64_t T, int64_t *begin, int64_t *end);
+void moe_par_tp_rows(const moe_stage *p, int64_t T, int64_t *begin, int64_t *end);
 
 #endif

@@ -16,7 +16,7 @@ void moe_par_shard(const moe_layer_desc *d, const moe_parallel_config *par, moe_
     out->down_bias = par->tp_rank == 0;
 }
 
-void moe_par_tp_rows(const moe_plan *p, int64_t T, int64_t *begin, int64_t *end)
+void moe_par_tp_rows(const moe_stage *p, int64_t T, int64_t *begin, int64_t *end)
 {
     if (p->par.tp_size > 1 && p->ctx->tp_reduce == MOE_TP_REDUCE_SCATTER) {
         *begin = moe_split_first(T, p->par.tp_size, p->par.tp_rank);

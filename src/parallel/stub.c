@@ -9,8 +9,10 @@ int moe_mpi_available(void)
     return 0;
 }
 
-moe_status moe_par_create(moe_plan *p, void *user_comm)
+moe_status moe_par_create(moe_stage *p, const char *text, uint64_t hash, void *user_comm)
 {
+    (void)text;
+    (void)hash;
     (void)user_comm;
     return moe_set_error(p->ctx, MOE_EUNSUPPORTED,
                          "plan config: parallel.ep_size = %d, tp_size = %d: libmoe was built without MPI "
@@ -24,14 +26,14 @@ void moe_par_free(struct moe_par *m)
     (void)m;
 }
 
-size_t moe_par_workspace_bytes(const moe_plan *p, int64_t Tc)
+size_t moe_par_workspace_bytes(const moe_stage *p, int64_t Tc)
 {
     (void)p;
     (void)Tc;
     return 0;
 }
 
-moe_status moe_par_begin(const moe_plan *p, moe_status local, int64_t n_tokens, int64_t ws_tokens,
+moe_status moe_par_begin(const moe_stage *p, moe_status local, int64_t n_tokens, int64_t ws_tokens,
                          int64_t *tc_max, int64_t *n_chunks, int64_t *max_tokens)
 {
     (void)local;
@@ -46,19 +48,19 @@ moe_status moe_par_tp_reduce(moe_chunk *c, int64_t t0, int64_t T, float *output)
     (void)t0;
     (void)T;
     (void)output;
-    return moe_set_error(c->plan->ctx, MOE_EUNSUPPORTED, "TP reduction: libmoe was built without MPI (MOE_WITH_MPI=OFF)");
+    return moe_set_error(c->st->ctx, MOE_EUNSUPPORTED, "TP reduction: libmoe was built without MPI (MOE_WITH_MPI=OFF)");
 }
 
 static moe_status no_mpi_prepare(moe_chunk *c, moe_dispatch *d)
 {
     (void)d;
-    return moe_set_error(c->plan->ctx, MOE_EUNSUPPORTED, "EP dispatch: libmoe was built without MPI (MOE_WITH_MPI=OFF)");
+    return moe_set_error(c->st->ctx, MOE_EUNSUPPORTED, "EP dispatch: libmoe was built without MPI (MOE_WITH_MPI=OFF)");
 }
 
 static moe_status no_mpi_finalize(moe_chunk *c, const moe_dispatch *d)
 {
     (void)d;
-    return moe_set_error(c->plan->ctx, MOE_EUNSUPPORTED, "EP combine: libmoe was built without MPI (MOE_WITH_MPI=OFF)");
+    return moe_set_error(c->st->ctx, MOE_EUNSUPPORTED, "EP combine: libmoe was built without MPI (MOE_WITH_MPI=OFF)");
 }
 
 const moe_pf_impl moe_pf_ep_alltoall = {

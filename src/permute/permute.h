@@ -2,7 +2,7 @@
 #ifndef MOE_PERMUTE_H
 #define MOE_PERMUTE_H
 
-#include "core/kernels.h"
+#include "core/stage.h"
 
 /* Counting sort of the T*K rows by expert, stable (ascending row id within an expert).
  * ids [T*K] in [0, E); offsets [E+1]; rows [T*K] row ids t*K+k; pos [T*K] inverse:
@@ -26,5 +26,10 @@ void moe_permute_packed(const int32_t *ids, int64_t T, int64_t K, int64_t E, int
 void moe_combine(const moe_layer_desc *desc, int64_t t0, int64_t t1, const float *weights,
                  const float *y, const int32_t *pos, int has_shared, const float *shared_scale,
                  float *out);
+
+/* Group the chunk's T*K routed rows by (global) expert id with the method MOE_PERMUTE picks:
+ * c->offsets [E + 1], c->rows [T*K] (row ids t*K+k by position, ascending within an expert)
+ * and c->pos [T*K] (the inverse); every method gives the same result. Counts it in stats. */
+void moe_pf_group_rows(moe_chunk *c);
 
 #endif

@@ -1,22 +1,16 @@
 /* Local (single-process) prepare/finalize implementations, one per activation format. */
 #include "core/knobs.h"
-#include "core/modular.h"
 #include "permute/permute.h"
 
 #include <omp.h>
 #include <string.h>
 
-const char *moe_format_name(moe_act_format f)
-{
-    return f == MOE_FORMAT_BATCHED ? "batched" : "standard";
-}
-
 /* Group rows by expert with the method MOE_PERMUTE picks; every method gives the same
  * offsets, rows and pos. */
 void moe_pf_group_rows(moe_chunk *c)
 {
-    const moe_ctx *ctx = c->plan->ctx;
-    const int64_t K = c->plan->desc.top_k, E = c->plan->desc.num_experts;
+    const moe_ctx *ctx = c->st->ctx;
+    const int64_t K = c->st->desc.top_k, E = c->st->desc.num_experts;
     int method = ctx->permute;
     if (method == MOE_PERMUTE_AUTO)
         method = c->T * K <= ctx->onehot_threshold ? MOE_PERMUTE_ONEHOT : MOE_PERMUTE_SORT;
@@ -42,16 +36,16 @@ void moe_pf_group_rows(moe_chunk *c)
 /* Standard format: rows stay in the token buffer, addressed through the sorted row list. */
 static moe_status prepare_standard(moe_chunk *c, moe_dispatch *d)
 {
-    const int64_t E = c->plan->desc.num_experts;
+    const int64_t E = c->st->desc.num_experts;
     moe_pf_group_rows(c);
     for (int64_t e = 0; e < E; e++) {
         c->begin[e] = c->offsets[e];
         c->end[e] = c->offsets[e + 1];
     }
     *d = (moe_dispatch){.format = MOE_FORMAT_STANDARD, .x = c->x, .n_groups = E, .begin = c->begin,
-                        .end = c->end, .rows = c->rows, .row_div = c->plan->desc.top_k, .pos = c->pos,
+                        .end = c->end, .rows = c->rows, .row_div = c->st->desc.top_k, .pos = c->pos,
                         .h = c->h, .y = c->y,
-                        .in_scale = c->plan->desc.apply_router_weight_on_input ? c->wts : NULL};
+                        .in_scale = c->st->desc.apply_router_weight_on_input ? c->wts : NULL};
     return MOE_OK;
 }
 
@@ -60,9 +54,9 @@ static moe_status prepare_standard(moe_chunk *c, moe_dispatch *d)
  * expert overflows its capacity. */
 static moe_status prepare_batched(moe_chunk *c, moe_dispatch *d)
 {
-    const moe_layer_desc *ds = &c->plan->desc;
+    const moe_layer_desc *ds = &c->st->desc;
     const int64_t E = ds->num_experts, K = ds->top_k, H = ds->hidden_size;
-    const int64_t cap = c->plan->capacity;
+    const int64_t cap = c->st->capacity;
     moe_pf_group_rows(c);
     for (int64_t e = 0; e < E; e++) {
         c->begin[e] = e * cap;
@@ -92,8 +86,8 @@ static moe_status prepare_batched(moe_chunk *c, moe_dispatch *d)
 /* Weighted sum over K in top-k order, threaded over tokens. */
 static moe_status finalize_local(moe_chunk *c, const moe_dispatch *d)
 {
-    const moe_layer_desc *ds = &c->plan->desc;
-#pragma omp parallel num_threads(c->plan->ctx->num_threads)
+    const moe_layer_desc *ds = &c->st->desc;
+#pragma omp parallel num_threads(c->st->ctx->num_threads)
     {
         int tid = omp_get_thread_num(), n = omp_get_num_threads();
         int64_t a0 = c->T * tid / n, a1 = c->T * (tid + 1) / n;

@@ -146,67 +146,12 @@ static moe_status check_weight(moe_ctx *ctx, const char *which, const moe_qweigh
         return moe_set_error(ctx, MOE_EINVAL,
                              "layer description: quant.%s.has_zero_point is only for INT4 with GROUP scales (%s given)",
                              which, tn);
-    switch (w->dtype) {
-    case MOE_QTYPE_F8_E4M3:
-        if (w->scale == MOE_QSCALE_GROUP)
-            return moe_set_error(ctx, MOE_EINVAL,
-                                 "layer description: quant.%s: fp8 takes TENSOR, CHANNEL or BLOCK scales, not GROUP", which);
-        if (act == MOE_QACT_TOKEN)
-            return moe_set_error(ctx, MOE_EUNSUPPORTED,
-                                 "layer description: quant.act = TOKEN with fp8 weights (per-token fp8 w8a8) is not "
-                                 "implemented; use TOKEN_GROUP with BLOCK scales (fp8-block-w8a8) or act NONE");
-        if (act == MOE_QACT_TOKEN_GROUP && w->scale != MOE_QSCALE_BLOCK)
-            return moe_set_error(ctx, MOE_EUNSUPPORTED,
-                                 "layer description: quant.act = TOKEN_GROUP with quant.%s.scale = %s: fp8 w8a8 needs "
-                                 "BLOCK weight scales (DeepSeek-V3 / Qwen3-FP8 style)",
-                                 which, w->scale == MOE_QSCALE_TENSOR ? "TENSOR" : "CHANNEL");
-        if (act == MOE_QACT_TOKEN_GROUP && w->block_k != act_group)
-            return moe_set_error(ctx, MOE_EUNSUPPORTED,
-                                 "layer description: quant.act_group_size = %lld but quant.%s.block_k = %lld: fp8 "
-                                 "w8a8 needs the activation groups equal to the weight blocks along K",
-                                 (long long)act_group, which, (long long)w->block_k);
-        break;
-    case MOE_QTYPE_I8:
-        if (act == MOE_QACT_TOKEN && (w->scale == MOE_QSCALE_BLOCK || w->scale == MOE_QSCALE_GROUP))
-            return moe_set_error(ctx, MOE_EINVAL,
-                                 "layer description: quant.act = TOKEN (one scale per token) with quant.%s.scale = %s: "
-                                 "block/group weight scales need per-token-group activations (TOKEN_GROUP with "
-                                 "act_group_size = the block's K), which int8 does not implement; use CHANNEL weights",
-                                 which, w->scale == MOE_QSCALE_BLOCK ? "BLOCK" : "GROUP");
-        if (act == MOE_QACT_TOKEN && K > 65536)
-            return moe_set_error(ctx, MOE_EUNSUPPORTED,
-                                 "layer description: quant.%s: int8 w8a8 with an input dimension of %lld (> 65536) "
-                                 "could overflow the int32 sums",
-                                 which, (long long)K);
-        if (act == MOE_QACT_TOKEN_GROUP)
-            return moe_set_error(ctx, MOE_EUNSUPPORTED,
-                                 "layer description: quant.act = TOKEN_GROUP with int8 weights is not implemented; use "
-                                 "TOKEN with CHANNEL weight scales");
-        break;
-    case MOE_QTYPE_INT4:
-    case MOE_QTYPE_MXFP4:
-        if (act != MOE_QACT_NONE)
-            return moe_set_error(ctx, MOE_EINVAL, "layer description: quant.act must be NONE with %s weights (weight-only)",
-                                 tn);
-        if (w->dtype == MOE_QTYPE_MXFP4 && !(w->scale == MOE_QSCALE_GROUP && w->group_size == 32))
-            return moe_set_error(ctx, MOE_EINVAL,
-                                 "layer description: quant.%s: mxfp4 needs GROUP scales with group_size 32 (got "
-                                 "scale %d, group_size %lld)",
-                                 which, (int)w->scale, (long long)w->group_size);
-        if (w->dtype == MOE_QTYPE_INT4 && w->scale != MOE_QSCALE_GROUP && w->scale != MOE_QSCALE_CHANNEL)
-            return moe_set_error(ctx, MOE_EINVAL, "layer description: quant.%s: int4 takes GROUP or CHANNEL scales", which);
-        if (w->scale == MOE_QSCALE_GROUP && w->group_size != 32 && w->group_size != 64 && w->group_size != 128)
-            return moe_set_error(ctx, MOE_EINVAL,
-                                 "layer description: quant.%s.group_size = %lld, must be 32, 64 or 128", which,
-                                 (long long)w->group_size);
-        if (K % 2 != 0)
-            return moe_set_error(ctx, MOE_ESHAPE,
-                                 "layer description: quant.%s: %s packs two codes per byte along the input dimension, "
-                                 "which is %lld (odd)",
-                                 which, tn, (long long)K);
-        break;
-    default:
-        break;
+    /* the scheme's own rules: its format row (quant/format.c) */
+    if (w->dtype != MOE_QTYPE_NONE) {
+        const moe_format *f = moe_format_row(moe_quant_kind(w, act));
+        moe_status st = f->validate ? f->validate(ctx, which, w, act, act_group, K) : MOE_OK;
+        if (st != MOE_OK)
+            return st;
     }
     if (w->dtype != MOE_QTYPE_NONE && w->scale == MOE_QSCALE_GROUP && w->dtype == MOE_QTYPE_I8 &&
         w->group_size < 1)
@@ -247,18 +192,6 @@ moe_status moe_quant_validate(moe_ctx *ctx, const moe_layer_desc *d)
         st = check_weight(ctx, "w2", &q->w2, q->act, q->act_group_size, d->moe_intermediate_size);
     if (st != MOE_OK)
         return st;
-    if (ctx->kernels == &moe_kernels_avx2 && q->act != MOE_QACT_NONE) {
-        /* weight-only schemes have AVX2 kernels (gemm/avx2/linear_q_avx2.c); the w8a8 ones
-         * (int8 VNNI, fp8 block) run the scalar entries of table avx2 */
-        const double H = (double)d->hidden_size, I = (double)d->moe_intermediate_size;
-        const double ex = 2.0 * (double)d->top_k * 3.0 * H * I;
-        const double all = ex + 2.0 * (double)d->num_experts * H +
-                           2.0 * 3.0 * H * (double)d->shared_expert_intermediate_size;
-        moe_log(ctx, MOE_LOG_WARN,
-                "kernel table avx2 has no %s kernel: the routed experts (%.1f%% of the layer's FLOPs) run on the "
-                "scalar ref entry",
-                moe_quant_name(q), 100.0 * ex / all);
-    }
     return MOE_OK;
 }
 
@@ -270,7 +203,7 @@ static int is4(const moe_qweight *qw)
 }
 
 /* Scale grid [rows, cols] of the source and the K-extent of one scale. */
-static void grid(const moe_qweight *qw, int64_t N, int64_t K, int64_t *rows, int64_t *cols)
+void moe_quant_grid(const moe_qweight *qw, int64_t N, int64_t K, int64_t *rows, int64_t *cols)
 {
     switch (qw->scale) {
     case MOE_QSCALE_TENSOR: *rows = 1; *cols = 1; break;
@@ -290,17 +223,17 @@ void moe_quant_source_sizes(const moe_qweight *qw, int64_t N, int64_t K, size_t 
                             size_t *zero_bytes)
 {
     int64_t r, c;
-    grid(qw, N, K, &r, &c);
+    moe_quant_grid(qw, N, K, &r, &c);
     *code_bytes = (size_t)(is4(qw) ? N * K / 2 : N * K);
     *scale_bytes = (size_t)(r * c) * (qw->dtype == MOE_QTYPE_MXFP4 ? 1 : 4);
     *zero_bytes = qw->has_zero_point ? (size_t)(r * c) : 0;
 }
 
 /* Index into the scale grid of element (n, k). */
-static int64_t scale_index(const moe_qweight *qw, int64_t N, int64_t K, int64_t n, int64_t k)
+int64_t moe_quant_scale_index(const moe_qweight *qw, int64_t N, int64_t K, int64_t n, int64_t k)
 {
     int64_t r, c;
-    grid(qw, N, K, &r, &c);
+    moe_quant_grid(qw, N, K, &r, &c);
     switch (qw->scale) {
     case MOE_QSCALE_TENSOR: return 0;
     case MOE_QSCALE_CHANNEL: return n;
@@ -309,9 +242,9 @@ static int64_t scale_index(const moe_qweight *qw, int64_t N, int64_t K, int64_t 
     }
 }
 
-static float src_scale(const moe_qweight *qw, const void *scale, int64_t N, int64_t K, int64_t n, int64_t k)
+float moe_quant_src_scale(const moe_qweight *qw, const void *scale, int64_t N, int64_t K, int64_t n, int64_t k)
 {
-    int64_t i = scale_index(qw, N, K, n, k);
+    int64_t i = moe_quant_scale_index(qw, N, K, n, k);
     if (qw->dtype == MOE_QTYPE_MXFP4)
         return moe_e8m0_to_f32(((const uint8_t *)scale)[i]);
     float s;
@@ -344,9 +277,9 @@ void moe_quant_dequant_source(const moe_qweight *qw, const void *codes, const vo
     for (int64_t n = 0; n < N; n++)
         for (int64_t k = 0; k < K; k++) {
             float v = src_value(qw, codes, K, n, k);
-            float s = src_scale(qw, scale, N, K, n, k);
+            float s = moe_quant_src_scale(qw, scale, N, K, n, k);
             if (qw->has_zero_point)
-                out[n * K + k] = (v - (float)zero[scale_index(qw, N, K, n, k)]) * s;
+                out[n * K + k] = (v - (float)zero[moe_quant_scale_index(qw, N, K, n, k)]) * s;
             else
                 out[n * K + k] = v * s;
         }
@@ -356,7 +289,7 @@ int moe_quant_quantize_source(const moe_qweight *qw, const float *w, int64_t N, 
                               uint8_t *zero)
 {
     int64_t r, c;
-    grid(qw, N, K, &r, &c);
+    moe_quant_grid(qw, N, K, &r, &c);
     /* per scale cell: max |w| (and min / max for zero points) */
     float *amax = calloc((size_t)(r * c), sizeof(float));
     float *mn = calloc((size_t)(r * c), sizeof(float));
@@ -371,7 +304,7 @@ int moe_quant_quantize_source(const moe_qweight *qw, const float *w, int64_t N, 
     }
     for (int64_t n = 0; n < N; n++)
         for (int64_t k = 0; k < K; k++) {
-            int64_t i = scale_index(qw, N, K, n, k);
+            int64_t i = moe_quant_scale_index(qw, N, K, n, k);
             float v = w[n * K + k];
             amax[i] = fabsf(v) > amax[i] ? fabsf(v) : amax[i];
             mn[i] = v < mn[i] ? v : mn[i];
@@ -408,7 +341,7 @@ int moe_quant_quantize_source(const moe_qweight *qw, const float *w, int64_t N, 
         memset(cb, 0, (size_t)N * (size_t)K / 2);
     for (int64_t n = 0; n < N; n++)
         for (int64_t k = 0; k < K; k++) {
-            int64_t i = scale_index(qw, N, K, n, k);
+            int64_t i = moe_quant_scale_index(qw, N, K, n, k);
             float v = w[n * K + k] / sf[i];
             unsigned code;
             switch (qw->dtype) {
@@ -478,45 +411,8 @@ moe_status moe_quantize_matrix(const moe_qweight *qw, const float *w, int64_t N,
                                                                                                   : MOE_OK;
 }
 
-/* ---- packing into the kernel layout (quant/quant.h MOE_QK_*) ---- */
-
-int moe_quant_kind(const moe_qweight *qw, moe_qact act)
-{
-    switch (qw->dtype) {
-    case MOE_QTYPE_F8_E4M3: return act == MOE_QACT_TOKEN_GROUP ? MOE_QK_F8A8 : MOE_QK_F8;
-    case MOE_QTYPE_I8: return act == MOE_QACT_TOKEN ? MOE_QK_W8A8 : MOE_QK_I8;
-    case MOE_QTYPE_INT4: return MOE_QK_I4;
-    default: return MOE_QK_FP4;
-    }
-}
-
-int64_t moe_quant_gk(const moe_qweight *qw, int64_t K)
-{
-    switch (qw->scale) {
-    case MOE_QSCALE_BLOCK: return qw->block_k;
-    case MOE_QSCALE_GROUP: return qw->group_size;
-    default: return K;
-    }
-}
-
-size_t moe_quant_packed_bytes(int kind, int64_t N, int64_t K)
-{
-    if (kind == MOE_QK_W8A8)
-        return (size_t)(N * ((K + 3) / 4 * 4));
-    if (kind == MOE_QK_I4 || kind == MOE_QK_FP4) {
-        /* per panel: body 4 * nw * (K / 8) bytes, tail (K % 8) * ceil(nw / 2) bytes */
-        size_t b = 0;
-        for (int64_t p = 0; p < moe_pmat_panels(N); p++) {
-            const int nw = moe_pmat_panel_width(N, p);
-            b += (size_t)(4 * nw) * (size_t)(K / 8) + (size_t)((nw + 1) / 2) * (size_t)(K % 8);
-        }
-        return b;
-    }
-    return (size_t)(N * K);
-}
-
 /* Raw nibble / byte of source element (n, k). */
-static unsigned src_raw(const moe_qweight *qw, const uint8_t *c, int64_t K, int64_t n, int64_t k)
+unsigned moe_quant_src_raw(const moe_qweight *qw, const uint8_t *c, int64_t K, int64_t n, int64_t k)
 {
     if (is4(qw)) {
         unsigned b = c[(n * K + k) / 2];
@@ -525,84 +421,15 @@ static unsigned src_raw(const moe_qweight *qw, const uint8_t *c, int64_t K, int6
     return c[n * K + k];
 }
 
-/* fp8: may the matrix be decoded through f16 (moe_qmat.f8h)? No NaN code, and s * 256 finite
- * for every finite scale s (an infinite or NaN scale gives the same product either way). */
-static int f8_codes_ok(const uint8_t *codes, int64_t N, int64_t K)
-{
-    for (int64_t i = 0; i < N * K; i++)
-        if ((codes[i] & 0x7fu) == 0x7fu)
-            return 0;
-    return 1;
-}
+/* ---- the scale group length of the packed layout ---- */
 
-static int f8_half_ok(const moe_qweight *qw, const uint8_t *codes, const void *scale, int64_t N, int64_t K)
+int64_t moe_quant_gk(const moe_qweight *qw, int64_t K)
 {
-    if (!f8_codes_ok(codes, N, K))
-        return 0;
-    int64_t r, c;
-    grid(qw, N, K, &r, &c);
-    for (int64_t i = 0; i < r * c; i++) {
-        float s;
-        memcpy(&s, (const unsigned char *)scale + 4 * i, 4);
-        if (isfinite(s) && !isfinite(s * 256.0f))
-            return 0;
+    switch (qw->scale) {
+    case MOE_QSCALE_BLOCK: return qw->block_k;
+    case MOE_QSCALE_GROUP: return qw->group_size;
+    default: return K;
     }
-    return 1;
-}
-
-int moe_quant_pack(const moe_qweight *qw, moe_qact act, const void *codes, const void *scale,
-                   const uint8_t *zero, int64_t N, int64_t K, uint8_t *dst, float *dscale, float *dzero,
-                   int32_t *comp)
-{
-    const int kind = moe_quant_kind(qw, act);
-    const int64_t gk = moe_quant_gk(qw, K), ng = (K + gk - 1) / gk;
-    const int64_t K4 = (K + 3) / 4 * 4, K8 = K / 8;
-    /* F8A8 keeps s (no scale product in the f16 path): only NaN codes need the exact decode */
-    const int f8h = (kind == MOE_QK_F8 && f8_half_ok(qw, codes, scale, N, K)) ||
-                    (kind == MOE_QK_F8A8 && f8_codes_ok(codes, N, K));
-    const float smul = kind == MOE_QK_F8 && f8h ? 256.0f : 1.0f; /* exact: a power of two, no overflow (f8_half_ok) */
-    for (int64_t p = 0; p < moe_pmat_panels(N); p++) {
-        const int nw = moe_pmat_panel_width(N, p);
-        const int rb = (nw + 1) / 2;                /* bytes per 4-bit tail row */
-        uint8_t *p4 = dst + p * 8 * K;              /* 4-bit panel: body [K8][nw] words */
-        uint8_t *t4 = p4 + (size_t)(4 * nw) * (size_t)K8; /* tail [K % 8][rb] */
-        if (kind == MOE_QK_I4 || kind == MOE_QK_FP4)
-            memset(t4, 0, (size_t)rb * (size_t)(K % 8));
-        else if (kind == MOE_QK_W8A8)
-            memset(dst + p * 16 * K4, 0, (size_t)(nw * K4));
-        for (int j = 0; j < nw; j++) {
-            const int64_t n = p * MOE_PANEL + j;
-            int64_t sum = 0;
-            if (kind == MOE_QK_I4 || kind == MOE_QK_FP4) {
-                /* body: word (kb, j) = source bytes of k = 8kb .. 8kb+7 (K even: row n starts on a byte) */
-                const uint8_t *row = (const uint8_t *)codes + n * K / 2;
-                for (int64_t kb = 0; kb < K8; kb++)
-                    memcpy(p4 + (size_t)(4 * (kb * nw + j)), row + 4 * kb, 4);
-                for (int64_t k = 8 * K8; k < K; k++) {
-                    unsigned v = src_raw(qw, codes, K, n, k);
-                    t4[(size_t)((k - 8 * K8) * rb + j / 2)] |= (uint8_t)((j & 1) ? v << 4 : v);
-                }
-            } else {
-                for (int64_t k = 0; k < K; k++) {
-                    unsigned v = src_raw(qw, codes, K, n, k);
-                    if (kind == MOE_QK_W8A8) {
-                        dst[p * 16 * K4 + (k / 4) * nw * 4 + j * 4 + k % 4] = (uint8_t)v;
-                        sum += (int8_t)v;
-                    } else {
-                        dst[p * 16 * K + k * nw + j] = (uint8_t)v;
-                    }
-                }
-            }
-            if (comp)
-                comp[n] = (int32_t)(128 * sum); /* |sum| <= 128 K: fits for K < 2^17 */
-            for (int64_t g = 0; g < ng; g++) {
-                dscale[p * 16 * ng + g * nw + j] = src_scale(qw, scale, N, K, n, g * gk) * smul;
-                if (dzero)
-                    dzero[p * 16 * ng + g * nw + j] = (float)zero[scale_index(qw, N, K, n, g * gk)];
-            }
-        }
-    }
-    return f8h;
 }
 
 /* ---- slicing a source matrix (TP shards, src/quant/qweights.c) ---- */
@@ -656,7 +483,7 @@ void moe_quant_slice_source(const moe_qweight *qw, const void *codes, const void
             memcpy(sc + n * Ks / 2, c + ((n0 + n) * K + k0) / 2, (size_t)(Ks / 2));
         } else { /* the pairs shift by one nibble: rebuild them */
             for (int64_t k = 0; k < Ks; k += 2) {
-                unsigned lo = src_raw(qw, c, K, n0 + n, k0 + k), hi = src_raw(qw, c, K, n0 + n, k0 + k + 1);
+                unsigned lo = moe_quant_src_raw(qw, c, K, n0 + n, k0 + k), hi = moe_quant_src_raw(qw, c, K, n0 + n, k0 + k + 1);
                 sc[(n * Ks + k) / 2] = (uint8_t)(lo | hi << 4);
             }
         }
@@ -664,7 +491,7 @@ void moe_quant_slice_source(const moe_qweight *qw, const void *codes, const void
     /* every cell of the slice's grid takes the scale (and zero point) of the source cell
      * holding its first element */
     int64_t rows, cols;
-    grid(sq, Ns, Ks, &rows, &cols);
+    moe_quant_grid(sq, Ns, Ks, &rows, &cols);
     const size_t ss = qw->dtype == MOE_QTYPE_MXFP4 ? 1 : 4;
     for (int64_t i = 0; i < rows; i++)
         for (int64_t j = 0; j < cols; j++) {
@@ -675,7 +502,7 @@ void moe_quant_slice_source(const moe_qweight *qw, const void *codes, const void
             case MOE_QSCALE_BLOCK: n = i * sq->block_n; k = j * sq->block_k; break;
             default: n = i; k = j * sq->group_size; break;
             }
-            const int64_t from = scale_index(qw, N, K, n0 + n, k0 + k);
+            const int64_t from = moe_quant_scale_index(qw, N, K, n0 + n, k0 + k);
             memcpy((unsigned char *)sscale + (size_t)(i * cols + j) * ss, (const unsigned char *)scale + (size_t)from * ss,
                    ss);
             if (qw->has_zero_point)

@@ -1,10 +1,12 @@
-/* Quantized formats (fp8 e4m3, int8, int4, mxfp4 e2m1 + E8M0), dynamic activation
- * quantization, and the packed quantized expert matrices (moe_qmat). */
+/* Quantized schemes (fp8 e4m3, int8, int4, mxfp4 e2m1 + E8M0): the scalar codecs, dynamic
+ * activation quantization, validation and text of moe_quant_config, and the source layout of
+ * moe_quant.h (sizes, dequantization, quantization, TP slicing). The packed layouts and the
+ * per-format rows are in quant/format.h. */
 #ifndef MOE_QUANT_QUANT_H
 #define MOE_QUANT_QUANT_H
 
-#include "core/kernels.h"
 #include "quant/convert.h"
+#include "quant/format.h"
 
 #include <math.h>
 
@@ -63,53 +65,11 @@ static inline int8_t moe_qact_i8(float x, float s)
     return (int8_t)nearbyintf(q);
 }
 
-/* ---- packed quantized matrices ---- */
-
-/* Kinds of packed code layout. */
-enum {
-    MOE_QK_F8 = 1,   /* e4m3, weight-only: panel p at byte p*16*K, [K][nw] (the source bytes) */
-    MOE_QK_I8 = 2,   /* int8, weight-only: the same layout */
-    MOE_QK_I4 = 3,   /* signed int4 (or unsigned with zero points): panel p at byte p*8*K, holding
-                        K8 = K / 8 and Kt = K % 8 (0, 2, 4 or 6; K is even):
-                          body [K8][nw] 4-byte words: word (kb, j) holds the 8 codes k = 8kb ..
-                            8kb+7 of feature j, code 8kb+i in bits 4i..4i+3 (byte i/2, low nibble
-                            for even i), i.e. 4 consecutive bytes of the source row;
-                          tail [Kt][ceil(nw/2)] bytes at panel byte 4*nw*K8: row k - 8*K8, low
-                            nibble = even feature.
-                        A full panel is 64*K8 + 8*Kt = 8*K bytes; nothing is padded but the
-                        odd-width tail nibble of a last panel with odd nw. */
-    MOE_QK_FP4 = 4,  /* e2m1: as MOE_QK_I4 */
-    MOE_QK_W8A8 = 5, /* int8 for VNNI: panel p at byte p*16*K4 (K4 = K rounded up to 4,
-                        zero-filled), [K4/4][nw][4] */
-    MOE_QK_F8A8 = 6  /* e4m3 weights for fp8 w8a8 (activations TOKEN_GROUP): the codes laid out
-                        as MOE_QK_F8; scale holds s itself (never s * 256: the kernels multiply
-                        the group's partial sum by s after the group); gk = block_k */
-};
-
-/* What the kernels read beside moe_pmat.data (moe_pmat.q). */
-struct moe_qmat {
-    int kind;            /* MOE_QK_* */
-    int f8h;             /* MOE_QK_F8A8: 1 when the matrix has no NaN code (the kernels may decode
-                            through f16 to e4m3 * 2^-8, with activations pre-scaled by 2^8).
-                            MOE_QK_F8 only: 1 when the codes are decoded through f16 (no NaN code
-                            0x7f/0xff in the matrix, and every finite scale s has s * 256 finite):
-                            the code's f16 bits (b & 0x80) << 8 | (b & 0x7f) << 7 are the e4m3
-                            value times 2^-8 exactly, and scale holds s * 256 (exact): a group's
-                            partial sum on the f16 values is the e4m3 one times 2^-8 exactly
-                            (unless it meets the f32 subnormal range), so times s * 256 it gives
-                            the same bits. 0: scale holds s, codes decoded as e4m3 directly. */
-    int64_t gk;          /* scale group length along K */
-    int64_t ng;          /* ceil(K / gk) */
-    const float *scale;  /* panel p at p*16*ng: [ng][nw] f32 (W8A8: [N] f32 per channel) */
-    const float *zero;   /* as scale, or NULL (MOE_QK_I4 only) */
-    const int32_t *comp; /* W8A8: [N] 128 * sum_k w[n][k] */
-};
-
 /* The exact value of code (n, k) before its scale (the f8h e4m3 value times 2^-8; int4 with zero
  * points: the unsigned code, the zero point not subtracted). */
 float moe_qmat_code(const moe_pmat *w, int64_t n, int64_t k);
 
-/* Validate desc->quant; also logs the avx2 fallback. */
+/* Validate desc->quant (the format rows' validate for the scheme-specific rules). */
 moe_status moe_quant_validate(moe_ctx *ctx, const moe_layer_desc *d);
 int moe_quant_active(const moe_quant_config *q);
 /* Canonical "key=value;" text of desc->quant (appended to the plan text). */
@@ -144,50 +104,22 @@ void moe_quant_slice_source(const moe_qweight *qw, const void *codes, const void
                             int64_t N, int64_t K, int64_t n0, int64_t k0, const moe_qweight *sq, int64_t Ns,
                             int64_t Ks, void *scodes, void *sscale, uint8_t *szero);
 
-/* Weights with quantized experts: built instead of the plain expert arrays. */
-typedef struct moe_qweights moe_qweights;
-moe_status moe_qweights_create(const moe_plan *plan, const moe_weight_source *src, moe_weights **out);
-void moe_qweights_free(moe_qweights *q);
-void moe_qweights_expert(const moe_weights *w, int64_t e, moe_pmat *gate, moe_pmat *up, moe_pmat *down);
+/* The source's scale grid [rows, cols] (moe_quant.h "Quantized experts"), the grid index of
+ * element (n, k), and the scale of element (n, k) as f32 (E8M0 exponents decoded). */
+void moe_quant_grid(const moe_qweight *qw, int64_t N, int64_t K, int64_t *rows, int64_t *cols);
+int64_t moe_quant_scale_index(const moe_qweight *qw, int64_t N, int64_t K, int64_t n, int64_t k);
+float moe_quant_src_scale(const moe_qweight *qw, const void *scale, int64_t N, int64_t K, int64_t n, int64_t k);
+/* The raw byte (8-bit) or nibble (4-bit) of source element (n, k) of codes [N, K]. */
+unsigned moe_quant_src_raw(const moe_qweight *qw, const uint8_t *codes, int64_t K, int64_t n, int64_t k);
 
-
-
-/* Packing (formats.c). */
-int moe_quant_kind(const moe_qweight *qw, moe_qact act);
+/* Packing (quant/format.c). The scale group length along K of qw (K for TENSOR / CHANNEL). */
 int64_t moe_quant_gk(const moe_qweight *qw, int64_t K);
-size_t moe_quant_packed_bytes(int kind, int64_t N, int64_t K);
+size_t moe_quant_packed_bytes(moe_wfmt kind, int64_t N, int64_t K);
 /* Packs one source matrix into dst (moe_quant_packed_bytes), dscale / dzero ([N * ng] f32) and
  * comp (W8A8). Returns the value of moe_qmat.f8h for the packed matrix (0 unless fp8). */
 int moe_quant_pack(const moe_qweight *qw, moe_qact act, const void *codes, const void *scale,
                    const uint8_t *zero, int64_t N, int64_t K, uint8_t *dst, float *dscale, float *dzero,
                    int32_t *comp);
-/* The scalar quantized linear kernel (linear_q of "ref"; avx2's for W8A8 and F8A8). */
-void moe_linear_q_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
-                      int64_t ldo);
-/* The AVX2 + FMA quantized linear kernel (linear_q of "avx2"): weight-only kinds vectorized with
- * the ref's bits; MOE_QK_W8A8 and MOE_QK_F8A8 on the scalar ref entry. */
-void moe_linear_q_avx2(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
-                       int64_t ldo);
-/* The AVX-512 quantized linear kernel (linear_q of "avx512"): the same bits as the ref. */
-void moe_linear_q_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
-                         int64_t ldo);
-/* The AVX-512 W8A8 (VNNI) kernel, called by moe_linear_q_avx512 for MOE_QK_W8A8. */
-void moe_linear_w8a8_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
-                            int64_t ldo);
-/* W8A8 on quantized rows and the row quantizer (core/kernels.h moe_linear_w8a8_fn,
- * moe_quant_row_i8_fn): scalar (tables ref and avx2) and AVX-512 (VNNI; the ref without it). */
-void moe_linear_w8a8_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
-                              const float *sx, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes);
-void moe_linear_w8a8_rows_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
-                                 const float *sx, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes);
-float moe_quant_row_i8_ref(const float *x, int64_t n, const float *mul, uint8_t *dst);
-float moe_quant_row_i8_avx512(const float *x, int64_t n, const float *mul, uint8_t *dst);
-/* fp8 w8a8 block (core/kernels.h moe_linear_f8a8_fn, moe_quant_row_f8_fn): scalar and AVX-512. */
-void moe_linear_f8a8_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
-                              const float *const *sa, int mb, float *out, int64_t ldo);
-void moe_linear_f8a8_rows_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
-                                 const float *const *sa, int mb, float *out, int64_t ldo);
-void moe_quant_row_f8_ref(const float *x, int64_t n, int64_t G, const float *mul, uint8_t *dst, float *sa);
 
 /* fp8 activation scale of one group of n values (moe_quant_row_f8_fn): max(a, 1e-10) / 448,
  * a = max |x| (NaN ignored). */

@@ -3,7 +3,7 @@
 #ifndef MOE_ROUTE_H
 #define MOE_ROUTE_H
 
-#include "core/kernels.h"
+#include "core/internal.h"
 
 /* Top-k selection algorithms (MOE_TOPK). Both give identical ids and weights. */
 typedef enum moe_topk_method {

@@ -26,10 +26,25 @@
 
 #include "moe.h"
 #include "core/internal.h"
+#include "gemm/kernels.h"
 #include "quant/quant.h"
 #include "testutil.h"
 
-static const moe_kernels *const tables[] = {&moe_kernels_ref, &moe_kernels_avx2, &moe_kernels_avx512};
+/* The kernel registry's rows (tu_tables, filled by main), NULL where this CPU cannot run one. */
+static const moe_kernels *tables[3];
+
+/* The F8A8 entries of table k: the row quantizer and the GEMM on quantized rows (no prefetch). */
+static void quant_row_f8(const moe_kernels *k, const float *x, int64_t n, int64_t G, const float *mul, uint8_t *dst,
+                         float *sa)
+{
+    k->quant_row[MOE_WF_F8A8](x, n, G, mul, dst, sa);
+}
+
+static void linear_f8a8(const moe_kernels *k, const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                        const float *const *sa, int mb, float *out, int64_t ldo)
+{
+    k->linear_rows[MOE_WF_F8A8](w, p0, p1, xq, sa, mb, out, ldo, NULL, 0);
+}
 
 
 /* ---- the rule, written out independently ---- */
@@ -70,7 +85,7 @@ static void check_row(const float *x, int64_t n, int64_t G, const char *what)
             rule(v, n, G, want, sw);
             memcpy(buf, x, sizeof(float) * (size_t)n);
             uint8_t *dst = mode == 1 ? (uint8_t *)buf : got;
-            tables[t]->quant_row_f8(mode == 1 ? buf : x, n, G, mode == 2 ? &mul : NULL, dst, sg);
+            quant_row_f8(tables[t], mode == 1 ? buf : x, n, G, mode == 2 ? &mul : NULL, dst, sg);
             if (memcmp(dst, want, (size_t)n) != 0 || memcmp(sg, sw, sizeof(float) * (size_t)ng) != 0)
                 fail_msg("quant_row_f8 %s n=%lld G=%lld (%s) mode %d differs", tables[t]->name, (long long)n,
                          (long long)G, what, mode);
@@ -87,7 +102,7 @@ static void test_quant_row(void **state)
         const float x[5] = {448.0f, 1.0f, -3.0f, 0.53125f, NAN};
         uint8_t q[5];
         float s[1];
-        moe_kernels_ref.quant_row_f8(x, 5, 8, NULL, q, s);
+        quant_row_f8(tables[0], x, 5, 8, NULL, q, s);
         assert_true(s[0] == 1.0f);
         const uint8_t want[5] = {0x7e, 0x38, 0xc4, 0x30, 0x7f};
         assert_memory_equal(q, want, 5);
@@ -152,7 +167,7 @@ static void fmatrix_init(fmatrix *m, int64_t N, int64_t K, int64_t bn, int64_t G
         m->w[(N / 2) * K + K / 3] = 0x7f, m->w[(N - 1) * K + K - 1] = 0xff;
     tu_fill_uniform(m->sw, (size_t)(nb * m->ng), seed + 1, 1e-4f, 2e-3f);
     const int kind = moe_quant_kind(&qw, MOE_QACT_TOKEN_GROUP);
-    assert_int_equal(kind, MOE_QK_F8A8);
+    assert_int_equal(kind, MOE_WF_F8A8);
     m->packed = aligned_alloc(64, (moe_quant_packed_bytes(kind, N, K) + 63) / 64 * 64);
     m->dscale = malloc(sizeof(float) * (size_t)(N * m->ng));
     const int f8h = moe_quant_pack(&qw, MOE_QACT_TOKEN_GROUP, m->w, m->sw, NULL, N, K, m->packed, m->dscale, NULL,
@@ -218,14 +233,14 @@ static void check_gemm(const fmatrix *m, const float *x, int mb, int64_t p0, int
         for (int path = 0; path < 2; path++) {
             memset(got, 0xff, sizeof(float) * (size_t)(mb * ldo)); /* NaN garbage: the kernels must not read it */
             if (path == 0) {
-                tables[t]->linear_q(&m->pm, p0, p1, xr, mb, got, ldo);
+                moe_linear(tables[t], &m->pm, p0, p1, xr, mb, got, ldo);
             } else {
                 for (int r = 0; r < mb; r++) {
-                    tables[t]->quant_row_f8(xr[r], K, G, NULL, codes + r * K, scales + r * ng);
+                    quant_row_f8(tables[t], xr[r], K, G, NULL, codes + r * K, scales + r * ng);
                     xq[r] = codes + r * K;
                     sa[r] = scales + r * ng;
                 }
-                tables[t]->linear_f8a8(&m->pm, p0, p1, xq, sa, mb, got, ldo);
+                linear_f8a8(tables[t], &m->pm, p0, p1, xq, sa, mb, got, ldo);
             }
             for (int r = 0; r < mb; r++)
                 for (int64_t n = 0; n < nn; n++)
@@ -382,9 +397,9 @@ static void test_layer(void **state)
             x[9 * H + H / 2] = NAN;                          /* token 9: a NaN element */
             x[11 * H] = INFINITY;                            /* token 11: +inf */
             float *want = malloc(sizeof(float) * (size_t)(T * H)), *got = malloc(sizeof(float) * (size_t)(T * H));
-            moe_kernels per_item = moe_kernels_ref;
-            per_item.linear_f8a8 = NULL;
-            per_item.quant_row_f8 = NULL;
+            moe_kernels per_item = *tables[0]; /* the ref table */
+            per_item.linear_rows[MOE_WF_F8A8] = NULL;
+            per_item.quant_row[MOE_WF_F8A8] = NULL;
             run_layer(&L, &per_item, 1, 1, 0, 64, x, T, want); /* the oracle: ref linear_q on f32 rows */
             for (int64_t tok = 0; tok < T; tok++) { /* NaN / inf tokens give NaN rows, the others finite */
                 const int bad = tok == 9 || tok == 11;
@@ -515,6 +530,7 @@ static void test_refusals(void **state)
 
 int main(void)
 {
+    tu_tables(tables, sizeof tables / sizeof tables[0]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quant_row),
         cmocka_unit_test(test_gemm_shapes),

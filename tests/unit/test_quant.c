@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "moe.h"
+#include "gemm/kernels.h"
 #include "quant/quant.h"
 #include "testutil.h"
 
@@ -507,9 +508,9 @@ static unsigned kq_rand(void) /* splitmix64, deterministic */
 
 /* One matrix [N, K] of random codes (every code value, e4m3 subnormals and -0 included; NaN
  * codes only when nan_codes) and random scales 2^(scale_lo .. scale_hi) (f32) or E8M0 bytes,
- * packed by moe_quant_pack; then for mb = 1 .. 9 rows and two panel ranges: moe_linear_q_ref
+ * packed by moe_quant_pack; then for mb = 1 .. 9 rows and two panel ranges: the ref table's kernel
  * within the a-priori rounding bound of the exact value sum_k x[k] (v[k] - z) s (below), and
- * moe_linear_q_avx2 and moe_linear_q_avx512 (where the CPU has them) equal to the ref bit for
+ * and the avx2 and avx512 tables' kernels (where the CPU has them) equal to the ref bit for
  * bit, lanes past a narrow panel and rows past mb untouched.
  * Returns moe_qmat.f8h of the packed matrix.
  *
@@ -519,7 +520,7 @@ static unsigned kq_rand(void) /* splitmix64, deterministic */
  * zero-point fmaf and the ng scale fmaf once, each error at most 2^-24 of a partial sum whose
  * magnitude is at most A = sum_k |x[k]| (|v[k]| + |z|) s, plus 2^-150 per rounding in the f32
  * subnormal range: |ref - exact| <= (gk + ng + 4) 2^-24 A (1 + 2^-20) + (K + ng + 4) 2^-149. */
-static int avx2_calls; /* moe_linear_q_avx2 calls checked by check_packed_kernels */
+static int avx2_calls; /* avx2 kernel calls checked by check_packed_kernels */
 static int check_packed_kernels(const moe_qweight *qw, int64_t N, int64_t K, int nan_codes, int scale_lo,
                                 int scale_hi)
 {
@@ -597,7 +598,7 @@ static int check_packed_kernels(const moe_qweight *qw, int64_t N, int64_t K, int
         for (int mb = 1; mb <= MB; mb++) {
             for (int64_t i = 0; i < MB * ldo; i++)
                 ref[i] = got[i] = 12345.0f; /* sentinel */
-            moe_linear_q_ref(&w, p0, p1, x, mb, ref, ldo);
+            moe_linear(tu_table("ref"), &w, p0, p1, x, mb, ref, ldo);
             for (int m = 0; m < MB; m++)
                 for (int64_t i = 0; i < ldo; i++) {
                     const int64_t n = p0 * MOE_PANEL + i;
@@ -631,7 +632,7 @@ static int check_packed_kernels(const moe_qweight *qw, int64_t N, int64_t K, int
             if (avx2) { /* sentinels kept: lanes past the call must stay untouched */
                 for (int64_t i = 0; i < MB * ldo; i++)
                     got[i] = 12345.0f;
-                moe_linear_q_avx2(&w, p0, p1, x, mb, got, ldo);
+                moe_linear(tu_table("avx2"), &w, p0, p1, x, mb, got, ldo);
                 if (memcmp(got, ref, sizeof(float) * (size_t)(MB * ldo)) != 0)
                     fail_msg("dtype %d N=%lld K=%lld gk=%lld f8h=%d mb=%d p0=%lld: avx2 differs from ref (max %g)",
                              (int)qw->dtype, (long long)N, (long long)K, (long long)gk, f8h, mb, (long long)p0,
@@ -641,7 +642,7 @@ static int check_packed_kernels(const moe_qweight *qw, int64_t N, int64_t K, int
             if (avx512) {
                 for (int64_t i = 0; i < MB * ldo; i++)
                     got[i] = 12345.0f;
-                moe_linear_q_avx512(&w, p0, p1, x, mb, got, ldo);
+                moe_linear(tu_table("avx512"), &w, p0, p1, x, mb, got, ldo);
                 if (memcmp(got, ref, sizeof(float) * (size_t)(MB * ldo)) != 0)
                     fail_msg("dtype %d N=%lld K=%lld gk=%lld f8h=%d mb=%d p0=%lld: avx512 differs from ref (max %g)",
                              (int)qw->dtype, (long long)N, (long long)K, (long long)gk, f8h, mb, (long long)p0,
@@ -709,7 +710,7 @@ static void test_packed_kernels(void **state)
     if (isa_ok("avx2")) /* the avx2 kernel was really compared, not skipped */
         assert_true(avx2_calls > 0);
     else
-        print_message("CPU without AVX2 + FMA: moe_linear_q_avx2 not checked\n");
+        print_message("CPU without AVX2 + FMA: the avx2 quantized kernels not checked\n");
 }
 
 int main(void)

@@ -22,10 +22,32 @@
 
 #include "moe.h"
 #include "core/internal.h"
+#include "gemm/kernels.h"
 #include "quant/quant.h"
 #include "testutil.h"
 
-static const moe_kernels *const tables[] = {&moe_kernels_ref, &moe_kernels_avx2, &moe_kernels_avx512};
+/* The kernel registry's rows (tu_tables, filled by main), NULL where this CPU cannot run one. */
+static const moe_kernels *tables[3];
+
+/* The W8A8 entries of table k in the shape the checks below use: the row quantizer returning
+ * the row's scale, and the GEMM on quantized rows with one scale per row. */
+static float quant_row_i8(const moe_kernels *k, const float *x, int64_t n, const float *mul, uint8_t *dst)
+{
+    float s = 0.0f;
+    k->quant_row[MOE_WF_W8A8](x, n, n, mul, dst, &s);
+    return s;
+}
+
+static void linear_w8a8(const moe_kernels *k, const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                        const float *sx, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes)
+{
+    const float **xs = malloc(sizeof(float *) * (size_t)mb); /* [mb] pointers to each row's scale */
+    assert_non_null(xs);
+    for (int m = 0; m < mb; m++)
+        xs[m] = &sx[m];
+    k->linear_rows[MOE_WF_W8A8](w, p0, p1, xq, xs, mb, out, ldo, pf, pf_bytes);
+    free(xs);
+}
 
 
 /* ---- the row quantizer ---- */
@@ -54,20 +76,20 @@ static void check_row(const float *x, int64_t n, const char *what)
         /* plain */
         float sw = rule_codes(x, n, want);
         memset(got, 0xee, (size_t)n4);
-        float sg = tables[t]->quant_row_i8(x, n, NULL, got);
+        float sg = quant_row_i8(tables[t], x, n, NULL, got);
         if (tu_f32_bits(sg) != tu_f32_bits(sw) || memcmp(got, want, (size_t)n4) != 0)
             fail_msg("quant_row %s n=%lld (%s): scale %a vs %a or codes differ", tables[t]->name, (long long)n,
                      what, (double)sg, (double)sw);
         /* in place: the codes over the row's own floats */
         memcpy(buf, x, sizeof(float) * (size_t)n);
-        sg = tables[t]->quant_row_i8(buf, n, NULL, (uint8_t *)buf);
+        sg = quant_row_i8(tables[t], buf, n, NULL, (uint8_t *)buf);
         if (tu_f32_bits(sg) != tu_f32_bits(sw) || memcmp(buf, want, (size_t)n4) != 0)
             fail_msg("quant_row %s n=%lld (%s) in place differs", tables[t]->name, (long long)n, what);
         /* with a multiplier: the rule on the rounded products */
         for (int64_t k = 0; k < n; k++)
             v[k] = mul * x[k];
         sw = rule_codes(v, n, want);
-        sg = tables[t]->quant_row_i8(x, n, &mul, got);
+        sg = quant_row_i8(tables[t], x, n, &mul, got);
         if (tu_f32_bits(sg) != tu_f32_bits(sw) || memcmp(got, want, (size_t)n4) != 0)
             fail_msg("quant_row %s n=%lld (%s) with multiplier differs", tables[t]->name, (long long)n, what);
     }
@@ -84,7 +106,7 @@ static void test_quant_row(void **state)
         for (size_t t = 0; t < 3; t++) {
             if (!tu_table_ok(tables[t]))
                 continue;
-            assert_true(tables[t]->quant_row_i8(x, 6, NULL, q) == 1.0f);
+            assert_true(quant_row_i8(tables[t], x, 6, NULL, q) == 1.0f);
             const int want[8] = {127, 2, 4, -2, -127, 0, 0, 0};
             for (int k = 0; k < 8; k++)
                 assert_int_equal((int)q[k] - 128, want[k]);
@@ -155,7 +177,7 @@ static void qmatrix_init(qmatrix *m, int64_t N, int64_t K, int extreme, uint64_t
         memset(m->w, 0x80, (size_t)(N * K)); /* every weight -128 */
     tu_fill_uniform(m->sw, (size_t)N, seed + 1, 1e-3f, 2e-2f);
     const int kind = moe_quant_kind(&qw, MOE_QACT_TOKEN);
-    assert_int_equal(kind, MOE_QK_W8A8);
+    assert_int_equal(kind, MOE_WF_W8A8);
     m->packed = aligned_alloc(64, (moe_quant_packed_bytes(kind, N, K) + 63) / 64 * 64);
     m->dscale = malloc(sizeof(float) * (size_t)N);
     m->comp = malloc(sizeof(int32_t) * (size_t)N);
@@ -198,14 +220,14 @@ static void check_gemm(const qmatrix *m, const float *x, int mb, int64_t p0, int
         for (int path = 0; path < 2; path++) {
             memset(got, 0, sizeof(float) * (size_t)(mb * ldo));
             if (path == 0) {
-                tables[t]->linear_q(&m->pm, p0, p1, xr, mb, got, ldo);
+                moe_linear(tables[t], &m->pm, p0, p1, xr, mb, got, ldo);
             } else {
                 for (int m2 = 0; m2 < mb; m2++) {
-                    sx[m2] = tables[t]->quant_row_i8(xr[m2], K, NULL, codes + m2 * K4);
+                    sx[m2] = quant_row_i8(tables[t], xr[m2], K, NULL, codes + m2 * K4);
                     xq[m2] = codes + m2 * K4;
                 }
                 /* prefetch hint: the matrix itself (must not change anything) */
-                tables[t]->linear_w8a8(&m->pm, p0, p1, xq, sx, mb, got, ldo, m->packed, m->N * K4);
+                linear_w8a8(tables[t], &m->pm, p0, p1, xq, sx, mb, got, ldo, m->packed, m->N * K4);
             }
             for (int m2 = 0; m2 < mb; m2++)
                 for (int64_t n = 0; n < nn; n++) {
@@ -373,8 +395,8 @@ static void test_layer_quantize_once(void **state)
                 if (!tu_table_ok(tables[t]))
                     continue;
                 moe_kernels per_item = *tables[t];
-                per_item.linear_w8a8 = NULL;
-                per_item.quant_row_i8 = NULL;
+                per_item.linear_rows[MOE_WF_W8A8] = NULL;
+                per_item.quant_row[MOE_WF_W8A8] = NULL;
                 for (int batched = 0; batched <= 1; batched++)
                     for (int64_t chunk = 16; chunk <= 64; chunk += 48) { /* 3 chunks, then 1 */
                         run_layer(&L, &per_item, 1, batched, chunk, x, T, want);
@@ -398,6 +420,7 @@ static void test_layer_quantize_once(void **state)
 
 int main(void)
 {
+    tu_tables(tables, sizeof tables / sizeof tables[0]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quant_row),
         cmocka_unit_test(test_gemm_shapes),

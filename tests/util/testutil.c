@@ -1,5 +1,5 @@
 #include "testutil.h"
-#include "core/kernels.h"
+#include "gemm/kernels.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -96,8 +96,21 @@ int tu_same_bits(const float *a, const float *b, size_t n)
 
 int tu_table_ok(const struct moe_kernels *t)
 {
-    return t == &moe_kernels_ref || (t == &moe_kernels_avx2 && moe_cpu_has_avx2()) ||
-           (t == &moe_kernels_avx512 && moe_cpu_has_avx512());
+    return t != NULL;
+}
+
+size_t tu_tables(const struct moe_kernels **out, size_t max)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < moe_isa_rows() && n < max; i++)
+        out[n++] = moe_isa_kernels(i);
+    return n;
+}
+
+const struct moe_kernels *tu_table(const char *name)
+{
+    const int i = moe_isa_find(name);
+    return i < 0 ? NULL : moe_isa_kernels((size_t)i);
 }
 
 moe_checkpoint *tu_open_layer(moe_ctx *ctx, const char *dir, int64_t layer, moe_layer_desc *d)

@@ -36,8 +36,13 @@ void tu_check_error(moe_ctx *ctx, moe_status got, moe_status want, const char *c
 uint32_t tu_f32_bits(float f);
 /* 1 when a[i] and b[i] have the same bits for every i < n, NaN == NaN whatever its payload. */
 int tu_same_bits(const float *a, const float *b, size_t n);
-/* 1 when kernel table t (core/kernels.h) can run on this CPU. */
+/* The kernel registry (src/gemm/kernels.h), row by row: out[i] = row i's table, or NULL when
+ * this CPU cannot run it; returns the number of rows (at most max). */
 struct moe_kernels;
+size_t tu_tables(const struct moe_kernels **out, size_t max);
+/* The table of the row named `name`, or NULL (no such row, or not runnable here). */
+const struct moe_kernels *tu_table(const char *name);
+/* 1 when kernel table t (from tu_tables / tu_table) can run on this CPU (t non-NULL). */
 int tu_table_ok(const struct moe_kernels *t);
 /* moe_checkpoint_open(dir) and moe_checkpoint_layer_desc(layer) into *d; fails the test with
  * the library's message on error. */

@@ -4,7 +4,7 @@
  * rounding as ldexpf while 2^n is a normal f32 (n in [-126, 127]); a group of 8 with any n
  * outside that range (|x| > ~87, or NaN) runs the scalar form (compiled here with FMA). */
 #include "core/act.h"
-#include "core/kernels.h"
+#include "gemm/avx2/avx2.h"
 
 #include <immintrin.h>
 

@@ -1,9 +1,10 @@
-/* AVX2 linear microkernel (table "avx2"). Same contract and bits as linear_ref.c: every output
+/* AVX2 linear microkernels for plain f32 / bf16 / f16 weights (table "avx2"), 6 rows by one
+ * panel of 16 features (fewer rows: 2 panels; moe_ukr_<dtype>_avx2_6x16). Same contract and
+ * bits as linear_ref.c: every output
  * element is accumulated in increasing k from +0.0f with one fused multiply-add per term. A panel's 16
  * features are two 8-lane halves. A partial last panel goes through the scalar reference
  * kernel (identical bits), since AVX2 has no masked 16-bit loads. */
-#include "core/kernels.h"
-#include "quant/quant.h"
+#include "gemm/avx2/avx2.h"
 
 #include <immintrin.h>
 
@@ -88,31 +89,24 @@ MOE_AI void linear_dt(const moe_pmat *w, moe_dtype dt, int64_t p0, int64_t p1, c
 #undef MOE_ROWS_CASE
         m0 = mb;
     }
-    if (pf < p1)
-        moe_kernels_ref.linear(w, pf, p1, x, mb, out + (pf - p0) * MOE_PANEL, ldo);
+    if (pf < p1) /* the partial last panel: the scalar kernel (MOE_WF_* bits in the table's tail_ref) */
+        moe_ukr_plain_ref(w, pf, p1, x, mb, out + (pf - p0) * MOE_PANEL, ldo);
 }
 
-static void linear_avx2(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb,
-                        float *out, int64_t ldo)
+void moe_ukr_f32_avx2_6x16(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                           int64_t ldo)
 {
-    if (w->q) { /* quantized weights (quant/quant.h) */
-        moe_linear_q_avx2(w, p0, p1, x, mb, out, ldo);
-        return;
-    }
-    switch (w->dtype) {
-    case MOE_DTYPE_BF16: linear_dt(w, MOE_DTYPE_BF16, p0, p1, x, mb, out, ldo); break;
-    case MOE_DTYPE_F16: linear_dt(w, MOE_DTYPE_F16, p0, p1, x, mb, out, ldo); break;
-    default: linear_dt(w, MOE_DTYPE_F32, p0, p1, x, mb, out, ldo); break;
-    }
+    linear_dt(w, MOE_DTYPE_F32, p0, p1, x, mb, out, ldo);
 }
 
-const moe_kernels moe_kernels_avx2 = {
-    .name = "avx2",
-    .linear = linear_avx2,
-    .linear_q = moe_linear_q_avx2,
-    .act_row = moe_act_row_avx2,
-    .linear_w8a8 = moe_linear_w8a8_rows_ref,
-    .quant_row_i8 = moe_quant_row_i8_ref,
-    .linear_f8a8 = moe_linear_f8a8_rows_ref,
-    .quant_row_f8 = moe_quant_row_f8_ref,
-};
+void moe_ukr_bf16_avx2_6x16(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                            int64_t ldo)
+{
+    linear_dt(w, MOE_DTYPE_BF16, p0, p1, x, mb, out, ldo);
+}
+
+void moe_ukr_f16_avx2_6x16(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                           int64_t ldo)
+{
+    linear_dt(w, MOE_DTYPE_F16, p0, p1, x, mb, out, ldo);
+}

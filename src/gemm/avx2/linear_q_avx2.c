@@ -15,10 +15,11 @@
  *  - A narrow last panel (nw < 16 features): AVX2 has no byte-masked loads, so its byte rows are
  *    copied into a zeroed 16-byte buffer; words, scales, zero points and out go through
  *    vmaskmov (lanes >= nw neither read nor written).
- *  - MOE_QK_W8A8 and MOE_QK_F8A8 stay on the scalar ref entry (moe_linear_q_ref).
+ *  - MOE_WF_W8A8 and MOE_WF_F8A8 stay on the scalar ref entries (the table leaves them).
+ * Kernel names: moe_ukr_<format>_avx2_4x32 (rows in blocks of up to 4, up to 2 panels).
  * No static constructor here (tests: isa_objects_no_constructors): the only tables are constant
  * initializers. */
-#include "core/kernels.h"
+#include "gemm/avx2/avx2.h"
 #include "quant/quant.h"
 
 #include <immintrin.h>
@@ -39,7 +40,7 @@ MOE_AI __m256i half_mask(int nw, int h)
  * int4 signed (nib ^ 8) - 8, int4 with zero points the unsigned nib, mxfp4 e2m1. */
 MOE_AI __m256 dec4(int kind, int zp, __m256i v, int sh)
 {
-    if (kind == MOE_QK_FP4) {
+    if (kind == MOE_WF_FP4) {
         const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
         __m256i idx = sh ? _mm256_srli_epi32(v, sh) : v; /* vpermps reads bits 0..2 */
         __m256 m = _mm256_permutevar8x32_ps(mag, idx);
@@ -76,7 +77,7 @@ MOE_AI __m256 dec_e4m3(__m256i v)
 MOE_AI void decode1(int kind, int zp, int f8h, const uint8_t *panel, int64_t K, int64_t kk, int nw, int full,
                     const __m256i mk[2], __m256 c[2])
 {
-    if (kind == MOE_QK_F8 || kind == MOE_QK_I8) {
+    if (kind == MOE_WF_F8 || kind == MOE_WF_I8) {
         const uint8_t *row = panel + kk * nw; /* [K][nw] bytes */
         __m128i b;
         if (full) {
@@ -87,7 +88,7 @@ MOE_AI void decode1(int kind, int zp, int f8h, const uint8_t *panel, int64_t K, 
             b = _mm_loadu_si128((const __m128i *)buf);
         }
         const __m128i bh = _mm_srli_si128(b, 8);
-        if (kind == MOE_QK_I8) {
+        if (kind == MOE_WF_I8) {
             c[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
             c[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bh));
         } else if (f8h) {
@@ -103,7 +104,7 @@ MOE_AI void decode1(int kind, int zp, int f8h, const uint8_t *panel, int64_t K, 
         }
         return;
     }
-    /* 4-bit (quant.h MOE_QK_I4): body word row kk / 8, code kk % 8 in bits 4 (kk % 8) */
+    /* 4-bit (quant.h MOE_WF_I4): body word row kk / 8, code kk % 8 in bits 4 (kk % 8) */
     const int64_t K8 = K / 8;
     if (kk < 8 * K8) {
         const int32_t *wr = (const int32_t *)(panel + 4 * (kk / 8) * nw); /* [nw] words */
@@ -145,7 +146,7 @@ MOE_AI void post_tile(const moe_pmat *w, const int kind, const int zp, const int
 {
     const struct moe_qmat *q = w->q;
     const int64_t K = w->k, gk = q->gk, ng = q->ng;
-    const int four = kind == MOE_QK_I4 || kind == MOE_QK_FP4;
+    const int four = kind == MOE_WF_I4 || kind == MOE_WF_FP4;
     const int64_t K8x = four ? K / 8 * 8 : 0; /* 4-bit: k below this are in the body words */
     const __m256 zero = _mm256_setzero_ps();
     const uint8_t *base[4];
@@ -289,26 +290,35 @@ MOE_AI void post_linear(const moe_pmat *w, const int kind, const int zp, const i
     }
 }
 
-void moe_linear_q_avx2(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
-                       int64_t ldo)
+void moe_ukr_fp8_avx2_4x32(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                           int64_t ldo)
 {
-    switch (w->q->kind) {
-    case MOE_QK_F8:
-        if (w->q->f8h)
-            post_linear(w, MOE_QK_F8, 0, 1, p0, p1, x, mb, out, ldo);
-        else
-            post_linear(w, MOE_QK_F8, 0, 0, p0, p1, x, mb, out, ldo);
-        break;
-    case MOE_QK_I8: post_linear(w, MOE_QK_I8, 0, 0, p0, p1, x, mb, out, ldo); break;
-    case MOE_QK_FP4: post_linear(w, MOE_QK_FP4, 0, 0, p0, p1, x, mb, out, ldo); break;
-    case MOE_QK_I4:
-        if (w->q->zero)
-            post_linear(w, MOE_QK_I4, 1, 0, p0, p1, x, mb, out, ldo);
-        else
-            post_linear(w, MOE_QK_I4, 0, 0, p0, p1, x, mb, out, ldo);
-        break;
-    default: /* MOE_QK_W8A8, MOE_QK_F8A8: the scalar entry */
-        moe_linear_q_ref(w, p0, p1, x, mb, out, ldo);
-        break;
-    }
+    if (w->q->f8h) /* a property of the matrix (quant/format.h moe_qmat.f8h), chosen at packing */
+        post_linear(w, MOE_WF_F8, 0, 1, p0, p1, x, mb, out, ldo);
+    else
+        post_linear(w, MOE_WF_F8, 0, 0, p0, p1, x, mb, out, ldo);
+}
+
+void moe_ukr_i8_avx2_4x32(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                          int64_t ldo)
+{
+    post_linear(w, MOE_WF_I8, 0, 0, p0, p1, x, mb, out, ldo);
+}
+
+void moe_ukr_i4_avx2_4x32(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                          int64_t ldo)
+{
+    post_linear(w, MOE_WF_I4, 0, 0, p0, p1, x, mb, out, ldo);
+}
+
+void moe_ukr_i4zp_avx2_4x32(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                            int64_t ldo)
+{
+    post_linear(w, MOE_WF_I4, 1, 0, p0, p1, x, mb, out, ldo);
+}
+
+void moe_ukr_mxfp4_avx2_4x32(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                             int64_t ldo)
+{
+    post_linear(w, MOE_WF_FP4, 0, 0, p0, p1, x, mb, out, ldo);
 }

@@ -1,6 +1,6 @@
 /* Roofline loops on AVX2 (ymm): read bandwidth and f32 FMA peak (see core/roofline.h).
  * Compiled with this folder's AVX2/FMA flags. */
-#include "core/roofline.h"
+#include "gemm/avx2/avx2.h"
 
 #include <immintrin.h>
 

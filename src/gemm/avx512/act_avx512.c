@@ -4,7 +4,7 @@
  * rounding each), then the same division and multiplies, so the bits equal the scalar form.
  * GEGLU (erff / tanhf) runs the scalar form. */
 #include "core/act.h"
-#include "core/kernels.h"
+#include "gemm/avx512/avx512.h"
 
 #include <immintrin.h>
 

@@ -1,11 +1,11 @@
-/* AVX-512 linear microkernel (table "avx512"). Same contract and bits as linear_ref.c:
+/* AVX-512 linear microkernels for plain f32 / bf16 / f16 weights (table "avx512"): 6 rows by
+ * 4 panels of 16 features (moe_ukr_<dtype>_avx512_6x64). Same contract and bits as linear_ref.c:
  * every output element is accumulated in increasing k from +0.0f, one fused multiply-add per
  * term (the scalar table uses fmaf, which rounds exactly like vfmadd).
  * Vectors run across the 16 output features of a panel; rows and panels are blocked so that
  * enough independent accumulators hide the add latency. Partial panels use masked loads and
  * stores, never padding. */
-#include "core/kernels.h"
-#include "quant/quant.h"
+#include "gemm/avx512/avx512.h"
 
 #include <immintrin.h>
 
@@ -102,27 +102,20 @@ MOE_AI void linear_dt(const moe_pmat *w, moe_dtype dt, int64_t p0, int64_t p1, c
     }
 }
 
-static void linear_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb,
-                          float *out, int64_t ldo)
+void moe_ukr_f32_avx512_6x64(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                             int64_t ldo)
 {
-    if (w->q) { /* quantized weights (quant/quant.h) */
-        moe_linear_q_avx512(w, p0, p1, x, mb, out, ldo);
-        return;
-    }
-    switch (w->dtype) {
-    case MOE_DTYPE_BF16: linear_dt(w, MOE_DTYPE_BF16, p0, p1, x, mb, out, ldo); break;
-    case MOE_DTYPE_F16: linear_dt(w, MOE_DTYPE_F16, p0, p1, x, mb, out, ldo); break;
-    default: linear_dt(w, MOE_DTYPE_F32, p0, p1, x, mb, out, ldo); break;
-    }
+    linear_dt(w, MOE_DTYPE_F32, p0, p1, x, mb, out, ldo);
 }
 
-const moe_kernels moe_kernels_avx512 = {
-    .name = "avx512",
-    .linear = linear_avx512,
-    .linear_q = moe_linear_q_avx512,
-    .act_row = moe_act_row_avx512,
-    .linear_w8a8 = moe_linear_w8a8_rows_avx512,
-    .quant_row_i8 = moe_quant_row_i8_avx512,
-    .linear_f8a8 = moe_linear_f8a8_rows_avx512,
-    .quant_row_f8 = moe_quant_row_f8_ref,
-};
+void moe_ukr_bf16_avx512_6x64(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                              int64_t ldo)
+{
+    linear_dt(w, MOE_DTYPE_BF16, p0, p1, x, mb, out, ldo);
+}
+
+void moe_ukr_f16_avx512_6x64(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                             int64_t ldo)
+{
+    linear_dt(w, MOE_DTYPE_F16, p0, p1, x, mb, out, ldo);
+}

@@ -3,11 +3,12 @@
  *  - Weight-only (fp8 e4m3, int8, int4, mxfp4): 16 codes of a panel row decoded to their exact
  *    f32 values go straight into the group's partial sums (vfmadd in increasing k), and the
  *    scale is applied once per group and output (docs/numerics.md section 5). 4-bit codes come
- *    8 k per 32-bit lane (quant.h MOE_QK_I4: one 64-byte load per 8 k, then per k a shift, a
+ *    8 k per 32-bit lane (quant.h MOE_WF_I4: one 64-byte load per 8 k, then per k a shift, a
  *    vpermps and the vfmadd); fp8 goes through f16 (quant.h moe_qmat.f8h: sign-extend, shift,
  *    mask, vcvtph2ps); int8 through vpmovsxbd and vcvtdq2ps.
- *  - W8A8 int8: w8a8_avx512.c. */
-#include "core/kernels.h"
+ *  - fp8 w8a8 block (MOE_WF_F8A8) on quantized rows: below; W8A8 int8: w8a8_avx512.c.
+ * Kernel names: moe_ukr_<format>_avx512_4x64 (rows in blocks of up to 4, up to 4 panels). */
+#include "gemm/avx512/avx512.h"
 #include "quant/quant.h"
 
 #include <immintrin.h>
@@ -17,7 +18,7 @@
 /* The 16-entry table of a 4-bit code's exact value (vpermps reads the index's low 4 bits). */
 MOE_AI __m512 lut4(int kind, int zp)
 {
-    if (kind == MOE_QK_FP4)
+    if (kind == MOE_WF_FP4)
         return _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f,
                               -4.0f, -6.0f);
     if (zp)
@@ -40,10 +41,10 @@ MOE_AI __m512i f8_half_bits(__m512i words)
 MOE_AI __m512 decode1(int kind, int f8h, const uint8_t *panel, int64_t K, int64_t kk, int nw, __mmask16 mask,
                       int full, __m512 lut)
 {
-    if (kind == MOE_QK_F8 || kind == MOE_QK_I8) {
+    if (kind == MOE_WF_F8 || kind == MOE_WF_I8) {
         const uint8_t *row = panel + kk * nw; /* [K][nw] bytes */
         __m128i b = full ? _mm_loadu_si128((const __m128i *)row) : _mm_maskz_loadu_epi8(mask, row);
-        if (kind == MOE_QK_I8)
+        if (kind == MOE_WF_I8)
             return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
         if (f8h) {
             __m512i h = f8_half_bits(_mm512_castsi256_si512(_mm256_cvtepi8_epi16(b)));
@@ -59,7 +60,7 @@ MOE_AI __m512 decode1(int kind, int f8h, const uint8_t *panel, int64_t K, int64_
         bits = _mm512_mask_mov_epi32(bits, nan, _mm512_or_si512(sign, _mm512_set1_epi32(0x7fc00000)));
         return _mm512_castsi512_ps(bits);
     }
-    /* 4-bit (quant.h MOE_QK_I4): body word row kk / 8, code kk % 8 in bits 4 (kk % 8) of each lane */
+    /* 4-bit (quant.h MOE_WF_I4): body word row kk / 8, code kk % 8 in bits 4 (kk % 8) of each lane */
     const int64_t K8 = K / 8;
     if (kk < 8 * K8) {
         const uint8_t *wr = panel + 4 * (kk / 8) * nw; /* [nw] words */
@@ -87,7 +88,7 @@ MOE_AI void post_tile(const moe_pmat *w, const int kind, const int zp, const int
 {
     const struct moe_qmat *q = w->q;
     const int64_t K = w->k, gk = q->gk, ng = q->ng;
-    const int four = kind == MOE_QK_I4 || kind == MOE_QK_FP4;
+    const int four = kind == MOE_WF_I4 || kind == MOE_WF_FP4;
     const int64_t K8x = four ? K / 8 * 8 : 0; /* 4-bit: k below this are in the body words */
     const __m512 lut = four ? lut4(kind, zp) : _mm512_setzero_ps();
     const __m512 zero = _mm512_setzero_ps();
@@ -134,7 +135,7 @@ MOE_AI void post_tile(const moe_pmat *w, const int kind, const int zp, const int
                 }
             }
         }
-        if (kind == MOE_QK_F8 && f8h && full) {
+        if (kind == MOE_WF_F8 && f8h && full) {
             /* 2 k per 32-byte load: 32 bytes -> 32 f16 words -> 2 x 16 f32 */
             for (; kk + 2 <= k1; kk += 2) {
                 __m512 c0[4], c1[4];
@@ -221,7 +222,7 @@ MOE_AI void post_linear(const moe_pmat *w, const int kind, const int zp, const i
     }
 }
 
-/* ---- fp8 w8a8 block (MOE_QK_F8A8) on quantized rows: core/kernels.h moe_linear_f8a8_fn ----
+/* ---- fp8 w8a8 block (MOE_WF_F8A8) on quantized rows: core/kernels.h moe_linear_f8a8_fn ----
  * Per group: part[j][m] accumulated in registers from +0 with vfmadd in increasing k on the
  * broadcast activation dec(q_a) * 2^8 (a 256-entry table, exact) and the panel's weights
  * dec(q_w) * 2^-8 (f8h: through f16; otherwise the exact decode times 2^-8, exact): each
@@ -254,7 +255,7 @@ MOE_AI void f8a8_tile(const moe_pmat *w, const int f8h, const int full, int64_t 
         for (int64_t kk = g * G; kk < k1; kk++) {
             __m512 wv[4];
             for (int j = 0; j < NP; j++) {
-                wv[j] = decode1(MOE_QK_F8, f8h, base[j], K, kk, nw[j], mask[j], full, zero);
+                wv[j] = decode1(MOE_WF_F8, f8h, base[j], K, kk, nw[j], mask[j], full, zero);
                 if (!f8h)
                     wv[j] = _mm512_mul_ps(wv[j], _mm512_set1_ps(0x1p-8f)); /* exact */
             }
@@ -314,36 +315,46 @@ MOE_AI void f8a8_linear(const moe_pmat *w, const int f8h, int64_t p0, int64_t p1
     }
 }
 
-void moe_linear_f8a8_rows_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
-                                 const float *const *sa, int mb, float *out, int64_t ldo)
+void moe_ukr_f8a8_rows_avx512_6x64(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                                   const float *const *sa, int mb, float *out, int64_t ldo, const void *pf,
+                                   int64_t pf_bytes)
 {
+    (void)pf, (void)pf_bytes; /* no prefetch (moe_format.prefetch 0) */
     if (w->q->f8h)
         f8a8_linear(w, 1, p0, p1, xq, sa, mb, out, ldo);
     else
         f8a8_linear(w, 0, p0, p1, xq, sa, mb, out, ldo);
 }
 
-void moe_linear_q_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
-                         int64_t ldo)
+void moe_ukr_fp8_avx512_4x64(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                             int64_t ldo)
 {
-    switch (w->q->kind) {
-    case MOE_QK_F8:
-        if (w->q->f8h)
-            post_linear(w, MOE_QK_F8, 0, 1, p0, p1, x, mb, out, ldo);
-        else
-            post_linear(w, MOE_QK_F8, 0, 0, p0, p1, x, mb, out, ldo);
-        break;
-    case MOE_QK_I8: post_linear(w, MOE_QK_I8, 0, 0, p0, p1, x, mb, out, ldo); break;
-    case MOE_QK_F8A8: moe_linear_q_ref(w, p0, p1, x, mb, out, ldo); break; /* f32 rows: the fallback (quant.h) */
-    case MOE_QK_FP4: post_linear(w, MOE_QK_FP4, 0, 0, p0, p1, x, mb, out, ldo); break;
-    case MOE_QK_I4:
-        if (w->q->zero)
-            post_linear(w, MOE_QK_I4, 1, 0, p0, p1, x, mb, out, ldo);
-        else
-            post_linear(w, MOE_QK_I4, 0, 0, p0, p1, x, mb, out, ldo);
-        break;
-    default:
-        moe_linear_w8a8_avx512(w, p0, p1, x, mb, out, ldo);
-        break;
-    }
+    if (w->q->f8h) /* a property of the matrix (quant/format.h moe_qmat.f8h), chosen at packing */
+        post_linear(w, MOE_WF_F8, 0, 1, p0, p1, x, mb, out, ldo);
+    else
+        post_linear(w, MOE_WF_F8, 0, 0, p0, p1, x, mb, out, ldo);
+}
+
+void moe_ukr_i8_avx512_4x64(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                            int64_t ldo)
+{
+    post_linear(w, MOE_WF_I8, 0, 0, p0, p1, x, mb, out, ldo);
+}
+
+void moe_ukr_i4_avx512_4x64(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                            int64_t ldo)
+{
+    post_linear(w, MOE_WF_I4, 0, 0, p0, p1, x, mb, out, ldo);
+}
+
+void moe_ukr_i4zp_avx512_4x64(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                              int64_t ldo)
+{
+    post_linear(w, MOE_WF_I4, 1, 0, p0, p1, x, mb, out, ldo);
+}
+
+void moe_ukr_mxfp4_avx512_4x64(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb,
+                               float *out, int64_t ldo)
+{
+    post_linear(w, MOE_WF_FP4, 0, 0, p0, p1, x, mb, out, ldo);
 }

@@ -1,7 +1,7 @@
 /* Roofline loops on AVX-512 (zmm): read bandwidth, f32 FMA peak and VNNI int8 peak
  * (see core/roofline.h). Compiled with this folder's AVX-512 flags; VNNI by a function
  * attribute, since the kernel tables do not need it. */
-#include "core/roofline.h"
+#include "gemm/avx512/avx512.h"
 
 #include <immintrin.h>
 

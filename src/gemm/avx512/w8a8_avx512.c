@@ -3,43 +3,28 @@
  *
  *  - moe_quant_row_i8_avx512: one activation row -> u8 codes q + 128 and its scale, the rule
  *    of moe.h (vector absmax, then one vdivps per 16 elements: the scalar division's bits).
- *  - moe_linear_w8a8_rows_avx512: the GEMM on quantized rows. Tiles of 6 rows x 4 panels keep
+ *  - moe_ukr_w8a8_avx512vnni_6x64: the GEMM on quantized rows. Tiles of 6 rows x 4 panels keep
  *    24 zmm int32 accumulators in registers over all of K (no overflow for K <= 65536, which
  *    moe.h enforces); per k4 step 4 weight loads and 6 broadcast 4-byte activation groups.
  *    vpdpbusd multiplies u8 (q + 128) by s8 w, so 128 * sum_k w[n][k] (packed as comp) is
  *    subtracted: exactly the ref's int32 sum_k q[k] w[n][k]. Epilogue straight to f32:
  *    out = ((float)(acc - comp) * s_x) * s_w. One prefetcht1 per k4 step walks the caller's
  *    next weights (the pf hint) into L2 so the DRAM stream overlaps the arithmetic.
- *  - moe_linear_w8a8_avx512: linear_q on f32 rows (quantize 6 rows, then the tiles).
- * Without VNNI at run time the ref entries run (identical bits). */
-#include "core/kernels.h"
+ * The table's init (init_avx512.c) installs the GEMM only when the features report VNNI
+ * (MOE_CAP_VNNI); without it the ref entries run (identical bits). linear on f32 rows stays the
+ * ref's: the grouped driver quantizes rows itself (gemm/grouped.c). */
+#include "gemm/avx512/avx512.h"
 #include "quant/quant.h"
 
 #include <immintrin.h>
-#include <stdlib.h>
 
 #define W8A8_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
-static int has_vnni(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        unsigned a, b, c, dd;
-        __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(dd) : "a"(0), "c"(0));
-        int r = 0;
-        if (a >= 7) {
-            __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(dd) : "a"(7), "c"(0));
-            r = (c >> 11) & 1;
-        }
-        v = r;
-    }
-    return v;
-}
-
 /* ---- activation rows ---- */
 
-float moe_quant_row_i8_avx512(const float *x, int64_t n, const float *mul, uint8_t *dst)
+void moe_quant_row_i8_avx512(const float *x, int64_t n, int64_t G, const float *mul, uint8_t *dst, float *scales)
 {
+    (void)G; /* one scale per row */
     const __m512 sign = _mm512_set1_ps(-0.0f);
     const __m512 vm = _mm512_set1_ps(mul ? *mul : 1.0f);
     /* pass 1: a = max |v| over the row. _mm512_max_ps(v, a) is (v > a ? v : a), so a NaN |v|
@@ -71,7 +56,7 @@ float moe_quant_row_i8_avx512(const float *x, int64_t n, const float *mul, uint8
     }
     for (int64_t k = n; k % 4; k++)
         dst[k] = 128;
-    return s;
+    scales[0] = s;
 }
 
 /* ---- the GEMM ---- */
@@ -83,7 +68,7 @@ enum { MR = 6, NR = 4 }; /* rows x panels per register tile */
  * array: GCC 12 keeps a [6][4] array of zmm in memory (a store per vpdpbusd), named
  * variables stay in 24 registers (unused ones are removed). */
 W8A8_TARGET static inline __attribute__((always_inline)) void
-vnni_tile(const uint8_t *const *xq, const float *sx, const uint8_t *const *wp, const int64_t *wst,
+vnni_tile(const uint8_t *const *xq, const float *const *xs, const uint8_t *const *wp, const int64_t *wst,
           const __mmask16 *mk, const int32_t *const *comp, const float *const *sw, int64_t k4n, float *out,
           int64_t ldo, const uint8_t *pf, int64_t pf_last, const int MB, const int NP)
 {
@@ -141,7 +126,7 @@ vnni_tile(const uint8_t *const *xq, const float *sx, const uint8_t *const *wp, c
         const __m512 s = _mm512_maskz_loadu_ps(mk[j], sw[j]);
         for (int m = 0; m < MB; m++) {
             const __m512i a = _mm512_sub_epi32(_mm512_load_si512(&acc[m][j * MOE_PANEL]), c);
-            const __m512 r = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(sx[m])), s);
+            const __m512 r = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(xs[m][0])), s);
             _mm512_mask_storeu_ps(out + m * ldo + j * MOE_PANEL, mk[j], r);
         }
     }
@@ -149,16 +134,16 @@ vnni_tile(const uint8_t *const *xq, const float *sx, const uint8_t *const *wp, c
 
 /* One function per tile shape (each compiled on its own keeps the 24 accumulators in
  * registers), called through tiles[MB - 1][NP - 1]. */
-typedef void (*tile_fn)(const uint8_t *const *xq, const float *sx, const uint8_t *const *wp, const int64_t *wst,
+typedef void (*tile_fn)(const uint8_t *const *xq, const float *const *xs, const uint8_t *const *wp, const int64_t *wst,
                         const __mmask16 *mk, const int32_t *const *comp, const float *const *sw, int64_t k4n,
                         float *out, int64_t ldo, const uint8_t *pf, int64_t pf_last);
 #define MOE_TILE_FN(mbv, npv)                                                                                   \
     W8A8_TARGET __attribute__((noinline)) static void tile_##mbv##x##npv(                                      \
-        const uint8_t *const *xq, const float *sx, const uint8_t *const *wp, const int64_t *wst,              \
+        const uint8_t *const *xq, const float *const *xs, const uint8_t *const *wp, const int64_t *wst,       \
         const __mmask16 *mk, const int32_t *const *comp, const float *const *sw, int64_t k4n, float *out,     \
         int64_t ldo, const uint8_t *pf, int64_t pf_last)                                                        \
     {                                                                                                           \
-        vnni_tile(xq, sx, wp, wst, mk, comp, sw, k4n, out, ldo, pf, pf_last, mbv, npv);                         \
+        vnni_tile(xq, xs, wp, wst, mk, comp, sw, k4n, out, ldo, pf, pf_last, mbv, npv);                         \
     }
 MOE_TILE_FN(1, 1) MOE_TILE_FN(1, 2) MOE_TILE_FN(1, 3) MOE_TILE_FN(1, 4)
 MOE_TILE_FN(2, 1) MOE_TILE_FN(2, 2) MOE_TILE_FN(2, 3) MOE_TILE_FN(2, 4)
@@ -173,9 +158,9 @@ static const tile_fn tiles[MR][NR] = {
     {tile_5x1, tile_5x2, tile_5x3, tile_5x4}, {tile_6x1, tile_6x2, tile_6x3, tile_6x4},
 };
 
-W8A8_TARGET static void w8a8_rows_vnni(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
-                                       const float *sx, int mb, float *out, int64_t ldo, const void *pf,
-                                       int64_t pf_bytes)
+W8A8_TARGET void moe_ukr_w8a8_avx512vnni_6x64(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                                              const float *const *xs, int mb, float *out, int64_t ldo, const void *pf,
+                                              int64_t pf_bytes)
 {
     const struct moe_qmat *q = w->q;
     const int64_t K4 = (w->k + 3) / 4 * 4, k4n = K4 / 4;
@@ -205,43 +190,9 @@ W8A8_TARGET static void w8a8_rows_vnni(const moe_pmat *w, int64_t p0, int64_t p1
         float *ob = out + (pb - p0) * MOE_PANEL;
         for (int m0 = 0; m0 < mb; m0 += MR) {
             const int MB = mb - m0 >= MR ? MR : mb - m0;
-            tiles[MB - 1][NP - 1](xq + m0, sx + m0, wp, wst, mk, comp, sw, k4n, ob + m0 * ldo, ldo, pfb + pf_at,
+            tiles[MB - 1][NP - 1](xq + m0, xs + m0, wp, wst, mk, comp, sw, k4n, ob + m0 * ldo, ldo, pfb + pf_at,
                                   pf_last - pf_at);
             pf_at = pf_at + 64 * k4n < pf_last ? pf_at + 64 * k4n : pf_last;
         }
     }
-}
-
-void moe_linear_w8a8_rows_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
-                                 const float *sx, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes)
-{
-    if (has_vnni())
-        w8a8_rows_vnni(w, p0, p1, xq, sx, mb, out, ldo, pf, pf_bytes);
-    else
-        moe_linear_w8a8_rows_ref(w, p0, p1, xq, sx, mb, out, ldo, pf, pf_bytes);
-}
-
-/* linear_q on f32 rows: quantize MR rows at a time into a heap buffer [MR][K4] u8, then the
- * tiles. Used outside the grouped driver (which quantizes each row once itself); if the
- * buffer cannot be allocated the ref entry runs (identical bits). */
-void moe_linear_w8a8_avx512(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
-                            int64_t ldo)
-{
-    const int64_t K = w->k, K4 = (K + 3) / 4 * 4;
-    uint8_t *buf = has_vnni() ? malloc((size_t)(MR * K4)) : NULL; /* [MR][K4] */
-    if (!buf) {
-        moe_linear_q_ref(w, p0, p1, x, mb, out, ldo);
-        return;
-    }
-    for (int m0 = 0; m0 < mb; m0 += MR) {
-        const int MB = mb - m0 >= MR ? MR : mb - m0;
-        const uint8_t *xq[MR];
-        float sx[MR];
-        for (int m = 0; m < MB; m++) {
-            sx[m] = moe_quant_row_i8_avx512(x[m0 + m], K, NULL, buf + m * K4);
-            xq[m] = buf + m * K4;
-        }
-        w8a8_rows_vnni(w, p0, p1, xq, sx, MB, out + m0 * ldo, ldo, NULL, 0);
-    }
-    free(buf);
 }

@@ -1,18 +1,46 @@
-/* The modular kernel (DESIGN.md section 6): a plan composes one prepare/finalize and one
- * experts implementation; each declares the activation format it produces or consumes, and
- * moe_plan_create_ex refuses a mismatched pair. Local implementations live in
- * src/permute/prepare_finalize.c, the expert-parallel (MPI) ones in src/parallel/ep.c,
- * experts in src/gemm/experts.c. */
-#ifndef MOE_CORE_MODULAR_H
-#define MOE_CORE_MODULAR_H
+/* The stage contract (DESIGN.md section 6, the modular kernel): the data the orchestrator
+ * (src/layer) hands to the stages it composes, and the interfaces they implement. Types only,
+ * no code: every stage stands on it, and none reaches up into the orchestrator. A plan
+ * composes one prepare/finalize and one experts implementation; each declares the activation
+ * format it produces or consumes, and moe_plan_create_ex refuses a mismatched pair. Local
+ * prepare/finalize implementations live in src/permute/prepare_finalize.c, the expert-parallel
+ * (MPI) ones in src/parallel/ep.c, the experts in src/gemm/experts.c. */
+#ifndef MOE_CORE_STAGE_H
+#define MOE_CORE_STAGE_H
 
-#include "core/kernels.h"
-#include "gemm/grouped.h"
+#include "core/internal.h"
+
+/* Bytes of a plan's canonical text (moe_plan_text), compared across ranks. */
+#define MOE_PLAN_TEXT_LEN 2048
+
+/* This rank's share of a layer (src/parallel/shard.c computes it): one process holds
+ * everything (e0 = 0, n_experts = E, i0 = is0 = 0, I = desc I, Is = desc I_s). */
+typedef struct moe_shard {
+    int64_t e0, n_experts;   /* local experts: global ids [e0, e0 + n_experts) */
+    int64_t i0, I;           /* columns [i0, i0 + I) of each expert's intermediate dim */
+    int64_t is0, Is;         /* columns [is0, is0 + Is) of the shared expert's (Is = 0: none) */
+    int down_bias;           /* 1: this rank adds b_d (tp_rank 0) */
+} moe_shard;
+
+/* What every stage reads of a plan: filled once at plan creation (src/layer/plan.c; the
+ * parallel fields by src/parallel), read-only in execute. */
+typedef struct moe_stage {
+    moe_ctx *ctx;                /* borrowed; errors are recorded here */
+    moe_layer_desc desc;         /* the whole layer, as the caller described it */
+    moe_parallel_config par;     /* resolved (ranks filled in, comm NULL) */
+    int parallel;                /* ep_size * tp_size > 1 */
+    moe_shard shard;             /* this rank's share */
+    int64_t chunk_size;          /* tokens per chunk */
+    int64_t capacity;            /* batched format: slots per expert (0 otherwise) */
+    int batched;                 /* the composition uses the batched activation format */
+    struct moe_par *mpi;         /* MPI state (src/parallel), NULL for one process */
+} moe_stage;
 
 /* One chunk of tokens and its workspace slices (shapes for Tc tokens, cap = batched capacity). */
 typedef struct moe_chunk {
-    const moe_plan *plan;
-    const moe_weights *w;
+    const moe_stage *st;
+    const struct moe_expert_mats *experts; /* [n_experts] the local experts' packed matrices
+                                              (src/gemm/grouped.h) */
     const float *x;       /* [Tc, H] f32 hidden states */
     int64_t T;            /* tokens in this chunk, Tc */
     const int32_t *ids;   /* [Tc, K] routed expert ids */
@@ -37,7 +65,7 @@ typedef struct moe_chunk {
     moe_exec_stats *stats;/* never NULL inside execute */
     /* parallel plans */
     int64_t tc_max;       /* the longest chunk any rank runs in this execute */
-    unsigned char *par_ws;/* moe_par_workspace_bytes(plan, Tc) bytes, 64-byte aligned */
+    unsigned char *par_ws;/* moe_par_workspace_bytes(st, Tc) bytes, 64-byte aligned */
 } moe_chunk;
 
 /* What prepare hands to experts. */
@@ -61,7 +89,7 @@ typedef struct moe_pf_impl {
     const char *name;
     moe_act_format format;
     /* group the chunk's routed rows by expert into d (under EP: the rows this rank's
-     * experts run, received from every rank). Errors are recorded on the plan's ctx. */
+     * experts run, received from every rank). Errors are recorded on the stage's ctx. */
     moe_status (*prepare)(moe_chunk *c, moe_dispatch *d);
     /* out[t] = scale * sum_k w[t][k] * y[pos[t*K+k]] (+ shared), over the chunk */
     moe_status (*finalize)(moe_chunk *c, const moe_dispatch *d);
@@ -80,11 +108,10 @@ extern const moe_pf_impl moe_pf_ep_batched;
 extern const moe_experts_impl moe_experts_grouped;
 extern const moe_experts_impl moe_experts_batched;
 
-const char *moe_format_name(moe_act_format f);
-
-/* Group the chunk's T*K routed rows by (global) expert id with the method MOE_PERMUTE picks:
- * c->offsets [E + 1], c->rows [T*K] (row ids t*K+k by position, ascending within an expert)
- * and c->pos [T*K] (the inverse); every method gives the same result. Counts it in stats. */
-void moe_pf_group_rows(moe_chunk *c);
+/* "standard" or "batched". */
+static inline const char *moe_format_name(moe_act_format f)
+{
+    return f == MOE_FORMAT_BATCHED ? "batched" : "standard";
+}
 
 #endif

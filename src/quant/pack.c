@@ -1,6 +1,7 @@
-/* Packing into the panel layout (core/kernels.h) and dtype conversion. */
-#include "core/kernels.h"
+/* Plain f32 / bf16 / f16 weights into the panel layout (quant/format.h) and dtype conversion:
+ * the packers of the format table's plain rows and of the router. */
 #include "quant/convert.h"
+#include "quant/format.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -115,4 +116,31 @@ void *moe_pack_f32(const void *src, moe_dtype dt, int64_t n, int64_t k)
     moe_pack_panels(dst, tmp, MOE_DTYPE_F32, n, k);
     free(tmp);
     return dst;
+}
+
+void moe_pack_strided(void *dst, const void *src, moe_dtype dt, int64_t n, int64_t k, int64_t so, int64_t si)
+{
+    if (si == 1 && so >= k) {
+        moe_pack_panels_ld(dst, src, dt, n, k, so); /* row-major, rows so apart */
+        return;
+    }
+    /* input-major or interleaved: transposed panel by panel, reading each input row's nw
+     * outputs (contiguous when so = 1) */
+    const size_t es = moe_dtype_size(dt);
+    unsigned char *d = dst;
+    const unsigned char *s = src;
+    for (int64_t p = 0; p < moe_pmat_panels(n); p++) {
+        const int nw = moe_pmat_panel_width(n, p);
+        unsigned char *panel = d + (size_t)(p * MOE_PANEL * k) * es; /* [k][nw] */
+        for (int64_t kk = 0; kk < k; kk++) {
+            for (int j = 0; j < nw; j++) {
+                const unsigned char *from = s + (size_t)((p * MOE_PANEL + j) * so + kk * si) * es;
+                unsigned char *to = panel + (size_t)(kk * nw + j) * es;
+                if (es == 2)
+                    memcpy(to, from, 2);
+                else
+                    memcpy(to, from, 4);
+            }
+        }
+    }
 }

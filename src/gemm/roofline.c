@@ -1,9 +1,8 @@
-/* moe_roofline_measure(): this machine's DRAM read bandwidth, f32 FMA peak and VNNI int8
- * peak, measured with the ctx's thread count. The vector loops live in the per-ISA folders
- * (src/gemm/avx512/peak_avx512.c, src/gemm/avx2/peak_avx2.c) so they get their ISA's flags;
- * this file picks, threads and times them. */
-#include "core/kernels.h"
-#include "core/roofline.h"
+/* moe_roofline_measure(): this machine's DRAM read bandwidth, f32 FMA peak and VNNI int8 peak,
+ * measured with the ctx's thread count. The vector loops are entries of the kernel tables
+ * (gemm/kernels.h peak_read / peak_fma / peak_vnni, in each ISA folder so they get their ISA's
+ * flags); this file picks a table from the registry, threads and times them. */
+#include "gemm/kernels.h"
 
 #include <omp.h>
 #include <stdio.h>
@@ -19,29 +18,11 @@
 #define PEAK_TRIALS 5
 #define PEAK_SECONDS 0.06
 
-typedef enum { RF_SCALAR = 0, RF_AVX2 = 1, RF_AVX512 = 2 } rf_isa;
-
 static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* AVX512-VNNI: CPUID leaf 7 subleaf 0, ECX bit 11 (the OS's ZMM state is checked by
- * moe_cpu_has_avx512). */
-static int cpu_has_avx512_vnni(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    unsigned a, b, c, d;
-    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
-    if (a < 7)
-        return 0;
-    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
-    return (int)((c >> 11) & 1u) && moe_cpu_has_avx512();
-#else
-    return 0;
-#endif
 }
 
 /* Size of the highest-level data or unified cache of cpu0 per sysfs; 0 when unknown. */
@@ -135,25 +116,19 @@ static float fma_scalar(int64_t iters)
     return s;
 }
 
-static uint64_t read_isa(rf_isa isa, const void *buf, size_t bytes)
-{
-    switch (isa) {
-    case RF_AVX512: return moe_roofline_read_avx512(buf, bytes);
-    case RF_AVX2: return moe_roofline_read_avx2(buf, bytes);
-    default: return read_scalar(buf, bytes);
-    }
-}
+/* The loops of one table, or the portable ones where it has none. */
+typedef struct rf_loops {
+    const char *isa; /* "avx512", "avx2" (the table's name) or "scalar" */
+    uint64_t (*read)(const void *buf, size_t bytes);
+    float (*fma)(int64_t iters);
+    int32_t (*vnni)(int64_t iters);
+    int lanes;
+} rf_loops;
 
 /* kind 0: FMA, 1: VNNI. Returns a value to keep. */
-static double peak_isa(rf_isa isa, int kind, int64_t iters)
+static double peak_isa(const rf_loops *L, int kind, int64_t iters)
 {
-    if (kind == 1)
-        return (double)moe_roofline_vnni_avx512(iters);
-    switch (isa) {
-    case RF_AVX512: return (double)moe_roofline_fma_avx512(iters);
-    case RF_AVX2: return (double)moe_roofline_fma_avx2(iters);
-    default: return (double)fma_scalar(iters);
-    }
+    return kind == 1 ? (double)L->vnni(iters) : (double)L->fma(iters);
 }
 
 static volatile double g_sink; /* keeps the loops' results */
@@ -170,7 +145,7 @@ static double thread_cpu_s(void)
  * the FMA and VNNI units are per core, so a thread time-shared with another process still
  * measures its core's peak, and the sum is the peak of `nt` cores. *wall gets the wall time
  * of the slowest thread. */
-static double run_peak(rf_isa isa, int kind, int64_t iters, int nt, double *wall)
+static double run_peak(const rf_loops *L, int kind, int64_t iters, int nt, double *wall)
 {
     double rate = 0.0, sink = 0.0, t0 = 0.0, t1 = 0.0;
 #pragma omp parallel num_threads(nt) reduction(+ : rate, sink)
@@ -179,7 +154,7 @@ static double run_peak(rf_isa isa, int kind, int64_t iters, int nt, double *wall
 #pragma omp master
         t0 = now_s();
         double c0 = thread_cpu_s();
-        sink += peak_isa(isa, kind, iters);
+        sink += peak_isa(L, kind, iters);
         double c = thread_cpu_s() - c0;
         rate += c > 0 ? (double)iters / c : 0.0;
 #pragma omp barrier
@@ -194,19 +169,19 @@ static double run_peak(rf_isa isa, int kind, int64_t iters, int nt, double *wall
 /* Operations per second (ops_per_iter per thread per iteration), all threads: the best of
  * PEAK_TRIALS runs of about PEAK_SECONDS each, after a calibration that also warms the
  * clocks up. */
-static double measure_peak(rf_isa isa, int kind, double ops_per_iter, int nt)
+static double measure_peak(const rf_loops *L, int kind, double ops_per_iter, int nt)
 {
     int64_t iters = 1 << 16;
     double wall;
-    run_peak(isa, kind, iters, nt, &wall);
+    run_peak(L, kind, iters, nt, &wall);
     while (wall < 0.02) { /* calibrate: at least 20 ms */
         iters *= 4;
-        run_peak(isa, kind, iters, nt, &wall);
+        run_peak(L, kind, iters, nt, &wall);
     }
     iters = (int64_t)((double)iters * PEAK_SECONDS / wall) + 1;
     double best = 0.0;
     for (int r = 0; r < PEAK_TRIALS; r++) {
-        double rate = ops_per_iter * run_peak(isa, kind, iters, nt, &wall);
+        double rate = ops_per_iter * run_peak(L, kind, iters, nt, &wall);
         if (rate > best)
             best = rate;
     }
@@ -223,16 +198,22 @@ moe_status moe_roofline_measure(moe_ctx *ctx, moe_roofline *out)
     const double start = now_s();
     const int nt = moe_ctx_num_threads(ctx) > 0 ? moe_ctx_num_threads(ctx) : 1;
 
-    /* The ISA of the loops: the table's, or for "ref" the widest the machine supports. */
-    const char *table = moe_ctx_isa(ctx);
-    rf_isa isa;
-    if (strcmp(table, "avx512") == 0)
-        isa = RF_AVX512;
-    else if (strcmp(table, "avx2") == 0)
-        isa = RF_AVX2;
-    else
-        isa = moe_cpu_has_avx512() ? RF_AVX512 : moe_cpu_has_avx2() ? RF_AVX2 : RF_SCALAR;
-    out->isa = isa == RF_AVX512 ? "avx512" : isa == RF_AVX2 ? "avx2" : "scalar";
+    /* The loops: the ctx's table's; for a table without them ("ref"), the best runnable row
+     * that has them; portable C without any. */
+    rf_loops L = {.isa = "scalar", .read = read_scalar, .fma = fma_scalar, .vnni = NULL, .lanes = 1};
+    const moe_kernels *kt = ctx->kernels;
+    if (!kt->peak_read || !kt->peak_fma)
+        for (size_t i = moe_isa_rows(); i-- > 0;) {
+            const moe_kernels *k = moe_isa_kernels(i);
+            if (k && k->peak_read && k->peak_fma) {
+                kt = k;
+                break;
+            }
+        }
+    if (kt->peak_read && kt->peak_fma)
+        L = (rf_loops){.isa = kt->name, .read = kt->peak_read, .fma = kt->peak_fma, .vnni = kt->peak_vnni,
+                       .lanes = kt->fma_lanes};
+    out->isa = L.isa;
     out->threads = nt;
 
     /* DRAM read bandwidth. */
@@ -270,7 +251,7 @@ moe_status moe_roofline_measure(moe_ctx *ctx, moe_roofline *out)
 #pragma omp barrier
 #pragma omp master
             t0 = now_s();
-            rsink += read_isa(isa, mine, slice);
+            rsink += L.read(mine, slice);
 #pragma omp barrier
 #pragma omp master
             {
@@ -286,10 +267,9 @@ moe_status moe_roofline_measure(moe_ctx *ctx, moe_roofline *out)
     out->dram_read_gbs = best_read;
 
     /* Compute peaks. */
-    const double lanes = isa == RF_AVX512 ? 16.0 : isa == RF_AVX2 ? 8.0 : 1.0;
-    out->fma_f32_gflops = 1e-9 * measure_peak(isa, 0, 2.0 * lanes * MOE_ROOFLINE_CHAINS, nt);
-    if (isa == RF_AVX512 && cpu_has_avx512_vnni())
-        out->vnni_int8_gops = 1e-9 * measure_peak(isa, 1, 2.0 * 64.0 * MOE_ROOFLINE_CHAINS, nt);
+    out->fma_f32_gflops = 1e-9 * measure_peak(&L, 0, 2.0 * (double)L.lanes * MOE_ROOFLINE_CHAINS, nt);
+    if (L.vnni)
+        out->vnni_int8_gops = 1e-9 * measure_peak(&L, 1, 2.0 * 64.0 * MOE_ROOFLINE_CHAINS, nt);
     out->ridge_flop_per_byte = out->dram_read_gbs > 0 ? out->fma_f32_gflops / out->dram_read_gbs
                                                       : 0.0;
     out->seconds = now_s() - start;

@@ -1,8 +1,11 @@
 /* The context: knobs resolved once (API value, else environment, else default; see
- * core/knobs.c), the kernel table chosen from CPUID/XCR0, logging and the last error. */
-#include "core/kernels.h"
+ * core/knobs.c), the kernel table chosen from the registry (src/gemm/registry.c: CPUID and
+ * XCR0 through core/cpu.c), logging and the last error. The ISA knob's accepted values are
+ * "auto" and the registry's rows, supplied here to core's knob table. */
 #include "core/knobs.h"
+#include "gemm/kernels.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +17,41 @@ static moe_status fail(char *msg, size_t len, moe_status st, const char *text)
     if (msg && len)
         snprintf(msg, len, "%s", text);
     return st;
+}
+
+/* "auto" then every registry row, and the same as one line of text. */
+#define MAX_ISA_ROWS 32
+static const char *isa_names[MAX_ISA_ROWS + 2];
+static char isa_accepted[512];
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+
+static void isa_values_build(void)
+{
+    size_t n = 0, used = 0;
+    isa_names[n++] = "auto";
+    used += (size_t)snprintf(isa_accepted, sizeof isa_accepted, "auto");
+    for (size_t i = 0; i < moe_isa_rows() && n <= MAX_ISA_ROWS; i++) {
+        isa_names[n++] = moe_isa_row_at(i)->name;
+        if (used < sizeof isa_accepted)
+            used += (size_t)snprintf(isa_accepted + used, sizeof isa_accepted - used, ", %s", moe_isa_row_at(i)->name);
+    }
+    isa_names[n] = NULL;
+}
+
+static const moe_knob_isa *isa_values(void)
+{
+    static const moe_knob_isa v = {isa_names, isa_accepted};
+    pthread_once(&isa_once, isa_values_build);
+    return &v;
+}
+
+moe_status moe_knob_describe(const moe_options *opts, size_t i, moe_knob_info *out)
+{
+    if (!out || i >= MOE_KNOB__COUNT)
+        return MOE_ERANGE;
+    long long num = 0;
+    moe_knob_resolve(opts, (moe_knob)i, isa_values(), out, &num);
+    return MOE_OK;
 }
 
 moe_status moe_ctx_create(const moe_options *opts, moe_ctx **out, char *out_err_msg,
@@ -29,36 +67,20 @@ moe_status moe_ctx_create(const moe_options *opts, moe_ctx **out, char *out_err_
     long long num[MOE_KNOB__COUNT];
     moe_knob_info info[MOE_KNOB__COUNT];
     for (int k = 0; k < MOE_KNOB__COUNT; k++) {
-        if (!moe_knob_resolve(opts, (moe_knob)k, &info[k], &num[k]))
+        if (!moe_knob_resolve(opts, (moe_knob)k, isa_values(), &info[k], &num[k]))
             return fail(out_err_msg, out_err_len, MOE_EINVAL, info[k].error);
     }
 
-    const moe_kernels *kern = NULL;
+    /* The kernel table: MOE_ISA = auto (the registry's best runnable row) or a row by name,
+     * which must be runnable here. */
     const char *isa_where = info[MOE_KNOB_ISA].source == MOE_KNOB_API ? "moe_options.isa" : "MOE_ISA";
-    char m[MOE_ERRMSG_LEN];
-    switch ((int)num[MOE_KNOB_ISA]) {
-    case MOE_ISA_REF:
-        kern = &moe_kernels_ref;
-        break;
-    case MOE_ISA_AVX2:
-        if (!moe_cpu_has_avx2()) {
-            snprintf(m, sizeof m, "%s=avx2: this CPU or OS does not support AVX2+FMA+F16C", isa_where);
-            return fail(out_err_msg, out_err_len, MOE_EUNSUPPORTED, m);
-        }
-        kern = &moe_kernels_avx2;
-        break;
-    case MOE_ISA_AVX512:
-        if (!moe_cpu_has_avx512()) {
-            snprintf(m, sizeof m, "%s=avx512: this CPU or OS does not support AVX-512 F/BW/VL/DQ", isa_where);
-            return fail(out_err_msg, out_err_len, MOE_EUNSUPPORTED, m);
-        }
-        kern = &moe_kernels_avx512;
-        break;
-    default:
-        kern = moe_cpu_has_avx512() ? &moe_kernels_avx512
-               : moe_cpu_has_avx2() ? &moe_kernels_avx2
-                                    : &moe_kernels_ref;
-        break;
+    const size_t row = num[MOE_KNOB_ISA] == MOE_ISA_AUTO ? moe_isa_best() : (size_t)(num[MOE_KNOB_ISA] - 1);
+    const moe_kernels *kern = moe_isa_kernels(row);
+    if (!kern) {
+        char m[MOE_ERRMSG_LEN];
+        snprintf(m, sizeof m, "%s=%s: this CPU or OS does not support %s", isa_where, moe_isa_row_at(row)->name,
+                 moe_isa_row_at(row)->requires);
+        return fail(out_err_msg, out_err_len, MOE_EUNSUPPORTED, m);
     }
 
     moe_ctx *ctx = calloc(1, sizeof *ctx);
@@ -102,6 +124,13 @@ moe_status moe_ctx_create(const moe_options *opts, moe_ctx **out, char *out_err_
     moe_log(ctx, MOE_LOG_INFO, "kernel table %s (isa=%s), %d threads, chunk %lld tokens, options hash %016llx",
             kern->name, info[MOE_KNOB_ISA].value, ctx->num_threads, (long long)ctx->chunk_size,
             (unsigned long long)ctx->options_hash);
+    const moe_cpu_features *cf = moe_cpu_features_get();
+    moe_log(ctx, MOE_LOG_DEBUG, "cpu %s: %s", cf->vendor, moe_cpu_features_text());
+    if (cf->amx_tile && cf->os_amx && !cf->amx_permitted)
+        moe_log(ctx, MOE_LOG_INFO,
+                "AMX present but the tile data permission was refused (arch_prctl ARCH_REQ_XCOMP_PERM: %s): AMX "
+                "counts as absent",
+                strerror(cf->amx_perm_errno));
     *out = ctx;
     return MOE_OK;
 }
@@ -134,4 +163,34 @@ uint64_t moe_ctx_options_hash(const moe_ctx *ctx)
 const char *moe_ctx_isa(const moe_ctx *ctx)
 {
     return ctx ? ctx->kernels->name : "?";
+}
+
+size_t moe_isa_count(void)
+{
+    return moe_isa_rows();
+}
+
+moe_status moe_isa_describe(size_t i, moe_isa_info *out)
+{
+    if (!out)
+        return MOE_EINVAL;
+    memset(out, 0, sizeof *out);
+    const moe_isa_row *r = moe_isa_row_at(i);
+    if (!r)
+        return MOE_ERANGE;
+    out->name = r->name;
+    out->requires = r->requires;
+    const moe_kernels *k = moe_isa_kernels(i);
+    out->runnable = k != NULL;
+    static const struct {
+        unsigned cap;
+        const char *name;
+    } caps[] = {{MOE_CAP_FMA, "fma"},   {MOE_CAP_F16C, "f16c"},         {MOE_CAP_AVX512, "avx512"},
+                {MOE_CAP_VNNI, "vnni"}, {MOE_CAP_AVX512_BF16, "avx512_bf16"}, {MOE_CAP_AMX, "amx"}};
+    size_t used = 0;
+    for (size_t c = 0; k && c < sizeof caps / sizeof caps[0]; c++)
+        if (k->caps & caps[c].cap && used < sizeof out->capabilities)
+            used += (size_t)snprintf(out->capabilities + used, sizeof out->capabilities - used, "%s%s",
+                                     used ? " " : "", caps[c].name);
+    return MOE_OK;
 }

@@ -1,0 +1,313 @@
+/* The forward pass: route -> prepare -> experts -> finalize (and under TP the sum of the
+ * partial outputs), in chunks of at most chunk_size tokens, on a workspace the caller sized
+ * with moe_plan_workspace_size: execute never allocates (tests/unit/test_noalloc.c counts). */
+#include "layer/layer.h"
+#include "parallel/parallel.h"
+#include "route/route.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Workspace of one chunk of Tc tokens, as byte offsets (each slice 64-byte aligned). I and
+ * I_s are this rank's shards; under EP the experts' rows live in the parallel slice. */
+typedef struct ws_layout {
+    size_t xf;       /* [Tc, H] f32: bf16 hidden_states converted */
+    size_t logits;   /* [Tc, E] f32 */
+    size_t ids;      /* [Tc, K] i32 */
+    size_t wts;      /* [Tc, K] f32 */
+    size_t scores;   /* [E] f32 */
+    size_t offsets;  /* [E + 1] i64 */
+    size_t begin;    /* [E] i64 */
+    size_t end;      /* [E] i64 */
+    size_t item_off; /* [E + 1] i64 */
+    size_t rows;     /* [Tc * K] i32, sorted by expert */
+    size_t pos;      /* [Tc * K] i32, position of each (t, k) row in y */
+    size_t keys;     /* [Tc * K] u64 (packed permute) */
+    size_t keys_tmp; /* [Tc * K] u64 */
+    size_t slots;    /* local batched: [E * cap, H] f32 */
+    size_t h;        /* [max(positions * I, Tc * Is)] f32; positions = Tc*K or E*cap (0 under EP) */
+    size_t y;        /* [positions, H] f32 */
+    size_t sgate;    /* [Tc] f32 shared-expert gate */
+    size_t partial;  /* TP: [Tc, H] f32 this rank's partial output */
+    size_t scratch;  /* [threads, moe_gemm_thread_scratch_floats()] f32 */
+    size_t par;      /* moe_par_workspace_bytes(plan, Tc): EP buffers, TP gather */
+    size_t total;
+} ws_layout;
+
+static size_t take(size_t *cur, size_t bytes)
+{
+    size_t at = *cur;
+    *cur += (bytes + 63) & ~(size_t)63;
+    return at;
+}
+
+static ws_layout layout(const moe_plan *p, int64_t Tc)
+{
+    const moe_stage *st = &p->st;
+    const moe_layer_desc *d = &st->desc;
+    const size_t T = (size_t)Tc, H = (size_t)d->hidden_size, E = (size_t)d->num_experts;
+    const size_t K = (size_t)d->top_k, I = (size_t)st->shard.I;
+    const size_t Is = (size_t)st->shard.Is;
+    const int ep_mode = st->par.ep_size > 1;
+    ws_layout l;
+    size_t c = 0;
+    l.xf = take(&c, T * H * 4);
+    l.logits = take(&c, T * E * 4);
+    l.ids = take(&c, T * K * 4);
+    l.wts = take(&c, T * K * 4);
+    l.scores = take(&c, moe_route_scratch_bytes(d));
+    l.offsets = take(&c, (E + 1) * 8);
+    l.begin = take(&c, E * 8);
+    l.end = take(&c, E * 8);
+    l.item_off = take(&c, (E + 1) * 8);
+    l.rows = take(&c, T * K * 4);
+    l.pos = take(&c, T * K * 4);
+    l.keys = take(&c, T * K * 8);
+    l.keys_tmp = take(&c, T * K * 8);
+    const size_t cap = ep_mode ? 0 : (size_t)st->capacity;
+    const size_t positions = ep_mode ? 0 : cap > 0 ? E * cap : T * K;
+    l.slots = take(&c, cap > 0 ? E * cap * H * 4 : 0);
+    size_t hn = positions * I > T * Is ? positions * I : T * Is;
+    l.h = take(&c, hn * 4);
+    l.y = take(&c, positions * H * 4);
+    l.sgate = take(&c, T * 4);
+    l.partial = take(&c, st->par.tp_size > 1 ? T * H * 4 : 0);
+    l.scratch = take(&c, (size_t)st->ctx->num_threads * moe_gemm_thread_scratch_floats() * 4);
+    l.par = take(&c, moe_par_workspace_bytes(st, Tc));
+    l.total = c + 64; /* room to align the caller's pointer up to 64 bytes */
+    return l;
+}
+
+size_t moe_plan_workspace_size(const moe_plan *plan, int64_t max_tokens)
+{
+    if (!plan || max_tokens <= 0)
+        return 0;
+    int64_t Tc = max_tokens < plan->st.chunk_size ? max_tokens : plan->st.chunk_size;
+    return layout(plan, Tc).total;
+}
+
+/* The longest chunk (<= chunk_size) a workspace of `size` bytes at `ws` fits. */
+static int64_t fit_tokens(const moe_plan *p, const void *ws, size_t size)
+{
+    if (!ws)
+        return 0;
+    int64_t lo = 0, hi = p->st.chunk_size;
+    if (layout(p, hi).total <= size)
+        return hi;
+    while (lo + 1 < hi) { /* layout(lo) fits (or lo = 0), layout(hi) does not */
+        int64_t mid = lo + (hi - lo) / 2;
+        if (layout(p, mid).total <= size)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int same_desc(const moe_layer_desc *a, const moe_layer_desc *b)
+{
+    return a->hidden_size == b->hidden_size && a->moe_intermediate_size == b->moe_intermediate_size &&
+           a->num_experts == b->num_experts && a->top_k == b->top_k &&
+           a->shared_expert_intermediate_size == b->shared_expert_intermediate_size &&
+           a->shared_expert_gated == b->shared_expert_gated && a->weight_dtype == b->weight_dtype &&
+           a->has_selection_bias == b->has_selection_bias && a->has_router_bias == b->has_router_bias &&
+           a->has_expert_bias == b->has_expert_bias;
+}
+
+static int same_shard(const moe_shard *a, const moe_shard *b)
+{
+    return a->e0 == b->e0 && a->n_experts == b->n_experts && a->i0 == b->i0 && a->I == b->I && a->is0 == b->is0 &&
+           a->Is == b->Is && a->down_bias == b->down_bias;
+}
+
+/* One chunk: tokens [t0, t0 + Tc): route, shared expert, prepare, experts, finalize (and under
+ * TP the sum of the partial outputs). Parallel plans run every chunk index on every rank,
+ * so Tc may be 0 here (a rank out of tokens still serves its peers' rows). */
+static moe_status run_chunk(const moe_plan *p, const moe_weights *w, const moe_exec_args *a, int64_t t0,
+                            int64_t Tc, int64_t tc_max, unsigned char *ws, const ws_layout *l, moe_exec_stats *stats)
+{
+    const moe_stage *st = &p->st;
+    const moe_ctx *ctx = st->ctx;
+    const moe_layer_desc *d = &st->desc;
+    const int64_t H = d->hidden_size, E = d->num_experts, K = d->top_k;
+    const int64_t Is = st->shard.Is;
+    const int tp = st->par.tp_size > 1;
+    float *scratch = (float *)(ws + l->scratch);
+    if (Tc == 0 && st->par.ep_size == 1)
+        return MOE_OK;
+
+    /* x: [Tc, H] f32 */
+    const float *x = NULL;
+    if (Tc > 0 && a->hidden_dtype == MOE_DTYPE_BF16) {
+        float *xf = (float *)(ws + l->xf);
+        const uint16_t *src = (const uint16_t *)a->hidden_states + t0 * H;
+        moe_convert_to_f32(xf, src, MOE_DTYPE_BF16, (size_t)(Tc * H));
+        x = xf;
+    } else if (Tc > 0) {
+        x = (const float *)a->hidden_states + t0 * H;
+    }
+
+    /* route: logits [Tc, E] -> ids, wts [Tc, K] */
+    int32_t *ids = (int32_t *)(ws + l->ids);
+    float *wts = (float *)(ws + l->wts);
+    if (Tc > 0) {
+        const float *logits;
+        if (a->router_logits) {
+            logits = a->router_logits + t0 * E;
+        } else {
+            float *lg = (float *)(ws + l->logits);
+            moe_linear_rows(ctx, &w->router, x, H, Tc, lg, E, scratch);
+            moe_route_add_bias(w->router_bias, Tc, E, lg);
+            logits = lg;
+        }
+        moe_route_topk(d, w->sel_bias, logits, Tc, ids, wts, ws + l->scores, (moe_topk_method)ctx->topk);
+    }
+
+    /* out: the output rows, or under TP this rank's partial output [Tc, H] */
+    float *out = tp ? (float *)(ws + l->partial) : Tc > 0 ? a->output + t0 * H : NULL;
+    moe_chunk c = {
+        .st = st, .experts = w->experts, .x = x, .T = Tc, .ids = ids, .wts = wts, .out = out,
+        .has_shared = Is > 0, .sgate = (float *)(ws + l->sgate),
+        .offsets = (int64_t *)(ws + l->offsets), .begin = (int64_t *)(ws + l->begin),
+        .end = (int64_t *)(ws + l->end), .rows = (int32_t *)(ws + l->rows), .pos = (int32_t *)(ws + l->pos),
+        .keys = (uint64_t *)(ws + l->keys), .keys_tmp = (uint64_t *)(ws + l->keys_tmp),
+        .slots = (float *)(ws + l->slots), .h = (float *)(ws + l->h), .y = (float *)(ws + l->y),
+        .scratch = scratch, .item_off = (int64_t *)(ws + l->item_off), .stats = stats,
+        .tc_max = tc_max, .par_ws = ws + l->par,
+    };
+
+    /* shared expert first (this rank's I_s shard under TP), straight into out; its scale into sgate */
+    if (Is > 0 && Tc > 0) {
+        float *sgate = (float *)(ws + l->sgate);
+        int64_t b0 = 0, e0 = Tc;
+        moe_mlp_groups sg = {.experts = &w->shared, .x = x, .n_groups = 1, .begin = &b0, .end = &e0, .rows = NULL,
+                             .row_div = 1, .h = c.h, .y = c.out, .lowtok_threshold = 0};
+        moe_mlp_run(ctx, d, &sg, scratch, c.item_off, NULL);
+        if (d->shared_expert_gated) {
+            moe_linear_rows(ctx, &w->shared_gate, x, H, Tc, sgate, 1, scratch);
+            for (int64_t t = 0; t < Tc; t++)
+                sgate[t] = 1.0f / (1.0f + expf(-sgate[t]));
+        } else {
+            for (int64_t t = 0; t < Tc; t++)
+                sgate[t] = 1.0f;
+        }
+    }
+
+    moe_dispatch disp;
+    moe_status rst = p->pf->prepare(&c, &disp);
+    if (rst != MOE_OK)
+        return rst;
+    p->experts->run(&c, &disp);
+    if ((rst = p->pf->finalize(&c, &disp)) != MOE_OK)
+        return rst;
+    if (tp && Tc > 0 && (rst = moe_par_tp_reduce(&c, t0, a->n_tokens, a->output)) != MOE_OK)
+        return rst;
+
+    if (Tc > 0 && a->topk_ids)
+        memcpy(a->topk_ids + t0 * K, ids, sizeof(int32_t) * (size_t)(Tc * K));
+    if (Tc > 0 && a->topk_weights)
+        memcpy(a->topk_weights + t0 * K, wts, sizeof(float) * (size_t)(Tc * K));
+    return MOE_OK;
+}
+
+/* The checks of one rank's arguments (recorded on ctx). Parallel plans allow NULL
+ * hidden_states and output with n_tokens = 0; their workspace is checked collectively. */
+static moe_status check_args(const moe_plan *plan, const moe_weights *weights, const moe_exec_args *a)
+{
+    moe_ctx *ctx = plan->st.ctx;
+    if (!weights || !a)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: %s is NULL", !weights ? "weights" : "args");
+    if (weights->plan != plan && !same_desc(&weights->plan->st.desc, &plan->st.desc))
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: weights were packed for a different layer description");
+    if (!same_shard(&weights->shard, &plan->st.shard))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "moe_plan_execute: weights were packed for another share of the layer (experts [%lld, %lld), "
+                             "I columns [%lld, %lld)) than this plan's rank holds (experts [%lld, %lld), I columns "
+                             "[%lld, %lld))",
+                             (long long)weights->shard.e0, (long long)(weights->shard.e0 + weights->shard.n_experts),
+                             (long long)weights->shard.i0, (long long)(weights->shard.i0 + weights->shard.I),
+                             (long long)plan->st.shard.e0, (long long)(plan->st.shard.e0 + plan->st.shard.n_experts),
+                             (long long)plan->st.shard.i0, (long long)(plan->st.shard.i0 + plan->st.shard.I));
+    if (a->n_tokens < 0)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: n_tokens = %lld is negative", (long long)a->n_tokens);
+    if (a->n_tokens == 0)
+        return MOE_OK;
+    if (a->hidden_dtype != MOE_DTYPE_F32 && a->hidden_dtype != MOE_DTYPE_BF16)
+        return moe_set_error(ctx, MOE_EDTYPE, "moe_plan_execute: hidden_states dtype %s, expected F32 or BF16",
+                             moe_dtype_name(a->hidden_dtype));
+    if (!a->hidden_states || !a->output)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: %s is NULL",
+                             !a->hidden_states ? "hidden_states" : "output");
+    if (plan->st.parallel)
+        return MOE_OK;
+    size_t need = moe_plan_workspace_size(plan, a->n_tokens);
+    if (!a->workspace || a->workspace_size < need)
+        return moe_set_error(ctx, MOE_EWORKSPACE,
+                             "moe_plan_execute: workspace of %zu bytes at %p, need %zu for %lld tokens "
+                             "(moe_plan_workspace_size)",
+                             a->workspace ? a->workspace_size : 0, a->workspace, need, (long long)a->n_tokens);
+    return MOE_OK;
+}
+
+moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
+                               const moe_exec_args *a)
+{
+    if (!plan)
+        return MOE_EINVAL;
+    moe_ctx *ctx = plan->st.ctx;
+    moe_status st = check_args(plan, weights, a);
+    int64_t Tc, n_chunks, max_tokens;
+    if (!plan->st.parallel) {
+        if (st != MOE_OK || a->n_tokens == 0)
+            return st;
+        Tc = a->n_tokens < plan->st.chunk_size ? a->n_tokens : plan->st.chunk_size;
+        n_chunks = (a->n_tokens + Tc - 1) / Tc;
+        max_tokens = a->n_tokens;
+    } else {
+        /* collective: every rank learns every rank's token count, workspace and status */
+        const int64_t T = st == MOE_OK ? a->n_tokens : 0;
+        const int64_t fit = st == MOE_OK ? fit_tokens(plan, a->workspace, a->workspace_size) : 0;
+        st = moe_par_begin(&plan->st, st, T, fit, &Tc, &n_chunks, &max_tokens);
+        if (st != MOE_OK)
+            return st;
+    }
+
+    moe_exec_stats local;
+    moe_exec_stats *stp = a->stats ? a->stats : &local;
+    memset(stp, 0, sizeof *stp);
+    stp->isa = ctx->kernels->name;
+    stp->prepare_finalize = plan->pf->name;
+    stp->experts = plan->experts->name;
+    stp->topk = ctx->topk == MOE_TOPK_ROWMAX ? "rowmax" : "sort";
+    stp->threads = ctx->num_threads;
+    stp->chunk_tokens = Tc;
+    stp->max_tokens = max_tokens;
+    if (n_chunks == 0)
+        return MOE_OK;
+    ws_layout l = layout(plan, Tc);
+    unsigned char *ws = (unsigned char *)(((uintptr_t)a->workspace + 63) & ~(uintptr_t)63);
+    for (int64_t c = 0; c < n_chunks; c++) {
+        const int64_t t0 = c * Tc;
+        const int64_t n = a->n_tokens - t0 < 0 ? 0 : a->n_tokens - t0 < Tc ? a->n_tokens - t0 : Tc;
+        st = run_chunk(plan, weights, a, t0, n, Tc, ws, &l, stp);
+        if (st != MOE_OK)
+            return st;
+        if (n > 0)
+            stp->chunks++;
+    }
+    return MOE_OK;
+}
+
+moe_status moe_plan_execute(const moe_plan *plan, const moe_weights *weights, const float *x,
+                            int64_t n_tokens, float *out, void *workspace, size_t workspace_size)
+{
+    moe_exec_args a = {0};
+    a.hidden_states = x;
+    a.hidden_dtype = MOE_DTYPE_F32;
+    a.n_tokens = n_tokens;
+    a.output = out;
+    a.workspace = workspace;
+    a.workspace_size = workspace_size;
+    return moe_plan_execute_ex(plan, weights, &a);
+}

@@ -1,0 +1,49 @@
+/* The orchestrator's objects (src/layer): the plan (a layer description compiled once: the
+ * stage view every stage reads, the composition, the canonical text) and the weights (packed
+ * once, seen by the experts stage as an array of moe_expert_mats). Only src/layer includes
+ * this: the stages read core/stage.h's moe_stage and gemm/grouped.h's moe_expert_mats. */
+#ifndef MOE_LAYER_LAYER_H
+#define MOE_LAYER_LAYER_H
+
+#include "core/stage.h"
+#include "gemm/grouped.h"
+
+struct moe_plan {
+    moe_stage st;                           /* what the stages read (core/stage.h) */
+    const moe_pf_impl *pf;                  /* prepare/finalize */
+    const moe_experts_impl *experts;        /* experts */
+    char text[MOE_PLAN_TEXT_LEN];           /* canonical text: knobs + description */
+    uint64_t hash;                          /* XXH64 of text */
+};
+
+struct moe_weights {
+    const moe_plan *plan;
+    moe_shard shard;          /* the share packed: local experts, I and I_s shards */
+    moe_dtype dtype;          /* expert weight dtype (the shared expert's) */
+    moe_pmat router;          /* [E, H] f32, packed */
+    moe_pmat shared_gate;     /* [1, H] f32, packed; data NULL unless gated */
+    float *router_bias;       /* [E] f32 b_r, or NULL (desc has_router_bias) */
+    float *sel_bias;          /* [E] f32 b_s, or NULL (desc has_selection_bias) */
+    moe_expert_mats *experts; /* [n_experts] the local experts as the driver reads them */
+    moe_expert_mats shared;   /* the shared expert (I = shard.Is; data NULL without one) */
+    size_t expert_bytes;      /* packed routed (codes and scales) + shared expert bytes */
+    /* owned buffers */
+    void *router_buf;         /* router.data */
+    void *shared_gate_buf;    /* shared_gate.data */
+    void *shared_buf;         /* the shared expert: gate [Is, H], up [Is, H], down [H, Is] packed */
+    void **mats;              /* [3 * n_experts] each routed matrix's packed codes (gate, up, down) */
+    float **scales;           /* [3 * n_experts] quantized: each matrix's [N * ng] f32 scales, else NULL */
+    float **zeros;            /* [3 * n_experts] MOE_WF_I4ZP: its zero points, else NULL */
+    int32_t **comps;          /* [3 * n_experts] MOE_WF_W8A8: its [N] compensation, else NULL */
+    struct moe_qmat *qm;      /* [3 * n_experts] quantized: what the kernels read beside the codes */
+    float *expert_bias;       /* [n_experts, 2I + H] f32 {b_g, b_u, b_d}, or NULL (has_expert_bias) */
+};
+
+/* Validate a layer description as moe_plan_create does (the error recorded on ctx). */
+moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d);
+
+/* Log at plan creation (WARNING) every cost of this plan nobody asked for that moe_plan_report
+ * also gives as data: the kernel table's fallbacks to scalar entries (report.c). */
+void moe_plan_log_costs(const moe_plan *p);
+
+#endif

@@ -1,0 +1,374 @@
+/* Plan creation: the layer description validated and compiled once (the stage view, the
+ * prepare/finalize and experts composition, the canonical text and hash; collective for
+ * parallel plans), and the plan's accessors. The forward pass is in execute.c, the costs it
+ * reports in report.c. */
+#include "layer/layer.h"
+#include "parallel/parallel.h"
+#include "quant/quant.h"
+#include "route/route.h"
+
+#include <stdio.h>
+#include <xxhash.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void moe_layer_desc_init(moe_layer_desc *d)
+{
+    memset(d, 0, sizeof *d);
+    d->family = MOE_FAMILY_CUSTOM;
+    d->scoring_func = MOE_SCORING_SOFTMAX;
+    d->renormalize = 0;
+    d->routed_scaling_factor = 1.0f;
+    d->activation = MOE_ACT_SWIGLU;
+    d->shared_expert_intermediate_size = 0;
+    d->shared_expert_gated = 0;
+    d->weight_dtype = MOE_DTYPE_BF16;
+    d->group_score = MOE_GROUP_SCORE_MAX;
+    d->swiglu_alpha = 1.702f;
+    d->swiglu_limit = 7.0f;
+}
+
+/* Largest sizes accepted: keep every product below 2^62 elements. */
+#define MOE_MAX_DIM ((int64_t)1 << 24)
+
+void moe_plan_config_init(moe_plan_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->prepare_finalize = MOE_PF_LOCAL;
+    cfg->experts = MOE_EXPERTS_GROUPED;
+    cfg->batched_capacity = 64;
+    cfg->parallel.ep_size = 1;
+    cfg->parallel.ep_rank = 0;
+    cfg->parallel.tp_size = 1;
+    cfg->parallel.tp_rank = 0;
+    cfg->parallel.dp_size = 1;
+    cfg->parallel.dp_rank = 0;
+    cfg->parallel.comm = NULL;
+    cfg->parallel.low_latency = 0;
+    cfg->parallel.dispatch_dtype = MOE_DTYPE_F32;
+    cfg->parallel.timeout_s = 300.0;
+}
+
+/* The parallel fields every rank can check alone (coordinates are checked collectively). */
+static moe_status check_parallel(moe_ctx *ctx, const moe_layer_desc *d, const moe_parallel_config *par)
+{
+    const int64_t E = d->num_experts, I = d->moe_intermediate_size, Is = d->shared_expert_intermediate_size;
+    if (par->ep_size < 1 || par->ep_size > E)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "plan config: parallel.ep_size = %d, must be in [1, num_experts = %lld] (every EP rank "
+                             "holds at least one expert)",
+                             par->ep_size, (long long)E);
+    if (par->tp_size < 1 || par->tp_size > I || (Is > 0 && par->tp_size > Is))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "plan config: parallel.tp_size = %d, must be in [1, %lld] (every TP rank holds at least "
+                             "one column of moe_intermediate_size = %lld%s)",
+                             par->tp_size, (long long)(Is > 0 && Is < I ? Is : I), (long long)I,
+                             Is > 0 ? " and of shared_expert_intermediate_size" : "");
+    if ((int64_t)par->ep_size * par->tp_size > (1 << 20))
+        return moe_set_error(ctx, MOE_EINVAL, "plan config: parallel.ep_size * tp_size = %lld is too large",
+                             (long long)par->ep_size * par->tp_size);
+    const int single = par->ep_size * par->tp_size == 1;
+    if (par->ep_rank < -1 || par->tp_rank < -1 || (single && (par->ep_rank > 0 || par->tp_rank > 0)))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "plan config: parallel.ep_rank = %d, tp_rank = %d: each must be in [0, its size) or -1 "
+                             "(derived from the communicator rank)",
+                             par->ep_rank, par->tp_rank);
+    if (single && (par->dp_size < 1 || par->dp_rank < 0 || par->dp_rank >= par->dp_size))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "plan config: parallel.dp_rank = %d with dp_size = %d; need dp_size >= 1 and 0 <= dp_rank "
+                             "< dp_size",
+                             par->dp_rank, par->dp_size);
+    if (!(par->timeout_s > 0.0) || isinf(par->timeout_s))
+        return moe_set_error(ctx, MOE_EINVAL, "plan config: parallel.timeout_s = %g, must be finite and > 0",
+                             par->timeout_s);
+    if (par->low_latency != 0 && par->low_latency != 1)
+        return moe_set_error(ctx, MOE_EINVAL, "plan config: parallel.low_latency = %d, must be 0 or 1", par->low_latency);
+    if (par->dispatch_dtype != MOE_DTYPE_F32 && par->dispatch_dtype != MOE_DTYPE_F8_E4M3 &&
+        par->dispatch_dtype != MOE_DTYPE_I8)
+        return moe_set_error(ctx, MOE_EINVAL, "plan config: parallel.dispatch_dtype = %s, expected F32, F8_E4M3 or I8",
+                             moe_dtype_name(par->dispatch_dtype));
+    if (par->dispatch_dtype != MOE_DTYPE_F32 && par->ep_size < 2)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "plan config: parallel.dispatch_dtype = %s needs ep_size > 1 (only the expert-parallel "
+                             "dispatch sends activations)",
+                             moe_dtype_name(par->dispatch_dtype));
+    return MOE_OK;
+}
+
+moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
+{
+    struct {
+        const char *name;
+        int64_t v;
+    } sizes[] = {{"hidden_size", d->hidden_size},
+                 {"moe_intermediate_size", d->moe_intermediate_size},
+                 {"num_experts", d->num_experts},
+                 {"top_k", d->top_k}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        if (sizes[i].v <= 0 || sizes[i].v > MOE_MAX_DIM)
+            return moe_set_error(ctx, MOE_EINVAL, "layer description: %s = %lld, must be in [1, %lld]",
+                                 sizes[i].name, (long long)sizes[i].v, (long long)MOE_MAX_DIM);
+    }
+    if (d->top_k > d->num_experts)
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: top_k = %lld exceeds num_experts = %lld",
+                             (long long)d->top_k, (long long)d->num_experts);
+    if (d->shared_expert_intermediate_size < 0 || d->shared_expert_intermediate_size > MOE_MAX_DIM)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "layer description: shared_expert_intermediate_size = %lld, must be in [0, %lld]",
+                             (long long)d->shared_expert_intermediate_size, (long long)MOE_MAX_DIM);
+    if (d->shared_expert_gated && d->shared_expert_intermediate_size == 0)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "layer description: shared_expert_gated set without a shared expert "
+                             "(shared_expert_intermediate_size = 0)");
+    if (!(d->routed_scaling_factor > 0.0f) || isinf(d->routed_scaling_factor))
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: routed_scaling_factor = %g, must be finite and > 0",
+                             (double)d->routed_scaling_factor);
+    if (d->scoring_func != MOE_SCORING_SOFTMAX && d->scoring_func != MOE_SCORING_SIGMOID &&
+        d->scoring_func != MOE_SCORING_TOPK_SOFTMAX && d->scoring_func != MOE_SCORING_TOPK_SIGMOID)
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: scoring_func = %d is not a moe_scoring value",
+                             (int)d->scoring_func);
+    if (d->activation != MOE_ACT_SWIGLU && d->activation != MOE_ACT_GEGLU && d->activation != MOE_ACT_GEGLU_TANH &&
+        d->activation != MOE_ACT_SWIGLU_OAI)
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: activation = %d is not a moe_activation value",
+                             (int)d->activation);
+    {
+        moe_status rst = moe_route_check_desc(ctx, d);
+        if (rst != MOE_OK)
+            return rst;
+    }
+    if (d->weight_dtype != MOE_DTYPE_F32 && d->weight_dtype != MOE_DTYPE_BF16 &&
+        d->weight_dtype != MOE_DTYPE_F16)
+        return moe_set_error(ctx, MOE_EDTYPE, "layer description: weight_dtype %s, expected F32, BF16 or F16",
+                             moe_dtype_name(d->weight_dtype));
+    {
+        moe_status qst = moe_quant_validate(ctx, d); /* desc->quant (src/quant) */
+        if (qst != MOE_OK)
+            return qst;
+    }
+    /* the packed weights must be addressable */
+    size_t bytes = 0;
+    if (!moe_mul_size((size_t)d->num_experts, (size_t)(3 * d->moe_intermediate_size), &bytes) ||
+        !moe_mul_size(bytes, (size_t)d->hidden_size * moe_dtype_size(d->weight_dtype), &bytes))
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: expert weights exceed the address space");
+    return MOE_OK;
+}
+
+moe_status moe_plan_create(moe_ctx *ctx, const moe_layer_desc *desc, moe_plan **out)
+{
+    return moe_plan_create_ex(ctx, desc, NULL, out);
+}
+
+/* Canonical "key=value;" text of the knobs, the description and the composition (the parallel
+ * sizes and dispatch dtype included, the rank coordinates not: every rank has the same text). */
+static void plan_text(moe_plan *p)
+{
+    const moe_layer_desc *d = &p->st.desc;
+    snprintf(p->text, sizeof p->text,
+             "%shidden_size=%lld;moe_intermediate_size=%lld;num_experts=%lld;top_k=%lld;scoring_func=%d;"
+             "renormalize=%d;routed_scaling_factor=%.9g;activation=%d;shared_expert_intermediate_size=%lld;"
+             "shared_expert_gated=%d;weight_dtype=%s;n_group=%lld;topk_group=%lld;group_score=%d;"
+             "has_selection_bias=%d;has_router_bias=%d;has_expert_bias=%d;apply_router_weight_on_input=%d;"
+             "swiglu_alpha=%.9g;swiglu_limit=%.9g;prepare_finalize=%s;experts=%s;capacity=%lld;ep_size=%d;"
+             "tp_size=%d;dispatch_dtype=%s;",
+             p->st.ctx->options_text, (long long)d->hidden_size, (long long)d->moe_intermediate_size,
+             (long long)d->num_experts, (long long)d->top_k, (int)d->scoring_func, d->renormalize,
+             (double)d->routed_scaling_factor, (int)d->activation, (long long)d->shared_expert_intermediate_size,
+             d->shared_expert_gated, moe_dtype_name(d->weight_dtype), (long long)d->n_group,
+             (long long)d->topk_group, (int)d->group_score, d->has_selection_bias, d->has_router_bias,
+             d->has_expert_bias, d->apply_router_weight_on_input, (double)d->swiglu_alpha,
+             (double)d->swiglu_limit, p->pf->name, p->experts->name, (long long)p->st.capacity, p->st.par.ep_size,
+             p->st.par.tp_size, moe_dtype_name(p->st.par.dispatch_dtype));
+    if (moe_quant_active(&d->quant)) {
+        size_t used = strlen(p->text);
+        moe_quant_text(&d->quant, p->text + used, sizeof p->text - used);
+    }
+    p->hash = XXH64(p->text, strlen(p->text), 0);
+}
+
+moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const moe_plan_config *cfg,
+                              moe_plan **out)
+{
+    if (!out)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_create: out is NULL");
+    *out = NULL;
+    if (!ctx)
+        return MOE_EINVAL;
+    if (!desc)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_create: desc is NULL");
+    const moe_layer_desc *d = desc;
+    moe_status dst = moe_plan_check_desc(ctx, d);
+    if (dst != MOE_OK)
+        return dst;
+
+    moe_plan_config c;
+    if (cfg)
+        c = *cfg;
+    else
+        moe_plan_config_init(&c);
+    moe_status pst = check_parallel(ctx, d, &c.parallel);
+    if (pst != MOE_OK)
+        return pst;
+    const moe_parallel_config *par = &c.parallel;
+    if (d->quant.act == MOE_QACT_TOKEN_GROUP) /* fp8 w8a8: every TP shard must start on a k-block of w2 */
+        for (int r = 0; r < par->tp_size; r++) {
+            const int64_t i0 = moe_split_first(d->moe_intermediate_size, par->tp_size, r);
+            if (i0 % d->quant.w2.block_k != 0)
+                return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                                     "layer description: fp8 w8a8 (quant.act = TOKEN_GROUP) under TP: tp rank %d's "
+                                     "shard of the intermediate size %lld starts at column %lld, inside a "
+                                     "down-projection k-block of %lld (block_k), so its activation groups would not "
+                                     "line up with the weight blocks; choose tp_size so that every shard starts on a "
+                                     "multiple of block_k, use EP, or weight-only fp8-block",
+                                     r, (long long)d->moe_intermediate_size, (long long)i0,
+                                     (long long)d->quant.w2.block_k);
+        }
+    /* Composition: low_latency picks the batched format; with ep_size > 1 the local kinds
+     * become the expert-parallel kind of the same format. */
+    moe_prepare_finalize_kind pfk = c.prepare_finalize;
+    moe_experts_kind exk = c.experts;
+    if (par->low_latency) {
+        pfk = par->ep_size > 1 ? MOE_PF_EP_BATCHED : MOE_PF_LOCAL_BATCHED;
+        exk = MOE_EXPERTS_BATCHED;
+    } else if (par->ep_size > 1) {
+        if (pfk == MOE_PF_LOCAL)
+            pfk = MOE_PF_EP_ALLTOALL;
+        else if (pfk == MOE_PF_LOCAL_BATCHED)
+            pfk = MOE_PF_EP_BATCHED;
+    }
+    const moe_pf_impl *pf = pfk == MOE_PF_LOCAL           ? &moe_pf_local
+                            : pfk == MOE_PF_LOCAL_BATCHED ? &moe_pf_local_batched
+                            : pfk == MOE_PF_EP_ALLTOALL   ? &moe_pf_ep_alltoall
+                            : pfk == MOE_PF_EP_BATCHED    ? &moe_pf_ep_batched
+                                                          : NULL;
+    const moe_experts_impl *ex = exk == MOE_EXPERTS_GROUPED   ? &moe_experts_grouped
+                                 : exk == MOE_EXPERTS_BATCHED ? &moe_experts_batched
+                                                              : NULL;
+    if (!pf)
+        return moe_set_error(ctx, MOE_EINVAL, "plan config: prepare_finalize = %d is not a moe_prepare_finalize_kind",
+                             (int)c.prepare_finalize);
+    if (!ex)
+        return moe_set_error(ctx, MOE_EINVAL, "plan config: experts = %d is not a moe_experts_kind", (int)c.experts);
+    if ((pf == &moe_pf_ep_alltoall || pf == &moe_pf_ep_batched) && par->ep_size < 2)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "plan config: prepare_finalize '%s' is expert parallel and needs parallel.ep_size > 1 "
+                             "(ep_size = %d); use MOE_PF_LOCAL or MOE_PF_LOCAL_BATCHED in one process",
+                             pf->name, par->ep_size);
+    if (pf->format != ex->format)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "plan config: prepare/finalize '%s' produces the %s activation format but experts '%s' "
+                             "consume the %s format; pair them by format",
+                             pf->name, moe_format_name(pf->format), ex->name, moe_format_name(ex->format));
+    if (pf->format == MOE_FORMAT_BATCHED && c.batched_capacity < 1)
+        return moe_set_error(ctx, MOE_EINVAL, "plan config: batched_capacity = %lld, must be >= 1",
+                             (long long)c.batched_capacity);
+    if (pf == &moe_pf_ep_batched) {
+        /* slot blocks are counted in int: [emax][capacity] slots per block, E_local * ep *
+         * capacity slots on the receiving side */
+        const int64_t emax = (d->num_experts + par->ep_size - 1) / par->ep_size;
+        if (c.batched_capacity > (int64_t)(INT32_MAX / 4) / (emax * par->ep_size))
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "plan config: batched_capacity = %lld is too large for %lld experts per rank on %d "
+                                 "ranks (slot blocks would exceed 2^31 slots)",
+                                 (long long)c.batched_capacity, (long long)emax, par->ep_size);
+    }
+
+    moe_plan *p = calloc(1, sizeof *p);
+    if (!p)
+        return moe_set_error(ctx, MOE_ENOMEM, "moe_plan_create: out of memory");
+    moe_stage *st = &p->st;
+    st->ctx = ctx;
+    st->desc = *d;
+    p->pf = pf;
+    p->experts = ex;
+    st->batched = pf->format == MOE_FORMAT_BATCHED;
+    st->par = *par;
+    st->par.comm = NULL;
+    st->parallel = par->ep_size * par->tp_size > 1;
+    if (!st->parallel) /* -1 = derived: the only rank */
+        st->par.ep_rank = st->par.tp_rank = 0;
+    /* Row ids t*K+k of a chunk are int32: keep chunk * K below 2^31; under EP a rank may
+     * receive ep_size chunks' rows, so keep ep_size * chunk * K below 2^31 too. */
+    int64_t max_chunk = (int64_t)(INT32_MAX / (d->top_k * par->ep_size));
+    st->chunk_size = ctx->chunk_size < max_chunk ? ctx->chunk_size : max_chunk;
+    if (st->chunk_size < ctx->chunk_size)
+        moe_log(ctx, MOE_LOG_INFO, "chunk size lowered from %lld to %lld tokens so that row ids fit in 32 bits",
+                (long long)ctx->chunk_size, (long long)st->chunk_size);
+    if (pf->format == MOE_FORMAT_BATCHED) {
+        /* a chunk of at most `capacity` tokens never overflows an expert's slots */
+        st->capacity = c.batched_capacity;
+        if (st->chunk_size > st->capacity) {
+            moe_log(ctx, MOE_LOG_INFO, "batched format: chunks cut from %lld to %lld tokens (the capacity per expert)",
+                    (long long)st->chunk_size, (long long)st->capacity);
+            st->chunk_size = st->capacity;
+        }
+    }
+    plan_text(p);
+    if (st->parallel) {
+        /* collective: every rank checks that every other has the same plan */
+        moe_status pst2 = moe_par_create(st, p->text, p->hash, par->comm);
+        if (pst2 != MOE_OK) {
+            free(p);
+            return pst2;
+        }
+    }
+    moe_par_shard(&st->desc, &st->par, &st->shard);
+    /* Every cost nobody asked for is logged with its size (report.c: the kernel table's
+     * fallbacks, padding, duplicated memory; moe_plan_report gives the same as data). */
+    moe_plan_log_costs(p);
+    *out = p;
+    return MOE_OK;
+}
+
+void moe_plan_free(moe_plan *plan)
+{
+    if (!plan)
+        return;
+    moe_par_free(plan->st.mpi);
+    free(plan);
+}
+
+const moe_parallel_config *moe_plan_parallel(const moe_plan *plan)
+{
+    return plan ? &plan->st.par : NULL;
+}
+
+moe_status moe_plan_expert_map(const moe_plan *plan, int32_t *out)
+{
+    if (!plan)
+        return MOE_EINVAL;
+    if (!out)
+        return moe_set_error(plan->st.ctx, MOE_EINVAL, "moe_plan_expert_map: out is NULL");
+    const moe_shard *sh = &plan->st.shard;
+    for (int64_t e = 0; e < plan->st.desc.num_experts; e++)
+        out[e] = e >= sh->e0 && e < sh->e0 + sh->n_experts ? (int32_t)(e - sh->e0) : -1;
+    return MOE_OK;
+}
+
+void moe_plan_tp_rows(const moe_plan *plan, int64_t n_tokens, int64_t *begin, int64_t *end)
+{
+    int64_t b = 0, e = n_tokens > 0 ? n_tokens : 0;
+    if (plan)
+        moe_par_tp_rows(&plan->st, e, &b, &e);
+    if (begin)
+        *begin = b;
+    if (end)
+        *end = e;
+}
+
+const moe_layer_desc *moe_plan_desc(const moe_plan *plan)
+{
+    return plan ? &plan->st.desc : NULL;
+}
+
+const char *moe_plan_text(const moe_plan *plan)
+{
+    return plan ? plan->text : "";
+}
+
+uint64_t moe_plan_hash(const moe_plan *plan)
+{
+    return plan ? plan->hash : 0;
+}
+

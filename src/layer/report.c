@@ -1,0 +1,296 @@
+/* The plan report (moe.h "Plan report"): a rank's bytes and every cost nobody asked for, from
+ * the same rules the weight builder (weights.c: the format rows' packed sizes and TP slicing)
+ * and the kernel tables (their native and tail_ref masks) follow, so `moe plan` prints the
+ * library's numbers instead of recomputing them. Also the WARNINGs a plan logs when created. */
+#include "core/knobs.h"
+#include "layer/layer.h"
+#include "parallel/parallel.h"
+#include "quant/quant.h"
+#include "route/route.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The routed experts' format of d (the weight dtype's plain row, or the scheme's). */
+static moe_wfmt routed_format(const moe_layer_desc *d, int w2)
+{
+    const moe_quant_config *qc = &d->quant;
+    if (!moe_quant_active(qc))
+        return moe_plain_format(d->weight_dtype);
+    return moe_quant_kind(w2 ? &qc->w2 : &qc->w13, qc->act);
+}
+
+/* Bytes of the routed experts of shard sh as weights.c packs them: codes, f32 scales (and zero
+ * points, w8a8 sums), the scale bytes held twice over the TP ranks, and the down projection's
+ * scale cell along I as the source has it and as this shard keeps it. */
+typedef struct shard_bytes {
+    uint64_t codes, scales, dup;
+    int64_t w2_cell, w2_kept;
+} shard_bytes;
+
+static shard_bytes routed_bytes(const moe_layer_desc *d, const moe_shard *sh)
+{
+    shard_bytes b = {0};
+    const moe_quant_config *qc = &d->quant;
+    const int quant = moe_quant_active(qc);
+    const int64_t H = d->hidden_size, I = d->moe_intermediate_size, Il = sh->I, i0 = sh->i0;
+    moe_qweight q13 = qc->w13, q2 = qc->w2;
+    if (quant && (moe_quant_slice_qweight(&qc->w13, i0, Il, 0, H, &q13) != 0 ||
+                  moe_quant_slice_qweight(&qc->w2, 0, H, i0, Il, &q2) != 0))
+        return b; /* not packable (an odd 4-bit shard): moe_weights_create refuses it */
+    for (int mat = 0; mat < 3; mat++) {
+        const moe_format *f = moe_format_row(routed_format(d, mat == 2));
+        const int64_t N = mat == 2 ? H : Il, K = mat == 2 ? Il : H;
+        b.codes += (uint64_t)f->packed_bytes(N, K);
+        if (!quant)
+            continue;
+        const moe_qweight *qw = mat == 2 ? &q2 : &q13, *whole = mat == 2 ? &qc->w2 : &qc->w13;
+        const int64_t gk = moe_quant_gk(qw, K), ng = (K + gk - 1) / gk;
+        const uint64_t per = sizeof(float) * (qw->has_zero_point ? 2 : 1);
+        b.scales += per * (uint64_t)(N * ng) + (f->fmt == MOE_WF_W8A8 ? sizeof(int32_t) * (uint64_t)N : 0);
+        /* the cells along K whose first column lies in the shard are its own (weights.c) */
+        const int64_t gkw = moe_quant_gk(whole, mat == 2 ? I : H);
+        const int64_t k0 = mat == 2 ? i0 : 0;
+        const int64_t own = (k0 + K - 1) / gkw - (k0 + gkw - 1) / gkw + 1;
+        b.dup += per * (uint64_t)(N * (ng - own));
+    }
+    if (quant) {
+        b.w2_cell = moe_quant_gk(&qc->w2, I);
+        b.w2_kept = moe_quant_gk(&q2, Il);
+    }
+    b.codes *= (uint64_t)sh->n_experts;
+    b.scales *= (uint64_t)sh->n_experts;
+    b.dup *= (uint64_t)sh->n_experts;
+    return b;
+}
+
+static void add_cost(moe_rank_report *r, const char *kind, double bytes, double flop_share, const char *fmt, ...)
+    MOE_PRINTF(5, 6);
+static void add_cost(moe_rank_report *r, const char *kind, double bytes, double flop_share, const char *fmt, ...)
+{
+    if (r->n_costs >= MOE_REPORT_MAX_COSTS)
+        return;
+    moe_cost *c = &r->costs[r->n_costs++];
+    c->kind = kind;
+    c->bytes = bytes;
+    c->flop_share = flop_share;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->what, sizeof c->what, fmt, ap);
+    va_end(ap);
+}
+
+/* The share of the layer's FLOPs (router + routed experts + shared expert) the routed experts are. */
+static double routed_flop_share(const moe_layer_desc *d)
+{
+    const double H = (double)d->hidden_size, I = (double)d->moe_intermediate_size;
+    const double ex = 2.0 * (double)d->top_k * 3.0 * H * I;
+    const double all = ex + 2.0 * (double)d->num_experts * H + 2.0 * 3.0 * H * (double)d->shared_expert_intermediate_size;
+    return ex / all;
+}
+
+/* 1 when the kernel table runs format f on the ref's scalar entries (a table other than "ref"
+ * itself, whose kernels are the ref's by choice). */
+static int is_fallback(const moe_kernels *k, moe_wfmt f)
+{
+    return strcmp(k->name, "ref") != 0 && !(k->native >> f & 1u);
+}
+
+static void report(const moe_ctx *ctx, const moe_layer_desc *d, const moe_parallel_config *par, moe_rank_report *r)
+{
+    const moe_kernels *k = ctx->kernels;
+    const moe_quant_config *qc = &d->quant;
+    const int quant = moe_quant_active(qc);
+    const int64_t H = d->hidden_size, I = d->moe_intermediate_size, E = d->num_experts, K = d->top_k;
+    const int64_t Is = d->shared_expert_intermediate_size;
+    const int ep = par->ep_size, tp = par->tp_size;
+    const moe_wfmt f13 = routed_format(d, 0);
+    const double es = (double)moe_dtype_size(d->weight_dtype);
+    memset(r, 0, sizeof *r);
+    r->kernel_table = k->name;
+    r->quantized = quant;
+    r->experts_format = quant ? moe_quant_name(qc) : moe_format_row(f13)->name;
+    r->code_bits = quant ? (moe_format_row(f13)->four_bit ? 4 : 8) : (int)(8 * moe_dtype_size(d->weight_dtype));
+
+    /* this rank */
+    moe_shard sh;
+    moe_par_shard(d, par, &sh);
+    const shard_bytes mine = routed_bytes(d, &sh);
+    r->ep_rank = par->ep_rank;
+    r->tp_rank = par->tp_rank;
+    r->expert_first = sh.e0;
+    r->n_experts = sh.n_experts;
+    r->i_first = sh.i0;
+    r->i_cols = sh.I;
+    r->shared_i_first = sh.is0;
+    r->shared_i_cols = sh.Is;
+    r->code_bytes = mine.codes;
+    r->scale_bytes = mine.scales;
+    r->dup_scale_bytes = mine.dup;
+    r->shared_bytes = (uint64_t)(3.0 * (double)H * (double)sh.Is * es);
+    r->router_bytes = (uint64_t)(4 * E * H);
+    r->padding_bytes = 0;
+    r->w2_scale_cell = mine.w2_cell;
+    r->w2_scale_cell_kept = mine.w2_kept;
+
+    /* the layer in one process, and every rank of the layout */
+    moe_parallel_config one = *par;
+    one.ep_size = one.tp_size = 1;
+    one.ep_rank = one.tp_rank = 0;
+    moe_shard whole;
+    moe_par_shard(d, &one, &whole);
+    const shard_bytes all1 = routed_bytes(d, &whole);
+    r->layer_bytes = all1.codes + (uint64_t)(3.0 * (double)H * (double)Is * es);
+    const double expert_codes = E > 0 ? (double)all1.codes / (double)E : 0.0; /* one expert's packed weights */
+    r->flops_per_token = 2.0 * (double)K * 3.0 * (double)H * (double)I + 2.0 * 3.0 * (double)H * (double)Is +
+                         2.0 * (double)E * (double)H;
+    r->decode_bytes_per_token = (double)K * expert_codes + 3.0 * (double)H * (double)Is * es;
+    uint64_t max_dup = 0, total_dup = 0;
+    int cut_cell = 0, tail = 0;
+    for (int g = 0; g < ep; g++)
+        for (int t = 0; t < tp; t++) {
+            moe_parallel_config pr = *par;
+            pr.ep_rank = g;
+            pr.tp_rank = t;
+            moe_shard s;
+            moe_par_shard(d, &pr, &s);
+            const shard_bytes b = routed_bytes(d, &s);
+            r->total_bytes += b.codes + b.scales + (uint64_t)(3.0 * (double)H * (double)s.Is * es);
+            total_dup += b.dup;
+            max_dup = b.dup > max_dup ? b.dup : max_dup;
+            if (quant && tp > 1 && b.w2_kept != b.w2_cell && b.w2_kept != s.I)
+                cut_cell = 1;
+            if (s.I % MOE_PANEL != 0)
+                tail = 1;
+        }
+    if (H % MOE_PANEL != 0)
+        tail = 1;
+
+    /* every cost nobody asked for */
+    if (Is && ep > 1)
+        add_cost(r, "replicated", 3.0 * (double)H * (double)(Is / tp + (Is % tp ? 1 : 0)) * es, 0.0,
+                 "shared expert replicated on every expert-parallel group (each adds it once, for its own tokens); "
+                 "bytes per replica");
+    if (ep > 1 || tp > 1)
+        add_cost(r, "replicated", 4.0 * (double)E * (double)H, 0.0,
+                 "router weight [E, H] f32 replicated on every rank; bytes per rank");
+    if (quant && max_dup > 0)
+        add_cost(r, "duplicated", (double)max_dup, 0.0,
+                 "%s scale cells cut by the TP split (I %lld per shard): the down projection's scales of a cut cell "
+                 "are held by both shards%s; no code padding, no extra FLOPs; duplicated scale bytes (all ranks %.0f), "
+                 "on the worst rank",
+                 moe_quant_name(qc), (long long)(I / tp),
+                 cut_cell ? ", and a shard starting inside a cell and leaving it keeps them per finer cells (listed "
+                            "above)"
+                          : "",
+                 (double)total_dup);
+    const int fp8 = quant && qc->w13.dtype == MOE_QTYPE_F8_E4M3 && qc->w13.scale == MOE_QSCALE_BLOCK;
+    if (fp8 && (H % qc->w13.block_k != 0 || I % qc->w2.block_k != 0 || I % qc->w13.block_n != 0 ||
+                H % qc->w2.block_n != 0))
+        add_cost(r, "padding", 0.0, 0.0,
+                 "fp8 blocks: partial trailing blocks (H or I not a multiple of the block) are masked, not padded; "
+                 "padding");
+    if (tail && (k->tail_ref >> f13 & 1u))
+        add_cost(r, "fallback", 15.0 * (double)H * 3.0 * (r->code_bits / 8.0), 0.0,
+                 "%s table: the last partial panel of 16 features runs the scalar fallback kernel; weights per "
+                 "expert on it at most",
+                 k->name);
+    if (is_fallback(k, f13) || is_fallback(k, routed_format(d, 1)))
+        add_cost(r, "fallback", -1.0, routed_flop_share(d),
+                 "kernel table %s has no %s kernel: the routed experts (%.1f%% of the layer's FLOPs) run on the "
+                 "scalar ref entry",
+                 k->name, r->experts_format, 100.0 * routed_flop_share(d));
+}
+
+moe_status moe_plan_report(const moe_plan *plan, moe_rank_report *out)
+{
+    if (!plan)
+        return MOE_EINVAL;
+    if (!out)
+        return moe_set_error(plan->st.ctx, MOE_EINVAL, "moe_plan_report: out is NULL");
+    report(plan->st.ctx, &plan->st.desc, &plan->st.par, out);
+    return MOE_OK;
+}
+
+moe_status moe_plan_report_for(moe_ctx *ctx, const moe_layer_desc *desc, const moe_parallel_config *par,
+                               moe_rank_report *out)
+{
+    if (!ctx)
+        return MOE_EINVAL;
+    if (!desc || !par || !out)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_report_for: %s is NULL", !desc ? "desc" : !par ? "par" : "out");
+    /* the description must be one moe_plan_create accepts */
+    moe_status st = moe_plan_check_desc(ctx, desc);
+    if (st != MOE_OK)
+        return st;
+    const int64_t E = desc->num_experts, I = desc->moe_intermediate_size, Is = desc->shared_expert_intermediate_size;
+    if (par->ep_size < 1 || par->ep_size > E)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_report_for: ep_size = %d, must be in [1, num_experts = %lld]",
+                             par->ep_size, (long long)E);
+    if (par->tp_size < 1 || par->tp_size > I || (Is > 0 && par->tp_size > Is))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "moe_plan_report_for: tp_size = %d, must be in [1, %lld] (every TP rank holds at least one "
+                             "column)",
+                             par->tp_size, (long long)(Is > 0 && Is < I ? Is : I));
+    if (par->ep_rank < 0 || par->ep_rank >= par->ep_size || par->tp_rank < 0 || par->tp_rank >= par->tp_size)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_report_for: (ep_rank %d, tp_rank %d) outside [0, %d) x [0, %d)",
+                             par->ep_rank, par->tp_rank, par->ep_size, par->tp_size);
+    report(ctx, desc, par, out);
+    return MOE_OK;
+}
+
+moe_status moe_plan_path_for(const moe_plan *plan, int64_t n_tokens, moe_plan_path *out)
+{
+    if (!plan)
+        return MOE_EINVAL;
+    if (!out || n_tokens < 1)
+        return moe_set_error(plan->st.ctx, MOE_EINVAL, "moe_plan_path_for: %s", !out ? "out is NULL" : "n_tokens < 1");
+    const moe_stage *st = &plan->st;
+    const moe_ctx *ctx = st->ctx;
+    const int64_t K = st->desc.top_k, E = st->desc.num_experts;
+    const int64_t tc = n_tokens < st->chunk_size ? n_tokens : st->chunk_size;
+    memset(out, 0, sizeof *out);
+    out->chunk_tokens = tc;
+    out->chunks = (n_tokens + tc - 1) / tc;
+    out->rows_per_expert = (double)tc * (double)K / (double)E;
+    /* the rule of permute/prepare_finalize.c moe_pf_group_rows */
+    const int method = ctx->permute != MOE_PERMUTE_AUTO                ? ctx->permute
+                       : tc * K <= ctx->onehot_threshold ? MOE_PERMUTE_ONEHOT
+                                                         : MOE_PERMUTE_SORT;
+    out->permute = method == MOE_PERMUTE_ONEHOT ? "onehot" : method == MOE_PERMUTE_PACKED ? "packed" : "sort";
+    out->experts_path = out->rows_per_expert < (double)ctx->lowtok_threshold
+                            ? "few-token streaming (rows per expert < MOE_LOWTOK_THRESHOLD)"
+                            : "tiled GEMM";
+    out->workspace_bytes = moe_plan_workspace_size(plan, n_tokens);
+    return MOE_OK;
+}
+
+void moe_plan_log_costs(const moe_plan *p)
+{
+    const moe_stage *st = &p->st;
+    moe_ctx *ctx = st->ctx;
+    const moe_layer_desc *d = &st->desc;
+    const moe_kernels *k = ctx->kernels;
+    const moe_wfmt f13 = routed_format(d, 0), f2 = routed_format(d, 1);
+    /* the routed experts' kernels fall back to the ref's scalar entries */
+    if (is_fallback(k, f13) || is_fallback(k, f2))
+        moe_log(ctx, MOE_LOG_WARN,
+                "kernel table %s has no %s kernel: the routed experts (%.1f%% of the layer's FLOPs) run on the "
+                "scalar ref entry",
+                k->name, moe_quant_active(&d->quant) ? moe_quant_name(&d->quant) : moe_format_row(f13)->name,
+                100.0 * routed_flop_share(d));
+    /* a partial last panel (fewer than 16 output features) through the scalar kernel */
+    if (k->tail_ref >> f13 & 1u) {
+        int64_t tail = d->moe_intermediate_size % MOE_PANEL, tail_h = d->hidden_size % MOE_PANEL;
+        if (tail || tail_h) {
+            double share = (2.0 * (double)tail * (double)d->hidden_size + (double)tail_h * (double)d->moe_intermediate_size) /
+                           (3.0 * (double)d->moe_intermediate_size * (double)d->hidden_size);
+            moe_log(ctx, MOE_LOG_WARN,
+                    "%s table: I = %lld and H = %lld are not multiples of %d, so the last partial panel runs the "
+                    "scalar fallback kernel: %.2f%% of expert FLOPs (%.0f FLOP per routed token)",
+                    k->name, (long long)d->moe_intermediate_size, (long long)d->hidden_size, MOE_PANEL, 100.0 * share,
+                    share * 6.0 * (double)d->moe_intermediate_size * (double)d->hidden_size * (double)d->top_k);
+        }
+    }
+}

@@ -1,0 +1,437 @@
+/* Weights packed once: this rank's share of the layer (moe_shard: the local experts under EP,
+ * the I shard under TP; everything in one process). One builder for every format: each routed
+ * matrix goes through its format row (quant/format.h): slice for TP, then pack (plain f32 /
+ * bf16 / f16 panels, or a quantized scheme's codes with f32 scales beside them). The router, the
+ * biases and the shared expert (always plain) are packed the same way for every format. The
+ * experts stage sees the result as one moe_expert_mats per local expert. */
+#include "layer/layer.h"
+#include "quant/quant.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int dtype_ok(moe_dtype dt)
+{
+    return dt == MOE_DTYPE_F32 || dt == MOE_DTYPE_BF16 || dt == MOE_DTYPE_F16;
+}
+
+/* n elements of dtype dt at src[j * stride] (src need not be aligned) -> dst [n] f32, exact. */
+static void bias_to_f32(float *dst, const void *src, moe_dtype dt, int64_t n, int64_t stride)
+{
+    const size_t es = moe_dtype_size(dt);
+    const unsigned char *s = src;
+    for (int64_t j = 0; j < n; j++)
+        moe_convert_to_f32(dst + j, s + (size_t)(j * stride) * es, dt, 1);
+}
+
+/* The scale cells along K of the source whose first column lies in [k0, k0 + Ks): this
+ * shard's own cells. What a shard stores beyond them is held twice over the ranks (a cell cut
+ * by a shard boundary is on both shards; a re-expressed cell repeats its scale), so the sum over
+ * the TP ranks of the excess is what TP adds to the one-process scale bytes. */
+static int64_t cells_owned(const moe_qweight *qw, int64_t K, int64_t k0, int64_t Ks)
+{
+    const int64_t gk = moe_quant_gk(qw, K);
+    return (k0 + Ks - 1) / gk - (k0 + gk - 1) / gk + 1;
+}
+
+/* The checks every format shares (the caller's pointers, strides and bias dtypes). */
+static moe_status check_source(const moe_plan *plan, const moe_weight_source *src)
+{
+    moe_ctx *ctx = plan->st.ctx;
+    const moe_layer_desc *d = &plan->st.desc;
+    const moe_shard sh = plan->st.shard;
+    const int64_t Is = d->shared_expert_intermediate_size, e0 = sh.e0, El = sh.n_experts;
+    if (!src->router)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: src->router is NULL");
+    if (!dtype_ok(src->router_dtype))
+        return moe_set_error(ctx, MOE_EDTYPE, "moe_weights_create: router dtype %s, expected F32, BF16 or F16",
+                             moe_dtype_name(src->router_dtype));
+    if (!src->gate_proj || !src->up_proj || !src->down_proj)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: src->%s is NULL",
+                             !src->gate_proj ? "gate_proj" : !src->up_proj ? "up_proj" : "down_proj");
+    for (int64_t e = e0; e < e0 + El; e++) { /* only this rank's experts are read */
+        if (!src->gate_proj[e] || !src->up_proj[e] || !src->down_proj[e])
+            return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: expert %lld: %s pointer is NULL",
+                                 (long long)e,
+                                 !src->gate_proj[e] ? "gate_proj" : !src->up_proj[e] ? "up_proj" : "down_proj");
+    }
+    if (Is > 0 && (!src->shared_gate_proj || !src->shared_up_proj || !src->shared_down_proj))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "moe_weights_create: the layer has a shared expert (I_shared %lld) but src->shared_%s is NULL",
+                             (long long)Is,
+                             !src->shared_gate_proj ? "gate_proj" : !src->shared_up_proj ? "up_proj" : "down_proj");
+    if (Is > 0 && d->shared_expert_gated && !src->shared_expert_gate)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "moe_weights_create: shared_expert_gated is set but src->shared_expert_gate is NULL");
+    const struct {
+        const char *name;
+        int64_t so, si;
+    } strides[] = {{"gate_up", src->gate_up_stride_out, src->gate_up_stride_in},
+                   {"down", src->down_stride_out, src->down_stride_in}};
+    for (size_t i = 0; i < 2; i++) {
+        if ((strides[i].so == 0) != (strides[i].si == 0) || strides[i].so < 0 || strides[i].si < 0)
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "moe_weights_create: src->%s_stride_out = %lld, %s_stride_in = %lld: both 0 "
+                                 "(row-major) or both >= 1",
+                                 strides[i].name, (long long)strides[i].so, strides[i].name, (long long)strides[i].si);
+    }
+    if (src->gate_up_bias_stride < 0)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: src->gate_up_bias_stride = %lld is negative",
+                             (long long)src->gate_up_bias_stride);
+    if (d->has_router_bias && !src->router_bias)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: has_router_bias is set but src->router_bias is NULL");
+    if (d->has_selection_bias && !src->selection_bias)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "moe_weights_create: has_selection_bias is set but src->selection_bias is NULL");
+    if (d->has_expert_bias && (!src->gate_bias || !src->up_bias || !src->down_bias))
+        return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: has_expert_bias is set but src->%s is NULL",
+                             !src->gate_bias ? "gate_bias" : !src->up_bias ? "up_bias" : "down_bias");
+    if (d->has_expert_bias) {
+        for (int64_t e = e0; e < e0 + El; e++) {
+            if (!src->gate_bias[e] || !src->up_bias[e] || !src->down_bias[e])
+                return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: expert %lld: %s pointer is NULL",
+                                     (long long)e,
+                                     !src->gate_bias[e] ? "gate_bias" : !src->up_bias[e] ? "up_bias" : "down_bias");
+        }
+    }
+    const struct {
+        const char *name;
+        int used;
+        moe_dtype dt;
+    } bias_dts[] = {{"router_bias_dtype", d->has_router_bias, src->router_bias_dtype},
+                    {"selection_bias_dtype", d->has_selection_bias, src->selection_bias_dtype},
+                    {"expert_bias_dtype", d->has_expert_bias, src->expert_bias_dtype}};
+    for (size_t i = 0; i < 3; i++) {
+        if (bias_dts[i].used && !dtype_ok(bias_dts[i].dt))
+            return moe_set_error(ctx, MOE_EDTYPE, "moe_weights_create: src->%s is %s, expected F32, BF16 or F16",
+                                 bias_dts[i].name, moe_dtype_name(bias_dts[i].dt));
+    }
+    return MOE_OK;
+}
+
+/* The checks of quantized sources, and the shard's granularity q13 / q2 (moe_quant_slice_qweight). */
+static moe_status check_quant_source(const moe_plan *plan, const moe_weight_source *src, moe_qweight *q13,
+                                     moe_qweight *q2)
+{
+    moe_ctx *ctx = plan->st.ctx;
+    const moe_layer_desc *d = &plan->st.desc;
+    const moe_quant_config *qc = &d->quant;
+    const moe_shard sh = plan->st.shard;
+    const int64_t H = d->hidden_size, I = d->moe_intermediate_size;
+    const int64_t e0 = sh.e0, El = sh.n_experts, i0 = sh.i0, Il = sh.I;
+    if (src->gate_up_stride_out || src->gate_up_stride_in || src->down_stride_out || src->down_stride_in)
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "moe_weights_create: quantized experts must be row-major (src strides must be 0)");
+    if (!src->gate_scale || !src->up_scale || !src->down_scale)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: quantized experts (%s) but src->%s is NULL",
+                             moe_quant_name(qc), !src->gate_scale ? "gate_scale" : !src->up_scale ? "up_scale" : "down_scale");
+    if ((qc->w13.has_zero_point && (!src->gate_zero || !src->up_zero)) || (qc->w2.has_zero_point && !src->down_zero))
+        return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: zero points requested but src->%s is NULL",
+                             qc->w2.has_zero_point && !src->down_zero ? "down_zero"
+                             : !src->gate_zero                        ? "gate_zero"
+                                                                      : "up_zero");
+    for (int64_t e = e0; e < e0 + El; e++) { /* only this rank's experts are read */
+        const char *bad = !src->gate_scale[e] ? "gate_scale" : !src->up_scale[e] ? "up_scale"
+                                             : !src->down_scale[e]              ? "down_scale"
+                          : (qc->w13.has_zero_point && (!src->gate_zero[e] || !src->up_zero[e])) ? "gate_zero/up_zero"
+                          : (qc->w2.has_zero_point && !src->down_zero[e])                        ? "down_zero"
+                                                                                                 : NULL;
+        if (bad)
+            return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: expert %lld: %s pointer is NULL", (long long)e, bad);
+    }
+    /* The shard's granularity: w13 [Il, H] = rows [i0, i0 + Il) of [I, H]; w2 [H, Il] = columns
+     * [i0, i0 + Il) of [H, I]. */
+    *q13 = qc->w13;
+    *q2 = qc->w2;
+    if (moe_quant_slice_qweight(&qc->w13, i0, Il, 0, H, q13) != 0 || moe_quant_slice_qweight(&qc->w2, 0, H, i0, Il, q2) != 0)
+        return moe_set_error(ctx, MOE_ESHAPE,
+                             "moe_weights_create: %s experts under TP: this rank's shard of the intermediate size is "
+                             "%lld columns (%lld..%lld of I = %lld over tp_size %d), odd, but the down projection packs "
+                             "two codes per byte along I, so every shard must be even: choose tp_size so that I / "
+                             "tp_size and the remainder split give even shards",
+                             moe_quant_name(qc), (long long)Il, (long long)i0, (long long)(i0 + Il - 1), (long long)I,
+                             plan->st.par.tp_size);
+    if (qc->act == MOE_QACT_TOKEN_GROUP && i0 % qc->w2.block_k != 0)
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "moe_weights_create: fp8 w8a8 (%s) under TP: this rank's shard of the intermediate size "
+                             "starts at column %lld (of I = %lld over tp_size %d), inside a down-projection k-block of "
+                             "%lld, so its activation groups of act_group_size %lld would not line up with the weight "
+                             "blocks; choose tp_size so that every shard starts on a multiple of block_k, use EP, or "
+                             "use weight-only fp8-block",
+                             moe_quant_name(qc), (long long)i0, (long long)I, plan->st.par.tp_size,
+                             (long long)qc->w2.block_k, (long long)qc->act_group_size);
+    return MOE_OK;
+}
+
+/* Local matrix i (expert i / 3; 0 gate, 1 up, 2 down) of the source, as its format row sees
+ * it: the whole source matrix [N, K] (the layer's shapes), before the TP slice. */
+static moe_pack_src source_of(const moe_layer_desc *d, const moe_weight_source *src, int64_t e, int mat)
+{
+    const moe_quant_config *qc = &d->quant;
+    moe_pack_src s = {0};
+    s.data = mat == 0 ? src->gate_proj[e] : mat == 1 ? src->up_proj[e] : src->down_proj[e];
+    if (moe_quant_active(qc)) {
+        const moe_qweight *qw = mat == 2 ? &qc->w2 : &qc->w13;
+        s.scale = mat == 0 ? src->gate_scale[e] : mat == 1 ? src->up_scale[e] : src->down_scale[e];
+        s.zero = !qw->has_zero_point ? NULL : mat == 0 ? src->gate_zero[e] : mat == 1 ? src->up_zero[e] : src->down_zero[e];
+        s.qw = *qw;
+        s.act = qc->act;
+    } else {
+        s.so = mat == 2 ? src->down_stride_out : src->gate_up_stride_out;
+        s.si = mat == 2 ? src->down_stride_in : src->gate_up_stride_in;
+    }
+    return s;
+}
+
+void moe_weights_free(moe_weights *w)
+{
+    if (!w)
+        return;
+    const int64_t n = 3 * w->shard.n_experts;
+    for (int64_t i = 0; i < n; i++) {
+        if (w->mats)
+            moe_free_aligned(w->mats[i]);
+        if (w->scales)
+            moe_free_aligned(w->scales[i]);
+        if (w->zeros)
+            moe_free_aligned(w->zeros[i]);
+        if (w->comps)
+            moe_free_aligned(w->comps[i]);
+    }
+    free(w->mats);
+    free(w->scales);
+    free(w->zeros);
+    free(w->comps);
+    free(w->qm);
+    free(w->experts);
+    moe_free_aligned(w->shared_buf);
+    moe_free_aligned(w->router_buf);
+    moe_free_aligned(w->shared_gate_buf);
+    free(w->router_bias);
+    free(w->sel_bias);
+    free(w->expert_bias);
+    free(w);
+}
+
+moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src, moe_weights **out)
+{
+    if (!out)
+        return MOE_EINVAL;
+    *out = NULL;
+    if (!plan)
+        return MOE_EINVAL;
+    moe_ctx *ctx = plan->st.ctx;
+    if (!src)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: src is NULL");
+    const moe_layer_desc *d = &plan->st.desc;
+    const moe_quant_config *qc = &d->quant;
+    const moe_shard sh = plan->st.shard;
+    /* H, I, Is the layer's (the source's shapes); El, Il, Isl this rank's share */
+    const int64_t H = d->hidden_size, I = d->moe_intermediate_size, E = d->num_experts;
+    const int64_t Is = d->shared_expert_intermediate_size;
+    const int64_t e0 = sh.e0, El = sh.n_experts, i0 = sh.i0, Il = sh.I, Isl = sh.Is;
+    const int quant = moe_quant_active(qc);
+    moe_status st = check_source(plan, src);
+    moe_qweight q13 = qc->w13, q2 = qc->w2; /* the shard's granularity (quantized) */
+    if (st == MOE_OK && quant)
+        st = check_quant_source(plan, src, &q13, &q2);
+    if (st != MOE_OK)
+        return st;
+
+    /* Every routed matrix's format: the weight dtype's plain row, or the scheme's. */
+    const moe_wfmt f13 = quant ? moe_quant_kind(&qc->w13, qc->act) : moe_plain_format(d->weight_dtype);
+    const moe_wfmt f2 = quant ? moe_quant_kind(&qc->w2, qc->act) : moe_plain_format(d->weight_dtype);
+    const size_t es = moe_dtype_size(d->weight_dtype);
+    moe_weights *w = calloc(1, sizeof *w);
+    if (!w)
+        return moe_set_error(ctx, MOE_ENOMEM, "moe_weights_create: out of memory");
+    w->plan = plan;
+    w->shard = sh;
+    w->dtype = d->weight_dtype;
+    const int64_t n = 3 * El; /* matrices: gate, up, down per local expert */
+    w->experts = calloc((size_t)(El > 0 ? El : 1), sizeof *w->experts); /* [El] */
+    w->mats = calloc((size_t)(n > 0 ? n : 1), sizeof *w->mats);           /* [3 El] */
+    int fail = !w->experts || !w->mats;
+    if (quant && !fail) {
+        w->scales = calloc((size_t)n, sizeof *w->scales);
+        w->zeros = calloc((size_t)n, sizeof *w->zeros);
+        w->comps = calloc((size_t)n, sizeof *w->comps);
+        w->qm = calloc((size_t)n, sizeof *w->qm);
+        fail = !w->scales || !w->zeros || !w->comps || !w->qm;
+    }
+    /* packed bytes of the routed experts; quantized: f32 scale (and zero) bytes repeated by cut cells */
+    size_t bytes = 0, dup = 0;
+    for (int64_t i = 0; !fail && i < n; i++) {
+        const int mat = (int)(i % 3);
+        const moe_format *f = moe_format_row(mat == 2 ? f2 : f13);
+        const int64_t N = mat == 2 ? H : Il, K = mat == 2 ? Il : H; /* shard [N, K] */
+        const size_t cb = f->packed_bytes(N, K);
+        w->mats[i] = moe_alloc_aligned(cb); /* packed panels */
+        fail = !w->mats[i];
+        bytes += cb;
+        if (!quant || fail)
+            continue;
+        const moe_qweight *qw = mat == 2 ? &q2 : &q13;
+        const int64_t gk = moe_quant_gk(qw, K), ng = (K + gk - 1) / gk;
+        w->scales[i] = moe_alloc_aligned(sizeof(float) * (size_t)(N * ng)); /* [N, ng] by panel */
+        if (qw->has_zero_point)
+            w->zeros[i] = moe_alloc_aligned(sizeof(float) * (size_t)(N * ng)); /* as scales */
+        if (f->fmt == MOE_WF_W8A8)
+            w->comps[i] = moe_alloc_aligned(sizeof(int32_t) * (size_t)N); /* [N] */
+        fail = !w->scales[i] || (qw->has_zero_point && !w->zeros[i]) || (f->fmt == MOE_WF_W8A8 && !w->comps[i]);
+        w->qm[i] = (struct moe_qmat){.kind = f->fmt, .gk = gk, .ng = ng, .scale = w->scales[i], .zero = w->zeros[i],
+                                     .comp = w->comps[i]};
+        const size_t per = sizeof(float) * (qw->has_zero_point ? 2 : 1);
+        bytes += per * (size_t)(N * ng) + (f->fmt == MOE_WF_W8A8 ? sizeof(int32_t) * (size_t)N : 0);
+        const int64_t own = mat == 2 ? cells_owned(&qc->w2, I, i0, Il) : cells_owned(&qc->w13, H, 0, H);
+        dup += per * (size_t)(N * (ng - own));
+    }
+    w->router_buf = moe_pack_f32(src->router, src->router_dtype, E, H); /* [E, H] f32 packed */
+    if (Is > 0) {
+        w->shared_buf = moe_alloc_aligned((size_t)(3 * Isl * H) * es); /* gate, up [Isl, H], down [H, Isl] */
+        if (d->shared_expert_gated)
+            w->shared_gate_buf = moe_pack_f32(src->shared_expert_gate, src->router_dtype, 1, H); /* [1, H] */
+    }
+    if (d->has_router_bias)
+        w->router_bias = malloc(sizeof(float) * (size_t)E); /* [E] */
+    if (d->has_selection_bias)
+        w->sel_bias = malloc(sizeof(float) * (size_t)E); /* [E] */
+    if (d->has_expert_bias)
+        w->expert_bias = malloc(sizeof(float) * (size_t)El * (size_t)(2 * Il + H)); /* [El, 2Il + H] */
+    const size_t shared_bytes = (size_t)(3 * Isl * H) * es;
+    if (fail || !w->router_buf || (Is > 0 && !w->shared_buf) || (Is > 0 && d->shared_expert_gated && !w->shared_gate_buf) ||
+        (d->has_router_bias && !w->router_bias) || (d->has_selection_bias && !w->sel_bias) ||
+        (d->has_expert_bias && !w->expert_bias)) {
+        moe_weights_free(w);
+        if (quant)
+            return moe_set_error(ctx, MOE_ENOMEM,
+                                 "moe_weights_create: out of memory packing %zu bytes of quantized experts", bytes);
+        return moe_set_error(ctx, MOE_ENOMEM, "moe_weights_create: out of memory packing %zu bytes of expert weights",
+                             bytes + shared_bytes);
+    }
+    w->router = (moe_pmat){.data = w->router_buf, .dtype = MOE_DTYPE_F32, .n = E, .k = H};
+    w->shared_gate = (moe_pmat){.data = w->shared_gate_buf, .dtype = MOE_DTYPE_F32, .n = 1, .k = H};
+
+    /* Every local expert's view: pmats of its matrices, and its biases (f32, below). */
+    const int64_t gub_stride = src->gate_up_bias_stride ? src->gate_up_bias_stride : 1;
+    for (int64_t le = 0; le < El; le++) {
+        moe_expert_mats *em = &w->experts[le];
+        moe_pmat *mp[3] = {&em->gate, &em->up, &em->down};
+        for (int mat = 0; mat < 3; mat++) {
+            const int64_t N = mat == 2 ? H : Il, K = mat == 2 ? Il : H;
+            *mp[mat] = (moe_pmat){.data = w->mats[3 * le + mat], .dtype = quant ? MOE_DTYPE_U8 : w->dtype,
+                                              .n = N, .k = K, .q = quant ? &w->qm[3 * le + mat] : NULL};
+        }
+        if (w->expert_bias) {
+            float *b = w->expert_bias + (size_t)le * (size_t)(2 * Il + H); /* [2Il + H] */
+            em->bg = b;
+            em->bu = b + Il;
+            em->bd = sh.down_bias ? b + 2 * Il : NULL; /* under TP one rank adds b_d */
+        }
+    }
+
+    /* Experts are independent: pack their matrices in parallel. Local matrix i is expert e0 + i / 3;
+     * the TP shard is the gate/up rows and the down columns [i0, i0 + Il), cut by the format row
+     * (quantized: a block or group cut by the shard boundary is re-expressed with a finer cell
+     * that repeats its scale) and then packed like a whole matrix. */
+    int oom = 0;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->num_threads)
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t e = e0 + i / 3; /* the global expert of local matrix i */
+        const int mat = (int)(i % 3);
+        const moe_format *f = moe_format_row(mat == 2 ? f2 : f13);
+        const int64_t N = mat == 2 ? H : I, K = mat == 2 ? I : H;     /* source [N, K] */
+        const int64_t Nl = mat == 2 ? H : Il, Kl = mat == 2 ? Il : H; /* shard [Nl, Kl] */
+        const moe_pack_src whole = source_of(d, src, e, mat);
+        moe_pack_src part;
+        void *bufs[3];
+        if (f->slice(f, &whole, N, K, mat == 2 ? 0 : i0, Nl, mat == 2 ? i0 : 0, Kl, &part, bufs) != 0) {
+#pragma omp atomic write
+            oom = 1;
+            continue;
+        }
+        const moe_pack_dst dst = {.data = w->mats[i], .scale = quant ? w->scales[i] : NULL,
+                                  .zero = quant ? w->zeros[i] : NULL, .comp = quant ? w->comps[i] : NULL};
+        const int f8h = f->pack(&part, Nl, Kl, &dst);
+        if (quant)
+            w->qm[i].f8h = f8h;
+        free(bufs[0]);
+        free(bufs[1]);
+        free(bufs[2]);
+    }
+    if (oom) {
+        moe_weights_free(w);
+        return moe_set_error(ctx, MOE_ENOMEM, "moe_weights_create: out of memory slicing the TP shard of the experts");
+    }
+    if (quant) {
+        int64_t exact_f8 = 0; /* fp8 matrices on the exact (slower) e4m3 decode, format.h moe_qmat.f8h */
+        size_t exact_f8_bytes = 0;
+        for (int64_t i = 0; i < n; i++)
+            if ((w->qm[i].kind == MOE_WF_F8 || w->qm[i].kind == MOE_WF_F8A8) && !w->qm[i].f8h) {
+                exact_f8++;
+                exact_f8_bytes += moe_quant_packed_bytes(MOE_WF_F8, i % 3 == 2 ? H : Il, i % 3 == 2 ? Il : H);
+            }
+        if (exact_f8 > 0)
+            moe_log(ctx, MOE_LOG_WARN,
+                    "%lld of %lld fp8 expert matrices (%zu bytes of codes) hold NaN codes (0x7f/0xff) or scales with "
+                    "s * 256 above the f32 range: they run the exact e4m3 decode, slower than the f16 "
+                    "decode",
+                    (long long)exact_f8, (long long)n, exact_f8_bytes);
+    }
+    const size_t bes = moe_dtype_size(src->expert_bias_dtype);
+    for (int64_t le = 0; w->expert_bias && le < El; le++) {
+        const int64_t e = e0 + le;
+        float *b = w->expert_bias + (size_t)le * (size_t)(2 * Il + H); /* [2Il + H] */
+        const size_t boff = (size_t)(i0 * gub_stride) * bes;
+        bias_to_f32(b, (const unsigned char *)src->gate_bias[e] + boff, src->expert_bias_dtype, Il, gub_stride);
+        bias_to_f32(b + Il, (const unsigned char *)src->up_bias[e] + boff, src->expert_bias_dtype, Il, gub_stride);
+        bias_to_f32(b + 2 * Il, src->down_bias[e], src->expert_bias_dtype, H, 1);
+    }
+    if (w->router_bias)
+        bias_to_f32(w->router_bias, src->router_bias, src->router_bias_dtype, E, 1);
+    if (w->sel_bias)
+        bias_to_f32(w->sel_bias, src->selection_bias, src->selection_bias_dtype, E, 1);
+    if (Is > 0) {
+        /* the shared expert's TP shard (row-major, in weight_dtype): gate/up rows and down
+         * columns [is0, is0 + Isl) */
+        unsigned char *b = w->shared_buf;
+        w->shared.gate = (moe_pmat){.data = b, .dtype = w->dtype, .n = Isl, .k = H};
+        w->shared.up = (moe_pmat){.data = b + (size_t)(Isl * H) * es, .dtype = w->dtype, .n = Isl, .k = H};
+        w->shared.down = (moe_pmat){.data = b + (size_t)(2 * Isl * H) * es, .dtype = w->dtype, .n = H, .k = Isl};
+        moe_pack_panels((void *)w->shared.gate.data,
+                        (const unsigned char *)src->shared_gate_proj + (size_t)(sh.is0 * H) * es, w->dtype, Isl, H);
+        moe_pack_panels((void *)w->shared.up.data,
+                        (const unsigned char *)src->shared_up_proj + (size_t)(sh.is0 * H) * es, w->dtype, Isl, H);
+        moe_pack_panels_ld((void *)w->shared.down.data, (const unsigned char *)src->shared_down_proj + (size_t)sh.is0 * es,
+                           w->dtype, H, Isl, Is);
+    }
+    w->expert_bytes = bytes + shared_bytes;
+    if (!quant) {
+        moe_log(ctx, MOE_LOG_INFO,
+                "packed %lld of %lld experts (ids %lld..%lld, I columns %lld..%lld of %lld, %s): %zu bytes of expert "
+                "weights, no padding",
+                (long long)El, (long long)E, (long long)e0, (long long)(e0 + El - 1), (long long)sh.i0,
+                (long long)(sh.i0 + Il - 1), (long long)I, moe_dtype_name(w->dtype), w->expert_bytes);
+    } else {
+        moe_log(ctx, MOE_LOG_INFO,
+                "packed %lld of %lld experts (ids %lld..%lld, I columns %lld..%lld of %lld, %s): %zu bytes of expert "
+                "weights (codes and f32 scales), no code padding",
+                (long long)El, (long long)E, (long long)e0, (long long)(e0 + El - 1), (long long)i0,
+                (long long)(i0 + Il - 1), (long long)I, moe_quant_name(qc), w->expert_bytes);
+        if (Il != I && dup > 0)
+            moe_log(ctx, MOE_LOG_INFO,
+                    "TP shard I %lld..%lld of %lld cuts the scale cells of %s (w2: %lld columns per cell, kept per %lld "
+                    "on this shard; w13 block rows %lld kept per %lld): %zu bytes of f32 scales on this rank repeat a "
+                    "cell another shard also holds or a finer cell repeats; no code padding",
+                    (long long)i0, (long long)(i0 + Il - 1), (long long)I, moe_quant_name(qc),
+                    (long long)moe_quant_gk(&qc->w2, I), (long long)moe_quant_gk(&q2, Il), (long long)qc->w13.block_n,
+                    (long long)q13.block_n, dup);
+    }
+    *out = w;
+    return MOE_OK;
+}
+
+size_t moe_weights_expert_bytes(const moe_weights *w)
+{
+    return w ? w->expert_bytes : 0;
+}
