@@ -26,13 +26,6 @@ static void usage(FILE *f)
           f);
 }
 
-static void quiet_log(moe_log_level level, const char *msg, void *user)
-{
-    (void)level;
-    (void)msg;
-    (void)user;
-}
-
 static int cmd_version(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
@@ -58,22 +51,22 @@ static int cmd_version(int argc, char **argv)
     printf("kernel table: %s (threads %d)\n", moe_ctx_isa(ctx), moe_ctx_num_threads(ctx));
     moe_ctx_free(ctx);
 
-    /* Which tables this machine runs: a forced ISA the CPU lacks fails ctx creation. */
-    static const char *const isas[] = {"ref", "avx2", "avx512"};
+    /* The kernel registry, row by row: which tables this machine runs, with the sub-ISA
+     * capabilities each uses here. */
     printf("kernel tables runnable here:");
-    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
-        moe_options o;
-        moe_options_init(&o);
-        o.isa = isas[i];
-        o.num_threads = 1;
-        o.log_fn = quiet_log;
-        moe_ctx *c = NULL;
-        char e2[512];
-        if (moe_ctx_create(&o, &c, e2, sizeof e2) == MOE_OK && strcmp(moe_ctx_isa(c), isas[i]) == 0)
-            printf(" %s", isas[i]);
-        moe_ctx_free(c);
+    for (size_t i = 0; i < moe_isa_count(); i++) {
+        moe_isa_info info;
+        if (moe_isa_describe(i, &info) == MOE_OK && info.runnable)
+            printf(" %s", info.name);
     }
     printf("\n");
+    for (size_t i = 0; i < moe_isa_count(); i++) {
+        moe_isa_info info;
+        if (moe_isa_describe(i, &info) != MOE_OK)
+            continue;
+        printf("  %-8s %s (needs %s)%s%s\n", info.name, info.runnable ? "runnable" : "not runnable here",
+               info.requires, info.capabilities[0] ? ": " : "", info.capabilities);
+    }
     return CLI_OK;
 }
 

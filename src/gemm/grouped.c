@@ -2,6 +2,7 @@
 #include "gemm/grouped.h"
 
 #include "core/act.h"
+#include "quant/format.h"
 
 #include <math.h>
 #include <omp.h>

@@ -2,7 +2,7 @@
  * init} in src/gemm/registry.c; each row's init starts from the reference entries (filled by
  * the registry first) and overrides only what its ISA implements; sub-ISA features (VNNI,
  * avx512_bf16, AMX, f16c) are capability flags of a row, read from core/cpu.h's features, never
- * tests on table addresses. Entries are indexed by the weight format (quant/format.h moe_wfmt).
+ * tests on table addresses. Entries are indexed by the weight format (quant/layout.h moe_wfmt).
  * The reduction order and rounding are fixed by the contracts below, so every table gives
  * the same bits (docs/numerics.md section 2). docs/adding-an-isa.md is the checklist of a new
  * row; src/gemm/template/ the folder a port copies.
@@ -13,7 +13,7 @@
 #define MOE_GEMM_KERNELS_H
 
 #include "core/cpu.h"
-#include "quant/format.h"
+#include "quant/layout.h"
 
 /* Linear microkernel over a range of panels:
  *

@@ -9,6 +9,7 @@
  *  - W8A8 int8: per-row dynamic int8 activations, exact int32 dot products,
  *    out = ((float)acc * s_x) * s_w[n]. */
 #include "gemm/kernels.h"
+#include "quant/format.h"
 #include "quant/quant.h"
 
 /* Index of the scale (and zero point) of weight (n, kk) in q->scale: panel p at p*16*ng,

@@ -3,6 +3,7 @@
  * with moe_plan_workspace_size: execute never allocates (tests/unit/test_noalloc.c counts). */
 #include "layer/layer.h"
 #include "parallel/parallel.h"
+#include "quant/pack.h"
 #include "route/route.h"
 
 #include <math.h>

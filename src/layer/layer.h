@@ -39,6 +39,12 @@ struct moe_weights {
     float *expert_bias;       /* [n_experts, 2I + H] f32 {b_g, b_u, b_d}, or NULL (has_expert_bias) */
 };
 
+/* Quantized experts: the TP shard sh of d can be packed (MOE_ESHAPE for an odd 4-bit shard,
+ * MOE_EUNSUPPORTED for an fp8 w8a8 shard starting inside a k-block; recorded on ctx, with the
+ * messages moe_weights_create gives), and *q13 / *q2 the granularity it is expressed in. */
+moe_status moe_weights_check_shard(moe_ctx *ctx, const moe_layer_desc *d, const moe_shard *sh, int tp_size,
+                                   moe_qweight *q13, moe_qweight *q2);
+
 /* Validate a layer description as moe_plan_create does (the error recorded on ctx). */
 moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d);
 

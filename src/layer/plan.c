@@ -4,6 +4,7 @@
  * reports in report.c. */
 #include "layer/layer.h"
 #include "parallel/parallel.h"
+#include "quant/format.h"
 #include "quant/quant.h"
 #include "route/route.h"
 
@@ -13,25 +14,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-void moe_layer_desc_init(moe_layer_desc *d)
-{
-    memset(d, 0, sizeof *d);
-    d->family = MOE_FAMILY_CUSTOM;
-    d->scoring_func = MOE_SCORING_SOFTMAX;
-    d->renormalize = 0;
-    d->routed_scaling_factor = 1.0f;
-    d->activation = MOE_ACT_SWIGLU;
-    d->shared_expert_intermediate_size = 0;
-    d->shared_expert_gated = 0;
-    d->weight_dtype = MOE_DTYPE_BF16;
-    d->group_score = MOE_GROUP_SCORE_MAX;
-    d->swiglu_alpha = 1.702f;
-    d->swiglu_limit = 7.0f;
-}
-
-/* Largest sizes accepted: keep every product below 2^62 elements. */
-#define MOE_MAX_DIM ((int64_t)1 << 24)
 
 void moe_plan_config_init(moe_plan_config *cfg)
 {
@@ -94,64 +76,6 @@ static moe_status check_parallel(moe_ctx *ctx, const moe_layer_desc *d, const mo
                              "plan config: parallel.dispatch_dtype = %s needs ep_size > 1 (only the expert-parallel "
                              "dispatch sends activations)",
                              moe_dtype_name(par->dispatch_dtype));
-    return MOE_OK;
-}
-
-moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
-{
-    struct {
-        const char *name;
-        int64_t v;
-    } sizes[] = {{"hidden_size", d->hidden_size},
-                 {"moe_intermediate_size", d->moe_intermediate_size},
-                 {"num_experts", d->num_experts},
-                 {"top_k", d->top_k}};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        if (sizes[i].v <= 0 || sizes[i].v > MOE_MAX_DIM)
-            return moe_set_error(ctx, MOE_EINVAL, "layer description: %s = %lld, must be in [1, %lld]",
-                                 sizes[i].name, (long long)sizes[i].v, (long long)MOE_MAX_DIM);
-    }
-    if (d->top_k > d->num_experts)
-        return moe_set_error(ctx, MOE_EINVAL, "layer description: top_k = %lld exceeds num_experts = %lld",
-                             (long long)d->top_k, (long long)d->num_experts);
-    if (d->shared_expert_intermediate_size < 0 || d->shared_expert_intermediate_size > MOE_MAX_DIM)
-        return moe_set_error(ctx, MOE_EINVAL,
-                             "layer description: shared_expert_intermediate_size = %lld, must be in [0, %lld]",
-                             (long long)d->shared_expert_intermediate_size, (long long)MOE_MAX_DIM);
-    if (d->shared_expert_gated && d->shared_expert_intermediate_size == 0)
-        return moe_set_error(ctx, MOE_EINVAL,
-                             "layer description: shared_expert_gated set without a shared expert "
-                             "(shared_expert_intermediate_size = 0)");
-    if (!(d->routed_scaling_factor > 0.0f) || isinf(d->routed_scaling_factor))
-        return moe_set_error(ctx, MOE_EINVAL, "layer description: routed_scaling_factor = %g, must be finite and > 0",
-                             (double)d->routed_scaling_factor);
-    if (d->scoring_func != MOE_SCORING_SOFTMAX && d->scoring_func != MOE_SCORING_SIGMOID &&
-        d->scoring_func != MOE_SCORING_TOPK_SOFTMAX && d->scoring_func != MOE_SCORING_TOPK_SIGMOID)
-        return moe_set_error(ctx, MOE_EINVAL, "layer description: scoring_func = %d is not a moe_scoring value",
-                             (int)d->scoring_func);
-    if (d->activation != MOE_ACT_SWIGLU && d->activation != MOE_ACT_GEGLU && d->activation != MOE_ACT_GEGLU_TANH &&
-        d->activation != MOE_ACT_SWIGLU_OAI)
-        return moe_set_error(ctx, MOE_EINVAL, "layer description: activation = %d is not a moe_activation value",
-                             (int)d->activation);
-    {
-        moe_status rst = moe_route_check_desc(ctx, d);
-        if (rst != MOE_OK)
-            return rst;
-    }
-    if (d->weight_dtype != MOE_DTYPE_F32 && d->weight_dtype != MOE_DTYPE_BF16 &&
-        d->weight_dtype != MOE_DTYPE_F16)
-        return moe_set_error(ctx, MOE_EDTYPE, "layer description: weight_dtype %s, expected F32, BF16 or F16",
-                             moe_dtype_name(d->weight_dtype));
-    {
-        moe_status qst = moe_quant_validate(ctx, d); /* desc->quant (src/quant) */
-        if (qst != MOE_OK)
-            return qst;
-    }
-    /* the packed weights must be addressable */
-    size_t bytes = 0;
-    if (!moe_mul_size((size_t)d->num_experts, (size_t)(3 * d->moe_intermediate_size), &bytes) ||
-        !moe_mul_size(bytes, (size_t)d->hidden_size * moe_dtype_size(d->weight_dtype), &bytes))
-        return moe_set_error(ctx, MOE_EINVAL, "layer description: expert weights exceed the address space");
     return MOE_OK;
 }
 

@@ -5,6 +5,7 @@
 #include "core/knobs.h"
 #include "layer/layer.h"
 #include "parallel/parallel.h"
+#include "quant/format.h"
 #include "quant/quant.h"
 #include "route/route.h"
 
@@ -38,7 +39,7 @@ static shard_bytes routed_bytes(const moe_layer_desc *d, const moe_shard *sh)
     moe_qweight q13 = qc->w13, q2 = qc->w2;
     if (quant && (moe_quant_slice_qweight(&qc->w13, i0, Il, 0, H, &q13) != 0 ||
                   moe_quant_slice_qweight(&qc->w2, 0, H, i0, Il, &q2) != 0))
-        return b; /* not packable (an odd 4-bit shard): moe_weights_create refuses it */
+        return b; /* not packable: report() refused the layout first (moe_weights_check_shard) */
     for (int mat = 0; mat < 3; mat++) {
         const moe_format *f = moe_format_row(routed_format(d, mat == 2));
         const int64_t N = mat == 2 ? H : Il, K = mat == 2 ? Il : H;
@@ -97,7 +98,7 @@ static int is_fallback(const moe_kernels *k, moe_wfmt f)
     return strcmp(k->name, "ref") != 0 && !(k->native >> f & 1u);
 }
 
-static void report(const moe_ctx *ctx, const moe_layer_desc *d, const moe_parallel_config *par, moe_rank_report *r)
+static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parallel_config *par, moe_rank_report *r)
 {
     const moe_kernels *k = ctx->kernels;
     const moe_quant_config *qc = &d->quant;
@@ -108,6 +109,19 @@ static void report(const moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
     const moe_wfmt f13 = routed_format(d, 0);
     const double es = (double)moe_dtype_size(d->weight_dtype);
     memset(r, 0, sizeof *r);
+    /* every rank's shard must be one moe_weights_create packs */
+    for (int g = 0; quant && g < ep; g++)
+        for (int t = 0; t < tp; t++) {
+            moe_parallel_config pr = *par;
+            pr.ep_rank = g;
+            pr.tp_rank = t;
+            moe_shard s;
+            moe_qweight q13, q2;
+            moe_par_shard(d, &pr, &s);
+            moe_status st = moe_weights_check_shard(ctx, d, &s, tp, &q13, &q2);
+            if (st != MOE_OK)
+                return st;
+        }
     r->kernel_table = k->name;
     r->quantized = quant;
     r->experts_format = quant ? moe_quant_name(qc) : moe_format_row(f13)->name;
@@ -201,6 +215,7 @@ static void report(const moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
                  "kernel table %s has no %s kernel: the routed experts (%.1f%% of the layer's FLOPs) run on the "
                  "scalar ref entry",
                  k->name, r->experts_format, 100.0 * routed_flop_share(d));
+    return MOE_OK;
 }
 
 moe_status moe_plan_report(const moe_plan *plan, moe_rank_report *out)
@@ -209,8 +224,7 @@ moe_status moe_plan_report(const moe_plan *plan, moe_rank_report *out)
         return MOE_EINVAL;
     if (!out)
         return moe_set_error(plan->st.ctx, MOE_EINVAL, "moe_plan_report: out is NULL");
-    report(plan->st.ctx, &plan->st.desc, &plan->st.par, out);
-    return MOE_OK;
+    return report(plan->st.ctx, &plan->st.desc, &plan->st.par, out);
 }
 
 moe_status moe_plan_report_for(moe_ctx *ctx, const moe_layer_desc *desc, const moe_parallel_config *par,
@@ -236,8 +250,7 @@ moe_status moe_plan_report_for(moe_ctx *ctx, const moe_layer_desc *desc, const m
     if (par->ep_rank < 0 || par->ep_rank >= par->ep_size || par->tp_rank < 0 || par->tp_rank >= par->tp_size)
         return moe_set_error(ctx, MOE_EINVAL, "moe_plan_report_for: (ep_rank %d, tp_rank %d) outside [0, %d) x [0, %d)",
                              par->ep_rank, par->tp_rank, par->ep_size, par->tp_size);
-    report(ctx, desc, par, out);
-    return MOE_OK;
+    return report(ctx, desc, par, out);
 }
 
 moe_status moe_plan_path_for(const moe_plan *plan, int64_t n_tokens, moe_plan_path *out)

@@ -5,6 +5,8 @@
  * biases and the shared expert (always plain) are packed the same way for every format. The
  * experts stage sees the result as one moe_expert_mats per local expert. */
 #include "layer/layer.h"
+#include "quant/format.h"
+#include "quant/pack.h"
 #include "quant/quant.h"
 
 #include <stdlib.h>
@@ -117,8 +119,7 @@ static moe_status check_quant_source(const moe_plan *plan, const moe_weight_sour
     const moe_layer_desc *d = &plan->st.desc;
     const moe_quant_config *qc = &d->quant;
     const moe_shard sh = plan->st.shard;
-    const int64_t H = d->hidden_size, I = d->moe_intermediate_size;
-    const int64_t e0 = sh.e0, El = sh.n_experts, i0 = sh.i0, Il = sh.I;
+    const int64_t e0 = sh.e0, El = sh.n_experts;
     if (src->gate_up_stride_out || src->gate_up_stride_in || src->down_stride_out || src->down_stride_in)
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
                              "moe_weights_create: quantized experts must be row-major (src strides must be 0)");
@@ -139,6 +140,14 @@ static moe_status check_quant_source(const moe_plan *plan, const moe_weight_sour
         if (bad)
             return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: expert %lld: %s pointer is NULL", (long long)e, bad);
     }
+    return moe_weights_check_shard(ctx, d, &sh, plan->st.par.tp_size, q13, q2);
+}
+
+moe_status moe_weights_check_shard(moe_ctx *ctx, const moe_layer_desc *d, const moe_shard *sh, int tp_size,
+                                   moe_qweight *q13, moe_qweight *q2)
+{
+    const moe_quant_config *qc = &d->quant;
+    const int64_t H = d->hidden_size, I = d->moe_intermediate_size, i0 = sh->i0, Il = sh->I;
     /* The shard's granularity: w13 [Il, H] = rows [i0, i0 + Il) of [I, H]; w2 [H, Il] = columns
      * [i0, i0 + Il) of [H, I]. */
     *q13 = qc->w13;
@@ -150,7 +159,7 @@ static moe_status check_quant_source(const moe_plan *plan, const moe_weight_sour
                              "two codes per byte along I, so every shard must be even: choose tp_size so that I / "
                              "tp_size and the remainder split give even shards",
                              moe_quant_name(qc), (long long)Il, (long long)i0, (long long)(i0 + Il - 1), (long long)I,
-                             plan->st.par.tp_size);
+                             tp_size);
     if (qc->act == MOE_QACT_TOKEN_GROUP && i0 % qc->w2.block_k != 0)
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
                              "moe_weights_create: fp8 w8a8 (%s) under TP: this rank's shard of the intermediate size "
@@ -158,8 +167,8 @@ static moe_status check_quant_source(const moe_plan *plan, const moe_weight_sour
                              "%lld, so its activation groups of act_group_size %lld would not line up with the weight "
                              "blocks; choose tp_size so that every shard starts on a multiple of block_k, use EP, or "
                              "use weight-only fp8-block",
-                             moe_quant_name(qc), (long long)i0, (long long)I, plan->st.par.tp_size,
-                             (long long)qc->w2.block_k, (long long)qc->act_group_size);
+                             moe_quant_name(qc), (long long)i0, (long long)I, tp_size, (long long)qc->w2.block_k,
+                             (long long)qc->act_group_size);
     return MOE_OK;
 }
 

@@ -2,6 +2,7 @@
  * validation, TP slicing, packing and exact decode. The plain rows pack f32 / bf16 / f16
  * panels (quant/pack.c); the quantized rows pack the source codes of moe_quant.h. */
 #include "quant/format.h"
+#include "quant/pack.h"
 #include "quant/quant.h"
 
 #include <math.h>
@@ -417,4 +418,75 @@ int moe_quant_pack(const moe_qweight *qw, moe_qact act, const void *codes, const
         }
     }
     return f8h;
+}
+
+/* ---- validation of desc->quant ---- */
+
+static moe_status check_weight(moe_ctx *ctx, const char *which, const moe_qweight *w, moe_qact act, int64_t act_group,
+                               int64_t K)
+{
+    if ((int)w->dtype < 0 || w->dtype > MOE_QTYPE_MXFP4)
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: quant.%s.dtype = %d is not a moe_qtype value", which,
+                             (int)w->dtype);
+    if ((int)w->scale < 0 || w->scale > MOE_QSCALE_GROUP)
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: quant.%s.scale = %d is not a moe_qscale value", which,
+                             (int)w->scale);
+    const char *tn = moe_qtype_name(w->dtype);
+    if (w->scale == MOE_QSCALE_BLOCK &&
+        (w->block_n < 1 || w->block_k < 1 || w->block_n > (1 << 20) || w->block_k > (1 << 20)))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "layer description: quant.%s block shape [%lld, %lld]: block_n and block_k must be in "
+                             "[1, 2^20]",
+                             which, (long long)w->block_n, (long long)w->block_k);
+    if (w->has_zero_point && !(w->dtype == MOE_QTYPE_INT4 && w->scale == MOE_QSCALE_GROUP))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "layer description: quant.%s.has_zero_point is only for INT4 with GROUP scales (%s given)",
+                             which, tn);
+    /* the scheme's own rules: its format row (quant/format.c) */
+    if (w->dtype != MOE_QTYPE_NONE) {
+        const moe_format *f = moe_format_row(moe_quant_kind(w, act));
+        moe_status st = f->validate ? f->validate(ctx, which, w, act, act_group, K) : MOE_OK;
+        if (st != MOE_OK)
+            return st;
+    }
+    if (w->dtype != MOE_QTYPE_NONE && w->scale == MOE_QSCALE_GROUP && w->dtype == MOE_QTYPE_I8 &&
+        w->group_size < 1)
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: quant.%s.group_size = %lld, must be >= 1", which,
+                             (long long)w->group_size);
+    return MOE_OK;
+}
+
+moe_status moe_quant_validate(moe_ctx *ctx, const moe_layer_desc *d)
+{
+    const moe_quant_config *q = &d->quant;
+    if ((int)q->act < 0 || q->act > MOE_QACT_TOKEN_GROUP)
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: quant.act = %d is not a moe_qact value", (int)q->act);
+    if (!moe_quant_active(q)) {
+        if (q->act != MOE_QACT_NONE)
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "layer description: quant.act is set but quant.w13 and quant.w2 are NONE");
+        return MOE_OK;
+    }
+    if ((q->w13.dtype == MOE_QTYPE_NONE) != (q->w2.dtype == MOE_QTYPE_NONE))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "layer description: quant.w13.dtype = %s but quant.w2.dtype = %s: both quantized or both "
+                             "NONE",
+                             moe_qtype_name(q->w13.dtype), moe_qtype_name(q->w2.dtype));
+    if (q->act == MOE_QACT_TOKEN && (q->w13.dtype != MOE_QTYPE_I8 || q->w2.dtype != MOE_QTYPE_I8))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "layer description: quant.act = TOKEN (w8a8) needs int8 w13 and w2 (got %s, %s)",
+                             moe_qtype_name(q->w13.dtype), moe_qtype_name(q->w2.dtype));
+    if (q->act == MOE_QACT_TOKEN_GROUP && (q->w13.dtype != MOE_QTYPE_F8_E4M3 || q->w2.dtype != MOE_QTYPE_F8_E4M3))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "layer description: quant.act = TOKEN_GROUP (fp8 w8a8) needs fp8 w13 and w2 (got %s, %s)",
+                             moe_qtype_name(q->w13.dtype), moe_qtype_name(q->w2.dtype));
+    if (q->act == MOE_QACT_TOKEN_GROUP && (q->act_group_size < 1 || q->act_group_size > (1 << 20)))
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: quant.act_group_size = %lld, must be in [1, 2^20]",
+                             (long long)q->act_group_size);
+    moe_status st = check_weight(ctx, "w13", &q->w13, q->act, q->act_group_size, d->hidden_size);
+    if (st == MOE_OK)
+        st = check_weight(ctx, "w2", &q->w2, q->act, q->act_group_size, d->moe_intermediate_size);
+    if (st != MOE_OK)
+        return st;
+    return MOE_OK;
 }

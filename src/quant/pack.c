@@ -1,7 +1,8 @@
 /* Plain f32 / bf16 / f16 weights into the panel layout (quant/format.h) and dtype conversion:
  * the packers of the format table's plain rows and of the router. */
+#include "quant/pack.h"
+
 #include "quant/convert.h"
-#include "quant/format.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,12 +1,12 @@
 /* Quantized schemes (fp8 e4m3, int8, int4, mxfp4 e2m1 + E8M0): the scalar codecs, dynamic
  * activation quantization, validation and text of moe_quant_config, and the source layout of
- * moe_quant.h (sizes, dequantization, quantization, TP slicing). The packed layouts and the
- * per-format rows are in quant/format.h. */
+ * moe_quant.h (sizes, dequantization, quantization, TP slicing). The packed layouts are in
+ * quant/layout.h, the per-format rows (validation, packing, decode) in quant/format.h. */
 #ifndef MOE_QUANT_QUANT_H
 #define MOE_QUANT_QUANT_H
 
 #include "quant/convert.h"
-#include "quant/format.h"
+#include "quant/layout.h"
 
 #include <math.h>
 
@@ -65,13 +65,9 @@ static inline int8_t moe_qact_i8(float x, float s)
     return (int8_t)nearbyintf(q);
 }
 
-/* The exact value of code (n, k) before its scale (the f8h e4m3 value times 2^-8; int4 with zero
- * points: the unsigned code, the zero point not subtracted). */
-float moe_qmat_code(const moe_pmat *w, int64_t n, int64_t k);
-
-/* Validate desc->quant (the format rows' validate for the scheme-specific rules). */
-moe_status moe_quant_validate(moe_ctx *ctx, const moe_layer_desc *d);
 int moe_quant_active(const moe_quant_config *q);
+/* "none", "fp8", "int8", "int4", "mxfp4" (static). */
+const char *moe_qtype_name(moe_qtype t);
 /* Canonical "key=value;" text of desc->quant (appended to the plan text). */
 void moe_quant_text(const moe_quant_config *q, char *buf, size_t n);
 int moe_quant_equal(const moe_quant_config *a, const moe_quant_config *b);
@@ -112,14 +108,8 @@ float moe_quant_src_scale(const moe_qweight *qw, const void *scale, int64_t N, i
 /* The raw byte (8-bit) or nibble (4-bit) of source element (n, k) of codes [N, K]. */
 unsigned moe_quant_src_raw(const moe_qweight *qw, const uint8_t *codes, int64_t K, int64_t n, int64_t k);
 
-/* Packing (quant/format.c). The scale group length along K of qw (K for TENSOR / CHANNEL). */
+/* The scale group length along K of qw (K for TENSOR / CHANNEL). */
 int64_t moe_quant_gk(const moe_qweight *qw, int64_t K);
-size_t moe_quant_packed_bytes(moe_wfmt kind, int64_t N, int64_t K);
-/* Packs one source matrix into dst (moe_quant_packed_bytes), dscale / dzero ([N * ng] f32) and
- * comp (W8A8). Returns the value of moe_qmat.f8h for the packed matrix (0 unless fp8). */
-int moe_quant_pack(const moe_qweight *qw, moe_qact act, const void *codes, const void *scale,
-                   const uint8_t *zero, int64_t N, int64_t K, uint8_t *dst, float *dscale, float *dzero,
-                   int32_t *comp);
 
 /* fp8 activation scale of one group of n values (moe_quant_row_f8_fn): max(a, 1e-10) / 448,
  * a = max |x| (NaN ignored). */

@@ -27,6 +27,7 @@
 #include "moe.h"
 #include "core/internal.h"
 #include "gemm/kernels.h"
+#include "quant/format.h"
 #include "quant/quant.h"
 #include "testutil.h"
 

@@ -17,6 +17,7 @@
 
 #include "moe.h"
 #include "gemm/kernels.h"
+#include "quant/format.h"
 #include "quant/quant.h"
 #include "testutil.h"
 
