@@ -196,7 +196,7 @@ moe_status moe_roofline_measure(moe_ctx *ctx, moe_roofline *out)
         return moe_set_error(ctx, MOE_EINVAL, "moe_roofline_measure: out is NULL");
     memset(out, 0, sizeof *out);
     const double start = now_s();
-    const int nt = moe_ctx_num_threads(ctx) > 0 ? moe_ctx_num_threads(ctx) : 1;
+    const int nt = ctx->num_threads > 0 ? ctx->num_threads : 1;
 
     /* The loops: the ctx's table's; for a table without them ("ref"), the best runnable row
      * that has them; portable C without any. */

@@ -356,10 +356,11 @@ static void check_bits(fam_layer *L, const float *x, int64_t T, const float *log
         const char *topk;
         int pf;
     } run_cfg;
-    run_cfg runs[16];
+    const char *isas[16]; /* the kernel registry's rows */
+    const size_t n_isas = tu_isa_names(isas, sizeof isas / sizeof isas[0]);
+    run_cfg runs[4 * 16 + 3];
     size_t nr = 0;
-    static const char *const isas[] = {"ref", "avx2", "avx512"};
-    for (size_t i = 0; i < 3; i++)
+    for (size_t i = 0; i < n_isas; i++)
         for (int th = 1; th <= 2; th++)
             for (int ch = 0; ch < 2; ch++)
                 runs[nr++] = (run_cfg){isas[i], th, ch ? 7 : 1 << 20, "sort", 0};

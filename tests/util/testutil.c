@@ -107,6 +107,17 @@ size_t tu_tables(const struct moe_kernels **out, size_t max)
     return n;
 }
 
+size_t tu_isa_names(const char **names, size_t max)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < moe_isa_count() && n < max; i++) {
+        moe_isa_info info;
+        if (moe_isa_describe(i, &info) == MOE_OK)
+            names[n++] = info.name;
+    }
+    return n;
+}
+
 const struct moe_kernels *tu_table(const char *name)
 {
     const int i = moe_isa_find(name);

@@ -40,6 +40,9 @@ int tu_same_bits(const float *a, const float *b, size_t n);
  * this CPU cannot run it; returns the number of rows (at most max). */
 struct moe_kernels;
 size_t tu_tables(const struct moe_kernels **out, size_t max);
+/* The names of the kernel registry's rows (moe_isa_count / moe_isa_describe), runnable here or
+ * not (a ctx for one this CPU lacks fails with "does not support"); returns their count. */
+size_t tu_isa_names(const char **names, size_t max);
 /* The table of the row named `name`, or NULL (no such row, or not runnable here). */
 const struct moe_kernels *tu_table(const char *name);
 /* 1 when kernel table t (from tu_tables / tu_table) can run on this CPU (t non-NULL). */
