@@ -5,6 +5,8 @@
 #include "core/knobs.h"
 
 #include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,9 @@ static const char *const log_values[] = {"error", "warn", "info", "debug", NULL}
 
 enum { KIND_INT, KIND_ENUM, KIND_PATH };
 
+/* How the moe_options field of a knob is typed: an int, an int64_t or a string. */
+enum { FIELD_INT, FIELD_I64, FIELD_STR };
+
 typedef struct knob_def {
     moe_knob id;
     const char *field, *env, *accepted, *doc;
@@ -28,37 +33,46 @@ typedef struct knob_def {
     long long lo, hi;           /* KIND_INT range */
     const char *const *values;  /* KIND_ENUM, NULL-terminated */
     const char *default_text;   /* NULL: computed (threads) */
+    size_t off;                 /* offsetof(moe_options, <field>) */
+    int ftype;                  /* FIELD_* */
+    long long unset;            /* the field's "unset" value (FIELD_INT / FIELD_I64; strings: NULL) */
 } knob_def;
+
+#define OPT(f) offsetof(moe_options, f)
 
 static const knob_def defs[MOE_KNOB__COUNT] = {
     {MOE_KNOB_NUM_THREADS, "num_threads", "MOE_NUM_THREADS", "integer 1..4096",
-     "worker threads (else OMP_NUM_THREADS, else cores)", KIND_INT, 1, 4096, NULL, NULL},
+     "worker threads (else OMP_NUM_THREADS, else cores)", KIND_INT, 1, 4096, NULL, NULL, OPT(num_threads), FIELD_INT, 0},
     /* accepted values and names: "auto" and the kernel registry's rows, given by the caller
      * (src/layer/ctx.c; core does not know the registry) */
     {MOE_KNOB_ISA, "isa", "MOE_ISA", NULL,
-     "kernel table; auto picks the best the CPU and OS support (CPUID, XCR0)", KIND_ENUM, 0, 0, NULL, "auto"},
+     "kernel table; auto picks the best the CPU and OS support (CPUID, XCR0)", KIND_ENUM, 0, 0, NULL, "auto",
+     OPT(isa), FIELD_STR, 0},
     {MOE_KNOB_CHUNK_SIZE, "chunk_size", "MOE_CHUNK_SIZE", "integer >= 1 (tokens)",
-     "tokens per chunk: bounds the workspace; results unchanged", KIND_INT, 1, (long long)1 << 40, NULL, "1024"},
+     "tokens per chunk: bounds the workspace; results unchanged", KIND_INT, 1, (long long)1 << 40, NULL, "1024",
+     OPT(chunk_size), FIELD_I64, 0},
     {MOE_KNOB_PERMUTE, "permute", "MOE_PERMUTE", "auto, sort, onehot, packed",
      "how rows are grouped by expert: counting sort, per-expert scan, or radix sort of packed keys",
-     KIND_ENUM, 0, 0, permute_values, "auto"},
+     KIND_ENUM, 0, 0, permute_values, "auto", OPT(permute), FIELD_STR, 0},
     {MOE_KNOB_ONEHOT_THRESHOLD, "onehot_threshold", "MOE_ONEHOT_THRESHOLD", "integer >= 0 (routed rows)",
      "permute=auto uses onehot when a chunk has at most this many routed rows (T*K)", KIND_INT, 0,
-     (long long)1 << 40, NULL, "256"},
+     (long long)1 << 40, NULL, "256", OPT(onehot_threshold), FIELD_I64, -1},
     {MOE_KNOB_TOPK, "topk", "MOE_TOPK", "sort, rowmax", "top-k algorithm; results identical", KIND_ENUM, 0, 0,
-     topk_values, "sort"},
+     topk_values, "sort", OPT(topk), FIELD_STR, 0},
     {MOE_KNOB_LOWTOK_THRESHOLD, "lowtok_threshold", "MOE_LOWTOK_THRESHOLD", "integer >= 0 (rows per expert)",
-     "experts with fewer rows take the few-token streaming path", KIND_INT, 0, (long long)1 << 40, NULL, "4"},
+     "experts with fewer rows take the few-token streaming path", KIND_INT, 0, (long long)1 << 40, NULL, "4",
+     OPT(lowtok_threshold), FIELD_I64, -1},
     {MOE_KNOB_SMALL_ALLREDUCE, "small_allreduce", "MOE_SMALL_ALLREDUCE", "integer >= 0 (bytes)",
      "TP: all-gather + sum below this many bytes per chunk, reduce-scatter + all-gather at or above (same bits)", KIND_INT, 0,
-     (long long)1 << 50, NULL, "65536"},
+     (long long)1 << 50, NULL, "65536", OPT(small_allreduce), FIELD_I64, -1},
     {MOE_KNOB_TP_REDUCE, "tp_reduce", "MOE_TP_REDUCE", "allreduce, reduce_scatter",
      "TP output on every rank (allreduce) or each rank's share of the rows (reduce_scatter)", KIND_ENUM, 0, 0,
-     tp_reduce_values, "allreduce"},
+     tp_reduce_values, "allreduce", OPT(tp_reduce), FIELD_STR, 0},
     {MOE_KNOB_TUNING_DIR, "tuning_dir", "MOE_TUNING_DIR", "an existing folder",
-     "where tuned-config files are read (none are defined yet: recorded only)", KIND_PATH, 0, 0, NULL, ""},
+     "where tuned-config files are read (none are defined yet: recorded only)", KIND_PATH, 0, 0, NULL, "",
+     OPT(tuning_dir), FIELD_STR, 0},
     {MOE_KNOB_LOG_LEVEL, "log_level", "MOE_LOG_LEVEL", "error, warn, info, debug", "logging threshold",
-     KIND_ENUM, 0, 0, log_values, "warn"},
+     KIND_ENUM, 0, 0, log_values, "warn", OPT(log_level), FIELD_INT, -1},
 };
 
 size_t moe_knob_count(void)
@@ -68,81 +82,56 @@ size_t moe_knob_count(void)
 
 void moe_options_init(moe_options *opts)
 {
-    memset(opts, 0, sizeof *opts);
-    opts->num_threads = 0;
-    opts->isa = NULL;
-    opts->chunk_size = 0;
-    opts->permute = NULL;
-    opts->onehot_threshold = -1;
-    opts->topk = NULL;
-    opts->lowtok_threshold = -1;
-    opts->small_allreduce = -1;
-    opts->tp_reduce = NULL;
-    opts->tuning_dir = NULL;
-    opts->log_level = -1;
-    opts->log_fn = NULL;
-    opts->log_user = NULL;
+    memset(opts, 0, sizeof *opts); /* strings NULL, log_fn / log_user NULL */
+    for (size_t k = 0; k < MOE_KNOB__COUNT; k++) {
+        unsigned char *f = (unsigned char *)opts + defs[k].off;
+        if (defs[k].ftype == FIELD_INT) {
+            const int v = (int)defs[k].unset;
+            memcpy(f, &v, sizeof v);
+        } else if (defs[k].ftype == FIELD_I64) {
+            const int64_t v = defs[k].unset;
+            memcpy(f, &v, sizeof v);
+        }
+    }
 }
 
-/* The API value of knob k as text, or NULL when unset. buf holds numbers. */
-static const char *api_value(const moe_options *o, moe_knob k, char *buf, size_t len, int *bad_unset)
+/* The API value of knob d as text, or NULL when unset. buf holds numbers. *bad_unset = 1 for
+ * an enum given as an index out of range (log_level). */
+static const char *api_value(const moe_options *o, const knob_def *d, char *buf, size_t len, int *bad_unset)
 {
     *bad_unset = 0;
     if (!o)
         return NULL;
-    long long v = 0;
-    int is_int = 1;
-    switch (k) {
-    case MOE_KNOB_NUM_THREADS:
-        if (o->num_threads == 0)
-            return NULL;
-        v = o->num_threads;
-        break;
-    case MOE_KNOB_CHUNK_SIZE:
-        if (o->chunk_size == 0)
-            return NULL;
-        v = o->chunk_size;
-        break;
-    case MOE_KNOB_ONEHOT_THRESHOLD:
-        if (o->onehot_threshold == -1)
-            return NULL;
-        v = o->onehot_threshold;
-        break;
-    case MOE_KNOB_LOWTOK_THRESHOLD:
-        if (o->lowtok_threshold == -1)
-            return NULL;
-        v = o->lowtok_threshold;
-        break;
-    case MOE_KNOB_SMALL_ALLREDUCE:
-        if (o->small_allreduce == -1)
-            return NULL;
-        v = o->small_allreduce;
-        break;
-    case MOE_KNOB_LOG_LEVEL:
-        if (o->log_level == -1)
-            return NULL;
-        if (o->log_level < 0 || o->log_level > 3) {
-            snprintf(buf, len, "%d", o->log_level);
+    const unsigned char *f = (const unsigned char *)o + d->off;
+    if (d->ftype == FIELD_STR) {
+        const char *v;
+        memcpy(&v, f, sizeof v);
+        return v;
+    }
+    long long v;
+    if (d->ftype == FIELD_INT) {
+        int i;
+        memcpy(&i, f, sizeof i);
+        v = i;
+    } else {
+        int64_t i;
+        memcpy(&i, f, sizeof i);
+        v = i;
+    }
+    if (v == d->unset)
+        return NULL;
+    snprintf(buf, len, "%lld", v);
+    if (d->kind == KIND_ENUM) { /* an enum given as its index (log_level) */
+        long long n = 0;
+        while (d->values[n])
+            n++;
+        if (v < 0 || v >= n) {
             *bad_unset = 1;
             return buf;
         }
-        return log_values[o->log_level];
-    default:
-        is_int = 0;
-        break;
+        return d->values[v];
     }
-    if (is_int) {
-        snprintf(buf, len, "%lld", v);
-        return buf;
-    }
-    switch (k) {
-    case MOE_KNOB_ISA: return o->isa;
-    case MOE_KNOB_PERMUTE: return o->permute;
-    case MOE_KNOB_TOPK: return o->topk;
-    case MOE_KNOB_TP_REDUCE: return o->tp_reduce;
-    case MOE_KNOB_TUNING_DIR: return o->tuning_dir;
-    default: return NULL;
-    }
+    return buf;
 }
 
 /* Validate text for knob d (values, accepted: its enum's, for KIND_ENUM): canonical value into
@@ -202,7 +191,7 @@ int moe_knob_resolve(const moe_options *opts, moe_knob k, const moe_knob_isa *is
     info->doc = d->doc;
     char buf[64];
     int bad_unset = 0;
-    const char *text = api_value(opts, k, buf, sizeof buf, &bad_unset);
+    const char *text = api_value(opts, d, buf, sizeof buf, &bad_unset);
     const char *where = NULL;
     char where_buf[80];
     if (text) {

@@ -210,6 +210,30 @@ static void rows_extent(const moe_mlp_groups *gr, int64_t *P, int64_t *Tt)
     }
 }
 
+/* Phase 1 (gate/up + activation, `panels` of I) or 2 (down, `panels` of H) inside the parallel
+ * region: one thread counts the items, then every thread claims `chunk` at a time (the
+ * implicit barrier of the loop ends the phase). xin, xrows, xdiv: phase 1's input rows. */
+static void run_phase(int phase, const moe_kernels *kern, const moe_layer_desc *desc, const moe_mlp_groups *gr,
+                      const float *xin, const int32_t *xrows, int64_t xdiv, int64_t panels, int chunk,
+                      const qrows *q8, int64_t *item_off, float *tls)
+{
+#pragma omp single
+    count_items(gr, panels, item_off);
+    const int64_t n = item_off[gr->n_groups];
+#pragma omp for schedule(dynamic, chunk)
+    for (int64_t it = 0; it < n; it++) {
+        int64_t g, p0, p1;
+        item_panels(gr, item_off, panels, it, &g, &p0, &p1);
+        int64_t pfn = 0;
+        const void *pf = q8 ? next_item_weights(gr, item_off, panels, n, it, phase == 1 ? 0 : 2, chunk, &pfn) : NULL;
+        if (phase == 1)
+            gate_up_item(kern, desc, &gr->experts[g], xin, desc->hidden_size, xrows, xdiv, gr->begin[g], gr->end[g],
+                         p0, p1, gr->h, q8, pf, pfn, tls);
+        else
+            down_item(kern, &gr->experts[g], gr->h, gr->begin[g], gr->end[g], p0, p1, gr->y, q8, pf, pfn, tls);
+    }
+}
+
 void moe_mlp_run(const moe_ctx *ctx, const moe_layer_desc *desc, const moe_mlp_groups *gr, float *scratch,
                  int64_t *item_off, moe_mlp_stats *stats)
 {
@@ -315,18 +339,7 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_layer_desc *desc, const moe_mlp_g
         }
 
         /* phase 1: h = act(x Wg^T (+ b_g), x Wu^T (+ b_u)) */
-#pragma omp single
-        count_items(gr, pi, item_off);
-        int64_t n1 = item_off[gr->n_groups];
-#pragma omp for schedule(dynamic, chunk)
-        for (int64_t it = 0; it < n1; it++) {
-            int64_t g, p0, p1;
-            item_panels(gr, item_off, pi, it, &g, &p0, &p1);
-            int64_t pfn = 0;
-            const void *pf = q8 ? next_item_weights(gr, item_off, pi, n1, it, 0, chunk, &pfn) : NULL;
-            gate_up_item(kern, desc, &gr->experts[g], xin, H, xrows, xdiv, gr->begin[g], gr->end[g], p0, p1, gr->h,
-                         q8, pf, pfn, tls);
-        }
+        run_phase(1, kern, desc, gr, xin, xrows, xdiv, pi, chunk, q8, item_off, tls);
         /* implicit barrier: h complete */
 
         /* phase 1b (quantized activations): each h row -> codes in place (row start) and its
@@ -346,17 +359,7 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_layer_desc *desc, const moe_mlp_g
         }
 
         /* phase 2: y = h Wd^T (+ b_d) */
-#pragma omp single
-        count_items(gr, ph, item_off);
-        int64_t n2 = item_off[gr->n_groups];
-#pragma omp for schedule(dynamic, chunk)
-        for (int64_t it = 0; it < n2; it++) {
-            int64_t g, p0, p1;
-            item_panels(gr, item_off, ph, it, &g, &p0, &p1);
-            int64_t pfn = 0;
-            const void *pf = q8 ? next_item_weights(gr, item_off, ph, n2, it, 2, chunk, &pfn) : NULL;
-            down_item(kern, &gr->experts[g], gr->h, gr->begin[g], gr->end[g], p0, p1, gr->y, q8, pf, pfn, tls);
-        }
+        run_phase(2, kern, desc, gr, xin, xrows, xdiv, ph, chunk, q8, item_off, tls);
     }
 }
 

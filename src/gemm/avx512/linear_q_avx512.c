@@ -78,6 +78,19 @@ MOE_AI __m512 decode1(int kind, int f8h, const uint8_t *panel, int64_t K, int64_
     return _mm512_permutexvar_ps(v, lut);
 }
 
+/* The NP panels from p of a packed code matrix: their widths (16 when full), first bytes
+ * (bytes_per_k: 8 for the 4-bit layouts, 16 for the byte layouts, per k of a full panel) and
+ * lane masks. */
+MOE_AI void panels_at(const moe_pmat *w, int64_t p, const int NP, const int full, int64_t bytes_per_k,
+                      const uint8_t **base, int *nw, __mmask16 *mask)
+{
+    for (int j = 0; j < NP; j++) {
+        nw[j] = full ? MOE_PANEL : moe_pmat_panel_width(w->n, p + j);
+        base[j] = (const uint8_t *)w->data + (p + j) * bytes_per_k * w->k;
+        mask[j] = (__mmask16)((1u << nw[j]) - 1u);
+    }
+}
+
 /* Weight-only, scale after the group (linear_q_ref.c): NP panels from p by MB rows. Per
  * group, part[j][m] = fma(x[m][k], v, part) from +0 in increasing k on the codes' exact values
  * v (zp: and xs[m] = xs[m] + x[m][k], the group's x sum, every lane the same); then
@@ -95,11 +108,7 @@ MOE_AI void post_tile(const moe_pmat *w, const int kind, const int zp, const int
     const uint8_t *base[4];
     int nw[4];
     __mmask16 mask[4];
-    for (int j = 0; j < NP; j++) {
-        nw[j] = full ? MOE_PANEL : moe_pmat_panel_width(w->n, p + j);
-        base[j] = (const uint8_t *)w->data + (p + j) * (four ? 8 : 16) * K;
-        mask[j] = (__mmask16)((1u << nw[j]) - 1u);
-    }
+    panels_at(w, p, NP, full, four ? 8 : 16, base, nw, mask);
     for (int64_t g = 0; g < ng; g++) {
         __m512 part[4][4], xs[4];
         for (int m = 0; m < MB; m++) {
@@ -241,11 +250,7 @@ MOE_AI void f8a8_tile(const moe_pmat *w, const int f8h, const int full, int64_t 
     const uint8_t *base[4];
     int nw[4];
     __mmask16 mask[4];
-    for (int j = 0; j < NP; j++) {
-        nw[j] = full ? MOE_PANEL : moe_pmat_panel_width(w->n, p + j);
-        base[j] = (const uint8_t *)w->data + (p + j) * 16 * K;
-        mask[j] = (__mmask16)((1u << nw[j]) - 1u);
-    }
+    panels_at(w, p, NP, full, 16, base, nw, mask);
     for (int64_t g = 0; g < ng; g++) {
         __m512 acc[4][6];
         for (int j = 0; j < NP; j++)
