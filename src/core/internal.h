@@ -17,7 +17,7 @@
 #define MOE_PRINTF(a, b)
 #endif
 
-struct moe_kernels; /* src/core/kernels.h */
+struct moe_kernels; /* src/gemm/kernels.h */
 
 struct moe_ctx {
     int num_threads;

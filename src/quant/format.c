@@ -67,7 +67,7 @@ static size_t packed_bytes_4(int64_t N, int64_t K)
     return b;
 }
 
-/* ---- validation of quant.w13 / quant.w2 per scheme (the generic checks are in formats.c) ---- */
+/* ---- validation of quant.w13 / quant.w2 per scheme (the generic checks: check_weight below) ---- */
 
 static moe_status validate_fp8(moe_ctx *ctx, const char *which, const moe_qweight *w, moe_qact act, int64_t act_group,
                                int64_t K)

@@ -365,7 +365,7 @@ int64_t moe_quant_gk(const moe_qweight *qw, int64_t K)
     }
 }
 
-/* ---- slicing a source matrix (TP shards, src/quant/qweights.c) ---- */
+/* ---- slicing a source matrix (TP shards: the format rows' slice, src/quant/format.c) ---- */
 
 static int64_t gcd64(int64_t a, int64_t b)
 {

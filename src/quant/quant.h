@@ -13,7 +13,7 @@
 /* ---- scalar decoders: exact ---- */
 
 /* moe_e4m3_x256[c] = dec(c) * 256 for every e4m3 code c (NaN codes NaN): the fp8 w8a8 AVX-512
- * kernel's activation table. Filled by a constructor in formats.c, a file compiled without
+ * kernel's activation table. Filled by a constructor in quant.c, a file compiled without
  * AVX-512 flags: a constructor runs at load on every CPU, so it must not live in src/gemm/avx512
  * (the compiler vectorizes it with AVX-512 there: SIGILL before main on an AVX2-only CPU and
  * under valgrind; tests/CMakeLists.txt avx512_objects_no_constructors checks). */

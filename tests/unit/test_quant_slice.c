@@ -1,5 +1,5 @@
-/* TP shards of quantized source matrices (src/quant/formats.c moe_quant_slice_source, used by
- * src/quant/qweights.c under tensor parallelism): for every scheme and for shard boundaries
+/* TP shards of quantized source matrices (src/quant/quant.c moe_quant_slice_source, used by
+ * the weight builder src/layer/weights.c under tensor parallelism): for every scheme and for shard boundaries
  * that cut a block or group (R11: a 128x128 block cut at 64, a [16, 16] block cut at 12, int4
  * groups of 32 cut at an odd column), the dequantized slice equals the slice of the
  * dequantized whole matrix bit for bit, and the re-expressed cell sizes are the expected ones. */

@@ -1,4 +1,4 @@
-/* Roofline loops on AVX2 (ymm): read bandwidth and f32 FMA peak (see core/roofline.h).
+/* Roofline loops on AVX2 (ymm): read bandwidth and f32 FMA peak (gemm/kernels.h peak_read / peak_fma).
  * Compiled with this folder's AVX2/FMA flags. */
 #include "gemm/avx2/avx2.h"
 

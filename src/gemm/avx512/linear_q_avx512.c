@@ -231,7 +231,7 @@ MOE_AI void post_linear(const moe_pmat *w, const int kind, const int zp, const i
     }
 }
 
-/* ---- fp8 w8a8 block (MOE_WF_F8A8) on quantized rows: core/kernels.h moe_linear_f8a8_fn ----
+/* ---- fp8 w8a8 block (MOE_WF_F8A8) on quantized rows: gemm/kernels.h moe_linear_rows_fn ----
  * Per group: part[j][m] accumulated in registers from +0 with vfmadd in increasing k on the
  * broadcast activation dec(q_a) * 2^8 (a 256-entry table, exact) and the panel's weights
  * dec(q_w) * 2^-8 (f8h: through f16; otherwise the exact decode times 2^-8, exact): each

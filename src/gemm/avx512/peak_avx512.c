@@ -1,6 +1,6 @@
-/* Roofline loops on AVX-512 (zmm): read bandwidth, f32 FMA peak and VNNI int8 peak
- * (see core/roofline.h). Compiled with this folder's AVX-512 flags; VNNI by a function
- * attribute, since the kernel tables do not need it. */
+/* Roofline loops on AVX-512 (zmm): read bandwidth, f32 FMA peak and VNNI int8 peak (the table's
+ * peak_read / peak_fma / peak_vnni, gemm/kernels.h). Compiled with this folder's AVX-512 flags;
+ * VNNI by a function attribute, installed only when the CPU has it. */
 #include "gemm/avx512/avx512.h"
 
 #include <immintrin.h>
