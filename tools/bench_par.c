@@ -119,6 +119,8 @@ int cli_bench_parallel(int argc, char **argv)
             usage(stdout);
             return CLI_OK;
         } else if (cli_is(&a, "--low-latency")) {
+            if (a.inline_value)
+                return cli_flag_has_value(&a);
             low_latency = 1;
         } else if (cli_is(&a, "--model")) {
             if (!(model = cli_value(&a)))

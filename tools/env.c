@@ -30,8 +30,11 @@ int cli_cmd_env(int argc, char **argv)
                  "context would refuse them (invalid) or ignore them (unknown).");
             return CLI_OK;
         }
-        if (cli_is(&a, "--json"))
+        if (cli_is(&a, "--json")) {
+            if (a.inline_value)
+                return cli_flag_has_value(&a);
             json = 1;
+        }
         else
             return cli_unknown(&a);
     }

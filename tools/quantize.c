@@ -83,6 +83,8 @@ int cli_cmd_quantize(int argc, char **argv)
             if (!(layers_s = cli_value(&a)))
                 return CLI_USAGE;
         } else if (cli_is(&a, "--force")) {
+            if (a.inline_value)
+                return cli_flag_has_value(&a);
             force = 1;
         } else {
             return cli_unknown(&a);

@@ -857,6 +857,29 @@ static void check_run_matches(run_fixture *f, moe_dtype in_dt, int64_t layer, in
     unlink(f->out);
 }
 
+/* A flag given "=VALUE" is a usage error in every command (--force=no must not mean force). */
+static void test_flag_takes_no_value(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    static const char *const cases[][5] = {
+        {"env", "--json=1", NULL, NULL, "option --json takes no value"},
+        {"quantize", "--force=no", NULL, NULL, "option --force takes no value"},
+        {"bench", "--ep", "1", "--low-latency=0", "option --low-latency takes no value"},
+        {"bench", "--json=0", NULL, NULL, "option --json takes no value"},
+        {"bench", "--list-models=1", NULL, NULL, "option --list-models takes no value"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cli_result r;
+        const char *a[] = {cases[i][0], cases[i][1], cases[i][2], cases[i][3], NULL};
+        const char *e[] = {cases[i][4], NULL};
+        run_moe(&r, a);
+        expect(&r, 2, e);
+        assert_string_equal(r.out, "");
+        result_free(&r);
+    }
+}
+
 static void test_run_matches_api_f32(void **state)
 {
     SKIP_WITHOUT_BIN();
@@ -888,6 +911,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_run_refuses_outputs, run_setup, run_teardown),
         cmocka_unit_test(test_env_command),
         cmocka_unit_test(test_plan_command),
+        cmocka_unit_test(test_flag_takes_no_value),
     };
     return cmocka_run_group_tests_name("cli", tests, NULL, NULL);
 }
