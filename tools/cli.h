@@ -14,8 +14,9 @@
 #define CLI_PRINTF(a, b)
 #endif
 
-/* Exit codes of every subcommand. */
-enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+/* Exit codes of every subcommand; CLI_GO_ON (never an exit code): cli_parse_opts found
+ * nothing that ends the command. */
+enum { CLI_GO_ON = -1, CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
 /* Subcommands (each returns an exit code). argv[0] is the subcommand name. */
 int cli_cmd_run(int argc, char **argv);
@@ -25,6 +26,43 @@ int cli_cmd_plan(int argc, char **argv);
 int cli_cmd_quantize(int argc, char **argv);
 
 /* ---- option parsing ------------------------------------------------------------------- */
+
+/* What an option's value is, and so what cli_opt.dst points to. */
+typedef enum cli_opt_kind {
+    CLI_FLAG,   /* no value ("--name=VALUE" is refused); int *dst = 1 */
+    CLI_STR,    /* const char **dst = the value, as it stands in argv */
+    CLI_I64,    /* int64_t *dst = an integer in [lo, hi] (cli_parse_i64) */
+    CLI_F64,    /* double *dst = a number in [dlo, dhi] (cli_parse_double) */
+    CLI_SIZE,   /* uint64_t *dst = a byte size such as 16G (cli_parse_size) */
+    CLI_CUSTOM, /* parse(cmd, name, value, dst) checks and stores the value */
+} cli_opt_kind;
+
+/* One row of a subcommand's option table: one option "--name", its kind, where its value
+ * goes (a variable or a field of the command's own options) and how it is checked. Rows
+ * are written with designated initializers; the fields a row does not name are zero. */
+typedef struct cli_opt {
+    const char *name;  /* "--threads": matched exactly, as "--name VALUE" or "--name=VALUE" */
+    cli_opt_kind kind;
+    void *dst;         /* where the value goes (type: see cli_opt_kind) */
+    int64_t lo, hi;    /* CLI_I64: the accepted range */
+    double dlo, dhi;   /* CLI_F64: the accepted range */
+    /* CLI_CUSTOM: checks `value` and stores it through dst; 0 on success, -1 after reporting
+     * the error with cli_err(cmd, ...) */
+    int (*parse)(const char *cmd, const char *name, const char *value, void *dst);
+    int *seen;         /* NULL, or set to 1 once the option has been given */
+    int nonempty;      /* 1: an empty value is refused ("--name: empty path") */
+} cli_opt;
+
+/* A subcommand's command line: argv[1..] parsed against opts[0..n) (opts may be NULL when
+ * n is 0). Options may repeat (the last one wins); their values are checked and stored in
+ * the order given, so the first bad one is the one reported. -h / --help (also
+ * "--help=...") prints usage(stdout). Returns CLI_GO_ON when the command should go on,
+ * CLI_OK after --help, CLI_USAGE after an error reported on stderr as "CMD: ...": an
+ * unknown option, a stray positional argument, a missing value, a flag given "=VALUE", or
+ * a value that is not accepted. */
+int cli_parse_opts(int argc, char **argv, const char *cmd, const cli_opt *opts, size_t n,
+                   void (*usage)(FILE *));
+#define CLI_NOPTS(table) (sizeof(table) / sizeof((table)[0]))
 
 /* Walks argv[1..]: options are "--name VALUE" or "--name=VALUE" or flags "--name". */
 typedef struct cli_args {

@@ -168,6 +168,55 @@ int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *ou
     return 0;
 }
 
+int cli_parse_opts(int argc, char **argv, const char *cmd, const cli_opt *opts, size_t n,
+                   void (*usage)(FILE *))
+{
+    cli_args a;
+    cli_args_init(&a, argc, argv, cmd);
+    int r;
+    while ((r = cli_args_next(&a)) != 0) {
+        if (r < 0)
+            return CLI_USAGE;
+        if (cli_is(&a, "--help") || cli_is(&a, "-h")) {
+            usage(stdout);
+            return CLI_OK;
+        }
+        const cli_opt *o = NULL;
+        for (size_t k = 0; k < n && !o; k++)
+            if (cli_is(&a, opts[k].name))
+                o = &opts[k];
+        if (!o)
+            return cli_unknown(&a);
+        if (o->kind == CLI_FLAG) {
+            if (a.inline_value)
+                return cli_flag_has_value(&a);
+            *(int *)o->dst = 1;
+        } else {
+            const char *v = cli_value(&a);
+            if (!v)
+                return CLI_USAGE;
+            if (o->nonempty && !*v) {
+                cli_err(cmd, "%s: empty path", o->name);
+                return CLI_USAGE;
+            }
+            int bad = 0;
+            switch (o->kind) {
+            case CLI_STR: *(const char **)o->dst = v; break;
+            case CLI_I64: bad = cli_parse_i64(cmd, o->name, v, o->lo, o->hi, o->dst); break;
+            case CLI_F64: bad = cli_parse_double(cmd, o->name, v, o->dlo, o->dhi, o->dst); break;
+            case CLI_SIZE: bad = cli_parse_size(cmd, o->name, v, o->dst); break;
+            case CLI_CUSTOM: bad = o->parse(cmd, o->name, v, o->dst); break;
+            case CLI_FLAG: break;
+            }
+            if (bad)
+                return CLI_USAGE;
+        }
+        if (o->seen)
+            *o->seen = 1;
+    }
+    return CLI_GO_ON;
+}
+
 /* ---- machine facts --------------------------------------------------------------------- */
 
 uint64_t cli_mem_available(void)
