@@ -64,30 +64,6 @@ int cli_parse_opts(int argc, char **argv, const char *cmd, const cli_opt *opts, 
                    void (*usage)(FILE *));
 #define CLI_NOPTS(table) (sizeof(table) / sizeof((table)[0]))
 
-/* Walks argv[1..]: options are "--name VALUE" or "--name=VALUE" or flags "--name". */
-typedef struct cli_args {
-    int argc;
-    char **argv;
-    int i;               /* next index */
-    const char *cmd;     /* "moe run", for messages */
-    const char *opt;     /* the option being parsed (without "=value") */
-    char optbuf[64];
-    const char *inline_value; /* value after '=', or NULL */
-} cli_args;
-
-void cli_args_init(cli_args *a, int argc, char **argv, const char *cmd);
-/* Next option name into a->opt; 0 at the end, 1 for an option, -1 for a stray positional
- * argument (already reported, exit 2). */
-int cli_args_next(cli_args *a);
-/* 1 if a->opt equals `name` (and, for a flag, that no "=value" was given; else reported). */
-int cli_is(const cli_args *a, const char *name);
-/* The value of the current option; NULL (reported) when missing. */
-const char *cli_value(cli_args *a);
-/* Report "unknown option" for the current option. Returns CLI_USAGE. */
-int cli_unknown(const cli_args *a);
-/* Report a flag given "=value". Returns CLI_USAGE. */
-int cli_flag_has_value(const cli_args *a);
-
 /* Strict numeric parsing: the whole string, no leading space, in [lo, hi]. On failure
  * print "CMD: OPT: ..." and return -1. */
 int cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi,

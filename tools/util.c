@@ -24,7 +24,19 @@ void cli_err(const char *cmd, const char *fmt, ...)
     fputc('\n', stderr);
 }
 
-void cli_args_init(cli_args *a, int argc, char **argv, const char *cmd)
+/* Walks argv[1..] for cli_parse_opts: options are "--name VALUE" or "--name=VALUE" or
+ * flags "--name". */
+typedef struct cli_args {
+    int argc;
+    char **argv;
+    int i;               /* next index */
+    const char *cmd;     /* "moe run", for messages */
+    const char *opt;     /* the option being parsed (without "=value") */
+    char optbuf[64];
+    const char *inline_value; /* value after '=', or NULL */
+} cli_args;
+
+static void cli_args_init(cli_args *a, int argc, char **argv, const char *cmd)
 {
     memset(a, 0, sizeof *a);
     a->argc = argc;
@@ -33,7 +45,9 @@ void cli_args_init(cli_args *a, int argc, char **argv, const char *cmd)
     a->cmd = cmd;
 }
 
-int cli_args_next(cli_args *a)
+/* Next option name into a->opt; 0 at the end, 1 for an option, -1 for a stray positional
+ * argument (already reported, exit 2). */
+static int cli_args_next(cli_args *a)
 {
     if (a->i >= a->argc)
         return 0;
@@ -58,12 +72,14 @@ int cli_args_next(cli_args *a)
     return 1;
 }
 
-int cli_is(const cli_args *a, const char *name)
+/* 1 if a->opt equals `name` (whether or not "=value" was given). */
+static int cli_is(const cli_args *a, const char *name)
 {
     return strcmp(a->opt, name) == 0;
 }
 
-const char *cli_value(cli_args *a)
+/* The value of the current option; NULL (reported) when missing. */
+static const char *cli_value(cli_args *a)
 {
     if (a->inline_value)
         return a->inline_value;
@@ -74,13 +90,15 @@ const char *cli_value(cli_args *a)
     return a->argv[a->i++];
 }
 
-int cli_unknown(const cli_args *a)
+/* Report "unknown option" for the current option. Returns CLI_USAGE. */
+static int cli_unknown(const cli_args *a)
 {
     cli_err(a->cmd, "unknown option '%s' (see '%s --help')", a->opt, a->cmd);
     return CLI_USAGE;
 }
 
-int cli_flag_has_value(const cli_args *a)
+/* Report a flag given "=value". Returns CLI_USAGE. */
+static int cli_flag_has_value(const cli_args *a)
 {
     cli_err(a->cmd, "option %s takes no value", a->opt);
     return CLI_USAGE;
