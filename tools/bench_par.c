@@ -79,35 +79,24 @@ static int parse_list(const char *s, int64_t *v, int *n)
     return 0;
 }
 
-/* --dtype D: the weights' dtype (a cli_opt parse: dst is the moe_dtype) */
-static int parse_weight_dtype(const char *cmd, const char *name, const char *v, void *dst)
+/* --dtype D (the weights: f32, bf16, f16) or --dispatch-dtype D (activations on the wire:
+ * f32, fp8, int8); a cli_opt parse: dst is the moe_dtype. */
+static int parse_dtype(const char *cmd, const char *name, const char *v, void *dst)
 {
+    const int disp = strcmp(name, "--dispatch-dtype") == 0;
     moe_dtype *to = dst;
     if (!strcmp(v, "f32"))
         *to = MOE_DTYPE_F32;
-    else if (!strcmp(v, "bf16"))
+    else if (!disp && !strcmp(v, "bf16"))
         *to = MOE_DTYPE_BF16;
-    else if (!strcmp(v, "f16"))
+    else if (!disp && !strcmp(v, "f16"))
         *to = MOE_DTYPE_F16;
-    else {
-        cli_err(cmd, "%s: '%s' is not one of %s", name, v, "f32, bf16, f16");
-        return -1;
-    }
-    return 0;
-}
-
-/* --dispatch-dtype D: the activations on the wire (a cli_opt parse: dst is the moe_dtype) */
-static int parse_dispatch_dtype(const char *cmd, const char *name, const char *v, void *dst)
-{
-    moe_dtype *to = dst;
-    if (!strcmp(v, "f32"))
-        *to = MOE_DTYPE_F32;
-    else if (!strcmp(v, "fp8"))
+    else if (disp && !strcmp(v, "fp8"))
         *to = MOE_DTYPE_F8_E4M3;
-    else if (!strcmp(v, "int8"))
+    else if (disp && !strcmp(v, "int8"))
         *to = MOE_DTYPE_I8;
     else {
-        cli_err(cmd, "%s: '%s' is not one of %s", name, v, "f32, fp8, int8");
+        cli_err(cmd, "%s: '%s' is not one of %s", name, v, disp ? "f32, fp8, int8" : "f32, bf16, f16");
         return -1;
     }
     return 0;
@@ -151,7 +140,7 @@ int cli_bench_parallel(int argc, char **argv)
         /* 0 (the default): the model's own E */
         {.name = "--num-experts", .kind = CLI_I64, .dst = &num_experts, .lo = 1, .hi = big},
         /* the weights' dtype: f32, bf16 or f16 */
-        {.name = "--dtype", .kind = CLI_CUSTOM, .dst = &dt, .parse = parse_weight_dtype},
+        {.name = "--dtype", .kind = CLI_CUSTOM, .dst = &dt, .parse = parse_dtype},
         /* a comma-separated list, parsed below (parse_list) */
         {.name = "--tokens", .kind = CLI_STR, .dst = &tokens},
         {.name = "--threads", .kind = CLI_I64, .dst = &threads, .lo = 1, .hi = big},
@@ -160,7 +149,7 @@ int cli_bench_parallel(int argc, char **argv)
         /* 0 (the default): the largest T, at most 256 */
         {.name = "--capacity", .kind = CLI_I64, .dst = &capacity, .lo = 1, .hi = big},
         /* activations on the wire: f32, fp8 or int8 */
-        {.name = "--dispatch-dtype", .kind = CLI_CUSTOM, .dst = &ddt, .parse = parse_dispatch_dtype},
+        {.name = "--dispatch-dtype", .kind = CLI_CUSTOM, .dst = &ddt, .parse = parse_dtype},
         {.name = "--seed", .kind = CLI_I64, .dst = &seed, .lo = 0, .hi = big},
     };
     const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), usage);
