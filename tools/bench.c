@@ -163,41 +163,17 @@ static void list_models(FILE *f)
     }
 }
 
-static int parse_tokens(const char *s, bench_cfg *cfg)
+/* --tokens LIST into cfg->tokens (a cli_opt parse: dst is the bench_cfg) */
+static int parse_tokens(const char *cmd, const char *name, const char *s, void *dst)
 {
-    cfg->ntokens = 0;
-    const char *p = s;
-    if (!*p) {
-        cli_err(CMD, "--tokens: empty list");
-        return -1;
-    }
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        size_t n = comma ? (size_t)(comma - p) : strlen(p);
-        char item[32];
-        if (n == 0 || n >= sizeof item) {
-            cli_err(CMD, "--tokens: '%s' is not a comma-separated list of token counts", s);
-            return -1;
-        }
-        memcpy(item, p, n);
-        item[n] = '\0';
-        if (cfg->ntokens == MAX_TOKEN_ROWS) {
-            cli_err(CMD, "--tokens: at most %d token counts", MAX_TOKEN_ROWS);
-            return -1;
-        }
-        if (cli_parse_i64(CMD, "--tokens", item, 1, (int64_t)1 << 24,
-                          &cfg->tokens[cfg->ntokens]) != 0)
-            return -1;
-        cfg->ntokens++;
-        if (!comma)
-            break;
-        p = comma + 1;
-    }
-    return 0;
+    bench_cfg *cfg = dst;
+    return cli_parse_i64_list(cmd, name, s, 1, (int64_t)1 << 24, cfg->tokens, MAX_TOKEN_ROWS, &cfg->ntokens);
 }
 
-static int parse_dtype(const char *s, moe_dtype *out)
+/* --dtype D (a cli_opt parse: dst is the moe_dtype) */
+static int parse_dtype(const char *cmd, const char *name, const char *s, void *dst)
 {
+    moe_dtype *out = dst;
     if (strcmp(s, "bf16") == 0 || strcmp(s, "BF16") == 0)
         *out = MOE_DTYPE_BF16;
     else if (strcmp(s, "f16") == 0 || strcmp(s, "F16") == 0 || strcmp(s, "fp16") == 0)
@@ -205,101 +181,80 @@ static int parse_dtype(const char *s, moe_dtype *out)
     else if (strcmp(s, "f32") == 0 || strcmp(s, "F32") == 0 || strcmp(s, "fp32") == 0)
         *out = MOE_DTYPE_F32;
     else {
-        cli_err(CMD, "--dtype: '%s' is not one of f32, bf16, f16", s);
+        cli_err(cmd, "%s: '%s' is not one of f32, bf16, f16", name, s);
         return -1;
     }
     return 0;
 }
 
-/* Exit code >= 0 to stop now, -1 to go on. */
+/* --mem-limit SIZE (a cli_opt parse: dst is the uint64_t) */
+static int parse_mem_limit(const char *cmd, const char *name, const char *s, void *dst)
+{
+    uint64_t *out = dst;
+    if (cli_parse_size(cmd, name, s, out))
+        return -1;
+    if (*out == 0) {
+        cli_err(cmd, "%s: must be more than 0", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* --quant SCHEME into cfg->quant and cfg->q (a cli_opt parse: dst is the bench_cfg) */
+static int parse_quant(const char *cmd, const char *name, const char *s, void *dst)
+{
+    bench_cfg *cfg = dst;
+    cfg->quant = s;
+    if (moe_quant_from_name(cfg->quant, &cfg->q) != MOE_OK) {
+        cli_err(cmd, "%s: unknown scheme '%s' (fp8-tensor, fp8-channel, fp8-block, fp8-block-w8a8, "
+                "int8-channel, int8-w8a8, int4-g32/g64/g128[-zp], mxfp4, none)", name, cfg->quant);
+        return -1;
+    }
+    return 0;
+}
+
+/* Exit code >= 0 to stop now, CLI_GO_ON (-1) to go on. */
 static int parse_bench_args(int argc, char **argv, bench_cfg *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->dtype = MOE_DTYPE_BF16;
-    cfg->seed = 1;
     cfg->min_time = DEFAULT_MIN_TIME;
     int list = 0;
     const char *model_name = NULL;
-    cli_args a;
-    cli_args_init(&a, argc, argv, CMD);
-    int r;
-    while ((r = cli_args_next(&a)) != 0) {
-        if (r < 0)
-            return CLI_USAGE;
-        const char *v;
-        if (cli_is(&a, "--help") || cli_is(&a, "-h")) {
-            bench_usage(stdout);
-            return CLI_OK;
-        } else if (cli_is(&a, "--list-models") || cli_is(&a, "--json") ||
-                   cli_is(&a, "--roofline")) {
-            if (a.inline_value)
-                return cli_flag_has_value(&a);
-            if (cli_is(&a, "--json"))
-                cfg->json = 1;
-            else if (cli_is(&a, "--roofline"))
-                cfg->roofline = 1;
-            else
-                list = 1;
-        } else if (cli_is(&a, "--model")) {
-            if (!(model_name = cli_value(&a)))
-                return CLI_USAGE;
-        } else if (cli_is(&a, "--checkpoint")) {
-            if (!(cfg->ckdir = cli_value(&a)))
-                return CLI_USAGE;
-            if (!cfg->ckdir[0]) {
-                cli_err(CMD, "--checkpoint: empty path");
-                return CLI_USAGE;
-            }
-        } else if (cli_is(&a, "--layer")) {
-            if (!(v = cli_value(&a)) || cli_parse_i64(CMD, a.opt, v, 0, INT64_MAX, &cfg->layer))
-                return CLI_USAGE;
-            cfg->have_layer = 1;
-        } else if (cli_is(&a, "--tokens")) {
-            if (!(v = cli_value(&a)) || parse_tokens(v, cfg))
-                return CLI_USAGE;
-        } else if (cli_is(&a, "--threads")) {
-            if (!(v = cli_value(&a)) || cli_parse_i64(CMD, a.opt, v, 1, 4096, &cfg->threads))
-                return CLI_USAGE;
-        } else if (cli_is(&a, "--dtype")) {
-            if (!(v = cli_value(&a)) || parse_dtype(v, &cfg->dtype))
-                return CLI_USAGE;
-            cfg->have_dtype = 1;
-        } else if (cli_is(&a, "--num-experts")) {
-            if (!(v = cli_value(&a)) ||
-                cli_parse_i64(CMD, a.opt, v, 1, (int64_t)1 << 20, &cfg->num_experts))
-                return CLI_USAGE;
-        } else if (cli_is(&a, "--iters")) {
-            if (!(v = cli_value(&a)) || cli_parse_i64(CMD, a.opt, v, 1, 100000, &cfg->iters))
-                return CLI_USAGE;
-        } else if (cli_is(&a, "--min-time")) {
-            if (!(v = cli_value(&a)) ||
-                cli_parse_double(CMD, a.opt, v, 1e-3, 3600.0, &cfg->min_time))
-                return CLI_USAGE;
-            cfg->have_min_time = 1;
-        } else if (cli_is(&a, "--mem-limit")) {
-            if (!(v = cli_value(&a)) || cli_parse_size(CMD, a.opt, v, &cfg->mem_limit))
-                return CLI_USAGE;
-            if (cfg->mem_limit == 0) {
-                cli_err(CMD, "--mem-limit: must be more than 0");
-                return CLI_USAGE;
-            }
-        } else if (cli_is(&a, "--quant")) {
-            if (!(cfg->quant = cli_value(&a)))
-                return CLI_USAGE;
-            if (moe_quant_from_name(cfg->quant, &cfg->q) != MOE_OK) {
-                cli_err(CMD, "--quant: unknown scheme '%s' (fp8-tensor, fp8-channel, fp8-block, fp8-block-w8a8, "
-                        "int8-channel, int8-w8a8, int4-g32/g64/g128[-zp], mxfp4, none)", cfg->quant);
-                return CLI_USAGE;
-            }
-        } else if (cli_is(&a, "--seed")) {
-            int64_t s;
-            if (!(v = cli_value(&a)) || cli_parse_i64(CMD, a.opt, v, 0, INT64_MAX, &s))
-                return CLI_USAGE;
-            cfg->seed = (uint64_t)s;
-        } else {
-            return cli_unknown(&a);
-        }
-    }
+    int64_t seed = 1;
+    const cli_opt opts[] = {
+        /* flags */
+        {.name = "--list-models", .kind = CLI_FLAG, .dst = &list},
+        {.name = "--json", .kind = CLI_FLAG, .dst = &cfg->json},
+        {.name = "--roofline", .kind = CLI_FLAG, .dst = &cfg->roofline},
+        /* the layer: an embedded model by name (looked up below), or a checkpoint's */
+        {.name = "--model", .kind = CLI_STR, .dst = &model_name},
+        {.name = "--checkpoint", .kind = CLI_STR, .dst = &cfg->ckdir, .nonempty = 1},
+        {.name = "--layer", .kind = CLI_I64, .dst = &cfg->layer, .lo = 0, .hi = INT64_MAX,
+         .seen = &cfg->have_layer},
+        /* comma-separated token counts, each in [1, 2^24] */
+        {.name = "--tokens", .kind = CLI_CUSTOM, .dst = cfg, .parse = parse_tokens},
+        {.name = "--threads", .kind = CLI_I64, .dst = &cfg->threads, .lo = 1, .hi = 4096},
+        /* bf16 / f16 / f32; seen: refused with --checkpoint */
+        {.name = "--dtype", .kind = CLI_CUSTOM, .dst = &cfg->dtype, .parse = parse_dtype,
+         .seen = &cfg->have_dtype},
+        /* the upper bound here; K <= N <= H is checked below, once the model is known */
+        {.name = "--num-experts", .kind = CLI_I64, .dst = &cfg->num_experts, .lo = 1,
+         .hi = (int64_t)1 << 20},
+        {.name = "--iters", .kind = CLI_I64, .dst = &cfg->iters, .lo = 1, .hi = 100000},
+        /* seen: refused with --iters */
+        {.name = "--min-time", .kind = CLI_F64, .dst = &cfg->min_time, .dlo = 1e-3, .dhi = 3600.0,
+         .seen = &cfg->have_min_time},
+        /* a byte size, more than 0 */
+        {.name = "--mem-limit", .kind = CLI_CUSTOM, .dst = &cfg->mem_limit, .parse = parse_mem_limit},
+        /* a moe_quant_from_name scheme, into cfg->quant and cfg->q */
+        {.name = "--quant", .kind = CLI_CUSTOM, .dst = cfg, .parse = parse_quant},
+        {.name = "--seed", .kind = CLI_I64, .dst = &seed, .lo = 0, .hi = INT64_MAX},
+    };
+    const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), bench_usage);
+    if (prc != CLI_GO_ON)
+        return prc;
+    cfg->seed = (uint64_t)seed;
     if (list) {
         list_models(stdout);
         return CLI_OK;

@@ -64,16 +64,27 @@ static void usage(FILE *f)
 
 static int parse_list(const char *s, int64_t *v, int *n)
 {
-    *n = 0;
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        if (*n == MAX_T || cli_parse_i64(CMD, "--tokens", tok, 1, (int64_t)1 << 20, &v[*n]) != 0)
-            return -1;
-        (*n)++;
-    }
-    if (*n == 0) {
-        cli_err(CMD, "--tokens: give at least one token count");
+    return cli_parse_i64_list(CMD, "--tokens", s, 1, (int64_t)1 << 20, v, MAX_T, n);
+}
+
+/* --dtype D (the weights: f32, bf16, f16) or --dispatch-dtype D (activations on the wire:
+ * f32, fp8, int8); a cli_opt parse: dst is the moe_dtype. */
+static int parse_dtype(const char *cmd, const char *name, const char *v, void *dst)
+{
+    const int disp = strcmp(name, "--dispatch-dtype") == 0;
+    moe_dtype *to = dst;
+    if (!strcmp(v, "f32"))
+        *to = MOE_DTYPE_F32;
+    else if (!disp && !strcmp(v, "bf16"))
+        *to = MOE_DTYPE_BF16;
+    else if (!disp && !strcmp(v, "f16"))
+        *to = MOE_DTYPE_F16;
+    else if (disp && !strcmp(v, "fp8"))
+        *to = MOE_DTYPE_F8_E4M3;
+    else if (disp && !strcmp(v, "int8"))
+        *to = MOE_DTYPE_I8;
+    else {
+        cli_err(cmd, "%s: '%s' is not one of %s", name, v, disp ? "f32, fp8, int8" : "f32, bf16, f16");
         return -1;
     }
     return 0;
@@ -108,58 +119,30 @@ int cli_bench_parallel(int argc, char **argv)
     int64_t ep = 1, tp = 1, num_experts = 0, threads = 0, iters = 20, capacity = 0, seed = 1;
     int low_latency = 0;
     moe_dtype dt = MOE_DTYPE_BF16, ddt = MOE_DTYPE_F32;
-    cli_args a;
-    cli_args_init(&a, argc, argv, CMD);
-    int r;
-    while ((r = cli_args_next(&a)) != 0) {
-        if (r < 0)
-            return CLI_USAGE;
-        const char *v = NULL;
-        if (cli_is(&a, "--help") || cli_is(&a, "-h")) {
-            usage(stdout);
-            return CLI_OK;
-        } else if (cli_is(&a, "--low-latency")) {
-            low_latency = 1;
-        } else if (cli_is(&a, "--model")) {
-            if (!(model = cli_value(&a)))
-                return CLI_USAGE;
-        } else if (cli_is(&a, "--tokens")) {
-            if (!(tokens = cli_value(&a)))
-                return CLI_USAGE;
-        } else if (cli_is(&a, "--dtype") || cli_is(&a, "--dispatch-dtype")) {
-            const int disp = cli_is(&a, "--dispatch-dtype");
-            if (!(v = cli_value(&a)))
-                return CLI_USAGE;
-            moe_dtype *to = disp ? &ddt : &dt;
-            if (!strcmp(v, "f32"))
-                *to = MOE_DTYPE_F32;
-            else if (!disp && !strcmp(v, "bf16"))
-                *to = MOE_DTYPE_BF16;
-            else if (!disp && !strcmp(v, "f16"))
-                *to = MOE_DTYPE_F16;
-            else if (disp && !strcmp(v, "fp8"))
-                *to = MOE_DTYPE_F8_E4M3;
-            else if (disp && !strcmp(v, "int8"))
-                *to = MOE_DTYPE_I8;
-            else {
-                cli_err(CMD, "%s: '%s' is not one of %s", a.opt, v, disp ? "f32, fp8, int8" : "f32, bf16, f16");
-                return CLI_USAGE;
-            }
-        } else {
-            int64_t *iv = cli_is(&a, "--ep")            ? &ep
-                          : cli_is(&a, "--tp")          ? &tp
-                          : cli_is(&a, "--num-experts") ? &num_experts
-                          : cli_is(&a, "--threads")     ? &threads
-                          : cli_is(&a, "--iters")       ? &iters
-                          : cli_is(&a, "--capacity")    ? &capacity
-                          : cli_is(&a, "--seed")        ? &seed
-                                                        : NULL;
-            if (!iv)
-                return cli_unknown(&a);
-            if (!(v = cli_value(&a)) || cli_parse_i64(CMD, a.opt, v, iv == &seed ? 0 : 1, (int64_t)1 << 30, iv) != 0)
-                return CLI_USAGE;
-        }
-    }
+    const int64_t big = (int64_t)1 << 30; /* the upper bound of every integer option */
+    const cli_opt opts[] = {
+        {.name = "--ep", .kind = CLI_I64, .dst = &ep, .lo = 1, .hi = big},
+        {.name = "--tp", .kind = CLI_I64, .dst = &tp, .lo = 1, .hi = big},
+        /* an embedded model's name, looked up below */
+        {.name = "--model", .kind = CLI_STR, .dst = &model},
+        /* 0 (the default): the model's own E */
+        {.name = "--num-experts", .kind = CLI_I64, .dst = &num_experts, .lo = 1, .hi = big},
+        /* the weights' dtype: f32, bf16 or f16 */
+        {.name = "--dtype", .kind = CLI_CUSTOM, .dst = &dt, .parse = parse_dtype},
+        /* a comma-separated list, parsed below (parse_list) */
+        {.name = "--tokens", .kind = CLI_STR, .dst = &tokens},
+        {.name = "--threads", .kind = CLI_I64, .dst = &threads, .lo = 1, .hi = big},
+        {.name = "--iters", .kind = CLI_I64, .dst = &iters, .lo = 1, .hi = big},
+        {.name = "--low-latency", .kind = CLI_FLAG, .dst = &low_latency},
+        /* 0 (the default): the largest T, at most 256 */
+        {.name = "--capacity", .kind = CLI_I64, .dst = &capacity, .lo = 1, .hi = big},
+        /* activations on the wire: f32, fp8 or int8 */
+        {.name = "--dispatch-dtype", .kind = CLI_CUSTOM, .dst = &ddt, .parse = parse_dtype},
+        {.name = "--seed", .kind = CLI_I64, .dst = &seed, .lo = 0, .hi = big},
+    };
+    const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), usage);
+    if (prc != CLI_GO_ON)
+        return prc;
     int64_t Ts[MAX_T];
     int nT = 0;
     if (parse_list(tokens, Ts, &nT) != 0)

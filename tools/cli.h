@@ -14,8 +14,9 @@
 #define CLI_PRINTF(a, b)
 #endif
 
-/* Exit codes of every subcommand. */
-enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+/* Exit codes of every subcommand; CLI_GO_ON (never an exit code): cli_parse_opts found
+ * nothing that ends the command. */
+enum { CLI_GO_ON = -1, CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
 /* Subcommands (each returns an exit code). argv[0] is the subcommand name. */
 int cli_cmd_run(int argc, char **argv);
@@ -26,29 +27,42 @@ int cli_cmd_quantize(int argc, char **argv);
 
 /* ---- option parsing ------------------------------------------------------------------- */
 
-/* Walks argv[1..]: options are "--name VALUE" or "--name=VALUE" or flags "--name". */
-typedef struct cli_args {
-    int argc;
-    char **argv;
-    int i;               /* next index */
-    const char *cmd;     /* "moe run", for messages */
-    const char *opt;     /* the option being parsed (without "=value") */
-    char optbuf[64];
-    const char *inline_value; /* value after '=', or NULL */
-} cli_args;
+/* What an option's value is, and so what cli_opt.dst points to. */
+typedef enum cli_opt_kind {
+    CLI_FLAG,   /* no value ("--name=VALUE" is refused); int *dst = 1 */
+    CLI_STR,    /* const char **dst = the value, as it stands in argv */
+    CLI_I64,    /* int64_t *dst = an integer in [lo, hi] (cli_parse_i64) */
+    CLI_F64,    /* double *dst = a number in [dlo, dhi] (cli_parse_double) */
+    CLI_SIZE,   /* uint64_t *dst = a byte size such as 16G (cli_parse_size) */
+    CLI_CUSTOM, /* parse(cmd, name, value, dst) checks and stores the value */
+} cli_opt_kind;
 
-void cli_args_init(cli_args *a, int argc, char **argv, const char *cmd);
-/* Next option name into a->opt; 0 at the end, 1 for an option, -1 for a stray positional
- * argument (already reported, exit 2). */
-int cli_args_next(cli_args *a);
-/* 1 if a->opt equals `name` (and, for a flag, that no "=value" was given; else reported). */
-int cli_is(const cli_args *a, const char *name);
-/* The value of the current option; NULL (reported) when missing. */
-const char *cli_value(cli_args *a);
-/* Report "unknown option" for the current option. Returns CLI_USAGE. */
-int cli_unknown(const cli_args *a);
-/* Report a flag given "=value". Returns CLI_USAGE. */
-int cli_flag_has_value(const cli_args *a);
+/* One row of a subcommand's option table: one option "--name", its kind, where its value
+ * goes (a variable or a field of the command's own options) and how it is checked. Rows
+ * are written with designated initializers; the fields a row does not name are zero. */
+typedef struct cli_opt {
+    const char *name;  /* "--threads": matched exactly, as "--name VALUE" or "--name=VALUE" */
+    cli_opt_kind kind;
+    void *dst;         /* where the value goes (type: see cli_opt_kind) */
+    int64_t lo, hi;    /* CLI_I64: the accepted range */
+    double dlo, dhi;   /* CLI_F64: the accepted range */
+    /* CLI_CUSTOM: checks `value` and stores it through dst; 0 on success, -1 after reporting
+     * the error with cli_err(cmd, ...) */
+    int (*parse)(const char *cmd, const char *name, const char *value, void *dst);
+    int *seen;         /* NULL, or set to 1 once the option has been given */
+    int nonempty;      /* 1: an empty value is refused ("--name: empty path") */
+} cli_opt;
+
+/* A subcommand's command line: argv[1..] parsed against opts[0..n) (opts may be NULL when
+ * n is 0). Options may repeat (the last one wins); their values are checked and stored in
+ * the order given, so the first bad one is the one reported. -h / --help (also
+ * "--help=...") prints usage(stdout). Returns CLI_GO_ON when the command should go on,
+ * CLI_OK after --help, CLI_USAGE after an error reported on stderr as "CMD: ...": an
+ * unknown option, a stray positional argument, a missing value, a flag given "=VALUE", or
+ * a value that is not accepted. */
+int cli_parse_opts(int argc, char **argv, const char *cmd, const cli_opt *opts, size_t n,
+                   void (*usage)(FILE *));
+#define CLI_NOPTS(table) (sizeof(table) / sizeof((table)[0]))
 
 /* Strict numeric parsing: the whole string, no leading space, in [lo, hi]. On failure
  * print "CMD: OPT: ..." and return -1. */
@@ -56,6 +70,11 @@ int cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t lo, i
                   int64_t *out);
 int cli_parse_double(const char *cmd, const char *opt, const char *s, double lo, double hi,
                      double *out);
+/* A comma-separated list of integers in [lo, hi] (token counts) into out [max]; *n gets the
+ * count. An empty list or item, more than max items, or a bad item is reported ("CMD: NAME: ...")
+ * and gives -1. */
+int cli_parse_i64_list(const char *cmd, const char *name, const char *s, int64_t lo, int64_t hi, int64_t *out,
+                       int max, int *n);
 /* A byte size: a number with an optional K, M, G or T suffix (powers of 1024), optional
  * trailing 'B' / "iB". */
 int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *out);

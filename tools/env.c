@@ -11,30 +11,27 @@ static const char *source_name(moe_knob_source s)
     return s == MOE_KNOB_API ? "flag" : s == MOE_KNOB_ENV ? "environment" : "default";
 }
 
+static void env_usage(FILE *f)
+{
+    fputs("usage: moe env [--json]\n"
+          "\n"
+          "Lists every libmoe knob (moe_options field and MOE_* environment variable): its\n"
+          "resolved value, where the value came from (default, environment, flag), what it\n"
+          "accepts and what it switches. Invalid values and unknown MOE_* variables (with\n"
+          "the closest known name) are listed too; the exit status is then 1, since a\n"
+          "context would refuse them (invalid) or ignore them (unknown).\n",
+          f);
+}
+
 int cli_cmd_env(int argc, char **argv)
 {
     int json = 0;
-    cli_args a;
-    cli_args_init(&a, argc, argv, CMD);
-    int r;
-    while ((r = cli_args_next(&a)) != 0) {
-        if (r < 0)
-            return CLI_USAGE;
-        if (cli_is(&a, "--help") || cli_is(&a, "-h")) {
-            puts("usage: moe env [--json]\n"
-                 "\n"
-                 "Lists every libmoe knob (moe_options field and MOE_* environment variable): its\n"
-                 "resolved value, where the value came from (default, environment, flag), what it\n"
-                 "accepts and what it switches. Invalid values and unknown MOE_* variables (with\n"
-                 "the closest known name) are listed too; the exit status is then 1, since a\n"
-                 "context would refuse them (invalid) or ignore them (unknown).");
-            return CLI_OK;
-        }
-        if (cli_is(&a, "--json"))
-            json = 1;
-        else
-            return cli_unknown(&a);
-    }
+    const cli_opt opts[] = {
+        {.name = "--json", .kind = CLI_FLAG, .dst = &json}, /* one JSON document on stdout */
+    };
+    const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), env_usage);
+    if (prc != CLI_GO_ON)
+        return prc;
     int bad = 0;
     size_t n = moe_knob_count();
     if (json)

@@ -26,19 +26,21 @@ static void usage(FILE *f)
           f);
 }
 
+static void version_usage(FILE *f)
+{
+    fputs("usage: moe version\n"
+          "\n"
+          "Print the library version, the kernel table this machine selects (after\n"
+          "MOE_ISA) and the kernel registry: every table, whether this machine can run it,\n"
+          "and the sub-ISA capabilities it uses here.\n",
+          f);
+}
+
 static int cmd_version(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            puts("usage: moe version\n"
-                 "\n"
-                 "Print the library version, the kernel table this machine selects (after\n"
-                 "MOE_ISA) and which kernel tables this machine can run.");
-            return CLI_OK;
-        }
-        cli_err("moe version", "unknown option '%s' (see 'moe version --help')", argv[i]);
-        return CLI_USAGE;
-    }
+    const int prc = cli_parse_opts(argc, argv, "moe version", NULL, 0, version_usage); /* no options */
+    if (prc != CLI_GO_ON)
+        return prc;
     printf("libmoe %s (library), moe tool built against %d.%d.%d\n", moe_version_string(),
            MOE_VERSION_MAJOR, MOE_VERSION_MINOR, MOE_VERSION_PATCH);
     moe_ctx *ctx = NULL;

@@ -47,42 +47,22 @@ int cli_cmd_plan(int argc, char **argv)
 {
     const char *model = NULL, *ckdir = NULL, *quant = NULL, *tokens = "1,16,256,2048,32768";
     int64_t tp = 1, ep = 1, layer = -1;
-    cli_args a;
-    cli_args_init(&a, argc, argv, CMD);
-    int r;
-    while ((r = cli_args_next(&a)) != 0) {
-        if (r < 0)
-            return CLI_USAGE;
-        if (cli_is(&a, "--help") || cli_is(&a, "-h")) {
-            plan_usage(stdout);
-            return CLI_OK;
-        }
-        const char *v = NULL;
-        if (cli_is(&a, "--model")) {
-            if (!(model = cli_value(&a)))
-                return CLI_USAGE;
-        } else if (cli_is(&a, "--checkpoint")) {
-            if (!(ckdir = cli_value(&a)))
-                return CLI_USAGE;
-        } else if (cli_is(&a, "--layer")) {
-            if (!(v = cli_value(&a)) || cli_parse_i64(CMD, "--layer", v, 0, INT32_MAX, &layer) < 0)
-                return CLI_USAGE;
-        } else if (cli_is(&a, "--tp")) {
-            if (!(v = cli_value(&a)) || cli_parse_i64(CMD, "--tp", v, 1, 4096, &tp) < 0)
-                return CLI_USAGE;
-        } else if (cli_is(&a, "--ep")) {
-            if (!(v = cli_value(&a)) || cli_parse_i64(CMD, "--ep", v, 1, 4096, &ep) < 0)
-                return CLI_USAGE;
-        } else if (cli_is(&a, "--quant")) {
-            if (!(quant = cli_value(&a)))
-                return CLI_USAGE;
-        } else if (cli_is(&a, "--tokens")) {
-            if (!(tokens = cli_value(&a)))
-                return CLI_USAGE;
-        } else {
-            return cli_unknown(&a);
-        }
-    }
+    const cli_opt opts[] = {
+        /* the layer: exactly one of an embedded model (by name) or a checkpoint folder */
+        {.name = "--model", .kind = CLI_STR, .dst = &model},
+        {.name = "--checkpoint", .kind = CLI_STR, .dst = &ckdir},
+        /* the checkpoint's layer; -1 (the default): its first MoE layer */
+        {.name = "--layer", .kind = CLI_I64, .dst = &layer, .lo = 0, .hi = INT32_MAX},
+        {.name = "--tp", .kind = CLI_I64, .dst = &tp, .lo = 1, .hi = 4096},
+        {.name = "--ep", .kind = CLI_I64, .dst = &ep, .lo = 1, .hi = 4096},
+        /* a dtype or a quantization scheme, checked below */
+        {.name = "--quant", .kind = CLI_STR, .dst = &quant},
+        /* a comma-separated list of token counts, parsed below */
+        {.name = "--tokens", .kind = CLI_STR, .dst = &tokens},
+    };
+    const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), plan_usage);
+    if (prc != CLI_GO_ON)
+        return prc;
     if (!model == !ckdir) {
         cli_err(CMD, "give exactly one of --model NAME or --checkpoint DIR (see 'moe plan --help')");
         return CLI_USAGE;
@@ -99,19 +79,8 @@ int cli_cmd_plan(int argc, char **argv)
     /* token counts */
     int64_t Ts[32];
     int nT = 0;
-    {
-        char buf[512];
-        snprintf(buf, sizeof buf, "%s", tokens);
-        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-            if (nT == 32 || cli_parse_i64(CMD, "--tokens", tok, 1, (int64_t)1 << 40, &Ts[nT]) < 0)
-                return CLI_USAGE;
-            nT++;
-        }
-        if (nT == 0) {
-            cli_err(CMD, "--tokens: give at least one token count");
-            return CLI_USAGE;
-        }
-    }
+    if (cli_parse_i64_list(CMD, "--tokens", tokens, 1, (int64_t)1 << 40, Ts, 32, &nT) != 0)
+        return CLI_USAGE;
 
     moe_layer_desc d;
     moe_layer_desc_init(&d);

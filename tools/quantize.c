@@ -60,34 +60,19 @@ int cli_cmd_quantize(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *scheme = NULL, *layers_s = NULL;
     int force = 0;
-    cli_args a;
-    cli_args_init(&a, argc, argv, CMD);
-    int r;
-    while ((r = cli_args_next(&a)) != 0) {
-        if (r < 0)
-            return CLI_USAGE;
-        if (cli_is(&a, "--help") || cli_is(&a, "-h")) {
-            quantize_usage(stdout);
-            return CLI_OK;
-        }
-        if (cli_is(&a, "--checkpoint")) {
-            if (!(in = cli_value(&a)))
-                return CLI_USAGE;
-        } else if (cli_is(&a, "--output")) {
-            if (!(out = cli_value(&a)))
-                return CLI_USAGE;
-        } else if (cli_is(&a, "--quant")) {
-            if (!(scheme = cli_value(&a)))
-                return CLI_USAGE;
-        } else if (cli_is(&a, "--layers")) {
-            if (!(layers_s = cli_value(&a)))
-                return CLI_USAGE;
-        } else if (cli_is(&a, "--force")) {
-            force = 1;
-        } else {
-            return cli_unknown(&a);
-        }
-    }
+    const cli_opt opts[] = {
+        /* the three required ones (checked below) */
+        {.name = "--checkpoint", .kind = CLI_STR, .dst = &in},
+        {.name = "--output", .kind = CLI_STR, .dst = &out},
+        /* a scheme name, checked below against the library (moe_quant_from_name) */
+        {.name = "--quant", .kind = CLI_STR, .dst = &scheme},
+        /* all, or comma-separated layer numbers, parsed below */
+        {.name = "--layers", .kind = CLI_STR, .dst = &layers_s},
+        {.name = "--force", .kind = CLI_FLAG, .dst = &force},
+    };
+    const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), quantize_usage);
+    if (prc != CLI_GO_ON)
+        return prc;
     if (!in || !out || !scheme) {
         cli_err(CMD, "--checkpoint, --output and --quant are required (see 'moe quantize --help')");
         return CLI_USAGE;

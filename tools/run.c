@@ -112,49 +112,21 @@ int cli_cmd_run(int argc, char **argv)
     int64_t layer = -1, threads = 0, ep = 1, tp = 1;
     int have_layer = 0;
 
-    cli_args a;
-    cli_args_init(&a, argc, argv, CMD);
-    int r;
-    while ((r = cli_args_next(&a)) != 0) {
-        if (r < 0)
-            return CLI_USAGE;
-        if (cli_is(&a, "--help") || cli_is(&a, "-h")) {
-            run_usage(stdout);
-            return CLI_OK;
-        }
-        const char **sval = NULL;
-        if (cli_is(&a, "--checkpoint"))
-            sval = &ckdir;
-        else if (cli_is(&a, "--input"))
-            sval = &in_path;
-        else if (cli_is(&a, "--output"))
-            sval = &out_path;
-        if (sval) {
-            if (!(*sval = cli_value(&a)))
-                return CLI_USAGE;
-            if (!**sval) {
-                cli_err(CMD, "%s: empty path", a.opt);
-                return CLI_USAGE;
-            }
-            continue;
-        }
-        if (cli_is(&a, "--layer")) {
-            const char *v = cli_value(&a);
-            if (!v || cli_parse_i64(CMD, a.opt, v, 0, INT64_MAX, &layer) != 0)
-                return CLI_USAGE;
-            have_layer = 1;
-        } else if (cli_is(&a, "--threads")) {
-            const char *v = cli_value(&a);
-            if (!v || cli_parse_i64(CMD, a.opt, v, 1, 4096, &threads) != 0)
-                return CLI_USAGE;
-        } else if (cli_is(&a, "--ep") || cli_is(&a, "--tp")) {
-            const char *v = cli_value(&a);
-            if (!v || cli_parse_i64(CMD, a.opt, v, 1, 4096, cli_is(&a, "--ep") ? &ep : &tp) != 0)
-                return CLI_USAGE;
-        } else {
-            return cli_unknown(&a);
-        }
-    }
+    const cli_opt opts[] = {
+        /* the three paths: required (checked below), never empty */
+        {.name = "--checkpoint", .kind = CLI_STR, .dst = &ckdir, .nonempty = 1},
+        {.name = "--input", .kind = CLI_STR, .dst = &in_path, .nonempty = 1},
+        {.name = "--output", .kind = CLI_STR, .dst = &out_path, .nonempty = 1},
+        /* required too; its upper bound is the checkpoint's (the library checks it) */
+        {.name = "--layer", .kind = CLI_I64, .dst = &layer, .lo = 0, .hi = INT64_MAX, .seen = &have_layer},
+        {.name = "--threads", .kind = CLI_I64, .dst = &threads, .lo = 1, .hi = 4096},
+        /* ep x tp must be the number of MPI ranks (checked below) */
+        {.name = "--ep", .kind = CLI_I64, .dst = &ep, .lo = 1, .hi = 4096},
+        {.name = "--tp", .kind = CLI_I64, .dst = &tp, .lo = 1, .hi = 4096},
+    };
+    const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), run_usage);
+    if (prc != CLI_GO_ON)
+        return prc;
     const char *missing = !ckdir ? "--checkpoint" : !have_layer ? "--layer"
                         : !in_path ? "--input" : !out_path ? "--output" : NULL;
     if (missing) {

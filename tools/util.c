@@ -24,7 +24,19 @@ void cli_err(const char *cmd, const char *fmt, ...)
     fputc('\n', stderr);
 }
 
-void cli_args_init(cli_args *a, int argc, char **argv, const char *cmd)
+/* Walks argv[1..] for cli_parse_opts: options are "--name VALUE" or "--name=VALUE" or
+ * flags "--name". */
+typedef struct cli_args {
+    int argc;
+    char **argv;
+    int i;               /* next index */
+    const char *cmd;     /* "moe run", for messages */
+    const char *opt;     /* the option being parsed (without "=value") */
+    char optbuf[64];
+    const char *inline_value; /* value after '=', or NULL */
+} cli_args;
+
+static void cli_args_init(cli_args *a, int argc, char **argv, const char *cmd)
 {
     memset(a, 0, sizeof *a);
     a->argc = argc;
@@ -33,7 +45,9 @@ void cli_args_init(cli_args *a, int argc, char **argv, const char *cmd)
     a->cmd = cmd;
 }
 
-int cli_args_next(cli_args *a)
+/* Next option name into a->opt; 0 at the end, 1 for an option, -1 for a stray positional
+ * argument (already reported, exit 2). */
+static int cli_args_next(cli_args *a)
 {
     if (a->i >= a->argc)
         return 0;
@@ -58,12 +72,14 @@ int cli_args_next(cli_args *a)
     return 1;
 }
 
-int cli_is(const cli_args *a, const char *name)
+/* 1 if a->opt equals `name` (whether or not "=value" was given). */
+static int cli_is(const cli_args *a, const char *name)
 {
     return strcmp(a->opt, name) == 0;
 }
 
-const char *cli_value(cli_args *a)
+/* The value of the current option; NULL (reported) when missing. */
+static const char *cli_value(cli_args *a)
 {
     if (a->inline_value)
         return a->inline_value;
@@ -74,13 +90,15 @@ const char *cli_value(cli_args *a)
     return a->argv[a->i++];
 }
 
-int cli_unknown(const cli_args *a)
+/* Report "unknown option" for the current option. Returns CLI_USAGE. */
+static int cli_unknown(const cli_args *a)
 {
     cli_err(a->cmd, "unknown option '%s' (see '%s --help')", a->opt, a->cmd);
     return CLI_USAGE;
 }
 
-int cli_flag_has_value(const cli_args *a)
+/* Report a flag given "=value". Returns CLI_USAGE. */
+static int cli_flag_has_value(const cli_args *a)
 {
     cli_err(a->cmd, "option %s takes no value", a->opt);
     return CLI_USAGE;
@@ -166,6 +184,55 @@ int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *ou
     }
     *out = (uint64_t)b;
     return 0;
+}
+
+int cli_parse_opts(int argc, char **argv, const char *cmd, const cli_opt *opts, size_t n,
+                   void (*usage)(FILE *))
+{
+    cli_args a;
+    cli_args_init(&a, argc, argv, cmd);
+    int r;
+    while ((r = cli_args_next(&a)) != 0) {
+        if (r < 0)
+            return CLI_USAGE;
+        if (cli_is(&a, "--help") || cli_is(&a, "-h")) {
+            usage(stdout);
+            return CLI_OK;
+        }
+        const cli_opt *o = NULL;
+        for (size_t k = 0; k < n && !o; k++)
+            if (cli_is(&a, opts[k].name))
+                o = &opts[k];
+        if (!o)
+            return cli_unknown(&a);
+        if (o->kind == CLI_FLAG) {
+            if (a.inline_value)
+                return cli_flag_has_value(&a);
+            *(int *)o->dst = 1;
+        } else {
+            const char *v = cli_value(&a);
+            if (!v)
+                return CLI_USAGE;
+            if (o->nonempty && !*v) {
+                cli_err(cmd, "%s: empty path", o->name);
+                return CLI_USAGE;
+            }
+            int bad = 0;
+            switch (o->kind) {
+            case CLI_STR: *(const char **)o->dst = v; break;
+            case CLI_I64: bad = cli_parse_i64(cmd, o->name, v, o->lo, o->hi, o->dst); break;
+            case CLI_F64: bad = cli_parse_double(cmd, o->name, v, o->dlo, o->dhi, o->dst); break;
+            case CLI_SIZE: bad = cli_parse_size(cmd, o->name, v, o->dst); break;
+            case CLI_CUSTOM: bad = o->parse(cmd, o->name, v, o->dst); break;
+            case CLI_FLAG: break;
+            }
+            if (bad)
+                return CLI_USAGE;
+        }
+        if (o->seen)
+            *o->seen = 1;
+    }
+    return CLI_GO_ON;
 }
 
 /* ---- machine facts --------------------------------------------------------------------- */
@@ -388,4 +455,36 @@ void cli_json_number(FILE *f, double v)
         fprintf(f, "%.0f", v);
     else
         fprintf(f, "%.6g", v);
+}
+
+int cli_parse_i64_list(const char *cmd, const char *name, const char *s, int64_t lo, int64_t hi, int64_t *out,
+                       int max, int *n)
+{
+    *n = 0;
+    const char *p = s;
+    if (!*p) {
+        cli_err(cmd, "%s: empty list", name);
+        return -1;
+    }
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[32];
+        if (len == 0 || len >= sizeof item) {
+            cli_err(cmd, "%s: '%s' is not a comma-separated list of token counts", name, s);
+            return -1;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (*n == max) {
+            cli_err(cmd, "%s: at most %d token counts", name, max);
+            return -1;
+        }
+        if (cli_parse_i64(cmd, name, item, lo, hi, &out[*n]) != 0)
+            return -1;
+        (*n)++;
+        if (!comma)
+            return 0;
+        p = comma + 1;
+    }
 }

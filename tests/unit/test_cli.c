@@ -857,6 +857,82 @@ static void check_run_matches(run_fixture *f, moe_dtype in_dt, int64_t layer, in
     unlink(f->out);
 }
 
+/* A flag given "=VALUE" is a usage error in every command (--force=no must not mean force). */
+static void test_flag_takes_no_value(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    static const char *const cases[][5] = {
+        {"env", "--json=1", NULL, NULL, "option --json takes no value"},
+        {"quantize", "--force=no", NULL, NULL, "option --force takes no value"},
+        {"bench", "--ep", "1", "--low-latency=0", "option --low-latency takes no value"},
+        {"bench", "--json=0", NULL, NULL, "option --json takes no value"},
+        {"bench", "--list-models=1", NULL, NULL, "option --list-models takes no value"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cli_result r;
+        const char *a[] = {cases[i][0], cases[i][1], cases[i][2], cases[i][3], NULL};
+        const char *e[] = {cases[i][4], NULL};
+        run_moe(&r, a);
+        expect(&r, 2, e);
+        assert_string_equal(r.out, "");
+        result_free(&r);
+    }
+}
+
+/* The option errors every subcommand reports through its option table: the exact stderr and
+ * exit 2, nothing on stdout; -h / --help: the command's usage on stdout, exit 0. */
+static void test_option_errors(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    static const char *const cases[][5] = {
+        {"run", "--layer", NULL, NULL, "moe run: option --layer needs a value (see 'moe run --help')\n"},
+        {"run", "--checkpoint=", NULL, NULL, "moe run: --checkpoint: empty path\n"},
+        {"run", "--threads", "4097", NULL, "moe run: --threads: 4097 is out of range [1, 4096]\n"},
+        {"bench", "--iters", "0", NULL, "moe bench: --iters: 0 is out of range [1, 100000]\n"},
+        {"bench", "--min-time", "1e9", NULL, "moe bench: --min-time: 1e9 is out of range [0.001, 3600]\n"},
+        {"bench", "--mem-limit", "0", NULL, "moe bench: --mem-limit: must be more than 0\n"},
+        {"bench", "--threads", "2", "--frob=1", "moe bench: unknown option '--frob' (see 'moe bench --help')\n"},
+        {"bench", "--ep", "1", "--seed=-1", "moe bench: --seed: -1 is out of range [0, 1073741824]\n"},
+        {"bench", "--ep", "1", "--dispatch-dtype=bf16",
+         "moe bench: --dispatch-dtype: 'bf16' is not one of f32, fp8, int8\n"},
+        {"plan", "--tp=x", NULL, NULL, "moe plan: --tp: 'x' is not an integer\n"},
+        {"quantize", "--quant", NULL, NULL, "moe quantize: option --quant needs a value (see 'moe quantize --help')\n"},
+        {"env", "stray", NULL, NULL, "moe env: unexpected argument 'stray' (see 'moe env --help')\n"},
+        {"version", "stray", NULL, NULL, "moe version: unexpected argument 'stray' (see 'moe version --help')\n"},
+        {"version", "--bogus=1", NULL, NULL, "moe version: unknown option '--bogus' (see 'moe version --help')\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cli_result r;
+        const char *a[] = {cases[i][0], cases[i][1], cases[i][2], cases[i][3], NULL};
+        run_moe(&r, a);
+        expect(&r, 2, NULL);
+        assert_string_equal(r.err, cases[i][4]);
+        assert_string_equal(r.out, "");
+        result_free(&r);
+    }
+    static const char *const helps[][4] = {
+        {"run", "-h", NULL, "usage: moe run "},
+        {"bench", "--help", NULL, "usage: moe bench "},
+        {"bench", "--ep=1", "-h", "usage: mpirun -np N*M moe bench "},
+        {"plan", "-h", NULL, "usage: moe plan "},
+        {"quantize", "--help", NULL, "usage: moe quantize "},
+        {"env", "-h", NULL, "usage: moe env "},
+        {"version", "--help", NULL, "usage: moe version\n"},
+    };
+    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
+        cli_result r;
+        const char *a[] = {helps[i][0], helps[i][1], helps[i][2], NULL};
+        run_moe(&r, a);
+        expect(&r, 0, NULL);
+        if (strncmp(r.out, helps[i][3], strlen(helps[i][3])) != 0)
+            fail_msg("moe %s %s: stdout does not start with \"%s\":\n%s", helps[i][0], helps[i][1], helps[i][3], r.out);
+        assert_string_equal(r.err, "");
+        result_free(&r);
+    }
+}
+
 static void test_run_matches_api_f32(void **state)
 {
     SKIP_WITHOUT_BIN();
@@ -888,6 +964,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_run_refuses_outputs, run_setup, run_teardown),
         cmocka_unit_test(test_env_command),
         cmocka_unit_test(test_plan_command),
+        cmocka_unit_test(test_flag_takes_no_value),
+        cmocka_unit_test(test_option_errors),
     };
     return cmocka_run_group_tests_name("cli", tests, NULL, NULL);
 }
