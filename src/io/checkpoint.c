@@ -71,6 +71,7 @@
  * blocks and scales are copied apart (logged at INFO with their size) and freed once packed.
  */
 #include "io/io_internal.h"
+#include "quant/format.h"
 #include "quant/quant.h"
 
 #include <errno.h>

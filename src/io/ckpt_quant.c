@@ -30,6 +30,7 @@
  * (low nibble) and 2j + 1 for int4, and element j for int8.
  */
 #include "io/io_internal.h"
+#include "quant/format.h"
 #include "quant/quant.h"
 
 #include <errno.h>

@@ -53,16 +53,16 @@ static size_t packed_bytes_8(int64_t N, int64_t K)
 
 static size_t packed_bytes_w8a8(int64_t N, int64_t K)
 {
-    return (size_t)(N * ((K + 3) / 4 * 4));
+    return sizeof(moe_w8a8_quad) * (size_t)(N * ((K + 3) / 4)); /* [K4 / 4][N] quads */
 }
 
-/* per panel: body 4 * nw * (K / 8) bytes, tail (K % 8) * ceil(nw / 2) bytes */
+/* per panel: body [K / 8][nw] words, tail (K % 8) rows of ceil(nw / 2) bytes */
 static size_t packed_bytes_4(int64_t N, int64_t K)
 {
     size_t b = 0;
     for (int64_t p = 0; p < moe_pmat_panels(N); p++) {
         const int nw = moe_pmat_panel_width(N, p);
-        b += (size_t)(4 * nw) * (size_t)(K / 8) + (size_t)((nw + 1) / 2) * (size_t)(K % 8);
+        b += sizeof(moe_q4_word) * (size_t)nw * (size_t)(K / 8) + (size_t)((nw + 1) / 2) * (size_t)(K % 8);
     }
     return b;
 }
@@ -204,9 +204,50 @@ static float code_fp4(const moe_pmat *w, int64_t n, int64_t k)
     return moe_e2m1_to_f32(nibble_at(w, n, k));
 }
 
+/* The exact value of a raw source code (byte or nibble, moe_quant_src_raw) before its scale. */
+static float value_e4m3(unsigned raw)
+{
+    return moe_e4m3_to_f32((uint8_t)raw);
+}
+
+static float value_i8(unsigned raw)
+{
+    return (float)(int8_t)raw;
+}
+
+static float value_i4(unsigned raw)
+{
+    return (float)((int)(raw ^ 8u) - 8);
+}
+
+static float value_u4(unsigned raw)
+{
+    return (float)raw; /* the zero point is subtracted by the caller */
+}
+
+static float value_e2m1(unsigned raw)
+{
+    return moe_e2m1_to_f32(raw);
+}
+
 float moe_qmat_code(const moe_pmat *w, int64_t n, int64_t k)
 {
     return moe_format_row((moe_wfmt)w->q->kind)->code(w, n, k);
+}
+
+void moe_quant_dequant_source(const moe_qweight *qw, const void *codes, const void *scale, const uint8_t *zero,
+                              int64_t N, int64_t K, float *out)
+{
+    float (*value)(unsigned) = moe_format_row(moe_quant_kind(qw, MOE_QACT_NONE))->value;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            float v = value(moe_quant_src_raw(qw, codes, K, n, k));
+            float s = moe_quant_src_scale(qw, scale, N, K, n, k);
+            if (qw->has_zero_point)
+                out[n * K + k] = (v - (float)zero[moe_quant_scale_index(qw, N, K, n, k)]) * s;
+            else
+                out[n * K + k] = v * s;
+        }
 }
 
 /* ---- packing ---- */
@@ -295,28 +336,28 @@ static const moe_format rows[MOE_WF__COUNT] = {
                     .slice = slice_plain, .claim = 1},
     [MOE_WF_F8] = {.fmt = MOE_WF_F8, .name = "fp8", .qtype = MOE_QTYPE_F8_E4M3, .act = MOE_QACT_NONE,
                    .feature_bytes = feature_bytes_8, .packed_bytes = packed_bytes_8, .validate = validate_fp8,
-                   .code = code_f8, .pack = pack_quant, .slice = slice_quant, .claim = 1},
+                   .value = value_e4m3, .code = code_f8, .pack = pack_quant, .slice = slice_quant, .claim = 1},
     [MOE_WF_I8] = {.fmt = MOE_WF_I8, .name = "int8", .qtype = MOE_QTYPE_I8, .act = MOE_QACT_NONE,
                    .feature_bytes = feature_bytes_8, .packed_bytes = packed_bytes_8, .validate = validate_i8,
-                   .code = code_i8, .pack = pack_quant, .slice = slice_quant, .claim = 1},
+                   .value = value_i8, .code = code_i8, .pack = pack_quant, .slice = slice_quant, .claim = 1},
     [MOE_WF_I4] = {.fmt = MOE_WF_I4, .name = "int4", .qtype = MOE_QTYPE_INT4, .act = MOE_QACT_NONE, .four_bit = 1,
                    .feature_bytes = feature_bytes_4, .packed_bytes = packed_bytes_4, .validate = validate_4bit,
-                   .code = code_i4, .pack = pack_quant, .slice = slice_quant, .claim = 1},
+                   .value = value_i4, .code = code_i4, .pack = pack_quant, .slice = slice_quant, .claim = 1},
     [MOE_WF_I4ZP] = {.fmt = MOE_WF_I4ZP, .name = "int4-zp", .qtype = MOE_QTYPE_INT4, .act = MOE_QACT_NONE,
                      .four_bit = 1, .feature_bytes = feature_bytes_4, .packed_bytes = packed_bytes_4,
-                     .validate = validate_4bit, .code = code_i4zp, .pack = pack_quant, .slice = slice_quant,
+                     .validate = validate_4bit, .value = value_u4, .code = code_i4zp, .pack = pack_quant, .slice = slice_quant,
                      .claim = 1},
     [MOE_WF_FP4] = {.fmt = MOE_WF_FP4, .name = "mxfp4", .qtype = MOE_QTYPE_MXFP4, .act = MOE_QACT_NONE,
                     .four_bit = 1, .feature_bytes = feature_bytes_4, .packed_bytes = packed_bytes_4,
-                    .validate = validate_4bit, .code = code_fp4, .pack = pack_quant, .slice = slice_quant,
+                    .validate = validate_4bit, .value = value_e2m1, .code = code_fp4, .pack = pack_quant, .slice = slice_quant,
                     .claim = 1},
     /* W8A8: 4 items per claim, so a thread knows its next item and prefetches its weights */
     [MOE_WF_W8A8] = {.fmt = MOE_WF_W8A8, .name = "int8-w8a8", .qtype = MOE_QTYPE_I8, .act = MOE_QACT_TOKEN,
                      .feature_bytes = feature_bytes_w8a8, .packed_bytes = packed_bytes_w8a8, .validate = validate_i8,
-                     .code = code_w8a8, .pack = pack_quant, .slice = slice_quant, .claim = 4, .prefetch = 1},
+                     .value = value_i8, .code = code_w8a8, .pack = pack_quant, .slice = slice_quant, .claim = 4, .prefetch = 1},
     [MOE_WF_F8A8] = {.fmt = MOE_WF_F8A8, .name = "fp8-w8a8", .qtype = MOE_QTYPE_F8_E4M3,
                      .act = MOE_QACT_TOKEN_GROUP, .feature_bytes = feature_bytes_8, .packed_bytes = packed_bytes_8,
-                     .validate = validate_fp8, .code = code_f8a8, .pack = pack_quant, .slice = slice_quant,
+                     .validate = validate_fp8, .value = value_e4m3, .code = code_f8a8, .pack = pack_quant, .slice = slice_quant,
                      .claim = 1},
 };
 
@@ -391,8 +432,9 @@ int moe_quant_pack(const moe_qweight *qw, moe_qact act, const void *codes, const
             if (four) {
                 /* body: word (kb, j) = source bytes of k = 8kb .. 8kb+7 (K even: row n starts on a byte) */
                 const uint8_t *row = (const uint8_t *)codes + n * K / 2;
+                moe_q4_word *words = (moe_q4_word *)p4; /* [K8][nw] */
                 for (int64_t kb = 0; kb < K8; kb++)
-                    memcpy(p4 + (size_t)(4 * (kb * nw + j)), row + 4 * kb, 4);
+                    memcpy(words[kb * nw + j].b, row + sizeof(moe_q4_word) * (size_t)kb, sizeof(moe_q4_word));
                 for (int64_t k = 8 * K8; k < K; k++) {
                     unsigned v = moe_quant_src_raw(qw, codes, K, n, k);
                     t4[(size_t)((k - 8 * K8) * rb + j / 2)] |= (uint8_t)((j & 1) ? v << 4 : v);

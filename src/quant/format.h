@@ -51,6 +51,10 @@ typedef struct moe_format {
      * kernels reproduce (f8h: the e4m3 value times 2^-8; zero points: the unsigned code, the
      * zero point not subtracted). NULL for the plain rows. */
     float (*code)(const moe_pmat *w, int64_t n, int64_t k);
+    /* The exact value of a raw source code (the byte, or the nibble, of moe_quant.h's layout)
+     * before its scale: what dequantization (moe_quant_dequant_source) multiplies. NULL for the
+     * plain rows. */
+    float (*value)(unsigned raw);
     /* Pack src [N, K] into dst; returns moe_qmat.f8h for the fp8 rows, else 0. */
     int (*pack)(const moe_pack_src *src, int64_t N, int64_t K, const moe_pack_dst *dst);
     /* The TP shard rows [n0, n0 + Ns) x columns [k0, k0 + Ks) of src [N, K] as a source of its
@@ -79,6 +83,12 @@ moe_status moe_quant_validate(moe_ctx *ctx, const moe_layer_desc *d);
  * the f8h e4m3 value times 2^-8; int4 with zero points: the unsigned code, the zero point not
  * subtracted). */
 float moe_qmat_code(const moe_pmat *w, int64_t n, int64_t k);
+
+/* Dequantize one source matrix (codes, scales, zero points as moe_weight_source gives them)
+ * [N, K] to f32 row-major, (v - z) * s or v * s rounded to f32 once (v: the row's value of
+ * each code): the weights of the tests' f32 oracles and of dequantized-at-load shared experts. */
+void moe_quant_dequant_source(const moe_qweight *qw, const void *codes, const void *scale, const uint8_t *zero,
+                              int64_t N, int64_t K, float *out);
 
 /* Bytes of a packed quantized matrix [N, K] of format kind. */
 size_t moe_quant_packed_bytes(moe_wfmt kind, int64_t N, int64_t K);

@@ -37,6 +37,32 @@ typedef enum moe_wfmt {
     MOE_WF__COUNT = 10
 } moe_wfmt;
 
+/* The units the packed layouts are made of, declared so their sizes are checked where the
+ * kernels rely on them (a 16-feature panel row of them is one 64-byte zmm load). */
+
+/* MOE_WF_I4 / I4ZP / FP4 body word: the 8 codes k = 8kb .. 8kb+7 of one feature, code i in
+ * bits 4i .. 4i+3 (byte i / 2, low nibble for even i): 4 consecutive bytes of the source row. */
+typedef struct moe_q4_word {
+    uint8_t b[4];
+} moe_q4_word;
+_Static_assert(sizeof(moe_q4_word) == 4, "a 4-bit body word is 8 codes in 4 bytes");
+_Static_assert(MOE_PANEL * sizeof(moe_q4_word) == 64, "a 4-bit panel row of 8 k is one 64-byte load");
+
+/* MOE_WF_W8A8 quad: 4 consecutive k of one feature, the int8 operand of one vpdpbusd lane. */
+typedef struct moe_w8a8_quad {
+    int8_t k[4];
+} moe_w8a8_quad;
+_Static_assert(sizeof(moe_w8a8_quad) == 4, "a W8A8 quad is 4 int8 codes");
+_Static_assert(MOE_PANEL * sizeof(moe_w8a8_quad) == 64, "a W8A8 panel row of 4 k is one 64-byte load");
+
+/* The MXFP4 source block (OCP MX, gpt-oss *_blocks): 32 e2m1 codes along K in 16 bytes, low
+ * nibble = even k, with one E8M0 scale byte per block in *_scales. */
+typedef struct moe_mxfp4_block {
+    uint8_t codes[16];
+} moe_mxfp4_block;
+_Static_assert(sizeof(moe_mxfp4_block) == 16, "an MXFP4 block is 32 e2m1 codes in 16 bytes");
+#define MOE_MXFP4_BLOCK 32 /* codes per block (and per E8M0 scale) */
+
 /* What the kernels read beside moe_pmat.data for a quantized format (moe_pmat.q). */
 struct moe_qmat {
     int kind;            /* moe_wfmt, one of the quantized formats */

@@ -186,38 +186,6 @@ float moe_quant_src_scale(const moe_qweight *qw, const void *scale, int64_t N, i
 }
 
 /* The code's value (before zero point and scale). */
-static float src_value(const moe_qweight *qw, const void *codes, int64_t K, int64_t n, int64_t k)
-{
-    const uint8_t *c = codes;
-    switch (qw->dtype) {
-    case MOE_QTYPE_F8_E4M3: return moe_e4m3_to_f32(c[n * K + k]);
-    case MOE_QTYPE_I8: return (float)(int8_t)c[n * K + k];
-    default: {
-        unsigned b = c[(n * K + k) / 2];
-        unsigned nib = (k & 1) ? (b >> 4) : (b & 15u);
-        if (qw->dtype == MOE_QTYPE_MXFP4)
-            return moe_e2m1_to_f32(nib);
-        if (qw->has_zero_point)
-            return (float)nib;
-        return (float)((int)(nib ^ 8u) - 8);
-    }
-    }
-}
-
-void moe_quant_dequant_source(const moe_qweight *qw, const void *codes, const void *scale, const uint8_t *zero,
-                              int64_t N, int64_t K, float *out)
-{
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t k = 0; k < K; k++) {
-            float v = src_value(qw, codes, K, n, k);
-            float s = moe_quant_src_scale(qw, scale, N, K, n, k);
-            if (qw->has_zero_point)
-                out[n * K + k] = (v - (float)zero[moe_quant_scale_index(qw, N, K, n, k)]) * s;
-            else
-                out[n * K + k] = v * s;
-        }
-}
-
 int moe_quant_quantize_source(const moe_qweight *qw, const float *w, int64_t N, int64_t K, void *codes, void *scale,
                               uint8_t *zero)
 {

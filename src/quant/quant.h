@@ -1,6 +1,6 @@
 /* Quantized schemes (fp8 e4m3, int8, int4, mxfp4 e2m1 + E8M0): the scalar codecs, dynamic
- * activation quantization, validation and text of moe_quant_config, and the source layout of
- * moe_quant.h (sizes, dequantization, quantization, TP slicing). The packed layouts are in
+ * activation quantization, names and text of moe_quant_config, and the source layout of
+ * moe_quant.h (sizes, quantization, TP slicing). The packed layouts are in
  * quant/layout.h, the per-format rows (validation, packing, decode) in quant/format.h. */
 #ifndef MOE_QUANT_QUANT_H
 #define MOE_QUANT_QUANT_H
@@ -72,11 +72,6 @@ const char *moe_qtype_name(moe_qtype t);
 void moe_quant_text(const moe_quant_config *q, char *buf, size_t n);
 int moe_quant_equal(const moe_quant_config *a, const moe_quant_config *b);
 
-/* Dequantize one source matrix (codes, scales, zero points as moe_weight_source gives them)
- * [N, K] to f32 row-major, (v - z) * s or v * s rounded to f32 once: the weights of the f32
- * oracles of the tests and of dequantized-at-load shared experts. */
-void moe_quant_dequant_source(const moe_qweight *qw, const void *codes, const void *scale,
-                              const uint8_t *zero, int64_t N, int64_t K, float *out);
 
 /* Quantize an f32 [N, K] row-major matrix into the source format of qw (codes, scales,
  * zero points in the shapes of moe.h). Sizes: moe_quant_source_sizes. For tests and tools. */

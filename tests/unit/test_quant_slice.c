@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "moe.h"
+#include "quant/format.h"
 #include "quant/quant.h"
 #include "testutil.h"
 

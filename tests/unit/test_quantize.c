@@ -35,6 +35,7 @@
 
 #include "moe.h"
 #include "quant/convert.h"
+#include "quant/format.h"
 #include "quant/quant.h"
 #include "testutil.h"
 
