@@ -70,7 +70,8 @@
  * gate/up rows, which moe_weight_source takes row-major only: the local experts' gate_up
  * blocks and scales are copied apart (logged at INFO with their size) and freed once packed.
  */
-#include "io/io_internal.h"
+#include "io/ckpt_ct.h"
+#include "io/safetensors.h"
 #include "quant/quant.h"
 
 #include <errno.h>
