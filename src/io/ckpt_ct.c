@@ -445,6 +445,18 @@ static moe_status bad_shape(moe_ctx *ctx, const char *path, const char *name, co
                          moe_io_format_shape(got, sizeof got, t->ndim, t->shape), want);
 }
 
+/* Tensor `name` through lk, which must be of dtype `dt`: MOE_EDTYPE "dtype X, expected <dt>
+ * (<why>)" otherwise. */
+static moe_status get_typed(moe_ctx *ctx, const moe_ckq_lookup *lk, const char *name, moe_dtype dt, const char *why,
+                            moe_tensor_info *t, const char **path)
+{
+    moe_status st = lk->get(lk->u, name, t, path);
+    if (st == MOE_OK && t->dtype != dt)
+        st = moe_set_error(ctx, MOE_EDTYPE, "%s: tensor '%s': dtype %s, expected %s (%s)", *path, name,
+                           moe_dtype_name(t->dtype), moe_dtype_name(dt), why);
+    return st;
+}
+
 /* One expert linear `base` ([N, K]): codes, scales, zero points. */
 static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, moe_ckq_layer *l,
                               const char *base, int64_t N, int64_t K, int describe, const void **codes,
@@ -457,11 +469,8 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
     const moe_qweight *qw = &q->quant.w13;
     if (q->format == CKQ_FMT_INT) {
         snprintf(name, sizeof name, "%s.weight", base);
-        if ((st = lk->get(lk->u, name, &t, &path)) != MOE_OK)
+        if ((st = get_typed(ctx, lk, name, MOE_DTYPE_I8, "compressed-tensors int-quantized", &t, &path)) != MOE_OK)
             return st;
-        if (t.dtype != MOE_DTYPE_I8)
-            return moe_set_error(ctx, MOE_EDTYPE, "%s: tensor '%s': dtype %s, expected I8 (compressed-tensors "
-                                 "int-quantized)", path, name, moe_dtype_name(t.dtype));
         if (!shape_is(&t, 2, N, K)) {
             snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "]", N, K);
             return bad_shape(ctx, path, name, &t, want);
@@ -491,12 +500,9 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
             return moe_set_error(ctx, MOE_ESHAPE, "%s: tensor '%s' = [%" PRId64 ", %" PRId64 "], expected [%" PRId64
                                  ", %" PRId64 "]", path, name, ws[0], ws[1], N, K);
         snprintf(name, sizeof name, "%s.weight_packed", base);
-        if ((st = lk->get(lk->u, name, &t, &path)) != MOE_OK)
+        if ((st = get_typed(ctx, lk, name, MOE_DTYPE_I32, "pack-quantized", &t, &path)) != MOE_OK)
             return st;
         const int64_t per = 32 / q->num_bits, words = (K + per - 1) / per;
-        if (t.dtype != MOE_DTYPE_I32)
-            return moe_set_error(ctx, MOE_EDTYPE, "%s: tensor '%s': dtype %s, expected I32 (pack-quantized)", path,
-                                 name, moe_dtype_name(t.dtype));
         if (!shape_is(&t, 2, N, words)) {
             snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "] (%d-bit codes, %" PRId64 " per int32)", N, words,
                      q->num_bits, per);
@@ -552,12 +558,9 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
     if (!qw->has_zero_point)
         return MOE_OK;
     snprintf(name, sizeof name, "%s.weight_zero_point", base);
-    if ((st = lk->get(lk->u, name, &t, &path)) != MOE_OK)
+    if ((st = get_typed(ctx, lk, name, MOE_DTYPE_I32, "packed along the output dimension", &t, &path)) != MOE_OK)
         return st;
     const int64_t zrows = (N + 7) / 8; /* 8 nibbles per int32 along N */
-    if (t.dtype != MOE_DTYPE_I32)
-        return moe_set_error(ctx, MOE_EDTYPE, "%s: tensor '%s': dtype %s, expected I32 (packed along the output "
-                             "dimension)", path, name, moe_dtype_name(t.dtype));
     if (!shape_is(&t, 2, zrows, G)) {
         snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "] (ceil(out / 8), groups)", zrows, G);
         return bad_shape(ctx, path, name, &t, want);
