@@ -320,7 +320,9 @@ typedef enum moe_activation {
 
 #include "moe_quant.h"
 
-/* Model family the description came from. Informational; the fields below decide the math. */
+/* Model family the description came from. Informational; the fields below decide the math.
+ * Each value but custom is one row of libmoe's family table (src/io/families.c): how its
+ * checkpoints are read (moe_checkpoint.h). */
 typedef enum moe_family {
     MOE_FAMILY_CUSTOM = 0,
     MOE_FAMILY_MIXTRAL = 1,      /* MixtralForCausalLM */

@@ -243,15 +243,17 @@ j.mxfp4 = j.q.w13.dtype == MOE_QTYPE_MXFP4;
                            "set); quantize a bf16 / f32 checkpoint", cfg_path);
         goto out;
     }
+    /* what the family's row stores its experts as decides what can be written */
     const moe_family fam = moe_checkpoint_family(ck);
-    j.fam = fam;
-    if (fam == MOE_FAMILY_GRANITE_MOE) {
+    j.row = moe_fam_row_of(fam);
+    const bool writes_mxfp4 = j.row && j.row->mxfp4.gate_up_blocks;
+    if (j.row && !j.row->per_expert.proj[0] && !j.row->input_major.gate_up) {
         st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: %s stores its experts stacked (input_linear / output_linear); "
                            "moe quantize writes gpt-oss, Llama-4 and the per-expert layout "
                            "(experts.<e>.<proj>.weight) only", in_dir, moe_family_name(fam));
         goto out;
     }
-    if (fam == MOE_FAMILY_GPT_OSS && !j.mxfp4) {
+    if (writes_mxfp4 && !j.mxfp4) {
         /* gpt-oss's experts are one fused module with biases (no per-expert Linear that
          * compressed-tensors or the HF FP8 format could target), and libmoe's gpt-oss loader
          * reads the stacked bf16 or the MXFP4 tensors only */
@@ -260,7 +262,7 @@ j.mxfp4 = j.q.w13.dtype == MOE_QTYPE_MXFP4;
                            "format with expert biases that libmoe or transformers load", in_dir, opt->scheme);
         goto out;
     }
-    if (fam != MOE_FAMILY_GPT_OSS && j.mxfp4) {
+    if (!writes_mxfp4 && j.mxfp4) {
         st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: scheme 'mxfp4' is written for gpt-oss only (its released "
                            "*_blocks / *_scales layout; transformers and libmoe read MXFP4 checkpoints for gpt-oss "
                            "only); for %s use int4-g32 (compressed-tensors, vLLM-loadable)", in_dir,

@@ -228,29 +228,20 @@ static moe_status quantize_f32(qw_job *j, qw_shard *s, const char *path, const c
     if (!sc)
         goto done;
     memcpy(sc, scale, sb);
-    if (!j->ct) {
-        /* FP8 block: weight F8_E4M3 [N, K], weight_scale_inv F32 [ceil(N/bn), ceil(K/bk)] */
+    if (!j->ct || j->q.act == MOE_QACT_TOKEN) {
+        /* FP8 block: weight F8_E4M3 [N, K], weight_scale_inv F32 [ceil(N/bn), ceil(K/bk)];
+         * int-quantized: weight I8 [N, K] (q), weight_scale F32 [N, 1] (channel scales) */
+        const bool fp8 = !j->ct;
         uint8_t *c = shard_buf(s, cb);
         const char *wn = shard_name(s, base, ".weight");
         if (!c || !wn || !(o = shard_add(s)))
             goto done;
         memcpy(c, codes, cb);
-        *o = (moe_tensor_out){.name = wn, .dtype = MOE_DTYPE_F8_E4M3, .ndim = 2, .shape = {N, K}, .data = c};
-        if (!(o = shard_add(s)) || !(o->name = shard_name(s, base, ".weight_scale_inv")))
+        *o = (moe_tensor_out){.name = wn, .dtype = fp8 ? MOE_DTYPE_F8_E4M3 : MOE_DTYPE_I8, .ndim = 2, .shape = {N, K},
+                              .data = c};
+        if (!(o = shard_add(s)) || !(o->name = shard_name(s, base, fp8 ? ".weight_scale_inv" : ".weight_scale")))
             goto done;
         o->dtype = MOE_DTYPE_F32, o->ndim = 2, o->shape[0] = rows, o->shape[1] = cols, o->data = sc;
-        j->stats->output_code_bytes += cb;
-    } else if (j->q.act == MOE_QACT_TOKEN) {
-        /* int-quantized: weight I8 [N, K] (q), weight_scale F32 [N, 1] */
-        uint8_t *c = shard_buf(s, cb);
-        const char *wn = shard_name(s, base, ".weight");
-        if (!c || !wn || !(o = shard_add(s)))
-            goto done;
-        memcpy(c, codes, cb);
-        *o = (moe_tensor_out){.name = wn, .dtype = MOE_DTYPE_I8, .ndim = 2, .shape = {N, K}, .data = c};
-        if (!(o = shard_add(s)) || !(o->name = shard_name(s, base, ".weight_scale")))
-            goto done;
-        o->dtype = MOE_DTYPE_F32, o->ndim = 2, o->shape[0] = N, o->shape[1] = 1, o->data = sc;
         j->stats->output_code_bytes += cb;
     } else {
         /* pack-quantized: weight_packed I32 [N, ceil(K / per)], stored q + 2^(b-1), rows padded
@@ -452,7 +443,7 @@ moe_status moe_qw_convert_shard(qw_job *j, moe_checkpoint *ck, const char *in_pa
         const bool ex = expert_linear(t.name, &layer) && layer >= 0 && layer < moe_checkpoint_num_layers(ck) &&
                         moe_checkpoint_is_moe_layer(ck, layer);
         int which = -1;
-        const bool stk = !ex && (j->fam == MOE_FAMILY_GPT_OSS || j->fam == MOE_FAMILY_LLAMA4) &&
+        const bool stk = !ex && j->row && j->row->input_major.gate_up &&
                          stacked_linear(t.name, &layer, &which) && layer >= 0 &&
                          layer < moe_checkpoint_num_layers(ck) && moe_checkpoint_is_moe_layer(ck, layer);
         if (stk && layer_selected(j->opt, layer)) {

@@ -5,7 +5,7 @@
 #ifndef MOE_IO_QUANTIZE_SHARD_H
 #define MOE_IO_QUANTIZE_SHARD_H
 
-#include "core/internal.h"
+#include "io/families.h"
 
 #include <jansson.h>
 
@@ -16,7 +16,7 @@ typedef struct qw_job {
     moe_quant_config q;
     int ct;                  /* compressed-tensors output (else fp8 block or mxfp4) */
     int mxfp4;               /* gpt-oss MXFP4 output (*_blocks / *_scales) */
-    moe_family fam;
+    const moe_fam_row *row;  /* the input's family */
     moe_quantize_stats *stats;
     json_t *ignore;          /* non-expert Linear-like modules (2-D weights) */
     json_t *keep;            /* mxfp4: "<P>experts" of the layers left out by --layers */
