@@ -290,3 +290,12 @@ const char *moe_family_name(moe_family f)
     const moe_fam_row *row = moe_fam_row_of(f);
     return row ? row->name : "?";
 }
+
+moe_status moe_family_layer_defaults(moe_family family, moe_layer_desc *desc)
+{
+    const moe_fam_row *row = moe_fam_row_of(family);
+    if (!row || !desc)
+        return MOE_EINVAL;
+    moe_fam_layer_defaults(row, desc);
+    return MOE_OK;
+}

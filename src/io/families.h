@@ -180,7 +180,7 @@ const char *moe_fam_supported_list(void);
 bool moe_fam_prefix(const moe_fam_row *row, int i, int64_t layer, char *out, size_t n);
 
 /* Set the routing and expert-math fields of d from the row, as its config class defaults
- * them (moe_checkpoint.h "Hugging Face checkpoints" and moe.h "Layer description" say which). Sizes stay; d->family is
+ * them (moe_family_layer_defaults, moe_checkpoint.h, says which). Sizes stay; d->family is
  * set. */
 void moe_fam_layer_defaults(const moe_fam_row *row, moe_layer_desc *d);
 
