@@ -336,7 +336,10 @@ typedef enum moe_activation {
 
 #include "moe_quant.h"
 
-/* Model family the description came from. Informational; the fields below decide the math. */
+/* Model family the description came from. Informational; the fields below decide the math.
+ * Each value but custom is one row of libmoe's family table (src/io/families.c): how its
+ * checkpoints are read (moe_checkpoint.h) and its routing defaults
+ * (moe_family_layer_defaults); docs/adding-a-family.md lists what a new value takes. */
 typedef enum moe_family {
     MOE_FAMILY_CUSTOM = 0,
     MOE_FAMILY_MIXTRAL = 1,      /* MixtralForCausalLM */

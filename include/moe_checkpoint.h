@@ -114,6 +114,39 @@ moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_laye
 moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const moe_plan *plan,
                                        moe_weights **out);
 
+/* The routing and expert math of `family` as its transformers config class (transformers
+ * 5.24) defaults them: what moe_checkpoint_layer_desc starts from before config.json's
+ * values, and what a preset of a family's shape needs. Sets desc->family and:
+ *   scoring_func          MOE_SCORING_SIGMOID for DeepSeek-V3, TOPK_SOFTMAX for gpt-oss and
+ *                         Granite-MoE, TOPK_SIGMOID for Llama-4, SOFTMAX for the others
+ *   renormalize           1 for Mixtral and Qwen3.5-MoE (their routers always renormalize);
+ *                         the config class's `norm_topk_prob` for Qwen2-MoE (false), Qwen3-MoE
+ *                         (false; the released Qwen3 models set true), Qwen3-Next (true), OLMoE
+ *                         (false) and DeepSeek-V3 (true); 0 for the others (DeepSeek-V2 ignores
+ *                         norm_topk_prob, as transformers does)
+ *   routed_scaling_factor `routed_scaling_factor`'s default: 2.5 for DeepSeek-V3, 1 for
+ *                         DeepSeek-V2 and the families without the field
+ *   n_group, topk_group, group_score
+ *                         8, 4, MOE_GROUP_SCORE_TOP2_SUM for DeepSeek-V3 (`n_group`,
+ *                         `topk_group`, topk_method "noaux_tc"); 0, 0, MOE_GROUP_SCORE_MAX for
+ *                         the others (DeepSeek-V2: topk_method "greedy")
+ *   has_selection_bias    1 for DeepSeek-V3 (e_score_correction_bias), else 0
+ *   has_router_bias       1 for gpt-oss (router.bias), else 0
+ *   has_expert_bias       1 for gpt-oss (gate_up_proj_bias, down_proj_bias), else 0
+ *   apply_router_weight_on_input  1 for Llama-4, else 0
+ *   activation            MOE_ACT_SWIGLU_OAI for gpt-oss, else MOE_ACT_SWIGLU (`hidden_act`'s
+ *                         default "silu")
+ *   swiglu_alpha, swiglu_limit  1.702 and 7 (GptOssConfig's defaults; the other families do
+ *                         not use them)
+ *   shared_expert_gated   1 for Qwen2-MoE, Qwen3-Next and Qwen3.5-MoE when
+ *                         desc->shared_expert_intermediate_size > 0, else 0
+ * Sizes (hidden_size, moe_intermediate_size, num_experts, top_k,
+ * shared_expert_intermediate_size), weight_dtype and quant are left as they are. A bench
+ * preset that generates no bias tensors clears the has_*_bias fields itself. Errors:
+ * MOE_EINVAL (desc NULL, or `family` MOE_FAMILY_CUSTOM or not a moe_family value: no family
+ * row holds its defaults). */
+moe_status moe_family_layer_defaults(moe_family family, moe_layer_desc *desc);
+
 /* ---------------------------------------------------------------------------------------
  * Quantized checkpoints: moe_checkpoint_quantize (`moe quantize`) converts the routed experts
  * of a bf16 / f16 / f32 checkpoint (per-expert layout, or gpt-oss / Llama-4 stacked) with

@@ -145,7 +145,7 @@ static void list_models(FILE *f)
     fprintf(f, "%-22s %-24s %6s %6s %5s %3s %12s %11s  %s\n", "name", "model", "H", "I", "E",
             "K", "shared", "BF16 layer", "routing");
     for (size_t i = 0; i < cli_num_models; i++) {
-        const cli_model *m = &cli_models[i];
+        const cli_model *m = &cli_model_table()[i];
         char shared[32], bytes[32];
         if (m->shared_intermediate_size)
             snprintf(shared, sizeof shared, "%lld%s", (long long)m->shared_intermediate_size,
@@ -264,7 +264,7 @@ static int parse_bench_args(int argc, char **argv, bench_cfg *cfg)
         if (!cfg->model) {
             fprintf(stderr, "%s: --model: unknown model '%s'; known models:\n", CMD, model_name);
             for (size_t i = 0; i < cli_num_models; i++)
-                fprintf(stderr, "  %s\n", cli_models[i].name);
+                fprintf(stderr, "  %s\n", cli_model_table()[i].name);
             return CLI_USAGE;
         }
     }

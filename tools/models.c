@@ -1,65 +1,110 @@
 /* Model presets of `moe bench`: the real shapes of ../shared/MODELS.md, each with its family's
- * routing and expert math (moe.h "Layer description"). Where the bench still does not
- * compute exactly the released layer, `differs` says what differs. */
+ * routing and expert math (moe.h "Layer description") from the library's family table
+ * (moe_family_layer_defaults). Where the bench still does not compute exactly the released
+ * layer, `differs` says what differs. */
 #include "models.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#define SOFTMAX MOE_SCORING_SOFTMAX, 0, 0, MOE_GROUP_SCORE_MAX, MOE_ACT_SWIGLU, 0
+/* What a family's row cannot give: the shape, the names, what differs from the released
+ * layer, and the released config's norm_topk_prob where it is not the config class's
+ * default (FAMILY_DEFAULT). */
+typedef struct cli_preset {
+    const char *name, *display, *arch;
+    moe_family family;
+    int64_t hidden_size, intermediate_size, num_experts, top_k;
+    int64_t shared_intermediate_size;
+    int norm_topk_prob;
+    const char *differs;
+} cli_preset;
 
-const cli_model cli_models[] = {
-    {"qwen3-30b-a3b", "Qwen3-30B-A3B", "qwen3_moe", MOE_FAMILY_QWEN3_MOE,
-     2048, 768, 128, 8, 0, 0, 1, 1.0f, NULL, SOFTMAX},
-    {"qwen3-235b-a22b", "Qwen3-235B-A22B", "qwen3_moe", MOE_FAMILY_QWEN3_MOE,
-     4096, 1536, 128, 8, 0, 0, 1, 1.0f, NULL, SOFTMAX},
-    {"qwen3.5-35b-a3b", "Qwen3.5-35B-A3B", "qwen3_5_moe", MOE_FAMILY_QWEN3_5_MOE,
-     2048, 512, 256, 8, 512, 1, 1, 1.0f, NULL, SOFTMAX},
-    {"qwen3-next-80b-a3b", "Qwen3-Next-80B-A3B", "qwen3_next", MOE_FAMILY_QWEN3_NEXT,
-     2048, 512, 512, 10, 512, 1, 1, 1.0f, NULL, SOFTMAX},
-    {"qwen1.5-moe-a2.7b", "Qwen1.5-MoE-A2.7B", "qwen2_moe", MOE_FAMILY_QWEN2_MOE,
-     2048, 1408, 60, 4, 5632, 1, 0, 1.0f, NULL, SOFTMAX},
-    {"mixtral-8x7b", "Mixtral-8x7B", "mixtral", MOE_FAMILY_MIXTRAL,
-     4096, 14336, 8, 2, 0, 0, 1, 1.0f, NULL, SOFTMAX},
+#define FAMILY_DEFAULT (-1)
+
+static const cli_preset presets[] = {
+    /* Qwen3MoeConfig defaults norm_topk_prob to false; the released models set true */
+    {"qwen3-30b-a3b", "Qwen3-30B-A3B", "qwen3_moe", MOE_FAMILY_QWEN3_MOE, 2048, 768, 128, 8, 0, 1, NULL},
+    {"qwen3-235b-a22b", "Qwen3-235B-A22B", "qwen3_moe", MOE_FAMILY_QWEN3_MOE, 4096, 1536, 128, 8, 0, 1, NULL},
+    {"qwen3.5-35b-a3b", "Qwen3.5-35B-A3B", "qwen3_5_moe", MOE_FAMILY_QWEN3_5_MOE, 2048, 512, 256, 8, 512,
+     FAMILY_DEFAULT, NULL},
+    {"qwen3-next-80b-a3b", "Qwen3-Next-80B-A3B", "qwen3_next", MOE_FAMILY_QWEN3_NEXT, 2048, 512, 512, 10, 512,
+     FAMILY_DEFAULT, NULL},
+    {"qwen1.5-moe-a2.7b", "Qwen1.5-MoE-A2.7B", "qwen2_moe", MOE_FAMILY_QWEN2_MOE, 2048, 1408, 60, 4, 5632,
+     FAMILY_DEFAULT, NULL},
+    {"mixtral-8x7b", "Mixtral-8x7B", "mixtral", MOE_FAMILY_MIXTRAL, 4096, 14336, 8, 2, 0, FAMILY_DEFAULT, NULL},
     /* sigmoid + e_score_correction_bias, 8 groups keep 4 by top-2 sums, renormalized, x 2.5 */
-    {"deepseek-v3", "DeepSeek-V3", "deepseek_v3", MOE_FAMILY_DEEPSEEK_V3,
-     7168, 2048, 256, 8, 2048, 0, 1, 2.5f,
+    {"deepseek-v3", "DeepSeek-V3", "deepseek_v3", MOE_FAMILY_DEEPSEEK_V3, 7168, 2048, 256, 8, 2048, FAMILY_DEFAULT,
      "e_score_correction_bias is not generated (zero): it moves which experts win, not the "
-     "cost; the released experts are FP8 (benched in --dtype)",
-     MOE_SCORING_SIGMOID, 8, 4, MOE_GROUP_SCORE_TOP2_SUM, MOE_ACT_SWIGLU, 0},
+     "cost; the released experts are FP8 (benched in --dtype)"},
     /* greedy softmax, no renormalization, two shared experts */
-    {"deepseek-v2-lite", "DeepSeek-V2-Lite", "deepseek_v2", MOE_FAMILY_DEEPSEEK_V2,
-     2048, 1408, 64, 6, 2816, 0, 0, 1.0f, NULL, SOFTMAX},
+    {"deepseek-v2-lite", "DeepSeek-V2-Lite", "deepseek_v2", MOE_FAMILY_DEEPSEEK_V2, 2048, 1408, 64, 6, 2816,
+     FAMILY_DEFAULT, NULL},
     /* top-k softmax over the biased logits; clamped SwiGLU */
-    {"gpt-oss-20b", "gpt-oss-20b", "gpt_oss", MOE_FAMILY_GPT_OSS,
-     2880, 2880, 32, 4, 0, 0, 0, 1.0f,
+    {"gpt-oss-20b", "gpt-oss-20b", "gpt_oss", MOE_FAMILY_GPT_OSS, 2880, 2880, 32, 4, 0, FAMILY_DEFAULT,
      "the router and expert biases are not generated (omitted: one add per output); the "
-     "released experts are MXFP4 (benched in --dtype)",
-     MOE_SCORING_TOPK_SOFTMAX, 0, 0, MOE_GROUP_SCORE_MAX, MOE_ACT_SWIGLU_OAI, 0},
-    {"gpt-oss-120b", "gpt-oss-120b", "gpt_oss", MOE_FAMILY_GPT_OSS,
-     2880, 2880, 128, 4, 0, 0, 0, 1.0f,
+     "released experts are MXFP4 (benched in --dtype)"},
+    {"gpt-oss-120b", "gpt-oss-120b", "gpt_oss", MOE_FAMILY_GPT_OSS, 2880, 2880, 128, 4, 0, FAMILY_DEFAULT,
      "the router and expert biases are not generated (omitted: one add per output); the "
-     "released experts are MXFP4 (benched in --dtype)",
-     MOE_SCORING_TOPK_SOFTMAX, 0, 0, MOE_GROUP_SCORE_MAX, MOE_ACT_SWIGLU_OAI, 0},
-    {"olmoe-1b-7b", "OLMoE-1B-7B-0924", "olmoe", MOE_FAMILY_OLMOE,
-     2048, 1024, 64, 8, 0, 0, 0, 1.0f, NULL, SOFTMAX},
+     "released experts are MXFP4 (benched in --dtype)"},
+    {"olmoe-1b-7b", "OLMoE-1B-7B-0924", "olmoe", MOE_FAMILY_OLMOE, 2048, 1024, 64, 8, 0, FAMILY_DEFAULT, NULL},
     /* top-1 on the logits, sigmoid weight on the expert input, ungated shared expert */
-    {"llama4-scout", "Llama-4-Scout-17B-16E", "llama4", MOE_FAMILY_LLAMA4,
-     5120, 8192, 16, 1, 8192, 0, 0, 1.0f, NULL,
-     MOE_SCORING_TOPK_SIGMOID, 0, 0, MOE_GROUP_SCORE_MAX, MOE_ACT_SWIGLU, 1},
+    {"llama4-scout", "Llama-4-Scout-17B-16E", "llama4", MOE_FAMILY_LLAMA4, 5120, 8192, 16, 1, 8192, FAMILY_DEFAULT,
+     NULL},
     /* top-k on the logits, softmax over the k */
-    {"granite-3.0-1b-a400m", "granite-3.0-1b-a400m", "granitemoe", MOE_FAMILY_GRANITE_MOE,
-     1024, 512, 32, 8, 0, 0, 0, 1.0f, NULL,
-     MOE_SCORING_TOPK_SOFTMAX, 0, 0, MOE_GROUP_SCORE_MAX, MOE_ACT_SWIGLU, 0},
+    {"granite-3.0-1b-a400m", "granite-3.0-1b-a400m", "granitemoe", MOE_FAMILY_GRANITE_MOE, 1024, 512, 32, 8, 0,
+     FAMILY_DEFAULT, NULL},
 };
 
-const size_t cli_num_models = sizeof cli_models / sizeof cli_models[0];
+const size_t cli_num_models = sizeof presets / sizeof presets[0];
+
+/* Preset p with its family's routing and expert math. A family without a row (custom) keeps
+ * moe_layer_desc_init's: softmax, no renormalization, SwiGLU. The biases the family has are
+ * not generated by the bench (each preset's `differs` says so where the real model has them). */
+static cli_model resolve(const cli_preset *p)
+{
+    moe_layer_desc d;
+    moe_layer_desc_init(&d);
+    d.shared_expert_intermediate_size = p->shared_intermediate_size;
+    (void)moe_family_layer_defaults(p->family, &d);
+    return (cli_model){
+        .name = p->name,
+        .display = p->display,
+        .arch = p->arch,
+        .family = p->family,
+        .hidden_size = p->hidden_size,
+        .intermediate_size = p->intermediate_size,
+        .num_experts = p->num_experts,
+        .top_k = p->top_k,
+        .shared_intermediate_size = p->shared_intermediate_size,
+        .shared_gated = d.shared_expert_gated,
+        .renormalize = p->norm_topk_prob == FAMILY_DEFAULT ? d.renormalize : p->norm_topk_prob,
+        .routed_scaling_factor = d.routed_scaling_factor,
+        .differs = p->differs,
+        .scoring = d.scoring_func,
+        .n_group = d.n_group,
+        .topk_group = d.topk_group,
+        .group_score = d.group_score,
+        .activation = d.activation,
+        .weight_on_input = d.apply_router_weight_on_input,
+    };
+}
+
+const cli_model *cli_model_table(void)
+{
+    static cli_model table[sizeof presets / sizeof presets[0]];
+    static int built;
+    for (size_t i = 0; !built && i < cli_num_models; i++)
+        table[i] = resolve(&presets[i]);
+    built = 1;
+    return table;
+}
 
 const cli_model *cli_model_find(const char *name)
 {
+    const cli_model *table = cli_model_table();
     for (size_t i = 0; i < cli_num_models; i++)
-        if (strcmp(cli_models[i].name, name) == 0)
-            return &cli_models[i];
+        if (strcmp(table[i].name, name) == 0)
+            return &table[i];
     return NULL;
 }
 

@@ -7,6 +7,8 @@
 
 #include "moe.h"
 
+/* One preset, resolved: the shape and names from tools/models.c's table, the routing and
+ * expert math from its family (moe_family_layer_defaults). */
 typedef struct cli_model {
     const char *name;    /* --model value */
     const char *display; /* the model's own name */
@@ -14,12 +16,14 @@ typedef struct cli_model {
     moe_family family;   /* the library family the layer is benched as */
     int64_t hidden_size, intermediate_size, num_experts, top_k;
     int64_t shared_intermediate_size; /* 0: none */
-    int shared_gated;
-    int renormalize;
-    float routed_scaling_factor;
+    int shared_gated;               /* the family's rule */
+    int renormalize;                /* the family's default, or the released config's
+                                       norm_topk_prob where that differs */
+    float routed_scaling_factor;    /* the family's default */
     /* NULL when the library computes exactly this family's layer; else what differs. */
     const char *differs;
-    /* The routing and expert math (moe.h "Layer description"); see cli_model_routing. */
+    /* The routing and expert math (moe.h "Layer description"), the family's; see
+     * cli_model_routing. */
     moe_scoring scoring;
     int64_t n_group, topk_group;   /* 0: no group-limited selection */
     moe_group_score group_score;
@@ -27,7 +31,8 @@ typedef struct cli_model {
     int weight_on_input;           /* apply_router_weight_on_input (Llama-4) */
 } cli_model;
 
-extern const cli_model cli_models[];
+/* The presets [cli_num_models], resolved on the first call. Static storage. */
+const cli_model *cli_model_table(void);
 extern const size_t cli_num_models;
 
 /* The preset named `name`, or NULL. */

@@ -1,4 +1,5 @@
-/* Names of status codes, dtypes and families; the version. */
+/* Names of status codes and dtypes; the version. (Family names are the family table's:
+ * src/io/families.c.) */
 #include "core/internal.h"
 
 int moe_version_number(void)
@@ -70,25 +71,6 @@ const char *moe_dtype_name(moe_dtype dt)
     case MOE_DTYPE_I16: return "I16";
     case MOE_DTYPE_BOOL: return "BOOL";
     case MOE_DTYPE_COUNT: break;
-    }
-    return "?";
-}
-
-const char *moe_family_name(moe_family f)
-{
-    switch (f) {
-    case MOE_FAMILY_CUSTOM: return "custom";
-    case MOE_FAMILY_MIXTRAL: return "mixtral";
-    case MOE_FAMILY_QWEN2_MOE: return "qwen2_moe";
-    case MOE_FAMILY_QWEN3_MOE: return "qwen3_moe";
-    case MOE_FAMILY_DEEPSEEK_V2: return "deepseek_v2";
-    case MOE_FAMILY_DEEPSEEK_V3: return "deepseek_v3";
-    case MOE_FAMILY_GPT_OSS: return "gpt_oss";
-    case MOE_FAMILY_LLAMA4: return "llama4";
-    case MOE_FAMILY_OLMOE: return "olmoe";
-    case MOE_FAMILY_GRANITE_MOE: return "granitemoe";
-    case MOE_FAMILY_QWEN3_5_MOE: return "qwen3_5_moe";
-    case MOE_FAMILY_QWEN3_NEXT: return "qwen3_next";
     }
     return "?";
 }

@@ -11,7 +11,7 @@
  * The reader validates every header field against the file size before any tensor byte is
  * handed out, so a truncated or hostile file is an error, never a read out of bounds.
  */
-#include "io/io_internal.h"
+#include "io/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -80,8 +80,7 @@ static bool st_dtype_from_name(const char *s, moe_dtype *out)
     return false;
 }
 
-/* Human name of a JSON value's type, for messages. */
-static const char *json_type_name(const json_t *v)
+const char *moe_io_json_kind(const json_t *v)
 {
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
@@ -165,7 +164,7 @@ static moe_status parse_tensor_entry(moe_ctx *ctx, const char *path, const char 
 {
     if (!json_is_object(obj))
         return moe_set_error(ctx, MOE_EFORMAT, "%s: tensor '%s': entry must be an object, found %s",
-                             path, name, json_type_name(obj));
+                             path, name, moe_io_json_kind(obj));
 
     /* dtype */
     const json_t *jdtype = json_object_get(obj, "dtype");
@@ -174,7 +173,7 @@ static moe_status parse_tensor_entry(moe_ctx *ctx, const char *path, const char 
                              name);
     if (!json_is_string(jdtype))
         return moe_set_error(ctx, MOE_EFORMAT, "%s: tensor '%s': field 'dtype' must be a string, found %s",
-                             path, name, json_type_name(jdtype));
+                             path, name, moe_io_json_kind(jdtype));
     const char *dtype_str = json_string_value(jdtype);
     if (!st_dtype_from_name(dtype_str, &t->dtype))
         return moe_set_error(ctx, MOE_EDTYPE,
@@ -189,7 +188,7 @@ static moe_status parse_tensor_entry(moe_ctx *ctx, const char *path, const char 
                              name);
     if (!json_is_array(jshape))
         return moe_set_error(ctx, MOE_EFORMAT, "%s: tensor '%s': field 'shape' must be an array, found %s",
-                             path, name, json_type_name(jshape));
+                             path, name, moe_io_json_kind(jshape));
     size_t ndim = json_array_size(jshape);
     if (ndim > MOE_MAX_DIMS)
         return moe_set_error(ctx, MOE_EFORMAT, "%s: tensor '%s': shape has %zu dimensions, at most %d supported",
@@ -258,14 +257,14 @@ static moe_status check_metadata(moe_ctx *ctx, const char *path, const json_t *m
 {
     if (!json_is_object(meta))
         return moe_set_error(ctx, MOE_EFORMAT, "%s: __metadata__ must be an object, found %s", path,
-                             json_type_name(meta));
+                             moe_io_json_kind(meta));
     const char *key;
     const json_t *val;
     json_object_foreach((json_t *)meta, key, val) {
         if (!json_is_string(val))
             return moe_set_error(ctx, MOE_EFORMAT,
                                  "%s: __metadata__ field '%s' must be a string, found %s", path, key,
-                                 json_type_name(val));
+                                 moe_io_json_kind(val));
     }
     return MOE_OK;
 }
@@ -284,7 +283,7 @@ static moe_status parse_header(moe_ctx *ctx, moe_safetensors *f, const char *hdr
     moe_status st = MOE_OK;
     if (!json_is_object(root)) {
         st = moe_set_error(ctx, MOE_EFORMAT, "%s: header must be a JSON object, found %s", path,
-                           json_type_name(root));
+                           moe_io_json_kind(root));
         goto done;
     }
 

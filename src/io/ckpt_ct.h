@@ -1,25 +1,15 @@
-/* Internal helpers of src/io shared by the safetensors reader and the checkpoint loader.
- * Not installed; not API. */
-#ifndef MOE_IO_INTERNAL_H
-#define MOE_IO_INTERNAL_H
+/* The compressed-tensors reader (src/io/ckpt_ct.c): quant_method "compressed-tensors"
+ * checkpoints' int4 / int8 experts. It sits below the checkpoint loader and reaches tensors
+ * only through a moe_ckq_lookup. Not installed; not API. */
+#ifndef MOE_IO_CKPT_CT_H
+#define MOE_IO_CKPT_CT_H
 
 #include "core/internal.h"
 
 #include <stdbool.h>
-#include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
-
-/* Index (header order) of tensor `name` in `f`, or -1 when absent. Silent: records no error. */
-long moe_st_find(const moe_safetensors *f, const char *name);
-
-/* The path `f` was opened with (as the caller spelled it). */
-const char *moe_st_path(const moe_safetensors *f);
-
-/* Write "[d0, d1, ...]" for a shape into buf (always NUL-terminated). Returns buf. */
-char *moe_io_format_shape(char *buf, size_t len, int ndim, const int64_t *shape);
-
-/* ---- compressed-tensors checkpoints (src/io/ckpt_quant.c) ----------------------------- */
 
 /* The parsed quantization_config of a compressed-tensors checkpoint. */
 typedef struct moe_ckq moe_ckq;

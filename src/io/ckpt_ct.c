@@ -1,0 +1,806 @@
+/* The compressed-tensors reader: int4 / int8 routed experts (and shared experts) of
+ * checkpoints that llm-compressor writes (quant_method "compressed-tensors"). Below the
+ * checkpoint loader: it reaches tensors only through the moe_ckq_lookup it is handed
+ * (src/io/ckpt_ct.h), and knows nothing of files, families or config.json beyond its
+ * quantization_config.
+ *
+ * compressed-tensors (the format llm-compressor writes and vLLM loads; facts from the
+ * compressed-tensors 0.20 package source: compressors/pack_quantized/{base,helpers}.py,
+ * compressors/naive_quantized/base.py, quantization/quant_args.py,
+ * quantization/lifecycle/forward_helpers.py):
+ *   config.json quantization_config = {quant_method: "compressed-tensors", format,
+ *     quantization_status: "compressed", config_groups: {NAME: {targets, weights,
+ *     input_activations, output_activations, format}}, ignore: [...]}
+ *   weights (QuantizationArgs): num_bits, type "int" | "float", symmetric, strategy
+ *     "tensor" | "channel" | "group" | "block" | "token" | ..., group_size, block_structure,
+ *     dynamic, actorder.
+ *   Dequantization (_dequantize): w = (q - zp) * scale; q, zp signed in
+ *     [-2^(b-1), 2^(b-1) - 1] (int4: -8..7, int8: -128..127).
+ *   format "pack-quantized" (int weights of 1..8 bits without float activations):
+ *     <module>.weight_packed I32 [N, ceil(K * b / 32)]: element k of a row at bit k * b of the
+ *     row's bit string, stored as q + 2^(b-1) (so int4: 8 nibbles per int32, the lowest
+ *     nibble the lowest k, value q + 8; int8: 4 bytes per int32, q + 128), rows padded with
+ *     raw zero bits; <module>.weight_scale [N, 1] (channel) or [N, K / group_size] (group;
+ *     K % group_size == 0 is required by the package); <module>.weight_shape I64 [2] = [N, K];
+ *     asymmetric (group or channel) also <module>.weight_zero_point I32
+ *     [ceil(N * b / 32), n_groups], packed the same way along N (zp + 2^(b-1)).
+ *   format "int-quantized" (int weights with int activations, e.g. W8A8) or
+ *     "naive-quantized": <module>.weight I8 [N, K] holding q, <module>.weight_scale [N, 1].
+ * libmoe's source layout (moe_quant.h "Quantized experts") is reached with
+ *   int4 symmetric:  nibble = stored ^ 8 (two's complement q), [N, K/2] bytes, low nibble k even
+ *   int4 zero point: v = stored nibble (q + 8), z = stored zero nibble (zp + 8): w = (v - z) s
+ *   int8 packed:     byte = stored ^ 0x80; int-quantized: the I8 bytes as they are.
+ * The packed int32 words are little-endian in the file, so byte j of a row holds elements 2j
+ * (low nibble) and 2j + 1 for int4, and element j for int8.
+ */
+#include "io/ckpt_ct.h"
+#include "io/safetensors.h"
+#include "quant/format.h"
+#include "quant/quant.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { CKQ_FMT_PACKED = 1, CKQ_FMT_INT = 2 } ckq_format;
+
+struct moe_ckq {
+    ckq_format format;     /* where the codes are: weight_packed or weight */
+    int num_bits;          /* 4 or 8 */
+    int symmetric;
+    moe_quant_config quant;/* w13 = w2 = the weight scheme, act */
+    json_t *targets;       /* the config groups' targets (strings), or NULL when a group has none */
+    json_t *ignore;        /* quantization_config.ignore (strings), or NULL */
+};
+
+struct moe_ckq_layer {
+    moe_quant_config quant;
+    const void **scale[3];     /* [3][E] f32 scales (into the file, or into owned) */
+    const uint8_t **zero[3];   /* [3][E] u8 [N, G] zero points, or NULL */
+    void **owned;              /* [n_owned] converted buffers */
+    size_t n_owned, cap_owned;
+    size_t owned_bytes;
+    /* weight_scale values that are NaN, infinite, zero or negative (loaded as they are; warned
+     * once) */
+    int64_t bad_nan, bad_inf, bad_zero, bad_neg, bad_total;
+    int bad_tensors;
+    char bad_first[320];       /* the first tensor with one */
+};
+
+static const char *jkind(const json_t *v)
+{
+    if (!v)
+        return "absent";
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return json_string_value(v);
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE: return "true";
+    case JSON_FALSE: return "false";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+static bool jstr_is(const json_t *v, const char *s)
+{
+    return v && json_is_string(v) && strcmp(json_string_value(v), s) == 0;
+}
+
+static bool jnull(const json_t *v)
+{
+    return !v || json_is_null(v);
+}
+
+void moe_ckq_free(moe_ckq *q)
+{
+    if (!q)
+        return;
+    json_decref(q->targets);
+    json_decref(q->ignore);
+    free(q);
+}
+
+/* MOE_EFORMAT unless `v` is null / absent or an array of strings. */
+static moe_status check_str_array(moe_ctx *ctx, const char *cp, const char *field, const json_t *v)
+{
+    if (jnull(v))
+        return MOE_OK;
+    bool ok = json_is_array(v);
+    for (size_t i = 0; ok && i < json_array_size(v); i++)
+        ok = json_is_string(json_array_get(v, i));
+    return ok ? MOE_OK
+              : moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s' must be a list of strings (module names, \"re:\" "
+                              "patterns or class names), found %s", cp, field, jkind(v));
+}
+
+/* weights of one config group into q. `f` is the group's field prefix for messages. */
+static moe_status parse_weights(moe_ctx *ctx, const char *cp, const char *f, const json_t *w, moe_ckq *q)
+{
+    if (!w || !json_is_object(w))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights' is %s: libmoe loads weight quantization only",
+                             cp, f, jkind(w));
+    const json_t *type = json_object_get(w, "type"), *nb = json_object_get(w, "num_bits");
+    const json_t *sym = json_object_get(w, "symmetric"), *strat = json_object_get(w, "strategy");
+    const json_t *gs = json_object_get(w, "group_size"), *dyn = json_object_get(w, "dynamic");
+    const json_t *ao = json_object_get(w, "actorder"), *bs = json_object_get(w, "block_structure");
+    if (!jnull(type) && !jstr_is(type, "int"))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%s.weights.type' = %s: only int weights are loaded (float compressed-tensors "
+                             "schemes are not)",
+                             cp, f, jkind(type));
+    if (!json_is_integer(nb))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights.num_bits' = %s: only 4 and 8 are loaded", cp,
+                             f, jkind(nb));
+    if (json_integer_value(nb) != 4 && json_integer_value(nb) != 8)
+        return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights.num_bits' = %lld: only 4 and 8 are loaded",
+                             cp, f, (long long)json_integer_value(nb));
+    q->num_bits = (int)json_integer_value(nb);
+    if (!jnull(sym) && !json_is_boolean(sym))
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s.weights.symmetric' must be true or false", cp, f);
+    q->symmetric = jnull(sym) || json_is_true(sym);
+    if (!jnull(dyn) && !json_is_false(dyn))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights.dynamic' = %s: only static weights are loaded",
+                             cp, f, jkind(dyn));
+    if (!jnull(bs))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights.block_structure' is set: int block scales are "
+                             "not loaded", cp, f);
+    /* actorder "weight" (alias "static") only changes calibration; "group" needs g_idx */
+    if (!jnull(ao) && !jstr_is(ao, "weight") && !jstr_is(ao, "static"))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%s.weights.actorder' = %s: activation reordering with g_idx is not loaded "
+                             "(only null or \"weight\")",
+                             cp, f, jkind(ao));
+    moe_qweight qw = {.dtype = q->num_bits == 4 ? MOE_QTYPE_INT4 : MOE_QTYPE_I8};
+    /* strategy: absent is inferred as quant_args does (group_size > 0: group, -1: channel) */
+    const char *s = json_is_string(strat) ? json_string_value(strat) : NULL;
+    if (!s && jnull(strat))
+        s = json_is_integer(gs) ? (json_integer_value(gs) > 0 ? "group" : "channel") : "tensor";
+    if (!s)
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s.weights.strategy' must be a string", cp, f);
+    if (strcmp(s, "channel") == 0) {
+        qw.scale = MOE_QSCALE_CHANNEL;
+    } else if (strcmp(s, "group") == 0) {
+        if (!json_is_integer(gs) || json_integer_value(gs) < 1)
+            return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s.weights.group_size' must be a positive integer for "
+                                 "strategy group", cp, f);
+        qw.scale = MOE_QSCALE_GROUP;
+        qw.group_size = (int64_t)json_integer_value(gs);
+        if (q->num_bits == 4 && qw.group_size != 32 && qw.group_size != 64 && qw.group_size != 128)
+            return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%s.weights.group_size' = %lld: int4 groups of 32, 64 or 128 are loaded",
+                                 cp, f, (long long)qw.group_size);
+    } else {
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%s.weights.strategy' = %s: only channel and group are loaded", cp, f, s);
+    }
+    if (!q->symmetric) {
+        if (q->num_bits != 4 || qw.scale != MOE_QSCALE_GROUP)
+            return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%s.weights.symmetric' = false: zero points are loaded for int4 group "
+                                 "scales only",
+                                 cp, f);
+        qw.has_zero_point = 1;
+    }
+    q->quant.w13 = qw;
+    q->quant.w2 = qw;
+    return MOE_OK;
+}
+
+static moe_status parse_acts(moe_ctx *ctx, const char *cp, const char *f, const json_t *g, moe_ckq *q)
+{
+    const json_t *oa = json_object_get(g, "output_activations");
+    if (!jnull(oa))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.output_activations' is set: output quantization is "
+                             "not loaded", cp, f);
+    const json_t *ia = json_object_get(g, "input_activations");
+    q->quant.act = MOE_QACT_NONE;
+    if (jnull(ia))
+        return MOE_OK;
+    if (!json_is_object(ia))
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s.input_activations' must be an object or null", cp, f);
+    const json_t *type = json_object_get(ia, "type"), *nb = json_object_get(ia, "num_bits");
+    const json_t *sym = json_object_get(ia, "symmetric"), *strat = json_object_get(ia, "strategy");
+    const json_t *dyn = json_object_get(ia, "dynamic");
+    if (!jnull(type) && !jstr_is(type, "int"))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.input_activations.type' = %s: only int8 activations "
+                             "are loaded", cp, f, jkind(type));
+    if (!json_is_integer(nb) || json_integer_value(nb) != 8)
+        return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.input_activations.num_bits': only 8 is loaded", cp,
+                             f);
+    if (!jnull(sym) && !json_is_true(sym))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.input_activations.symmetric' = false: only symmetric "
+                             "activations are loaded", cp, f);
+    if (!json_is_true(dyn))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%s.input_activations.dynamic' = %s: static activation scales are not loaded "
+                             "(only dynamic per-token int8)",
+                             cp, f, jkind(dyn));
+    if (!jstr_is(strat, "token"))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%s.input_activations.strategy' = %s: only token (dynamic per-token int8) is "
+                             "loaded",
+                             cp, f, jkind(strat));
+    if (q->num_bits != 8 || q->quant.w13.scale != MOE_QSCALE_CHANNEL)
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%s.input_activations': int8 activations are loaded with int8 channel weights "
+                             "only (w8a8)",
+                             cp, f);
+    q->quant.act = MOE_QACT_TOKEN;
+    return MOE_OK;
+}
+
+moe_status moe_ckq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const json_t *qc, moe_ckq **out)
+{
+    *out = NULL;
+    if (!jstr_is(json_object_get(qc, "quant_method"), "compressed-tensors"))
+        return MOE_OK;
+    char f[160];
+    const json_t *status = json_object_get(qc, "quantization_status");
+    if (!jnull(status) && !jstr_is(status, "compressed"))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%squantization_config.quantization_status' = %s: only compressed checkpoints "
+                             "are loaded",
+                             cp, qpre, jkind(status));
+    const json_t *sp = json_object_get(qc, "sparsity_config");
+    if (!jnull(sp) && !(json_is_object(sp) && json_object_size(sp) == 0))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%squantization_config.sparsity_config' is set: sparse "
+                             "compressed-tensors checkpoints are not loaded", cp, qpre);
+    const json_t *msp = json_object_get(qc, "moe_sparsity_config");
+    if (!jnull(msp))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%squantization_config.moe_sparsity_config' is set: "
+                             "expert sparsity is not loaded", cp, qpre);
+    const json_t *groups = json_object_get(qc, "config_groups");
+    if (!groups || !json_is_object(groups) || json_object_size(groups) == 0)
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%squantization_config.config_groups' must be a non-empty "
+                             "object", cp, qpre);
+    moe_ckq *q = calloc(1, sizeof *q);
+    if (!q)
+        return moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory", cp);
+    const char *key;
+    json_t *g;
+    bool first = true, first_targets = true;
+    moe_status st = MOE_OK;
+    json_object_foreach((json_t *)groups, key, g) {
+        snprintf(f, sizeof f, "%squantization_config.config_groups.%s", qpre, key);
+        if (!json_is_object(g)) {
+            st = moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s' must be an object", cp, f);
+            break;
+        }
+        moe_ckq one = {0};
+        const json_t *fmt = json_object_get(g, "format");
+        if (jnull(fmt))
+            fmt = json_object_get(qc, "format");
+        if (jstr_is(fmt, "pack-quantized")) {
+            one.format = CKQ_FMT_PACKED;
+        } else if (jstr_is(fmt, "int-quantized") || jstr_is(fmt, "naive-quantized")) {
+            one.format = CKQ_FMT_INT;
+        } else {
+            st = moe_set_error(ctx, MOE_EUNSUPPORTED,
+                               "%s: field '%s.format' (or '%squantization_config.format') = %s: libmoe loads "
+                               "pack-quantized, int-quantized and naive-quantized",
+                               cp, f, qpre, jkind(fmt));
+            break;
+        }
+        const json_t *tg = json_object_get(g, "targets");
+        char tf[200];
+        snprintf(tf, sizeof tf, "%s.targets", f);
+        if ((st = check_str_array(ctx, cp, tf, tg)) != MOE_OK)
+            break;
+        if ((st = parse_weights(ctx, cp, f, json_object_get(g, "weights"), &one)) != MOE_OK ||
+            (st = parse_acts(ctx, cp, f, g, &one)) != MOE_OK)
+            break;
+        if (one.format == CKQ_FMT_INT && one.num_bits != 8) {
+            st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights.num_bits' = %d with format int-quantized: "
+                               "only 8-bit codes are stored unpacked", cp, f, one.num_bits);
+            break;
+        }
+        if (!first && (one.format != q->format || one.num_bits != q->num_bits || one.symmetric != q->symmetric ||
+                       !moe_quant_equal(&one.quant, &q->quant))) {
+            st = moe_set_error(ctx, MOE_EUNSUPPORTED,
+                               "%s: field '%s': config groups with different schemes are not loaded (libmoe needs one "
+                               "scheme for every routed expert)",
+                               cp, f);
+            break;
+        }
+        one.targets = q->targets;
+        *q = one;
+        first = false;
+        /* the union of the groups' targets; a group without targets makes it unknown (NULL) */
+        if (first_targets) {
+            q->targets = json_is_array(tg) ? json_array() : NULL;
+            first_targets = false;
+        }
+        if (q->targets && json_is_array(tg))
+            json_array_extend(q->targets, (json_t *)tg);
+        else if (q->targets) {
+            json_decref(q->targets);
+            q->targets = NULL;
+        }
+    }
+    if (st == MOE_OK) {
+        snprintf(f, sizeof f, "%squantization_config.ignore", qpre);
+        const json_t *ig = json_object_get(qc, "ignore");
+        if ((st = check_str_array(ctx, cp, f, ig)) == MOE_OK && json_is_array(ig))
+            q->ignore = json_deep_copy(ig);
+    }
+    if (st != MOE_OK) {
+        moe_ckq_free(q);
+        return st;
+    }
+    moe_log(ctx, MOE_LOG_INFO, "%s: compressed-tensors checkpoint: routed experts %s", cp, moe_quant_name(&q->quant));
+    *out = q;
+    return MOE_OK;
+}
+
+/* ---- one layer ---- */
+
+void moe_ckq_layer_free(moe_ckq_layer *l)
+{
+    if (!l)
+        return;
+    for (size_t i = 0; i < l->n_owned; i++)
+        free(l->owned[i]);
+    free(l->owned);
+    for (int j = 0; j < 3; j++) {
+        free(l->scale[j]);
+        free(l->zero[j]);
+    }
+    free(l);
+}
+
+/* malloc'd buffer of `n` bytes owned by l; NULL on out of memory. */
+static void *own(moe_ckq_layer *l, size_t n)
+{
+    if (l->n_owned == l->cap_owned) {
+        size_t c = l->cap_owned ? 2 * l->cap_owned : 64;
+        void **p = realloc(l->owned, c * sizeof *p);
+        if (!p)
+            return NULL;
+        l->owned = p;
+        l->cap_owned = c;
+    }
+    void *b = malloc(n ? n : 1);
+    if (b) {
+        l->owned[l->n_owned++] = b;
+        l->owned_bytes += n;
+    }
+    return b;
+}
+
+const moe_quant_config *moe_ckq_quant(const moe_ckq *q)
+{
+    return &q->quant;
+}
+
+void moe_ckq_layer_quant(const moe_ckq_layer *l, moe_quant_config *out)
+{
+    *out = l->quant;
+}
+
+void moe_ckq_layer_source(const moe_ckq_layer *l, moe_weight_source *src)
+{
+    src->gate_scale = l->scale[0];
+    src->up_scale = l->scale[1];
+    src->down_scale = l->scale[2];
+    src->gate_zero = l->zero[0];
+    src->up_zero = l->zero[1];
+    src->down_zero = l->zero[2];
+}
+
+/* Count the NaN, zero and negative values of scale tensor `name` (f32 [n], possibly unaligned)
+ * into l: llm-compressor never writes them (a zero scale would make every weight of its group
+ * zero, a NaN poisons the whole output row), so they are a corrupt or hand-edited checkpoint;
+ * the load goes on and computes what the maths gives, with a WARNING
+ * (warn_scales). */
+static void scan_scales(moe_ckq_layer *l, const char *name, const void *scale, int64_t n)
+{
+    int64_t nan = 0, inf = 0, zero = 0, neg = 0;
+    const unsigned char *p = scale;
+    for (int64_t i = 0; i < n; i++) {
+        float s;
+        memcpy(&s, p + 4 * i, 4);
+        nan += s != s;
+        inf += isinf(s) != 0;
+        zero += s == 0.0f;
+        neg += s < 0.0f;
+    }
+    l->bad_total += n;
+    if (nan + inf + zero + neg == 0)
+        return;
+    if (l->bad_tensors++ == 0)
+        snprintf(l->bad_first, sizeof l->bad_first, "%s", name);
+    l->bad_nan += nan;
+    l->bad_inf += inf;
+    l->bad_zero += zero;
+    l->bad_neg += neg;
+}
+
+static void warn_scales(moe_ctx *ctx, const moe_ckq_layer *l, const char *what)
+{
+    if (l->bad_tensors)
+        moe_log(ctx, MOE_LOG_WARN,
+                "%s: %" PRId64 " NaN, %" PRId64 " infinite, %" PRId64 " zero and %" PRId64
+                " negative weight_scale values (of %" PRId64 ") in %d tensor(s), the first '%s': loaded as they "
+                "are, so the output follows (v - z) * s (a NaN or infinite scale makes the rows that use it NaN "
+                "or infinite, a zero one their weights zero)",
+                what, l->bad_nan, l->bad_inf, l->bad_zero, l->bad_neg, l->bad_total, l->bad_tensors, l->bad_first);
+}
+
+static bool shape_is(const moe_tensor_info *t, int nd, int64_t a, int64_t b)
+{
+    return t->ndim == nd && t->shape[0] == a && (nd < 2 || t->shape[1] == b);
+}
+
+static moe_status bad_shape(moe_ctx *ctx, const char *path, const char *name, const moe_tensor_info *t,
+                            const char *want)
+{
+    char got[96];
+    return moe_set_error(ctx, MOE_ESHAPE, "%s: tensor '%s': shape %s, expected %s", path, name,
+                         moe_io_format_shape(got, sizeof got, t->ndim, t->shape), want);
+}
+
+/* Tensor `name` through lk, which must be of dtype `dt`: MOE_EDTYPE "dtype X, expected <dt>
+ * (<why>)" otherwise. */
+static moe_status get_typed(moe_ctx *ctx, const moe_ckq_lookup *lk, const char *name, moe_dtype dt, const char *why,
+                            moe_tensor_info *t, const char **path)
+{
+    moe_status st = lk->get(lk->u, name, t, path);
+    if (st == MOE_OK && t->dtype != dt)
+        st = moe_set_error(ctx, MOE_EDTYPE, "%s: tensor '%s': dtype %s, expected %s (%s)", *path, name,
+                           moe_dtype_name(t->dtype), moe_dtype_name(dt), why);
+    return st;
+}
+
+/* One expert linear `base` ([N, K]): codes, scales, zero points. */
+static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, moe_ckq_layer *l,
+                              const char *base, int64_t N, int64_t K, int describe, const void **codes,
+                              const void **scale, const uint8_t **zero)
+{
+    char name[320], want[96];
+    moe_tensor_info t;
+    const char *path = NULL;
+    moe_status st;
+    const moe_qweight *qw = &q->quant.w13;
+    if (q->format == CKQ_FMT_INT) {
+        snprintf(name, sizeof name, "%s.weight", base);
+        if ((st = get_typed(ctx, lk, name, MOE_DTYPE_I8, "compressed-tensors int-quantized", &t, &path)) != MOE_OK)
+            return st;
+        if (!shape_is(&t, 2, N, K)) {
+            snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "]", N, K);
+            return bad_shape(ctx, path, name, &t, want);
+        }
+        *codes = t.data; /* q as int8: libmoe's I8 source as it is */
+    } else {
+        snprintf(name, sizeof name, "%s.weight_shape", base);
+        if ((st = lk->get(lk->u, name, &t, &path)) != MOE_OK)
+            return st;
+        int64_t ws[2] = {0, 0};
+        if (t.dtype == MOE_DTYPE_I64 && shape_is(&t, 1, 2, 0))
+            memcpy(ws, t.data, sizeof ws);
+        else if (t.dtype == MOE_DTYPE_I32 && shape_is(&t, 1, 2, 0)) {
+            int32_t w32[2];
+            memcpy(w32, t.data, sizeof w32);
+            ws[0] = w32[0];
+            ws[1] = w32[1];
+        } else {
+            char got[96];
+            return moe_set_error(ctx, MOE_EFORMAT,
+                                 "%s: tensor '%s': %s %s, expected an integer vector I64 (or I32) [2] holding the "
+                                 "unpacked [out, in]",
+                                 path, name, moe_dtype_name(t.dtype),
+                                 moe_io_format_shape(got, sizeof got, t.ndim, t.shape));
+        }
+        if (ws[0] != N || ws[1] != K)
+            return moe_set_error(ctx, MOE_ESHAPE, "%s: tensor '%s' = [%" PRId64 ", %" PRId64 "], expected [%" PRId64
+                                 ", %" PRId64 "]", path, name, ws[0], ws[1], N, K);
+        snprintf(name, sizeof name, "%s.weight_packed", base);
+        if ((st = get_typed(ctx, lk, name, MOE_DTYPE_I32, "pack-quantized", &t, &path)) != MOE_OK)
+            return st;
+        const int64_t per = 32 / q->num_bits, words = (K + per - 1) / per;
+        if (!shape_is(&t, 2, N, words)) {
+            snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "] (%d-bit codes, %" PRId64 " per int32)", N, words,
+                     q->num_bits, per);
+            return bad_shape(ctx, path, name, &t, want);
+        }
+        if (q->num_bits == 4 && K % 2)
+            return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: tensor '%s': int4 with an odd input size %" PRId64
+                                 " (libmoe packs two codes per byte)", path, name, K);
+        /* little-endian words: row n's bytes are its codes in k order */
+        const size_t row_in = (size_t)words * 4, row_out = q->num_bits == 4 ? (size_t)K / 2 : (size_t)K;
+        const uint8_t flip = q->num_bits == 8 ? 0x80 : (q->symmetric ? 0x88 : 0x00);
+        uint8_t *c = describe ? NULL : own(l, (size_t)N * row_out); /* [N, K/2] (int4) or [N, K] (int8) */
+        if (!c && !describe)
+            return moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory", name);
+        const uint8_t *src = t.data;
+        for (int64_t n = 0; c && n < N; n++)
+            for (size_t b = 0; b < row_out; b++)
+                c[(size_t)n * row_out + b] = src[(size_t)n * row_in + b] ^ flip;
+        *codes = c;
+    }
+    /* scales */
+    int64_t G = 1;
+    if (qw->scale == MOE_QSCALE_GROUP)
+        G = (K + qw->group_size - 1) / qw->group_size;
+    snprintf(name, sizeof name, "%s.weight_scale", base);
+    if ((st = lk->get(lk->u, name, &t, &path)) != MOE_OK)
+        return st;
+    if (!shape_is(&t, 2, N, G) && !(G == 1 && shape_is(&t, 1, N, 0))) {
+        snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "]", N, G);
+        return bad_shape(ctx, path, name, &t, want);
+    }
+    if (t.dtype == MOE_DTYPE_F32) {
+        *scale = t.data;
+    } else if ((t.dtype == MOE_DTYPE_BF16 || t.dtype == MOE_DTYPE_F16) && describe) {
+        *scale = NULL;
+    } else if (t.dtype == MOE_DTYPE_BF16 || t.dtype == MOE_DTYPE_F16) {
+        float *s = own(l, sizeof(float) * (size_t)(N * G)); /* [N, G] f32, exact */
+        if (!s)
+            return moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory", name);
+        const uint8_t *p = t.data;
+        for (int64_t i = 0; i < N * G; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            s[i] = t.dtype == MOE_DTYPE_BF16 ? moe_bf16_to_f32(h) : moe_f16_to_f32(h);
+        }
+        *scale = s;
+    } else {
+        return moe_set_error(ctx, MOE_EDTYPE, "%s: tensor '%s': dtype %s, expected F32, BF16 or F16", path, name,
+                             moe_dtype_name(t.dtype));
+    }
+    if (!describe)
+        scan_scales(l, name, *scale, N * G);
+    if (!qw->has_zero_point)
+        return MOE_OK;
+    snprintf(name, sizeof name, "%s.weight_zero_point", base);
+    if ((st = get_typed(ctx, lk, name, MOE_DTYPE_I32, "packed along the output dimension", &t, &path)) != MOE_OK)
+        return st;
+    const int64_t zrows = (N + 7) / 8; /* 8 nibbles per int32 along N */
+    if (!shape_is(&t, 2, zrows, G)) {
+        snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "] (ceil(out / 8), groups)", zrows, G);
+        return bad_shape(ctx, path, name, &t, want);
+    }
+    if (describe)
+        return MOE_OK;
+    uint8_t *z = own(l, (size_t)(N * G)); /* [N, G] u8 0..15 */
+    if (!z)
+        return moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory", name);
+    const uint8_t *zp = t.data;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t g = 0; g < G; g++) {
+            uint32_t w;
+            memcpy(&w, zp + 4 * (size_t)((n / 8) * G + g), 4);
+            z[n * G + g] = (uint8_t)((w >> (4 * (n % 8))) & 15u);
+        }
+    *zero = z;
+    return MOE_OK;
+}
+
+moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, const char *prefix,
+                              const char *const proj[3], int64_t e_lo, int64_t e_hi, int64_t E, int64_t I, int64_t H,
+                              int describe, const void **codes[3], moe_ckq_layer **out)
+{
+    *out = NULL;
+    char base[300], name[320];
+    if (e_lo >= e_hi)
+        return MOE_OK;
+    /* a layer the quantization left out keeps a float `weight` */
+    snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight_packed", prefix, e_lo, proj[0]);
+    bool quantized = lk->has(lk->u, name);
+    if (!quantized && q->format == CKQ_FMT_INT) {
+        moe_tensor_info t;
+        const char *path;
+        snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e_lo, proj[0]);
+        quantized = lk->has(lk->u, name) && lk->get(lk->u, name, &t, &path) == MOE_OK && t.dtype == MOE_DTYPE_I8;
+    }
+    if (!quantized)
+        return MOE_OK;
+    moe_ckq_layer *l = calloc(1, sizeof *l);
+    if (!l)
+        return moe_set_error(ctx, MOE_ENOMEM, "out of memory");
+    l->quant = q->quant;
+    for (int j = 0; j < 3; j++) {
+        l->scale[j] = calloc((size_t)E, sizeof *l->scale[j]); /* [E] */
+        l->zero[j] = calloc((size_t)E, sizeof *l->zero[j]);   /* [E] */
+        if (!l->scale[j] || !l->zero[j]) {
+            moe_ckq_layer_free(l);
+            return moe_set_error(ctx, MOE_ENOMEM, "out of memory for %" PRId64 " experts", E);
+        }
+    }
+    moe_status st = MOE_OK;
+    for (int64_t e = e_lo; e < e_hi && st == MOE_OK; e++)
+        for (int j = 0; j < 3 && st == MOE_OK; j++) {
+            snprintf(base, sizeof base, "%sexperts.%" PRId64 ".%s", prefix, e, proj[j]);
+            st = load_linear(ctx, q, lk, l, base, j == 2 ? H : I, j == 2 ? I : H, describe, &codes[j][e], &l->scale[j][e],
+                             &l->zero[j][e]);
+        }
+    if (st != MOE_OK) {
+        moe_ckq_layer_free(l);
+        return st;
+    }
+    if (!l->quant.w13.has_zero_point)
+        for (int j = 0; j < 3; j++) {
+            free(l->zero[j]);
+            l->zero[j] = NULL;
+        }
+    char what[320];
+    snprintf(what, sizeof what, "%sexperts", prefix);
+    warn_scales(ctx, l, what);
+    if (l->owned_bytes)
+        moe_log(ctx, MOE_LOG_INFO,
+                "%sexperts: %zu bytes of compressed-tensors codes / scales converted to libmoe's source layout "
+                "(a temporary copy, freed once packed)",
+                prefix, l->owned_bytes);
+    *out = l;
+    return MOE_OK;
+}
+
+/* ---- a quantized shared expert ---- */
+
+/* Does module `name` match compressed-tensors target / ignore entry `t` (utils/match.py
+ * match_name and _match_class): "re:<pattern>" is Python's re.match (anchored at the start
+ * only), evaluated here as a POSIX extended regex "^(<pattern>)"; any other string is an exact
+ * module name or a class name, and a shared-expert projection is an nn.Linear, so "Linear"
+ * (and "Module", a base class) match it. 1 match, 0 no match, -1 undecidable (a pattern POSIX
+ * regcomp refuses, e.g. Python-only syntax). */
+static int target_matches(const char *name, const char *t)
+{
+    if (strncmp(t, "re:", 3) != 0)
+        return strcmp(t, name) == 0 || strcmp(t, "Linear") == 0 || strcmp(t, "Module") == 0;
+    size_t n = strlen(t + 3) + 4;
+    char *pat = malloc(n);
+    if (!pat)
+        return -1;
+    snprintf(pat, n, "^(%s)", t + 3);
+    regex_t re;
+    int r = -1;
+    if (regcomp(&re, pat, REG_EXTENDED | REG_NOSUB) == 0) {
+        r = regexec(&re, name, 0, NULL, 0) == 0;
+        regfree(&re);
+    }
+    free(pat);
+    return r;
+}
+
+/* Over a list: 1 when an entry matches (*hit = it), 0 when none does, -1 when none matches
+ * but one was undecidable (*hit = it). */
+static int list_matches(const json_t *list, const char *name, const char **hit)
+{
+    int r = 0;
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        const char *t = json_string_value(json_array_get(list, i));
+        int m = target_matches(name, t);
+        if (m == 1) {
+            *hit = t;
+            return 1;
+        }
+        if (m < 0 && r == 0) {
+            *hit = t;
+            r = -1;
+        }
+    }
+    return r;
+}
+
+/* Which compressed-tensors tensors of linear `base` are present: bit 0 weight_packed, 1
+ * weight_scale, 2 weight_shape, 3 weight_zero_point, 4 an I8 `weight` (int-quantized), 5 a
+ * float `weight`. */
+static unsigned ct_tensors_present(const moe_ckq_lookup *lk, const char *base)
+{
+    static const char *const sfx[4] = {"weight_packed", "weight_scale", "weight_shape", "weight_zero_point"};
+    char name[320];
+    unsigned m = 0;
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "%s.%s", base, sfx[i]);
+        m |= lk->has(lk->u, name) ? 1u << i : 0u;
+    }
+    snprintf(name, sizeof name, "%s.weight", base);
+    moe_tensor_info t;
+    const char *path;
+    if (lk->has(lk->u, name) && lk->get(lk->u, name, &t, &path) == MOE_OK)
+        m |= t.dtype == MOE_DTYPE_I8 ? 1u << 4 : 1u << 5;
+    return m;
+}
+
+moe_status moe_ckq_shared_check(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, const char *dir,
+                                const char *const base[3], int *quantized)
+{
+    *quantized = 0;
+    const bool packed = q->format == CKQ_FMT_PACKED;
+    /* the tensors a quantized linear of this scheme has, and any of them */
+    const unsigned need = packed ? (1u | 2u | 4u | (q->quant.w13.has_zero_point ? 8u : 0u)) : (16u | 2u);
+    const unsigned any_q = 1u | 2u | 4u | 8u | 16u;
+    static const char *const nm[6] = {"weight_packed", "weight_scale", "weight_shape", "weight_zero_point",
+                                      "weight (I8)", "weight (float)"};
+    int nq = 0, jq = -1, jf = -1;
+    bool jf_float = false; /* base[jf] has a float weight (else no weight tensor at all) */
+    for (int j = 0; j < 3; j++) {
+        const unsigned m = ct_tensors_present(lk, base[j]);
+        if ((m & any_q) && (m & 32u))
+            return moe_set_error(ctx, MOE_EFORMAT,
+                                 "%s: shared expert linear '%s': both a float '%s.weight' and compressed-tensors "
+                                 "tensors (%s%s%s%s): one or the other",
+                                 dir, base[j], base[j], m & 1u ? "weight_packed " : "", m & 2u ? "weight_scale " : "",
+                                 m & 4u ? "weight_shape " : "", m & 8u ? "weight_zero_point" : "");
+        if (!(m & any_q)) {
+            jf = j;
+            jf_float = (m & 32u) != 0;
+            continue;
+        }
+        nq++;
+        jq = j;
+        for (int b = 0; b < 5; b++)
+            if ((need & (1u << b)) && !(m & (1u << b))) {
+                /* the first tensor present names what was found */
+                int have = 0;
+                while (have < 5 && !(m & (1u << have)))
+                    have++;
+                return moe_set_error(ctx, MOE_EFORMAT,
+                                     "%s: tensor '%s.%s' is missing: shared expert linear '%s' has '%s.%s', so it is "
+                                     "stored quantized (compressed-tensors %s: %s), but incompletely",
+                                     dir, base[j], b == 4 ? "weight" : nm[b], base[j], base[j],
+                                     have == 4 ? "weight" : nm[have], packed ? "pack-quantized" : "int-quantized",
+                                     packed ? (q->quant.w13.has_zero_point
+                                                   ? "weight_packed, weight_scale, weight_shape, weight_zero_point"
+                                                   : "weight_packed, weight_scale, weight_shape")
+                                            : "I8 weight, weight_scale");
+            }
+    }
+    if (nq > 0 && nq < 3)
+        return moe_set_error(ctx, MOE_EFORMAT,
+                             "%s: shared expert: %d of its 3 projections are stored quantized ('%s') and %d not "
+                             "('%s' has %s): all three or none",
+                             dir, nq, base[jq], 3 - nq, base[jf],
+                             jf_float ? "a float weight" : "neither a weight nor weight_packed");
+    /* what config.json says: quantized when a config group targets it and `ignore` does not
+     * list it (compressed-tensors is_match) */
+    const char *thit = NULL, *ihit = NULL;
+    const int targeted = q->targets ? list_matches(q->targets, base[0], &thit) : -1;
+    const int ignored = q->ignore ? list_matches(q->ignore, base[0], &ihit) : 0;
+    if (nq == 3) {
+        if (ignored == 1)
+            return moe_set_error(ctx, MOE_EFORMAT,
+                                 "%s: shared expert linear '%s' is stored quantized, but quantization_config.ignore "
+                                 "lists it (entry \"%s\"): the checkpoint contradicts its config.json",
+                                 dir, base[0], ihit);
+        if (targeted == 0)
+            return moe_set_error(ctx, MOE_EFORMAT,
+                                 "%s: shared expert linear '%s' is stored quantized, but no "
+                                 "quantization_config.config_groups target matches it: the checkpoint contradicts its "
+                                 "config.json",
+                                 dir, base[0]);
+        *quantized = 1;
+        return MOE_OK;
+    }
+    if (targeted == 1 && ignored == 0)
+        moe_log(ctx, MOE_LOG_WARN,
+                "%s: shared expert linear '%s' is stored as a float weight although config_groups target \"%s\" "
+                "matches it and ignore does not list it; loaded as stored (vLLM would expect it quantized)",
+                dir, base[0], thit);
+    return MOE_OK;
+}
+
+moe_status moe_ckq_dequant_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, const char *base,
+                                  int64_t N, int64_t K, int describe, float *w, size_t *code_bytes)
+{
+    moe_ckq_layer *l = calloc(1, sizeof *l); /* owns the converted codes / scales / zero points */
+    if (!l)
+        return moe_set_error(ctx, MOE_ENOMEM, "out of memory");
+    const void *codes = NULL, *scale = NULL;
+    const uint8_t *zero = NULL;
+    moe_status st = load_linear(ctx, q, lk, l, base, N, K, describe, &codes, &scale, &zero);
+    if (st == MOE_OK && w) {
+        moe_quant_dequant_source(&q->quant.w13, codes, scale, zero, N, K, w);
+        warn_scales(ctx, l, base);
+    }
+    if (code_bytes)
+        *code_bytes = (size_t)(N * K) * (size_t)q->num_bits / 8;
+    moe_ckq_layer_free(l);
+    return st;
+}

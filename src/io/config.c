@@ -1,0 +1,335 @@
+/* config.json, read through the family's row (src/io/families.c): which family, where its
+ * decoder fields are, the sizes, the routing and expert math, which layers are MoE, and the
+ * quantization_config. Nothing here branches on the family: what differs is in the row.
+ *
+ * Multimodal wrappers (Llama4ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration)
+ * keep the decoder's fields in "text_config"; those are read from there, and messages name
+ * them "text_config.<field>". */
+#include "io/config.h"
+#include "io/safetensors.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Decide the family from "architectures"[0], falling back to "model_type" when the
+ * architecture is absent or not one of ours (e.g. a *ForSequenceClassification head over the
+ * same decoder). MOE_EUNSUPPORTED names both and lists the supported ones. */
+static moe_status config_family(moe_ck_config *c, const json_t *root)
+{
+    const char *arch = NULL, *model_type = NULL;
+    const json_t *archs = json_object_get(root, "architectures");
+    if (archs && !json_is_null(archs)) {
+        if (!json_is_array(archs))
+            return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field 'architectures' must be an array, found %s", c->path,
+                                 moe_io_json_kind(archs));
+        if (json_array_size(archs) > 0) {
+            const json_t *a0 = json_array_get(archs, 0);
+            if (!json_is_string(a0))
+                return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field 'architectures'[0] must be a string, found %s",
+                                     c->path, moe_io_json_kind(a0));
+            arch = json_string_value(a0);
+        }
+    }
+    const json_t *mt = json_object_get(root, "model_type");
+    if (mt && json_is_string(mt))
+        model_type = json_string_value(mt);
+
+    if (arch && (c->row = moe_fam_by_arch(arch)))
+        return MOE_OK;
+    if (model_type && (c->row = moe_fam_by_model_type(model_type))) {
+        if (arch)
+            moe_log(c->ctx, MOE_LOG_INFO, "%s: architecture '%s' is not one libmoe knows; using model_type '%s'",
+                    c->path, arch, model_type);
+        return MOE_OK;
+    }
+    if (!arch && !model_type)
+        return moe_set_error(c->ctx, MOE_ENOTFOUND, "%s: neither 'architectures' nor 'model_type' is given; supported: %s",
+                             c->path, moe_fam_supported_list());
+    return moe_set_error(c->ctx, MOE_EUNSUPPORTED, "%s: architecture '%s' (model_type '%s') is not supported; supported: %s",
+                         c->path, arch ? arch : "(none)", model_type ? model_type : "(none)", moe_fam_supported_list());
+}
+
+/* The fields of the row's MoE-layer rule (first, step, list: the order every rule reads
+ * them in), with the row's defaults. */
+static moe_status config_layer_rule(moe_ck_config *c, const moe_cfg_fields *f)
+{
+    const moe_fam_row *row = c->row;
+    moe_status st;
+    if (row->layers.first_field &&
+        (st = moe_cfg_int(f, row->layers.first_field, false, row->layers.first_default, 0, &c->layer_first)) != MOE_OK)
+        return st;
+    if (row->layers.step_field &&
+        (st = moe_cfg_int(f, row->layers.step_field, false, row->layers.step_default, 1, &c->layer_step)) != MOE_OK)
+        return st;
+    if (row->layers.list_field &&
+        (st = moe_cfg_int_list(f, row->layers.list_field, &c->layer_list, &c->n_layer_list, &c->have_layer_list)) !=
+            MOE_OK)
+        return st;
+    return MOE_OK;
+}
+
+/* The sizes, routing and MoE-layer fields of the row, into c->desc and c->layer_*. The reads
+ * keep one order (it decides which of two bad fields a message names): I, E, a shared-expert
+ * count, a dense-prefix layer rule, routed_scaling_factor, norm_topk_prob, the other layer
+ * rules, a shared-expert size, then the row's routing hook. */
+static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
+{
+    const moe_fam_row *row = c->row;
+    moe_layer_desc *d = &c->desc;
+    moe_status st;
+    int64_t n_shared = 0;
+    if ((st = moe_cfg_int(f, row->intermediate_field, true, 0, 1, &d->moe_intermediate_size)) != MOE_OK ||
+        (st = moe_cfg_int_alias(f, row->experts_field, row->experts_alias, row->experts_min, &d->num_experts)) != MOE_OK)
+        return st;
+    if (row->shared.rule == MOE_FAM_SHARED_COUNT) {
+        /* the class default when absent; null means none, as the published code's "if
+         * config.n_shared_experts is not None" */
+        if ((st = moe_cfg_int(f, row->shared.field, false, 0, 0, &n_shared)) != MOE_OK)
+            return st;
+        if (!json_object_get(f->obj, row->shared.field))
+            n_shared = row->shared.count_default;
+    }
+    if (row->layers.rule == MOE_FAM_LAYERS_DENSE_PREFIX && (st = config_layer_rule(c, f)) != MOE_OK)
+        return st;
+    if (row->routed_scaling.field &&
+        (st = moe_cfg_float(f, row->routed_scaling.field, row->routed_scaling.dflt, true, 0.0,
+                            &d->routed_scaling_factor)) != MOE_OK)
+        return st;
+    if (row->renormalize.rule == MOE_FAM_RENORM_FIELD &&
+        (st = moe_cfg_bool(f, row->renormalize.field, row->renormalize.dflt, &d->renormalize)) != MOE_OK)
+        return st;
+    if (row->layers.rule != MOE_FAM_LAYERS_DENSE_PREFIX && (st = config_layer_rule(c, f)) != MOE_OK)
+        return st;
+    switch (row->shared.rule) {
+    case MOE_FAM_SHARED_NONE: d->shared_expert_intermediate_size = 0; break;
+    case MOE_FAM_SHARED_FIELD:
+        if ((st = moe_cfg_int(f, row->shared.field, true, 0, 0, &d->shared_expert_intermediate_size)) != MOE_OK)
+            return st;
+        break;
+    case MOE_FAM_SHARED_COUNT: d->shared_expert_intermediate_size = n_shared * d->moe_intermediate_size; break;
+    case MOE_FAM_SHARED_SAME_AS_I: d->shared_expert_intermediate_size = d->moe_intermediate_size; break;
+    }
+    d->shared_expert_gated = row->shared.gated && d->shared_expert_intermediate_size > 0;
+    if (row->routing_hook && (st = row->routing_hook(f, row, &d->n_group, &d->topk_group)) != MOE_OK)
+        return st;
+    if (d->n_group > 1 && d->num_experts > 0) {
+        const int64_t E = d->num_experts, G = d->n_group;
+        if (E % G != 0)
+            return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field '%s%s' = %" PRId64 " is not a multiple of '%s' = %" PRId64,
+                                 c->path, c->prefix, row->experts_field, E, row->groups.n_group_field, G);
+        if (d->topk_group > G || d->topk_group * (E / G) < d->top_k)
+            return moe_set_error(c->ctx, MOE_EFORMAT,
+                                 "%s: field '%s%s' = %" PRId64 ": must be <= %s = %" PRId64
+                                 " and keep at least num_experts_per_tok = %" PRId64 " experts (%" PRId64 " per group)",
+                                 c->path, c->prefix, row->groups.topk_group_field, d->topk_group,
+                                 row->groups.n_group_field, G, d->top_k, E / G);
+    }
+    return MOE_OK;
+}
+
+/* The expert activation: the row's clamped SwiGLU with its alpha and limit fields, or config
+ * `hidden_act` (transformers' ACT2FN name; absent means the config classes' default, silu). */
+static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
+{
+    const moe_fam_row *row = c->row;
+    moe_layer_desc *d = &c->desc;
+    if (row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU) {
+        d->activation = MOE_ACT_SWIGLU_OAI;
+        moe_status st = moe_cfg_float(f, row->activation.alpha_field, row->activation.alpha, false, 0.0, &d->swiglu_alpha);
+        if (st == MOE_OK)
+            st = moe_cfg_float(f, row->activation.limit_field, row->activation.limit, true, 0.0, &d->swiglu_limit);
+        return st;
+    }
+    const char *a = NULL;
+    moe_status st = moe_cfg_str(f, "hidden_act", "silu", &a);
+    if (st != MOE_OK)
+        return st;
+    if (strcmp(a, "silu") == 0 || strcmp(a, "swish") == 0)
+        d->activation = MOE_ACT_SWIGLU;
+    else if (strcmp(a, "gelu") == 0)
+        d->activation = MOE_ACT_GEGLU;
+    else if (strcmp(a, "gelu_pytorch_tanh") == 0 || strcmp(a, "gelu_new") == 0)
+        d->activation = MOE_ACT_GEGLU_TANH;
+    else
+        return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%shidden_act' = \"%s\": libmoe's experts support silu / swish (SwiGLU), "
+                             "gelu and gelu_pytorch_tanh / gelu_new (GEGLU)",
+                             c->path, c->prefix, a);
+    return MOE_OK;
+}
+
+/* quantization_config (top level, else in text_config). quant_method "fp8" (FP8 block
+ * checkpoints, docs/checkpoints.md) and "mxfp4" (the families with an MXFP4 layout: gpt-oss)
+ * are read here, "compressed-tensors" by src/io/ckpt_ct.c; other methods are refused. */
+static moe_status config_quant(moe_ck_config *c, const json_t *root, const json_t *cfg)
+{
+    const char *qpre = "";
+    const json_t *qc = json_object_get(root, "quantization_config");
+    if ((!qc || json_is_null(qc)) && cfg != root) {
+        qc = json_object_get(cfg, "quantization_config");
+        qpre = c->prefix;
+    }
+    if (!qc || json_is_null(qc))
+        return MOE_OK;
+    if (!json_is_object(qc))
+        return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field '%squantization_config' must be an object, found %s",
+                             c->path, qpre, moe_io_json_kind(qc));
+    const json_t *m = json_object_get(qc, "quant_method");
+    if (m && json_is_string(m) && strcmp(json_string_value(m), "mxfp4") == 0) {
+        /* transformers' Mxfp4Config: {quant_method, modules_to_not_convert}; which layers are
+         * quantized is read from the tensors (*_blocks present or not), so a layer named in
+         * modules_to_not_convert and saved in bf16 loads as bf16. */
+        if (!c->row->mxfp4.gate_up_blocks)
+            return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%squantization_config.quant_method' = mxfp4: MXFP4 checkpoints are "
+                                 "read for gpt-oss only (GptOssForCausalLM), not %s",
+                                 c->path, qpre, moe_family_name(c->row->family));
+        c->mxfp4 = 1;
+        moe_log(c->ctx, MOE_LOG_INFO,
+                "%s: MXFP4 checkpoint (e2m1 codes, one E8M0 scale per 32 inputs): routed experts run "
+                "weight-only (mxfp4) with f32 activations",
+                c->path);
+        return MOE_OK;
+    }
+    if (m && json_is_string(m) && strcmp(json_string_value(m), "compressed-tensors") == 0)
+        return moe_ckq_parse(c->ctx, c->path, qpre, qc, &c->ct);
+    if (!m || json_is_null(m))
+        return MOE_OK; /* no method: nothing quantized */
+    if (!json_is_string(m) || strcmp(json_string_value(m), "fp8") != 0)
+        return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%squantization_config.quant_method' = '%s': libmoe reads fp8 (block), mxfp4 "
+                             "(gpt-oss) and compressed-tensors (int8 / int4) checkpoints; dequantize this one to "
+                             "bf16 first or convert a bf16 checkpoint with moe quantize",
+                             c->path, qpre, json_is_string(m) ? json_string_value(m) : moe_io_json_kind(m));
+    const json_t *fmt = json_object_get(qc, "fmt");
+    if (fmt && !json_is_null(fmt) && (!json_is_string(fmt) || strcmp(json_string_value(fmt), "e4m3") != 0))
+        return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%squantization_config.fmt' = %s: only e4m3 FP8 checkpoints are supported",
+                             c->path, qpre, json_is_string(fmt) ? json_string_value(fmt) : moe_io_json_kind(fmt));
+    const json_t *as = json_object_get(qc, "activation_scheme");
+    if (as && !json_is_null(as) && (!json_is_string(as) || strcmp(json_string_value(as), "dynamic") != 0))
+        return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%squantization_config.activation_scheme' = %s: only dynamic is supported",
+                             c->path, qpre, json_is_string(as) ? json_string_value(as) : moe_io_json_kind(as));
+    const json_t *bs = json_object_get(qc, "weight_block_size");
+    if (!bs || json_is_null(bs))
+        return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%squantization_config.weight_block_size' is absent: only FP8 block "
+                             "checkpoints (weight_block_size [bn, bk]) are supported, not per-tensor FP8",
+                             c->path, qpre);
+    int64_t b[2] = {0, 0};
+    bool ok = json_is_array(bs) && json_array_size(bs) == 2;
+    for (size_t i = 0; ok && i < 2; i++) {
+        const json_t *x = json_array_get(bs, i);
+        ok = json_is_integer(x) && json_integer_value(x) >= 1 && json_integer_value(x) <= ((json_int_t)1 << 20);
+        if (ok)
+            b[i] = (int64_t)json_integer_value(x);
+    }
+    if (!ok)
+        return moe_set_error(c->ctx, MOE_EFORMAT,
+                             "%s: field '%squantization_config.weight_block_size' must be [bn, bk], two integers "
+                             "in 1..1048576",
+                             c->path, qpre);
+    c->fp8 = 1;
+    c->fp8_bn = b[0];
+    c->fp8_bk = b[1];
+    /* The checkpoint's dynamic activation scheme (e4m3 activations, one scale per token per
+     * bk channels) is run weight-only: f32 activations times the exactly dequantized weights,
+     * which is more exact than the fp8 x fp8 products the model was served with. */
+    moe_log(c->ctx, MOE_LOG_INFO,
+            "%s: FP8 block checkpoint (e4m3, %" PRId64 "x%" PRId64 " blocks): routed experts run weight-only "
+            "(fp8-block); the checkpoint's dynamic activation scheme is run with f32 activations, which is "
+            "more exact",
+            c->path, b[0], b[1]);
+    return MOE_OK;
+}
+
+moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *root, moe_ck_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->ctx = ctx;
+    c->path = path;
+    c->prefix = "";
+    moe_status st = config_family(c, root);
+    if (st != MOE_OK)
+        return st;
+    const json_t *cfg = root;
+    const json_t *tc = json_object_get(root, "text_config");
+    if (tc && json_is_object(tc) && c->row->text_config) {
+        cfg = tc;
+        c->prefix = "text_config.";
+    }
+    const moe_cfg_fields f = {ctx, path, c->prefix, cfg};
+    moe_layer_desc *d = &c->desc;
+    moe_layer_desc_init(d);
+    moe_fam_layer_defaults(c->row, d);
+    c->layer_step = 1;
+    if ((st = moe_cfg_int(&f, "hidden_size", true, 0, 1, &d->hidden_size)) != MOE_OK ||
+        (st = moe_cfg_int(&f, "num_hidden_layers", true, 0, 1, &c->num_layers)) != MOE_OK ||
+        (st = moe_cfg_int(&f, "num_experts_per_tok", true, 0, 1, &d->top_k)) != MOE_OK ||
+        (st = config_decoder(c, &f)) != MOE_OK || (st = config_activation(c, &f)) != MOE_OK ||
+        (st = config_quant(c, root, cfg)) != MOE_OK)
+        return st;
+    if (d->num_experts > 0 && d->top_k > d->num_experts)
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%snum_experts_per_tok' = %" PRId64 " exceeds the %" PRId64 " experts",
+                             path, c->prefix, d->top_k, d->num_experts);
+    return MOE_OK;
+}
+
+void moe_ck_config_free(moe_ck_config *c)
+{
+    if (!c)
+        return;
+    free(c->layer_list);
+    moe_ckq_free(c->ct);
+    c->layer_list = NULL;
+    c->ct = NULL;
+}
+
+/* 1 if `layer` is in the row's layer list. */
+static int listed(const moe_ck_config *c, int64_t layer)
+{
+    for (size_t i = 0; i < c->n_layer_list; i++)
+        if (c->layer_list[i] == layer)
+            return 1;
+    return 0;
+}
+
+int moe_ck_config_is_moe_layer(const moe_ck_config *c, int64_t layer)
+{
+    if (layer < 0 || layer >= c->num_layers || c->desc.num_experts <= 0)
+        return 0;
+    switch (c->row->layers.rule) {
+    case MOE_FAM_LAYERS_EVERY: return 1;
+    case MOE_FAM_LAYERS_SPARSE_STEP: return !listed(c, layer) && (layer + 1) % c->layer_step == 0;
+    case MOE_FAM_LAYERS_DENSE_PREFIX: return layer >= c->layer_first && layer % c->layer_step == 0;
+    case MOE_FAM_LAYERS_LISTED_ELSE_STEP:
+        return c->have_layer_list ? listed(c, layer) : (layer + 1) % c->layer_step == 0;
+    }
+    return 0;
+}
+
+void moe_ck_config_dense_reason(const moe_ck_config *c, int64_t layer, char *why, size_t n)
+{
+    const moe_fam_row *row = c->row;
+    const char *pre = c->prefix;
+    /* every rule's layers are dense without experts (the only way under MOE_FAM_LAYERS_EVERY) */
+    if (c->desc.num_experts == 0 || row->layers.rule == MOE_FAM_LAYERS_EVERY) {
+        snprintf(why, n, "%s%s is 0", pre, row->experts_field);
+    } else if (row->layers.rule == MOE_FAM_LAYERS_DENSE_PREFIX) {
+        if (layer < c->layer_first)
+            snprintf(why, n, "layer %" PRId64 " < %s%s = %" PRId64, layer, pre, row->layers.first_field, c->layer_first);
+        else
+            snprintf(why, n, "layer %" PRId64 " %% %s%s = %" PRId64 " != 0", layer, pre, row->layers.step_field,
+                     c->layer_step);
+    } else if (row->layers.rule == MOE_FAM_LAYERS_LISTED_ELSE_STEP && c->have_layer_list) {
+        snprintf(why, n, "it is not listed in %s%s", pre, row->layers.list_field);
+    } else if (row->layers.rule == MOE_FAM_LAYERS_SPARSE_STEP && listed(c, layer)) {
+        snprintf(why, n, "it is listed in %s%s", pre, row->layers.list_field);
+    } else {
+        snprintf(why, n, "(layer + 1) %% %s%s = (%" PRId64 " + 1) %% %" PRId64 " != 0", pre, row->layers.step_field,
+                 layer, c->layer_step);
+    }
+}

@@ -1,0 +1,53 @@
+/* config.json of a Hugging Face checkpoint, parsed through the family table
+ * (src/io/config.c). Not installed; not API. */
+#ifndef MOE_IO_CONFIG_H
+#define MOE_IO_CONFIG_H
+
+#include "io/ckpt_ct.h"
+#include "io/families.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+/* What config.json says of the model's MoE layers. */
+typedef struct moe_ck_config {
+    moe_ctx *ctx;               /* borrowed */
+    const char *path;           /* the config.json read (borrowed), for messages */
+    const char *prefix;         /* "" or "text_config." (static): where the decoder fields were read */
+    const moe_fam_row *row;     /* the family */
+    int64_t num_layers;         /* num_hidden_layers */
+    /* Every MoE layer's description as config.json gives it: family, H, I, E, K, I_s and
+     * gating, routing, activation (the raw n_group and topk_group: 0 or 1 mean no groups).
+     * weight_dtype and quant are the tensors' to say (moe_checkpoint_layer_desc). */
+    moe_layer_desc desc;
+
+    /* quantization_config */
+    int fp8;                    /* quant_method fp8 (block scales) */
+    int64_t fp8_bn, fp8_bk;     /* its weight_block_size [out, in] */
+    int mxfp4;                  /* quant_method mxfp4 (gpt-oss) */
+    moe_ckq *ct;                /* quant_method compressed-tensors (src/io/ckpt_ct.c), or NULL */
+
+    /* which layers are MoE: row->layers.rule over these */
+    int64_t layer_first;        /* row->layers.first_field */
+    int64_t layer_step;         /* row->layers.step_field */
+    int64_t *layer_list;        /* [n_layer_list] row->layers.list_field */
+    size_t n_layer_list;
+    bool have_layer_list;       /* the list was given (not absent or null) */
+} moe_ck_config;
+
+/* Parse config.json's object `root` (read from `path`, borrowed for c's life) into *c: the
+ * family from `architectures` (or `model_type`), the decoder fields where the row says
+ * (text_config for multimodal wrappers), the routing and the quantization_config. Errors
+ * (the message names the file and the field): MOE_ENOTFOUND, MOE_EFORMAT, MOE_EUNSUPPORTED
+ * (as moe_checkpoint_open says), MOE_ENOMEM. Free with moe_ck_config_free, also on error. */
+moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *root, moe_ck_config *c);
+void moe_ck_config_free(moe_ck_config *c);
+
+/* 1 if `layer` in [0, num_layers) holds an MoE block (moe_checkpoint_is_moe_layer), else 0. */
+int moe_ck_config_is_moe_layer(const moe_ck_config *c, int64_t layer);
+/* Why `layer` (a dense one) is dense, in config.json's terms, into why [n]. */
+void moe_ck_config_dense_reason(const moe_ck_config *c, int64_t layer, char *why, size_t n);
+
+#endif

@@ -1,0 +1,301 @@
+/* The family table: one row per family libmoe reads (families.h says what each field
+ * means). The config.json names and defaults are those of transformers 5.24's config
+ * classes and modeling code (and, where those leave a field out, the models' own published
+ * code: each such place says so); ../shared/MODELS.md has the routing per family. Rows are in
+ * moe_family order, which is also the order of the supported list in messages. */
+#include "io/families.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+/* DeepSeek-V2 (transformers' DeepseekV2TopkRouter): scoring_func "softmax" only; topk_method
+ * "greedy", or "group_limited_greedy" with n_group and topk_group (group score: the best
+ * expert); norm_topk_prob is read only to warn that it is ignored. */
+static moe_status deepseek_v2_routing(const moe_cfg_fields *f, const moe_fam_row *row, int64_t *n_group,
+                                      int64_t *topk_group)
+{
+    const char *scoring = NULL, *method = NULL;
+    int norm = 0;
+    moe_status st;
+    if ((st = moe_cfg_bool(f, row->renormalize.field, row->renormalize.dflt, &norm)) != MOE_OK ||
+        (st = moe_cfg_str(f, "scoring_func", "softmax", &scoring)) != MOE_OK ||
+        (st = moe_cfg_str(f, "topk_method", "greedy", &method)) != MOE_OK)
+        return st;
+    if (strcmp(scoring, "softmax") != 0)
+        return moe_set_error(f->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%sscoring_func' = \"%s\": DeepSeek-V2 routes with \"softmax\" only", f->path,
+                             f->prefix, scoring);
+    /* transformers' DeepseekV2TopkRouter never renormalizes (the published code does when
+     * norm_topk_prob, and then skips routed_scaling_factor; every released V2 has false) */
+    if (norm)
+        moe_log(f->ctx, MOE_LOG_WARN,
+                "%s: '%snorm_topk_prob' is true; ignored, as transformers' DeepSeek-V2 router does "
+                "(weights are the softmax scores times routed_scaling_factor)",
+                f->path, f->prefix);
+    if (strcmp(method, "group_limited_greedy") == 0) {
+        if ((st = moe_cfg_int(f, row->groups.n_group_field, true, 0, 1, n_group)) != MOE_OK ||
+            (st = moe_cfg_int(f, row->groups.topk_group_field, true, 0, 1, topk_group)) != MOE_OK)
+            return st;
+    } else if (strcmp(method, "greedy") != 0) {
+        return moe_set_error(f->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%stopk_method' = \"%s\": DeepSeek-V2 selects with \"greedy\" or "
+                             "\"group_limited_greedy\"",
+                             f->path, f->prefix, method);
+    }
+    return MOE_OK;
+}
+
+/* DeepSeek-V3 (DeepseekV3TopkRouter): scoring_func "sigmoid" and topk_method "noaux_tc" only;
+ * n_group and topk_group default to the config class's 8 and 4. */
+static moe_status deepseek_v3_routing(const moe_cfg_fields *f, const moe_fam_row *row, int64_t *n_group,
+                                      int64_t *topk_group)
+{
+    const char *scoring = NULL, *method = NULL;
+    moe_status st;
+    if ((st = moe_cfg_str(f, "scoring_func", "sigmoid", &scoring)) != MOE_OK ||
+        (st = moe_cfg_str(f, "topk_method", "noaux_tc", &method)) != MOE_OK)
+        return st;
+    if (strcmp(scoring, "sigmoid") != 0)
+        return moe_set_error(f->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%sscoring_func' = \"%s\": DeepSeek-V3 routes with \"sigmoid\" only "
+                             "(DeepseekV3TopkRouter)",
+                             f->path, f->prefix, scoring);
+    if (strcmp(method, "noaux_tc") != 0)
+        return moe_set_error(f->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%stopk_method' = \"%s\": DeepSeek-V3 selects with \"noaux_tc\" only", f->path,
+                             f->prefix, method);
+    if ((st = moe_cfg_int(f, row->groups.n_group_field, false, row->groups.n_group, 1, n_group)) != MOE_OK ||
+        (st = moe_cfg_int(f, row->groups.topk_group_field, false, row->groups.topk_group, 1, topk_group)) != MOE_OK)
+        return st;
+    return MOE_OK;
+}
+
+/* One line per concern: identity; I; E; shared expert; routing; router tensors and the routing
+ * hook; activation; MoE layers; block prefixes; expert layouts. */
+static const moe_fam_row fam_rows[] = {
+    /* MixtralSparseMoeBlock: softmax, top-k, always renormalized */
+    {.family = MOE_FAMILY_MIXTRAL, .name = "mixtral", .names = {{"MixtralForCausalLM", "mixtral"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.block_sparse_moe." /* as released */, "model.layers.%L.mlp."},
+     .per_expert = {{"w1", "w3", "w2"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Qwen2MoeSparseMoeBlock: softmax, norm_topk_prob (default false), sigmoid-gated shared expert */
+    {.family = MOE_FAMILY_QWEN2_MOE, .name = "qwen2_moe", .names = {{"Qwen2MoeForCausalLM", "qwen2_moe"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_FIELD, "shared_expert_intermediate_size", 0, true, "shared_expert", "shared_expert_gate"},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", false},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_SPARSE_STEP, .step_field = "decoder_sparse_step", .step_default = 1, .list_field = "mlp_only_layers"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Qwen3MoeSparseMoeBlock: softmax, norm_topk_prob (default false; true in the releases) */
+    {.family = MOE_FAMILY_QWEN3_MOE, .name = "qwen3_moe", .names = {{"Qwen3MoeForCausalLM", "qwen3_moe"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", false},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_SPARSE_STEP, .step_field = "decoder_sparse_step", .step_default = 1, .list_field = "mlp_only_layers"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* DeepseekV2Moe: softmax, greedy or group-limited (group score max), never renormalized,
+     * times routed_scaling_factor; n_shared_experts ungated shared experts. first_k_dense_replace
+     * and moe_layer_freq: the published code's rule (transformers has no moe_layer_freq;
+     * released configs: 1) */
+    {.family = MOE_FAMILY_DEEPSEEK_V2, .name = "deepseek_v2", .names = {{"DeepseekV2ForCausalLM", "deepseek_v2"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 2, false, "shared_experts"},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_NEVER, "norm_topk_prob", false},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_MAX},
+     .router = {"gate.weight"}, .routing_hook = deepseek_v2_routing,
+     .layers = {MOE_FAM_LAYERS_DENSE_PREFIX, "first_k_dense_replace", 0, "moe_layer_freq", 1},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* DeepseekV3MoE (also Kimi-K2): sigmoid, e_score_correction_bias on the selection, 8
+     * groups keep 4 by the sum of their top-2, renormalized, times 2.5 */
+    {.family = MOE_FAMILY_DEEPSEEK_V3, .name = "deepseek_v3", .names = {{"DeepseekV3ForCausalLM", "deepseek_v3"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 2.5}, .groups = {"n_group", "topk_group", 8, 4, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = deepseek_v3_routing,
+     .layers = {MOE_FAM_LAYERS_DENSE_PREFIX, "first_k_dense_replace", 3, "moe_layer_freq", 1},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* GptOssTopKRouter: top-k on l = Wr x + b, softmax over the k; GptOssExperts: the clamped
+     * SwiGLU with biases, gate/up interleaved; released as MXFP4 */
+    {.family = MOE_FAMILY_GPT_OSS, .name = "gpt_oss", .names = {{"GptOssForCausalLM", "gpt_oss"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_TOPK_SOFTMAX,
+     .router = {"router.weight"}, .router_bias = "router.bias",
+     .activation = {MOE_FAM_ACT_CLAMPED_SWIGLU, "swiglu_alpha", "swiglu_limit", 1.702, 7.0},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.mlp."},
+     .input_major = {"experts.gate_up_proj", "experts.down_proj", true, "experts.gate_up_proj_bias", "experts.down_proj_bias"},
+     .mxfp4 = {"experts.gate_up_proj_blocks", "experts.gate_up_proj_scales", "experts.down_proj_blocks", "experts.down_proj_scales"}},
+
+    /* Llama4Router: top-k on the logits, sigmoid of the selected; Llama4TextMoe scales the
+     * expert input and adds the ungated shared expert (intermediate_size). Llama4TextConfig:
+     * moe_layers, else range(step - 1, L, step). Quantized per expert as llm-compressor (and moe
+     * quantize) write it */
+    {.family = MOE_FAMILY_LLAMA4, .name = "llama4", .text_config = true,
+     .names = {{"Llama4ForConditionalGeneration", "llama4"}, {"Llama4ForCausalLM", "llama4_text"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .shared = {MOE_FAM_SHARED_SAME_AS_I, .gated = false, .module = "shared_expert"},
+     .scoring = MOE_SCORING_TOPK_SIGMOID, .weight_on_input = true,
+     .router = {"router.weight"},
+     .layers = {MOE_FAM_LAYERS_LISTED_ELSE_STEP, .step_field = "interleave_moe_layer_step", .step_default = 1,
+                .list_field = "moe_layers"},
+     .prefixes = {"language_model.model.layers.%L.feed_forward." /* as released */,
+                  "model.language_model.layers.%L.feed_forward.", "model.layers.%L.feed_forward."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}, .quantized_only = true},
+     .input_major = {"experts.gate_up_proj", "experts.down_proj", false}},
+
+    /* OlmoeSparseMoeBlock: softmax, norm_topk_prob (false in the release) */
+    {.family = MOE_FAMILY_OLMOE, .name = "olmoe", .names = {{"OlmoeForCausalLM", "olmoe"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", false},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* GraniteMoeTopKRouter: top-k on the logits, softmax over the k; experts stacked as
+     * input_linear / output_linear as released */
+    {.family = MOE_FAMILY_GRANITE_MOE, .name = "granitemoe", .names = {{"GraniteMoeForCausalLM", "granitemoe"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_TOPK_SOFTMAX,
+     .router = {"router.layer.weight" /* as released */, "router.weight"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.block_sparse_moe."},
+     .stacked = {{"experts.gate_up_proj", "experts.down_proj"}, {"input_linear.weight", "output_linear.weight"}}},
+
+    /* Qwen3_5MoeTopKRouter: softmax, always renormalized; every layer MoE with a gated shared
+     * expert; released with stacked experts */
+    {.family = MOE_FAMILY_QWEN3_5_MOE, .name = "qwen3_5_moe", .text_config = true,
+     .names = {{"Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe"}, {"Qwen3_5MoeForCausalLM", "qwen3_5_moe_text"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .shared = {MOE_FAM_SHARED_FIELD, "shared_expert_intermediate_size", 0, true, "shared_expert", "shared_expert_gate"},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.language_model.layers.%L.mlp." /* ConditionalGeneration */, "model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Qwen3NextSparseMoeBlock: softmax, norm_topk_prob (default true), gated shared expert */
+    {.family = MOE_FAMILY_QWEN3_NEXT, .name = "qwen3_next", .names = {{"Qwen3NextForCausalLM", "qwen3_next"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_FIELD, "shared_expert_intermediate_size", 0, true, "shared_expert", "shared_expert_gate"},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_SPARSE_STEP, .step_field = "decoder_sparse_step", .step_default = 1, .list_field = "mlp_only_layers"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+};
+#define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
+
+const moe_fam_row *moe_fam_row_of(moe_family family)
+{
+    for (size_t i = 0; i < FAM_N_ROWS; i++)
+        if (fam_rows[i].family == family)
+            return &fam_rows[i];
+    return NULL;
+}
+
+const moe_fam_row *moe_fam_by_arch(const char *arch)
+{
+    for (size_t i = 0; i < FAM_N_ROWS; i++)
+        for (int n = 0; n < MOE_FAM_MAX_NAMES && fam_rows[i].names[n].arch; n++)
+            if (strcmp(arch, fam_rows[i].names[n].arch) == 0)
+                return &fam_rows[i];
+    return NULL;
+}
+
+const moe_fam_row *moe_fam_by_model_type(const char *model_type)
+{
+    for (size_t i = 0; i < FAM_N_ROWS; i++)
+        for (int n = 0; n < MOE_FAM_MAX_NAMES && fam_rows[i].names[n].arch; n++)
+            if (strcmp(model_type, fam_rows[i].names[n].model_type) == 0)
+                return &fam_rows[i];
+    return NULL;
+}
+
+const char *moe_fam_supported_list(void)
+{
+    static char buf[1024];
+    if (buf[0])
+        return buf;
+    size_t used = 0;
+    for (size_t i = 0; i < FAM_N_ROWS; i++)
+        for (int n = 0; n < MOE_FAM_MAX_NAMES && fam_rows[i].names[n].arch && used < sizeof buf; n++)
+            used += (size_t)snprintf(buf + used, sizeof buf - used, "%s%s (%s)", used ? ", " : "",
+                                     fam_rows[i].names[n].arch, fam_rows[i].names[n].model_type);
+    return buf;
+}
+
+bool moe_fam_prefix(const moe_fam_row *row, int i, int64_t layer, char *out, size_t n)
+{
+    if (i < 0 || i >= MOE_FAM_MAX_PREFIXES || !row->prefixes[i])
+        return false;
+    const char *pat = row->prefixes[i];
+    const char *at = strstr(pat, "%L");
+    int len = at ? snprintf(out, n, "%.*s%" PRId64 "%s", (int)(at - pat), pat, layer, at + 2)
+                 : snprintf(out, n, "%s", pat);
+    return len >= 0 && (size_t)len < n;
+}
+
+void moe_fam_layer_defaults(const moe_fam_row *row, moe_layer_desc *d)
+{
+    d->family = row->family;
+    d->scoring_func = row->scoring;
+    d->renormalize = row->renormalize.rule == MOE_FAM_RENORM_ALWAYS ||
+                     (row->renormalize.rule == MOE_FAM_RENORM_FIELD && row->renormalize.dflt);
+    d->routed_scaling_factor = row->routed_scaling.field ? (float)row->routed_scaling.dflt : 1.0f;
+    d->n_group = row->groups.n_group;
+    d->topk_group = row->groups.topk_group;
+    d->group_score = row->groups.score;
+    d->has_selection_bias = row->selection_bias != NULL;
+    d->has_router_bias = row->router_bias != NULL;
+    d->has_expert_bias = row->input_major.gate_up_bias != NULL;
+    d->apply_router_weight_on_input = row->weight_on_input;
+    /* hidden_act absent: the config classes' "silu"; swiglu_alpha / swiglu_limit are used by
+     * the clamped SwiGLU only, and otherwise keep moe_layer_desc_init's (the same) values */
+    d->activation = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? MOE_ACT_SWIGLU_OAI : MOE_ACT_SWIGLU;
+    d->swiglu_alpha = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? (float)row->activation.alpha : 1.702f;
+    d->swiglu_limit = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? (float)row->activation.limit : 7.0f;
+    d->shared_expert_gated = row->shared.gated && d->shared_expert_intermediate_size > 0;
+}
+
+const char *moe_family_name(moe_family f)
+{
+    if (f == MOE_FAMILY_CUSTOM)
+        return "custom";
+    const moe_fam_row *row = moe_fam_row_of(f);
+    return row ? row->name : "?";
+}
+
+moe_status moe_family_layer_defaults(moe_family family, moe_layer_desc *desc)
+{
+    const moe_fam_row *row = moe_fam_row_of(family);
+    if (!row || !desc)
+        return MOE_EINVAL;
+    moe_fam_layer_defaults(row, desc);
+    return MOE_OK;
+}

@@ -1,0 +1,187 @@
+/* The family table (src/io/families.c): one row per moe_family that libmoe reads, holding
+ * everything that differs between families as data: the architecture names, where
+ * config.json keeps each field and what its config class defaults it to, the routing and
+ * expert math, which layers are MoE, and the tensor names of every expert layout the family
+ * may store. The readers of src/io walk a row; they never branch on the family. Adding a
+ * family is a row (docs/adding-a-family.md). Not installed; not API. */
+#ifndef MOE_IO_FAMILIES_H
+#define MOE_IO_FAMILIES_H
+
+#include "io/fields.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* How config.json gives the routing weights' renormalization (moe_layer_desc.renormalize). */
+typedef enum moe_fam_renorm {
+    MOE_FAM_RENORM_NEVER = 0, /* the weights stay the scores */
+    MOE_FAM_RENORM_ALWAYS,    /* the family's router always renormalizes */
+    MOE_FAM_RENORM_FIELD      /* a boolean field (norm_topk_prob); absent: the config class's default */
+} moe_fam_renorm;
+
+/* How the expert activation is chosen (moe_layer_desc.activation). */
+typedef enum moe_fam_act {
+    MOE_FAM_ACT_HIDDEN_ACT = 0, /* config `hidden_act` (absent: "silu") picks the gate function */
+    MOE_FAM_ACT_CLAMPED_SWIGLU  /* always MOE_ACT_SWIGLU_OAI, alpha and limit from two fields
+                                   (gpt-oss; hidden_act is not read) */
+} moe_fam_act;
+
+/* Which decoder layers hold an MoE block, from the fields of moe_fam_row.layers. */
+typedef enum moe_fam_layers {
+    MOE_FAM_LAYERS_EVERY = 0,       /* every layer */
+    MOE_FAM_LAYERS_SPARSE_STEP,     /* not listed in list_field and (layer + 1) % step_field == 0 */
+    MOE_FAM_LAYERS_DENSE_PREFIX,    /* layer >= first_field and layer % step_field == 0 */
+    MOE_FAM_LAYERS_LISTED_ELSE_STEP /* listed in list_field when it is given, else
+                                       (layer + 1) % step_field == 0 */
+} moe_fam_layers;
+
+/* How config.json gives I_s, the shared expert's intermediate size (0: none). */
+typedef enum moe_fam_shared_size {
+    MOE_FAM_SHARED_NONE = 0, /* no shared expert */
+    MOE_FAM_SHARED_FIELD,    /* I_s = the field (required) */
+    MOE_FAM_SHARED_COUNT,    /* I_s = the field (a count of shared experts) * I; absent: the config
+                                class's count, null: none */
+    MOE_FAM_SHARED_SAME_AS_I /* I_s = I (one shared expert as wide as a routed one) */
+} moe_fam_shared_size;
+
+/* One architecture class of config.json `architectures`[0] and the `model_type` it writes. */
+typedef struct moe_fam_name {
+    const char *arch;
+    const char *model_type;
+} moe_fam_name;
+
+/* A stacked output-major expert layout under the block prefix P: P<gate_up> [E, 2I, H] (each
+ * expert's gate rows, then its up rows) and P<down> [E, H, I]. */
+typedef struct moe_fam_stacked {
+    const char *gate_up;
+    const char *down;
+} moe_fam_stacked;
+
+typedef struct moe_fam_row moe_fam_row;
+
+/* A family's own routing fields beyond what the row says (DeepSeek: scoring_func and
+ * topk_method, whose values are checked, and the expert groups they ask for): validate them
+ * and set *n_group and *topk_group (they arrive holding the row's defaults). */
+typedef moe_status (*moe_fam_routing_hook)(const moe_cfg_fields *f, const moe_fam_row *row, int64_t *n_group,
+                                           int64_t *topk_group);
+
+#define MOE_FAM_MAX_NAMES 2    /* architecture classes per family */
+#define MOE_FAM_MAX_PREFIXES 3 /* block prefix candidates per family */
+#define MOE_FAM_MAX_ROUTERS 2  /* router name candidates per family */
+#define MOE_FAM_MAX_STACKED 2  /* stacked output-major layouts per family */
+
+/* One family. A NULL name means "none": the field is not read, the tensor not looked up, the
+ * layout not used. Fields are named as config.json names them; tensor names are relative to
+ * the block prefix P. */
+struct moe_fam_row {
+    moe_family family;
+    const char *name;                      /* moe_family_name(family) */
+    moe_fam_name names[MOE_FAM_MAX_NAMES]; /* what selects the family: architectures[0] first,
+                                              else model_type (in table order) */
+    bool text_config;                      /* a multimodal wrapper: the decoder's fields are in
+                                              config `text_config` when that is an object */
+
+    /* ---- sizes ---- */
+    const char *intermediate_field;        /* I: "moe_intermediate_size" or "intermediate_size" */
+    const char *experts_field;             /* E ... */
+    const char *experts_alias;             /* ... or this when experts_field is absent */
+    int64_t experts_min;                   /* 0: a config may have no experts (no MoE layer) */
+    struct {
+        moe_fam_shared_size rule;
+        const char *field;                 /* FIELD, COUNT */
+        int64_t count_default;             /* COUNT: the config class's default count */
+        bool gated;                        /* out += sigmoid(w_sg . x) * shared(x) when I_s > 0 */
+        const char *module;                /* P<module>.{gate,up,down}_proj.weight */
+        const char *gate;                  /* P<gate>.weight [1, H] when gated */
+    } shared;
+
+    /* ---- routing and expert math (moe.h "Layer description") ---- */
+    moe_scoring scoring;
+    struct {
+        moe_fam_renorm rule;
+        const char *field;                 /* FIELD: "norm_topk_prob"; NEVER: a field the
+                                              routing hook reads only to warn that it is ignored */
+        bool dflt;                         /* FIELD: the config class's default */
+    } renormalize;
+    struct {
+        const char *field;                 /* "routed_scaling_factor"; NULL: the factor is 1 */
+        double dflt;                       /* the config class's default */
+    } routed_scaling;
+    struct {
+        const char *n_group_field;         /* the routing hook reads these, */
+        const char *topk_group_field;
+        int64_t n_group, topk_group;       /* with these defaults (0: no group-limited selection) */
+        moe_group_score score;
+    } groups;
+    const char *router[MOE_FAM_MAX_ROUTERS]; /* P<router> [E, H]: candidates, in order */
+    const char *router_bias;               /* P<router_bias> [E]: has_router_bias */
+    const char *selection_bias;            /* P<selection_bias> [E]: has_selection_bias */
+    bool weight_on_input;                  /* apply_router_weight_on_input */
+    struct {
+        moe_fam_act rule;
+        const char *alpha_field, *limit_field; /* CLAMPED_SWIGLU: swiglu_alpha, swiglu_limit */
+        double alpha, limit;               /* their defaults */
+    } activation;
+    moe_fam_routing_hook routing_hook;     /* or NULL */
+
+    /* ---- which layers are MoE ---- */
+    struct {
+        moe_fam_layers rule;
+        const char *first_field;           /* DENSE_PREFIX: the first MoE layer */
+        int64_t first_default;
+        const char *step_field;            /* every step-th layer */
+        int64_t step_default;
+        const char *list_field;            /* SPARSE_STEP: the dense layers; LISTED_ELSE_STEP: the
+                                              MoE layers */
+    } layers;
+
+    /* ---- tensors of layer L ---- */
+    const char *prefixes[MOE_FAM_MAX_PREFIXES]; /* P candidates, "%L" = the layer; the first
+                                                   that holds a router is the block */
+    struct {
+        const char *proj[3];               /* P experts.<e>.<proj[j]>.weight (j = gate, up, down:
+                                              [I, H], [I, H], [H, I]); also fp8 and
+                                              compressed-tensors */
+        bool quantized_only;               /* read only in fp8 / compressed-tensors checkpoints
+                                              that lack input_major.gate_up */
+    } per_expert;
+    moe_fam_stacked stacked[MOE_FAM_MAX_STACKED]; /* output-major: the first whose gate_up is
+                                                     present is read; without per_expert, the
+                                                     last is read (its absence reported) */
+    struct {
+        const char *gate_up;               /* [E, H, 2I] */
+        const char *down;                  /* [E, I, H] */
+        bool interleaved;                  /* gate = the even columns of gate_up, up = the odd
+                                              ones; else gate = the first I columns */
+        const char *gate_up_bias;          /* [E, 2I], split like gate_up's columns:
+                                              has_expert_bias */
+        const char *down_bias;             /* [E, H] */
+    } input_major;
+    struct {                               /* input_major's weights as MXFP4 blocks (its biases
+                                              stay as they are): docs/checkpoints.md "MXFP4" */
+        const char *gate_up_blocks;        /* U8 [E, 2I, H/32, 16] */
+        const char *gate_up_scales;        /* U8 [E, 2I, H/32] */
+        const char *down_blocks;           /* U8 [E, H, I/32, 16] */
+        const char *down_scales;           /* U8 [E, H, I/32] */
+    } mxfp4;
+};
+
+/* The row of `family`, or NULL (MOE_FAMILY_CUSTOM, an unknown value). */
+const moe_fam_row *moe_fam_row_of(moe_family family);
+/* The row with architecture class `arch`, or NULL. */
+const moe_fam_row *moe_fam_by_arch(const char *arch);
+/* The row with config model_type `model_type`, or NULL. */
+const moe_fam_row *moe_fam_by_model_type(const char *model_type);
+/* "A (a), B (b), ..." of every architecture class and its model_type, for messages. Static. */
+const char *moe_fam_supported_list(void);
+
+/* Block prefix candidate i (< MOE_FAM_MAX_PREFIXES) of layer `layer` into out [n]: false when
+ * the row has no candidate i (or it does not fit). */
+bool moe_fam_prefix(const moe_fam_row *row, int i, int64_t layer, char *out, size_t n);
+
+/* Set the routing and expert-math fields of d from the row, as its config class defaults
+ * them (moe_family_layer_defaults, moe_checkpoint.h, says which). Sizes stay; d->family is
+ * set. */
+void moe_fam_layer_defaults(const moe_fam_row *row, moe_layer_desc *d);
+
+#endif

@@ -1,0 +1,163 @@
+/* Reading config.json and the shard index: JSON files and typed fields. Every message names
+ * the file and the field as config.json spells it ("text_config.<field>" for the decoder
+ * fields of a multimodal wrapper). */
+#include "io/fields.h"
+#include "io/safetensors.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Field `key`, or NULL when it is absent or null (the fields below then take their default). */
+static const json_t *given(const moe_cfg_fields *f, const char *key)
+{
+    const json_t *v = json_object_get(f->obj, key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+/* MOE_EFORMAT: field `key` is `v`, not `expected` ("an integer", ...). */
+static moe_status wrong_type(const moe_cfg_fields *f, const char *key, const char *expected, const json_t *v)
+{
+    return moe_set_error(f->ctx, MOE_EFORMAT, "%s: field '%s%s' must be %s, found %s", f->path, f->prefix, key,
+                         expected, moe_io_json_kind(v));
+}
+
+moe_status moe_cfg_int(const moe_cfg_fields *f, const char *key, bool required, int64_t dflt, int64_t min,
+                       int64_t *out)
+{
+    const json_t *v = json_object_get(f->obj, key);
+    if (!v || (!required && json_is_null(v))) {
+        if (required)
+            return moe_set_error(f->ctx, MOE_ENOTFOUND, "%s: field '%s%s' is missing", f->path, f->prefix, key);
+        *out = dflt;
+        return MOE_OK;
+    }
+    if (!json_is_integer(v))
+        return wrong_type(f, key, "an integer", v);
+    json_int_t x = json_integer_value(v);
+    if (x < min)
+        return moe_set_error(f->ctx, MOE_EFORMAT, "%s: field '%s%s' = %lld must be >= %lld", f->path, f->prefix,
+                             key, (long long)x, (long long)min);
+    *out = (int64_t)x;
+    return MOE_OK;
+}
+
+moe_status moe_cfg_int_alias(const moe_cfg_fields *f, const char *key, const char *alias, int64_t min,
+                             int64_t *out)
+{
+    if (!json_object_get(f->obj, key) && json_object_get(f->obj, alias))
+        return moe_cfg_int(f, alias, true, 0, min, out);
+    if (!json_object_get(f->obj, key))
+        return moe_set_error(f->ctx, MOE_ENOTFOUND, "%s: field '%s%s' (or '%s%s') is missing", f->path, f->prefix,
+                             key, f->prefix, alias);
+    return moe_cfg_int(f, key, true, 0, min, out);
+}
+
+moe_status moe_cfg_bool(const moe_cfg_fields *f, const char *key, int dflt, int *out)
+{
+    const json_t *v = given(f, key);
+    if (v && !json_is_boolean(v))
+        return wrong_type(f, key, "true or false", v);
+    *out = v ? json_is_true(v) : dflt;
+    return MOE_OK;
+}
+
+moe_status moe_cfg_float(const moe_cfg_fields *f, const char *key, double dflt, bool check_min, double min_excl,
+                         float *out)
+{
+    const json_t *v = given(f, key);
+    if (v && !json_is_number(v))
+        return wrong_type(f, key, "a number", v);
+    const double x = v ? json_number_value(v) : dflt;
+    if (!isfinite(x) || !isfinite((float)x) || (check_min && !(x > min_excl)))
+        return moe_set_error(f->ctx, MOE_EFORMAT, "%s: field '%s%s' = %g must be finite%s", f->path, f->prefix,
+                             key, x, check_min ? " and > 0" : "");
+    *out = (float)x;
+    return MOE_OK;
+}
+
+moe_status moe_cfg_str(const moe_cfg_fields *f, const char *key, const char *dflt, const char **out)
+{
+    const json_t *v = given(f, key);
+    if (v && !json_is_string(v))
+        return wrong_type(f, key, "a string", v);
+    *out = v ? json_string_value(v) : dflt;
+    return MOE_OK;
+}
+
+moe_status moe_cfg_int_list(const moe_cfg_fields *f, const char *key, int64_t **out, size_t *n_out,
+                            bool *present)
+{
+    *out = NULL;
+    *n_out = 0;
+    *present = false;
+    const json_t *v = given(f, key);
+    if (!v)
+        return MOE_OK;
+    if (!json_is_array(v))
+        return wrong_type(f, key, "an array of integers", v);
+    size_t n = json_array_size(v);
+    int64_t *a = calloc(n ? n : 1, sizeof *a); /* [n] */
+    if (!a)
+        return moe_set_error(f->ctx, MOE_ENOMEM, "%s: out of memory", f->path);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *x = json_array_get(v, i);
+        if (!json_is_integer(x)) {
+            free(a);
+            return moe_set_error(f->ctx, MOE_EFORMAT, "%s: field '%s%s'[%zu] must be an integer, found %s",
+                                 f->path, f->prefix, key, i, moe_io_json_kind(x));
+        }
+        a[i] = (int64_t)json_integer_value(x);
+    }
+    *out = a;
+    *n_out = n;
+    *present = true;
+    return MOE_OK;
+}
+
+moe_status moe_json_load_object(moe_ctx *ctx, const char *path, json_t **out)
+{
+    *out = NULL;
+    int ex = moe_io_path_exists(path);
+    if (ex == 0)
+        return moe_set_error(ctx, MOE_ENOTFOUND, "%s: not found", path);
+    if (ex < 0)
+        return moe_set_error(ctx, MOE_EIO, "%s: cannot stat: %s", path, strerror(errno));
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        /* jansson reports unreadable files through the same error struct. */
+        if (json_error_code(&jerr) == json_error_cannot_open_file)
+            return moe_set_error(ctx, MOE_EIO, "%s: %s", path, jerr.text);
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: not valid JSON: %s (line %d, column %d)", path, jerr.text,
+                             jerr.line, jerr.column);
+    }
+    if (!json_is_object(root)) {
+        moe_status st = moe_set_error(ctx, MOE_EFORMAT, "%s: must be a JSON object, found %s", path,
+                                      moe_io_json_kind(root));
+        json_decref(root);
+        return st;
+    }
+    *out = root;
+    return MOE_OK;
+}
+
+char *moe_io_path_join(const char *a, const char *b)
+{
+    size_t len = strlen(a) + 1 + strlen(b) + 1;
+    char *p = malloc(len);
+    if (p)
+        snprintf(p, len, "%s/%s", a, b);
+    return p;
+}
+
+int moe_io_path_exists(const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) == 0)
+        return 1;
+    return errno == ENOENT || errno == ENOTDIR ? 0 : -1;
+}

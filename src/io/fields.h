@@ -1,0 +1,53 @@
+/* Reading config.json and the shard index (src/io/fields.c): JSON files, typed fields whose
+ * messages name the file and the field, and the path helpers the readers share. Not
+ * installed; not API. */
+#ifndef MOE_IO_FIELDS_H
+#define MOE_IO_FIELDS_H
+
+#include "core/internal.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+/* One JSON object being read: config.json's root or its text_config. */
+typedef struct moe_cfg_fields {
+    moe_ctx *ctx;          /* errors go here */
+    const char *path;      /* the file, for messages */
+    const char *prefix;    /* "" or "text_config.": how messages spell the fields */
+    const json_t *obj;     /* the object the fields are read from */
+} moe_cfg_fields;
+
+/* Integer field `key` into *out, checked >= min. An absent field (or null) is MOE_ENOTFOUND
+ * when `required`, else takes `dflt`. MOE_EFORMAT for another type or a value below min. */
+moe_status moe_cfg_int(const moe_cfg_fields *f, const char *key, bool required, int64_t dflt, int64_t min,
+                       int64_t *out);
+/* Required integer field `key`, or `alias` when `key` is absent: transformers maps one name
+ * onto the other (Qwen3MoeConfig saves num_experts as num_local_experts since 5.x; Mixtral
+ * accepts num_experts for num_local_experts). MOE_ENOTFOUND names both when neither is there. */
+moe_status moe_cfg_int_alias(const moe_cfg_fields *f, const char *key, const char *alias, int64_t min,
+                             int64_t *out);
+/* Optional boolean field `key` (absent or null: `dflt`). */
+moe_status moe_cfg_bool(const moe_cfg_fields *f, const char *key, int dflt, int *out);
+/* Optional number field `key` (integer or real; absent or null: `dflt`); it must be finite (as
+ * a float too) and, when check_min, > min_excl. */
+moe_status moe_cfg_float(const moe_cfg_fields *f, const char *key, double dflt, bool check_min, double min_excl,
+                         float *out);
+/* Optional string field `key` (absent or null: `dflt`); *out points into the JSON. */
+moe_status moe_cfg_str(const moe_cfg_fields *f, const char *key, const char *dflt, const char **out);
+/* Optional array of integers `key` into a malloc'd *out [*n_out]; absent or null: *present =
+ * false, *out NULL. */
+moe_status moe_cfg_int_list(const moe_cfg_fields *f, const char *key, int64_t **out, size_t *n_out,
+                            bool *present);
+
+/* Load the JSON object at `path`: MOE_ENOTFOUND when absent, MOE_EFORMAT for bad JSON or a
+ * root that is not an object, MOE_EIO when unreadable. */
+moe_status moe_json_load_object(moe_ctx *ctx, const char *path, json_t **out);
+
+/* malloc'd "a/b". NULL on out of memory. */
+char *moe_io_path_join(const char *a, const char *b);
+/* 1 if `path` exists (as anything), 0 if not, -1 on another stat error (errno set). */
+int moe_io_path_exists(const char *path);
+
+#endif

@@ -1,0 +1,26 @@
+/* The safetensors reader's internal face (src/io/safetensors.c), and the two message helpers
+ * every reader of src/io shares. Not installed; not API. */
+#ifndef MOE_IO_SAFETENSORS_H
+#define MOE_IO_SAFETENSORS_H
+
+#include "core/internal.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <jansson.h>
+
+/* Index (header order) of tensor `name` in `f`, or -1 when absent. Silent: records no error. */
+long moe_st_find(const moe_safetensors *f, const char *name);
+
+/* The path `f` was opened with (as the caller spelled it). */
+const char *moe_st_path(const moe_safetensors *f);
+
+/* Write "[d0, d1, ...]" for a shape into buf (always NUL-terminated). Returns buf. */
+char *moe_io_format_shape(char *buf, size_t len, int ndim, const int64_t *shape);
+
+/* Human name of a JSON value's type, for messages: "an object", "an array", "a string", "an
+ * integer", "a real number", "a boolean", "null". */
+const char *moe_io_json_kind(const json_t *v);
+
+#endif
