@@ -16,14 +16,8 @@ static void run_groups(moe_chunk *c, const moe_dispatch *d)
     c->stats->skipped_groups += st.skipped_groups;
 }
 
-const moe_experts_impl moe_experts_grouped = {
-    .name = "grouped",
-    .format = MOE_FORMAT_STANDARD,
-    .run = run_groups,
-};
+const moe_experts_impl moe_experts_grouped = {.name = "grouped", .format = MOE_FORMAT_STANDARD,
+                                              .run = run_groups};
 
-const moe_experts_impl moe_experts_batched = {
-    .name = "batched",
-    .format = MOE_FORMAT_BATCHED,
-    .run = run_groups,
-};
+const moe_experts_impl moe_experts_batched = {.name = "batched", .format = MOE_FORMAT_BATCHED,
+                                              .run = run_groups};

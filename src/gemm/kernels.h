@@ -141,6 +141,11 @@ size_t moe_isa_best(void);
 
 /* The reference entries (src/gemm/linear_ref.c, linear_q_ref.c): every table starts here. */
 void moe_kernels_init_ref(moe_kernels *k);
+/* A row's init declares what its ISA implements as a table of its own (designated
+ * initializers, NULL for the rest) and merges it here: every non-NULL entry of `own` replaces
+ * k's, k->native gets the bit of every format whose linear or linear_rows entry own sets, and
+ * own's caps, tail_ref and roofline loops are taken as they are. */
+void moe_kernels_merge(moe_kernels *k, const moe_kernels *own);
 /* Each ISA folder's init (the registry's rows). */
 void moe_kernels_init_avx2(moe_kernels *k, const moe_cpu_features *f);
 void moe_kernels_init_avx512(moe_kernels *k, const moe_cpu_features *f);

@@ -64,6 +64,29 @@ void moe_kernels_init_ref(moe_kernels *k)
     k->linear_rows[MOE_WF_W8A8] = moe_ukr_w8a8_rows_ref;
     k->quant_row[MOE_WF_F8A8] = moe_quant_row_f8_ref;
     k->linear_rows[MOE_WF_F8A8] = moe_ukr_f8a8_rows_ref;
-    k->native = 0; /* the scalar kernels compute every format; nothing is a fallback of "ref" */
+    k->native = 0; /* set by the row: the ref row's own, nothing for a row that merges over it */
     k->tail_ref = 0;
+}
+
+void moe_kernels_merge(moe_kernels *k, const moe_kernels *own)
+{
+    k->native = 0;
+    for (int f = 0; f < MOE_WF__COUNT; f++) {
+        if (own->linear[f])
+            k->linear[f] = own->linear[f];
+        if (own->quant_row[f])
+            k->quant_row[f] = own->quant_row[f];
+        if (own->linear_rows[f])
+            k->linear_rows[f] = own->linear_rows[f];
+        if (own->linear[f] || own->linear_rows[f])
+            k->native |= 1u << f;
+    }
+    if (own->act_row)
+        k->act_row = own->act_row;
+    k->caps = own->caps;
+    k->tail_ref = own->tail_ref;
+    k->peak_read = own->peak_read;
+    k->peak_fma = own->peak_fma;
+    k->peak_vnni = own->peak_vnni;
+    k->fma_lanes = own->fma_lanes;
 }

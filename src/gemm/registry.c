@@ -26,15 +26,15 @@ static int detect_avx512(const moe_cpu_features *f)
     return detect_avx2(f) && f->os_zmm && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq;
 }
 
-/* The reference row needs nothing but its own (already filled) entries. */
-static void init_nothing(moe_kernels *k, const moe_cpu_features *f)
+/* The reference row: its entries are the reference entries, all its own. */
+static void init_ref_row(moe_kernels *k, const moe_cpu_features *f)
 {
-    (void)k;
     (void)f;
+    k->native = (1u << MOE_WF__COUNT) - 1u;
 }
 
 static const moe_isa_row rows[] = {
-    {.name = "ref", .requires = "nothing", .detect = detect_ref, .init = init_nothing},
+    {.name = "ref", .requires = "nothing", .detect = detect_ref, .init = init_ref_row},
     {.name = "avx2", .requires = "AVX2+FMA+F16C", .detect = detect_avx2, .init = moe_kernels_init_avx2},
     {.name = "avx512", .requires = "AVX-512 F/BW/VL/DQ", .detect = detect_avx512, .init = moe_kernels_init_avx512},
 };

@@ -91,11 +91,11 @@ static double routed_flop_share(const moe_layer_desc *d)
     return ex / all;
 }
 
-/* 1 when the kernel table runs format f on the ref's scalar entries (a table other than "ref"
- * itself, whose kernels are the ref's by choice). */
+/* 1 when the kernel table runs format f on the ref's scalar entries (never for the "ref" row,
+ * whose kernels are all its own). */
 static int is_fallback(const moe_kernels *k, moe_wfmt f)
 {
-    return strcmp(k->name, "ref") != 0 && !(k->native >> f & 1u);
+    return !(k->native >> f & 1u);
 }
 
 static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parallel_config *par, moe_rank_report *r)

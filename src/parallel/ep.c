@@ -525,19 +525,11 @@ static moe_status bat_finalize(moe_chunk *c, const moe_dispatch *d)
     return MOE_OK;
 }
 
-const moe_pf_impl moe_pf_ep_alltoall = {
-    .name = "ep_alltoall",
-    .format = MOE_FORMAT_STANDARD,
-    .prepare = std_prepare,
-    .finalize = std_finalize,
-};
+const moe_pf_impl moe_pf_ep_alltoall = {.name = "ep_alltoall", .format = MOE_FORMAT_STANDARD,
+                                        .prepare = std_prepare, .finalize = std_finalize};
 
-const moe_pf_impl moe_pf_ep_batched = {
-    .name = "ep_batched",
-    .format = MOE_FORMAT_BATCHED,
-    .prepare = bat_prepare,
-    .finalize = bat_finalize,
-};
+const moe_pf_impl moe_pf_ep_batched = {.name = "ep_batched", .format = MOE_FORMAT_BATCHED,
+                                       .prepare = bat_prepare, .finalize = bat_finalize};
 
 #else
 typedef int moe_parallel_ep_unused; /* ISO C: a translation unit holds a declaration */

@@ -96,16 +96,8 @@ static moe_status finalize_local(moe_chunk *c, const moe_dispatch *d)
     return MOE_OK;
 }
 
-const moe_pf_impl moe_pf_local = {
-    .name = "local",
-    .format = MOE_FORMAT_STANDARD,
-    .prepare = prepare_standard,
-    .finalize = finalize_local,
-};
+const moe_pf_impl moe_pf_local = {.name = "local", .format = MOE_FORMAT_STANDARD,
+                                  .prepare = prepare_standard, .finalize = finalize_local};
 
-const moe_pf_impl moe_pf_local_batched = {
-    .name = "local_batched",
-    .format = MOE_FORMAT_BATCHED,
-    .prepare = prepare_batched,
-    .finalize = finalize_local,
-};
+const moe_pf_impl moe_pf_local_batched = {.name = "local_batched", .format = MOE_FORMAT_BATCHED,
+                                          .prepare = prepare_batched, .finalize = finalize_local};
