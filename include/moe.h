@@ -160,7 +160,8 @@ typedef void (*moe_log_fn)(moe_log_level level, const char *msg, void *user);
  * String fields are borrowed for the duration of moe_ctx_create only. */
 typedef struct moe_options {
     int num_threads;          /* >= 1; 0 = unset: MOE_NUM_THREADS, else OMP_NUM_THREADS, else cores */
-    const char *isa;          /* NULL = unset: MOE_ISA = auto|ref|avx2|avx512; default auto (CPUID+XCR0) */
+    const char *isa;          /* NULL = unset: MOE_ISA = auto or a kernel registry row's name
+                                 (moe_isa_describe lists them); default auto (CPUID+XCR0) */
     int64_t chunk_size;       /* tokens per chunk (bounds the workspace); 0 = unset: MOE_CHUNK_SIZE; default 1024 */
     const char *permute;      /* NULL = unset: MOE_PERMUTE = auto|sort|onehot|packed; default auto */
     int64_t onehot_threshold; /* routed rows (T*K of a chunk) at or below which auto picks onehot;
@@ -475,7 +476,7 @@ void moe_plan_config_init(moe_plan_config *cfg);
 /* moe_plan_create with a chosen composition. Errors as moe_plan_create, plus MOE_EINVAL when
  * the prepare/finalize and experts formats differ (the message names both), for a
  * capacity < 1, or for a bad parallel field (named); for parallel plans, the errors of the
- * collective check above (MOE_EINVAL, MOE_ETIMEOUT, MOE_EMPI) and MOE_EUNSUPPORTED without
+ * collective check (moe_parallel.h: MOE_EINVAL, MOE_ETIMEOUT, MOE_EMPI) and MOE_EUNSUPPORTED without
  * MPI. cfg may be NULL (defaults). */
 moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const moe_plan_config *cfg,
                               moe_plan **out);
@@ -536,7 +537,9 @@ typedef struct moe_rank_report {
                                      cut by the shard boundary, or repeated by a finer cell) */
     uint64_t shared_bytes;        /* the shared expert's shard */
     uint64_t router_bytes;        /* the router [E, H] f32 (replicated on every rank) */
-    uint64_t padding_bytes;       /* 0: every kernel masks partial tiles; no format pads */
+    uint64_t padding_bytes;       /* of code_bytes: zeros the packed layout adds (int8 w8a8: K
+                                     rounded up to 4; 4-bit: an odd last panel's tail nibble);
+                                     0 for the plain formats (partial tiles are masked) */
     int64_t w2_scale_cell;        /* quantized: the down projection's scale cell along I, and */
     int64_t w2_scale_cell_kept;   /* the cell this shard keeps it in (smaller when the shard
                                      starts inside a cell and leaves it), else 0 */
@@ -546,13 +549,17 @@ typedef struct moe_rank_report {
 } moe_rank_report;
 
 /* The report of `plan` for its own rank. code_bytes + scale_bytes + shared_bytes is what
- * moe_weights_expert_bytes reports once packed. Errors: MOE_EINVAL (NULL argument). */
+ * moe_weights_expert_bytes reports once packed. Errors: MOE_EINVAL (NULL argument);
+ * quantized experts under TP, when some rank's shard cannot be packed (the error recorded on
+ * the plan's ctx names that TP rank): MOE_ESHAPE (a 4-bit shard of odd width),
+ * MOE_EUNSUPPORTED (an fp8 w8a8 shard starting inside a k-block). */
 moe_status moe_plan_report(const moe_plan *plan, moe_rank_report *out);
 
 /* The same for any rank of an EP x TP layout, without MPI and without creating the plan:
  * desc on ctx's kernel table, par's ep_size / tp_size and the rank's ep_rank / tp_rank (other
  * fields ignored). Errors: those of moe_plan_create's validation of desc (recorded on ctx), and
- * MOE_EINVAL for sizes or ranks out of range (named). */
+ * MOE_EINVAL for sizes or ranks out of range (named; ep_size * tp_size at most 2^20), and the
+ * TP shard errors of moe_plan_report. */
 moe_status moe_plan_report_for(moe_ctx *ctx, const moe_layer_desc *desc, const moe_parallel_config *par,
                                moe_rank_report *out);
 
@@ -562,8 +569,8 @@ typedef struct moe_plan_path {
     int64_t chunks;
     double rows_per_expert;       /* mean routed rows per expert in a full chunk (Tc K / E) */
     const char *permute;          /* static: the method MOE_PERMUTE picks for a full chunk */
-    const char *experts_path;     /* static: "tiled GEMM", or "few-token streaming" when the mean
-                                     rows per expert are below MOE_LOWTOK_THRESHOLD */
+    const char *experts_path;     /* static: exactly "tiled GEMM", or "few-token streaming" when
+                                     rows_per_expert is below MOE_LOWTOK_THRESHOLD */
     size_t workspace_bytes;       /* moe_plan_workspace_size(plan, n_tokens) */
 } moe_plan_path;
 
@@ -677,7 +684,7 @@ typedef struct moe_exec_args {
 /* What one moe_plan_execute_ex call ran: the knobs' effect made observable. Names are
  * static strings. */
 typedef struct moe_exec_stats {
-    const char *isa;              /* kernel table: "ref", "avx2", "avx512" */
+    const char *isa;              /* kernel table: its registry row's name (moe_isa_describe) */
     const char *prepare_finalize; /* "local", "local_batched", "ep_alltoall", "ep_batched" */
     const char *experts;          /* "grouped" or "batched" */
     const char *topk;             /* "sort" or "rowmax" */

@@ -68,6 +68,21 @@ moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tenso
  * (Llama4ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration) are read through
  * their config's text_config. docs/checkpoints.md is the format reference (tensor names and
  * shapes per layout, how quantized shared experts load, what is refused and why).
+ * What the quantized layouts return, beside the errors each function lists:
+ *   FP8 block: an fp8 shared expert is dequantized at load to f32 (logged at INFO with the
+ *     bytes); one with only some projections in fp8 is MOE_EDTYPE; fp8 in a stacked expert
+ *     layout is MOE_EUNSUPPORTED.
+ *   gpt-oss MXFP4: H or I not a multiple of 32, or *_blocks without quantization_config
+ *     mxfp4, is MOE_EFORMAT; scale bytes 255 (NaN) load with a WARNING naming the tensor.
+ *   compressed-tensors: int 4-bit (channel or group 32/64/128, with or without zero points)
+ *     and int 8-bit (channel or group) weights, weight-only or dynamic int8 per token; other
+ *     num_bits, float types, static activations, actorder "group" (g_idx), tensor / block
+ *     strategies, sparsity or several groups are MOE_EUNSUPPORTED naming the field; a
+ *     weight_shape that is not an integer vector, or a quantized shared expert inconsistent
+ *     with itself or config.json (a missing tensor, mixed quantized and float projections,
+ *     quantized tensors of an `ignore`d module), is MOE_EFORMAT naming the tensor; a
+ *     quantized shared expert is dequantized at load to f32 (logged with the bytes); a
+ *     quantized shared_expert_gate is MOE_EUNSUPPORTED.
  * ------------------------------------------------------------------------------------- */
 typedef struct moe_checkpoint moe_checkpoint;
 

@@ -56,7 +56,7 @@ extern "C" {
  *   block_n, block_k in [1, 2^20]; w13 and w2 are configured independently but must both be
  *   quantized or both NONE; TOKEN_GROUP with other weights, or with act_group_size !=
  *   block_k, is MOE_EUNSUPPORTED.
- * Under EP / TP ("Parallelism" below) the caller passes the whole layer's source arrays (the
+ * Under EP / TP (moe_parallel.h "Parallelism") the caller passes the whole layer's source arrays (the
  *   other EP ranks' experts may be NULL); each rank packs its experts and, under TP, the gate/up
  *   rows and down columns [i0, i0 + I_t) of each, cut from the source codes and scales. A block
  *   or group cut by a shard boundary keeps its scale on both shards; a shard that starts inside a

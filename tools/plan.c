@@ -153,8 +153,12 @@ int cli_cmd_plan(int argc, char **argv)
     par.ep_size = (int)ep;
     par.tp_size = (int)tp;
     moe_rank_report r0;
-    if (moe_plan_report_for(ctx, &d, &par, &r0) != MOE_OK) {
+    moe_status rst = moe_plan_report_for(ctx, &d, &par, &r0);
+    if (rst != MOE_OK) {
         cli_err(CMD, "%s", moe_ctx_last_error(ctx));
+        /* a layout no rank can pack (odd 4-bit or misaligned fp8 w8a8 TP shard): the command line's choice */
+        if (rst == MOE_ESHAPE || rst == MOE_EUNSUPPORTED)
+            rc = CLI_USAGE;
         goto done;
     }
     const int qz = r0.quantized;
@@ -177,7 +181,7 @@ int cli_cmd_plan(int argc, char **argv)
     printf("ranks: tp %lld x ep %lld = %lld; kernel table %s; options hash %016llx\n", (long long)tp, (long long)ep,
            (long long)(tp * ep), r0.kernel_table, (unsigned long long)moe_ctx_options_hash(ctx));
     if (tp * ep > 1)
-        printf("placement: the library's (moe.h \"Parallelism\"): experts split E/ep with the remainder on the first "
+        printf("placement: the library's (moe_parallel.h \"Parallelism\"): experts split E/ep with the remainder on the first "
                "EP ranks, I (and the shared expert's I) split I/tp the same way; 'expert bytes' + 'shared bytes' is "
                "what moe_weights_expert_bytes reports on that rank once packed (mpirun -np %lld moe bench --ep %lld "
                "--tp %lld measures it)%s\n",
@@ -185,7 +189,7 @@ int cli_cmd_plan(int argc, char **argv)
     if (qz && tp * ep > 1)
         printf("note: quantized experts (%s): under EP each rank packs its experts, under TP its rows of gate/up and "
                "columns of down; a scale block or group cut by the shard boundary is re-expressed with a finer cell "
-               "that repeats its scale (no code padding)%s; 'scale bytes' are the packed f32 scales (one per output "
+               "that repeats its scale (the codes are not copied)%s; 'scale bytes' are the packed f32 scales (one per output "
                "feature and cell along the input, zero points alike), included in moe_weights_expert_bytes\n",
                r0.experts_format, r0.code_bits == 4 ? "; 4-bit codes need an even I shard on every rank" : "");
     /* Per rank: EP group g holds experts [e0, e0 + ne); TP rank t holds I columns [i0, i0 + ni). */
@@ -251,10 +255,16 @@ int cli_cmd_plan(int argc, char **argv)
     printf("\n%10s %14s %8s %14s %10s  %s\n", "T", "workspace", "chunks", "rows/expert", "permute", "experts path");
     for (int i = 0; i < nT; i++) {
         moe_plan_path path;
-        moe_plan_path_for(p, Ts[i], &path);
-        printf("%10lld %14s %8lld %14.2f %10s  %s\n", (long long)Ts[i],
+        if (moe_plan_path_for(p, Ts[i], &path) != MOE_OK) {
+            cli_err(CMD, "%s", moe_ctx_last_error(ctx));
+            moe_plan_free(p);
+            goto done;
+        }
+        const int few = strcmp(path.experts_path, "few-token streaming") == 0;
+        printf("%10lld %14s %8lld %14.2f %10s  %s%s\n", (long long)Ts[i],
                cli_fmt_bytes(b1, sizeof b1, (double)path.workspace_bytes), (long long)path.chunks,
-               path.rows_per_expert, path.permute, path.experts_path);
+               path.rows_per_expert, path.permute, path.experts_path,
+               few ? " (rows per expert < MOE_LOWTOK_THRESHOLD)" : "");
     }
     moe_plan_free(p);
     rc = CLI_OK;

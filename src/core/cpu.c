@@ -1,8 +1,8 @@
 /* Run-time CPU features from CPUID and XCR0, in one place (core/cpu.h). An ISA counts only
- * when the CPU has its instructions AND the OS saves its registers (XCR0). AMX tile data also
- * needs the Linux permission request (arch_prctl ARCH_REQ_XCOMP_PERM with XFEATURE_XTILEDATA,
- * Linux >= 5.16) before the first tile instruction; a refusal leaves amx_permitted 0 with the
- * errno, and the context logs it at INFO. */
+ * when the CPU has its instructions AND the OS saves its registers (XCR0). Reading them has no
+ * side effect on the process: the Linux AMX tile-data permission (arch_prctl
+ * ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), which enlarges every thread's signal frame, is left
+ * to an AMX row's detect (docs/adding-an-isa.md), so it is requested only where AMX runs. */
 #include "core/cpu.h"
 
 #include <pthread.h>
@@ -13,11 +13,6 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
-#include <errno.h>
-#if defined(__linux__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 
 static uint64_t read_xcr0(void)
 {
@@ -46,6 +41,8 @@ static void detect(void)
     memcpy(g_vendor + 4, &d, 4);
     memcpy(g_vendor + 8, &c, 4);
     g_vendor[12] = '\0';
+    if (max_leaf < 1)
+        return;
     __cpuid(1, a, b, c, d);
     const int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
     f->fma = (c >> 12) & 1;
@@ -72,16 +69,6 @@ static void detect(void)
             f->avx512_bf16 = (a >> 5) & 1;
         }
     }
-#if defined(__linux__) && defined(__x86_64__)
-    if (f->amx_tile && f->os_amx) {
-        /* ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 (asm/prctl.h) */
-        errno = 0;
-        if (syscall(SYS_arch_prctl, 0x1023, 18) == 0)
-            f->amx_permitted = 1;
-        else
-            f->amx_perm_errno = errno;
-    }
-#endif
 #endif
     static const struct {
         const char *name;
@@ -96,7 +83,6 @@ static void detect(void)
         {"amx_tile", offsetof(moe_cpu_features, amx_tile)}, {"amx_bf16", offsetof(moe_cpu_features, amx_bf16)},
         {"amx_int8", offsetof(moe_cpu_features, amx_int8)}, {"os_ymm", offsetof(moe_cpu_features, os_ymm)},
         {"os_zmm", offsetof(moe_cpu_features, os_zmm)},     {"os_amx", offsetof(moe_cpu_features, os_amx)},
-        {"amx_permitted", offsetof(moe_cpu_features, amx_permitted)},
     };
     size_t used = 0;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {

@@ -1,5 +1,4 @@
-/* What this CPU and OS support, read once from CPUID and XCR0 (and, on Linux, the AMX tile
- * permission): the one place libmoe asks the hardware. The kernel registry
+/* What this CPU and OS support, read once from CPUID and XCR0: the one place libmoe asks the hardware. The kernel registry
  * (src/gemm/registry.c) decides from these flags which ISA rows can run and which sub-ISA
  * capabilities a row may use; a flag is set only when the CPU has the instructions AND the OS
  * saves their registers, so a binary never executes an instruction the machine cannot run. */
@@ -16,9 +15,6 @@ typedef struct moe_cpu_features {
     /* XCR0: the OS saves XMM+YMM (bits 1-2), opmask+ZMM (bits 5-7), AMX TILECFG+TILEDATA
      * (bits 17-18) */
     int os_ymm, os_zmm, os_amx;
-    /* AMX on Linux: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) granted (1), or
-     * refused / not attempted (0, amx_perm_errno the errno of a refusal, 0 when not tried) */
-    int amx_permitted, amx_perm_errno;
 } moe_cpu_features;
 
 /* The features of this machine, read on the first call (thread-safe) and then cached. Never

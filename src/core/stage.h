@@ -108,10 +108,4 @@ extern const moe_pf_impl moe_pf_ep_batched;
 extern const moe_experts_impl moe_experts_grouped;
 extern const moe_experts_impl moe_experts_batched;
 
-/* "standard" or "batched". */
-static inline const char *moe_format_name(moe_act_format f)
-{
-    return f == MOE_FORMAT_BATCHED ? "batched" : "standard";
-}
-
 #endif

@@ -28,10 +28,10 @@ size_t moe_gemm_thread_scratch_floats(void)
  * the buffers the f32 path already has, so this costs no memory:
  *   x codes: in y (free until phase 2): [S][H4] codes at byte 0, then [S][ngH] f32 scales at
  *            byte S * H4 (H4 = ceil(H / 4) * 4; ngH = the gate matrix's scale groups: 1 for
- *            int8 per channel, H / block_k for fp8 blocks), S the number of source rows: the
+ *            int8 per channel, ceil(H / block_k) for fp8 blocks), S the number of source rows: the
  *            tokens (each token row feeds top_k experts: quantized once) or, with in_scale or
  *            without row ids, the positions. Needs S * (H4 + 4 ngH) <= positions * H * 4 bytes.
- *   h codes: in place in h after phase 1: row i's [I4] codes at its start, its [ngI] f32 scales
+ *   h codes: in place in h after phase 1: row i's codes at its start ([I4] for int8, bytes I .. I4 set to 128; [I] for fp8), its [ngI] f32 scales
  *            at byte I4 of the row (needs I4 + 4 ngI <= 4 I); the quantizer writes the scales
  *            to the thread's scratch first (ngI <= 2 * TILE_FLOATS) and they are copied into
  *            the row after its codes.
@@ -363,8 +363,8 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_layer_desc *desc, const moe_mlp_g
     }
 }
 
-void moe_linear_rows(const moe_ctx *ctx, const moe_pmat *W, const float *x, int64_t ldx,
-                     int64_t T, float *out, int64_t ldo, float *scratch)
+void moe_gemm_rows(const moe_ctx *ctx, const moe_pmat *W, const float *x, int64_t ldx, int64_t T, float *out,
+                   int64_t ldo, float *scratch)
 {
     const moe_kernels *kern = ctx->kernels;
     const moe_linear_fn lin = kern->linear[moe_pmat_format(W)];

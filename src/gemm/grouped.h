@@ -13,7 +13,7 @@
 #define MOE_GEMM_PG 4
 #define MOE_GEMM_PG_LOWTOK 8
 
-/* Scratch floats per thread needed by moe_mlp_run / moe_linear_rows. */
+/* Scratch floats per thread needed by moe_mlp_run / moe_gemm_rows. */
 size_t moe_gemm_thread_scratch_floats(void);
 
 /* One expert as the driver reads it: its packed gate [I, H], up [I, H] and down [H, I] (I this
@@ -63,7 +63,7 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_layer_desc *desc, const moe_mlp_g
 
 /* out[t][n] = sum_k x[t][k] * W[n][k] for t < T (x [T, W.k] with row stride ldx, out [T, W.n]
  * with row stride ldo), threaded over (row block, panel group). */
-void moe_linear_rows(const moe_ctx *ctx, const moe_pmat *W, const float *x, int64_t ldx,
-                     int64_t T, float *out, int64_t ldo, float *scratch);
+void moe_gemm_rows(const moe_ctx *ctx, const moe_pmat *W, const float *x, int64_t ldx, int64_t T, float *out,
+                   int64_t ldo, float *scratch);
 
 #endif

@@ -82,7 +82,6 @@ enum {
     MOE_CAP_AVX512 = 1u << 2,      /* zmm F/BW/VL/DQ */
     MOE_CAP_VNNI = 1u << 3,        /* AVX512-VNNI vpdpbusd */
     MOE_CAP_AVX512_BF16 = 1u << 4, /* vdpbf16ps */
-    MOE_CAP_AMX = 1u << 5,         /* AMX tiles, permission granted */
 };
 
 /* A kernel table: what one ISA row computes with. Built once per row by the registry. */
@@ -128,6 +127,9 @@ typedef struct moe_isa_row {
     void (*init)(moe_kernels *k, const moe_cpu_features *f);
 } moe_isa_row;
 
+/* Rows of the registry at most (tables indexed by row are sized by it; registry.c asserts). */
+#define MOE_ISA_MAX_ROWS 32
+
 /* The registry, in order of preference (the last runnable row is "auto"'s choice). */
 size_t moe_isa_rows(void);
 const moe_isa_row *moe_isa_row_at(size_t i);
@@ -156,6 +158,12 @@ void moe_ukr_plain_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *c
                        int64_t ldo);
 void moe_ukr_q_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
                    int64_t ldo);
+/* The f32-row entries of the quantized-activation formats (linear_q_ref.c: quantize the row,
+ * then the _rows contract). */
+void moe_ukr_w8a8_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                      int64_t ldo);
+void moe_ukr_f8a8_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
+                      int64_t ldo);
 void moe_act_row_ref(const moe_layer_desc *d, const float *g, const float *u, const float *bg, const float *bu,
                      float *h, int64_t n);
 void moe_quant_row_i8_ref(const float *x, int64_t n, int64_t G, const float *mul, uint8_t *dst, float *scales);

@@ -39,12 +39,6 @@ void moe_act_row_ref(const moe_layer_desc *d, const float *g, const float *u, co
     moe_act_row_scalar(d, g, u, bg, bu, h, n);
 }
 
-/* The f32-row entries of the quantized-activation formats (linear_q_ref.c). */
-void moe_ukr_w8a8_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
-                      int64_t ldo);
-void moe_ukr_f8a8_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
-                      int64_t ldo);
-
 void moe_kernels_init_ref(moe_kernels *k)
 {
     *k = (moe_kernels){0};

@@ -39,6 +39,7 @@ static const moe_isa_row rows[] = {
     {.name = "avx512", .requires = "AVX-512 F/BW/VL/DQ", .detect = detect_avx512, .init = moe_kernels_init_avx512},
 };
 #define N_ROWS (sizeof rows / sizeof rows[0])
+_Static_assert(N_ROWS <= MOE_ISA_MAX_ROWS, "raise MOE_ISA_MAX_ROWS (gemm/kernels.h)");
 
 static moe_kernels tables[N_ROWS];
 static int runnable[N_ROWS];

@@ -20,8 +20,7 @@ static moe_status fail(char *msg, size_t len, moe_status st, const char *text)
 }
 
 /* "auto" then every registry row, and the same as one line of text. */
-#define MAX_ISA_ROWS 32
-static const char *isa_names[MAX_ISA_ROWS + 2];
+static const char *isa_names[MOE_ISA_MAX_ROWS + 2]; /* "auto", the rows, NULL */
 static char isa_accepted[512];
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 
@@ -30,7 +29,7 @@ static void isa_values_build(void)
     size_t n = 0, used = 0;
     isa_names[n++] = "auto";
     used += (size_t)snprintf(isa_accepted, sizeof isa_accepted, "auto");
-    for (size_t i = 0; i < moe_isa_rows() && n <= MAX_ISA_ROWS; i++) {
+    for (size_t i = 0; i < moe_isa_rows(); i++) {
         isa_names[n++] = moe_isa_row_at(i)->name;
         if (used < sizeof isa_accepted)
             used += (size_t)snprintf(isa_accepted + used, sizeof isa_accepted - used, ", %s", moe_isa_row_at(i)->name);
@@ -126,11 +125,6 @@ moe_status moe_ctx_create(const moe_options *opts, moe_ctx **out, char *out_err_
             (unsigned long long)ctx->options_hash);
     const moe_cpu_features *cf = moe_cpu_features_get();
     moe_log(ctx, MOE_LOG_DEBUG, "cpu %s: %s", cf->vendor, moe_cpu_features_text());
-    if (cf->amx_tile && cf->os_amx && !cf->amx_permitted)
-        moe_log(ctx, MOE_LOG_INFO,
-                "AMX present but the tile data permission was refused (arch_prctl ARCH_REQ_XCOMP_PERM: %s): AMX "
-                "counts as absent",
-                strerror(cf->amx_perm_errno));
     *out = ctx;
     return MOE_OK;
 }
@@ -186,7 +180,7 @@ moe_status moe_isa_describe(size_t i, moe_isa_info *out)
         unsigned cap;
         const char *name;
     } caps[] = {{MOE_CAP_FMA, "fma"},   {MOE_CAP_F16C, "f16c"},         {MOE_CAP_AVX512, "avx512"},
-                {MOE_CAP_VNNI, "vnni"}, {MOE_CAP_AVX512_BF16, "avx512_bf16"}, {MOE_CAP_AMX, "amx"}};
+                {MOE_CAP_VNNI, "vnni"}, {MOE_CAP_AVX512_BF16, "avx512_bf16"}};
     size_t used = 0;
     for (size_t c = 0; k && c < sizeof caps / sizeof caps[0]; c++)
         if (k->caps & caps[c].cap && used < sizeof out->capabilities)

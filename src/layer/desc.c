@@ -26,9 +26,6 @@ void moe_layer_desc_init(moe_layer_desc *d)
     d->swiglu_limit = 7.0f;
 }
 
-/* Largest sizes accepted: keep every product below 2^62 elements. */
-#define MOE_MAX_DIM ((int64_t)1 << 24)
-
 moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
 {
     struct {

@@ -158,7 +158,7 @@ static moe_status run_chunk(const moe_plan *p, const moe_weights *w, const moe_e
             logits = a->router_logits + t0 * E;
         } else {
             float *lg = (float *)(ws + l->logits);
-            moe_linear_rows(ctx, &w->router, x, H, Tc, lg, E, scratch);
+            moe_gemm_rows(ctx, &w->router, x, H, Tc, lg, E, scratch);
             moe_route_add_bias(w->router_bias, Tc, E, lg);
             logits = lg;
         }
@@ -186,7 +186,7 @@ static moe_status run_chunk(const moe_plan *p, const moe_weights *w, const moe_e
                              .row_div = 1, .h = c.h, .y = c.out, .lowtok_threshold = 0};
         moe_mlp_run(ctx, d, &sg, scratch, c.item_off, NULL);
         if (d->shared_expert_gated) {
-            moe_linear_rows(ctx, &w->shared_gate, x, H, Tc, sgate, 1, scratch);
+            moe_gemm_rows(ctx, &w->shared_gate, x, H, Tc, sgate, 1, scratch);
             for (int64_t t = 0; t < Tc; t++)
                 sgate[t] = 1.0f / (1.0f + expf(-sgate[t]));
         } else {

@@ -6,7 +6,6 @@
 #include "parallel/parallel.h"
 #include "quant/format.h"
 #include "quant/quant.h"
-#include "route/route.h"
 
 #include <stdio.h>
 #include <xxhash.h>
@@ -48,9 +47,9 @@ static moe_status check_parallel(moe_ctx *ctx, const moe_layer_desc *d, const mo
                              "one column of moe_intermediate_size = %lld%s)",
                              par->tp_size, (long long)(Is > 0 && Is < I ? Is : I), (long long)I,
                              Is > 0 ? " and of shared_expert_intermediate_size" : "");
-    if ((int64_t)par->ep_size * par->tp_size > (1 << 20))
-        return moe_set_error(ctx, MOE_EINVAL, "plan config: parallel.ep_size * tp_size = %lld is too large",
-                             (long long)par->ep_size * par->tp_size);
+    if ((int64_t)par->ep_size * par->tp_size > MOE_MAX_RANKS)
+        return moe_set_error(ctx, MOE_EINVAL, "plan config: parallel.ep_size * tp_size = %lld is too large (at most %d)",
+                             (long long)par->ep_size * par->tp_size, MOE_MAX_RANKS);
     const int single = par->ep_size * par->tp_size == 1;
     if (par->ep_rank < -1 || par->tp_rank < -1 || (single && (par->ep_rank > 0 || par->tp_rank > 0)))
         return moe_set_error(ctx, MOE_EINVAL,
@@ -109,6 +108,12 @@ static void plan_text(moe_plan *p)
         moe_quant_text(&d->quant, p->text + used, sizeof p->text - used);
     }
     p->hash = XXH64(p->text, strlen(p->text), 0);
+}
+
+/* "standard" or "batched". */
+static const char *format_name(moe_act_format f)
+{
+    return f == MOE_FORMAT_BATCHED ? "batched" : "standard";
 }
 
 moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const moe_plan_config *cfg,
@@ -183,7 +188,7 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
         return moe_set_error(ctx, MOE_EINVAL,
                              "plan config: prepare/finalize '%s' produces the %s activation format but experts '%s' "
                              "consume the %s format; pair them by format",
-                             pf->name, moe_format_name(pf->format), ex->name, moe_format_name(ex->format));
+                             pf->name, format_name(pf->format), ex->name, format_name(ex->format));
     if (pf->format == MOE_FORMAT_BATCHED && c.batched_capacity < 1)
         return moe_set_error(ctx, MOE_EINVAL, "plan config: batched_capacity = %lld, must be >= 1",
                              (long long)c.batched_capacity);

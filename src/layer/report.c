@@ -7,7 +7,6 @@
 #include "parallel/parallel.h"
 #include "quant/format.h"
 #include "quant/quant.h"
-#include "route/route.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,11 +21,12 @@ static moe_wfmt routed_format(const moe_layer_desc *d, int w2)
     return moe_quant_kind(w2 ? &qc->w2 : &qc->w13, qc->act);
 }
 
-/* Bytes of the routed experts of shard sh as weights.c packs them: codes, f32 scales (and zero
- * points, w8a8 sums), the scale bytes held twice over the TP ranks, and the down projection's
- * scale cell along I as the source has it and as this shard keeps it. */
+/* Bytes of the routed experts of shard sh as weights.c packs them: codes (padding included),
+ * the layout's padding among them, f32 scales (and zero points, w8a8 sums), the scale bytes
+ * held twice over the TP ranks, and the down projection's scale cell along I as the source
+ * has it and as this shard keeps it. */
 typedef struct shard_bytes {
-    uint64_t codes, scales, dup;
+    uint64_t codes, padding, scales, dup;
     int64_t w2_cell, w2_kept;
 } shard_bytes;
 
@@ -43,13 +43,15 @@ static shard_bytes routed_bytes(const moe_layer_desc *d, const moe_shard *sh)
     for (int mat = 0; mat < 3; mat++) {
         const moe_format *f = moe_format_row(routed_format(d, mat == 2));
         const int64_t N = mat == 2 ? H : Il, K = mat == 2 ? Il : H;
-        b.codes += (uint64_t)f->packed_bytes(N, K);
+        const uint64_t packed = (uint64_t)f->packed_bytes(N, K);
+        b.codes += packed;
+        b.padding += packed - ((uint64_t)N * (uint64_t)K * (uint64_t)f->bits + 7) / 8;
         if (!quant)
             continue;
         const moe_qweight *qw = mat == 2 ? &q2 : &q13, *whole = mat == 2 ? &qc->w2 : &qc->w13;
         const int64_t gk = moe_quant_gk(qw, K), ng = (K + gk - 1) / gk;
         const uint64_t per = sizeof(float) * (qw->has_zero_point ? 2 : 1);
-        b.scales += per * (uint64_t)(N * ng) + (f->fmt == MOE_WF_W8A8 ? sizeof(int32_t) * (uint64_t)N : 0);
+        b.scales += per * (uint64_t)(N * ng) + (uint64_t)f->comp_bytes * (uint64_t)N;
         /* the cells along K whose first column lies in the shard are its own (weights.c) */
         const int64_t gkw = moe_quant_gk(whole, mat == 2 ? I : H);
         const int64_t k0 = mat == 2 ? i0 : 0;
@@ -61,6 +63,7 @@ static shard_bytes routed_bytes(const moe_layer_desc *d, const moe_shard *sh)
         b.w2_kept = moe_quant_gk(&q2, Il);
     }
     b.codes *= (uint64_t)sh->n_experts;
+    b.padding *= (uint64_t)sh->n_experts;
     b.scales *= (uint64_t)sh->n_experts;
     b.dup *= (uint64_t)sh->n_experts;
     return b;
@@ -91,6 +94,15 @@ static double routed_flop_share(const moe_layer_desc *d)
     return ex / all;
 }
 
+/* The share of the routed experts' FLOPs on a partial last panel of 16 features: I % 16 rows of
+ * gate and up (K = H) and H % 16 rows of down (K = I). */
+static double tail_share(const moe_layer_desc *d)
+{
+    const double H = (double)d->hidden_size, I = (double)d->moe_intermediate_size;
+    const double tail = (double)(d->moe_intermediate_size % MOE_PANEL), tail_h = (double)(d->hidden_size % MOE_PANEL);
+    return (2.0 * tail * H + tail_h * I) / (3.0 * I * H);
+}
+
 /* 1 when the kernel table runs format f on the ref's scalar entries (never for the "ref" row,
  * whose kernels are all its own). */
 static int is_fallback(const moe_kernels *k, moe_wfmt f)
@@ -118,14 +130,14 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
             moe_shard s;
             moe_qweight q13, q2;
             moe_par_shard(d, &pr, &s);
-            moe_status st = moe_weights_check_shard(ctx, d, &s, tp, &q13, &q2);
+            moe_status st = moe_weights_check_shard(ctx, "moe_plan_report", d, &s, tp, t, &q13, &q2);
             if (st != MOE_OK)
                 return st;
         }
     r->kernel_table = k->name;
     r->quantized = quant;
     r->experts_format = quant ? moe_quant_name(qc) : moe_format_row(f13)->name;
-    r->code_bits = quant ? (moe_format_row(f13)->four_bit ? 4 : 8) : (int)(8 * moe_dtype_size(d->weight_dtype));
+    r->code_bits = moe_format_row(f13)->bits;
 
     /* this rank */
     moe_shard sh;
@@ -144,7 +156,7 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
     r->dup_scale_bytes = mine.dup;
     r->shared_bytes = (uint64_t)(3.0 * (double)H * (double)sh.Is * es);
     r->router_bytes = (uint64_t)(4 * E * H);
-    r->padding_bytes = 0;
+    r->padding_bytes = mine.padding;
     r->w2_scale_cell = mine.w2_cell;
     r->w2_scale_cell_kept = mine.w2_kept;
 
@@ -160,7 +172,7 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
     r->flops_per_token = 2.0 * (double)K * 3.0 * (double)H * (double)I + 2.0 * 3.0 * (double)H * (double)Is +
                          2.0 * (double)E * (double)H;
     r->decode_bytes_per_token = (double)K * expert_codes + 3.0 * (double)H * (double)Is * es;
-    uint64_t max_dup = 0, total_dup = 0;
+    uint64_t max_dup = 0, total_dup = 0, max_pad = 0;
     int cut_cell = 0, tail = 0;
     for (int g = 0; g < ep; g++)
         for (int t = 0; t < tp; t++) {
@@ -173,6 +185,7 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
             r->total_bytes += b.codes + b.scales + (uint64_t)(3.0 * (double)H * (double)s.Is * es);
             total_dup += b.dup;
             max_dup = b.dup > max_dup ? b.dup : max_dup;
+            max_pad = b.padding > max_pad ? b.padding : max_pad;
             if (quant && tp > 1 && b.w2_kept != b.w2_cell && b.w2_kept != s.I)
                 cut_cell = 1;
             if (s.I % MOE_PANEL != 0)
@@ -189,10 +202,16 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
     if (ep > 1 || tp > 1)
         add_cost(r, "replicated", 4.0 * (double)E * (double)H, 0.0,
                  "router weight [E, H] f32 replicated on every rank; bytes per rank");
-    if (quant && max_dup > 0)
+    if (quant && max_dup > 0 && all1.w2_cell == I)
+        add_cost(r, "duplicated", (double)max_dup, 0.0,
+                 "%s: the down projection's scale cell spans all of I (one scale per output feature), so every TP "
+                 "shard (I %lld per shard) holds all of its scales; no extra codes, no extra FLOPs; duplicated scale "
+                 "bytes (all ranks %.0f), on the worst rank",
+                 moe_quant_name(qc), (long long)(I / tp), (double)total_dup);
+    else if (quant && max_dup > 0)
         add_cost(r, "duplicated", (double)max_dup, 0.0,
                  "%s scale cells cut by the TP split (I %lld per shard): the down projection's scales of a cut cell "
-                 "are held by both shards%s; no code padding, no extra FLOPs; duplicated scale bytes (all ranks %.0f), "
+                 "are held by both shards%s; no extra codes, no extra FLOPs; duplicated scale bytes (all ranks %.0f), "
                  "on the worst rank",
                  moe_quant_name(qc), (long long)(I / tp),
                  cut_cell ? ", and a shard starting inside a cell and leaving it keeps them per finer cells (listed "
@@ -205,11 +224,29 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
         add_cost(r, "padding", 0.0, 0.0,
                  "fp8 blocks: partial trailing blocks (H or I not a multiple of the block) are masked, not padded; "
                  "padding");
-    if (tail && (k->tail_ref >> f13 & 1u))
-        add_cost(r, "fallback", 15.0 * (double)H * 3.0 * (r->code_bits / 8.0), 0.0,
-                 "%s table: the last partial panel of 16 features runs the scalar fallback kernel; weights per "
-                 "expert on it at most",
-                 k->name);
+    const moe_format *pf13 = moe_format_row(f13), *pf2 = moe_format_row(routed_format(d, 1));
+    if (max_pad > 0)
+        add_cost(r, "padding", (double)max_pad, 0.0,
+                 "%s codes: the packed layout pads with zeros the kernels multiply (%s); padding on the worst rank",
+                 r->experts_format, pf13->pads ? pf13->pads : pf2->pads ? pf2->pads : "");
+    if (tail && (k->tail_ref >> f13 & 1u)) {
+        /* the share over every rank's shard: I % 16 of the whole layer bounds each shard's tail */
+        double share = routed_flop_share(d) * tail_share(d);
+        for (int t = 0; t < tp; t++) {
+            moe_parallel_config pr = *par;
+            pr.tp_rank = t;
+            moe_shard s;
+            moe_par_shard(d, &pr, &s);
+            moe_layer_desc ds = *d;
+            ds.moe_intermediate_size = s.I;
+            const double st = routed_flop_share(d) * tail_share(&ds);
+            share = st > share ? st : share;
+        }
+        add_cost(r, "fallback", -1.0, share,
+                 "%s table: the last partial panel of 16 features (I shard or H not a multiple of 16) runs the scalar "
+                 "fallback kernel: %.2f%% of the layer's FLOPs on the worst rank",
+                 k->name, 100.0 * share);
+    }
     if (is_fallback(k, f13) || is_fallback(k, routed_format(d, 1)))
         add_cost(r, "fallback", -1.0, routed_flop_share(d),
                  "kernel table %s has no %s kernel: the routed experts (%.1f%% of the layer's FLOPs) run on the "
@@ -247,6 +284,9 @@ moe_status moe_plan_report_for(moe_ctx *ctx, const moe_layer_desc *desc, const m
                              "moe_plan_report_for: tp_size = %d, must be in [1, %lld] (every TP rank holds at least one "
                              "column)",
                              par->tp_size, (long long)(Is > 0 && Is < I ? Is : I));
+    if ((int64_t)par->ep_size * par->tp_size > MOE_MAX_RANKS)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_report_for: ep_size * tp_size = %lld ranks, more than %d",
+                             (long long)par->ep_size * par->tp_size, MOE_MAX_RANKS);
     if (par->ep_rank < 0 || par->ep_rank >= par->ep_size || par->tp_rank < 0 || par->tp_rank >= par->tp_size)
         return moe_set_error(ctx, MOE_EINVAL, "moe_plan_report_for: (ep_rank %d, tp_rank %d) outside [0, %d) x [0, %d)",
                              par->ep_rank, par->tp_rank, par->ep_size, par->tp_size);
@@ -273,7 +313,7 @@ moe_status moe_plan_path_for(const moe_plan *plan, int64_t n_tokens, moe_plan_pa
                                                          : MOE_PERMUTE_SORT;
     out->permute = method == MOE_PERMUTE_ONEHOT ? "onehot" : method == MOE_PERMUTE_PACKED ? "packed" : "sort";
     out->experts_path = out->rows_per_expert < (double)ctx->lowtok_threshold
-                            ? "few-token streaming (rows per expert < MOE_LOWTOK_THRESHOLD)"
+                            ? "few-token streaming"
                             : "tiled GEMM";
     out->workspace_bytes = moe_plan_workspace_size(plan, n_tokens);
     return MOE_OK;
@@ -297,8 +337,7 @@ void moe_plan_log_costs(const moe_plan *p)
     if (k->tail_ref >> f13 & 1u) {
         int64_t tail = d->moe_intermediate_size % MOE_PANEL, tail_h = d->hidden_size % MOE_PANEL;
         if (tail || tail_h) {
-            double share = (2.0 * (double)tail * (double)d->hidden_size + (double)tail_h * (double)d->moe_intermediate_size) /
-                           (3.0 * (double)d->moe_intermediate_size * (double)d->hidden_size);
+            const double share = tail_share(d);
             moe_log(ctx, MOE_LOG_WARN,
                     "%s table: I = %lld and H = %lld are not multiples of %d, so the last partial panel runs the "
                     "scalar fallback kernel: %.2f%% of expert FLOPs (%.0f FLOP per routed token)",

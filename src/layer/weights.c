@@ -9,6 +9,7 @@
 #include "quant/pack.h"
 #include "quant/quant.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,12 +141,17 @@ static moe_status check_quant_source(const moe_plan *plan, const moe_weight_sour
         if (bad)
             return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: expert %lld: %s pointer is NULL", (long long)e, bad);
     }
-    return moe_weights_check_shard(ctx, d, &sh, plan->st.par.tp_size, q13, q2);
+    return moe_weights_check_shard(ctx, "moe_weights_create", d, &sh, plan->st.par.tp_size, -1, q13, q2);
 }
 
-moe_status moe_weights_check_shard(moe_ctx *ctx, const moe_layer_desc *d, const moe_shard *sh, int tp_size,
-                                   moe_qweight *q13, moe_qweight *q2)
+moe_status moe_weights_check_shard(moe_ctx *ctx, const char *fn, const moe_layer_desc *d, const moe_shard *sh,
+                                   int tp_size, int tp_rank, moe_qweight *q13, moe_qweight *q2)
 {
+    char whose[32]; /* "this rank's" or "TP rank 3's" */
+    if (tp_rank < 0)
+        snprintf(whose, sizeof whose, "this rank's");
+    else
+        snprintf(whose, sizeof whose, "TP rank %d's", tp_rank);
     const moe_quant_config *qc = &d->quant;
     const int64_t H = d->hidden_size, I = d->moe_intermediate_size, i0 = sh->i0, Il = sh->I;
     /* The shard's granularity: w13 [Il, H] = rows [i0, i0 + Il) of [I, H]; w2 [H, Il] = columns
@@ -154,20 +160,18 @@ moe_status moe_weights_check_shard(moe_ctx *ctx, const moe_layer_desc *d, const 
     *q2 = qc->w2;
     if (moe_quant_slice_qweight(&qc->w13, i0, Il, 0, H, q13) != 0 || moe_quant_slice_qweight(&qc->w2, 0, H, i0, Il, q2) != 0)
         return moe_set_error(ctx, MOE_ESHAPE,
-                             "moe_weights_create: %s experts under TP: this rank's shard of the intermediate size is "
-                             "%lld columns (%lld..%lld of I = %lld over tp_size %d), odd, but the down projection packs "
+                             "%s: %s experts under TP: %s shard of the intermediate size is %lld columns (%lld..%lld of I = %lld over tp_size %d), odd, but the down projection packs "
                              "two codes per byte along I, so every shard must be even: choose tp_size so that I / "
                              "tp_size and the remainder split give even shards",
-                             moe_quant_name(qc), (long long)Il, (long long)i0, (long long)(i0 + Il - 1), (long long)I,
-                             tp_size);
+                             fn, moe_quant_name(qc), whose, (long long)Il, (long long)i0, (long long)(i0 + Il - 1),
+                             (long long)I, tp_size);
     if (qc->act == MOE_QACT_TOKEN_GROUP && i0 % qc->w2.block_k != 0)
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
-                             "moe_weights_create: fp8 w8a8 (%s) under TP: this rank's shard of the intermediate size "
-                             "starts at column %lld (of I = %lld over tp_size %d), inside a down-projection k-block of "
+                             "%s: fp8 w8a8 (%s) under TP: %s shard of the intermediate size starts at column %lld (of I = %lld over tp_size %d), inside a down-projection k-block of "
                              "%lld, so its activation groups of act_group_size %lld would not line up with the weight "
                              "blocks; choose tp_size so that every shard starts on a multiple of block_k, use EP, or "
                              "use weight-only fp8-block",
-                             moe_quant_name(qc), (long long)i0, (long long)I, tp_size, (long long)qc->w2.block_k,
+                             fn, moe_quant_name(qc), whose, (long long)i0, (long long)I, tp_size, (long long)qc->w2.block_k,
                              (long long)qc->act_group_size);
     return MOE_OK;
 }
@@ -285,13 +289,13 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
         w->scales[i] = moe_alloc_aligned(sizeof(float) * (size_t)(N * ng)); /* [N, ng] by panel */
         if (qw->has_zero_point)
             w->zeros[i] = moe_alloc_aligned(sizeof(float) * (size_t)(N * ng)); /* as scales */
-        if (f->fmt == MOE_WF_W8A8)
-            w->comps[i] = moe_alloc_aligned(sizeof(int32_t) * (size_t)N); /* [N] */
-        fail = !w->scales[i] || (qw->has_zero_point && !w->zeros[i]) || (f->fmt == MOE_WF_W8A8 && !w->comps[i]);
+        if (f->comp_bytes)
+            w->comps[i] = moe_alloc_aligned((size_t)f->comp_bytes * (size_t)N); /* [N] int32 */
+        fail = !w->scales[i] || (qw->has_zero_point && !w->zeros[i]) || (f->comp_bytes && !w->comps[i]);
         w->qm[i] = (struct moe_qmat){.kind = f->fmt, .gk = gk, .ng = ng, .scale = w->scales[i], .zero = w->zeros[i],
                                      .comp = w->comps[i]};
         const size_t per = sizeof(float) * (qw->has_zero_point ? 2 : 1);
-        bytes += per * (size_t)(N * ng) + (f->fmt == MOE_WF_W8A8 ? sizeof(int32_t) * (size_t)N : 0);
+        bytes += per * (size_t)(N * ng) + (size_t)f->comp_bytes * (size_t)N;
         const int64_t own = mat == 2 ? cells_owned(&qc->w2, I, i0, Il) : cells_owned(&qc->w13, H, 0, H);
         dup += per * (size_t)(N * (ng - own));
     }
@@ -376,9 +380,9 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
         int64_t exact_f8 = 0; /* fp8 matrices on the exact (slower) e4m3 decode, format.h moe_qmat.f8h */
         size_t exact_f8_bytes = 0;
         for (int64_t i = 0; i < n; i++)
-            if ((w->qm[i].kind == MOE_WF_F8 || w->qm[i].kind == MOE_WF_F8A8) && !w->qm[i].f8h) {
+            if (moe_format_row(w->qm[i].kind)->fast_decode && !w->qm[i].f8h) {
                 exact_f8++;
-                exact_f8_bytes += moe_quant_packed_bytes(MOE_WF_F8, i % 3 == 2 ? H : Il, i % 3 == 2 ? Il : H);
+                exact_f8_bytes += moe_format_row(w->qm[i].kind)->packed_bytes(i % 3 == 2 ? H : Il, i % 3 == 2 ? Il : H);
             }
         if (exact_f8 > 0)
             moe_log(ctx, MOE_LOG_WARN,

@@ -1,5 +1,5 @@
 /* Expert and tensor parallelism (moe_parallel.h "Parallelism", DESIGN.md section 7): the interface the
- * core uses. Every MPI call of the library lives in src/parallel (mpi.c, ep.c); without MPI
+ * layer room (src/layer) uses. Every MPI call of the library lives in src/parallel (mpi.c, ep.c); without MPI
  * (MOE_WITH_MPI off) stub.c gives the same symbols and only one-process plans exist. */
 #ifndef MOE_PARALLEL_PARALLEL_H
 #define MOE_PARALLEL_PARALLEL_H

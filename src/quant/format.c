@@ -141,7 +141,7 @@ static moe_status validate_4bit(moe_ctx *ctx, const char *which, const moe_qweig
     return MOE_OK;
 }
 
-/* ---- exact decode of a packed code (decode_ref) ---- */
+/* ---- exact decode of a packed code (the rows' code: moe_qmat_code) ---- */
 
 /* byte (n, k) of the [K][nw]-per-panel byte layouts (F8, I8, F8A8) */
 static uint8_t byte_at(const moe_pmat *w, int64_t n, int64_t k)
@@ -308,8 +308,10 @@ static int slice_quant(const moe_format *f, const moe_pack_src *s, int64_t N, in
         return -1;
     size_t cb, sb, zb;
     moe_quant_source_sizes(&out->qw, Ns, Ks, &cb, &sb, &zb);
-    void *lc = malloc(cb), *ls = malloc(sb); /* the slice's codes and scales */
-    uint8_t *lz = zb ? malloc(zb) : NULL;    /* and zero points, in the shapes of moe_quant.h */
+    /* the slice [Ns, Ks] as a source of its own (moe_quant.h shapes): codes [Ns, Ks] bytes
+     * ([Ns, Ks / 2] for 4-bit), scales and zero points [rows, cols] of out->qw's grid */
+    void *lc = malloc(cb), *ls = malloc(sb);
+    uint8_t *lz = zb ? malloc(zb) : NULL;
     if (!lc || !ls || (zb && !lz)) {
         free(lc), free(ls), free(lz);
         return -1;
@@ -325,40 +327,41 @@ static int slice_quant(const moe_format *f, const moe_pack_src *s, int64_t N, in
 }
 
 static const moe_format rows[MOE_WF__COUNT] = {
-    [MOE_WF_F32] = {.fmt = MOE_WF_F32, .name = "f32", .qtype = MOE_QTYPE_NONE, .act = MOE_QACT_NONE,
+    [MOE_WF_F32] = {.fmt = MOE_WF_F32, .name = "f32", .bits = 32, .act = MOE_QACT_NONE,
                     .feature_bytes = feature_bytes_f32, .packed_bytes = packed_bytes_f32, .pack = pack_f32,
                     .slice = slice_plain, .claim = 1},
-    [MOE_WF_BF16] = {.fmt = MOE_WF_BF16, .name = "bf16", .qtype = MOE_QTYPE_NONE, .act = MOE_QACT_NONE,
+    [MOE_WF_BF16] = {.fmt = MOE_WF_BF16, .name = "bf16", .bits = 16, .act = MOE_QACT_NONE,
                      .feature_bytes = feature_bytes_16, .packed_bytes = packed_bytes_16, .pack = pack_bf16,
                      .slice = slice_plain, .claim = 1},
-    [MOE_WF_F16] = {.fmt = MOE_WF_F16, .name = "f16", .qtype = MOE_QTYPE_NONE, .act = MOE_QACT_NONE,
+    [MOE_WF_F16] = {.fmt = MOE_WF_F16, .name = "f16", .bits = 16, .act = MOE_QACT_NONE,
                     .feature_bytes = feature_bytes_16, .packed_bytes = packed_bytes_16, .pack = pack_f16,
                     .slice = slice_plain, .claim = 1},
-    [MOE_WF_F8] = {.fmt = MOE_WF_F8, .name = "fp8", .qtype = MOE_QTYPE_F8_E4M3, .act = MOE_QACT_NONE,
+    [MOE_WF_F8] = {.fmt = MOE_WF_F8, .name = "fp8", .bits = 8, .act = MOE_QACT_NONE,
                    .feature_bytes = feature_bytes_8, .packed_bytes = packed_bytes_8, .validate = validate_fp8,
-                   .value = value_e4m3, .code = code_f8, .pack = pack_quant, .slice = slice_quant, .claim = 1},
-    [MOE_WF_I8] = {.fmt = MOE_WF_I8, .name = "int8", .qtype = MOE_QTYPE_I8, .act = MOE_QACT_NONE,
+                   .value = value_e4m3, .code = code_f8, .pack = pack_quant, .slice = slice_quant, .claim = 1,
+                   .fast_decode = 1},
+    [MOE_WF_I8] = {.fmt = MOE_WF_I8, .name = "int8", .bits = 8, .act = MOE_QACT_NONE,
                    .feature_bytes = feature_bytes_8, .packed_bytes = packed_bytes_8, .validate = validate_i8,
                    .value = value_i8, .code = code_i8, .pack = pack_quant, .slice = slice_quant, .claim = 1},
-    [MOE_WF_I4] = {.fmt = MOE_WF_I4, .name = "int4", .qtype = MOE_QTYPE_INT4, .act = MOE_QACT_NONE, .four_bit = 1,
+    [MOE_WF_I4] = {.fmt = MOE_WF_I4, .name = "int4", .bits = 4, .act = MOE_QACT_NONE, .four_bit = 1,
                    .feature_bytes = feature_bytes_4, .packed_bytes = packed_bytes_4, .validate = validate_4bit,
                    .value = value_i4, .code = code_i4, .pack = pack_quant, .slice = slice_quant, .claim = 1},
-    [MOE_WF_I4ZP] = {.fmt = MOE_WF_I4ZP, .name = "int4-zp", .qtype = MOE_QTYPE_INT4, .act = MOE_QACT_NONE,
+    [MOE_WF_I4ZP] = {.fmt = MOE_WF_I4ZP, .name = "int4-zp", .bits = 4, .act = MOE_QACT_NONE,
                      .four_bit = 1, .feature_bytes = feature_bytes_4, .packed_bytes = packed_bytes_4,
                      .validate = validate_4bit, .value = value_u4, .code = code_i4zp, .pack = pack_quant, .slice = slice_quant,
                      .claim = 1},
-    [MOE_WF_FP4] = {.fmt = MOE_WF_FP4, .name = "mxfp4", .qtype = MOE_QTYPE_MXFP4, .act = MOE_QACT_NONE,
+    [MOE_WF_FP4] = {.fmt = MOE_WF_FP4, .name = "mxfp4", .bits = 4, .act = MOE_QACT_NONE,
                     .four_bit = 1, .feature_bytes = feature_bytes_4, .packed_bytes = packed_bytes_4,
                     .validate = validate_4bit, .value = value_e2m1, .code = code_fp4, .pack = pack_quant, .slice = slice_quant,
                     .claim = 1},
     /* W8A8: 4 items per claim, so a thread knows its next item and prefetches its weights */
-    [MOE_WF_W8A8] = {.fmt = MOE_WF_W8A8, .name = "int8-w8a8", .qtype = MOE_QTYPE_I8, .act = MOE_QACT_TOKEN,
+    [MOE_WF_W8A8] = {.fmt = MOE_WF_W8A8, .name = "int8-w8a8", .bits = 8, .pads = "K rounded up to 4 for the 4-byte dot products", .comp_bytes = sizeof(int32_t), .act = MOE_QACT_TOKEN,
                      .feature_bytes = feature_bytes_w8a8, .packed_bytes = packed_bytes_w8a8, .validate = validate_i8,
                      .value = value_i8, .code = code_w8a8, .pack = pack_quant, .slice = slice_quant, .claim = 4, .prefetch = 1},
-    [MOE_WF_F8A8] = {.fmt = MOE_WF_F8A8, .name = "fp8-w8a8", .qtype = MOE_QTYPE_F8_E4M3,
+    [MOE_WF_F8A8] = {.fmt = MOE_WF_F8A8, .name = "fp8-w8a8", .bits = 8,
                      .act = MOE_QACT_TOKEN_GROUP, .feature_bytes = feature_bytes_8, .packed_bytes = packed_bytes_8,
                      .validate = validate_fp8, .value = value_e4m3, .code = code_f8a8, .pack = pack_quant, .slice = slice_quant,
-                     .claim = 1},
+                     .claim = 1, .fast_decode = 1},
 };
 
 const moe_format *moe_format_row(moe_wfmt f)

@@ -21,7 +21,7 @@ typedef struct moe_pack_src {
 } moe_pack_src;
 
 /* Where a packed matrix goes (sizes from the row: packed_bytes, and for the quantized rows
- * N * ng f32 scales, the same for zero points, N int32 for W8A8). */
+ * N * ng f32 scales, the same for zero points, N * comp_bytes for the compensation). */
 typedef struct moe_pack_dst {
     void *data;      /* packed_bytes(N, K) */
     float *scale;    /* quantized: [N * ng] by panel ([ng][nw] per panel) */
@@ -35,7 +35,11 @@ typedef struct moe_format {
     moe_wfmt fmt;
     const char *name;   /* "f32", "bf16", "f16", "fp8", "int8", "int4", "int4-zp", "mxfp4",
                            "int8-w8a8", "fp8-w8a8" */
-    moe_qtype qtype;    /* MOE_QTYPE_NONE for the plain rows */
+    int bits;           /* bits of one stored code (plain rows: of the dtype); packed_bytes(N, K)
+                           minus ceil(N * K * bits / 8) is what the layout pads */
+    const char *pads;   /* what the layout pads, for the plan report (NULL: nothing) */
+    int comp_bytes;     /* bytes per output feature the kernels read beside the scales (W8A8: the
+                           int32 compensation 128 * sum_k w[n][k]); 0 for the others */
     moe_qact act;       /* the activations the kernels quantize before this format's GEMMs */
     int four_bit;       /* two codes per byte along K (K must be even) */
     /* Bytes of one output feature's packed codes along K (the panel row stride, for prefetch
@@ -47,7 +51,7 @@ typedef struct moe_format {
      * MOE_OK or the error recorded on ctx naming the field. NULL: nothing to check. */
     moe_status (*validate)(moe_ctx *ctx, const char *which, const moe_qweight *w, moe_qact act,
                            int64_t act_group, int64_t K);
-    /* The exact value of packed code (n, k) before its scale: decode_ref, the definition the
+    /* The exact value of packed code (n, k) before its scale (moe_qmat_code): the definition the
      * kernels reproduce (f8h: the e4m3 value times 2^-8; zero points: the unsigned code, the
      * zero point not subtracted). NULL for the plain rows. */
     float (*code)(const moe_pmat *w, int64_t n, int64_t k);
@@ -68,6 +72,9 @@ typedef struct moe_format {
      * take the next item's weights as a prefetch hint (linear_rows' pf). */
     int claim;
     int prefetch;
+    /* 1 for the rows whose pack() picks between a fast decode (returns 1, moe_qmat.f8h) and the
+     * exact, slower one (returns 0: the builder logs it) */
+    int fast_decode;
 } moe_format;
 
 /* The row of format f (f < MOE_WF__COUNT). */

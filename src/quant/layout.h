@@ -55,14 +55,6 @@ typedef struct moe_w8a8_quad {
 _Static_assert(sizeof(moe_w8a8_quad) == 4, "a W8A8 quad is 4 int8 codes");
 _Static_assert(MOE_PANEL * sizeof(moe_w8a8_quad) == 64, "a W8A8 panel row of 4 k is one 64-byte load");
 
-/* The MXFP4 source block (OCP MX, gpt-oss *_blocks): 32 e2m1 codes along K in 16 bytes, low
- * nibble = even k, with one E8M0 scale byte per block in *_scales. */
-typedef struct moe_mxfp4_block {
-    uint8_t codes[16];
-} moe_mxfp4_block;
-_Static_assert(sizeof(moe_mxfp4_block) == 16, "an MXFP4 block is 32 e2m1 codes in 16 bytes");
-#define MOE_MXFP4_BLOCK 32 /* codes per block (and per E8M0 scale) */
-
 /* What the kernels read beside moe_pmat.data for a quantized format (moe_pmat.q). */
 struct moe_qmat {
     int kind;            /* moe_wfmt, one of the quantized formats */

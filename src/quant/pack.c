@@ -1,4 +1,4 @@
-/* Plain f32 / bf16 / f16 weights into the panel layout (quant/format.h) and dtype conversion:
+/* Plain f32 / bf16 / f16 weights into the panel layout (quant/layout.h) and dtype conversion:
  * the packers of the format table's plain rows and of the router. */
 #include "quant/pack.h"
 

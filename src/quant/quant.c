@@ -185,7 +185,7 @@ float moe_quant_src_scale(const moe_qweight *qw, const void *scale, int64_t N, i
     return s;
 }
 
-/* The code's value (before zero point and scale). */
+/* Quantize an f32 matrix into qw's source format (quant.h). */
 int moe_quant_quantize_source(const moe_qweight *qw, const float *w, int64_t N, int64_t K, void *codes, void *scale,
                               uint8_t *zero)
 {

@@ -16,7 +16,7 @@
  * kernel's activation table. Filled by a constructor in quant.c, a file compiled without
  * AVX-512 flags: a constructor runs at load on every CPU, so it must not live in src/gemm/avx512
  * (the compiler vectorizes it with AVX-512 there: SIGILL before main on an AVX2-only CPU and
- * under valgrind; tests/CMakeLists.txt avx512_objects_no_constructors checks). */
+ * under valgrind; tests/CMakeLists.txt isa_objects_no_constructors checks). */
 extern float moe_e4m3_x256[256];
 
 /* e4m3fn <-> f32: moe_e4m3_to_f32 (exact) and moe_f32_to_e4m3 (nearest even, saturating) are in
@@ -72,9 +72,8 @@ const char *moe_qtype_name(moe_qtype t);
 void moe_quant_text(const moe_quant_config *q, char *buf, size_t n);
 int moe_quant_equal(const moe_quant_config *a, const moe_quant_config *b);
 
-
 /* Quantize an f32 [N, K] row-major matrix into the source format of qw (codes, scales,
- * zero points in the shapes of moe.h). Sizes: moe_quant_source_sizes. For tests and tools. */
+ * zero points in the shapes of moe_quant.h). Sizes: moe_quant_source_sizes. For tests and tools. */
 void moe_quant_source_sizes(const moe_qweight *qw, int64_t N, int64_t K, size_t *code_bytes,
                             size_t *scale_bytes, size_t *zero_bytes);
 int moe_quant_quantize_source(const moe_qweight *qw, const float *w, int64_t N, int64_t K, void *codes,
@@ -106,7 +105,7 @@ unsigned moe_quant_src_raw(const moe_qweight *qw, const uint8_t *codes, int64_t 
 /* The scale group length along K of qw (K for TENSOR / CHANNEL). */
 int64_t moe_quant_gk(const moe_qweight *qw, int64_t K);
 
-/* fp8 activation scale of one group of n values (moe_quant_row_f8_fn): max(a, 1e-10) / 448,
+/* fp8 activation scale of one group of n values (the F8A8 quant_row, gemm/kernels.h moe_quant_row_fn): max(a, 1e-10) / 448,
  * a = max |x| (NaN ignored). */
 static inline float moe_qact_f8_scale(const float *x, int64_t n)
 {

@@ -1,4 +1,4 @@
-/* AVX2 + FMA kernels for weight-only quantized weights (linear_q of table "avx2"); the same bits
+/* AVX2 + FMA kernels for weight-only quantized weights (table "avx2"'s linear entries of the quantized formats); the same bits
  * as src/gemm/linear_q_ref.c (docs/numerics.md section 5), modelled on
  * src/gemm/avx512/linear_q_avx512.c with 8-lane vectors: a panel's 16 output features are two
  * ymm halves (h = 0: features 0..7, h = 1: features 8..15).
@@ -93,7 +93,7 @@ MOE_AI void decode1(int kind, int zp, int f8h, const uint8_t *panel, int64_t K, 
             c[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bh));
         } else if (f8h) {
             /* sign-extended to words, << 7, bit 14 cleared: the f16 bits (b & 0x80) << 8 |
-             * (b & 0x7f) << 7, the e4m3 value times 2^-8 exactly (quant.h moe_qmat.f8h) */
+             * (b & 0x7f) << 7, the e4m3 value times 2^-8 exactly (quant/layout.h moe_qmat.f8h) */
             __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7),
                                          _mm256_set1_epi16((short)-16385 /* 0xbfff */));
             c[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
@@ -104,7 +104,7 @@ MOE_AI void decode1(int kind, int zp, int f8h, const uint8_t *panel, int64_t K, 
         }
         return;
     }
-    /* 4-bit (quant.h MOE_WF_I4): body word row kk / 8, code kk % 8 in bits 4 (kk % 8) */
+    /* 4-bit (quant/layout.h MOE_WF_I4): body word row kk / 8, code kk % 8 in bits 4 (kk % 8) */
     const int64_t K8 = K / 8;
     if (kk < 8 * K8) {
         const int32_t *wr = (const int32_t *)(panel + 4 * (kk / 8) * nw); /* [nw] words */

@@ -24,7 +24,7 @@ void moe_kernels_init_avx512(moe_kernels *k, const moe_cpu_features *f)
     };
     if (f->avx512_vnni) {
         own.caps |= MOE_CAP_VNNI;
-        own.linear_rows[MOE_WF_W8A8] = moe_ukr_w8a8_avx512vnni_6x64;
+        own.linear_rows[MOE_WF_W8A8] = moe_ukr_w8a8_rows_avx512_6x64;
         own.peak_vnni = moe_roofline_vnni_avx512;
     }
     moe_kernels_merge(k, &own);

@@ -1,10 +1,10 @@
-/* AVX-512 kernels for quantized weights (linear_q of table "avx512"); the same bits as
+/* AVX-512 kernels for quantized weights (table "avx512"'s entries of the quantized formats); the same bits as
  * src/gemm/linear_q_ref.c.
  *  - Weight-only (fp8 e4m3, int8, int4, mxfp4): 16 codes of a panel row decoded to their exact
  *    f32 values go straight into the group's partial sums (vfmadd in increasing k), and the
  *    scale is applied once per group and output (docs/numerics.md section 5). 4-bit codes come
- *    8 k per 32-bit lane (quant.h MOE_WF_I4: one 64-byte load per 8 k, then per k a shift, a
- *    vpermps and the vfmadd); fp8 goes through f16 (quant.h moe_qmat.f8h: sign-extend, shift,
+ *    8 k per 32-bit lane (quant/layout.h MOE_WF_I4: one 64-byte load per 8 k, then per k a shift, a
+ *    vpermps and the vfmadd); fp8 goes through f16 (quant/layout.h moe_qmat.f8h: sign-extend, shift,
  *    mask, vcvtph2ps); int8 through vpmovsxbd and vcvtdq2ps.
  *  - fp8 w8a8 block (MOE_WF_F8A8) on quantized rows: below; W8A8 int8: w8a8_avx512.c.
  * Kernel names: moe_ukr_<format>_avx512_4x64 (rows in blocks of up to 4, up to 4 panels). */
@@ -60,7 +60,7 @@ MOE_AI __m512 decode1(int kind, int f8h, const uint8_t *panel, int64_t K, int64_
         bits = _mm512_mask_mov_epi32(bits, nan, _mm512_or_si512(sign, _mm512_set1_epi32(0x7fc00000)));
         return _mm512_castsi512_ps(bits);
     }
-    /* 4-bit (quant.h MOE_WF_I4): body word row kk / 8, code kk % 8 in bits 4 (kk % 8) of each lane */
+    /* 4-bit (quant/layout.h MOE_WF_I4): body word row kk / 8, code kk % 8 in bits 4 (kk % 8) of each lane */
     const int64_t K8 = K / 8;
     if (kk < 8 * K8) {
         const uint8_t *wr = panel + 4 * (kk / 8) * nw; /* [nw] words */

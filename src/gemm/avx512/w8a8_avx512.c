@@ -2,10 +2,10 @@
  * src/gemm/linear_q_ref.c.
  *
  *  - moe_quant_row_i8_avx512: one activation row -> u8 codes q + 128 and its scale, the rule
- *    of moe.h (vector absmax, then one vdivps per 16 elements: the scalar division's bits).
- *  - moe_ukr_w8a8_avx512vnni_6x64: the GEMM on quantized rows. Tiles of 6 rows x 4 panels keep
+ *    of moe_quant.h (vector absmax, then one vdivps per 16 elements: the scalar division's bits).
+ *  - moe_ukr_w8a8_rows_avx512_6x64: the GEMM on quantized rows. Tiles of 6 rows x 4 panels keep
  *    24 zmm int32 accumulators in registers over all of K (no overflow for K <= 65536, which
- *    moe.h enforces); per k4 step 4 weight loads and 6 broadcast 4-byte activation groups.
+ *    moe_quant.h enforces); per k4 step 4 weight loads and 6 broadcast 4-byte activation groups.
  *    vpdpbusd multiplies u8 (q + 128) by s8 w, so 128 * sum_k w[n][k] (packed as comp) is
  *    subtracted: exactly the ref's int32 sum_k q[k] w[n][k]. Epilogue straight to f32:
  *    out = ((float)(acc - comp) * s_x) * s_w. One prefetcht1 per k4 step walks the caller's
@@ -158,9 +158,9 @@ static const tile_fn tiles[MR][NR] = {
     {tile_5x1, tile_5x2, tile_5x3, tile_5x4}, {tile_6x1, tile_6x2, tile_6x3, tile_6x4},
 };
 
-W8A8_TARGET void moe_ukr_w8a8_avx512vnni_6x64(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
-                                              const float *const *xs, int mb, float *out, int64_t ldo, const void *pf,
-                                              int64_t pf_bytes)
+W8A8_TARGET void moe_ukr_w8a8_rows_avx512_6x64(const moe_pmat *w, int64_t p0, int64_t p1,
+                                               const uint8_t *const *xq, const float *const *xs, int mb, float *out,
+                                               int64_t ldo, const void *pf, int64_t pf_bytes)
 {
     const struct moe_qmat *q = w->q;
     const int64_t K4 = (w->k + 3) / 4 * 4, k4n = K4 / 4;
