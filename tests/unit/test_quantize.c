@@ -793,6 +793,17 @@ static void test_cli(void **state)
                                                    "--layers", "0,0", NULL}),
                      2);
     assert_non_null(strstr(e, "layer 0 is listed twice"));
+    /* a bad --layers list is a usage error naming the option, before anything is read or
+     * written: empty items and lists included (the shared cli_parse_i64_list) */
+    static const char *const bad_layers[] = {"0,,1", "0,", ",0", "", ",", "x", "-1", "0;1", "0x1", "4294967296"};
+    for (size_t i = 0; i < sizeof bad_layers / sizeof bad_layers[0]; i++) {
+        int rc = run_cli(o, sizeof o, e, sizeof e,
+                         (const char *const[]){"--checkpoint", in, "--output", out, "--quant", "int8-channel",
+                                               "--layers", bad_layers[i], NULL});
+        if (rc != 2 || !strstr(e, "moe quantize: --layers: "))
+            fail_msg("--layers '%s': exit %d (want 2), stderr:\n%s", bad_layers[i], rc, e);
+        assert_string_equal(o, "");
+    }
     assert_int_equal(run_cli(o, sizeof o, e, sizeof e,
                              (const char *const[]){"--checkpoint", in, "--output", out, "--quant", "mxfp4", NULL}),
                      1);
