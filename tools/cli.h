@@ -88,7 +88,6 @@ void cli_err(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
  * -1 (reported) on failure or when MPI is asked for but not built in. */
 int cli_mpi_init(int *argc, char ***argv);
 void cli_mpi_finalize(void);
-int cli_mpi_active(void);
 int cli_mpi_rank(void); /* 0 without MPI */
 int cli_mpi_size(void); /* 1 without MPI */
 /* End the whole job with `code` (MPI_Abort) when running on several ranks; else return. */
