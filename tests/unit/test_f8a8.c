@@ -106,7 +106,9 @@ static void test_quant_row(void **state)
         const float x[5] = {448.0f, 1.0f, -3.0f, 0.53125f, NAN};
         uint8_t q[5];
         float s[1];
-        quant_row_f8(tables[0], x, 5, 8, NULL, q, s);
+        const moe_kernels *ref = tu_table("ref"); /* registry row "ref", whatever its position */
+        assert_non_null(ref);
+        quant_row_f8(ref, x, 5, 8, NULL, q, s);
         assert_true(s[0] == 1.0f);
         const uint8_t want[5] = {0x7e, 0x38, 0xc4, 0x30, 0x7f};
         assert_memory_equal(q, want, 5);
@@ -401,10 +403,12 @@ static void test_layer(void **state)
             x[9 * H + H / 2] = NAN;                          /* token 9: a NaN element */
             x[11 * H] = INFINITY;                            /* token 11: +inf */
             float *want = malloc(sizeof(float) * (size_t)(T * H)), *got = malloc(sizeof(float) * (size_t)(T * H));
-            moe_kernels per_item = *tables[0]; /* the ref table */
+            const moe_kernels *ref = tu_table("ref"); /* registry row "ref", whatever its position */
+            assert_non_null(ref);
+            moe_kernels per_item = *ref;
             per_item.linear_rows[MOE_WF_F8A8] = NULL;
             per_item.quant_row[MOE_WF_F8A8] = NULL;
-            run_layer(&L, &per_item, 1, 1, 0, 64, x, T, want); /* the oracle: ref linear_q on f32 rows */
+            run_layer(&L, &per_item, 1, 1, 0, 64, x, T, want); /* the oracle: ref linear[F8A8] on f32 rows */
             for (int64_t tok = 0; tok < T; tok++) { /* NaN / inf tokens give NaN rows, the others finite */
                 const int bad = tok == 9 || tok == 11;
                 for (int64_t h = 0; h < H; h++)
