@@ -262,6 +262,28 @@ const char *moe_fam_supported_list(void)
     return fam_supported;
 }
 
+const char *moe_fam_names_with(moe_fam_layout layout, const char *sep, bool archs, char *out, size_t n)
+{
+    size_t used = 0;
+    if (n == 0)
+        return out;
+    out[0] = '\0';
+    for (size_t i = 0; i < FAM_N_ROWS && used < n; i++) {
+        const moe_fam_row *r = &fam_rows[i];
+        const bool has = layout == MOE_FAM_HAS_MXFP4 ? r->mxfp4.gate_up_blocks != NULL : r->input_major.gate_up != NULL;
+        if (!has)
+            continue;
+        int len = archs && r->names[0].arch
+                      ? snprintf(out + used, n - used, "%s%s (%s)", used ? sep : "", r->name, r->names[0].arch)
+                      : snprintf(out + used, n - used, "%s%s", used ? sep : "", r->name);
+        if (len > 0)
+            used += (size_t)len;
+    }
+    if (used == 0)
+        snprintf(out, n, "no family");
+    return out;
+}
+
 bool moe_fam_prefix(const moe_fam_row *row, int i, int64_t layer, char *out, size_t n)
 {
     if (i < 0 || i >= MOE_FAM_MAX_PREFIXES || !row->prefixes[i])
