@@ -70,8 +70,8 @@ int cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t lo, i
                   int64_t *out);
 int cli_parse_double(const char *cmd, const char *opt, const char *s, double lo, double hi,
                      double *out);
-/* A comma-separated list of integers in [lo, hi] (token counts) into out [max]; *n gets the
- * count. An empty list or item, more than max items, or a bad item is reported ("CMD: NAME: ...")
+/* A comma-separated list of integers in [lo, hi] (token counts, layer numbers) into out [max];
+ * *n gets the count. An empty list or item, more than max items, or a bad item is reported ("CMD: NAME: ...")
  * and gives -1. */
 int cli_parse_i64_list(const char *cmd, const char *name, const char *s, int64_t lo, int64_t hi, int64_t *out,
                        int max, int *n);
@@ -88,7 +88,6 @@ void cli_err(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
  * -1 (reported) on failure or when MPI is asked for but not built in. */
 int cli_mpi_init(int *argc, char ***argv);
 void cli_mpi_finalize(void);
-int cli_mpi_active(void);
 int cli_mpi_rank(void); /* 0 without MPI */
 int cli_mpi_size(void); /* 1 without MPI */
 /* End the whole job with `code` (MPI_Abort) when running on several ranks; else return. */

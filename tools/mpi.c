@@ -68,11 +68,6 @@ void cli_mpi_finalize(void)
     g_active = 0;
 }
 
-int cli_mpi_active(void)
-{
-    return g_active;
-}
-
 int cli_mpi_rank(void)
 {
     return g_rank;

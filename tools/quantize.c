@@ -82,30 +82,19 @@ int cli_cmd_quantize(int argc, char **argv)
         cli_err(CMD, "--quant %s: unknown scheme (see 'moe quantize --help')", scheme);
         return CLI_USAGE;
     }
-    int64_t layers[4096];
-    size_t n_layers = 0;
+    int64_t layers[4096]; /* [n_layers] the --layers numbers, in the order given */
+    int n_layers = 0;
     if (layers_s && strcmp(layers_s, "all") != 0) {
-        char buf[16384];
-        if (strlen(layers_s) >= sizeof buf) {
-            cli_err(CMD, "--layers: list too long");
+        /* the shared list parser: an empty list or item ("1,,2", "1,") is a usage error */
+        if (cli_parse_i64_list(CMD, "--layers", layers_s, 0, INT32_MAX, layers, (int)(sizeof layers / sizeof layers[0]),
+                               &n_layers) != 0)
             return CLI_USAGE;
-        }
-        snprintf(buf, sizeof buf, "%s", layers_s);
-        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-            if (n_layers == sizeof layers / sizeof layers[0] ||
-                cli_parse_i64(CMD, "--layers", tok, 0, INT32_MAX, &layers[n_layers]) < 0)
-                return CLI_USAGE;
-            for (size_t i = 0; i < n_layers; i++)
-                if (layers[i] == layers[n_layers]) {
-                    cli_err(CMD, "--layers: layer %lld is listed twice", (long long)layers[n_layers]);
+        for (int i = 0; i < n_layers; i++)
+            for (int j = 0; j < i; j++)
+                if (layers[j] == layers[i]) {
+                    cli_err(CMD, "--layers: layer %lld is listed twice", (long long)layers[i]);
                     return CLI_USAGE;
                 }
-            n_layers++;
-        }
-        if (n_layers == 0) {
-            cli_err(CMD, "--layers: give all or at least one layer number");
-            return CLI_USAGE;
-        }
     }
     moe_ctx *ctx = NULL;
     char err[512] = "";
@@ -123,7 +112,7 @@ int cli_cmd_quantize(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
-    moe_quantize_options o = {.scheme = scheme, .layers = n_layers ? layers : NULL, .n_layers = n_layers,
+    moe_quantize_options o = {.scheme = scheme, .layers = n_layers ? layers : NULL, .n_layers = (size_t)n_layers,
                               .force = force, .progress = show_progress, .cancel = &interrupted};
     moe_quantize_stats s;
     double t0 = cli_now();

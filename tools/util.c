@@ -471,13 +471,13 @@ int cli_parse_i64_list(const char *cmd, const char *name, const char *s, int64_t
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         char item[32];
         if (len == 0 || len >= sizeof item) {
-            cli_err(cmd, "%s: '%s' is not a comma-separated list of token counts", name, s);
+            cli_err(cmd, "%s: '%s' is not a comma-separated list of integers", name, s);
             return -1;
         }
         memcpy(item, p, len);
         item[len] = '\0';
         if (*n == max) {
-            cli_err(cmd, "%s: at most %d token counts", name, max);
+            cli_err(cmd, "%s: at most %d items", name, max);
             return -1;
         }
         if (cli_parse_i64(cmd, name, item, lo, hi, &out[*n]) != 0)

@@ -71,21 +71,15 @@ struct moe_ckq_layer {
     char bad_first[320];       /* the first tensor with one */
 };
 
-static const char *jkind(const json_t *v)
+/* A config value as the messages below show it: a string's text, true / false, or the
+ * value's kind (the shared moe_io_json_kind: "absent", "an object", "an integer", ...). */
+static const char *jvalue(const json_t *v)
 {
-    if (!v)
-        return "absent";
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return json_string_value(v);
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE: return "true";
-    case JSON_FALSE: return "false";
-    case JSON_NULL: return "null";
-    }
-    return "?";
+    if (json_is_string(v))
+        return json_string_value(v);
+    if (json_is_boolean(v))
+        return json_is_true(v) ? "true" : "false";
+    return moe_io_json_kind(v);
 }
 
 static bool jstr_is(const json_t *v, const char *s)
@@ -117,7 +111,7 @@ static moe_status check_str_array(moe_ctx *ctx, const char *cp, const char *fiel
         ok = json_is_string(json_array_get(v, i));
     return ok ? MOE_OK
               : moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s' must be a list of strings (module names, \"re:\" "
-                              "patterns or class names), found %s", cp, field, jkind(v));
+                              "patterns or class names), found %s", cp, field, jvalue(v));
 }
 
 /* weights of one config group into q. `f` is the group's field prefix for messages. */
@@ -125,7 +119,7 @@ static moe_status parse_weights(moe_ctx *ctx, const char *cp, const char *f, con
 {
     if (!w || !json_is_object(w))
         return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights' is %s: libmoe loads weight quantization only",
-                             cp, f, jkind(w));
+                             cp, f, jvalue(w));
     const json_t *type = json_object_get(w, "type"), *nb = json_object_get(w, "num_bits");
     const json_t *sym = json_object_get(w, "symmetric"), *strat = json_object_get(w, "strategy");
     const json_t *gs = json_object_get(w, "group_size"), *dyn = json_object_get(w, "dynamic");
@@ -134,10 +128,10 @@ static moe_status parse_weights(moe_ctx *ctx, const char *cp, const char *f, con
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
                              "%s: field '%s.weights.type' = %s: only int weights are loaded (float compressed-tensors "
                              "schemes are not)",
-                             cp, f, jkind(type));
+                             cp, f, jvalue(type));
     if (!json_is_integer(nb))
         return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights.num_bits' = %s: only 4 and 8 are loaded", cp,
-                             f, jkind(nb));
+                             f, jvalue(nb));
     if (json_integer_value(nb) != 4 && json_integer_value(nb) != 8)
         return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights.num_bits' = %lld: only 4 and 8 are loaded",
                              cp, f, (long long)json_integer_value(nb));
@@ -147,7 +141,7 @@ static moe_status parse_weights(moe_ctx *ctx, const char *cp, const char *f, con
     q->symmetric = jnull(sym) || json_is_true(sym);
     if (!jnull(dyn) && !json_is_false(dyn))
         return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights.dynamic' = %s: only static weights are loaded",
-                             cp, f, jkind(dyn));
+                             cp, f, jvalue(dyn));
     if (!jnull(bs))
         return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights.block_structure' is set: int block scales are "
                              "not loaded", cp, f);
@@ -156,7 +150,7 @@ static moe_status parse_weights(moe_ctx *ctx, const char *cp, const char *f, con
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
                              "%s: field '%s.weights.actorder' = %s: activation reordering with g_idx is not loaded "
                              "(only null or \"weight\")",
-                             cp, f, jkind(ao));
+                             cp, f, jvalue(ao));
     moe_qweight qw = {.dtype = q->num_bits == 4 ? MOE_QTYPE_INT4 : MOE_QTYPE_I8};
     /* strategy: absent is inferred as quant_args does (group_size > 0: group, -1: channel) */
     const char *s = json_is_string(strat) ? json_string_value(strat) : NULL;
@@ -210,7 +204,7 @@ static moe_status parse_acts(moe_ctx *ctx, const char *cp, const char *f, const 
     const json_t *dyn = json_object_get(ia, "dynamic");
     if (!jnull(type) && !jstr_is(type, "int"))
         return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.input_activations.type' = %s: only int8 activations "
-                             "are loaded", cp, f, jkind(type));
+                             "are loaded", cp, f, jvalue(type));
     if (!json_is_integer(nb) || json_integer_value(nb) != 8)
         return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.input_activations.num_bits': only 8 is loaded", cp,
                              f);
@@ -221,12 +215,12 @@ static moe_status parse_acts(moe_ctx *ctx, const char *cp, const char *f, const 
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
                              "%s: field '%s.input_activations.dynamic' = %s: static activation scales are not loaded "
                              "(only dynamic per-token int8)",
-                             cp, f, jkind(dyn));
+                             cp, f, jvalue(dyn));
     if (!jstr_is(strat, "token"))
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
                              "%s: field '%s.input_activations.strategy' = %s: only token (dynamic per-token int8) is "
                              "loaded",
-                             cp, f, jkind(strat));
+                             cp, f, jvalue(strat));
     if (q->num_bits != 8 || q->quant.w13.scale != MOE_QSCALE_CHANNEL)
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
                              "%s: field '%s.input_activations': int8 activations are loaded with int8 channel weights "
@@ -247,7 +241,7 @@ moe_status moe_ckq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const j
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
                              "%s: field '%squantization_config.quantization_status' = %s: only compressed checkpoints "
                              "are loaded",
-                             cp, qpre, jkind(status));
+                             cp, qpre, jvalue(status));
     const json_t *sp = json_object_get(qc, "sparsity_config");
     if (!jnull(sp) && !(json_is_object(sp) && json_object_size(sp) == 0))
         return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%squantization_config.sparsity_config' is set: sparse "
@@ -285,7 +279,7 @@ moe_status moe_ckq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const j
             st = moe_set_error(ctx, MOE_EUNSUPPORTED,
                                "%s: field '%s.format' (or '%squantization_config.format') = %s: libmoe loads "
                                "pack-quantized, int-quantized and naive-quantized",
-                               cp, f, qpre, jkind(fmt));
+                               cp, f, qpre, jvalue(fmt));
             break;
         }
         const json_t *tg = json_object_get(g, "targets");

@@ -161,7 +161,7 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
 }
 
 /* quantization_config (top level, else in text_config). quant_method "fp8" (FP8 block
- * checkpoints, docs/checkpoints.md) and "mxfp4" (the families with an MXFP4 layout: gpt-oss)
+ * checkpoints, docs/checkpoints.md) and "mxfp4" (the families whose row has an MXFP4 layout)
  * are read here, "compressed-tensors" by src/io/ckpt_ct.c; other methods are refused. */
 static moe_status config_quant(moe_ck_config *c, const json_t *root, const json_t *cfg)
 {
@@ -181,11 +181,14 @@ static moe_status config_quant(moe_ck_config *c, const json_t *root, const json_
         /* transformers' Mxfp4Config: {quant_method, modules_to_not_convert}; which layers are
          * quantized is read from the tensors (*_blocks present or not), so a layer named in
          * modules_to_not_convert and saved in bf16 loads as bf16. */
-        if (!c->row->mxfp4.gate_up_blocks)
+        if (!c->row->mxfp4.gate_up_blocks) {
+            char fams[256]; /* [256] chars: "gpt_oss (GptOssForCausalLM)", the rows with an MXFP4 layout */
             return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
                                  "%s: field '%squantization_config.quant_method' = mxfp4: MXFP4 checkpoints are "
-                                 "read for gpt-oss only (GptOssForCausalLM), not %s",
-                                 c->path, qpre, moe_family_name(c->row->family));
+                                 "read for %s only, not %s",
+                                 c->path, qpre, moe_fam_names_with(MOE_FAM_HAS_MXFP4, ", ", true, fams, sizeof fams),
+                                 c->row->name);
+        }
         c->mxfp4 = 1;
         moe_log(c->ctx, MOE_LOG_INFO,
                 "%s: MXFP4 checkpoint (e2m1 codes, one E8M0 scale per 32 inputs): routed experts run "
@@ -197,12 +200,15 @@ static moe_status config_quant(moe_ck_config *c, const json_t *root, const json_
         return moe_ckq_parse(c->ctx, c->path, qpre, qc, &c->ct);
     if (!m || json_is_null(m))
         return MOE_OK; /* no method: nothing quantized */
-    if (!json_is_string(m) || strcmp(json_string_value(m), "fp8") != 0)
+    if (!json_is_string(m) || strcmp(json_string_value(m), "fp8") != 0) {
+        char fams[256]; /* [256] chars: "gpt_oss", the rows with an MXFP4 layout */
         return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
                              "%s: field '%squantization_config.quant_method' = '%s': libmoe reads fp8 (block), mxfp4 "
-                             "(gpt-oss) and compressed-tensors (int8 / int4) checkpoints; dequantize this one to "
+                             "(%s) and compressed-tensors (int8 / int4) checkpoints; dequantize this one to "
                              "bf16 first or convert a bf16 checkpoint with moe quantize",
-                             c->path, qpre, json_is_string(m) ? json_string_value(m) : moe_io_json_kind(m));
+                             c->path, qpre, json_is_string(m) ? json_string_value(m) : moe_io_json_kind(m),
+                             moe_fam_names_with(MOE_FAM_HAS_MXFP4, ", ", false, fams, sizeof fams));
+    }
     const json_t *fmt = json_object_get(qc, "fmt");
     if (fmt && !json_is_null(fmt) && (!json_is_string(fmt) || strcmp(json_string_value(fmt), "e4m3") != 0))
         return moe_set_error(c->ctx, MOE_EUNSUPPORTED,

@@ -6,6 +6,7 @@
 #include "io/families.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -237,17 +238,50 @@ const moe_fam_row *moe_fam_by_model_type(const char *model_type)
     return NULL;
 }
 
-const char *moe_fam_supported_list(void)
+/* "Arch (model_type), ..." for every name of every row, in row order; built once
+ * (pthread_once: two threads reporting a bad checkpoint at the same time must not both write
+ * it). An over-long list is cut at the buffer's end. */
+static char fam_supported[1024]; /* [1024] chars, NUL-terminated */
+static pthread_once_t fam_supported_once = PTHREAD_ONCE_INIT;
+
+static void fam_supported_build(void)
 {
-    static char buf[1024];
-    if (buf[0])
-        return buf;
     size_t used = 0;
     for (size_t i = 0; i < FAM_N_ROWS; i++)
-        for (int n = 0; n < MOE_FAM_MAX_NAMES && fam_rows[i].names[n].arch && used < sizeof buf; n++)
-            used += (size_t)snprintf(buf + used, sizeof buf - used, "%s%s (%s)", used ? ", " : "",
-                                     fam_rows[i].names[n].arch, fam_rows[i].names[n].model_type);
-    return buf;
+        for (int n = 0; n < MOE_FAM_MAX_NAMES && fam_rows[i].names[n].arch && used < sizeof fam_supported; n++) {
+            int len = snprintf(fam_supported + used, sizeof fam_supported - used, "%s%s (%s)", used ? ", " : "",
+                               fam_rows[i].names[n].arch, fam_rows[i].names[n].model_type);
+            if (len > 0)
+                used += (size_t)len;
+        }
+}
+
+const char *moe_fam_supported_list(void)
+{
+    pthread_once(&fam_supported_once, fam_supported_build);
+    return fam_supported;
+}
+
+const char *moe_fam_names_with(moe_fam_layout layout, const char *sep, bool archs, char *out, size_t n)
+{
+    size_t used = 0;
+    if (n == 0)
+        return out;
+    out[0] = '\0';
+    for (size_t i = 0; i < FAM_N_ROWS && used < n; i++) {
+        const moe_fam_row *r = &fam_rows[i];
+        const bool has = layout == MOE_FAM_HAS_MXFP4 ? r->mxfp4.gate_up_blocks != NULL : r->input_major.gate_up != NULL;
+        if (!has)
+            continue;
+        int len = archs && r->names[0].arch
+                      ? snprintf(out + used, n - used, "%s%s (%s)", used ? sep : "", r->name, r->names[0].arch)
+                      : snprintf(out + used, n - used, "%s%s", used ? sep : "", r->name);
+        if (len > 0)
+            used += (size_t)len;
+    }
+    if (used == 0)
+        snprintf(out, n, "no family");
+    return out;
 }
 
 bool moe_fam_prefix(const moe_fam_row *row, int i, int64_t layer, char *out, size_t n)

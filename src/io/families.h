@@ -175,6 +175,17 @@ const moe_fam_row *moe_fam_by_model_type(const char *model_type);
 /* "A (a), B (b), ..." of every architecture class and its model_type, for messages. Static. */
 const char *moe_fam_supported_list(void);
 
+/* Which rows store a layout, for messages that name the families a rule applies to. */
+typedef enum moe_fam_layout {
+    MOE_FAM_HAS_MXFP4,      /* mxfp4.gate_up_blocks: MXFP4 checkpoints are read (and written) */
+    MOE_FAM_HAS_INPUT_MAJOR /* input_major.gate_up: stacked input-major experts */
+} moe_fam_layout;
+
+/* The names (moe_family_name) of the rows that store `layout`, in table order, joined by sep,
+ * each followed by " (Arch)" of its first architecture class when archs, into out [n]
+ * (truncated to fit); "no family" when no row does. Returns out. */
+const char *moe_fam_names_with(moe_fam_layout layout, const char *sep, bool archs, char *out, size_t n);
+
 /* Block prefix candidate i (< MOE_FAM_MAX_PREFIXES) of layer `layer` into out [n]: false when
  * the row has no candidate i (or it does not fit). */
 bool moe_fam_prefix(const moe_fam_row *row, int i, int64_t layer, char *out, size_t n);

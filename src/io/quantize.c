@@ -247,25 +247,34 @@ j.mxfp4 = j.q.w13.dtype == MOE_QTYPE_MXFP4;
     const moe_family fam = moe_checkpoint_family(ck);
     j.row = moe_fam_row_of(fam);
     const bool writes_mxfp4 = j.row && j.row->mxfp4.gate_up_blocks;
+    char fams[256]; /* [256] chars: the names of the rows a refusal below applies to */
     if (j.row && !j.row->per_expert.proj[0] && !j.row->input_major.gate_up) {
-        st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: %s stores its experts stacked (input_linear / output_linear); "
-                           "moe quantize writes gpt-oss, Llama-4 and the per-expert layout "
-                           "(experts.<e>.<proj>.weight) only", in_dir, moe_family_name(fam));
+        /* the layout read without per_expert is the row's last stacked one (families.h) */
+        const moe_fam_stacked *sk = &j.row->stacked[0];
+        for (int i = 1; i < MOE_FAM_MAX_STACKED && j.row->stacked[i].gate_up; i++)
+            sk = &j.row->stacked[i];
+        st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: %s stores its experts stacked (%s / %s); "
+                           "moe quantize writes %s and the per-expert layout (experts.<e>.<proj>.weight) only",
+                           in_dir, j.row->name, sk->gate_up ? sk->gate_up : "?", sk->down ? sk->down : "?",
+                           moe_fam_names_with(MOE_FAM_HAS_INPUT_MAJOR, ", ", false, fams, sizeof fams));
         goto out;
     }
     if (writes_mxfp4 && !j.mxfp4) {
-        /* gpt-oss's experts are one fused module with biases (no per-expert Linear that
-         * compressed-tensors or the HF FP8 format could target), and libmoe's gpt-oss loader
-         * reads the stacked bf16 or the MXFP4 tensors only */
-        st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: gpt-oss experts are written as MXFP4 only (--quant mxfp4, the "
-                           "layout of the released openai/gpt-oss checkpoints); scheme '%s' has no gpt-oss checkpoint "
-                           "format with expert biases that libmoe or transformers load", in_dir, opt->scheme);
+        /* a row with an MXFP4 layout (gpt-oss: one fused expert module with biases, no
+         * per-expert Linear that compressed-tensors or the HF FP8 format could target) is read
+         * as its stacked bf16 or its MXFP4 tensors only */
+        st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: %s experts are written as MXFP4 only (--quant mxfp4, the "
+                           "layout of its released checkpoints: %s / %s); scheme '%s' has no %s checkpoint "
+                           "format%s that libmoe or transformers load", in_dir, j.row->name,
+                           j.row->mxfp4.gate_up_blocks, j.row->mxfp4.gate_up_scales ? j.row->mxfp4.gate_up_scales : "?",
+                           opt->scheme, j.row->name, j.row->input_major.gate_up_bias ? " with expert biases" : "");
         goto out;
     }
     if (!writes_mxfp4 && j.mxfp4) {
-        st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: scheme 'mxfp4' is written for gpt-oss only (its released "
-                           "*_blocks / *_scales layout; transformers and libmoe read MXFP4 checkpoints for gpt-oss "
-                           "only); for %s use int4-g32 (compressed-tensors, vLLM-loadable)", in_dir,
+        moe_fam_names_with(MOE_FAM_HAS_MXFP4, ", ", false, fams, sizeof fams);
+        st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: scheme 'mxfp4' is written for %s only (its released "
+                           "*_blocks / *_scales layout; transformers and libmoe read MXFP4 checkpoints for %s "
+                           "only); for %s use int4-g32 (compressed-tensors, vLLM-loadable)", in_dir, fams, fams,
                            moe_family_name(fam));
         goto out;
     }
@@ -343,8 +352,9 @@ j.mxfp4 = j.q.w13.dtype == MOE_QTYPE_MXFP4;
     }
     if (stats->expert_tensors == 0) {
         st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: no expert weights in the selected MoE layers "
-                           "(<prefix>experts.<e>.<proj>.weight, or gpt-oss / Llama-4's experts.gate_up_proj and "
-                           "down_proj): other stacked expert layouts are not written", in_dir);
+                           "(<prefix>experts.<e>.<proj>.weight, or %s's experts.gate_up_proj and "
+                           "down_proj): other stacked expert layouts are not written", in_dir,
+                           moe_fam_names_with(MOE_FAM_HAS_INPUT_MAJOR, " / ", false, fams, sizeof fams));
         goto out;
     }
     /* config.json with quantization_config; the index with the new names */

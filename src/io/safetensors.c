@@ -82,6 +82,8 @@ static bool st_dtype_from_name(const char *s, moe_dtype *out)
 
 const char *moe_io_json_kind(const json_t *v)
 {
+    if (!v)
+        return "absent";
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
     case JSON_ARRAY: return "an array";

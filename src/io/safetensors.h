@@ -20,7 +20,7 @@ const char *moe_st_path(const moe_safetensors *f);
 char *moe_io_format_shape(char *buf, size_t len, int ndim, const int64_t *shape);
 
 /* Human name of a JSON value's type, for messages: "an object", "an array", "a string", "an
- * integer", "a real number", "a boolean", "null". */
+ * integer", "a real number", "a boolean", "null"; "absent" for NULL (a missing field). */
 const char *moe_io_json_kind(const json_t *v);
 
 #endif

@@ -15,7 +15,6 @@
 #include "core/act.h"
 #include "gemm/kernels.h"
 #include "testutil.h"
-#include "testutil.h"
 
 static float bits_f(uint32_t b)
 {

@@ -390,8 +390,9 @@ static void test_errors(void **state)
     tu_rm_tree(dir);
 
     write_synth(ctx, S, M_QWEN, dir, sizeof dir);
+    /* the families named are the rows with an MXFP4 layout (families.c), this one by its row */
     expect_error(ctx, open_desc(ctx, dir, &d), MOE_EUNSUPPORTED, "quantization_config.quant_method", "mxfp4",
-                 "gpt-oss only");
+                 "read for gpt_oss (GptOssForCausalLM) only, not qwen");
     tu_rm_tree(dir);
 
     /* a layer kept in bf16 (modules_to_not_convert) reads as the bf16 layout, unquantized */

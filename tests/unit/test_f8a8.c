@@ -1,17 +1,19 @@
 /* fp8 w8a8 block ("fp8-block-w8a8": e4m3 weights with [bn, bk] block scales, activations
  * quantized per token per group of act_group_size = bk channels; moe_quant.h "Quantized experts",
  * docs/numerics.md section 5):
- *  - the row quantizer (table entry quant_row_f8) of every table against the rule written out
- *    here independently (amax per group with NaN ignored, max(a, 1e-10) / 448, e4m3 nearest
- *    even), partial last groups, NaN / inf / zero / FLT_MAX rows, in place and with a multiplier;
- *  - the GEMM on quantized rows (linear_f8a8) and linear_q on f32 rows, every table, bit for
- *    bit against an independent fmaf computation of the definition, and against float64 within
- *    the stated summation bound; partial panels, K not a multiple of the group, rows 1..13 and
- *    48, panel sub-ranges, NaN weight codes (the exact-decode path, f8h = 0), block_n != 16;
+ *  - the row quantizer (table entry quant_row[MOE_WF_F8A8]) of every table against the rule
+ *    written out here independently (amax per group with NaN ignored, max(a, 1e-10) / 448,
+ *    e4m3 nearest even), partial last groups, NaN / inf / zero / FLT_MAX rows, in place and
+ *    with a multiplier;
+ *  - the GEMM on quantized rows (linear_rows[MOE_WF_F8A8]) and linear[MOE_WF_F8A8] on f32
+ *    rows, every table, bit for bit against an independent fmaf computation of the
+ *    definition, and against float64 within the stated summation bound; partial panels, K not
+ *    a multiple of the group, rows 1..13 and 48, panel sub-ranges, NaN weight codes (the
+ *    exact-decode path, f8h = 0), block_n != 16;
  *  - the whole layer through moe_plan_execute: the driver's quantize-once path against the
- *    per-item path (a table without linear_f8a8), across tables, threads, chunk sizes, the
- *    batched format, apply_router_weight_on_input, NaN / inf / zero tokens; and the error
- *    against the unquantized layer (stated bound);
+ *    per-item path (a table without linear_rows[MOE_WF_F8A8]), across tables, threads, chunk
+ *    sizes, the batched format, apply_router_weight_on_input, NaN / inf / zero tokens; and the
+ *    error against the unquantized layer (stated bound);
  *  - refusals: act_group_size != block_k, TOKEN_GROUP with int8 weights, TOKEN with fp8,
  *    TOKEN_GROUP with CHANNEL scales, a TP shard starting inside a k-block. */
 #include <stdarg.h>
@@ -89,7 +91,7 @@ static void check_row(const float *x, int64_t n, int64_t G, const char *what)
             uint8_t *dst = mode == 1 ? (uint8_t *)buf : got;
             quant_row_f8(tables[t], mode == 1 ? buf : x, n, G, mode == 2 ? &mul : NULL, dst, sg);
             if (memcmp(dst, want, (size_t)n) != 0 || memcmp(sg, sw, sizeof(float) * (size_t)ng) != 0)
-                fail_msg("quant_row_f8 %s n=%lld G=%lld (%s) mode %d differs", tables[t]->name, (long long)n,
+                fail_msg("quant_row[F8A8] %s n=%lld G=%lld (%s) mode %d differs", tables[t]->name, (long long)n,
                          (long long)G, what, mode);
         }
     }
@@ -104,7 +106,9 @@ static void test_quant_row(void **state)
         const float x[5] = {448.0f, 1.0f, -3.0f, 0.53125f, NAN};
         uint8_t q[5];
         float s[1];
-        quant_row_f8(tables[0], x, 5, 8, NULL, q, s);
+        const moe_kernels *ref = tu_table("ref"); /* registry row "ref", whatever its position */
+        assert_non_null(ref);
+        quant_row_f8(ref, x, 5, 8, NULL, q, s);
         assert_true(s[0] == 1.0f);
         const uint8_t want[5] = {0x7e, 0x38, 0xc4, 0x30, 0x7f};
         assert_memory_equal(q, want, 5);
@@ -249,7 +253,7 @@ static void check_gemm(const fmatrix *m, const float *x, int mb, int64_t p0, int
                     if (!tu_same_bits(got + r * ldo + n, want + r * ldo + n, 1))
                         fail_msg("%s %s N=%lld K=%lld bn=%lld G=%lld f8h=%d mb=%d panels [%lld,%lld): row %d col "
                                  "%lld: %a vs %a",
-                                 tables[t]->name, path ? "linear_f8a8" : "linear_q", (long long)m->N, (long long)K,
+                                 tables[t]->name, path ? "linear_rows[F8A8]" : "linear[F8A8]", (long long)m->N, (long long)K,
                                  (long long)m->bn, (long long)G, m->q.f8h, mb, (long long)p0, (long long)p1, r,
                                  (long long)(n0 + n), (double)got[r * ldo + n], (double)want[r * ldo + n]);
         }
@@ -399,10 +403,12 @@ static void test_layer(void **state)
             x[9 * H + H / 2] = NAN;                          /* token 9: a NaN element */
             x[11 * H] = INFINITY;                            /* token 11: +inf */
             float *want = malloc(sizeof(float) * (size_t)(T * H)), *got = malloc(sizeof(float) * (size_t)(T * H));
-            moe_kernels per_item = *tables[0]; /* the ref table */
+            const moe_kernels *ref = tu_table("ref"); /* registry row "ref", whatever its position */
+            assert_non_null(ref);
+            moe_kernels per_item = *ref;
             per_item.linear_rows[MOE_WF_F8A8] = NULL;
             per_item.quant_row[MOE_WF_F8A8] = NULL;
-            run_layer(&L, &per_item, 1, 1, 0, 64, x, T, want); /* the oracle: ref linear_q on f32 rows */
+            run_layer(&L, &per_item, 1, 1, 0, 64, x, T, want); /* the oracle: ref linear[F8A8] on f32 rows */
             for (int64_t tok = 0; tok < T; tok++) { /* NaN / inf tokens give NaN rows, the others finite */
                 const int bad = tok == 9 || tok == 11;
                 for (int64_t h = 0; h < H; h++)

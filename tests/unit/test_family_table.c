@@ -5,17 +5,21 @@
  *    form of an input-major one; a gated shared expert names its gate);
  *  - moe_family_layer_defaults gives each family's routing and expert math as
  *    moe_checkpoint.h documents it, leaves the sizes alone, refuses custom and unknown values;
- *  - every fixture's layer description agrees with its family's defaults on the fields that
- *    config.json cannot change (the row's scoring, biases, weight on the input, group score,
- *    and the activation of the families that do not read hidden_act). */
+ *  - every transformers fixture, described as a bench preset is (moe_family_layer_defaults,
+ *    then the sizes and the routing fields its config.json sets), computes transformers'
+ *    output on the checkpoint's weights; every family has such a fixture (or is listed as
+ *    lacking one). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "io/families.h"
 #include "moe.h"
@@ -173,8 +177,155 @@ static void test_layer_defaults(void **state)
     assert_int_equal(moe_family_layer_defaults(MOE_FAMILY_MIXTRAL, NULL), MOE_EINVAL);
 }
 
-/* Every fixture: the fields that config.json cannot change equal the family's defaults. */
-static void test_fixtures_agree(void **state)
+/* ---- a fixture's layer described the way the bench presets do ---------------------- */
+
+/* Families with a row but no transformers fixture yet (gen_fixtures.py has no entry): the
+ * test below fails when one of them gains a fixture, so this list stays true. */
+static const moe_family k_no_fixture[] = {MOE_FAMILY_QWEN3_NEXT};
+
+static json_t *load_json(const char *path)
+{
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j)
+        fail_msg("%s: %s (line %d)", path, je.text, je.line);
+    return j;
+}
+
+static int64_t json_int_field(const char *file, const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v))
+        fail_msg("%s: integer field '%s' missing", file, key);
+    return (int64_t)json_integer_value(v);
+}
+
+static const char *json_str_field(const char *file, const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!json_is_string(v))
+        fail_msg("%s: string field '%s' missing", file, key);
+    return json_string_value(v);
+}
+
+static moe_dtype dtype_field(const char *file, const json_t *o, const char *key)
+{
+    const char *s = json_str_field(file, o, key);
+    if (!strcmp(s, "F32"))
+        return MOE_DTYPE_F32;
+    if (!strcmp(s, "BF16"))
+        return MOE_DTYPE_BF16;
+    fail_msg("%s: field '%s' = %s: F32 or BF16 expected", file, key, s);
+    return MOE_DTYPE_F32;
+}
+
+/* The family whose moe_family_name is s (meta.json "family"). */
+static moe_family family_named(const char *file, const char *s)
+{
+    for (int f = 1; f <= n_families(); f++)
+        if (!strcmp(s, moe_family_name((moe_family)f)))
+            return (moe_family)f;
+    fail_msg("%s: unknown family %s", file, s);
+    return MOE_FAMILY_CUSTOM;
+}
+
+/* A tensor [d0, d1] of dtype dt from an open safetensors file, copied (aligned) into a fresh
+ * buffer of d0 * d1 elements. */
+static void *tensor_copy(moe_safetensors *f, const char *file, const char *name, moe_dtype dt, int64_t d0,
+                         int64_t d1)
+{
+    moe_tensor_info ti;
+    if (moe_safetensors_get(f, name, &ti) != MOE_OK)
+        fail_msg("%s: no tensor %s", file, name);
+    if (ti.dtype != dt || ti.ndim != 2 || ti.shape[0] != d0 || ti.shape[1] != d1)
+        fail_msg("%s: tensor %s is %s rank %d; expected %s [%lld, %lld]", file, name, moe_dtype_name(ti.dtype),
+                 ti.ndim, moe_dtype_name(dt), (long long)d0, (long long)d1);
+    void *p = aligned_alloc(64, (ti.nbytes + 63) / 64 * 64 + 64);
+    assert_non_null(p);
+    memcpy(p, ti.data, ti.nbytes);
+    return p;
+}
+
+/* The description a caller without the checkpoint reader builds, as tools/models.c builds a
+ * bench preset: moe_layer_desc_init, the sizes (meta.json, written by gen_fixtures.py from the
+ * transformers model), moe_family_layer_defaults, then only the routing fields config.json
+ * sets, read here with transformers' meaning (not the family table's field names):
+ *   norm_topk_prob          renormalize (DeepSeek-V2's router never renormalizes:
+ *                           transformers' DeepseekV2Moe does not read it)
+ *   routed_scaling_factor   routed_scaling_factor
+ *   n_group, topk_group     the groups (null, or topk_method "greedy": none)
+ *   hidden_act              the gate function, for a family whose defaults give the SwiGLU that
+ *                           hidden_act's default "silu" selects (the clamped SwiGLU ignores it)
+ *   swiglu_alpha / _limit   the clamped SwiGLU's constants
+ *   quantization_config     quant_method "mxfp4": the routed experts' scheme
+ * The decoder's fields of a multimodal wrapper are in config.json text_config. */
+static void preset_desc(const char *dir, const json_t *meta, moe_layer_desc *d)
+{
+    char path[2200];
+    tu_join(path, sizeof path, dir, "config.json");
+    json_t *root = load_json(path);
+    const json_t *cfg = json_object_get(root, "text_config");
+    if (!json_is_object(cfg))
+        cfg = root;
+    moe_layer_desc_init(d);
+    d->hidden_size = json_int_field("meta.json", meta, "H");
+    d->moe_intermediate_size = json_int_field("meta.json", meta, "I");
+    d->num_experts = json_int_field("meta.json", meta, "E");
+    d->top_k = json_int_field("meta.json", meta, "K");
+    d->shared_expert_intermediate_size = json_int_field("meta.json", meta, "shared_expert_intermediate_size");
+    d->weight_dtype = dtype_field("meta.json", meta, "weight_dtype");
+    const moe_family fam = family_named("meta.json", json_str_field("meta.json", meta, "family"));
+    assert_int_equal(moe_family_layer_defaults(fam, d), MOE_OK);
+
+    const json_t *v;
+    if ((v = json_object_get(cfg, "norm_topk_prob")) && json_is_boolean(v) && fam != MOE_FAMILY_DEEPSEEK_V2)
+        d->renormalize = json_is_true(v);
+    if ((v = json_object_get(cfg, "routed_scaling_factor")) && json_is_number(v))
+        d->routed_scaling_factor = (float)json_number_value(v);
+    const json_t *method = json_object_get(cfg, "topk_method");
+    if (json_is_string(method) && !strcmp(json_string_value(method), "greedy")) {
+        d->n_group = 0;
+        d->topk_group = 0;
+    } else {
+        if ((v = json_object_get(cfg, "n_group")))
+            d->n_group = json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
+        if ((v = json_object_get(cfg, "topk_group")))
+            d->topk_group = json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
+    }
+    if ((v = json_object_get(cfg, "hidden_act")) && d->activation == MOE_ACT_SWIGLU) {
+        const char *act = json_is_string(v) ? json_string_value(v) : "?";
+        if (!strcmp(act, "silu"))
+            d->activation = MOE_ACT_SWIGLU;
+        else if (!strcmp(act, "gelu"))
+            d->activation = MOE_ACT_GEGLU;
+        else if (!strcmp(act, "gelu_pytorch_tanh"))
+            d->activation = MOE_ACT_GEGLU_TANH;
+        else
+            fail_msg("%s: hidden_act %s: not described here", path, act);
+    }
+    if ((v = json_object_get(cfg, "swiglu_alpha")) && json_is_number(v))
+        d->swiglu_alpha = (float)json_number_value(v);
+    if ((v = json_object_get(cfg, "swiglu_limit")) && json_is_number(v))
+        d->swiglu_limit = (float)json_number_value(v);
+    const json_t *qc = json_object_get(root, "quantization_config");
+    if (qc && !json_is_null(qc)) {
+        const char *m = json_str_field(path, qc, "quant_method");
+        if (strcmp(m, "mxfp4") != 0 || moe_quant_from_name("mxfp4", &d->quant) != MOE_OK)
+            fail_msg("%s: quant_method %s: not described here", path, m);
+    }
+    json_decref(root);
+}
+
+/* Every fixture with config.json, meta.json and expected.safetensors (transformers' MoE block
+ * in float32, gen_fixtures.py): its layer described as above, the checkpoint's weights loaded
+ * into that description's plan and run on input.safetensors, against expected.safetensors
+ * with test_fixtures.c's f32 class (output within 1e-5 * max |expected|, topk_ids equal,
+ * topk_weights within 1e-6 * max |expected| after meta.json topk_weights_scale). A wrong row
+ * default (scoring, renormalization, scaling, groups, biases, weight on the input, activation,
+ * shared gate) changes what the bench presets compute and fails here, whatever the checkpoint
+ * reader makes of the same row. Every family with a row has such a fixture, or is listed in
+ * k_no_fixture. */
+static void test_fixtures_match_defaults(void **state)
 {
     (void)state;
     char root[1024];
@@ -182,41 +333,96 @@ static void test_fixtures_agree(void **state)
     DIR *dir = opendir(root);
     assert_non_null(dir);
     moe_ctx *ctx = tu_ctx();
-    int checked = 0;
+    const int n_fam = n_families();
+    int seen[64] = {0}; /* [family] fixtures checked per moe_family value */
+    assert_true(n_fam < 64);
     for (struct dirent *de = readdir(dir); de; de = readdir(dir)) {
-        char d[2048], cfg[2200];
+        char d[2048], cfg_p[2200], meta_p[2200], exp_p[2200], in_p[2200];
         if (de->d_name[0] == '.')
             continue;
         tu_join(d, sizeof d, root, de->d_name);
-        tu_join(cfg, sizeof cfg, d, "config.json");
-        FILE *f = fopen(cfg, "r");
-        if (!f)
+        tu_join(cfg_p, sizeof cfg_p, d, "config.json");
+        tu_join(meta_p, sizeof meta_p, d, "meta.json");
+        tu_join(exp_p, sizeof exp_p, d, "expected.safetensors");
+        tu_join(in_p, sizeof in_p, d, "input.safetensors");
+        if (access(cfg_p, R_OK) != 0 || access(meta_p, R_OK) != 0 || access(exp_p, R_OK) != 0)
             continue;
-        fclose(f);
+        json_t *meta = load_json(meta_p);
+        /* expected.safetensors must be the f32 class the tolerance below is for */
+        const char *cls = NULL;
+        size_t i;
+        json_t *ex;
+        json_array_foreach(json_object_get(meta, "expectations"), i, ex) {
+            const json_t *file = json_object_get(ex, "file");
+            if (json_is_string(file) && !strcmp(json_string_value(file), "expected.safetensors"))
+                cls = json_string_value(json_object_get(ex, "class"));
+        }
+        if (!cls || strcmp(cls, "f32") != 0)
+            fail_msg("%s: expected.safetensors is not listed with class f32 in expectations", meta_p);
+
+        moe_layer_desc desc;
+        preset_desc(d, meta, &desc);
+        const int64_t layer = json_int_field(meta_p, meta, "layer"), T = json_int_field(meta_p, meta, "T");
+        const int64_t H = desc.hidden_size, K = desc.top_k;
+        const json_t *ws = json_object_get(meta, "topk_weights_scale");
+        const float wscale = ws ? (float)json_number_value(ws) : 1.0f;
+        const moe_dtype xdt = dtype_field(meta_p, meta, "input_dtype");
+
+        moe_safetensors *in = NULL, *e = NULL;
+        if (moe_safetensors_open(ctx, in_p, &in) != MOE_OK || moe_safetensors_open(ctx, exp_p, &e) != MOE_OK)
+            fail_msg("%s: %s", de->d_name, moe_ctx_last_error(ctx));
+        void *x = tensor_copy(in, in_p, json_str_field(meta_p, meta, "input_tensor"), xdt, T, H); /* [T, H] */
+        float *want = tensor_copy(e, exp_p, "output", MOE_DTYPE_F32, T, H);                     /* [T, H] */
+        int32_t *want_ids = tensor_copy(e, exp_p, "topk_ids", MOE_DTYPE_I32, T, K);             /* [T, K] */
+        float *want_w = tensor_copy(e, exp_p, "topk_weights", MOE_DTYPE_F32, T, K);             /* [T, K] */
+        moe_safetensors_free(in);
+        moe_safetensors_free(e);
+        float *out = malloc(sizeof(float) * (size_t)(T * H));     /* [T, H] */
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)(T * K)); /* [T, K] */
+        float *wts = malloc(sizeof(float) * (size_t)(T * K));     /* [T, K] */
+        assert_non_null(out);
+        assert_non_null(ids);
+        assert_non_null(wts);
+
         moe_checkpoint *ck = NULL;
-        assert_int_equal(moe_checkpoint_open(ctx, d, &ck), MOE_OK);
-        int64_t layer = -1;
-        for (int64_t l = 0; l < moe_checkpoint_num_layers(ck) && layer < 0; l++)
-            if (moe_checkpoint_is_moe_layer(ck, l))
-                layer = l;
-        moe_layer_desc got, want;
-        assert_int_equal(moe_checkpoint_layer_desc(ck, layer, &got), MOE_OK);
-        moe_layer_desc_init(&want);
-        assert_int_equal(moe_family_layer_defaults(got.family, &want), MOE_OK);
-        const moe_fam_row *row = moe_fam_row_of(got.family);
-        if (got.scoring_func != want.scoring_func || got.has_selection_bias != want.has_selection_bias ||
-            got.has_router_bias != want.has_router_bias || got.has_expert_bias != want.has_expert_bias ||
-            got.apply_router_weight_on_input != want.apply_router_weight_on_input ||
-            (got.n_group > 1 && got.group_score != want.group_score) ||
-            (row->activation.rule != MOE_FAM_ACT_HIDDEN_ACT && got.activation != want.activation))
-            fail_msg("%s: layer description disagrees with moe_family_layer_defaults(%s)", de->d_name,
-                     moe_family_name(got.family));
+        if (moe_checkpoint_open(ctx, d, &ck) != MOE_OK)
+            fail_msg("%s: %s", de->d_name, moe_ctx_last_error(ctx));
+        printf("  %s (%s): preset-style description on the checkpoint's weights\n", de->d_name,
+               moe_family_name(desc.family));
+        tu_run_layer_ex(ctx, &desc, NULL, ck, layer, NULL, x, xdt, T, out, ids, wts);
         moe_checkpoint_free(ck);
-        checked++;
+
+        for (int64_t t = 0; t < T * K; t++) {
+            if (ids[t] != want_ids[t])
+                fail_msg("%s: topk_ids[%lld][%lld] = %d, transformers has %d", de->d_name, (long long)(t / K),
+                         (long long)(t % K), ids[t], want_ids[t]);
+            wts[t] *= wscale;
+        }
+        const double err = tu_max_abs_diff(out, want, (size_t)(T * H)), mx = tu_max_abs(want, (size_t)(T * H));
+        const double werr = tu_max_abs_diff(wts, want_w, (size_t)(T * K)), wmx = tu_max_abs(want_w, (size_t)(T * K));
+        if (!(err <= 1e-5 * mx))
+            fail_msg("%s: max |output - transformers| = %.3e > 1e-5 * max |expected| = %.3e", de->d_name, err,
+                     1e-5 * mx);
+        if (!(werr <= 1e-6 * wmx))
+            fail_msg("%s: max |topk_weights - transformers| = %.3e > 1e-6 * max = %.3e", de->d_name, werr,
+                     1e-6 * wmx);
+        seen[desc.family]++;
+        free(x), free(want), free(want_ids), free(want_w), free(out), free(ids), free(wts);
+        json_decref(meta);
     }
     closedir(dir);
-    assert_true(checked >= n_families());
     moe_ctx_free(ctx);
+    /* distinct families, not folders: each row is checked by a fixture of its own */
+    for (int f = 1; f <= n_fam; f++) {
+        int exempt = 0;
+        for (size_t i = 0; i < sizeof k_no_fixture / sizeof k_no_fixture[0]; i++)
+            exempt |= k_no_fixture[i] == (moe_family)f;
+        if (!seen[f] && !exempt)
+            fail_msg("family %s has no fixture with config.json, meta.json and expected.safetensors",
+                     moe_family_name((moe_family)f));
+        if (seen[f] && exempt)
+            fail_msg("family %s has a fixture now: remove it from k_no_fixture", moe_family_name((moe_family)f));
+    }
 }
 
 int main(void)
@@ -225,7 +431,7 @@ int main(void)
         cmocka_unit_test(test_rows_complete),
         cmocka_unit_test(test_prefix),
         cmocka_unit_test(test_layer_defaults),
-        cmocka_unit_test(test_fixtures_agree),
+        cmocka_unit_test(test_fixtures_match_defaults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

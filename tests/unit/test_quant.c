@@ -512,7 +512,7 @@ static unsigned kq_rand(void) /* splitmix64, deterministic */
  * codes only when nan_codes) and random scales 2^(scale_lo .. scale_hi) (f32) or E8M0 bytes,
  * packed by moe_quant_pack; then for mb = 1 .. 9 rows and two panel ranges: the ref table's kernel
  * within the a-priori rounding bound of the exact value sum_k x[k] (v[k] - z) s (below), and
- * and the avx2 and avx512 tables' kernels (where the CPU has them) equal to the ref bit for
+ * the avx2 and avx512 tables' kernels (where the CPU has them) equal to the ref bit for
  * bit, lanes past a narrow panel and rows past mb untouched.
  * Returns moe_qmat.f8h of the packed matrix.
  *

@@ -631,7 +631,8 @@ static void test_errors(void **state)
 
     tu_join(out, sizeof out, root, "o");
     expect_error(ctx, quantize(ctx, in, out, "int3", NULL, 0, 0, NULL), MOE_EINVAL, "unknown", "int3");
-    expect_error(ctx, quantize(ctx, in, out, "mxfp4", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "mxfp4", "gpt-oss only");
+    expect_error(ctx, quantize(ctx, in, out, "mxfp4", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "mxfp4",
+                 "written for gpt_oss only", "for qwen3_moe use int4-g32");
     expect_error(ctx, quantize(ctx, in, out, "fp8-channel", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "fp8-block");
     expect_error(ctx, quantize(ctx, in, in, "int8-channel", NULL, 0, 0, NULL), MOE_EINVAL, "input");
     tu_join(p, sizeof p, in, "sub");
@@ -643,6 +644,13 @@ static void test_errors(void **state)
     char stacked[600];
     tu_data_path(stacked, sizeof stacked, "qwen3_moe_stacked_f32");
     expect_error(ctx, quantize(ctx, stacked, out, "int8-channel", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "stacked");
+    /* a family whose row has neither the per-expert nor the input-major layout (granitemoe):
+     * refused up front, naming its stacked tensors and the rows that can be written */
+    char granite[600];
+    tu_data_path(granite, sizeof granite, "granitemoe_f32");
+    expect_error(ctx, quantize(ctx, granite, out, "int8-channel", NULL, 0, 0, NULL), MOE_EUNSUPPORTED,
+                 "granitemoe stores its experts stacked (input_linear.weight / output_linear.weight)",
+                 "writes gpt_oss, llama4 and the per-expert layout");
     char ct[600];
     tu_data_path(ct, sizeof ct, "qwen3_moe_ct_w4a16_zp");
     expect_error(ctx, quantize(ctx, ct, out, "int8-channel", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "already quantized");
@@ -793,6 +801,17 @@ static void test_cli(void **state)
                                                    "--layers", "0,0", NULL}),
                      2);
     assert_non_null(strstr(e, "layer 0 is listed twice"));
+    /* a bad --layers list is a usage error naming the option, before anything is read or
+     * written: empty items and lists included (the shared cli_parse_i64_list) */
+    static const char *const bad_layers[] = {"0,,1", "0,", ",0", "", ",", "x", "-1", "0;1", "0x1", "4294967296"};
+    for (size_t i = 0; i < sizeof bad_layers / sizeof bad_layers[0]; i++) {
+        int rc = run_cli(o, sizeof o, e, sizeof e,
+                         (const char *const[]){"--checkpoint", in, "--output", out, "--quant", "int8-channel",
+                                               "--layers", bad_layers[i], NULL});
+        if (rc != 2 || !strstr(e, "moe quantize: --layers: "))
+            fail_msg("--layers '%s': exit %d (want 2), stderr:\n%s", bad_layers[i], rc, e);
+        assert_string_equal(o, "");
+    }
     assert_int_equal(run_cli(o, sizeof o, e, sizeof e,
                              (const char *const[]){"--checkpoint", in, "--output", out, "--quant", "mxfp4", NULL}),
                      1);

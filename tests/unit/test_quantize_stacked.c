@@ -393,7 +393,9 @@ static void test_gpt_oss_mxfp4(void **state)
     const int before = tu_dir_entries(root);
     char fx[700], bad[700];
     tu_join(bad, sizeof bad, root, "bad");
-    expect_error(ctx, quantize_checked(ctx, in, bad, "int4-g32"), MOE_EUNSUPPORTED, "MXFP4 only", "mxfp4");
+    expect_error(ctx, quantize_checked(ctx, in, bad, "int4-g32"), MOE_EUNSUPPORTED,
+                 "gpt_oss experts are written as MXFP4 only", "experts.gate_up_proj_blocks / experts.gate_up_proj_scales",
+                 "no gpt_oss checkpoint format with expert biases");
     tu_data_path(fx, sizeof fx, "gpt_oss_bf16");
     expect_error(ctx, quantize_checked(ctx, fx, bad, "mxfp4"), MOE_ESHAPE, "multiple of 32");
     volatile int cancel = 1;
@@ -624,7 +626,7 @@ static void test_llama4(void **state)
     /* mxfp4 is gpt-oss's format only: refused, nothing left */
     const int before = tu_dir_entries(root);
     tu_join(out, sizeof out, root, "mx");
-    expect_error(ctx, quantize_checked(ctx, in, out, "mxfp4"), MOE_EUNSUPPORTED, "gpt-oss only", "int4-g32");
+    expect_error(ctx, quantize_checked(ctx, in, out, "mxfp4"), MOE_EUNSUPPORTED, "gpt_oss only", "int4-g32");
     assert_int_equal(tu_dir_entries(root), before);
     free(gate), free(up), free(down), free(sh);
     free(m.router), free(m.gu), free(m.dn), free(m.sg), free(m.su), free(m.sd);

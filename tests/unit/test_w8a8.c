@@ -1,15 +1,16 @@
 /* int8 w8a8 kernels and driver (docs/numerics.md section 5):
- *  - the row quantizer (kernel table entry quant_row_i8) of every table against the rule of
- *    moe.h as quant/quant.h writes it (moe_qact_i8_scale, moe_qact_i8), on row lengths around
- *    the 16-lane vectors, with NaN, +-inf, -0, subnormals, FLT_MAX and exact .5 ties; in
- *    place and with a multiplier (apply_router_weight_on_input);
- *  - the GEMM on quantized rows (linear_w8a8) and linear_q on f32 rows, every table, against
- *    an independent int64 computation of the formula and bit for bit against the scalar
- *    linear_q, for row counts not multiple of 6, partial panels, K % 4 != 0, panel sub-ranges,
- *    K = 65536 at the extremes (the int32 limit of moe.h);
- *  - the whole layer: the grouped driver's quantize-once path against the per-item path
- *    (a table without linear_w8a8) bit for bit, standard and batched formats, several chunks,
- *    apply_router_weight_on_input, 1 and 2 threads, NaN and inf tokens. */
+ *  - the row quantizer (kernel table entry quant_row[MOE_WF_W8A8]) of every table against the
+ *    rule of moe.h as quant/quant.h writes it (moe_qact_i8_scale, moe_qact_i8), on row lengths
+ *    around the 16-lane vectors, with NaN, +-inf, -0, subnormals, FLT_MAX and exact .5 ties;
+ *    in place and with a multiplier (apply_router_weight_on_input);
+ *  - the GEMM on quantized rows (linear_rows[MOE_WF_W8A8]) and linear[MOE_WF_W8A8] on f32
+ *    rows, every table, against an independent int64 computation of the formula and bit for
+ *    bit against the scalar (ref) linear[MOE_WF_W8A8], for row counts not multiple of 6,
+ *    partial panels, K % 4 != 0, panel sub-ranges, K = 65536 at the extremes (the int32 limit
+ *    of moe.h);
+ *  - the whole layer: the grouped driver's quantize-once path against the per-item path (a
+ *    table without linear_rows[MOE_WF_W8A8]) bit for bit, standard and batched formats,
+ *    several chunks, apply_router_weight_on_input, 1 and 2 threads, NaN and inf tokens. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -193,8 +194,8 @@ static void qmatrix_free(qmatrix *m)
     free(m->w), free(m->sw), free(m->packed), free(m->dscale), free(m->comp);
 }
 
-/* x: mb rows of K floats; panels [p0, p1). Every table's linear_q and quant_row_i8 +
- * linear_w8a8 against the independent int64 formula (finite scales) and each other. */
+/* x: mb rows of K floats; panels [p0, p1). Every table's linear[W8A8] and quant_row[W8A8] +
+ * linear_rows[W8A8] against the independent int64 formula (finite scales) and each other. */
 static void check_gemm(const qmatrix *m, const float *x, int mb, int64_t p0, int64_t p1)
 {
     const int64_t K = m->K, K4 = (K + 3) / 4 * 4;
@@ -236,7 +237,7 @@ static void check_gemm(const qmatrix *m, const float *x, int mb, int64_t p0, int
                     const float w = want[m2 * ldo + n], g = got[m2 * ldo + n];
                     if (tu_f32_bits(w) != tu_f32_bits(g) && !(isnan(w) && isnan(g)))
                         fail_msg("%s %s N=%lld K=%lld mb=%d panels [%lld,%lld): row %d col %lld: %a vs %a",
-                                 tables[t]->name, path ? "linear_w8a8" : "linear_q", (long long)m->N,
+                                 tables[t]->name, path ? "linear_rows[W8A8]" : "linear[W8A8]", (long long)m->N,
                                  (long long)K, mb, (long long)p0, (long long)p1, m2, (long long)(n0 + n),
                                  (double)g, (double)w);
                 }
@@ -338,7 +339,7 @@ static void wlayer_free(wlayer *L)
     free(L->codes), free(L->scales), free(L->router);
 }
 
-/* table: the ctx's kernels replaced by it (a copy without linear_w8a8 runs the per-item path). */
+/* table: the ctx's kernels replaced by it (a copy without linear_rows[W8A8] runs the per-item path). */
 static void run_layer(const wlayer *L, const moe_kernels *table, int threads, int batched, int64_t chunk,
                       const float *x, int64_t T, float *out)
 {
