@@ -459,6 +459,33 @@ typedef enum moe_experts_kind {
 
 #include "moe_parallel.h"
 
+/* The arithmetic of the expert GEMMs (routed and shared experts). It changes the output, so
+ * it is part of the plan (moe_plan_text, moe_plan_hash), never a knob. Routing (router GEMM,
+ * scores, top-k, routing weights), biases, activations and the combine are f32 in both modes.
+ *  - MOE_COMPUTE_F32 (default): f32 activations, one fused multiply-add per term in increasing
+ *    k (docs/numerics.md section 2).
+ *  - MOE_COMPUTE_BF16: what a bf16 transformers model (and vLLM, SGLang, KTransformers on
+ *    bf16 weights) computes: the hidden states entering gate/up and the activation output
+ *    entering down are rounded to bf16 (round to nearest even, as torch's f32 -> bf16; NaN
+ *    stays NaN, +-Inf stays +-Inf), products are accumulated in f32 in the pair order of
+ *    x86's vdpbf16ps with bf16 denormals read as zero and f32 denormal results flushed to zero
+ *    (docs/numerics.md section 7: the exact rule, and the bounds against the f32 mode and
+ *    transformers). Weights: bf16 as they are; f32 and f16 weights are rounded to bf16 once
+ *    at packing (nearest even; logged at INFO with the bytes saved); the weight-only quantized
+ *    formats keep their codes (every code value is exact in bf16) and scales. The
+ *    quantized-activation schemes (int8-w8a8, fp8-block-w8a8) compute in 8 bits already:
+ *    MOE_EUNSUPPORTED with compute bf16. On a kernel table without avx512_bf16 the mode runs
+ *    with the same bits on that table's own kernels or the scalar ones, with one WARNING
+ *    naming the missing feature and the cost. */
+typedef enum moe_compute {
+    MOE_COMPUTE_F32 = 0,
+    MOE_COMPUTE_BF16 = 1
+} moe_compute;
+
+/* "f32", "bf16", or "?" for a value out of range. */
+const char *moe_compute_name(moe_compute c);
+/* MOE_OK and *out for "f32" / "bf16"; MOE_EINVAL otherwise. */
+moe_status moe_compute_from_name(const char *name, moe_compute *out);
 
 typedef struct moe_plan_config {
     moe_prepare_finalize_kind prepare_finalize; /* default MOE_PF_LOCAL; with ep_size > 1 the
@@ -469,18 +496,24 @@ typedef struct moe_plan_config {
     int64_t batched_capacity; /* batched format: token slots per expert (per source rank under
                                  EP); chunks are cut to it so no row is ever dropped; default 64 */
     moe_parallel_config parallel; /* default: one process (sizes 1, ranks 0) */
+    moe_compute compute;          /* default MOE_COMPUTE_F32; the plan text gains
+                                     "compute=bf16;" in bf16 mode (f32 plans keep their text
+                                     and hash) */
 } moe_plan_config;
 
 void moe_plan_config_init(moe_plan_config *cfg);
 
 /* moe_plan_create with a chosen composition. Errors as moe_plan_create, plus MOE_EINVAL when
  * the prepare/finalize and experts formats differ (the message names both), for a
- * capacity < 1, or for a bad parallel field (named); for parallel plans, the errors of the
+ * capacity < 1, a compute value out of range, or for a bad parallel field (named);
+ * MOE_EUNSUPPORTED for compute bf16 with a quantized-activation scheme; for parallel plans, the errors of the
  * collective check (moe_parallel.h: MOE_EINVAL, MOE_ETIMEOUT, MOE_EMPI) and MOE_EUNSUPPORTED without
  * MPI. cfg may be NULL (defaults). */
 moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const moe_plan_config *cfg,
                               moe_plan **out);
 
+/* The plan's compute mode (moe_plan_config.compute; MOE_COMPUTE_F32 for moe_plan_create). */
+moe_compute moe_plan_compute(const moe_plan *plan);
 
 /* The description the plan was compiled from. */
 const moe_layer_desc *moe_plan_desc(const moe_plan *plan);
@@ -556,11 +589,12 @@ typedef struct moe_rank_report {
 moe_status moe_plan_report(const moe_plan *plan, moe_rank_report *out);
 
 /* The same for any rank of an EP x TP layout, without MPI and without creating the plan:
- * desc on ctx's kernel table, par's ep_size / tp_size and the rank's ep_rank / tp_rank (other
- * fields ignored). Errors: those of moe_plan_create's validation of desc (recorded on ctx), and
- * MOE_EINVAL for sizes or ranks out of range (named; ep_size * tp_size at most 2^20), and the
- * TP shard errors of moe_plan_report. */
-moe_status moe_plan_report_for(moe_ctx *ctx, const moe_layer_desc *desc, const moe_parallel_config *par,
+ * desc on ctx's kernel table, cfg->parallel's ep_size / tp_size and the rank's ep_rank /
+ * tp_rank, and cfg->compute (the other fields ignored). Errors: those of moe_plan_create's
+ * validation of desc (recorded on ctx); MOE_EINVAL for sizes, ranks or compute out of range
+ * (named; ep_size * tp_size at most 2^20); MOE_EUNSUPPORTED for compute bf16 with a
+ * quantized-activation scheme; and the TP shard errors of moe_plan_report. */
+moe_status moe_plan_report_for(moe_ctx *ctx, const moe_layer_desc *desc, const moe_plan_config *cfg,
                                moe_rank_report *out);
 
 /* What an execute of n_tokens (>= 1) tokens runs on `plan`. */

@@ -64,6 +64,9 @@ int cli_parse_opts(int argc, char **argv, const char *cmd, const cli_opt *opts, 
                    void (*usage)(FILE *));
 #define CLI_NOPTS(table) (sizeof(table) / sizeof((table)[0]))
 
+/* CLI_CUSTOM parser of --compute f32|bf16 into a moe_compute (moe.h). */
+int cli_parse_compute(const char *cmd, const char *name, const char *value, void *dst);
+
 /* Strict numeric parsing: the whole string, no leading space, in [lo, hi]. On failure
  * print "CMD: OPT: ..." and return -1. */
 int cli_parse_i64(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi,

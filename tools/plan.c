@@ -13,7 +13,7 @@ static const char *const CMD = "moe plan";
 static void plan_usage(FILE *f)
 {
     fputs("usage: moe plan (--model NAME | --checkpoint DIR [--layer L]) [--tp N] [--ep N]\n"
-          "                [--quant SCHEME] [--tokens LIST]\n"
+          "                [--quant SCHEME] [--compute f32|bf16] [--tokens LIST]\n"
           "\n"
           "Reports, per rank, for one MoE layer: expert weight bytes, padding and its cost,\n"
           "workspace bytes at each T, FLOPs and weight bytes per token, the kernel path each\n"
@@ -30,6 +30,8 @@ static void plan_usage(FILE *f)
           "  --quant SCHEME     expert weights: bf16 (default for --model), f16, f32, or a\n"
           "                     quantization scheme of moe bench --quant (fp8-block, int8-w8a8,\n"
           "                     int4-g128, mxfp4, ...); default for --checkpoint: its own\n"
+          "  --compute C        the expert GEMMs' arithmetic: f32 (default) or bf16 (bf16\n"
+          "                     activations and weights, f32 accumulation; moe.h moe_compute)\n"
           "  --tokens LIST      token counts for workspace and kernel path (default\n"
           "                     1,16,256,2048,32768)\n"
           "  -h, --help         this text\n",
@@ -47,6 +49,7 @@ int cli_cmd_plan(int argc, char **argv)
 {
     const char *model = NULL, *ckdir = NULL, *quant = NULL, *tokens = "1,16,256,2048,32768";
     int64_t tp = 1, ep = 1, layer = -1;
+    moe_compute compute = MOE_COMPUTE_F32;
     const cli_opt opts[] = {
         /* the layer: exactly one of an embedded model (by name) or a checkpoint folder */
         {.name = "--model", .kind = CLI_STR, .dst = &model},
@@ -59,6 +62,7 @@ int cli_cmd_plan(int argc, char **argv)
         {.name = "--quant", .kind = CLI_STR, .dst = &quant},
         /* a comma-separated list of token counts, parsed below */
         {.name = "--tokens", .kind = CLI_STR, .dst = &tokens},
+        {.name = "--compute", .kind = CLI_CUSTOM, .dst = &compute, .parse = cli_parse_compute},
     };
     const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), plan_usage);
     if (prc != CLI_GO_ON)
@@ -146,14 +150,14 @@ int cli_cmd_plan(int argc, char **argv)
     }
     /* Every number below is the library's (moe_plan_report_for: the weight builder's packed sizes
      * and TP slicing, the kernel table's fallbacks), one report per rank of the layout. */
-    moe_parallel_config par;
     moe_plan_config pc;
     moe_plan_config_init(&pc);
-    par = pc.parallel;
-    par.ep_size = (int)ep;
-    par.tp_size = (int)tp;
+    pc.compute = compute;
+    moe_parallel_config *const par = &pc.parallel;
+    par->ep_size = (int)ep;
+    par->tp_size = (int)tp;
     moe_rank_report r0;
-    moe_status rst = moe_plan_report_for(ctx, &d, &par, &r0);
+    moe_status rst = moe_plan_report_for(ctx, &d, &pc, &r0);
     if (rst != MOE_OK) {
         cli_err(CMD, "%s", moe_ctx_last_error(ctx));
         /* a layout no rank can pack (odd 4-bit or misaligned fp8 w8a8 TP shard): the command line's choice */
@@ -178,8 +182,9 @@ int cli_cmd_plan(int argc, char **argv)
     if (Is)
         printf(", shared expert I %lld%s", (long long)Is, d.shared_expert_gated ? " (gated)" : "");
     printf(", weights %s\n", dtname);
-    printf("ranks: tp %lld x ep %lld = %lld; kernel table %s; options hash %016llx\n", (long long)tp, (long long)ep,
-           (long long)(tp * ep), r0.kernel_table, (unsigned long long)moe_ctx_options_hash(ctx));
+    printf("ranks: tp %lld x ep %lld = %lld; kernel table %s; compute %s; options hash %016llx\n", (long long)tp,
+           (long long)ep, (long long)(tp * ep), r0.kernel_table, moe_compute_name(compute),
+           (unsigned long long)moe_ctx_options_hash(ctx));
     if (tp * ep > 1)
         printf("placement: the library's (moe_parallel.h \"Parallelism\"): experts split E/ep with the remainder on the first "
                "EP ranks, I (and the shared expert's I) split I/tp the same way; 'expert bytes' + 'shared bytes' is "
@@ -200,9 +205,9 @@ int cli_cmd_plan(int argc, char **argv)
     for (int64_t g = 0; g < ep; g++) {
         for (int64_t t = 0; t < tp; t++) {
             moe_rank_report r;
-            par.ep_rank = (int)g;
-            par.tp_rank = (int)t;
-            if (moe_plan_report_for(ctx, &d, &par, &r) != MOE_OK) {
+            par->ep_rank = (int)g;
+            par->tp_rank = (int)t;
+            if (moe_plan_report_for(ctx, &d, &pc, &r) != MOE_OK) {
                 cli_err(CMD, "%s", moe_ctx_last_error(ctx));
                 goto done;
             }

@@ -488,3 +488,13 @@ int cli_parse_i64_list(const char *cmd, const char *name, const char *s, int64_t
         p = comma + 1;
     }
 }
+
+int cli_parse_compute(const char *cmd, const char *name, const char *value, void *dst)
+{
+    if (moe_compute_from_name(value, dst) != MOE_OK) {
+        cli_err(cmd, "%s %s: accepted values are f32 (the default: f32 activations and products) and bf16 (bf16 "
+                "activations, f32 accumulation: what a bf16 model computes)", name, value);
+        return -1;
+    }
+    return 0;
+}

@@ -33,6 +33,7 @@ typedef struct moe_stage {
     int64_t chunk_size;          /* tokens per chunk */
     int64_t capacity;            /* batched format: slots per expert (0 otherwise) */
     int batched;                 /* the composition uses the batched activation format */
+    moe_compute compute;         /* the expert GEMMs' arithmetic (moe.h moe_compute) */
     struct moe_par *mpi;         /* MPI state (src/parallel), NULL for one process */
 } moe_stage;
 

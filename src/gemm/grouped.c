@@ -21,10 +21,12 @@ size_t moe_gemm_thread_scratch_floats(void)
     return (n + 15) & ~(size_t)15;
 }
 
-/* Quantized-activation formats (quant/format.h rows with act != NONE: int8 w8a8, fp8 w8a8):
- * every GEMM input row is quantized once, not once per work item (moe_quant.h "Dynamic
- * activation quantization": per row of the GEMM input), by the table's quant_row for the
- * format, and the kernels run its linear_rows on the codes (gemm/kernels.h). The codes live in
+/* Quantized-activation formats (quant/format.h rows with act != NONE: int8 w8a8, fp8 w8a8) and
+ * compute bf16: every GEMM input row is converted once, not once per work item (moe_quant.h
+ * "Dynamic activation quantization": per row of the GEMM input; compute bf16: rounded to bf16
+ * pairs), by the table's quant_row for the format (bf16_row), and the kernels run its
+ * linear_rows (bf16_rows[format]) on the converted rows (gemm/kernels.h). Compute bf16 has no
+ * scales (ngH = ngI = 0) and its rows always fit (4 ceil(n / 2) <= 4 n bytes). The codes live in
  * the buffers the f32 path already has, so this costs no memory:
  *   x codes: in y (free until phase 2): [S][H4] codes at byte 0, then [S][ngH] f32 scales at
  *            byte S * H4 (H4 = ceil(H / 4) * 4; ngH = the gate matrix's scale groups: 1 for
@@ -249,22 +251,31 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_layer_desc *desc, const moe_mlp_g
     const int64_t pi = moe_pmat_panels(g0->n); /* panels of I */
     const int64_t ph = moe_pmat_panels(H);     /* panels of H */
 
-    /* quantized-activation formats: quantize each input row once (see qrows above) */
+    /* quantized-activation formats and compute bf16: convert each input row once (see qrows
+     * above) */
     const moe_wfmt fmt = moe_pmat_format(g0);
     const moe_format *frow = moe_format_row(fmt);
+    const int bf16 = gr->compute == MOE_COMPUTE_BF16;
     qrows q8v = {0}, *q8 = NULL;
-    int64_t n_src = 0; /* S: source rows to quantize before w13 */
-    if (frow->act != MOE_QACT_NONE) {
+    int64_t n_src = 0; /* S: source rows to convert before w13 */
+    if (bf16 || frow->act != MOE_QACT_NONE) {
         int64_t P, Tt;
         rows_extent(gr, &P, &Tt);
-        q8v.H4 = (H + 3) / 4 * 4;
-        q8v.I4 = (g0->n + 3) / 4 * 4;
-        q8v.ngH = g0->q->ng;
-        q8v.ngI = d0->q->ng;
-        q8v.gH = g0->q->gk;
-        q8v.gI = d0->q->gk;
-        q8v.quant = kern->quant_row[fmt];
-        q8v.rows = kern->linear_rows[fmt];
+        if (bf16) { /* rows of bf16 pairs, no scales (always fit: 4 ceil(n / 2) <= 4 n bytes) */
+            q8v.H4 = 4 * ((H + 1) / 2);
+            q8v.I4 = 4 * ((g0->n + 1) / 2);
+            q8v.quant = kern->bf16_row;
+            q8v.rows = kern->bf16_rows[fmt];
+        } else {
+            q8v.H4 = (H + 3) / 4 * 4;
+            q8v.I4 = (g0->n + 3) / 4 * 4;
+            q8v.ngH = g0->q->ng;
+            q8v.ngI = d0->q->ng;
+            q8v.gH = g0->q->gk;
+            q8v.gI = d0->q->gk;
+            q8v.quant = kern->quant_row[fmt];
+            q8v.rows = kern->linear_rows[fmt];
+        }
         q8v.prefetch = frow->prefetch;
         const int64_t xrow = q8v.H4 + 4 * q8v.ngH; /* bytes per quantized x row */
         q8v.per_token = gr->rows && !gr->in_scale && Tt * xrow <= P * H * 4;

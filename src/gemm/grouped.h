@@ -42,6 +42,7 @@ typedef struct moe_mlp_groups {
     const float *in_scale;  /* NULL, or (apply_router_weight_on_input; needs rows) [row ids]
                                the scale of each row's input: position i runs on
                                in_scale[rows[i]] * x_i, rounded to f32 per element */
+    moe_compute compute;    /* the plan's: MOE_COMPUTE_BF16 runs the bf16 entries on rounded rows */
 } moe_mlp_groups;
 
 /* What moe_mlp_run did (added to, not reset). */

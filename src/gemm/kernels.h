@@ -75,6 +75,27 @@ typedef void (*moe_linear_rows_fn)(const moe_pmat *w, int64_t p0, int64_t p1, co
                                    const float *const *xs, int mb, float *out, int64_t ldo, const void *pf,
                                    int64_t pf_bytes);
 
+/* Compute bf16 (moe.h MOE_COMPUTE_BF16; core/bf16.h the arithmetic, docs/numerics.md section
+ * 7). Activation rows are bf16 pairs: row of n elements = ceil(n / 2) little-endian u32, pair i
+ * = bf16(v[2i]) | bf16(v[2i+1]) << 16 (v[n] = +0 for odd n), read through uint8_t pointers
+ * like the quantized rows (4 * ceil(n / 2) bytes).
+ *
+ * bf16_row (a moe_quant_row_fn; G and scales unused): v[k] = x[k] (mul NULL) or *mul * x[k]
+ * rounded to f32, then moe_bf16_round; writes the row's pairs to dst. In place allowed (dst ==
+ * x: pair i is written after x[0 .. 2i+1] were read).
+ *
+ * bf16_rows[f] (a moe_linear_rows_fn; xs and the prefetch hint may be ignored): with dp =
+ * moe_bf16_dp and pairs (2i, 2i+1) taken odd element first (vdpbf16ps's order):
+ *  - MOE_WF_BF16P: for m in [0, mb), n in [16 p0, min(N, 16 p1)):
+ *        acc = +0.0f; for i in 0 .. ceil(K/2)-1:
+ *            acc = dp(acc, x[m][2i+1], w[n][2i+1]); acc = dp(acc, x[m][2i], w[n][2i])
+ *        out[m][n - 16 p0] = acc                  (w[n][K] = x[m][K] = +0 for odd K)
+ *  - weight-only quantized formats (I8, F8, I4, I4ZP, FP4; scale groups of even length, or one
+ *    group of K): per group g the same pair chain from part = +0 over the group's pairs on v
+ *    = the code's value (moe_qmat_code; zero points: v = code - z, exact), then
+ *    y = fmaf(part, s[g], y) from y = +0 in increasing g (IEEE: no flush).
+ * NULL for the quantized-activation formats (compute bf16 refuses them). */
+
 /* Capability flags of a table (the sub-ISA features its init found and uses). */
 enum {
     MOE_CAP_FMA = 1u << 0,         /* vfmadd (AVX2+FMA) */
@@ -98,10 +119,14 @@ typedef struct moe_kernels {
      * runs linear on f32 rows, which gives the same bits). */
     moe_quant_row_fn quant_row[MOE_WF__COUNT];
     moe_linear_rows_fn linear_rows[MOE_WF__COUNT];
+    /* Compute bf16 (above): the row rounder and the GEMM on bf16 rows per weight format. */
+    moe_quant_row_fn bf16_row;
+    moe_linear_rows_fn bf16_rows[MOE_WF__COUNT];
     /* Costs the plan reports (moe_plan_report): `native` has bit f when this row's own kernels
-     * compute format f (clear: the ref's scalar entries run it); `tail_ref` has bit f when a
-     * partial last panel (fewer than 16 features) of format f runs the ref kernel. */
-    unsigned native, tail_ref;
+     * compute format f (clear: the ref's scalar entries run it); `native_bf16` the same for
+     * compute bf16 (bf16_rows); `tail_ref` has bit f when a partial last panel (fewer than 16
+     * features) of format f runs the ref kernel (compute f32; the bf16 kernels mask). */
+    unsigned native, native_bf16, tail_ref;
     /* Roofline loops of this ISA (src/gemm/roofline.c; each runs on the calling thread): read
      * `bytes` (64-byte aligned, a multiple of 512) and return a value to keep; `iters` x
      * MOE_ROOFLINE_CHAINS dependent vfmadd231ps in as many chains (fma_lanes lanes each);
@@ -109,6 +134,9 @@ typedef struct moe_kernels {
     uint64_t (*peak_read)(const void *buf, size_t bytes);
     float (*peak_fma)(int64_t iters);
     int32_t (*peak_vnni)(int64_t iters);
+    /* `iters` x MOE_ROOFLINE_CHAINS dependent vdpbf16ps (32 bf16 products each); NULL without
+     * avx512_bf16 */
+    float (*peak_bf16)(int64_t iters);
     int fma_lanes;
 } moe_kernels;
 
@@ -144,9 +172,11 @@ size_t moe_isa_best(void);
 /* The reference entries (src/gemm/linear_ref.c, linear_q_ref.c): every table starts here. */
 void moe_kernels_init_ref(moe_kernels *k);
 /* A row's init declares what its ISA implements as a table of its own (designated
- * initializers, NULL for the rest) and merges it here: every non-NULL entry of `own` replaces
- * k's, k->native gets the bit of every format whose linear or linear_rows entry own sets, and
- * own's caps, tail_ref and roofline loops are taken as they are. */
+ * initializers, NULL for the rest) and merges it here: every non-NULL entry of `own` (kernels
+ * and roofline loops) replaces k's, k->native gets the bit of every format whose linear or
+ * linear_rows entry own sets, k->native_bf16 of every bf16_rows entry, and own's caps and
+ * tail_ref are added to k's. Merges accumulate, so a row may extend another's table (its init
+ * first calling that row's init). */
 void moe_kernels_merge(moe_kernels *k, const moe_kernels *own);
 /* Each ISA folder's init (the registry's rows). */
 void moe_kernels_init_avx2(moe_kernels *k, const moe_cpu_features *f);
@@ -172,6 +202,13 @@ void moe_ukr_w8a8_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const uint
                            const float *const *xs, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes);
 void moe_ukr_f8a8_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
                            const float *const *xs, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes);
+/* compute bf16, scalar (linear_bf16_ref.c): the row rounder, the pair panels, the weight-only
+ * quantized formats */
+void moe_bf16_row_ref(const float *x, int64_t n, int64_t G, const float *mul, uint8_t *dst, float *scales);
+void moe_ukr_bf16p_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                            const float *const *xs, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes);
+void moe_ukr_qbf16_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                            const float *const *xs, int mb, float *out, int64_t ldo, const void *pf, int64_t pf_bytes);
 
 /* out = W x through table k for the matrix's format. */
 static inline void moe_linear(const moe_kernels *k, const moe_pmat *w, int64_t p0, int64_t p1,

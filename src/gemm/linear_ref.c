@@ -58,13 +58,19 @@ void moe_kernels_init_ref(moe_kernels *k)
     k->linear_rows[MOE_WF_W8A8] = moe_ukr_w8a8_rows_ref;
     k->quant_row[MOE_WF_F8A8] = moe_quant_row_f8_ref;
     k->linear_rows[MOE_WF_F8A8] = moe_ukr_f8a8_rows_ref;
-    k->native = 0; /* set by the row: the ref row's own, nothing for a row that merges over it */
+    k->bf16_row = moe_bf16_row_ref;
+    k->bf16_rows[MOE_WF_BF16P] = moe_ukr_bf16p_rows_ref;
+    k->bf16_rows[MOE_WF_F8] = moe_ukr_qbf16_rows_ref;
+    k->bf16_rows[MOE_WF_I8] = moe_ukr_qbf16_rows_ref;
+    k->bf16_rows[MOE_WF_I4] = moe_ukr_qbf16_rows_ref;
+    k->bf16_rows[MOE_WF_I4ZP] = moe_ukr_qbf16_rows_ref;
+    k->bf16_rows[MOE_WF_FP4] = moe_ukr_qbf16_rows_ref;
+    k->native = k->native_bf16 = 0; /* set by the row: the ref row's own, nothing for a row that merges over it */
     k->tail_ref = 0;
 }
 
 void moe_kernels_merge(moe_kernels *k, const moe_kernels *own)
 {
-    k->native = 0;
     for (int f = 0; f < MOE_WF__COUNT; f++) {
         if (own->linear[f])
             k->linear[f] = own->linear[f];
@@ -74,13 +80,25 @@ void moe_kernels_merge(moe_kernels *k, const moe_kernels *own)
             k->linear_rows[f] = own->linear_rows[f];
         if (own->linear[f] || own->linear_rows[f])
             k->native |= 1u << f;
+        if (own->bf16_rows[f]) {
+            k->bf16_rows[f] = own->bf16_rows[f];
+            k->native_bf16 |= 1u << f;
+        }
     }
     if (own->act_row)
         k->act_row = own->act_row;
-    k->caps = own->caps;
-    k->tail_ref = own->tail_ref;
-    k->peak_read = own->peak_read;
-    k->peak_fma = own->peak_fma;
-    k->peak_vnni = own->peak_vnni;
-    k->fma_lanes = own->fma_lanes;
+    if (own->bf16_row)
+        k->bf16_row = own->bf16_row;
+    k->caps |= own->caps;
+    k->tail_ref |= own->tail_ref;
+    if (own->peak_read)
+        k->peak_read = own->peak_read;
+    if (own->peak_fma) {
+        k->peak_fma = own->peak_fma;
+        k->fma_lanes = own->fma_lanes;
+    }
+    if (own->peak_vnni)
+        k->peak_vnni = own->peak_vnni;
+    if (own->peak_bf16)
+        k->peak_bf16 = own->peak_bf16;
 }

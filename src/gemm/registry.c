@@ -30,7 +30,7 @@ static int detect_avx512(const moe_cpu_features *f)
 static void init_ref_row(moe_kernels *k, const moe_cpu_features *f)
 {
     (void)f;
-    k->native = (1u << MOE_WF__COUNT) - 1u;
+    k->native = k->native_bf16 = (1u << MOE_WF__COUNT) - 1u;
 }
 
 static const moe_isa_row rows[] = {

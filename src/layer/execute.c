@@ -183,7 +183,8 @@ static moe_status run_chunk(const moe_plan *p, const moe_weights *w, const moe_e
         float *sgate = (float *)(ws + l->sgate);
         int64_t b0 = 0, e0 = Tc;
         moe_mlp_groups sg = {.experts = &w->shared, .x = x, .n_groups = 1, .begin = &b0, .end = &e0, .rows = NULL,
-                             .row_div = 1, .h = c.h, .y = c.out, .lowtok_threshold = 0};
+                             .row_div = 1, .h = c.h, .y = c.out, .lowtok_threshold = 0,
+                             .compute = st->compute};
         moe_mlp_run(ctx, d, &sg, scratch, c.item_off, NULL);
         if (d->shared_expert_gated) {
             moe_gemm_rows(ctx, &w->shared_gate, x, H, Tc, sgate, 1, scratch);

@@ -43,11 +43,12 @@ struct moe_weights {
 #define MOE_MAX_RANKS (1 << 20)
 
 /* Quantized experts: the TP shard sh of d can be packed (MOE_ESHAPE for an odd 4-bit shard,
- * MOE_EUNSUPPORTED for an fp8 w8a8 shard starting inside a k-block; recorded on ctx, the
+ * MOE_EUNSUPPORTED for an fp8 w8a8 shard starting inside a k-block, or, with compute bf16, for
+ * down-projection scale cells of odd width; recorded on ctx, the
  * message starting with fn and naming the shard as TP rank tp_rank's, or as "this rank's" for
  * tp_rank -1), and *q13 / *q2 the granularity it is expressed in. */
 moe_status moe_weights_check_shard(moe_ctx *ctx, const char *fn, const moe_layer_desc *d, const moe_shard *sh,
-                                   int tp_size, int tp_rank, moe_qweight *q13, moe_qweight *q2);
+                                   int tp_size, int tp_rank, moe_compute compute, moe_qweight *q13, moe_qweight *q2);
 
 /* Validate a layer description as moe_plan_create does (the error recorded on ctx). */
 moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d);

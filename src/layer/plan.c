@@ -107,7 +107,57 @@ static void plan_text(moe_plan *p)
         size_t used = strlen(p->text);
         moe_quant_text(&d->quant, p->text + used, sizeof p->text - used);
     }
+    if (p->st.compute != MOE_COMPUTE_F32) { /* f32 plans keep the text (and hash) they always had */
+        size_t used = strlen(p->text);
+        snprintf(p->text + used, sizeof p->text - used, "compute=%s;", moe_compute_name(p->st.compute));
+    }
     p->hash = XXH64(p->text, strlen(p->text), 0);
+}
+
+const char *moe_compute_name(moe_compute c)
+{
+    return c == MOE_COMPUTE_F32 ? "f32" : c == MOE_COMPUTE_BF16 ? "bf16" : "?";
+}
+
+moe_status moe_compute_from_name(const char *name, moe_compute *out)
+{
+    if (!name || !out)
+        return MOE_EINVAL;
+    if (strcmp(name, "f32") == 0)
+        *out = MOE_COMPUTE_F32;
+    else if (strcmp(name, "bf16") == 0)
+        *out = MOE_COMPUTE_BF16;
+    else
+        return MOE_EINVAL;
+    return MOE_OK;
+}
+
+/* Compute bf16 on d: the schemes it cannot run (moe.h moe_compute). */
+static moe_status check_compute(moe_ctx *ctx, const moe_layer_desc *d, moe_compute c)
+{
+    if (c != MOE_COMPUTE_F32 && c != MOE_COMPUTE_BF16)
+        return moe_set_error(ctx, MOE_EINVAL, "plan config: compute = %d is not a moe_compute (MOE_COMPUTE_F32 or "
+                             "MOE_COMPUTE_BF16)", (int)c);
+    if (c != MOE_COMPUTE_BF16 || !moe_quant_active(&d->quant))
+        return MOE_OK;
+    const moe_quant_config *q = &d->quant;
+    if (q->act != MOE_QACT_NONE)
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "plan config: compute bf16 with %s: this scheme quantizes the activations to 8 bits and "
+                             "computes in 8-bit integers or fp8 already; use compute f32 (its default)",
+                             moe_quant_name(q));
+    /* bf16 pairs are (2i, 2i+1) along K: a scale group must not split one */
+    const moe_qweight *w[2] = {&q->w13, &q->w2};
+    const int64_t K[2] = {d->hidden_size, d->moe_intermediate_size};
+    for (int i = 0; i < 2; i++) {
+        const int64_t gk = moe_quant_gk(w[i], K[i]);
+        if (gk % 2 != 0 && gk < K[i])
+            return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                                 "plan config: compute bf16 with %s: quant.%s scale groups of %lld inputs (odd) would "
+                                 "split the bf16 pairs (2i, 2i+1) the dot products run on; use compute f32",
+                                 moe_quant_name(q), i ? "w2" : "w13", (long long)gk);
+    }
+    return MOE_OK;
 }
 
 /* "standard" or "batched". */
@@ -137,6 +187,8 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
     else
         moe_plan_config_init(&c);
     moe_status pst = check_parallel(ctx, d, &c.parallel);
+    if (pst == MOE_OK)
+        pst = check_compute(ctx, d, c.compute);
     if (pst != MOE_OK)
         return pst;
     const moe_parallel_config *par = &c.parallel;
@@ -212,6 +264,7 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
     p->pf = pf;
     p->experts = ex;
     st->batched = pf->format == MOE_FORMAT_BATCHED;
+    st->compute = c.compute;
     st->par = *par;
     st->par.comm = NULL;
     st->parallel = par->ep_size * par->tp_size > 1;
@@ -289,6 +342,11 @@ void moe_plan_tp_rows(const moe_plan *plan, int64_t n_tokens, int64_t *begin, in
 const moe_layer_desc *moe_plan_desc(const moe_plan *plan)
 {
     return plan ? &plan->st.desc : NULL;
+}
+
+moe_compute moe_plan_compute(const moe_plan *plan)
+{
+    return plan ? plan->st.compute : MOE_COMPUTE_F32;
 }
 
 const char *moe_plan_text(const moe_plan *plan)

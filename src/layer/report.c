@@ -12,12 +12,13 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The routed experts' format of d (the weight dtype's plain row, or the scheme's). */
-static moe_wfmt routed_format(const moe_layer_desc *d, int w2)
+/* The routed experts' format of d (the weight dtype's plain row, bf16 pairs under compute
+ * bf16, or the scheme's). */
+static moe_wfmt routed_format(const moe_layer_desc *d, int w2, moe_compute c)
 {
     const moe_quant_config *qc = &d->quant;
     if (!moe_quant_active(qc))
-        return moe_plain_format(d->weight_dtype);
+        return c == MOE_COMPUTE_BF16 ? MOE_WF_BF16P : moe_plain_format(d->weight_dtype);
     return moe_quant_kind(w2 ? &qc->w2 : &qc->w13, qc->act);
 }
 
@@ -30,7 +31,7 @@ typedef struct shard_bytes {
     int64_t w2_cell, w2_kept;
 } shard_bytes;
 
-static shard_bytes routed_bytes(const moe_layer_desc *d, const moe_shard *sh)
+static shard_bytes routed_bytes(const moe_layer_desc *d, const moe_shard *sh, moe_compute c)
 {
     shard_bytes b = {0};
     const moe_quant_config *qc = &d->quant;
@@ -41,7 +42,7 @@ static shard_bytes routed_bytes(const moe_layer_desc *d, const moe_shard *sh)
                   moe_quant_slice_qweight(&qc->w2, 0, H, i0, Il, &q2) != 0))
         return b; /* not packable: report() refused the layout first (moe_weights_check_shard) */
     for (int mat = 0; mat < 3; mat++) {
-        const moe_format *f = moe_format_row(routed_format(d, mat == 2));
+        const moe_format *f = moe_format_row(routed_format(d, mat == 2, c));
         const int64_t N = mat == 2 ? H : Il, K = mat == 2 ? Il : H;
         const uint64_t packed = (uint64_t)f->packed_bytes(N, K);
         b.codes += packed;
@@ -103,14 +104,39 @@ static double tail_share(const moe_layer_desc *d)
     return (2.0 * tail * H + tail_h * I) / (3.0 * I * H);
 }
 
-/* 1 when the kernel table runs format f on the ref's scalar entries (never for the "ref" row,
- * whose kernels are all its own). */
-static int is_fallback(const moe_kernels *k, moe_wfmt f)
+/* 1 when the kernel table runs format f (under compute c) on the ref's scalar entries (never
+ * for the "ref" row, whose kernels are all its own). */
+static int is_fallback(const moe_kernels *k, moe_wfmt f, moe_compute c)
 {
-    return !(k->native >> f & 1u);
+    return !((c == MOE_COMPUTE_BF16 ? k->native_bf16 : k->native) >> f & 1u);
 }
 
-static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parallel_config *par, moe_rank_report *r)
+/* Compute bf16 on a table without vdpbf16ps, or without a bf16 kernel for the routed format:
+ * the sentence of the cost (and of the plan's WARNING), 1; 0 when the table has both. */
+static int bf16_cost(const moe_kernels *k, const moe_layer_desc *d, moe_compute cm, char *buf, size_t n)
+{
+    const int native = !is_fallback(k, routed_format(d, 0, cm), cm) && !is_fallback(k, routed_format(d, 1, cm), cm);
+    const char *fmt = moe_quant_active(&d->quant) ? moe_quant_name(&d->quant) : "bf16";
+    if (native && (k->caps & MOE_CAP_AVX512_BF16))
+        return 0;
+    if (native)
+        snprintf(buf, n,
+                 "compute bf16 on kernel table %s, which has no avx512_bf16 (vdpbf16ps, CPUID leaf 7 subleaf 1 EAX "
+                 "bit 5 on a CPU that has it): the %s expert GEMMs multiply bf16 pairs with vfmadd under FTZ/DAZ, "
+                 "the same bits at about the f32 mode's speed instead of twice it (%.1f%% of the layer's FLOPs)",
+                 k->name, fmt, 100.0 * routed_flop_share(d));
+    else
+        snprintf(buf, n,
+                 "compute bf16 on kernel table %s, which has no bf16 kernel for %s experts%s: they run on the scalar "
+                 "ref entries (the same bits, tens of times slower than the vector tables; %.1f%% of the layer's "
+                 "FLOPs)",
+                 k->name, fmt, k->caps & MOE_CAP_AVX512_BF16 ? "" : " and no avx512_bf16 (vdpbf16ps)",
+                 100.0 * routed_flop_share(d));
+    return 1;
+}
+
+static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parallel_config *par, moe_compute cm,
+                         moe_rank_report *r)
 {
     const moe_kernels *k = ctx->kernels;
     const moe_quant_config *qc = &d->quant;
@@ -118,7 +144,7 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
     const int64_t H = d->hidden_size, I = d->moe_intermediate_size, E = d->num_experts, K = d->top_k;
     const int64_t Is = d->shared_expert_intermediate_size;
     const int ep = par->ep_size, tp = par->tp_size;
-    const moe_wfmt f13 = routed_format(d, 0);
+    const moe_wfmt f13 = routed_format(d, 0, cm);
     const double es = (double)moe_dtype_size(d->weight_dtype);
     memset(r, 0, sizeof *r);
     /* every rank's shard must be one moe_weights_create packs */
@@ -130,7 +156,7 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
             moe_shard s;
             moe_qweight q13, q2;
             moe_par_shard(d, &pr, &s);
-            moe_status st = moe_weights_check_shard(ctx, "moe_plan_report", d, &s, tp, t, &q13, &q2);
+            moe_status st = moe_weights_check_shard(ctx, "moe_plan_report", d, &s, tp, t, cm, &q13, &q2);
             if (st != MOE_OK)
                 return st;
         }
@@ -142,7 +168,7 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
     /* this rank */
     moe_shard sh;
     moe_par_shard(d, par, &sh);
-    const shard_bytes mine = routed_bytes(d, &sh);
+    const shard_bytes mine = routed_bytes(d, &sh, cm);
     r->ep_rank = par->ep_rank;
     r->tp_rank = par->tp_rank;
     r->expert_first = sh.e0;
@@ -166,7 +192,7 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
     one.ep_rank = one.tp_rank = 0;
     moe_shard whole;
     moe_par_shard(d, &one, &whole);
-    const shard_bytes all1 = routed_bytes(d, &whole);
+    const shard_bytes all1 = routed_bytes(d, &whole, cm);
     r->layer_bytes = all1.codes + (uint64_t)(3.0 * (double)H * (double)Is * es);
     const double expert_codes = E > 0 ? (double)all1.codes / (double)E : 0.0; /* one expert's packed weights */
     r->flops_per_token = 2.0 * (double)K * 3.0 * (double)H * (double)I + 2.0 * 3.0 * (double)H * (double)Is +
@@ -181,7 +207,7 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
             pr.tp_rank = t;
             moe_shard s;
             moe_par_shard(d, &pr, &s);
-            const shard_bytes b = routed_bytes(d, &s);
+            const shard_bytes b = routed_bytes(d, &s, cm);
             r->total_bytes += b.codes + b.scales + (uint64_t)(3.0 * (double)H * (double)s.Is * es);
             total_dup += b.dup;
             max_dup = b.dup > max_dup ? b.dup : max_dup;
@@ -224,12 +250,12 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
         add_cost(r, "padding", 0.0, 0.0,
                  "fp8 blocks: partial trailing blocks (H or I not a multiple of the block) are masked, not padded; "
                  "padding");
-    const moe_format *pf13 = moe_format_row(f13), *pf2 = moe_format_row(routed_format(d, 1));
+    const moe_format *pf13 = moe_format_row(f13), *pf2 = moe_format_row(routed_format(d, 1, cm));
     if (max_pad > 0)
         add_cost(r, "padding", (double)max_pad, 0.0,
                  "%s codes: the packed layout pads with zeros the kernels multiply (%s); padding on the worst rank",
                  r->experts_format, pf13->pads ? pf13->pads : pf2->pads ? pf2->pads : "");
-    if (tail && (k->tail_ref >> f13 & 1u)) {
+    if (tail && cm == MOE_COMPUTE_F32 && (k->tail_ref >> f13 & 1u)) {
         /* the share over every rank's shard: I % 16 of the whole layer bounds each shard's tail */
         double share = routed_flop_share(d) * tail_share(d);
         for (int t = 0; t < tp; t++) {
@@ -247,11 +273,16 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
                  "fallback kernel: %.2f%% of the layer's FLOPs on the worst rank",
                  k->name, 100.0 * share);
     }
-    if (is_fallback(k, f13) || is_fallback(k, routed_format(d, 1)))
+    if (cm == MOE_COMPUTE_BF16) {
+        char what[sizeof r->costs[0].what];
+        if (bf16_cost(k, d, cm, what, sizeof what))
+            add_cost(r, "fallback", -1.0, routed_flop_share(d), "%s", what);
+    } else if (is_fallback(k, f13, cm) || is_fallback(k, routed_format(d, 1, cm), cm)) {
         add_cost(r, "fallback", -1.0, routed_flop_share(d),
                  "kernel table %s has no %s kernel: the routed experts (%.1f%% of the layer's FLOPs) run on the "
                  "scalar ref entry",
                  k->name, r->experts_format, 100.0 * routed_flop_share(d));
+    }
     return MOE_OK;
 }
 
@@ -261,16 +292,17 @@ moe_status moe_plan_report(const moe_plan *plan, moe_rank_report *out)
         return MOE_EINVAL;
     if (!out)
         return moe_set_error(plan->st.ctx, MOE_EINVAL, "moe_plan_report: out is NULL");
-    return report(plan->st.ctx, &plan->st.desc, &plan->st.par, out);
+    return report(plan->st.ctx, &plan->st.desc, &plan->st.par, plan->st.compute, out);
 }
 
-moe_status moe_plan_report_for(moe_ctx *ctx, const moe_layer_desc *desc, const moe_parallel_config *par,
+moe_status moe_plan_report_for(moe_ctx *ctx, const moe_layer_desc *desc, const moe_plan_config *cfg,
                                moe_rank_report *out)
 {
     if (!ctx)
         return MOE_EINVAL;
-    if (!desc || !par || !out)
-        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_report_for: %s is NULL", !desc ? "desc" : !par ? "par" : "out");
+    if (!desc || !cfg || !out)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_report_for: %s is NULL", !desc ? "desc" : !cfg ? "cfg" : "out");
+    const moe_parallel_config *par = &cfg->parallel;
     /* the description must be one moe_plan_create accepts */
     moe_status st = moe_plan_check_desc(ctx, desc);
     if (st != MOE_OK)
@@ -290,7 +322,13 @@ moe_status moe_plan_report_for(moe_ctx *ctx, const moe_layer_desc *desc, const m
     if (par->ep_rank < 0 || par->ep_rank >= par->ep_size || par->tp_rank < 0 || par->tp_rank >= par->tp_size)
         return moe_set_error(ctx, MOE_EINVAL, "moe_plan_report_for: (ep_rank %d, tp_rank %d) outside [0, %d) x [0, %d)",
                              par->ep_rank, par->tp_rank, par->ep_size, par->tp_size);
-    return report(ctx, desc, par, out);
+    if (cfg->compute != MOE_COMPUTE_F32 && cfg->compute != MOE_COMPUTE_BF16)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_report_for: compute = %d is not a moe_compute", (int)cfg->compute);
+    if (cfg->compute == MOE_COMPUTE_BF16 && moe_quant_active(&desc->quant) && desc->quant.act != MOE_QACT_NONE)
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "moe_plan_report_for: compute bf16 with %s: this scheme quantizes the activations to 8 "
+                             "bits; use compute f32", moe_quant_name(&desc->quant));
+    return report(ctx, desc, par, cfg->compute, out);
 }
 
 moe_status moe_plan_path_for(const moe_plan *plan, int64_t n_tokens, moe_plan_path *out)
@@ -325,9 +363,17 @@ void moe_plan_log_costs(const moe_plan *p)
     moe_ctx *ctx = st->ctx;
     const moe_layer_desc *d = &st->desc;
     const moe_kernels *k = ctx->kernels;
-    const moe_wfmt f13 = routed_format(d, 0), f2 = routed_format(d, 1);
+    const moe_compute cm = st->compute;
+    const moe_wfmt f13 = routed_format(d, 0, cm), f2 = routed_format(d, 1, cm);
+    char what[sizeof ((moe_cost *)0)->what];
+    if (cm == MOE_COMPUTE_BF16) {
+        /* one WARNING: the missing feature and its cost */
+        if (bf16_cost(k, d, cm, what, sizeof what))
+            moe_log(ctx, MOE_LOG_WARN, "%s", what);
+        return; /* the bf16 kernels mask partial panels */
+    }
     /* the routed experts' kernels fall back to the ref's scalar entries */
-    if (is_fallback(k, f13) || is_fallback(k, f2))
+    if (is_fallback(k, f13, cm) || is_fallback(k, f2, cm))
         moe_log(ctx, MOE_LOG_WARN,
                 "kernel table %s has no %s kernel: the routed experts (%.1f%% of the layer's FLOPs) run on the "
                 "scalar ref entry",

@@ -141,11 +141,12 @@ static moe_status check_quant_source(const moe_plan *plan, const moe_weight_sour
         if (bad)
             return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: expert %lld: %s pointer is NULL", (long long)e, bad);
     }
-    return moe_weights_check_shard(ctx, "moe_weights_create", d, &sh, plan->st.par.tp_size, -1, q13, q2);
+    return moe_weights_check_shard(ctx, "moe_weights_create", d, &sh, plan->st.par.tp_size, -1, plan->st.compute, q13,
+                                   q2);
 }
 
 moe_status moe_weights_check_shard(moe_ctx *ctx, const char *fn, const moe_layer_desc *d, const moe_shard *sh,
-                                   int tp_size, int tp_rank, moe_qweight *q13, moe_qweight *q2)
+                                   int tp_size, int tp_rank, moe_compute compute, moe_qweight *q13, moe_qweight *q2)
 {
     char whose[32]; /* "this rank's" or "TP rank 3's" */
     if (tp_rank < 0)
@@ -173,6 +174,19 @@ moe_status moe_weights_check_shard(moe_ctx *ctx, const char *fn, const moe_layer
                              "use weight-only fp8-block",
                              fn, moe_quant_name(qc), whose, (long long)i0, (long long)I, tp_size, (long long)qc->w2.block_k,
                              (long long)qc->act_group_size);
+    const int64_t gk13 = moe_quant_gk(q13, H), gk2 = moe_quant_gk(q2, Il);
+    if (compute == MOE_COMPUTE_BF16 && gk13 % 2 != 0 && gk13 < H)
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "%s: compute bf16 with %s: quant.w13 scale groups of %lld inputs (odd) would split the "
+                             "bf16 pairs (2i, 2i+1); use compute f32",
+                             fn, moe_quant_name(qc), (long long)gk13);
+    if (compute == MOE_COMPUTE_BF16 && gk2 % 2 != 0 && gk2 < Il)
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "%s: compute bf16 with %s under TP: %s shard of the intermediate size (columns "
+                             "%lld..%lld) keeps the down projection's scales per %lld columns (odd), which would split "
+                             "the bf16 pairs (2i, 2i+1); choose tp_size so that every shard starts on an even column, "
+                             "or use compute f32",
+                             fn, moe_quant_name(qc), whose, (long long)i0, (long long)(i0 + Il - 1), (long long)gk2);
     return MOE_OK;
 }
 
@@ -192,6 +206,7 @@ static moe_pack_src source_of(const moe_layer_desc *d, const moe_weight_source *
     } else {
         s.so = mat == 2 ? src->down_stride_out : src->gate_up_stride_out;
         s.si = mat == 2 ? src->down_stride_in : src->gate_up_stride_in;
+        s.dt = d->weight_dtype;
     }
     return s;
 }
@@ -251,10 +266,16 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
     if (st != MOE_OK)
         return st;
 
-    /* Every routed matrix's format: the weight dtype's plain row, or the scheme's. */
-    const moe_wfmt f13 = quant ? moe_quant_kind(&qc->w13, qc->act) : moe_plain_format(d->weight_dtype);
-    const moe_wfmt f2 = quant ? moe_quant_kind(&qc->w2, qc->act) : moe_plain_format(d->weight_dtype);
+    /* Every routed matrix's format: the weight dtype's plain row (bf16 pairs under compute bf16),
+     * or the scheme's. */
+    const int pairs = plan->st.compute == MOE_COMPUTE_BF16;
+    const moe_wfmt fplain = pairs ? MOE_WF_BF16P : moe_plain_format(d->weight_dtype);
+    const moe_wfmt f13 = quant ? moe_quant_kind(&qc->w13, qc->act) : fplain;
+    const moe_wfmt f2 = quant ? moe_quant_kind(&qc->w2, qc->act) : fplain;
     const size_t es = moe_dtype_size(d->weight_dtype);
+    /* the shared expert's packed bytes: gate, up [Isl, H] and down [H, Isl], plain or pairs */
+    const moe_format *fs = moe_format_row(fplain);
+    const size_t shared_bytes = Is > 0 ? 2 * fs->packed_bytes(Isl, H) + fs->packed_bytes(H, Isl) : 0;
     moe_weights *w = calloc(1, sizeof *w);
     if (!w)
         return moe_set_error(ctx, MOE_ENOMEM, "moe_weights_create: out of memory");
@@ -301,7 +322,7 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
     }
     w->router_buf = moe_pack_f32(src->router, src->router_dtype, E, H); /* [E, H] f32 packed */
     if (Is > 0) {
-        w->shared_buf = moe_alloc_aligned((size_t)(3 * Isl * H) * es); /* gate, up [Isl, H], down [H, Isl] */
+        w->shared_buf = moe_alloc_aligned(shared_bytes); /* gate, up [Isl, H], down [H, Isl] packed */
         if (d->shared_expert_gated)
             w->shared_gate_buf = moe_pack_f32(src->shared_expert_gate, src->router_dtype, 1, H); /* [1, H] */
     }
@@ -311,7 +332,6 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
         w->sel_bias = malloc(sizeof(float) * (size_t)E); /* [E] */
     if (d->has_expert_bias)
         w->expert_bias = malloc(sizeof(float) * (size_t)El * (size_t)(2 * Il + H)); /* [El, 2Il + H] */
-    const size_t shared_bytes = (size_t)(3 * Isl * H) * es;
     if (fail || !w->router_buf || (Is > 0 && !w->shared_buf) || (Is > 0 && d->shared_expert_gated && !w->shared_gate_buf) ||
         (d->has_router_bias && !w->router_bias) || (d->has_selection_bias && !w->sel_bias) ||
         (d->has_expert_bias && !w->expert_bias)) {
@@ -332,8 +352,9 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
         moe_pmat *mp[3] = {&em->gate, &em->up, &em->down};
         for (int mat = 0; mat < 3; mat++) {
             const int64_t N = mat == 2 ? H : Il, K = mat == 2 ? Il : H;
-            *mp[mat] = (moe_pmat){.data = w->mats[3 * le + mat], .dtype = quant ? MOE_DTYPE_U8 : w->dtype,
-                                              .n = N, .k = K, .q = quant ? &w->qm[3 * le + mat] : NULL};
+            *mp[mat] = (moe_pmat){.data = w->mats[3 * le + mat],
+                                  .dtype = quant ? MOE_DTYPE_U8 : pairs ? MOE_DTYPE_BF16 : w->dtype, .n = N, .k = K,
+                                  .q = quant ? &w->qm[3 * le + mat] : NULL, .pairs = pairs && !quant};
         }
         if (w->expert_bias) {
             float *b = w->expert_bias + (size_t)le * (size_t)(2 * Il + H); /* [2Il + H] */
@@ -408,23 +429,39 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
         /* the shared expert's TP shard (row-major, in weight_dtype): gate/up rows and down
          * columns [is0, is0 + Isl) */
         unsigned char *b = w->shared_buf;
-        w->shared.gate = (moe_pmat){.data = b, .dtype = w->dtype, .n = Isl, .k = H};
-        w->shared.up = (moe_pmat){.data = b + (size_t)(Isl * H) * es, .dtype = w->dtype, .n = Isl, .k = H};
-        w->shared.down = (moe_pmat){.data = b + (size_t)(2 * Isl * H) * es, .dtype = w->dtype, .n = H, .k = Isl};
-        moe_pack_panels((void *)w->shared.gate.data,
-                        (const unsigned char *)src->shared_gate_proj + (size_t)(sh.is0 * H) * es, w->dtype, Isl, H);
-        moe_pack_panels((void *)w->shared.up.data,
-                        (const unsigned char *)src->shared_up_proj + (size_t)(sh.is0 * H) * es, w->dtype, Isl, H);
-        moe_pack_panels_ld((void *)w->shared.down.data, (const unsigned char *)src->shared_down_proj + (size_t)sh.is0 * es,
-                           w->dtype, H, Isl, Is);
+        const size_t gb = fs->packed_bytes(Isl, H); /* bytes of gate (and of up) */
+        const moe_dtype pdt = pairs ? MOE_DTYPE_BF16 : w->dtype;
+        w->shared.gate = (moe_pmat){.data = b, .dtype = pdt, .n = Isl, .k = H, .pairs = pairs};
+        w->shared.up = (moe_pmat){.data = b + gb, .dtype = pdt, .n = Isl, .k = H, .pairs = pairs};
+        w->shared.down = (moe_pmat){.data = b + 2 * gb, .dtype = pdt, .n = H, .k = Isl, .pairs = pairs};
+        const unsigned char *sg = (const unsigned char *)src->shared_gate_proj + (size_t)(sh.is0 * H) * es;
+        const unsigned char *su = (const unsigned char *)src->shared_up_proj + (size_t)(sh.is0 * H) * es;
+        const unsigned char *sd = (const unsigned char *)src->shared_down_proj + (size_t)sh.is0 * es;
+        if (pairs) {
+            moe_pack_bf16_pairs((void *)w->shared.gate.data, sg, w->dtype, Isl, H, H, 1);
+            moe_pack_bf16_pairs((void *)w->shared.up.data, su, w->dtype, Isl, H, H, 1);
+            moe_pack_bf16_pairs((void *)w->shared.down.data, sd, w->dtype, H, Isl, Is, 1);
+        } else {
+            moe_pack_panels((void *)w->shared.gate.data, sg, w->dtype, Isl, H);
+            moe_pack_panels((void *)w->shared.up.data, su, w->dtype, Isl, H);
+            moe_pack_panels_ld((void *)w->shared.down.data, sd, w->dtype, H, Isl, Is);
+        }
     }
     w->expert_bytes = bytes + shared_bytes;
+    if (pairs && !quant && w->dtype != MOE_DTYPE_BF16)
+        moe_log(ctx, MOE_LOG_INFO,
+                "compute bf16: the %s expert weights were rounded to bf16 at packing (nearest even): %zu bytes "
+                "resident instead of about %zu",
+                moe_dtype_name(w->dtype), w->expert_bytes,
+                (size_t)((double)w->expert_bytes * (double)es / 2.0));
     if (!quant) {
         moe_log(ctx, MOE_LOG_INFO,
                 "packed %lld of %lld experts (ids %lld..%lld, I columns %lld..%lld of %lld, %s): %zu bytes of expert "
-                "weights, no padding",
+                "weights, %s",
                 (long long)El, (long long)E, (long long)e0, (long long)(e0 + El - 1), (long long)sh.i0,
-                (long long)(sh.i0 + Il - 1), (long long)I, moe_dtype_name(w->dtype), w->expert_bytes);
+                (long long)(sh.i0 + Il - 1), (long long)I, pairs ? "bf16 pairs" : moe_dtype_name(w->dtype),
+                w->expert_bytes,
+                pairs && (H % 2 || Il % 2) ? "odd K padded by one +0 per feature (bf16 pairs)" : "no padding");
     } else {
         moe_log(ctx, MOE_LOG_INFO,
                 "packed %lld of %lld experts (ids %lld..%lld, I columns %lld..%lld of %lld, %s): %zu bytes of expert "

@@ -3,6 +3,8 @@
 #ifndef MOE_QUANT_CONVERT_H
 #define MOE_QUANT_CONVERT_H
 
+#include "core/bf16.h"
+
 #include <stdint.h>
 #include <string.h>
 
@@ -26,14 +28,10 @@ static inline float moe_bf16_to_f32(uint16_t h)
     return moe_bits_to_f32((uint32_t)h << 16);
 }
 
-/* f32 -> bf16, round to nearest even; NaN stays NaN (quiet). */
+/* f32 -> bf16, round to nearest even; NaN stays NaN (quiet): core/bf16.h moe_bf16_round. */
 static inline uint16_t moe_f32_to_bf16(float f)
 {
-    uint32_t u = moe_f32_to_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x0040u);
-    uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)((u + rounding) >> 16);
+    return moe_bf16_round(f);
 }
 
 /* IEEE binary16 -> f32: exact, subnormals, infinities and NaN included. */

@@ -36,6 +36,11 @@ static int64_t feature_bytes_4(int64_t K)
     return K / 2;
 }
 
+static int64_t feature_bytes_pairs(int64_t K)
+{
+    return 4 * ((K + 1) / 2);
+}
+
 static size_t packed_bytes_f32(int64_t N, int64_t K)
 {
     return (size_t)(N * K) * 4;
@@ -44,6 +49,11 @@ static size_t packed_bytes_f32(int64_t N, int64_t K)
 static size_t packed_bytes_16(int64_t N, int64_t K)
 {
     return (size_t)(N * K) * 2;
+}
+
+static size_t packed_bytes_pairs(int64_t N, int64_t K)
+{
+    return (size_t)N * (size_t)feature_bytes_pairs(K);
 }
 
 static size_t packed_bytes_8(int64_t N, int64_t K)
@@ -276,23 +286,24 @@ static int pack_quant(const moe_pack_src *s, int64_t N, int64_t K, const moe_pac
     return moe_quant_pack(&s->qw, s->act, s->data, s->scale, s->zero, N, K, d->data, d->scale, d->zero, d->comp);
 }
 
-/* ---- TP slicing: rows [n0, n0 + Ns) and columns [k0, k0 + Ks) of the source [N, K] ---- */
-
-static size_t plain_es(const moe_format *f)
+static int pack_pairs(const moe_pack_src *s, int64_t N, int64_t K, const moe_pack_dst *d)
 {
-    return f->fmt == MOE_WF_F32 ? 4 : 2;
+    moe_pack_bf16_pairs(d->data, s->data, s->dt, N, K, s->so ? s->so : K, s->so ? s->si : 1);
+    return 0;
 }
+
+/* ---- TP slicing: rows [n0, n0 + Ns) and columns [k0, k0 + Ks) of the source [N, K] ---- */
 
 static int slice_plain(const moe_format *f, const moe_pack_src *s, int64_t N, int64_t K, int64_t n0, int64_t Ns,
                        int64_t k0, int64_t Ks, moe_pack_src *out, void *bufs[3])
 {
-    (void)N, (void)Ns, (void)Ks;
+    (void)f, (void)N, (void)Ns, (void)Ks;
     bufs[0] = bufs[1] = bufs[2] = NULL;
     *out = *s;
     const int64_t so = s->so ? s->so : K, si = s->so ? s->si : 1;
     out->so = so;
     out->si = si;
-    out->data = (const unsigned char *)s->data + (size_t)(n0 * so + k0 * si) * plain_es(f);
+    out->data = (const unsigned char *)s->data + (size_t)(n0 * so + k0 * si) * moe_dtype_size(s->dt);
     return 0;
 }
 
@@ -362,6 +373,11 @@ static const moe_format rows[MOE_WF__COUNT] = {
                      .act = MOE_QACT_TOKEN_GROUP, .feature_bytes = feature_bytes_8, .packed_bytes = packed_bytes_8,
                      .validate = validate_fp8, .value = value_e4m3, .code = code_f8a8, .pack = pack_quant, .slice = slice_quant,
                      .claim = 1, .fast_decode = 1},
+    /* compute bf16: plain weights of any dtype rounded to bf16 pairs (2 bytes per weight) */
+    [MOE_WF_BF16P] = {.fmt = MOE_WF_BF16P, .name = "bf16-pairs", .bits = 16, .act = MOE_QACT_NONE,
+                      .pads = "K rounded up to 2: one +0 per feature for odd K",
+                      .feature_bytes = feature_bytes_pairs, .packed_bytes = packed_bytes_pairs, .pack = pack_pairs,
+                      .slice = slice_plain, .claim = 1},
 };
 
 const moe_format *moe_format_row(moe_wfmt f)

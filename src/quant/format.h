@@ -18,6 +18,7 @@ typedef struct moe_pack_src {
     const uint8_t *zero;  /* quantized with zero points: [rows, cols] of the scale grid, else NULL */
     moe_qweight qw;       /* quantized: the source's scheme (its scale granularity) */
     moe_qact act;         /* quantized: the layer's activation scheme */
+    moe_dtype dt;         /* plain: the source elements' dtype (F32, BF16, F16) */
 } moe_pack_src;
 
 /* Where a packed matrix goes (sizes from the row: packed_bytes, and for the quantized rows
@@ -34,7 +35,7 @@ typedef struct moe_pack_dst {
 typedef struct moe_format {
     moe_wfmt fmt;
     const char *name;   /* "f32", "bf16", "f16", "fp8", "int8", "int4", "int4-zp", "mxfp4",
-                           "int8-w8a8", "fp8-w8a8" */
+                           "int8-w8a8", "fp8-w8a8", "bf16-pairs" */
     int bits;           /* bits of one stored code (plain rows: of the dtype); packed_bytes(N, K)
                            minus ceil(N * K * bits / 8) is what the layout pads */
     const char *pads;   /* what the layout pads, for the plan report (NULL: nothing) */

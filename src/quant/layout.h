@@ -34,7 +34,13 @@ typedef enum moe_wfmt {
     MOE_WF_F8A8 = 9, /* e4m3 weights for fp8 w8a8 (activations TOKEN_GROUP): the codes laid out as
                         MOE_WF_F8; scale holds s itself (never s * 256: the kernels multiply the
                         group's partial sum by s after the group); gk = block_k */
-    MOE_WF__COUNT = 10
+    MOE_WF_BF16P = 10, /* bf16 pairs for compute bf16 (moe.h MOE_COMPUTE_BF16): panel p at bf16
+                        element p*32*K2 (K2 = ceil(K / 2)), [K2][nw][2]: element (n, k) at
+                        (k / 2) * 2 nw + 2 (n % 16) + k % 2, so one 4-byte lane holds the pair
+                        (2i, 2i+1) of one feature (vdpbf16ps's operand); for odd K the last
+                        pair's second element is +0. Packed from f32 / bf16 / f16 sources by
+                        round to nearest even (core/bf16.h moe_bf16_round). */
+    MOE_WF__COUNT = 11
 } moe_wfmt;
 
 /* The units the packed layouts are made of, declared so their sizes are checked where the
@@ -86,9 +92,10 @@ struct moe_qmat {
  * quantized formats' layouts are those of moe_wfmt. */
 typedef struct moe_pmat {
     const void *data;         /* the packed panels */
-    moe_dtype dtype;          /* F32, BF16 or F16 (ignored when q is set) */
+    moe_dtype dtype;          /* F32, BF16 or F16 (ignored when q is set; BF16 for pairs) */
     int64_t n, k;
     const struct moe_qmat *q; /* NULL, or the quantized format's scales (q->kind the format) */
+    int pairs;                /* 1: MOE_WF_BF16P pair panels (plain, compute bf16) */
 } moe_pmat;
 
 static inline int64_t moe_pmat_panels(int64_t n)
@@ -119,7 +126,7 @@ static inline moe_wfmt moe_plain_format(moe_dtype dt)
 /* The format of a packed matrix. */
 static inline moe_wfmt moe_pmat_format(const moe_pmat *w)
 {
-    return w->q ? (moe_wfmt)w->q->kind : moe_plain_format(w->dtype);
+    return w->q ? (moe_wfmt)w->q->kind : w->pairs ? MOE_WF_BF16P : moe_plain_format(w->dtype);
 }
 
 #endif

@@ -104,6 +104,38 @@ void moe_convert_to_f32(float *dst, const void *src, moe_dtype dtype, size_t cou
     }
 }
 
+void moe_pack_bf16_pairs(uint16_t *dst, const void *src, moe_dtype dt, int64_t n, int64_t k, int64_t so, int64_t si)
+{
+    const size_t es = moe_dtype_size(dt);
+    const int64_t k2 = (k + 1) / 2;
+    const unsigned char *s = src;
+    for (int64_t p = 0; p < moe_pmat_panels(n); p++) {
+        const int nw = moe_pmat_panel_width(n, p);
+        uint16_t *panel = dst + p * 2 * MOE_PANEL * k2; /* [k2][nw][2] */
+        for (int j = 0; j < nw; j++) {
+            const int64_t o = p * MOE_PANEL + j;
+            for (int64_t kk = 0; kk < 2 * k2; kk++) {
+                uint16_t h = 0; /* +0: the odd-k pad */
+                if (kk < k) {
+                    const unsigned char *e = s + (size_t)(o * so + kk * si) * es;
+                    if (dt == MOE_DTYPE_BF16) {
+                        memcpy(&h, e, 2); /* exact already */
+                    } else if (dt == MOE_DTYPE_F32) {
+                        float v;
+                        memcpy(&v, e, 4);
+                        h = moe_f32_to_bf16(v);
+                    } else {
+                        uint16_t f;
+                        memcpy(&f, e, 2);
+                        h = moe_f32_to_bf16(moe_f16_to_f32(f));
+                    }
+                }
+                panel[(kk / 2) * 2 * nw + 2 * j + kk % 2] = h;
+            }
+        }
+    }
+}
+
 void *moe_pack_f32(const void *src, moe_dtype dt, int64_t n, int64_t k)
 {
     float *tmp = malloc(sizeof(float) * (size_t)(n * k)); /* [n, k] f32 */

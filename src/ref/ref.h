@@ -61,6 +61,13 @@ typedef struct moe_ref_mlp {
 void moe_ref_expert_ex(const moe_layer_desc *desc, const moe_ref_mlp *m, int64_t H, int64_t I,
                        const float *x, float *y, float *h_scratch);
 
+/* The same under compute bf16 (moe.h MOE_COMPUTE_BF16, core/bf16.h): x and h rounded to bf16,
+ * every weight rounded to bf16 (exact for bf16 weights), each dot product the pair chain of
+ * moe_bf16_dp over (2i+1, 2i) from +0 (a +0 pair element past an odd length); biases and the
+ * activation in f32 as above. x [H]; y [H]; h_scratch [I]; xb_scratch [max(H, I) + 1] f32. */
+void moe_ref_expert_bf16(const moe_layer_desc *desc, const moe_ref_mlp *m, int64_t H, int64_t I,
+                         const float *x, float *y, float *h_scratch, float *xb_scratch);
+
 /* One SwiGLU expert with row-major weights and no biases: y[H] = down (silu(gate x) * (up x)).
  * gate, up [I, H] and down [H, I] in dtype dt; x [H]; h_scratch [I]. */
 void moe_ref_expert(const void *gate, const void *up, const void *down, moe_dtype dt, int64_t H,
@@ -79,5 +86,10 @@ void moe_ref_finalize(const moe_layer_desc *desc, int64_t T, const float *weight
 moe_status moe_ref_forward(const moe_layer_desc *desc, const moe_weight_source *src,
                            const float *x, int64_t T, const float *router_logits, float *out,
                            int32_t *ids, float *weights);
+/* The same with the experts (routed and shared) in compute mode `compute`; routing, the shared
+ * expert's gate and the combine stay f32. */
+moe_status moe_ref_forward_compute(const moe_layer_desc *desc, const moe_weight_source *src, moe_compute compute,
+                                   const float *x, int64_t T, const float *router_logits, float *out, int32_t *ids,
+                                   float *weights);
 
 #endif

@@ -3,6 +3,7 @@
  * activation of moe.h's moe_activation, written out. */
 #include "ref/ref.h"
 #include "core/act.h"
+#include "core/bf16.h"
 
 #include <math.h>
 
@@ -30,6 +31,47 @@ void moe_ref_expert_ex(const moe_layer_desc *desc, const moe_ref_mlp *m, int64_t
         float acc = 0.0f;
         for (int64_t i = 0; i < I; i++)
             acc = fmaf(h[i], moe_ref_load(m->down, m->dt, o * m->dn_so + i * m->dn_si), acc);
+        if (m->down_bias)
+            acc = acc + moe_ref_load(m->down_bias, m->bias_dt, o);
+        y[o] = acc;
+    }
+}
+
+/* sum over k < n of a[k] * w(k) as the bf16 pair chain: a already bf16 values, w(k) rounded
+ * to bf16 here; the element past an odd n is +0 on both sides */
+static float dot_bf16(const float *a, const moe_ref_mlp *m, const void *base, int64_t o, int64_t so, int64_t si,
+                      int64_t n)
+{
+    float acc = 0.0f;
+    for (int64_t k = 0; k < n; k += 2) {
+        const float a1 = k + 1 < n ? a[k + 1] : 0.0f;
+        const float w1 = k + 1 < n ? moe_bf16_value(moe_bf16_round(moe_ref_load(base, m->dt, o * so + (k + 1) * si)))
+                                   : 0.0f;
+        const float w0 = moe_bf16_value(moe_bf16_round(moe_ref_load(base, m->dt, o * so + k * si)));
+        acc = moe_bf16_dp(acc, a1, w1);
+        acc = moe_bf16_dp(acc, a[k], w0);
+    }
+    return acc;
+}
+
+void moe_ref_expert_bf16(const moe_layer_desc *desc, const moe_ref_mlp *m, int64_t H, int64_t I,
+                         const float *x, float *y, float *h, float *xb)
+{
+    for (int64_t k = 0; k < H; k++) /* the hidden state entering gate/up, in bf16 */
+        xb[k] = moe_bf16_value(moe_bf16_round(x[k]));
+    for (int64_t i = 0; i < I; i++) {
+        float g = dot_bf16(xb, m, m->gate, i, m->gu_so, m->gu_si, H);
+        float u = dot_bf16(xb, m, m->up, i, m->gu_so, m->gu_si, H);
+        if (m->gate_bias) {
+            g = g + moe_ref_load(m->gate_bias, m->bias_dt, i * m->gu_bias_stride);
+            u = u + moe_ref_load(m->up_bias, m->bias_dt, i * m->gu_bias_stride);
+        }
+        h[i] = moe_ref_activation(desc, g, u);
+    }
+    for (int64_t i = 0; i < I; i++) /* the activation output entering down, in bf16 */
+        xb[i] = moe_bf16_value(moe_bf16_round(h[i]));
+    for (int64_t o = 0; o < H; o++) {
+        float acc = dot_bf16(xb, m, m->down, o, m->dn_so, m->dn_si, I);
         if (m->down_bias)
             acc = acc + moe_ref_load(m->down_bias, m->bias_dt, o);
         y[o] = acc;

@@ -9,6 +9,14 @@ moe_status moe_ref_forward(const moe_layer_desc *desc, const moe_weight_source *
                            const float *x, int64_t T, const float *router_logits, float *out,
                            int32_t *ids_out, float *weights_out)
 {
+    return moe_ref_forward_compute(desc, src, MOE_COMPUTE_F32, x, T, router_logits, out, ids_out, weights_out);
+}
+
+moe_status moe_ref_forward_compute(const moe_layer_desc *desc, const moe_weight_source *src, moe_compute compute,
+                                   const float *x, int64_t T, const float *router_logits, float *out,
+                                   int32_t *ids_out, float *weights_out)
+{
+    const int bf16 = compute == MOE_COMPUTE_BF16;
     const int64_t H = desc->hidden_size, I = desc->moe_intermediate_size;
     const int64_t E = desc->num_experts, K = desc->top_k;
     const int64_t Is = desc->shared_expert_intermediate_size;
@@ -25,10 +33,12 @@ moe_status moe_ref_forward(const moe_layer_desc *desc, const moe_weight_source *
     float *xs = malloc(sizeof(float) * (size_t)H);               /* [H] scaled input */
     int64_t hmax = I > Is ? I : Is;
     float *h = malloc(sizeof(float) * (size_t)hmax);             /* [max(I, Is)] */
+    const int64_t bmax = (H > hmax ? H : hmax) + 1;
+    float *xb = malloc(sizeof(float) * (size_t)bmax);            /* [max(H, I, Is) + 1] bf16 rows */
     float *shared_y = Is > 0 ? malloc(sizeof(float) * (size_t)(T * H)) : NULL; /* [T, H] */
     float *shared_scale = Is > 0 ? malloc(sizeof(float) * (size_t)T) : NULL;   /* [T] */
     moe_status st = MOE_OK;
-    if (!logits || !ids || !weights || !offsets || !rows || !y || !xs || !h ||
+    if (!logits || !ids || !weights || !offsets || !rows || !y || !xs || !h || !xb ||
         (Is > 0 && (!shared_y || !shared_scale))) {
         st = MOE_ENOMEM;
         goto done;
@@ -77,7 +87,10 @@ moe_status moe_ref_forward(const moe_layer_desc *desc, const moe_weight_source *
                     xs[k] = weights[r] * x[t * H + k];
                 in = xs;
             }
-            moe_ref_expert_ex(desc, &m, H, I, in, y + r * H, h);
+            if (bf16)
+                moe_ref_expert_bf16(desc, &m, H, I, in, y + r * H, h, xb);
+            else
+                moe_ref_expert_ex(desc, &m, H, I, in, y + r * H, h);
         }
     }
 
@@ -87,7 +100,10 @@ moe_status moe_ref_forward(const moe_layer_desc *desc, const moe_weight_source *
                           .down = src->shared_down_proj, .dt = dt, .gu_so = H, .gu_si = 1,
                           .dn_so = Is, .dn_si = 1};
         for (int64_t t = 0; t < T; t++) {
-            moe_ref_expert_ex(desc, &sm, H, Is, x + t * H, shared_y + t * H, h);
+            if (bf16)
+                moe_ref_expert_bf16(desc, &sm, H, Is, x + t * H, shared_y + t * H, h, xb);
+            else
+                moe_ref_expert_ex(desc, &sm, H, Is, x + t * H, shared_y + t * H, h);
             float s = 1.0f;
             if (desc->shared_expert_gated) {
                 float l = 0.0f;
@@ -115,6 +131,7 @@ done:
     free(y);
     free(xs);
     free(h);
+    free(xb);
     free(shared_y);
     free(shared_scale);
     return st;

@@ -1,5 +1,7 @@
 /* The plan path (every kernel table, thread count and chunk size) against the src/ref oracle,
- * bit for bit, over the REGRESSIONS.md size classes R2, R4, R5; batch invariance. */
+ * bit for bit, over the REGRESSIONS.md size classes R2, R4, R5; batch invariance; in both
+ * compute modes (moe.h moe_compute: the bf16 tests run the same cases with compute bf16
+ * against moe_ref_forward_compute). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -99,6 +101,15 @@ static void layer_free(layer *L)
     free(L->sgate);
 }
 
+/* The compute mode of the plans and of the oracle in the running test. */
+static moe_compute g_compute = MOE_COMPUTE_F32;
+
+static moe_status ref_forward(const layer *L, const float *x, int64_t T, const float *logits, float *out,
+                              int32_t *ids, float *wts)
+{
+    return moe_ref_forward_compute(&L->desc, &L->src, g_compute, x, T, logits, out, ids, wts);
+}
+
 static moe_ctx *make_ctx(const char *isa, int threads, int64_t chunk)
 {
     moe_options o;
@@ -118,7 +129,11 @@ static void run_plan(moe_ctx *ctx, layer *L, const float *x, int64_t T, const fl
                      int32_t *ids, float *wts)
 {
     moe_plan *plan = NULL;
-    assert_int_equal(moe_plan_create(ctx, &L->desc, &plan), MOE_OK);
+    moe_plan_config cfg;
+    moe_plan_config_init(&cfg);
+    cfg.compute = g_compute;
+    assert_int_equal(moe_plan_create_ex(ctx, &L->desc, &cfg, &plan), MOE_OK);
+    assert_int_equal(moe_plan_compute(plan), g_compute);
     moe_weights *w = NULL;
     assert_int_equal(moe_weights_create(plan, &L->src, &w), MOE_OK);
     size_t wsz = moe_plan_workspace_size(plan, T);
@@ -153,7 +168,7 @@ static void check_case(int64_t H, int64_t I, int64_t E, int64_t K, int64_t Is, i
     float *ref = calloc(nx + 1, sizeof(float));
     int32_t *rid = calloc(nk + 1, sizeof(int32_t));
     float *rw = calloc(nk + 1, sizeof(float));
-    assert_int_equal(moe_ref_forward(&L.desc, &L.src, x, T, NULL, ref, rid, rw), MOE_OK);
+    assert_int_equal(ref_forward(&L, x, T, NULL, ref, rid, rw), MOE_OK);
 
     const char *isas[16]; /* the kernel registry's rows */
     const size_t n_isas = tu_isa_names(isas, sizeof isas / sizeof isas[0]);
@@ -173,9 +188,9 @@ static void check_case(int64_t H, int64_t I, int64_t E, int64_t K, int64_t Is, i
                 run_plan(ctx, &L, x, T, NULL, out, id, w);
                 if (T > 0) {
                     if (memcmp(out, ref, sizeof(float) * nx) != 0)
-                        fail_msg("output differs from src/ref: isa %s threads %d chunk %lld H%lld I%lld E%lld K%lld "
-                                 "Is%lld %s T%lld (max diff %g)",
-                                 isas[i], threads[th], (long long)chunks[c], (long long)H, (long long)I,
+                        fail_msg("output differs from src/ref (compute %s): isa %s threads %d chunk %lld H%lld I%lld "
+                                 "E%lld K%lld Is%lld %s T%lld (max diff %g)",
+                                 moe_compute_name(g_compute), isas[i], threads[th], (long long)chunks[c], (long long)H, (long long)I,
                                  (long long)E, (long long)K, (long long)Is, moe_dtype_name(dt), (long long)T,
                                  tu_max_abs_diff(out, ref, nx));
                     assert_memory_equal(id, rid, sizeof(int32_t) * nk);
@@ -251,7 +266,7 @@ static void test_rows_per_expert(void **state)
     }
     float *ref = malloc(sizeof(float) * (size_t)(T * H));
     int32_t *rid = malloc(sizeof(int32_t) * (size_t)(T * K));
-    assert_int_equal(moe_ref_forward(&L.desc, &L.src, x, T, logits, ref, rid, NULL), MOE_OK);
+    assert_int_equal(ref_forward(&L, x, T, logits, ref, rid, NULL), MOE_OK);
     int counts[4] = {0};
     for (int64_t i = 0; i < T * K; i++)
         if (rid[i] < 4)
@@ -353,10 +368,39 @@ static void test_bf16_input(void **state)
     layer_free(&L);
 }
 
+/* Compute bf16: the same classes (odd H and I: a pair padded with +0; every weight dtype,
+ * shared experts, the few-token and tiled paths, chunks), against the bf16 oracle. */
+static void test_bf16_compute(void **state)
+{
+    (void)state;
+    g_compute = MOE_COMPUTE_BF16;
+    const int64_t Ts[] = {1, 2, 7, 33, 129};
+    for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++)
+        check_case(40, 24, 8, 2, 0, 0, 1, MOE_DTYPE_BF16, Ts[i], 2000 + i);
+    check_case(33, 17, 3, 3, 0, 0, 0, MOE_DTYPE_F32, 9, 2012);
+    check_case(32, 16, 60, 4, 0, 0, 0, MOE_DTYPE_F16, 21, 2014);
+    check_case(16, 80, 5, 5, 0, 0, 1, MOE_DTYPE_BF16, 7, 2017);
+    const moe_dtype dts[] = {MOE_DTYPE_F32, MOE_DTYPE_BF16, MOE_DTYPE_F16};
+    for (size_t i = 0; i < 3; i++) {
+        check_case(64, 32, 8, 4, 40, 1, 0, dts[i], 19, 2020 + i);
+        check_case(35, 19, 4, 2, 21, 0, 1, dts[i], 6, 2030 + i);
+    }
+    g_compute = MOE_COMPUTE_F32;
+}
+
+/* Compute bf16: batch invariance as above. */
+static void test_bf16_batch_invariance(void **state)
+{
+    g_compute = MOE_COMPUTE_BF16;
+    test_batch_invariance(state);
+    g_compute = MOE_COMPUTE_F32;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_token_counts),     cmocka_unit_test(test_expert_counts),
+        cmocka_unit_test(test_bf16_compute),     cmocka_unit_test(test_bf16_batch_invariance),
         cmocka_unit_test(test_shared_and_dtypes), cmocka_unit_test(test_rows_per_expert),
         cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_bf16_input),
     };

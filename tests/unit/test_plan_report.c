@@ -29,6 +29,16 @@ static moe_ctx *ctx_on(const char *isa)
     return ctx;
 }
 
+/* A plan config of ep x tp ranks (rank 0, 0), compute f32. */
+static const moe_plan_config *layout(int ep, int tp)
+{
+    static moe_plan_config c;
+    moe_plan_config_init(&c);
+    c.parallel.ep_size = ep;
+    c.parallel.tp_size = tp;
+    return &c;
+}
+
 static void desc_of(moe_layer_desc *d, int64_t H, int64_t I, int64_t E, int64_t Is, const char *quant)
 {
     moe_layer_desc_init(d);
@@ -158,7 +168,7 @@ static void test_padding(void **state)
     moe_layer_desc d;
     desc_of(&d, H, I, E, 0, "int8-w8a8");
     moe_rank_report r;
-    assert_int_equal(moe_plan_report_for(ctx, &d, &(moe_parallel_config){.ep_size = 1, .tp_size = 1}, &r), MOE_OK);
+    assert_int_equal(moe_plan_report_for(ctx, &d, layout(1, 1), &r), MOE_OK);
     const int64_t K4h = (H + 3) / 4 * 4, K4i = (I + 3) / 4 * 4;
     assert_int_equal(r.padding_bytes, (uint64_t)(E * (2 * I * (K4h - H) + H * (K4i - I))));
     const moe_cost *c = find_cost(&r, "padding");
@@ -166,18 +176,18 @@ static void test_padding(void **state)
     assert_true(c->bytes == (double)r.padding_bytes);
 
     desc_of(&d, H, I, E, 0, "int8-channel");
-    assert_int_equal(moe_plan_report_for(ctx, &d, &(moe_parallel_config){.ep_size = 1, .tp_size = 1}, &r), MOE_OK);
+    assert_int_equal(moe_plan_report_for(ctx, &d, layout(1, 1), &r), MOE_OK);
     assert_int_equal(r.padding_bytes, 0);
     assert_null(find_cost(&r, "padding"));
 
     desc_of(&d, H, I, E, 0, NULL);
-    assert_int_equal(moe_plan_report_for(ctx, &d, &(moe_parallel_config){.ep_size = 1, .tp_size = 1}, &r), MOE_OK);
+    assert_int_equal(moe_plan_report_for(ctx, &d, layout(1, 1), &r), MOE_OK);
     assert_int_equal(r.padding_bytes, 0);
 
     /* 4-bit: K even for both matrices means N (the other's K) is even too, so a last panel is
      * never of odd width and nothing is padded */
     desc_of(&d, 64, 42, E, 0, "int4-g32");
-    assert_int_equal(moe_plan_report_for(ctx, &d, &(moe_parallel_config){.ep_size = 1, .tp_size = 1}, &r), MOE_OK);
+    assert_int_equal(moe_plan_report_for(ctx, &d, layout(1, 1), &r), MOE_OK);
     assert_int_equal(r.padding_bytes, 0);
     moe_ctx_free(ctx);
 }
@@ -191,19 +201,19 @@ static void test_tp_shard_refusals(void **state)
     desc_of(&d, 64, 40, 4, 0, "int4-g32"); /* I = 40 over 3: shards 14, 13, 13 */
     moe_rank_report r;
     const char *subs[] = {"int4-g32", "TP rank 1's shard", "13 columns", NULL};
-    tu_check_error(ctx, moe_plan_report_for(ctx, &d, &(moe_parallel_config){.ep_size = 1, .tp_size = 3}, &r),
+    tu_check_error(ctx, moe_plan_report_for(ctx, &d, layout(1, 3), &r),
                    MOE_ESHAPE, subs);
     /* asking for rank 0, whose own shard is even, is refused too: the layout is */
     tu_check_error(ctx,
-                   moe_plan_report_for(ctx, &d, &(moe_parallel_config){.ep_size = 1, .tp_size = 3, .tp_rank = 0}, &r),
+                   moe_plan_report_for(ctx, &d, layout(1, 3), &r),
                    MOE_ESHAPE, subs);
     desc_of(&d, 256, 384, 4, 0, "fp8-block-w8a8"); /* I = 384 over 2: rank 1 starts at 192, inside a 128 block */
     const char *subs8[] = {"TP rank 1's shard", "starts at column 192", NULL};
-    tu_check_error(ctx, moe_plan_report_for(ctx, &d, &(moe_parallel_config){.ep_size = 1, .tp_size = 2}, &r),
+    tu_check_error(ctx, moe_plan_report_for(ctx, &d, layout(1, 2), &r),
                    MOE_EUNSUPPORTED, subs8);
     /* even shards pass */
     desc_of(&d, 64, 40, 4, 0, "int4-g32");
-    assert_int_equal(moe_plan_report_for(ctx, &d, &(moe_parallel_config){.ep_size = 1, .tp_size = 2}, &r), MOE_OK);
+    assert_int_equal(moe_plan_report_for(ctx, &d, layout(1, 2), &r), MOE_OK);
     moe_ctx_free(ctx);
 }
 
@@ -223,7 +233,7 @@ static void test_tail_fallback(void **state)
         moe_layer_desc d;
         desc_of(&d, H, I, E, 0, NULL);
         moe_rank_report r;
-        assert_int_equal(moe_plan_report_for(ctx, &d, &(moe_parallel_config){.ep_size = 1, .tp_size = 1}, &r),
+        assert_int_equal(moe_plan_report_for(ctx, &d, layout(1, 1), &r),
                          MOE_OK);
         const moe_cost *c = find_cost(&r, "fallback");
         if (c) { /* this table hands partial panels to the ref kernel */
@@ -235,7 +245,7 @@ static void test_tail_fallback(void **state)
         }
         /* I a multiple of 16: no tail on any table */
         desc_of(&d, H, 96, E, 0, NULL);
-        assert_int_equal(moe_plan_report_for(ctx, &d, &(moe_parallel_config){.ep_size = 1, .tp_size = 1}, &r),
+        assert_int_equal(moe_plan_report_for(ctx, &d, layout(1, 1), &r),
                          MOE_OK);
         assert_null(find_cost(&r, "fallback"));
         moe_ctx_free(ctx);
@@ -265,7 +275,7 @@ static void test_path_and_limits(void **state)
     desc_of(&d, 64, 512, 8192, 0, NULL);
     moe_rank_report r;
     const char *subs[] = {"ep_size * tp_size", NULL};
-    tu_check_error(ctx, moe_plan_report_for(ctx, &d, &(moe_parallel_config){.ep_size = 8192, .tp_size = 256}, &r),
+    tu_check_error(ctx, moe_plan_report_for(ctx, &d, layout(8192, 256), &r),
                    MOE_EINVAL, subs);
     moe_ctx_free(ctx);
 }
