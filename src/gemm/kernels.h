@@ -181,6 +181,7 @@ void moe_kernels_merge(moe_kernels *k, const moe_kernels *own);
 /* Each ISA folder's init (the registry's rows). */
 void moe_kernels_init_avx2(moe_kernels *k, const moe_cpu_features *f);
 void moe_kernels_init_avx512(moe_kernels *k, const moe_cpu_features *f);
+void moe_kernels_init_avx512_bf16(moe_kernels *k, const moe_cpu_features *f);
 
 /* Scalar entries the vector tables call for cases they hand back (a partial panel, a format
  * without a vector kernel). */

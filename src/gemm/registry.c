@@ -26,6 +26,15 @@ static int detect_avx512(const moe_cpu_features *f)
     return detect_avx2(f) && f->os_zmm && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq;
 }
 
+/* The avx512 row's features plus vdpbf16ps (CPUID leaf 7 subleaf 1 EAX bit 5), and the
+ * instruction computing core/bf16.h's rule (the probe runs it: only after the features said
+ * the CPU has it). */
+int moe_avx512_bf16_probe(void);
+static int detect_avx512_bf16(const moe_cpu_features *f)
+{
+    return detect_avx512(f) && f->avx512_bf16 && moe_avx512_bf16_probe();
+}
+
 /* The reference row: its entries are the reference entries, all its own. */
 static void init_ref_row(moe_kernels *k, const moe_cpu_features *f)
 {
@@ -37,6 +46,8 @@ static const moe_isa_row rows[] = {
     {.name = "ref", .requires = "nothing", .detect = detect_ref, .init = init_ref_row},
     {.name = "avx2", .requires = "AVX2+FMA+F16C", .detect = detect_avx2, .init = moe_kernels_init_avx2},
     {.name = "avx512", .requires = "AVX-512 F/BW/VL/DQ", .detect = detect_avx512, .init = moe_kernels_init_avx512},
+    {.name = "avx512_bf16", .requires = "AVX-512 F/BW/VL/DQ + AVX512_BF16 (vdpbf16ps with the DAZ/FTZ pair rule)",
+     .detect = detect_avx512_bf16, .init = moe_kernels_init_avx512_bf16},
 };
 #define N_ROWS (sizeof rows / sizeof rows[0])
 _Static_assert(N_ROWS <= MOE_ISA_MAX_ROWS, "raise MOE_ISA_MAX_ROWS (gemm/kernels.h)");

@@ -1,0 +1,137 @@
+/* Compute bf16 on vdpbf16ps (table "avx512_bf16"): the row rounder and the GEMM on bf16 pair
+ * panels (quant/layout.h MOE_WF_BF16P), the same bits as src/gemm/linear_bf16_ref.c. One
+ * vdpbf16ps lane is one output feature: it adds x[2i+1] w[2i+1], then x[2i] w[2i], each
+ * rounded with DAZ and FTZ (core/bf16.h moe_bf16_dp, checked at registration by
+ * moe_avx512_bf16_probe), in increasing i from +0: exactly the ref's chain. Tiles of 6 rows by
+ * 4 panels keep 24 zmm accumulators over all of K; per pair step 4 weight loads (16 features
+ * x 2 k each) and 6 broadcast pairs. Partial panels load and store masked, never padded. */
+#include "gemm/avx512_bf16/avx512_bf16.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define MOE_AI static inline __attribute__((always_inline))
+
+/* 16 f32 -> 16 bf16 by round to nearest even on the bits (core/bf16.h moe_bf16_round): a NaN
+ * keeps its sign and becomes quiet, everything else u + 0x7fff + bit 16 of u, shifted */
+MOE_AI __m256i round16(__m512 v)
+{
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+void moe_bf16_row_avx512_bf16(const float *x, int64_t n, int64_t G, const float *mul, uint8_t *dst, float *scales)
+{
+    (void)G, (void)scales;
+    const __m512 vm = _mm512_set1_ps(mul ? *mul : 1.0f);
+    /* 16 elements per step: 64 bytes read at 4k, then 32 bytes written at 2k (in place: only
+     * bytes already read are overwritten) */
+    for (int64_t k = 0; k < n; k += 16) {
+        const __mmask16 mk = (__mmask16)(n - k >= 16 ? 0xffffu : (1u << (n - k)) - 1u);
+        __m512 v = _mm512_maskz_loadu_ps(mk, x + k);
+        if (mul)
+            v = _mm512_mul_ps(vm, v);
+        _mm256_mask_storeu_epi16(dst + 2 * k, mk, round16(v));
+    }
+    if (n % 2) { /* the +0 that completes the last pair */
+        const uint16_t zero = 0;
+        memcpy(dst + 2 * n, &zero, sizeof zero);
+    }
+}
+
+/* A tile of NP panels (starting at panel p) by MB rows. */
+MOE_AI void tile(const moe_pmat *w, int64_t p, int64_t p0, const int NP, const int MB, const uint8_t *const *x,
+                 float *out, int64_t ldo)
+{
+    const int64_t K2 = (w->k + 1) / 2;
+    const uint32_t *d = w->data;
+    __m512 acc[4][6];        /* [panel][row] */
+    const uint32_t *wp[4];   /* each panel's [K2][nw] pairs */
+    int nw[4];
+    __mmask16 mask[4];
+    for (int j = 0; j < NP; j++) {
+        nw[j] = moe_pmat_panel_width(w->n, p + j);
+        wp[j] = d + (p + j) * MOE_PANEL * K2;
+        mask[j] = (__mmask16)((1u << nw[j]) - 1u);
+        for (int m = 0; m < MB; m++)
+            acc[j][m] = _mm512_setzero_ps();
+    }
+    for (int64_t i = 0; i < K2; i++) {
+        __m512i wv[4];
+        for (int j = 0; j < NP; j++)
+            wv[j] = _mm512_maskz_loadu_epi32(mask[j], wp[j] + i * nw[j]);
+        for (int m = 0; m < MB; m++) {
+            int32_t pair;
+            memcpy(&pair, x[m] + 4 * i, sizeof pair);
+            const __m512bh xb = (__m512bh)_mm512_set1_epi32(pair);
+            for (int j = 0; j < NP; j++)
+                acc[j][m] = _mm512_dpbf16_ps(acc[j][m], (__m512bh)wv[j], xb);
+        }
+    }
+    for (int j = 0; j < NP; j++)
+        for (int m = 0; m < MB; m++)
+            _mm512_mask_storeu_ps(out + m * ldo + (p + j - p0) * MOE_PANEL, mask[j], acc[j][m]);
+}
+
+void moe_ukr_bf16p_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                                         const float *const *xs, int mb, float *out, int64_t ldo, const void *pf,
+                                         int64_t pf_bytes)
+{
+    (void)xs, (void)pf, (void)pf_bytes;
+    int m0 = 0;
+    while (m0 < mb) {
+        const int rows = mb - m0;
+        const uint8_t *const *xr = xq + m0;
+        float *o = out + (int64_t)m0 * ldo;
+        if (rows >= 6) {
+            int64_t p = p0;
+            for (; p + 4 <= p1; p += 4)
+                tile(w, p, p0, 4, 6, xr, o, ldo);
+            for (; p + 2 <= p1; p += 2)
+                tile(w, p, p0, 2, 6, xr, o, ldo);
+            for (; p < p1; p++)
+                tile(w, p, p0, 1, 6, xr, o, ldo);
+            m0 += 6;
+            continue;
+        }
+        /* 1..5 rows left: against 4 panels at a time, then one */
+        int64_t p = p0;
+        switch (rows) {
+        case 1:
+            for (; p + 4 <= p1; p += 4)
+                tile(w, p, p0, 4, 1, xr, o, ldo);
+            for (; p < p1; p++)
+                tile(w, p, p0, 1, 1, xr, o, ldo);
+            break;
+        case 2:
+            for (; p + 4 <= p1; p += 4)
+                tile(w, p, p0, 4, 2, xr, o, ldo);
+            for (; p < p1; p++)
+                tile(w, p, p0, 1, 2, xr, o, ldo);
+            break;
+        case 3:
+            for (; p + 4 <= p1; p += 4)
+                tile(w, p, p0, 4, 3, xr, o, ldo);
+            for (; p < p1; p++)
+                tile(w, p, p0, 1, 3, xr, o, ldo);
+            break;
+        case 4:
+            for (; p + 4 <= p1; p += 4)
+                tile(w, p, p0, 4, 4, xr, o, ldo);
+            for (; p < p1; p++)
+                tile(w, p, p0, 1, 4, xr, o, ldo);
+            break;
+        default:
+            for (; p + 4 <= p1; p += 4)
+                tile(w, p, p0, 4, 5, xr, o, ldo);
+            for (; p < p1; p++)
+                tile(w, p, p0, 1, 5, xr, o, ldo);
+            break;
+        }
+        m0 = mb;
+    }
+}
