@@ -1,7 +1,8 @@
 /* The avx512 row of the registry (src/gemm/registry.c): AVX-512 F/BW/VL/DQ with AVX2, FMA and
  * F16C. What the folder implements, merged over the reference entries (moe_kernels_merge): every
  * plain and weight-only quantized format, the fp8 w8a8 GEMM on quantized rows, the int8 w8a8
- * row quantizer, and with AVX512-VNNI (MOE_CAP_VNNI) the int8 w8a8 GEMM. The fp8 w8a8 row
+ * row quantizer, compute bf16's row rounder and pair-panel GEMM (vfmadd under FTZ|DAZ), and
+ * with AVX512-VNNI (MOE_CAP_VNNI) the int8 w8a8 GEMM. The fp8 w8a8 row
  * quantizer and the quantized-activation formats' f32-row entries stay the ref's (the grouped
  * driver quantizes rows itself). Partial panels run masked. */
 #include "gemm/avx512/avx512.h"
@@ -17,6 +18,8 @@ void moe_kernels_init_avx512(moe_kernels *k, const moe_cpu_features *f)
         .act_row = moe_act_row_avx512,
         .quant_row = {[MOE_WF_W8A8] = moe_quant_row_i8_avx512},
         .linear_rows = {[MOE_WF_F8A8] = moe_ukr_f8a8_rows_avx512_6x64},
+        .bf16_row = moe_bf16_row_avx512,
+        .bf16_rows = {[MOE_WF_BF16P] = moe_ukr_bf16p_rows_avx512_6x64},
         .tail_ref = 0,
         .peak_read = moe_roofline_read_avx512,
         .peak_fma = moe_roofline_fma_avx512,

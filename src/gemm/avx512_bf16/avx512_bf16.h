@@ -11,8 +11,7 @@
  * on a set of edge cases (probe_avx512_bf16.c); the registry's detect requires it. */
 int moe_avx512_bf16_probe(void);
 
-/* compute bf16: the row rounder and the pair-panel GEMM, 6 rows x 4 panels (linear_avx512_bf16.c) */
-void moe_bf16_row_avx512_bf16(const float *x, int64_t n, int64_t G, const float *mul, uint8_t *dst, float *scales);
+/* compute bf16: the pair-panel GEMM, 6 rows x 4 panels (linear_avx512_bf16.c) */
 void moe_ukr_bf16p_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
                                          const float *const *xs, int mb, float *out, int64_t ldo, const void *pf,
                                          int64_t pf_bytes);

@@ -1,5 +1,6 @@
-/* Compute bf16 on vdpbf16ps (table "avx512_bf16"): the row rounder and the GEMM on bf16 pair
- * panels (quant/layout.h MOE_WF_BF16P), the same bits as src/gemm/linear_bf16_ref.c. One
+/* Compute bf16 on vdpbf16ps (table "avx512_bf16"): the GEMM on bf16 pair panels
+ * (quant/layout.h MOE_WF_BF16P), the same bits as src/gemm/linear_bf16_ref.c (the row rounder
+ * is the avx512 row's, src/gemm/avx512/bf16_avx512.c). One
  * vdpbf16ps lane is one output feature: it adds x[2i+1] w[2i+1], then x[2i] w[2i], each
  * rounded with DAZ and FTZ (core/bf16.h moe_bf16_dp, checked at registration by
  * moe_avx512_bf16_probe), in increasing i from +0: exactly the ref's chain. Tiles of 6 rows by
@@ -11,37 +12,6 @@
 #include <string.h>
 
 #define MOE_AI static inline __attribute__((always_inline))
-
-/* 16 f32 -> 16 bf16 by round to nearest even on the bits (core/bf16.h moe_bf16_round): a NaN
- * keeps its sign and becomes quiet, everything else u + 0x7fff + bit 16 of u, shifted */
-MOE_AI __m256i round16(__m512 v)
-{
-    const __m512i u = _mm512_castps_si512(v);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(r);
-}
-
-void moe_bf16_row_avx512_bf16(const float *x, int64_t n, int64_t G, const float *mul, uint8_t *dst, float *scales)
-{
-    (void)G, (void)scales;
-    const __m512 vm = _mm512_set1_ps(mul ? *mul : 1.0f);
-    /* 16 elements per step: 64 bytes read at 4k, then 32 bytes written at 2k (in place: only
-     * bytes already read are overwritten) */
-    for (int64_t k = 0; k < n; k += 16) {
-        const __mmask16 mk = (__mmask16)(n - k >= 16 ? 0xffffu : (1u << (n - k)) - 1u);
-        __m512 v = _mm512_maskz_loadu_ps(mk, x + k);
-        if (mul)
-            v = _mm512_mul_ps(vm, v);
-        _mm256_mask_storeu_epi16(dst + 2 * k, mk, round16(v));
-    }
-    if (n % 2) { /* the +0 that completes the last pair */
-        const uint16_t zero = 0;
-        memcpy(dst + 2 * n, &zero, sizeof zero);
-    }
-}
 
 /* A tile of NP panels (starting at panel p) by MB rows. */
 MOE_AI void tile(const moe_pmat *w, int64_t p, int64_t p0, const int NP, const int MB, const uint8_t *const *x,
