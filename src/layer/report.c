@@ -119,7 +119,12 @@ static int bf16_cost(const moe_kernels *k, const moe_layer_desc *d, moe_compute 
     const char *fmt = moe_quant_active(&d->quant) ? moe_quant_name(&d->quant) : "bf16";
     if (native && (k->caps & MOE_CAP_AVX512_BF16))
         return 0;
-    if (native)
+    if (native && !(k->caps & MOE_CAP_FMA)) /* the scalar row (MOE_ISA=ref) */
+        snprintf(buf, n,
+                 "compute bf16 on kernel table %s: the %s expert GEMMs run the scalar emulation of vdpbf16ps (the "
+                 "same bits, tens of times slower than a vector table; %.1f%% of the layer's FLOPs)",
+                 k->name, fmt, 100.0 * routed_flop_share(d));
+    else if (native)
         snprintf(buf, n,
                  "compute bf16 on kernel table %s, which has no avx512_bf16 (vdpbf16ps, CPUID leaf 7 subleaf 1 EAX "
                  "bit 5 on a CPU that has it): the %s expert GEMMs multiply bf16 pairs with vfmadd under FTZ/DAZ, "

@@ -271,12 +271,331 @@ static void test_pair_kernels(void **state)
     print_message("%d kernel calls compared over %zu tables\n", compared, nt);
 }
 
+/* ---- compute bf16 against the exact (f64) layer, with a derived bound ----
+ *
+ * The library's compute-bf16 output is compared with the layer computed exactly (double, on the
+ * caller's weights and f32 hidden states, with the library's own routing: the routing is f32 in
+ * both modes, and the test checks that its ids and weights are those of compute f32), element
+ * by element, against a bound propagated along the same path (docs/numerics.md section 7):
+ *   b = 2^-9 (bf16 round to nearest even), u = 2^-24 (f32), g_n = n u / (1 - n u);
+ *   expert input x (times the routing weight on the input, rounded to f32 first: relative u)
+ *     rounded to bf16: relative rx = b (or u + b + bu); weights rounded when not bf16: bw = b;
+ *   gate g = sum_k x_k W_k: e_g = A [(1 + rx)(1 + bw)(1 + g_H) - 1] + 4 H FLT_MIN (1 + max |W|),
+ *     A = sum |x_k| |W_k| (the flushes of FTZ/DAZ are absolute and at most FLT_MIN a step); a
+ *     bias add rounds once more (u); the same for up;
+ *   h = act(g, u): |dh| <= L e_g (|u'| + e_u) + |phi(g)| e_u, with L the Lipschitz constant of
+ *     the gate nonlinearity phi (silu, g sigmoid(alpha g): 1.1; gelu, tanh gelu: 1.15; the
+ *     clamps are 1-Lipschitz) and u' the up factor (u, or clamp(u) + 1 for gpt-oss), plus its
+ *     f32 evaluation, 16 u (|h| + |g| |u'| + |u'|) + 16 u e_h; then h rounded to bf16: + b |h^|;
+ *   down y = sum_i h_i D_i: sum |D_i| (1 + bw) E_h,i + bw sum |h_i| |D_i| + g_I sum (|h_i| +
+ *     E_h,i) |D_i| (1 + bw) + 4 I FLT_MIN (1 + max |D|), a bias add u;
+ *   output rsf (sum_k c_k y_k) + s y_shared (c_k = w_k, or 1 with the weight on the input):
+ *     rsf sum |c_k| e_y,k + |s| e_ys + |ds| (|ys| + e_ys) + g_(K+3) (rsf sum |c_k| (|y_k| + e_y,k)
+ *     + |s| (|ys| + e_ys)), ds the f32 shared gate's error 0.25 g_H sum |x| |w_g| + 4 u.
+ * Every step is a worst-case (interval) bound, not first order, so the test allows no slack. */
+
+typedef struct bound_layer {
+    moe_layer_desc d;
+    float *router, *rbias, *sbias;       /* [E, H], [E], [E] */
+    float *wg, *wu, *wd;                 /* f32 values of every expert: [E][I][H], [E][I][H], [E][H][I] */
+    void *g_src, *u_src, *d_src;         /* the same in weight_dtype (bf16-exact values when BF16) */
+    float *bg, *bu, *bd;                 /* biases [E][I], [E][I], [E][H] */
+    float *sg, *su, *sd, *sgate;         /* shared [Is][H], [Is][H], [H][Is], gate [H] */
+    void *sg_src, *su_src, *sd_src;
+} bound_layer;
+
+static void *as_dtype(float *f, size_t n, moe_dtype dt)
+{
+    if (dt == MOE_DTYPE_F32) {
+        void *p = malloc(sizeof(float) * n);
+        memcpy(p, f, sizeof(float) * n);
+        return p;
+    }
+    uint16_t *h = malloc(sizeof(uint16_t) * n); /* bf16: the values are bf16-exact already */
+    for (size_t i = 0; i < n; i++)
+        h[i] = (uint16_t)(tu_f32_bits(f[i]) >> 16);
+    return h;
+}
+
+static float *rand_f32(size_t n, float amp, int bf16_exact)
+{
+    float *f = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) {
+        f[i] = amp * (float)((int64_t)(rnd() % 200001) - 100000) * 1e-5f;
+        if (bf16_exact)
+            f[i] = moe_bf16_value((uint16_t)(tu_f32_bits(f[i]) >> 16));
+    }
+    return f;
+}
+
+static double act64(const moe_layer_desc *d, double g, double u, double *phi, double *uf, double *L)
+{
+    switch (d->activation) {
+    case MOE_ACT_GEGLU:
+        *phi = 0.5 * g * (1.0 + erf(g / sqrt(2.0)));
+        *uf = u;
+        *L = 1.15;
+        break;
+    case MOE_ACT_GEGLU_TANH:
+        *phi = 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+        *uf = u;
+        *L = 1.15;
+        break;
+    case MOE_ACT_SWIGLU_OAI: {
+        const double lim = d->swiglu_limit, gc = g > lim ? lim : g;
+        *phi = gc / (1.0 + exp(-(double)d->swiglu_alpha * gc));
+        *uf = (u > lim ? lim : u < -lim ? -lim : u) + 1.0;
+        *L = 1.1;
+        break;
+    }
+    default:
+        *phi = g / (1.0 + exp(-g));
+        *uf = u;
+        *L = 1.1;
+        break;
+    }
+    return *phi * *uf;
+}
+
+static double gamma_n(double n)
+{
+    const double u = 0x1p-24;
+    return n * u / (1.0 - n * u);
+}
+
+/* One expert on x (exact input xin [H], rx its relative rounding to bf16): y [H] exact, ey [H]
+ * its bound. W* [I][H] / [H][I] f32 values; biases may be NULL. */
+static void expert64(const moe_layer_desc *d, int64_t H, int64_t I, const double *xin, double rx, double bw,
+                     const float *Wg, const float *Wu, const float *Wd, const float *bg, const float *bu,
+                     const float *bd, double *y, double *ey)
+{
+    const double b = 0x1p-9, u = 0x1p-24, tiny = 4.0 * FLT_MIN;
+    double *h = malloc(sizeof(double) * (size_t)I), *eh = malloc(sizeof(double) * (size_t)I);
+    double wmax = 0.0;
+    for (int64_t i = 0; i < I * H; i++)
+        wmax = fmax(wmax, fmax(fabs(Wg[i]), fmax(fabs(Wu[i]), fabs(Wd[i]))));
+    for (int64_t i = 0; i < I; i++) {
+        double g = 0.0, uu = 0.0, Ag = 0.0, Au = 0.0;
+        for (int64_t k = 0; k < H; k++) {
+            g += xin[k] * Wg[i * H + k];
+            uu += xin[k] * Wu[i * H + k];
+            Ag += fabs(xin[k]) * fabs(Wg[i * H + k]);
+            Au += fabs(xin[k]) * fabs(Wu[i * H + k]);
+        }
+        const double rel = (1.0 + rx) * (1.0 + bw) * (1.0 + gamma_n((double)H)) - 1.0;
+        double eg = Ag * rel + (double)H * tiny * (1.0 + wmax), eu = Au * rel + (double)H * tiny * (1.0 + wmax);
+        if (bg) {
+            g += bg[i];
+            uu += bu[i];
+            eg += u * (fabs(g) + eg);
+            eu += u * (fabs(uu) + eu);
+        }
+        double phi, uf, L;
+        h[i] = act64(d, g, uu, &phi, &uf, &L);
+        double e = L * eg * (fabs(uf) + eu) + fabs(phi) * eu;
+        e += 16.0 * u * (fabs(h[i]) + fabs(g) * fabs(uf) + fabs(uf)) + 16.0 * u * e;
+        eh[i] = e + b * (fabs(h[i]) + e); /* rounded to bf16 before down */
+    }
+    for (int64_t j = 0; j < H; j++) {
+        double acc = 0.0, e = 0.0, A = 0.0, Ae = 0.0;
+        for (int64_t i = 0; i < I; i++) {
+            const double w = fabs(Wd[j * I + i]);
+            acc += h[i] * Wd[j * I + i];
+            e += w * (1.0 + bw) * eh[i];
+            A += fabs(h[i]) * w;
+            Ae += (fabs(h[i]) + eh[i]) * w * (1.0 + bw);
+        }
+        e += bw * A + gamma_n((double)I) * Ae + (double)I * tiny * (1.0 + wmax);
+        if (bd) {
+            acc += bd[j];
+            e += u * (fabs(acc) + e);
+        }
+        y[j] = acc;
+        ey[j] = e;
+    }
+    free(h);
+    free(eh);
+}
+
+/* family f's math (moe_family_layer_defaults) on a random layer with odd H and I; bf16 or f32
+ * weights. */
+static void check_bound(moe_family fam, moe_dtype wdt, double *worst_ratio, double *worst_rel)
+{
+    const int64_t H = 45, I = 23, E = 16, K = 4, T = 9;
+    const int shared = fam == MOE_FAMILY_QWEN2_MOE || fam == MOE_FAMILY_DEEPSEEK_V2 ||
+                       fam == MOE_FAMILY_DEEPSEEK_V3 || fam == MOE_FAMILY_LLAMA4 || fam == MOE_FAMILY_QWEN3_NEXT ||
+                       fam == MOE_FAMILY_QWEN3_5_MOE;
+    const int64_t Is = shared ? 19 : 0;
+    bound_layer L;
+    memset(&L, 0, sizeof L);
+    moe_layer_desc *d = &L.d;
+    moe_layer_desc_init(d);
+    d->hidden_size = H;
+    d->moe_intermediate_size = I;
+    d->num_experts = E;
+    d->top_k = K;
+    d->shared_expert_intermediate_size = Is;
+    d->weight_dtype = wdt;
+    assert_int_equal(moe_family_layer_defaults(fam, d), MOE_OK);
+    const int bx = wdt == MOE_DTYPE_BF16;
+    L.router = rand_f32((size_t)(E * H), 0.5f, 0);
+    L.rbias = rand_f32((size_t)E, 0.1f, 0);
+    L.sbias = rand_f32((size_t)E, 0.1f, 0);
+    const float sh = 1.0f / sqrtf((float)H), si = 1.0f / sqrtf((float)I);
+    L.wg = rand_f32((size_t)(E * I * H), 2.0f * sh, bx);
+    L.wu = rand_f32((size_t)(E * I * H), 2.0f * sh, bx);
+    L.wd = rand_f32((size_t)(E * H * I), 2.0f * si, bx);
+    L.g_src = as_dtype(L.wg, (size_t)(E * I * H), wdt);
+    L.u_src = as_dtype(L.wu, (size_t)(E * I * H), wdt);
+    L.d_src = as_dtype(L.wd, (size_t)(E * H * I), wdt);
+    L.bg = rand_f32((size_t)(E * I), 0.2f, 0);
+    L.bu = rand_f32((size_t)(E * I), 0.2f, 0);
+    L.bd = rand_f32((size_t)(E * H), 0.2f, 0);
+    const void *gp[16], *up[16], *dp[16], *bgp[16], *bup[16], *bdp[16];
+    const size_t es = moe_dtype_size(wdt);
+    for (int64_t e = 0; e < E; e++) {
+        gp[e] = (const char *)L.g_src + (size_t)(e * I * H) * es;
+        up[e] = (const char *)L.u_src + (size_t)(e * I * H) * es;
+        dp[e] = (const char *)L.d_src + (size_t)(e * H * I) * es;
+        bgp[e] = L.bg + e * I;
+        bup[e] = L.bu + e * I;
+        bdp[e] = L.bd + e * H;
+    }
+    moe_weight_source src = {.router = L.router, .router_dtype = MOE_DTYPE_F32, .gate_proj = gp, .up_proj = up,
+                             .down_proj = dp};
+    if (d->has_router_bias)
+        src.router_bias = L.rbias, src.router_bias_dtype = MOE_DTYPE_F32;
+    if (d->has_selection_bias)
+        src.selection_bias = L.sbias, src.selection_bias_dtype = MOE_DTYPE_F32;
+    if (d->has_expert_bias)
+        src.gate_bias = bgp, src.up_bias = bup, src.down_bias = bdp, src.expert_bias_dtype = MOE_DTYPE_F32;
+    if (Is) {
+        L.sg = rand_f32((size_t)(Is * H), 2.0f * sh, bx);
+        L.su = rand_f32((size_t)(Is * H), 2.0f * sh, bx);
+        L.sd = rand_f32((size_t)(H * Is), 2.0f / sqrtf((float)Is), bx);
+        L.sgate = rand_f32((size_t)H, sh, 0);
+        L.sg_src = as_dtype(L.sg, (size_t)(Is * H), wdt);
+        L.su_src = as_dtype(L.su, (size_t)(Is * H), wdt);
+        L.sd_src = as_dtype(L.sd, (size_t)(H * Is), wdt);
+        src.shared_gate_proj = L.sg_src;
+        src.shared_up_proj = L.su_src;
+        src.shared_down_proj = L.sd_src;
+        if (d->shared_expert_gated)
+            src.shared_expert_gate = L.sgate;
+    }
+    float *x = rand_f32((size_t)(T * H), 2.0f, 0); /* [T, H], not bf16-exact */
+    float out[2][9 * 45];
+    int32_t ids[2][9 * 4];
+    float wts[2][9 * 4];
+    moe_ctx *ctx = tu_ctx();
+    for (int c = 0; c < 2; c++) {
+        moe_plan_config cfg;
+        moe_plan_config_init(&cfg);
+        cfg.compute = c ? MOE_COMPUTE_BF16 : MOE_COMPUTE_F32;
+        moe_plan *p = NULL;
+        moe_weights *w = NULL;
+        assert_int_equal(moe_plan_create_ex(ctx, d, &cfg, &p), MOE_OK);
+        if (moe_weights_create(p, &src, &w) != MOE_OK)
+            fail_msg("%s: %s", moe_family_name(fam), moe_ctx_last_error(ctx));
+        const size_t ws = moe_plan_workspace_size(p, T);
+        void *wsp = malloc(ws);
+        moe_exec_args a = {.hidden_states = x, .hidden_dtype = MOE_DTYPE_F32, .n_tokens = T, .output = out[c],
+                           .topk_ids = ids[c], .topk_weights = wts[c], .workspace = wsp, .workspace_size = ws};
+        assert_int_equal(moe_plan_execute_ex(p, w, &a), MOE_OK);
+        free(wsp);
+        moe_weights_free(w);
+        moe_plan_free(p);
+    }
+    moe_ctx_free(ctx);
+    /* routing is f32 in both modes */
+    assert_memory_equal(ids[0], ids[1], sizeof ids[0]);
+    assert_memory_equal(wts[0], wts[1], sizeof wts[0]);
+    assert_true(memcmp(out[0], out[1], sizeof out[0]) != 0); /* the mode is not a no-op */
+
+    const double b = 0x1p-9, u = 0x1p-24, bw = wdt == MOE_DTYPE_BF16 ? 0.0 : b;
+    const double rsf = d->routed_scaling_factor;
+    double *xin = malloc(sizeof(double) * (size_t)H), *y = malloc(sizeof(double) * (size_t)H);
+    double *ey = malloc(sizeof(double) * (size_t)H);
+    double *acc = malloc(sizeof(double) * (size_t)H), *eacc = malloc(sizeof(double) * (size_t)H);
+    double *mag = malloc(sizeof(double) * (size_t)H);
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t j = 0; j < H; j++)
+            acc[j] = eacc[j] = mag[j] = 0.0;
+        for (int64_t k = 0; k < K; k++) {
+            const int64_t e = ids[1][t * K + k];
+            const double wk = wts[1][t * K + k];
+            const int on_input = d->apply_router_weight_on_input;
+            for (int64_t j = 0; j < H; j++)
+                xin[j] = on_input ? wk * (double)x[t * H + j] : (double)x[t * H + j];
+            const double rx = on_input ? u + b + b * u : b;
+            expert64(d, H, I, xin, rx, bw, L.wg + e * I * H, L.wu + e * I * H, L.wd + e * H * I,
+                     d->has_expert_bias ? L.bg + e * I : NULL, d->has_expert_bias ? L.bu + e * I : NULL,
+                     d->has_expert_bias ? L.bd + e * H : NULL, y, ey);
+            const double ck = on_input ? 1.0 : wk;
+            for (int64_t j = 0; j < H; j++) {
+                acc[j] += rsf * ck * y[j];
+                eacc[j] += rsf * fabs(ck) * ey[j];
+                mag[j] += rsf * fabs(ck) * (fabs(y[j]) + ey[j]);
+            }
+        }
+        if (Is) {
+            for (int64_t j = 0; j < H; j++)
+                xin[j] = x[t * H + j];
+            expert64(d, H, Is, xin, b, bw, L.sg, L.su, L.sd, NULL, NULL, NULL, y, ey);
+            double s = 1.0, ds = 0.0;
+            if (d->shared_expert_gated) {
+                double l = 0.0, A = 0.0;
+                for (int64_t j = 0; j < H; j++) {
+                    l += (double)x[t * H + j] * L.sgate[j];
+                    A += fabs((double)x[t * H + j] * L.sgate[j]);
+                }
+                s = 1.0 / (1.0 + exp(-l));
+                ds = 0.25 * gamma_n((double)H) * A + 4.0 * u;
+            }
+            for (int64_t j = 0; j < H; j++) {
+                acc[j] += s * y[j];
+                eacc[j] += s * ey[j] + ds * (fabs(y[j]) + ey[j]);
+                mag[j] += (s + ds) * (fabs(y[j]) + ey[j]);
+            }
+        }
+        for (int64_t j = 0; j < H; j++) {
+            const double bound = eacc[j] + gamma_n((double)(K + 3)) * mag[j];
+            const double err = fabs((double)out[1][t * H + j] - acc[j]);
+            if (!(err <= bound))
+                fail_msg("%s %s weights: output[%lld][%lld] = %.9g, exact %.9g: error %.3e above the bound %.3e",
+                         moe_family_name(fam), moe_dtype_name(wdt), (long long)t, (long long)j,
+                         (double)out[1][t * H + j], acc[j], err, bound);
+            *worst_ratio = fmax(*worst_ratio, err / bound);
+            *worst_rel = fmax(*worst_rel, err / (b * (fabs(acc[j]) + 1e-30)));
+        }
+    }
+    free(xin), free(y), free(ey), free(acc), free(eacc), free(mag), free(x);
+    free(L.router), free(L.rbias), free(L.sbias), free(L.wg), free(L.wu), free(L.wd), free(L.g_src);
+    free(L.u_src), free(L.d_src), free(L.bg), free(L.bu), free(L.bd), free(L.sg), free(L.su), free(L.sd);
+    free(L.sgate), free(L.sg_src), free(L.su_src), free(L.sd_src);
+}
+
+static void test_bound_every_family(void **state)
+{
+    (void)state;
+    for (int f = MOE_FAMILY_MIXTRAL; f <= MOE_FAMILY_QWEN3_NEXT; f++) {
+        for (int wi = 0; wi < 2; wi++) {
+            const moe_dtype wdt = wi ? MOE_DTYPE_F32 : MOE_DTYPE_BF16;
+            double ratio = 0.0, rel = 0.0;
+            check_bound((moe_family)f, wdt, &ratio, &rel);
+            print_message("%-12s %-4s weights: worst error / bound %.3f\n", moe_family_name((moe_family)f),
+                          moe_dtype_name(wdt), ratio);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round),
         cmocka_unit_test(test_dp_against_hardware),
         cmocka_unit_test(test_pair_kernels),
+        cmocka_unit_test(test_bound_every_family),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

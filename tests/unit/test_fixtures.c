@@ -230,7 +230,7 @@ static void run_result_free(run_result *r)
     memset(r, 0, sizeof *r);
 }
 
-static void run_fixture(const fixture *fx, const json_t *meta, int threads, const char *isa,
+static void run_fixture(const fixture *fx, const json_t *meta, int threads, const char *isa, moe_compute compute,
                         run_result *res)
 {
     const int64_t layer = meta_int(meta, "layer");
@@ -282,7 +282,10 @@ static void run_fixture(const fixture *fx, const json_t *meta, int threads, cons
     assert_int_equal(desc.weight_dtype, !strcmp(wdt, "BF16") ? MOE_DTYPE_BF16 : MOE_DTYPE_F32);
 
     moe_plan *plan = NULL;
-    CHECK_OK(ctx, moe_plan_create(ctx, &desc, &plan), "moe_plan_create");
+    moe_plan_config cfg;
+    moe_plan_config_init(&cfg);
+    cfg.compute = compute;
+    CHECK_OK(ctx, moe_plan_create_ex(ctx, &desc, &cfg, &plan), "moe_plan_create_ex");
     moe_weights *w = NULL;
     CHECK_OK(ctx, moe_checkpoint_load_weights(ck, layer, plan, &w), "moe_checkpoint_load_weights");
     moe_checkpoint_free(ck);
@@ -488,6 +491,48 @@ static void check_bf16(const fixture *fx, const char *tag, const run_result *r,
            worst_w);
 }
 
+/* Compute bf16 (moe.h MOE_COMPUTE_BF16) on a bf16 fixture. Its input and weights are bf16
+ * already, so libmoe's bf16 mode departs from the exact layer only by rounding each h to bf16
+ * before the down projection (relative at most u, u = 2^-8 as above) and by its f32
+ * accumulation: |out_libmoe - out| <= u sum_k w_k sum_i |W_down|_ji |h_ki| + f32 <= u P_tj / 3
+ * + f32, since P's factor |kappa| + 3 is at least 3. Against the f32 class (the exact layer to
+ * f32 accuracy) that is the whole bound, with the 1.05 allowance; against the HF bf16 run it
+ * adds to the bf16 class's bound (both runs depart from the same exact layer). Routing is f32
+ * in both modes: ids and weights must equal the f32 class's as in check_f32. */
+static void check_compute_bf16(const fixture *fx, const char *tag, const run_result *r, const expected *e16,
+                               const expected *e32, moe_family fam, int64_t E)
+{
+    const int64_t T = r->T, H = r->H, K = r->K;
+    const double slack = 1.05;
+    const int qwen = fam != MOE_FAMILY_MIXTRAL;
+    const double c_y = 1.0 + (qwen ? 1.0 : 0.0) + 1.0 + (double)(K - 1);
+    const double f32_abs = 1e-5 * tu_max_abs(e32->out, (size_t)(T * H));
+    double worst32 = 0.0, worst16 = 0.0;
+    check_ids(fx, tag, r, e32->ids);
+    for (int64_t t = 0; t < T; t++) {
+        double L = 0.0;
+        for (int64_t j = 0; j < E; j++)
+            L = fmax(L, fabs((double)e32->logits[t * E + j]));
+        for (int64_t j = 0; j < H; j++) {
+            const size_t i = (size_t)(t * H + j);
+            const double own = slack * BF16_U * (double)e16->bpath[i] / 3.0 + f32_abs;
+            const double hf = slack * BF16_U * ((double)e16->bpath[i] + (c_y + 2.0 * L) * (double)e16->bterms[i]);
+            const double err32 = fabs((double)r->out[i] - (double)e32->out[i]);
+            const double err16 = fabs((double)r->out[i] - (double)e16->out[i]);
+            if (!(err32 <= own))
+                fail_msg("%s %s compute bf16: output[%lld][%lld]: |libmoe - HF f32| = %.4e > bound %.4e", fx->name,
+                         tag, (long long)t, (long long)j, err32, own);
+            if (!(err16 <= own + hf))
+                fail_msg("%s %s compute bf16: output[%lld][%lld]: |libmoe - HF bf16| = %.4e > bound %.4e", fx->name,
+                         tag, (long long)t, (long long)j, err16, own + hf);
+            worst32 = fmax(worst32, err32 / own);
+            worst16 = fmax(worst16, err16 / (own + hf));
+        }
+    }
+    printf("  %-28s %-14s compute bf16: worst err/bound %.3f against HF f32, %.3f against HF bf16\n", fx->name, tag,
+           worst32, worst16);
+}
+
 static int bits_equal(const run_result *a, const run_result *b)
 {
     size_t n = (size_t)(a->T * a->H), nk = (size_t)(a->T * a->K);
@@ -512,8 +557,8 @@ static void test_fixture(void **state)
     static const char *const isas[] = {NULL, "ref"};
     for (size_t ii = 0; ii < sizeof isas / sizeof isas[0]; ii++) {
         run_result r1, r2;
-        run_fixture(fx, meta, 1, isas[ii], &r1);
-        run_fixture(fx, meta, 2, isas[ii], &r2);
+        run_fixture(fx, meta, 1, isas[ii], MOE_COMPUTE_F32, &r1);
+        run_fixture(fx, meta, 2, isas[ii], MOE_COMPUTE_F32, &r2);
         char tag[64];
         snprintf(tag, sizeof tag, "isa=%s", isas[ii] ? isas[ii] : "auto");
         if (!bits_equal(&r1, &r2))
@@ -541,6 +586,23 @@ static void test_fixture(void **state)
             } else {
                 fail_msg("%s: unknown tolerance class %s", fx->name, cls);
             }
+        }
+        /* compute bf16, on the fixtures HF also ran in bf16 */
+        json_array_foreach(json_object_get(meta, "expectations"), i, ex) {
+            const char *cls = json_string_value(json_object_get(ex, "class"));
+            if (strcmp(cls, "bf16") != 0)
+                continue;
+            run_result b1, b2;
+            run_fixture(fx, meta, 1, isas[ii], MOE_COMPUTE_BF16, &b1);
+            run_fixture(fx, meta, 2, isas[ii], MOE_COMPUTE_BF16, &b2);
+            if (!bits_equal(&b1, &b2))
+                fail_msg("%s %s compute bf16: 1 and 2 threads give different bits", fx->name, tag);
+            expected e;
+            expected_load(&e, fx, json_string_value(json_object_get(ex, "file")), T, H, K, E, 1);
+            check_compute_bf16(fx, tag, &b1, &e, &e32, fam, E);
+            expected_free(&e);
+            run_result_free(&b1);
+            run_result_free(&b2);
         }
         expected_free(&e32);
         run_result_free(&r1);
