@@ -66,7 +66,7 @@ static int cmd_version(int argc, char **argv)
         moe_isa_info info;
         if (moe_isa_describe(i, &info) != MOE_OK)
             continue;
-        printf("  %-8s %s (needs %s)%s%s\n", info.name, info.runnable ? "runnable" : "not runnable here",
+        printf("  %-12s %s (needs %s)%s%s\n", info.name, info.runnable ? "runnable" : "not runnable here",
                info.requires, info.capabilities[0] ? ": " : "", info.capabilities);
     }
     return CLI_OK;
