@@ -15,6 +15,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -589,6 +590,65 @@ static void test_bound_every_family(void **state)
     }
 }
 
+/* The compute mode is part of the plan: bf16 plans add "compute=bf16;" to the text (so the
+ * hash differs), f32 plans keep the text moe_plan_create always gave; bad values are refused. */
+static void test_plan_identity(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    moe_layer_desc d;
+    moe_layer_desc_init(&d);
+    d.hidden_size = 32;
+    d.moe_intermediate_size = 16;
+    d.num_experts = 8;
+    d.top_k = 2;
+    moe_plan *p0 = NULL, *p32 = NULL, *p16 = NULL;
+    assert_int_equal(moe_plan_create(ctx, &d, &p0), MOE_OK);
+    moe_plan_config cfg;
+    moe_plan_config_init(&cfg);
+    assert_int_equal(cfg.compute, MOE_COMPUTE_F32);
+    assert_int_equal(moe_plan_create_ex(ctx, &d, &cfg, &p32), MOE_OK);
+    cfg.compute = MOE_COMPUTE_BF16;
+    assert_int_equal(moe_plan_create_ex(ctx, &d, &cfg, &p16), MOE_OK);
+    assert_string_equal(moe_plan_text(p0), moe_plan_text(p32));
+    assert_null(strstr(moe_plan_text(p32), "compute="));
+    char want[8192];
+    snprintf(want, sizeof want, "%scompute=bf16;", moe_plan_text(p32));
+    assert_string_equal(moe_plan_text(p16), want);
+    assert_true(moe_plan_hash(p16) != moe_plan_hash(p32));
+    assert_int_equal(moe_plan_compute(p16), MOE_COMPUTE_BF16);
+    assert_int_equal(moe_plan_compute(p0), MOE_COMPUTE_F32);
+    moe_plan_free(p0), moe_plan_free(p32), moe_plan_free(p16);
+    /* refusals, named */
+    moe_plan *bad = NULL;
+    cfg.compute = (moe_compute)7;
+    const char *subs_range[] = {"compute = 7", NULL};
+    tu_check_error(ctx, moe_plan_create_ex(ctx, &d, &cfg, &bad), MOE_EINVAL, subs_range);
+    cfg.compute = MOE_COMPUTE_BF16;
+    assert_int_equal(moe_quant_from_name("int8-w8a8", &d.quant), MOE_OK);
+    const char *subs_w8a8[] = {"compute bf16", "int8-w8a8", "compute f32", NULL};
+    tu_check_error(ctx, moe_plan_create_ex(ctx, &d, &cfg, &bad), MOE_EUNSUPPORTED, subs_w8a8);
+    d.hidden_size = 256;
+    d.moe_intermediate_size = 256;
+    assert_int_equal(moe_quant_from_name("fp8-block", &d.quant), MOE_OK);
+    d.quant.w13.block_k = d.quant.w2.block_k = 65; /* odd blocks along K split bf16 pairs */
+    d.quant.w13.block_n = d.quant.w2.block_n = 64;
+    const char *subs_odd[] = {"scale groups of 65", "compute f32", NULL};
+    tu_check_error(ctx, moe_plan_create_ex(ctx, &d, &cfg, &bad), MOE_EUNSUPPORTED, subs_odd);
+    assert_null(bad);
+    /* names */
+    moe_compute c;
+    assert_int_equal(moe_compute_from_name("bf16", &c), MOE_OK);
+    assert_int_equal(c, MOE_COMPUTE_BF16);
+    assert_int_equal(moe_compute_from_name("f32", &c), MOE_OK);
+    assert_int_equal(c, MOE_COMPUTE_F32);
+    assert_int_equal(moe_compute_from_name("fp32", &c), MOE_EINVAL);
+    assert_int_equal(moe_compute_from_name(NULL, &c), MOE_EINVAL);
+    assert_string_equal(moe_compute_name(MOE_COMPUTE_BF16), "bf16");
+    assert_string_equal(moe_compute_name((moe_compute)9), "?");
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -596,6 +656,7 @@ int main(void)
         cmocka_unit_test(test_dp_against_hardware),
         cmocka_unit_test(test_pair_kernels),
         cmocka_unit_test(test_bound_every_family),
+        cmocka_unit_test(test_plan_identity),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
