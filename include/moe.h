@@ -250,6 +250,9 @@ typedef struct moe_isa_info {
     int runnable;             /* 1 when this CPU and OS run it (CPUID and XCR0) */
     char capabilities[128];   /* sub-ISA features the table uses here ("fma f16c avx512 vnni"),
                                  "" when none or not runnable */
+    char notes[160];          /* what the table chose on this CPU when it was built and why (e.g.
+                                 the form of compute bf16's pair GEMM, measured: same bits
+                                 either way), "" when nothing */
 } moe_isa_info;
 
 /* Number of rows of the kernel registry. */

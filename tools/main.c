@@ -68,6 +68,8 @@ static int cmd_version(int argc, char **argv)
             continue;
         printf("  %-12s %s (needs %s)%s%s\n", info.name, info.runnable ? "runnable" : "not runnable here",
                info.requires, info.capabilities[0] ? ": " : "", info.capabilities);
+        if (info.notes[0])
+            printf("  %-12s %s\n", "", info.notes);
     }
     return CLI_OK;
 }

@@ -138,6 +138,9 @@ typedef struct moe_kernels {
      * avx512_bf16 */
     float (*peak_bf16)(int64_t iters);
     int fma_lanes;
+    /* What the row's init chose on this CPU and why, for moe_isa_describe and `moe version`
+     * ("" when it made no choice), e.g. which form of compute bf16's pair GEMM it runs. */
+    char notes[160];
 } moe_kernels;
 
 /* Independent FMA chains per thread in the roofline loops. */

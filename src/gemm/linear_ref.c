@@ -99,6 +99,8 @@ void moe_kernels_merge(moe_kernels *k, const moe_kernels *own)
     }
     if (own->peak_vnni)
         k->peak_vnni = own->peak_vnni;
+    if (own->notes[0])
+        memcpy(k->notes, own->notes, sizeof k->notes);
     if (own->peak_bf16)
         k->peak_bf16 = own->peak_bf16;
 }

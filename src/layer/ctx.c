@@ -186,5 +186,8 @@ moe_status moe_isa_describe(size_t i, moe_isa_info *out)
         if (k->caps & caps[c].cap && used < sizeof out->capabilities)
             used += (size_t)snprintf(out->capabilities + used, sizeof out->capabilities - used, "%s%s",
                                      used ? " " : "", caps[c].name);
+    _Static_assert(sizeof out->notes == sizeof k->notes, "moe_isa_info.notes holds moe_kernels.notes");
+    if (k)
+        memcpy(out->notes, k->notes, sizeof out->notes);
     return MOE_OK;
 }

@@ -373,11 +373,12 @@ static const moe_format rows[MOE_WF__COUNT] = {
                      .act = MOE_QACT_TOKEN_GROUP, .feature_bytes = feature_bytes_8, .packed_bytes = packed_bytes_8,
                      .validate = validate_fp8, .value = value_e4m3, .code = code_f8a8, .pack = pack_quant, .slice = slice_quant,
                      .claim = 1, .fast_decode = 1},
-    /* compute bf16: plain weights of any dtype rounded to bf16 pairs (2 bytes per weight) */
+    /* compute bf16: plain weights of any dtype rounded to bf16 pairs (2 bytes per weight);
+     * like W8A8, 4 items a claim and the next item's weights as a prefetch hint */
     [MOE_WF_BF16P] = {.fmt = MOE_WF_BF16P, .name = "bf16-pairs", .bits = 16, .act = MOE_QACT_NONE,
                       .pads = "K rounded up to 2: one +0 per feature for odd K",
                       .feature_bytes = feature_bytes_pairs, .packed_bytes = packed_bytes_pairs, .pack = pack_pairs,
-                      .slice = slice_plain, .claim = 1},
+                      .slice = slice_plain, .claim = 4, .prefetch = 1},
 };
 
 const moe_format *moe_format_row(moe_wfmt f)

@@ -21,6 +21,7 @@
 
 #include "core/bf16.h"
 #include "core/cpu.h"
+#include "gemm/avx512_bf16/avx512_bf16.h"
 #include "gemm/kernels.h"
 #include "moe.h"
 #include "quant/pack.h"
@@ -213,8 +214,18 @@ static void test_pair_kernels(void **state)
     (void)state;
     const moe_kernels *ref = tu_table("ref");
     assert_non_null(ref);
-    const moe_kernels *tables[16];
-    const size_t nt = tu_tables(tables, 16);
+    const moe_kernels *tables[17];
+    size_t nt = tu_tables(tables, 16);
+    /* the avx512_bf16 row keeps the vfmadd form where vdpbf16ps is slower (its init measures):
+     * the vdpbf16ps kernel is then checked through a copy of the table that runs it */
+    static moe_kernels dp_table;
+    const moe_kernels *bt = tu_table("avx512_bf16");
+    if (bt && bt->bf16_rows[MOE_WF_BF16P] != moe_ukr_bf16p_rows_avx512_bf16_6x64) {
+        dp_table = *bt;
+        dp_table.name = "avx512_bf16 (its vdpbf16ps form)";
+        dp_table.bf16_rows[MOE_WF_BF16P] = moe_ukr_bf16p_rows_avx512_bf16_6x64;
+        tables[nt++] = &dp_table;
+    }
     static const int64_t Ks[] = {1, 2, 3, 7, 32, 33, 129, 200};
     static const int64_t Ns[] = {1, 16, 17, 33, 80};
     int compared = 0;

@@ -30,7 +30,7 @@ void moe_ukr_f8a8_rows_avx512_6x64(const moe_pmat *w, int64_t p0, int64_t p1, co
 /* compute bf16 without vdpbf16ps (bf16_avx512.c): the row rounder, and the pair-panel GEMM on
  * vfmadd under MXCSR FTZ|DAZ */
 void moe_bf16_row_avx512(const float *x, int64_t n, int64_t G, const float *mul, uint8_t *dst, float *scales);
-void moe_ukr_bf16p_rows_avx512_6x64(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+void moe_ukr_bf16p_rows_avx512_12x32(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
                                     const float *const *xs, int mb, float *out, int64_t ldo, const void *pf,
                                     int64_t pf_bytes);
 /* int8 w8a8 (w8a8_avx512.c): the row quantizer, and the VNNI GEMM (call only with VNNI) */

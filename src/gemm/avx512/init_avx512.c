@@ -19,7 +19,7 @@ void moe_kernels_init_avx512(moe_kernels *k, const moe_cpu_features *f)
         .quant_row = {[MOE_WF_W8A8] = moe_quant_row_i8_avx512},
         .linear_rows = {[MOE_WF_F8A8] = moe_ukr_f8a8_rows_avx512_6x64},
         .bf16_row = moe_bf16_row_avx512,
-        .bf16_rows = {[MOE_WF_BF16P] = moe_ukr_bf16p_rows_avx512_6x64},
+        .bf16_rows = {[MOE_WF_BF16P] = moe_ukr_bf16p_rows_avx512_12x32},
         .tail_ref = 0,
         .peak_read = moe_roofline_read_avx512,
         .peak_fma = moe_roofline_fma_avx512,

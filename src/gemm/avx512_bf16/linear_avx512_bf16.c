@@ -5,7 +5,8 @@
  * rounded with DAZ and FTZ (core/bf16.h moe_bf16_dp, checked at registration by
  * moe_avx512_bf16_probe), in increasing i from +0: exactly the ref's chain. Tiles of 6 rows by
  * 4 panels keep 24 zmm accumulators over all of K; per pair step 4 weight loads (16 features
- * x 2 k each) and 6 broadcast pairs. Partial panels load and store masked, never padded. */
+ * x 2 k each) and 6 broadcast pairs, and a prefetch of the caller's next weights (one line a
+ * step). Partial panels load and store masked, never padded. */
 #include "gemm/avx512_bf16/avx512_bf16.h"
 
 #include <immintrin.h>
@@ -13,9 +14,16 @@
 
 #define MOE_AI static inline __attribute__((always_inline))
 
+/* The caller's prefetch region (gemm/kernels.h moe_linear_rows_fn's pf, pf_bytes: the
+ * weights its next call reads), walked one 64-byte line per pair step over the tiles in order
+ * until covered. */
+typedef struct prefetch_walk {
+    const uint8_t *at, *end;
+} prefetch_walk;
+
 /* A tile of NP panels (starting at panel p) by MB rows. */
 MOE_AI void tile(const moe_pmat *w, int64_t p, int64_t p0, const int NP, const int MB, const uint8_t *const *x,
-                 float *out, int64_t ldo)
+                 float *out, int64_t ldo, prefetch_walk *pw)
 {
     const int64_t K2 = (w->k + 1) / 2;
     const uint32_t *d = w->data;
@@ -32,6 +40,10 @@ MOE_AI void tile(const moe_pmat *w, int64_t p, int64_t p0, const int NP, const i
     }
     for (int64_t i = 0; i < K2; i++) {
         __m512i wv[4];
+        if (pw->at < pw->end) { /* one line of the next weights per step (into L2) */
+            _mm_prefetch((const char *)pw->at, _MM_HINT_T1);
+            pw->at += 64;
+        }
         for (int j = 0; j < NP; j++)
             wv[j] = _mm512_maskz_loadu_epi32(mask[j], wp[j] + i * nw[j]);
         for (int m = 0; m < MB; m++) {
@@ -51,7 +63,8 @@ void moe_ukr_bf16p_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int64_t 
                                          const float *const *xs, int mb, float *out, int64_t ldo, const void *pf,
                                          int64_t pf_bytes)
 {
-    (void)xs, (void)pf, (void)pf_bytes;
+    (void)xs;
+    prefetch_walk pw = {.at = pf, .end = pf ? (const uint8_t *)pf + pf_bytes : NULL};
     int m0 = 0;
     while (m0 < mb) {
         const int rows = mb - m0;
@@ -60,11 +73,11 @@ void moe_ukr_bf16p_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int64_t 
         if (rows >= 6) {
             int64_t p = p0;
             for (; p + 4 <= p1; p += 4)
-                tile(w, p, p0, 4, 6, xr, o, ldo);
+                tile(w, p, p0, 4, 6, xr, o, ldo, &pw);
             for (; p + 2 <= p1; p += 2)
-                tile(w, p, p0, 2, 6, xr, o, ldo);
+                tile(w, p, p0, 2, 6, xr, o, ldo, &pw);
             for (; p < p1; p++)
-                tile(w, p, p0, 1, 6, xr, o, ldo);
+                tile(w, p, p0, 1, 6, xr, o, ldo, &pw);
             m0 += 6;
             continue;
         }
@@ -73,33 +86,33 @@ void moe_ukr_bf16p_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int64_t 
         switch (rows) {
         case 1:
             for (; p + 4 <= p1; p += 4)
-                tile(w, p, p0, 4, 1, xr, o, ldo);
+                tile(w, p, p0, 4, 1, xr, o, ldo, &pw);
             for (; p < p1; p++)
-                tile(w, p, p0, 1, 1, xr, o, ldo);
+                tile(w, p, p0, 1, 1, xr, o, ldo, &pw);
             break;
         case 2:
             for (; p + 4 <= p1; p += 4)
-                tile(w, p, p0, 4, 2, xr, o, ldo);
+                tile(w, p, p0, 4, 2, xr, o, ldo, &pw);
             for (; p < p1; p++)
-                tile(w, p, p0, 1, 2, xr, o, ldo);
+                tile(w, p, p0, 1, 2, xr, o, ldo, &pw);
             break;
         case 3:
             for (; p + 4 <= p1; p += 4)
-                tile(w, p, p0, 4, 3, xr, o, ldo);
+                tile(w, p, p0, 4, 3, xr, o, ldo, &pw);
             for (; p < p1; p++)
-                tile(w, p, p0, 1, 3, xr, o, ldo);
+                tile(w, p, p0, 1, 3, xr, o, ldo, &pw);
             break;
         case 4:
             for (; p + 4 <= p1; p += 4)
-                tile(w, p, p0, 4, 4, xr, o, ldo);
+                tile(w, p, p0, 4, 4, xr, o, ldo, &pw);
             for (; p < p1; p++)
-                tile(w, p, p0, 1, 4, xr, o, ldo);
+                tile(w, p, p0, 1, 4, xr, o, ldo, &pw);
             break;
         default:
             for (; p + 4 <= p1; p += 4)
-                tile(w, p, p0, 4, 5, xr, o, ldo);
+                tile(w, p, p0, 4, 5, xr, o, ldo, &pw);
             for (; p < p1; p++)
-                tile(w, p, p0, 1, 5, xr, o, ldo);
+                tile(w, p, p0, 1, 5, xr, o, ldo, &pw);
             break;
         }
         m0 = mb;
