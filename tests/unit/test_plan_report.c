@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm/kernels.h"
 #include "moe.h"
 #include "testutil.h"
 
@@ -253,6 +254,67 @@ static void test_tail_fallback(void **state)
     print_message("tables reporting a partial-panel fallback: %d\n", seen);
 }
 
+/* Compute bf16's cost on each table (docs/numerics.md section 7; moe.h moe_compute): the ref
+ * table's scalar emulation, a vector table without avx512_bf16 (the vfmadd form, about the f32
+ * mode's speed), a format the table has no bf16 kernel for (the scalar entries): each a
+ * "fallback" WARNING with the routed experts' share of the FLOPs, naming what is missing; none
+ * on a table with vdpbf16ps and a bf16 kernel for the format; none in compute f32. */
+static void test_bf16_costs(void **state)
+{
+    (void)state;
+    const char *isas[16];
+    const size_t n = tu_isa_names(isas, sizeof isas / sizeof isas[0]);
+    static const struct {
+        const char *quant; /* NULL: plain bf16 weights */
+        moe_wfmt fmt;      /* the routed format under compute bf16 */
+        const char *name;  /* as the message names it */
+    } cases[] = {{NULL, MOE_WF_BF16P, "bf16"}, {"int8-channel", MOE_WF_I8, "int8-channel"}, {"int4-g32", MOE_WF_I4, "int4-g32"}};
+    int checked = 0;
+    for (size_t i = 0; i < n; i++) {
+        const moe_kernels *k = tu_table(isas[i]);
+        if (!tu_table_ok(k))
+            continue;
+        moe_ctx *ctx = ctx_on(isas[i]);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            moe_layer_desc d;
+            desc_of(&d, 64, 96, 8, 0, cases[c].quant);
+            moe_plan_config cfg;
+            moe_plan_config_init(&cfg);
+            moe_rank_report r;
+            assert_int_equal(moe_plan_report_for(ctx, &d, &cfg, &r), MOE_OK);
+            assert_null(find_cost(&r, "fallback"));
+            cfg.compute = MOE_COMPUTE_BF16;
+            assert_int_equal(moe_plan_report_for(ctx, &d, &cfg, &r), MOE_OK);
+            const moe_cost *cost = find_cost(&r, "fallback");
+            const int vector = k->native_bf16 >> cases[c].fmt & 1u, dp = (k->caps & MOE_CAP_AVX512_BF16) != 0;
+            const char *want = NULL;
+            if (strcmp(k->name, "ref") == 0)
+                want = "the scalar emulation of vdpbf16ps";
+            else if (!vector)
+                want = "no bf16 kernel for";
+            else if (!dp)
+                want = "which has no avx512_bf16";
+            if (!want) {
+                if (cost)
+                    fail_msg("table %s, %s: unexpected cost: %s", k->name, cases[c].name, cost->what);
+            } else {
+                if (!cost)
+                    fail_msg("table %s, %s: no fallback cost (want \"%s\")", k->name, cases[c].name, want);
+                if (!strstr(cost->what, want) || !strstr(cost->what, cases[c].name) || !strstr(cost->what, k->name))
+                    fail_msg("table %s, %s: the cost says \"%s\", want \"%s\" and the names", k->name, cases[c].name,
+                             cost->what, want);
+                if (!vector && !dp && !strstr(cost->what, "no avx512_bf16"))
+                    fail_msg("table %s: the cost does not name the missing avx512_bf16: %s", k->name, cost->what);
+                assert_true(cost->bytes == -1.0);
+                assert_true(cost->flop_share > 0.5 && cost->flop_share <= 1.0);
+            }
+            checked++;
+        }
+        moe_ctx_free(ctx);
+    }
+    print_message("%d table x format reports checked in compute bf16\n", checked);
+}
+
 static void test_path_and_limits(void **state)
 {
     (void)state;
@@ -285,7 +347,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bytes_match_the_builder), cmocka_unit_test(test_padding),
         cmocka_unit_test(test_tp_shard_refusals),       cmocka_unit_test(test_tail_fallback),
-        cmocka_unit_test(test_path_and_limits),
+        cmocka_unit_test(test_path_and_limits),         cmocka_unit_test(test_bf16_costs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
