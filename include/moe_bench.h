@@ -1,5 +1,6 @@
 /*
- * libmoe: this machine's roofline (DRAM bandwidth, FMA and VNNI peaks), for benchmarks.
+ * libmoe: this machine's roofline (DRAM bandwidth, FMA, VNNI and bf16 dot-product peaks), for
+ * benchmarks.
  *
  * Part of the public API. Include moe.h, which includes this header where its types are
  * needed; this file also works on its own (it includes moe.h first).
@@ -25,12 +26,17 @@ typedef struct moe_roofline {
     double fma_f32_gflops;      /* f32 fused multiply-add peak, GFLOP/s, all threads */
     double vnni_int8_gops;      /* int8 dot-product (vpdpbusd) peak, GOP/s; 0 without
                                    AVX512-VNNI (CPU, or loops not avx512) */
+    double bf16_dp_gflops;      /* bf16 dot-product (vdpbf16ps) peak, GFLOP/s, all threads:
+                                   2 FLOPs per bf16 product (a bf16 pair into one f32 lane
+                                   counts 4); 0 when the loops' table has no vdpbf16ps loop
+                                   (no avx512_bf16 on this CPU, or MOE_ISA chose a table
+                                   without it: avx512, avx2) */
     double ridge_flop_per_byte; /* fma_f32_gflops / dram_read_gbs: below this arithmetic
                                    intensity (FLOP per weight byte) a kernel is bound by
                                    DRAM, above it by the FMA peak */
     int threads;                /* threads the loops ran on (the ctx's thread count) */
-    const char *isa;            /* static: ISA of the FMA and VNNI loops, "avx512",
-                                   "avx2" or "scalar" */
+    const char *isa;            /* static: the kernel table whose loops ran ("avx512_bf16",
+                                   "avx512", "avx2"), or "scalar" */
     size_t dram_buffer_bytes;   /* bytes the bandwidth loop streamed over per pass */
     size_t llc_bytes;           /* last-level cache per sysfs (0: unknown) */
     double seconds;             /* wall time of the whole measurement */
@@ -52,8 +58,12 @@ typedef struct moe_roofline {
  *  - vnni_int8_gops: the same with vpdpbusd on zmm (64 u8 x s8 products each, counted 2
  *    ops per product), when CPUID leaf 7 ECX bit 11 (AVX512-VNNI) is set and the loops
  *    run avx512 (below); else 0.
- * The loops use the ISA of ctx's kernel table (avx512 or avx2); for the "ref" table, the
- * widest this CPU and OS support, or portable scalar C without AVX2.
+ *  - bf16_dp_gflops: the same with vdpbf16ps on zmm (16 lanes x 2 bf16 products each, 64
+ *    FLOPs per instruction), when the loops' table is avx512_bf16 (the CPU has AVX512_BF16
+ *    and its vdpbf16ps passed the registry's probe); else 0. This is the compute roof of
+ *    compute bf16 (moe.h MOE_COMPUTE_BF16) on that table.
+ * The loops use the ISA of ctx's kernel table (avx512_bf16, avx512 or avx2); for the "ref"
+ * table, the widest this CPU and OS support, or portable scalar C without AVX2.
  * Errors: MOE_EINVAL (NULL ctx or out), MOE_ENOMEM (the buffer, size named). */
 moe_status moe_roofline_measure(moe_ctx *ctx, moe_roofline *out);
 

@@ -1,7 +1,8 @@
-/* moe_roofline_measure(): this machine's DRAM read bandwidth, f32 FMA peak and VNNI int8 peak,
- * measured with the ctx's thread count. The vector loops are entries of the kernel tables
- * (gemm/kernels.h peak_read / peak_fma / peak_vnni, in each ISA folder so they get their ISA's
- * flags); this file picks a table from the registry, threads and times them. */
+/* moe_roofline_measure(): this machine's DRAM read bandwidth, f32 FMA peak, VNNI int8 peak and
+ * vdpbf16ps peak, measured with the ctx's thread count. The vector loops are entries of the
+ * kernel tables (gemm/kernels.h peak_read / peak_fma / peak_vnni / peak_bf16, in each ISA folder
+ * so they get their ISA's flags); this file picks a table from the registry, threads and times
+ * them. */
 #include "gemm/kernels.h"
 
 #include <omp.h>
@@ -122,13 +123,18 @@ typedef struct rf_loops {
     uint64_t (*read)(const void *buf, size_t bytes);
     float (*fma)(int64_t iters);
     int32_t (*vnni)(int64_t iters);
+    float (*bf16)(int64_t iters);
     int lanes;
 } rf_loops;
 
-/* kind 0: FMA, 1: VNNI. Returns a value to keep. */
+/* The compute loops measure_peak times. */
+enum { PEAK_FMA, PEAK_VNNI, PEAK_BF16 };
+
+/* Runs loop `kind` for `iters` iterations; returns a value to keep. */
 static double peak_isa(const rf_loops *L, int kind, int64_t iters)
 {
-    return kind == 1 ? (double)L->vnni(iters) : (double)L->fma(iters);
+    return kind == PEAK_VNNI ? (double)L->vnni(iters) : kind == PEAK_BF16 ? (double)L->bf16(iters)
+                                                                           : (double)L->fma(iters);
 }
 
 static volatile double g_sink; /* keeps the loops' results */
@@ -200,7 +206,7 @@ moe_status moe_roofline_measure(moe_ctx *ctx, moe_roofline *out)
 
     /* The loops: the ctx's table's; for a table without them ("ref"), the best runnable row
      * that has them; portable C without any. */
-    rf_loops L = {.isa = "scalar", .read = read_scalar, .fma = fma_scalar, .vnni = NULL, .lanes = 1};
+    rf_loops L = {.isa = "scalar", .read = read_scalar, .fma = fma_scalar, .vnni = NULL, .bf16 = NULL, .lanes = 1};
     const moe_kernels *kt = ctx->kernels;
     if (!kt->peak_read || !kt->peak_fma)
         for (size_t i = moe_isa_rows(); i-- > 0;) {
@@ -212,7 +218,7 @@ moe_status moe_roofline_measure(moe_ctx *ctx, moe_roofline *out)
         }
     if (kt->peak_read && kt->peak_fma)
         L = (rf_loops){.isa = kt->name, .read = kt->peak_read, .fma = kt->peak_fma, .vnni = kt->peak_vnni,
-                       .lanes = kt->fma_lanes};
+                       .bf16 = kt->peak_bf16, .lanes = kt->fma_lanes};
     out->isa = L.isa;
     out->threads = nt;
 
@@ -267,16 +273,18 @@ moe_status moe_roofline_measure(moe_ctx *ctx, moe_roofline *out)
     out->dram_read_gbs = best_read;
 
     /* Compute peaks. */
-    out->fma_f32_gflops = 1e-9 * measure_peak(&L, 0, 2.0 * (double)L.lanes * MOE_ROOFLINE_CHAINS, nt);
+    out->fma_f32_gflops = 1e-9 * measure_peak(&L, PEAK_FMA, 2.0 * (double)L.lanes * MOE_ROOFLINE_CHAINS, nt);
     if (L.vnni)
-        out->vnni_int8_gops = 1e-9 * measure_peak(&L, 1, 2.0 * 64.0 * MOE_ROOFLINE_CHAINS, nt);
+        out->vnni_int8_gops = 1e-9 * measure_peak(&L, PEAK_VNNI, 2.0 * 64.0 * MOE_ROOFLINE_CHAINS, nt);
+    if (L.bf16) /* 16 lanes x 2 bf16 products, 2 FLOPs each, per vdpbf16ps */
+        out->bf16_dp_gflops = 1e-9 * measure_peak(&L, PEAK_BF16, 2.0 * 32.0 * MOE_ROOFLINE_CHAINS, nt);
     out->ridge_flop_per_byte = out->dram_read_gbs > 0 ? out->fma_f32_gflops / out->dram_read_gbs
                                                       : 0.0;
     out->seconds = now_s() - start;
     moe_log(ctx, MOE_LOG_INFO,
             "roofline (%d threads, %s): DRAM read %.1f GB/s over %zu MiB, f32 FMA %.1f GFLOP/s, "
-            "VNNI int8 %.1f GOP/s, ridge %.2f FLOP/byte, measured in %.2f s",
+            "VNNI int8 %.1f GOP/s, bf16 vdpbf16ps %.1f GFLOP/s, ridge %.2f FLOP/byte, measured in %.2f s",
             nt, out->isa, out->dram_read_gbs, bytes >> 20, out->fma_f32_gflops,
-            out->vnni_int8_gops, out->ridge_flop_per_byte, out->seconds);
+            out->vnni_int8_gops, out->bf16_dp_gflops, out->ridge_flop_per_byte, out->seconds);
     return MOE_OK;
 }
