@@ -553,6 +553,14 @@ typedef struct moe_cost {
 typedef struct moe_rank_report {
     /* the layer */
     const char *kernel_table;     /* static: the ctx's table */
+    const char *compute_roof;     /* static: the compute peak of moe_roofline (moe_bench.h) that
+                                     the instructions of the routed experts' GEMMs run against
+                                     on this table: "bf16" (compute bf16 on vdpbf16ps:
+                                     bf16_dp_gflops), "vnni" (int8-w8a8 on vpdpbusd:
+                                     vnni_int8_gops), "fma" (fma_f32_gflops: everything else,
+                                     compute bf16 without avx512_bf16 or without a bf16 kernel
+                                     for the format included; the scalar ref entries run far
+                                     below it) */
     const char *experts_format;   /* static: the routed experts' weights: "bf16", "f16", "f32",
                                      or the quantization scheme ("int4-g128", "custom", ...) */
     int quantized;                /* routed experts quantized (desc.quant) */

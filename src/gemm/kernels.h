@@ -125,8 +125,11 @@ typedef struct moe_kernels {
     /* Costs the plan reports (moe_plan_report): `native` has bit f when this row's own kernels
      * compute format f (clear: the ref's scalar entries run it); `native_bf16` the same for
      * compute bf16 (bf16_rows); `tail_ref` has bit f when a partial last panel (fewer than 16
-     * features) of format f runs the ref kernel (compute f32; the bf16 kernels mask). */
-    unsigned native, native_bf16, tail_ref;
+     * features) of format f runs the ref kernel (compute f32; the bf16 kernels mask). `bf16_dp`
+     * has bit f when bf16_rows[f] runs vdpbf16ps (its compute roof is peak_bf16's, not
+     * peak_fma's: moe_rank_report.compute_roof); a row sets it beside the entry in its own
+     * table, and a merge that replaces the entry takes the bit from the same table. */
+    unsigned native, native_bf16, tail_ref, bf16_dp;
     /* Roofline loops of this ISA (src/gemm/roofline.c; each runs on the calling thread): read
      * `bytes` (64-byte aligned, a multiple of 512) and return a value to keep; `iters` x
      * MOE_ROOFLINE_CHAINS dependent vfmadd231ps in as many chains (fma_lanes lanes each);

@@ -66,6 +66,7 @@ void moe_kernels_init_ref(moe_kernels *k)
     k->bf16_rows[MOE_WF_I4ZP] = moe_ukr_qbf16_rows_ref;
     k->bf16_rows[MOE_WF_FP4] = moe_ukr_qbf16_rows_ref;
     k->native = k->native_bf16 = 0; /* set by the row: the ref row's own, nothing for a row that merges over it */
+    k->bf16_dp = 0;                 /* the scalar emulation */
     k->tail_ref = 0;
 }
 
@@ -83,6 +84,7 @@ void moe_kernels_merge(moe_kernels *k, const moe_kernels *own)
         if (own->bf16_rows[f]) {
             k->bf16_rows[f] = own->bf16_rows[f];
             k->native_bf16 |= 1u << f;
+            k->bf16_dp = (k->bf16_dp & ~(1u << f)) | (own->bf16_dp & (1u << f));
         }
     }
     if (own->act_row)

@@ -111,13 +111,40 @@ static int is_fallback(const moe_kernels *k, moe_wfmt f, moe_compute c)
     return !((c == MOE_COMPUTE_BF16 ? k->native_bf16 : k->native) >> f & 1u);
 }
 
+/* 1 when the table runs both routed formats of d (under compute c) on its own kernels. */
+static int routed_native(const moe_kernels *k, const moe_layer_desc *d, moe_compute c)
+{
+    return !is_fallback(k, routed_format(d, 0, c), c) && !is_fallback(k, routed_format(d, 1, c), c);
+}
+
+/* 1 when compute bf16's routed expert GEMMs run on vdpbf16ps: the table's bf16 kernels for both
+ * routed formats are vdpbf16ps ones (kernels.h bf16_dp; the avx512_bf16 row may keep the vfmadd
+ * form where that is faster, with the same bits). */
+static int runs_vdpbf16ps(const moe_kernels *k, const moe_layer_desc *d, moe_compute c)
+{
+    return c == MOE_COMPUTE_BF16 && (k->bf16_dp >> routed_format(d, 0, c) & 1u) &&
+           (k->bf16_dp >> routed_format(d, 1, c) & 1u);
+}
+
+/* moe_rank_report.compute_roof: the roofline peak of the instructions the routed experts' GEMMs
+ * run on table k. */
+static const char *compute_roof(const moe_kernels *k, const moe_layer_desc *d, moe_compute c)
+{
+    if (runs_vdpbf16ps(k, d, c))
+        return "bf16";
+    if (c == MOE_COMPUTE_F32 && routed_format(d, 0, c) == MOE_WF_W8A8 && routed_native(k, d, c) &&
+        (k->caps & MOE_CAP_VNNI))
+        return "vnni";
+    return "fma";
+}
+
 /* Compute bf16 on a table without vdpbf16ps, or without a bf16 kernel for the routed format:
  * the sentence of the cost (and of the plan's WARNING), 1; 0 when the table has both. */
 static int bf16_cost(const moe_kernels *k, const moe_layer_desc *d, moe_compute cm, char *buf, size_t n)
 {
-    const int native = !is_fallback(k, routed_format(d, 0, cm), cm) && !is_fallback(k, routed_format(d, 1, cm), cm);
+    const int native = routed_native(k, d, cm);
     const char *fmt = moe_quant_active(&d->quant) ? moe_quant_name(&d->quant) : "bf16";
-    if (native && (k->caps & MOE_CAP_AVX512_BF16))
+    if (native && (k->caps & MOE_CAP_AVX512_BF16)) /* vdpbf16ps, or the vfmadd form chosen as faster */
         return 0;
     if (native && !(k->caps & MOE_CAP_FMA)) /* the scalar row (MOE_ISA=ref) */
         snprintf(buf, n,
@@ -166,6 +193,7 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
                 return st;
         }
     r->kernel_table = k->name;
+    r->compute_roof = compute_roof(k, d, cm);
     r->quantized = quant;
     r->experts_format = quant ? moe_quant_name(qc) : moe_format_row(f13)->name;
     r->code_bits = moe_format_row(f13)->bits;

@@ -3,7 +3,7 @@
  * (moe_weights_expert_bytes) for plain and every kind of quantized expert, the padding of the
  * packed layouts from their definitions (quant/layout.h), the TP shard refusals naming the
  * rank, the cost of a partial last panel on a table that hands it to the scalar kernel, the
- * path strings and the rank cap. */
+ * compute roof each table's expert GEMMs run against, the path strings and the rank cap. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -315,6 +315,49 @@ static void test_bf16_costs(void **state)
     print_message("%d table x format reports checked in compute bf16\n", checked);
 }
 
+/* compute_roof on every runnable table: "bf16" exactly where compute bf16's bf16 experts run
+ * vdpbf16ps (a table with avx512_bf16 whose pair GEMM is not the avx512 row's vfmadd form: the
+ * avx512_bf16 row keeps that form on CPUs where vdpbf16ps is slower, as its notes say), "vnni"
+ * for int8-w8a8 on a table with the VNNI kernel, "fma" for everything else: compute f32,
+ * compute bf16 on vfmadd pairs or the scalar emulation, and a weight-only format with no bf16
+ * kernel (the scalar entries). */
+static void test_compute_roof(void **state)
+{
+    (void)state;
+    const char *isas[16];
+    const size_t n = tu_isa_names(isas, sizeof isas / sizeof isas[0]);
+    const moe_kernels *fma_form = tu_table("avx512"); /* the vfmadd form of the pair GEMM */
+    int bf16_tables = 0;
+    for (size_t i = 0; i < n; i++) {
+        const moe_kernels *t = tu_table(isas[i]);
+        if (!tu_table_ok(t))
+            continue;
+        moe_ctx *ctx = ctx_on(isas[i]);
+        moe_plan_config bf = *layout(1, 1);
+        bf.compute = MOE_COMPUTE_BF16;
+        moe_layer_desc d;
+        moe_rank_report r;
+        desc_of(&d, 64, 96, 8, 32, NULL);
+        assert_int_equal(moe_plan_report_for(ctx, &d, layout(1, 1), &r), MOE_OK);
+        assert_string_equal(r.compute_roof, "fma");
+        assert_int_equal(moe_plan_report_for(ctx, &d, &bf, &r), MOE_OK);
+        const int vdp = (t->caps & MOE_CAP_AVX512_BF16) && tu_table_ok(fma_form) &&
+                        t->bf16_rows[MOE_WF_BF16P] != fma_form->bf16_rows[MOE_WF_BF16P];
+        if (vdp != (strstr(t->notes, "pair GEMM: vdpbf16ps") != NULL) && (t->caps & MOE_CAP_AVX512_BF16))
+            fail_msg("table %s: its notes (\"%s\") and its pair GEMM disagree", t->name, t->notes);
+        assert_string_equal(r.compute_roof, vdp ? "bf16" : "fma");
+        bf16_tables += vdp;
+        desc_of(&d, 64, 96, 8, 0, "int4-g32");
+        assert_int_equal(moe_plan_report_for(ctx, &d, &bf, &r), MOE_OK);
+        assert_string_equal(r.compute_roof, "fma"); /* no table has a vdpbf16ps int4 kernel */
+        desc_of(&d, 64, 96, 8, 0, "int8-w8a8");
+        assert_int_equal(moe_plan_report_for(ctx, &d, layout(1, 1), &r), MOE_OK);
+        assert_string_equal(r.compute_roof, (t->caps & MOE_CAP_VNNI) ? "vnni" : "fma");
+        moe_ctx_free(ctx);
+    }
+    print_message("tables whose compute bf16 runs vdpbf16ps: %d\n", bf16_tables);
+}
+
 static void test_path_and_limits(void **state)
 {
     (void)state;
@@ -348,6 +391,7 @@ int main(void)
         cmocka_unit_test(test_bytes_match_the_builder), cmocka_unit_test(test_padding),
         cmocka_unit_test(test_tp_shard_refusals),       cmocka_unit_test(test_tail_fallback),
         cmocka_unit_test(test_path_and_limits),         cmocka_unit_test(test_bf16_costs),
+        cmocka_unit_test(test_compute_roof),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

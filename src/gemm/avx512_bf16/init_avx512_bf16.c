@@ -50,6 +50,7 @@ void moe_kernels_init_avx512_bf16(moe_kernels *k, const moe_cpu_features *f)
     moe_kernels own = {
         .caps = MOE_CAP_AVX512_BF16,
         .bf16_rows = {[MOE_WF_BF16P] = moe_ukr_bf16p_rows_avx512_bf16_6x64},
+        .bf16_dp = 1u << MOE_WF_BF16P, /* with the entry: gone with it when vfmadd is kept */
         .peak_bf16 = moe_roofline_bf16_avx512_bf16,
     };
     const double ratio = dp_over_fma(k->peak_fma, moe_roofline_bf16_avx512_bf16);
