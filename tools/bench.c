@@ -51,7 +51,23 @@ typedef struct bench_cfg {
     uint64_t seed;
     const char *quant;       /* --quant SCHEME, or NULL */
     moe_quant_config q;      /* its configuration */
+    moe_compute compute;     /* --compute f32|bf16 (moe_plan_config.compute) */
 } bench_cfg;
+
+/* A roof of the roofline: the DRAM bandwidth or the compute peak of the instructions the expert
+ * GEMMs run (moe_rank_report.compute_roof). */
+typedef struct bench_roof {
+    const char *key;   /* "dram", "fma", "vnni", "bf16": compute_roof's names, and JSON "roof" */
+    const char *label; /* the table's column: "DRAM", "FMA", "VNNI", "BF16" */
+    const char *what;  /* for the header */
+} bench_roof;
+
+static const bench_roof ROOF_DRAM = {"dram", "DRAM", "DRAM read bandwidth"};
+static const bench_roof COMPUTE_ROOFS[] = {
+    {"fma", "FMA", "f32 FMA peak"},
+    {"vnni", "VNNI", "VNNI int8 peak, vpdpbusd"},
+    {"bf16", "BF16", "bf16 dot-product peak, vdpbf16ps"},
+};
 
 typedef struct bench_row {
     int64_t tokens;
@@ -72,7 +88,8 @@ typedef struct bench_row {
     int64_t route_mismatch; /* forwards whose routing left the designed pattern */
     /* --roofline: FLOP per weight byte, the bound that applies and the row's fraction of it */
     double intensity;
-    const char *bound; /* "DRAM", "FMA" or "VNNI" (int8-w8a8); NULL without --roofline */
+    const bench_roof *bound; /* DRAM or the layer's compute roof; NULL without --roofline */
+    double bound_value;      /* that roof's measured value: GB/s, GFLOP/s or GOP/s */
     double bound_fraction;
 } bench_row;
 
@@ -109,9 +126,13 @@ static void bench_usage(FILE *f)
           "                     int8-w8a8, int4-g32, int4-g64, int4-g128 (-zp: zero points),\n"
           "                     mxfp4; embedded layers only. GB/s and the roofline then count\n"
           "                     the packed bytes the kernels read (codes + f32 scales)\n"
-          "  --roofline         first measure this machine's DRAM read bandwidth, f32 FMA peak\n"
-          "                     and VNNI int8 peak (1-3 s, moe_roofline_measure) and give each\n"
-          "                     row as a fraction of the bound that applies\n"
+          "  --compute C        the expert GEMMs' arithmetic (moe_plan_config.compute): f32\n"
+          "                     (default) or bf16 (activations rounded to bf16, f32\n"
+          "                     accumulation; f32/f16 weights rounded to bf16 at packing, so\n"
+          "                     GB/s counts 2 bytes per weight)\n"
+          "  --roofline         first measure this machine's DRAM read bandwidth, f32 FMA peak,\n"
+          "                     VNNI int8 peak and vdpbf16ps peak (1-3 s, moe_roofline_measure)\n"
+          "                     and give each row as a fraction of the bound that applies\n"
           "  --json             print one JSON document on stdout instead of the table\n"
           "  --ep N, --tp M     expert / tensor parallelism under mpirun -np N*M: the\n"
           "                     per-rank bench with its own options (moe bench --ep 1 --help)\n"
@@ -132,11 +153,13 @@ static void bench_usage(FILE *f)
           "(checkpoints: moe_checkpoint_load_weights, which also reads the tensors) and the\n"
           "packed bytes.\n"
           "With --roofline, a last column: a row whose arithmetic intensity (FLOP/s over GB/s\n"
-          "above, i.e. FLOPs per weight byte read) is below the ridge point (FMA peak / DRAM\n"
-          "bandwidth) is memory-bound and gets GB/s / DRAM read bandwidth ('0.93 DRAM'); any\n"
-          "other row gets GFLOP/s / f32 FMA peak ('0.81 FMA'); with int8-w8a8 experts the\n"
-          "compute roof and the ridge use the VNNI int8 peak instead ('0.62 VNNI'). A\n"
-          "cache-resident row can exceed 1 DRAM.\n",
+          "above, i.e. FLOPs per weight byte read) is below the ridge point (compute roof /\n"
+          "DRAM bandwidth) is memory-bound and gets GB/s / DRAM read bandwidth ('0.93 DRAM');\n"
+          "any other row gets GFLOP/s / the compute roof of the instructions its expert GEMMs\n"
+          "run (moe_rank_report.compute_roof): the f32 FMA peak ('0.81 FMA'), the VNNI int8\n"
+          "peak for int8-w8a8 experts on a table with VNNI ('0.62 VNNI'), the vdpbf16ps peak\n"
+          "for --compute bf16 on the avx512_bf16 table ('0.55 BF16'; without avx512_bf16 compute\n"
+          "bf16 runs vfmadd and keeps the FMA roof). A cache-resident row can exceed 1 DRAM.\n",
           f);
 }
 
@@ -249,6 +272,8 @@ static int parse_bench_args(int argc, char **argv, bench_cfg *cfg)
         {.name = "--mem-limit", .kind = CLI_CUSTOM, .dst = &cfg->mem_limit, .parse = parse_mem_limit},
         /* a moe_quant_from_name scheme, into cfg->quant and cfg->q */
         {.name = "--quant", .kind = CLI_CUSTOM, .dst = cfg, .parse = parse_quant},
+        /* f32 / bf16 (cli_parse_compute names the accepted values) */
+        {.name = "--compute", .kind = CLI_CUSTOM, .dst = &cfg->compute, .parse = cli_parse_compute},
         {.name = "--seed", .kind = CLI_I64, .dst = &seed, .lo = 0, .hi = INT64_MAX},
     };
     const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), bench_usage);
@@ -446,6 +471,10 @@ typedef struct bench_state {
     int pack_count;
     int have_rf; /* --roofline measured */
     moe_roofline rf;
+    /* the compute roof of the expert GEMMs' instructions (moe_rank_report.compute_roof), its
+     * measured peak and the ridge point it makes with the DRAM bandwidth (--roofline) */
+    const bench_roof *roof;
+    double roof_peak, ridge;
     char notes[8][640];
     int nnotes;
 } bench_state;
@@ -498,23 +527,46 @@ static void note_pack_time(bench_state *s, double dt)
     s->pack_count++;
 }
 
+/* The layer's compute roof: the peak of the instructions its expert GEMMs run on the ctx's table
+ * (moe_rank_report.compute_roof of the plan: vdpbf16ps for compute bf16 on avx512_bf16, VNNI for
+ * int8-w8a8 on a table with VNNI, else f32 FMA), and with --roofline its measured value and
+ * ridge point. A roof the roofline measured as 0 (none on these loops) falls back to FMA. */
+static int set_compute_roof(bench_state *s)
+{
+    moe_rank_report rep;
+    moe_status st = moe_plan_report(s->plan, &rep);
+    if (st != MOE_OK)
+        return lib_fail(s, st);
+    s->roof = &COMPUTE_ROOFS[0];
+    for (size_t i = 0; i < sizeof COMPUTE_ROOFS / sizeof COMPUTE_ROOFS[0]; i++)
+        if (strcmp(rep.compute_roof, COMPUTE_ROOFS[i].key) == 0)
+            s->roof = &COMPUTE_ROOFS[i];
+    if (!s->have_rf)
+        return CLI_OK;
+    const double peaks[] = {s->rf.fma_f32_gflops, s->rf.vnni_int8_gops, s->rf.bf16_dp_gflops};
+    s->roof_peak = peaks[s->roof - COMPUTE_ROOFS];
+    if (!(s->roof_peak > 0)) {
+        s->roof = &COMPUTE_ROOFS[0];
+        s->roof_peak = s->rf.fma_f32_gflops;
+    }
+    s->ridge = s->rf.dram_read_gbs > 0 ? s->roof_peak / s->rf.dram_read_gbs : s->rf.ridge_flop_per_byte;
+    return CLI_OK;
+}
+
 /* --roofline: the row's arithmetic intensity, bound and fraction of it. */
 static void row_roofline(const bench_state *s, bench_row *r)
 {
     if (!s->have_rf)
         return;
     r->intensity = r->bytes_per_forward > 0 ? r->flops_per_forward / r->bytes_per_forward : 0.0;
-    /* int8 w8a8 experts compute with VNNI (int8 x int8 -> int32): their compute roof is the
-     * VNNI peak, when this CPU has one */
-    const int vnni = s->desc.quant.act == MOE_QACT_TOKEN && s->rf.vnni_int8_gops > 0;
-    const double peak = vnni ? s->rf.vnni_int8_gops : s->rf.fma_f32_gflops;
-    const double ridge = s->rf.dram_read_gbs > 0 ? peak / s->rf.dram_read_gbs : s->rf.ridge_flop_per_byte;
-    if (r->intensity < ridge) {
-        r->bound = "DRAM";
+    if (r->intensity < s->ridge) {
+        r->bound = &ROOF_DRAM;
+        r->bound_value = s->rf.dram_read_gbs;
         r->bound_fraction = s->rf.dram_read_gbs > 0 ? r->gbps / s->rf.dram_read_gbs : 0.0;
     } else {
-        r->bound = vnni ? "VNNI" : "FMA";
-        r->bound_fraction = peak > 0 ? r->gflops / peak : 0.0;
+        r->bound = s->roof;
+        r->bound_value = s->roof_peak;
+        r->bound_fraction = s->roof_peak > 0 ? r->gflops / s->roof_peak : 0.0;
     }
 }
 
@@ -903,10 +955,10 @@ static void print_header(bench_state *s)
     if (d->shared_expert_intermediate_size)
         printf(", shared %lld%s", (long long)d->shared_expert_intermediate_size,
                d->shared_expert_gated ? " gated" : "");
-    printf(", %s%s, scale %g, %s weights%s%s\n", cli_scoring_name(d),
+    printf(", %s%s, scale %g, %s weights%s%s, compute %s\n", cli_scoring_name(d),
            d->renormalize ? " + renormalize" : "", (double)d->routed_scaling_factor,
            moe_dtype_name(d->weight_dtype), moe_quant_name(&d->quant)[0] != 'n' ? ", experts quantized " : "",
-           moe_quant_name(&d->quant)[0] != 'n' ? moe_quant_name(&d->quant) : "");
+           moe_quant_name(&d->quant)[0] != 'n' ? moe_quant_name(&d->quant) : "", moe_compute_name(cfg->compute));
     if (s->llc_sysfs >= PROJECT_LLC_BYTES)
         printf("machine: %d threads, kernel table %s, LLC %.0f MiB (sysfs, L%d), MemAvailable "
                "%s\n", moe_ctx_num_threads(s->ctx), moe_ctx_isa(s->ctx),
@@ -935,11 +987,11 @@ static void print_header(bench_state *s)
                s->embedded ? "weights_create" : "checkpoint_load_weights, reading included");
     if (s->have_rf)
         printf("roofline: DRAM read %.1f GB/s (best of 8 passes over %s), f32 FMA %.1f "
-               "GFLOP/s, VNNI int8 %.1f GOP/s (%d threads, %s loops), ridge %.2f FLOP/byte; "
-               "measured in %.2f s\n",
+               "GFLOP/s, VNNI int8 %.1f GOP/s, bf16 vdpbf16ps %.1f GFLOP/s (%d threads, %s loops); "
+               "compute roof %s (the %s), ridge %.2f FLOP/byte; measured in %.2f s\n",
                s->rf.dram_read_gbs, cli_fmt_bytes(b2, sizeof b2, (double)s->rf.dram_buffer_bytes),
-               s->rf.fma_f32_gflops, s->rf.vnni_int8_gops, s->rf.threads, s->rf.isa,
-               s->rf.ridge_flop_per_byte, s->rf.seconds);
+               s->rf.fma_f32_gflops, s->rf.vnni_int8_gops, s->rf.bf16_dp_gflops, s->rf.threads, s->rf.isa,
+               s->roof->label, s->roof->what, s->ridge, s->rf.seconds);
     for (int i = 0; i < s->nnotes; i++)
         printf("note: %s\n", s->notes[i]);
     printf("\n%7s %5s %11s %11s %12s %10s %9s %8s  %-*s%s\n", "T", "runs", "median ms",
@@ -962,7 +1014,7 @@ static void print_row(const bench_state *s, const bench_row *r)
                      ? ": shared expert" : "");
     char rf[32] = "";
     if (s->have_rf && r->bound)
-        snprintf(rf, sizeof rf, " %.2f %s", r->bound_fraction, r->bound);
+        snprintf(rf, sizeof rf, " %.2f %s", r->bound_fraction, r->bound->label);
     printf("%7lld %5d %11.3f %11.3f %12.1f %10.2f %9.2f %8.1f  %-*s%s\n", (long long)r->tokens,
            r->runs, r->median_ms, r->best_ms, r->tokens_per_s, r->gflops, r->gbps,
            r->distinct_experts, s->have_rf ? 26 : 0, cache, rf);
@@ -975,6 +1027,10 @@ static void print_json(bench_state *s, const bench_row *rows, int nrows)
     FILE *f = stdout;
     fputs("{\n  \"tool\": \"moe bench\",\n  \"libmoe_version\": ", f);
     cli_json_string(f, moe_version_string());
+    fputs(",\n  \"compute\": ", f);
+    cli_json_string(f, moe_compute_name(s->cfg->compute));
+    fputs(",\n  \"compute_roof\": ", f);
+    cli_json_string(f, s->roof->key);
     fputs(",\n  \"machine\": {\"threads\": ", f);
     cli_json_number(f, moe_ctx_num_threads(s->ctx));
     fputs(", \"isa\": ", f);
@@ -995,8 +1051,16 @@ static void print_json(bench_state *s, const bench_row *rows, int nrows)
         cli_json_number(f, s->rf.fma_f32_gflops);
         fputs(", \"vnni_int8_gops\": ", f);
         cli_json_number(f, s->rf.vnni_int8_gops);
+        fputs(", \"bf16_dp_gflops\": ", f);
+        cli_json_number(f, s->rf.bf16_dp_gflops);
         fputs(", \"ridge_flop_per_byte\": ", f);
         cli_json_number(f, s->rf.ridge_flop_per_byte);
+        fputs(", \"compute_roof\": ", f);
+        cli_json_string(f, s->roof->key);
+        fputs(", \"compute_roof_value\": ", f);
+        cli_json_number(f, s->roof_peak);
+        fputs(", \"compute_ridge_flop_per_byte\": ", f);
+        cli_json_number(f, s->ridge);
         fprintf(f, ", \"threads\": %d, \"isa\": ", s->rf.threads);
         cli_json_string(f, s->rf.isa);
         fputs(", \"dram_buffer_bytes\": ", f);
@@ -1104,9 +1168,13 @@ static void print_json(bench_state *s, const bench_row *rows, int nrows)
             fputs(", \"arithmetic_intensity\": ", f);
             cli_json_number(f, r->intensity);
             fputs(", \"roofline_bound\": ", f);
-            cli_json_string(f, r->bound);
+            cli_json_string(f, r->bound->label);
             fputs(", \"roofline_fraction\": ", f);
             cli_json_number(f, r->bound_fraction);
+            fputs(", \"roof\": ", f);
+            cli_json_string(f, r->bound->key);
+            fputs(", \"roof_value\": ", f);
+            cli_json_number(f, r->bound_value);
         }
         fputs("}", f);
     }
@@ -1135,7 +1203,7 @@ static double fixed_bytes(const bench_state *s, int64_t E)
     if (s->embedded) {
         int64_t G = s->pool < E ? s->pool : E;
         b += (double)G * 3.0 * (double)H * (double)I * ds + (double)E * (double)H * 4.0 +
-             s->shared_bytes + (double)H * 4.0;
+             3.0 * (double)H * (double)d->shared_expert_intermediate_size * ds + (double)H * 4.0;
     }
     return b + 64.0 * 1048576.0; /* allocator and library slack */
 }
@@ -1176,17 +1244,6 @@ int cli_cmd_bench(int argc, char **argv)
         return CLI_FAIL;
     }
     s->threads = moe_ctx_num_threads(s->ctx);
-
-    /* The roofline first, while no weights take memory. */
-    if (cfg.roofline) {
-        if (!cfg.json)
-            fprintf(stderr, "measuring the roofline (DRAM read, FMA and VNNI peaks)...\n");
-        if ((st = moe_roofline_measure(s->ctx, &s->rf)) != MOE_OK) {
-            rc = lib_fail(s, st);
-            goto done;
-        }
-        s->have_rf = 1;
-    }
 
     /* machine facts */
     s->llc_sysfs = cli_llc_sysfs(&s->llc_level);
@@ -1253,7 +1310,9 @@ int cli_cmd_bench(int argc, char **argv)
     const moe_layer_desc *d = &s->desc;
     const int64_t H = d->hidden_size, I = d->moe_intermediate_size, E = d->num_experts;
     const double ds = (double)moe_dtype_size(d->weight_dtype);
-    s->expert_bytes = 3.0 * (double)H * (double)I * ds;
+    /* bytes per weight the kernels read: compute bf16 packs f32 and f16 weights as bf16 */
+    const double dk = cfg.compute == MOE_COMPUTE_BF16 ? 2.0 : ds;
+    s->expert_bytes = 3.0 * (double)H * (double)I * dk;
     if (cfg.quant && moe_quant_name(&d->quant)[0] != 'n') {
         /* source bytes until packing gives the bytes the kernels read */
         size_t cb, sb, zb, tot = 0;
@@ -1268,17 +1327,41 @@ int cli_cmd_bench(int argc, char **argv)
         }
         s->expert_bytes = (double)tot;
     }
-    s->shared_bytes = 3.0 * (double)H * (double)d->shared_expert_intermediate_size * ds;
+    s->shared_bytes = 3.0 * (double)H * (double)d->shared_expert_intermediate_size * dk;
+    if (dk != ds)
+        add_note(s, "compute bf16: the %s weights are rounded to bf16 once at packing, so the kernels read 2 bytes "
+                 "per weight (GB/s and the roofline count those)", moe_dtype_name(d->weight_dtype));
     s->layer_bytes = (double)E * s->expert_bytes + s->shared_bytes;
     {
-        double p = floor((double)POOL_BUDGET / s->expert_bytes);
+        /* the generated experts are in the source dtype (quantized: the codes and scales) */
+        const double gen = cfg.quant && moe_quant_name(&d->quant)[0] != 'n' ? s->expert_bytes
+                                                                             : 3.0 * (double)H * (double)I * ds;
+        double p = floor((double)POOL_BUDGET / gen);
         s->pool = p < 1 ? 1 : p > (double)E ? (int)E : (int)p;
     }
 
-    if ((st = moe_plan_create(s->ctx, d, &s->plan)) != MOE_OK) {
+    moe_plan_config pc;
+    moe_plan_config_init(&pc);
+    pc.compute = cfg.compute;
+    if ((st = moe_plan_create_ex(s->ctx, d, &pc, &s->plan)) != MOE_OK) {
         rc = lib_fail(s, st);
+        if (st == MOE_EUNSUPPORTED && cfg.compute == MOE_COMPUTE_BF16) /* with a w8a8 --quant */
+            rc = CLI_USAGE;
         goto done;
     }
+    /* The roofline, while no weights take memory. */
+    if (cfg.roofline) {
+        if (!cfg.json)
+            fprintf(stderr, "measuring the roofline (DRAM read, FMA, VNNI and vdpbf16ps peaks)...\n");
+        if ((st = moe_roofline_measure(s->ctx, &s->rf)) != MOE_OK) {
+            rc = lib_fail(s, st);
+            goto done;
+        }
+        s->have_rf = 1;
+    }
+    if ((rc = set_compute_roof(s)) != CLI_OK)
+        goto done;
+    rc = CLI_FAIL;
     int64_t tmax = 0;
     for (int i = 0; i < cfg.ntokens; i++)
         if (cfg.tokens[i] > tmax)

@@ -51,6 +51,8 @@ static void usage(FILE *f)
           "  --capacity N         batched slots per expert and source rank (default: the\n"
           "                       largest T, at most 256)\n"
           "  --dispatch-dtype D   f32 (default, exact), fp8 (e4m3) or int8 activations on the wire\n"
+          "  --compute C          the expert GEMMs' arithmetic: f32 (default) or bf16 (bf16\n"
+          "                       activations, f32 accumulation; moe_plan_config.compute)\n"
           "  --seed N             weights and inputs (default 1)\n"
           "  -h, --help           this text\n"
           "\n"
@@ -119,6 +121,7 @@ int cli_bench_parallel(int argc, char **argv)
     int64_t ep = 1, tp = 1, num_experts = 0, threads = 0, iters = 20, capacity = 0, seed = 1;
     int low_latency = 0;
     moe_dtype dt = MOE_DTYPE_BF16, ddt = MOE_DTYPE_F32;
+    moe_compute compute = MOE_COMPUTE_F32;
     const int64_t big = (int64_t)1 << 30; /* the upper bound of every integer option */
     const cli_opt opts[] = {
         {.name = "--ep", .kind = CLI_I64, .dst = &ep, .lo = 1, .hi = big},
@@ -139,6 +142,8 @@ int cli_bench_parallel(int argc, char **argv)
         /* activations on the wire: f32, fp8 or int8 */
         {.name = "--dispatch-dtype", .kind = CLI_CUSTOM, .dst = &ddt, .parse = parse_dtype},
         {.name = "--seed", .kind = CLI_I64, .dst = &seed, .lo = 0, .hi = big},
+        /* f32 / bf16 (cli_parse_compute names the accepted values) */
+        {.name = "--compute", .kind = CLI_CUSTOM, .dst = &compute, .parse = cli_parse_compute},
     };
     const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), usage);
     if (prc != CLI_GO_ON)
@@ -210,6 +215,7 @@ int cli_bench_parallel(int argc, char **argv)
     cfg.parallel.low_latency = low_latency;
     cfg.parallel.dispatch_dtype = ddt;
     cfg.batched_capacity = capacity ? capacity : (Tmax < 256 ? Tmax : 256);
+    cfg.compute = compute;
     if (moe_plan_create_ex(ctx, &d, &cfg, &plan) != MOE_OK || moe_plan_expert_map(plan, map) != MOE_OK) {
         cli_err(CMD, "%s", moe_ctx_last_error(ctx));
         goto done;
@@ -287,10 +293,10 @@ int cli_bench_parallel(int argc, char **argv)
     const size_t ws_size = moe_plan_workspace_size(plan, Tmax);
     if (rank == 0) {
         char b1[32];
-        printf("bench (parallel): %s layer H %lld, I %lld, E %lld, K %lld%s, %s weights; ep %lld x tp %lld = %d "
-               "rank%s; %s (%s), dispatch %s; %d thread%s per rank, kernel table %s\n",
+        printf("bench (parallel): %s layer H %lld, I %lld, E %lld, K %lld%s, %s weights, compute %s; ep %lld x tp "
+               "%lld = %d rank%s; %s (%s), dispatch %s; %d thread%s per rank, kernel table %s\n",
                m->display, (long long)H, (long long)I, (long long)E, (long long)K, Is ? ", shared expert" : "",
-               moe_dtype_name(dt), (long long)ep, (long long)tp, nranks, nranks > 1 ? "s" : "",
+               moe_dtype_name(dt), moe_compute_name(compute), (long long)ep, (long long)tp, nranks, nranks > 1 ? "s" : "",
                low_latency ? "batched format" : "standard format", ep > 1 ? (low_latency ? "ep_batched" : "ep_alltoall")
                                                                           : (low_latency ? "local_batched" : "local"),
                moe_dtype_name(ddt), moe_ctx_num_threads(ctx), moe_ctx_num_threads(ctx) > 1 ? "s" : "",
