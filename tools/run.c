@@ -13,7 +13,8 @@ static const char *const CMD = "moe run";
 static void run_usage(FILE *f)
 {
     fputs("usage: moe run --checkpoint DIR --layer L --input IN.safetensors\n"
-          "               --output OUT.safetensors [--threads N] [--ep N] [--tp N]\n"
+          "               --output OUT.safetensors [--threads N] [--compute f32|bf16]\n"
+          "               [--ep N] [--tp N]\n"
           "\n"
           "Runs MoE layer L of the Hugging Face checkpoint in DIR (config.json plus\n"
           "model.safetensors or shards) on the tensor `hidden_states` [T, H] (F32 or BF16) of\n"
@@ -33,6 +34,11 @@ static void run_usage(FILE *f)
           "  --output PATH      safetensors file to write\n"
           "  --threads N        worker threads (default: MOE_NUM_THREADS, OMP_NUM_THREADS,\n"
           "                     else all cores)\n"
+          "  --compute C        the expert GEMMs' arithmetic (moe.h moe_compute): f32 (default)\n"
+          "                     or bf16, what a bf16 model computes: the activations entering\n"
+          "                     the expert GEMMs rounded to bf16, f32 accumulation\n"
+          "                     (vdpbf16ps on avx512_bf16, the same bits elsewhere with a\n"
+          "                     WARNING); routing stays f32 (docs/numerics.md section 7)\n"
           "  --ep N             expert parallelism over N ranks, under mpirun -np N*TP: each\n"
           "                     rank loads only its experts (E/N, the first E%N ranks one\n"
           "                     more) and brings its own contiguous slice of the T tokens\n"
@@ -111,6 +117,7 @@ int cli_cmd_run(int argc, char **argv)
     const char *ckdir = NULL, *in_path = NULL, *out_path = NULL;
     int64_t layer = -1, threads = 0, ep = 1, tp = 1;
     int have_layer = 0;
+    moe_compute compute = MOE_COMPUTE_F32;
 
     const cli_opt opts[] = {
         /* the three paths: required (checked below), never empty */
@@ -123,6 +130,8 @@ int cli_cmd_run(int argc, char **argv)
         /* ep x tp must be the number of MPI ranks (checked below) */
         {.name = "--ep", .kind = CLI_I64, .dst = &ep, .lo = 1, .hi = 4096},
         {.name = "--tp", .kind = CLI_I64, .dst = &tp, .lo = 1, .hi = 4096},
+        /* f32 / bf16 (cli_parse_compute names the accepted values) */
+        {.name = "--compute", .kind = CLI_CUSTOM, .dst = &compute, .parse = cli_parse_compute},
     };
     const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), run_usage);
     if (prc != CLI_GO_ON)
@@ -215,8 +224,12 @@ int cli_cmd_run(int argc, char **argv)
     /* a rank that fails ends the whole job (main: MPI_Abort), so a long timeout only has to
      * cover the slowest rank's packing of a large checkpoint before the first collective */
     pcfg.parallel.timeout_s = 3600;
-    if ((st = moe_plan_create_ex(ctx, &desc, &pcfg, &plan)) != MOE_OK)
+    pcfg.compute = compute;
+    if ((st = moe_plan_create_ex(ctx, &desc, &pcfg, &plan)) != MOE_OK) {
+        if (st == MOE_EUNSUPPORTED && compute == MOE_COMPUTE_BF16) /* a w8a8 checkpoint */
+            rc = CLI_USAGE;
         LIBFAIL();
+    }
     if ((st = moe_checkpoint_load_weights(ck, layer, plan, &w)) != MOE_OK)
         LIBFAIL();
     moe_checkpoint_free(ck);
@@ -332,12 +345,12 @@ int cli_cmd_run(int argc, char **argv)
     /* quantized routed experts (FP8 / MXFP4 checkpoints): their scheme after the dtype */
     const int quantized = strcmp(moe_quant_name(&desc.quant), "none") != 0;
     fprintf(stderr,
-            "moe run: family %s layer %lld T %lld H %lld I %lld E %lld K %lld dtype %s%s%s "
+            "moe run: family %s layer %lld T %lld H %lld I %lld E %lld K %lld dtype %s%s%s compute %s "
             "ms %.3f (threads %d, %s%s)\n",
             moe_family_name(desc.family), (long long)layer, (long long)T, (long long)H,
             (long long)desc.moe_intermediate_size, (long long)desc.num_experts, (long long)K,
             moe_dtype_name(desc.weight_dtype), quantized ? " experts " : "", quantized ? moe_quant_name(&desc.quant) : "",
-            ms, moe_ctx_num_threads(ctx), moe_ctx_isa(ctx),
+            moe_compute_name(compute), ms, moe_ctx_num_threads(ctx), moe_ctx_isa(ctx),
             nranks > 1 ? (tp > 1 ? (ep > 1 ? ", ep x tp over MPI" : ", tp over MPI") : ", ep over MPI") : "");
     rc = CLI_OK;
 #undef LIBFAIL
