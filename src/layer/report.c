@@ -148,8 +148,9 @@ static int bf16_cost(const moe_kernels *k, const moe_layer_desc *d, moe_compute 
         return 0;
     if (native && !(k->caps & MOE_CAP_FMA)) /* the scalar row (MOE_ISA=ref) */
         snprintf(buf, n,
-                 "compute bf16 on kernel table %s: the %s expert GEMMs run the scalar emulation of vdpbf16ps (the "
-                 "same bits, tens of times slower than a vector table; %.1f%% of the layer's FLOPs)",
+                 "compute bf16 on kernel table %s, scalar C without avx512_bf16 (vdpbf16ps) or any vector kernel: the "
+                 "%s expert GEMMs run the scalar emulation of vdpbf16ps (the same bits, tens of times slower than a "
+                 "vector table; %.1f%% of the layer's FLOPs)",
                  k->name, fmt, 100.0 * routed_flop_share(d));
     else if (native)
         snprintf(buf, n,

@@ -1,5 +1,6 @@
-/* The `moe` command line ($LIBMOE_BIN): exit codes, messages, no output file on failure, and
- * `moe run` bit-identical to a direct moe_plan_execute_ex on the same checkpoint. */
+/* The `moe` command line ($LIBMOE_BIN): exit codes, messages, no output file on failure,
+ * `moe run` bit-identical to a direct moe_plan_execute_ex on the same checkpoint, and
+ * --compute f32|bf16 on run, bench and plan. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -9,6 +10,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -458,8 +460,120 @@ static void test_bench_json(void **state)
     json_t *layer = json_object_get(doc, "layer");
     assert_int_equal(json_integer_value(json_object_get(layer, "hidden_size")), 1024);
     assert_int_equal(json_integer_value(json_object_get(layer, "num_experts")), 32);
+    /* the default compute mode, and its roof (VNNI only for int8-w8a8) */
+    assert_string_equal(json_string_value(json_object_get(doc, "compute")), "f32");
+    assert_string_equal(json_string_value(json_object_get(doc, "compute_roof")), "fma");
     json_decref(doc);
     result_free(&r);
+}
+
+/* JSON of `moe bench ARGS`, exit 0; fails the test otherwise. */
+static json_t *bench_json(const char *const *args)
+{
+    cli_result r;
+    run_moe(&r, args);
+    expect(&r, 0, NULL);
+    json_error_t jerr;
+    json_t *doc = json_loads(r.out, 0, &jerr);
+    if (!doc)
+        fail_msg("stdout is not JSON (line %d: %s):\n%s", jerr.line, jerr.text, r.out);
+    result_free(&r);
+    return doc;
+}
+
+/* bench --compute bf16: the JSON names the mode and the roof of the instructions the expert
+ * GEMMs run: vdpbf16ps's ("bf16") on the avx512_bf16 table, where --roofline measures it, else
+ * the FMA peak (vfmadd pairs, or the scalar emulation under MOE_ISA=ref). Each row's bound is
+ * DRAM or that roof, its value the measured one. */
+static void test_bench_compute_bf16(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    const char *a[] = {"bench", "--model", "granite-3.0-1b-a400m", "--tokens", "1,256", "--iters", "1", "--json",
+                       "--threads", "1", "--compute", "bf16", "--roofline", NULL};
+    json_t *doc = bench_json(a);
+    assert_string_equal(json_string_value(json_object_get(doc, "compute")), "bf16");
+    const char *isa = json_string_value(json_object_get(json_object_get(doc, "machine"), "isa"));
+    const int vdp = strcmp(isa, "avx512_bf16") == 0;
+    const char *roof = json_string_value(json_object_get(doc, "compute_roof"));
+    assert_string_equal(roof, vdp ? "bf16" : "fma");
+    json_t *rf = json_object_get(doc, "roofline");
+    const double bf16_peak = json_number_value(json_object_get(rf, "bf16_dp_gflops"));
+    const double fma_peak = json_number_value(json_object_get(rf, "fma_f32_gflops"));
+    const double dram = json_number_value(json_object_get(rf, "dram_read_gbs"));
+    /* the loops measure vdpbf16ps exactly on the avx512_bf16 table */
+    assert_true((bf16_peak > 0.0) == !strcmp(json_string_value(json_object_get(rf, "isa")), "avx512_bf16"));
+    assert_string_equal(json_string_value(json_object_get(rf, "compute_roof")), roof);
+    const double peak = json_number_value(json_object_get(rf, "compute_roof_value"));
+    assert_true(peak == (vdp ? bf16_peak : fma_peak));
+    json_t *rows = json_object_get(doc, "rows");
+    assert_int_equal(json_array_size(rows), 2);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *row = json_array_get(rows, i);
+        const char *b = json_string_value(json_object_get(row, "roof"));
+        assert_non_null(b);
+        const double v = json_number_value(json_object_get(row, "roof_value"));
+        if (strcmp(b, "dram") == 0) {
+            assert_true(v == dram);
+            assert_string_equal(json_string_value(json_object_get(row, "roofline_bound")), "DRAM");
+        } else {
+            assert_string_equal(b, roof);
+            assert_true(v == peak);
+            assert_string_equal(json_string_value(json_object_get(row, "roofline_bound")), vdp ? "BF16" : "FMA");
+        }
+    }
+    json_decref(doc);
+
+    /* the scalar table: compute bf16 there is the emulation, against the FMA roof */
+    setenv("MOE_ISA", "ref", 1);
+    const char *b[] = {"bench", "--model", "granite-3.0-1b-a400m", "--tokens", "1", "--iters", "1", "--json",
+                       "--threads", "1", "--compute", "bf16", NULL};
+    doc = bench_json(b);
+    unsetenv("MOE_ISA");
+    assert_string_equal(json_string_value(json_object_get(doc, "compute")), "bf16");
+    assert_string_equal(json_string_value(json_object_get(doc, "compute_roof")), "fma");
+    assert_true(json_is_null(json_object_get(doc, "roofline")));
+    json_decref(doc);
+}
+
+/* --compute: a bad value is refused naming the accepted ones, in every command that takes it;
+ * compute bf16 with a scheme that computes in 8 bits is refused naming it. */
+static void test_compute_refusals(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    static const char *const cases[][6] = {
+        {"bench", "--compute", "bf17", NULL, NULL, "moe bench: --compute bf17: accepted values are f32"},
+        {"bench", "--ep", "1", "--compute", "fp16", "moe bench: --compute fp16: accepted values are f32"},
+        {"run", "--compute", "F32", NULL, NULL, "moe run: --compute F32: accepted values are f32"},
+        {"plan", "--compute=", NULL, NULL, NULL, "moe plan: --compute : accepted values are f32"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cli_result r;
+        const char *a[] = {cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4], NULL};
+        const char *e[] = {cases[i][5], "and bf16", NULL};
+        run_moe(&r, a);
+        expect(&r, 2, e);
+        assert_string_equal(r.out, "");
+        result_free(&r);
+    }
+    cli_result r;
+    const char *a[] = {"bench", "--quant", "int8-w8a8", "--compute", "bf16", "--tokens", "1", "--iters", "1", NULL};
+    const char *e[] = {"moe bench: ", "compute bf16 with int8-w8a8", "compute f32", NULL};
+    run_moe(&r, a);
+    expect(&r, 2, e);
+    result_free(&r);
+    /* the help of every command that takes it lists it */
+    static const char *const helps[][3] = {
+        {"run", "--help", NULL}, {"bench", "--help", NULL}, {"bench", "--ep=1", "--help"}, {"plan", "--help", NULL}};
+    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
+        const char *h[] = {helps[i][0], helps[i][1], helps[i][2], NULL};
+        run_moe(&r, h);
+        expect(&r, 0, NULL);
+        if (!strstr(r.out, "--compute") || !strstr(r.out, "bf16"))
+            fail_msg("moe %s %s: the help does not list --compute:\n%s", helps[i][0], helps[i][1], r.out);
+        result_free(&r);
+    }
 }
 
 /* ---- moe run failures --------------------------------------------------------------- */
@@ -933,6 +1047,159 @@ static void test_option_errors(void **state)
     }
 }
 
+/* The f32 tensor `name` [rows, cols] of safetensors file `path` (a copy; the caller frees). */
+static float *read_f32(const char *path, const char *name, int64_t rows, int64_t cols)
+{
+    moe_ctx *ctx = tu_ctx();
+    moe_safetensors *sf = NULL;
+    if (moe_safetensors_open(ctx, path, &sf) != MOE_OK)
+        fail_msg("reading %s: %s", path, moe_ctx_last_error(ctx));
+    moe_tensor_info ti;
+    assert_int_equal(moe_safetensors_get(sf, name, &ti), MOE_OK);
+    assert_int_equal(ti.dtype, MOE_DTYPE_F32);
+    assert_int_equal(ti.ndim, 2);
+    assert_int_equal(ti.shape[0], rows);
+    assert_int_equal(ti.shape[1], cols);
+    float *v = malloc(ti.nbytes);
+    assert_non_null(v);
+    memcpy(v, ti.data, ti.nbytes);
+    moe_safetensors_free(sf);
+    moe_ctx_free(ctx);
+    return v;
+}
+
+/* moe run --compute bf16 on the bf16 fixture qwen3_moe_bf16 against --compute f32: the same
+ * routing (f32 in both modes: ids and weights bit for bit), an output that differs, and by no
+ * more than docs/numerics.md section 7 allows. The input and weights are bf16, so the bf16 mode
+ * departs from the exact layer only by rounding h before the down projection and its f32 sums:
+ * |bf16 - exact| <= 1.05 u P / 3 + 1e-5 max |expected| (u = 2^-8, P the fixture's bound_path,
+ * as test_fixtures checks), and the f32 mode is within 1e-5 max |expected| of the exact layer
+ * (HF in f32), so the two runs differ by at most 1.05 u P / 3 + 2e-5 max |expected|. */
+static void test_run_compute_bf16(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    run_fixture *f = *state;
+    char fx[1024], in[1100], exp32[1100], exp16[1100], out32[720], out16[720];
+    tu_data_path(fx, sizeof fx, "qwen3_moe_bf16");
+    snprintf(in, sizeof in, "%s/input.safetensors", fx);
+    snprintf(exp32, sizeof exp32, "%s/expected.safetensors", fx);
+    snprintf(exp16, sizeof exp16, "%s/expected_bf16.safetensors", fx);
+    snprintf(out32, sizeof out32, "%s/out/f32.safetensors", f->io);
+    snprintf(out16, sizeof out16, "%s/out/bf16.safetensors", f->io);
+    static const char *const modes[2] = {"f32", "bf16"};
+    const char *outs[2] = {out32, out16};
+    for (int m = 0; m < 2; m++) {
+        cli_result r;
+        const char *a[] = {"run", "--checkpoint", fx, "--layer", "0", "--input", in, "--output", outs[m],
+                           "--threads", "2", "--compute", modes[m], NULL};
+        run_moe(&r, a);
+        expect(&r, 0, NULL);
+        char want[32];
+        snprintf(want, sizeof want, " compute %s ", modes[m]);
+        if (!strstr(r.err, want))
+            fail_msg("the summary line does not name the compute mode (\"%s\"):\n%s", want, r.err);
+        result_free(&r);
+    }
+    moe_ctx *ctx = tu_ctx();
+    moe_layer_desc d;
+    moe_checkpoint *ck = tu_open_layer(ctx, fx, 0, &d);
+    moe_checkpoint_free(ck);
+    moe_ctx_free(ctx);
+    const int64_t H = d.hidden_size, K = d.top_k;
+    moe_safetensors *sf = NULL;
+    ctx = tu_ctx();
+    assert_int_equal(moe_safetensors_open(ctx, in, &sf), MOE_OK);
+    moe_tensor_info ti;
+    assert_int_equal(moe_safetensors_get(sf, "hidden_states", &ti), MOE_OK);
+    const int64_t T = ti.shape[0];
+    moe_safetensors_free(sf);
+    moe_ctx_free(ctx);
+
+    float *y32 = read_f32(out32, "output", T, H), *y16 = read_f32(out16, "output", T, H);
+    float *w32 = read_f32(out32, "topk_weights", T, K), *w16 = read_f32(out16, "topk_weights", T, K);
+    float *hf = read_f32(exp32, "output", T, H), *P = read_f32(exp16, "bound_path", T, H);
+    assert_memory_equal(w32, w16, (size_t)(T * K) * sizeof(float));
+    const size_t n = (size_t)(T * H);
+    const double u = 1.0 / 256.0, f32_abs = 1e-5 * tu_max_abs(hf, n);
+    double worst = 0.0;
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double err = fabs((double)y16[i] - (double)y32[i]);
+        const double bound = 1.05 * u * (double)P[i] / 3.0 + 2.0 * f32_abs;
+        if (!(err <= bound))
+            fail_msg("output[%zu]: |bf16 - f32| = %.4e > bound %.4e", i, err, bound);
+        worst = fmax(worst, err / bound);
+        differ += tu_f32_bits(y16[i]) != tu_f32_bits(y32[i]);
+    }
+    if (differ == 0)
+        fail_msg("--compute bf16 wrote exactly the f32 output");
+    print_message("compute bf16 vs f32: %zu of %zu elements differ, worst |diff| / bound %.3f, max |diff| %.3e u "
+                  "max|out|\n", differ, n, worst, tu_max_abs_diff(y16, y32, n) / (u * tu_max_abs(y32, n)));
+    free(y32);
+    free(y16);
+    free(w32);
+    free(w16);
+    free(hf);
+    free(P);
+    unlink(out32);
+    unlink(out16);
+}
+
+/* Compute bf16 on a table without avx512_bf16 (MOE_ISA=avx2, MOE_ISA=ref): run and plan succeed,
+ * with the same bits as the default table, and each says once which feature is missing. */
+static void test_compute_bf16_without_avx512_bf16(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    run_fixture *f = *state;
+    char fx[1024], in[1100], base[720], out[720];
+    tu_data_path(fx, sizeof fx, "qwen3_moe_bf16");
+    snprintf(in, sizeof in, "%s/input.safetensors", fx);
+    snprintf(base, sizeof base, "%s/out/auto.safetensors", f->io);
+    snprintf(out, sizeof out, "%s/out/isa.safetensors", f->io);
+    cli_result r;
+    const char *a0[] = {"run", "--checkpoint", fx, "--layer", "0", "--input", in, "--output", base, "--compute", "bf16",
+                        NULL};
+    run_moe(&r, a0);
+    expect(&r, 0, NULL);
+    result_free(&r);
+    static const char *const isas[] = {"avx2", "ref"};
+    int ran = 0;
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+        if (!tu_table_ok(tu_table(isas[i])))
+            continue;
+        char want[128];
+        snprintf(want, sizeof want, "compute bf16 on kernel table %s", isas[i]);
+        setenv("MOE_ISA", isas[i], 1);
+        const char *a[] = {"run", "--checkpoint", fx, "--layer", "0", "--input", in, "--output", out, "--compute",
+                           "bf16", NULL};
+        const char *e[] = {"warning: ", want, "avx512_bf16", NULL};
+        run_moe(&r, a);
+        expect(&r, 0, e);
+        result_free(&r);
+        const char *p[] = {"plan", "--checkpoint", fx, "--compute", "bf16", NULL};
+        run_moe(&r, p);
+        unsetenv("MOE_ISA");
+        expect(&r, 0, NULL);
+        if (!strstr(r.out, "WARNING: ") || !strstr(r.out, want) || !strstr(r.out, "avx512_bf16") ||
+            !strstr(r.out, "compute bf16"))
+            fail_msg("MOE_ISA=%s moe plan --compute bf16: no WARNING naming the missing avx512_bf16:\n%s", isas[i],
+                     r.out);
+        result_free(&r);
+        char *x = slurp(base), *y = slurp(out);
+        struct stat sb, so;
+        assert_int_equal(stat(base, &sb), 0);
+        assert_int_equal(stat(out, &so), 0);
+        assert_true(sb.st_size == so.st_size);
+        assert_memory_equal(x, y, (size_t)sb.st_size);
+        free(x);
+        free(y);
+        unlink(out);
+        ran++;
+    }
+    print_message("tables without avx512_bf16 checked: %d\n", ran);
+    unlink(base);
+}
+
 static void test_run_matches_api_f32(void **state)
 {
     SKIP_WITHOUT_BIN();
@@ -954,6 +1221,8 @@ int main(void)
         cmocka_unit_test(test_bench_unknown_model),
         cmocka_unit_test(test_bench_does_not_fit),
         cmocka_unit_test(test_bench_json),
+        cmocka_unit_test(test_bench_compute_bf16),
+        cmocka_unit_test(test_compute_refusals),
         cmocka_unit_test_setup_teardown(test_run_missing_checkpoint, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_no_config, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_bad_width, run_setup, run_teardown),
@@ -962,6 +1231,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_run_matches_api_f32, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_matches_api_bf16, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_refuses_outputs, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_run_compute_bf16, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_compute_bf16_without_avx512_bf16, run_setup, run_teardown),
         cmocka_unit_test(test_env_command),
         cmocka_unit_test(test_plan_command),
         cmocka_unit_test(test_flag_takes_no_value),
