@@ -3,7 +3,9 @@
 shapes (the Qwen3-30B-A3B MoE layer: H 2048, I 768, E 128, K 8) and the same thread count:
 
   libmoe  `moe bench --json` (whole layer: router, top-k, permute, gate/up, SwiGLU, down,
-          combine), per weight dtype.
+          combine), per weight dtype; for bf16 weights in both compute modes (`--compute f32`,
+          f32 activations; `--compute bf16`, activations rounded to bf16 with f32 accumulation,
+          vdpbf16ps on the avx512_bf16 table: what torch's bf16 module computes).
   ggml    MUL_MAT_ID through `test-backend-ops perf -o MUL_MAT_ID`, the qwen3-30b-a3b cases
           (m 768, k 2048, 128 experts, 8 used, n tokens): ONE projection (gate-shaped).
   ggml layer  bench/ggml_moe.c (build with bench/build_ggml_harness.sh): ggml's whole expert
@@ -14,11 +16,17 @@ shapes (the Qwen3-30B-A3B MoE layer: H 2048, I 768, E 128, K 8) and the same thr
           (the per-expert Python loop with index_add_) and "grouped_mm" (transformers 5's
           default for a loaded model), bf16 and f32 weights, torch.set_num_threads(N).
 
-and prints, per weight dtype and token count T, GFLOP/s and the ratios libmoe / peer.
+and prints, per weight dtype and token count T, GFLOP/s and the ratios libmoe / peer (for
+bf16 weights: libmoe f32 and libmoe bf16 each against torch eager and grouped_mm in bf16, and
+libmoe bf16 / libmoe f32).
 
 What is compared (FLOPs are counted the same way everywhere: 2 per multiply-add):
   - libmoe vs torch: the same whole layer, FLOPs 2*T*K*3*H*I + 2*T*E*H (router) over the
-    median wall time; the ratio is a speed ratio on identical work.
+    median wall time; the ratio is a speed ratio on identical work. With bf16 weights torch
+    runs in bf16 (activations bf16 too): libmoe's compute bf16 does the same arithmetic,
+    its compute f32 more (f32 activations).
+  - libmoe bf16 / libmoe f32: the two compute modes on the same weights (bf16), a speed
+    ratio (> 1: compute bf16 faster).
   - libmoe vs ggml: libmoe's whole-layer GFLOP/s against ggml's per-projection GFLOP/s
     (2*m*n*k*8 over its mean time). Both are expert GEMM throughput; libmoe's figure also
     pays for the router, top-k, permutation, SwiGLU, the down projection and the combine, so
@@ -57,6 +65,11 @@ GGML_DTYPE = {"bf16": "bf16", "f16": "f16", "f32": "f32", "q8_0": "q8_0", "q4_0"
 # activations q8_0) is set beside libmoe's int4-g32 weight-only. torch is not run for these.
 LIBMOE_QUANT = {"q8_0": "int8-w8a8", "q4_0": "int4-g32"}
 TORCH_DTYPES = ("bf16", "f32")
+# libmoe's compute modes (moe bench --compute) and the result key of each; compute bf16 runs
+# on the weight dtypes where it is what a bf16 model computes (bf16 weights kept as they are;
+# f32/f16 weights would be rounded to bf16, the quantized schemes keep 8-bit or scalar paths).
+LIBMOE_KEY = {"f32": "libmoe", "bf16": "libmoe_bf16"}
+COMPUTE_BF16_DTYPES = ("bf16",)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -227,9 +240,9 @@ def run_ggml_layer(args, dtype):
 
 # ---- libmoe ------------------------------------------------------------------------------------
 
-def run_libmoe(args, dtype):
+def run_libmoe(args, dtype, compute="f32"):
     cmd = [args.moe, "bench", "--json", "--tokens", args.tokens, "--threads", str(args.threads),
-           "--min-time", str(args.min_time)]
+           "--min-time", str(args.min_time), "--compute", compute]
     if dtype in LIBMOE_QUANT:
         cmd += ["--dtype", "bf16", "--quant", LIBMOE_QUANT[dtype]]
     else:
@@ -238,11 +251,14 @@ def run_libmoe(args, dtype):
         cmd.append("--roofline")
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
-        log(f"libmoe ({dtype}) failed: {p.stderr.strip()[-400:]}")
+        log(f"libmoe ({dtype}, compute {compute}) failed: {p.stderr.strip()[-400:]}")
         return None
+    for line in p.stderr.splitlines():  # e.g. compute bf16 on a table without avx512_bf16
+        if "warning:" in line:
+            log(f"  libmoe {dtype} compute {compute}: {line.strip()}")
     doc = json.loads(p.stdout)
     for r in doc["rows"]:
-        log(f"  libmoe {dtype} T={r['tokens']}: {r['median_ms']:.2f} ms, "
+        log(f"  libmoe {dtype} compute {compute} T={r['tokens']}: {r['median_ms']:.2f} ms, "
             f"{r['gflops']:.1f} GFLOP/s, {r['gbps']:.1f} GB/s")
     return doc
 
@@ -268,39 +284,47 @@ def spread(xs):
     return max(xs) / min(xs) - 1.0 if len(xs) > 1 else None
 
 
+def aggregate_libmoe(runs, dtype, key):
+    """Per-T medians of one libmoe compute mode (result key `key`) over the repeated runs."""
+    lm = {}
+    for res in runs:
+        doc = res[dtype].get(key)
+        for row in (doc or {}).get("rows", []):
+            lm.setdefault(row["tokens"], []).append(row)
+    agg = {}
+    for t, rows in lm.items():
+        bounds = [x.get("roofline_bound") for x in rows]
+        bound = max(set(bounds), key=bounds.count)  # the majority (ridges vary run to run)
+        agg[t] = {"median_ms": med(x["median_ms"] for x in rows),
+                  "gflops": med(x["gflops"] for x in rows),
+                  "gbps": med(x["gbps"] for x in rows),
+                  "bound": bound,
+                  # the fractions of runs that classed the row under the same bound
+                  "fraction": med(x.get("roofline_fraction") for x in rows
+                                  if x.get("roofline_bound") == bound),
+                  "spread": spread([x["gflops"] for x in rows])}
+    return agg
+
+
 def aggregate(runs, dtype):
     """Per-cell medians over the repeated runs of one weight dtype."""
-    tokens = set()
-    lm, gg, th, gl = {}, {}, {}, {}
+    gg, th, gl = {}, {}, {}
     for res in runs:
         r = res[dtype]
         for row in (r.get("ggml_layer") or {}).get("rows", []):
             gl.setdefault(row["T"], []).append(row)
-        if r["libmoe"]:
-            for row in r["libmoe"]["rows"]:
-                lm.setdefault(row["tokens"], []).append(row)
         for n, g in (r["ggml"] or {}).items():
             gg.setdefault(int(n), []).append(g)
         for row in (r["torch"] or {}).get("results", []):
             th.setdefault((row["impl"], row["tokens"]), []).append(row)
-    agg = {"libmoe": {}, "ggml": {}, "torch": {}, "ggml_layer": {}}
+    agg = {key: aggregate_libmoe(runs, dtype, key) for key in LIBMOE_KEY.values()}
+    agg.update({"ggml": {}, "torch": {}, "ggml_layer": {}})
     for t, rows in gl.items():
         agg["ggml_layer"][t] = {"median_ms": med(x["median_ms"] for x in rows),
                                 "gflops": med(x["gflops"] for x in rows),
                                 "gbps": med(x["gbps"] for x in rows),
                                 "copies": rows[0]["copies"],
                                 "spread": spread([x["gflops"] for x in rows])}
-    for t, rows in lm.items():
-        bounds = [x.get("roofline_bound") for x in rows]
-        bound = max(set(bounds), key=bounds.count)  # the majority (ridges vary run to run)
-        agg["libmoe"][t] = {"median_ms": med(x["median_ms"] for x in rows),
-                            "gflops": med(x["gflops"] for x in rows),
-                            "gbps": med(x["gbps"] for x in rows),
-                            "bound": bound,
-                            # the fractions of runs that classed the row under the same bound
-                            "fraction": med(x.get("roofline_fraction") for x in rows
-                                            if x.get("roofline_bound") == bound),
-                            "spread": spread([x["gflops"] for x in rows])}
     for n, rows in gg.items():
         agg["ggml"][n] = {"us_per_run": med(x["us_per_run"] for x in rows),
                           "gflops": med(x["gflops"] for x in rows),
@@ -309,8 +333,8 @@ def aggregate(runs, dtype):
         agg["torch"][k] = {"median_ms": med(x["median_ms"] for x in rows),
                            "gflops": med(x["gflops"] for x in rows),
                            "spread": spread([x["gflops"] for x in rows])}
-    rfs = [res[dtype]["libmoe"]["roofline"] for res in runs
-           if res[dtype]["libmoe"] and res[dtype]["libmoe"].get("roofline")]
+    rfs = [res[dtype][key]["roofline"] for res in runs for key in LIBMOE_KEY.values()
+           if res[dtype].get(key) and res[dtype][key].get("roofline")]
     agg["dram_gbs"] = med(x["dram_read_gbs"] for x in rfs)
     return agg
 
@@ -321,35 +345,57 @@ def report(args, runs):
     impls = args.torch_impls.split(",") if args.torch_python else []
     for dtype in args.dtypes.split(","):
         a = aggregate(runs, dtype)
-        lm, gg, th, gl = a["libmoe"], a["ggml"], a["torch"], a["ggml_layer"]
-        head = ("| T | libmoe ms | libmoe GFLOP/s | libmoe / roofline | ggml GFLOP/s (1 proj) | "
-                "libmoe/ggml |")
-        sep = "|---:|---:|---:|---:|---:|---:|"
+        gg, th, gl = a["ggml"], a["torch"], a["ggml_layer"]
+        # libmoe's compute modes measured for this dtype, f32 first; the ggml columns compare
+        # the first one (compute f32 unless only bf16 ran)
+        modes = [c for c in LIBMOE_KEY if a[LIBMOE_KEY[c]]] or ["f32"]
+        two = len(modes) > 1
+        name = {c: f"libmoe {c}" if two else "libmoe" for c in modes}
+        lm = a[LIBMOE_KEY[modes[0]]]
+        head, sep = "| T |", "|---:|"
+        for c in modes:
+            head += f" {name[c]} ms | {name[c]} GFLOP/s | {name[c]} / roofline |"
+            sep += "---:|---:|---:|"
+        if two:
+            head += " libmoe bf16 / libmoe f32 (speed) |"
+            sep += "---:|"
+        head += f" ggml GFLOP/s (1 proj) | {name[modes[0]]}/ggml |"
+        sep += "---:|---:|"
         if gl:
             head += (" ggml layer (rotating experts) ms | ggml layer GB/s | "
-                     "libmoe / ggml layer (speed) |")
+                     f"{name[modes[0]]} / ggml layer (speed) |")
             sep += "---:|---:|---:|"
         for impl in impls:
-            head += f" torch {impl} ms | libmoe/torch {impl} |"
-            sep += "---:|---:|"
+            head += f" torch {impl} ms |" + "".join(f" {name[c]}/torch {impl} |" for c in modes)
+            sep += "---:|" * (1 + len(modes))
         what = (f"libmoe {LIBMOE_QUANT[dtype]} vs ggml type_a={dtype}; torch not run"
                 if dtype in LIBMOE_QUANT else
                 f"ggml type_a={dtype}{'' if dtype in TORCH_DTYPES else '; torch not run for f16'}")
+        if two:
+            what += (f"; libmoe in compute f32 and compute bf16"
+                     f"{f', torch in {dtype}' if dtype in TORCH_DTYPES else ''}")
         lines.append(f"\n{dtype.upper()} weights ({what})"
                      f"{f', median of {len(runs)} runs' if len(runs) > 1 else ''}\n")
         lines.append(head)
         lines.append(sep)
-        sp = {"libmoe": [], "ggml": [], "ggml layer": [], "torch": []}
+        sp = {**{name[c]: [] for c in modes}, "ggml": [], "ggml layer": [], "torch": []}
         for t in tokens:
+            rs = {c: a[LIBMOE_KEY[c]].get(t) for c in modes}
+            gfs = {c: rs[c]["gflops"] if rs[c] else None for c in modes}
             r, g = lm.get(t), gg.get(t)
             lg = r["gflops"] if r else None
             gf = g["gflops"] if g else None
-            sp["libmoe"].append(r["spread"] if r else None)
             sp["ggml"].append(g["spread"] if g else None)
-            frac = (f"{r['fraction']:.2f} {r['bound']}" if r and r["fraction"] is not None
-                    else "n/a")
-            line = (f"| {t} | {fmt(r['median_ms'] if r else None, '.2f')} | {fmt(lg)} | {frac} | "
-                    f"{fmt(gf)} | {fmt(ratio(lg, gf), '.2f')} |")
+            line = f"| {t} |"
+            for c in modes:
+                rc = rs[c]
+                sp[name[c]].append(rc["spread"] if rc else None)
+                frac = (f"{rc['fraction']:.2f} {rc['bound']}" if rc and rc["fraction"] is not None
+                        else "n/a")
+                line += f" {fmt(rc['median_ms'] if rc else None, '.2f')} | {fmt(gfs[c])} | {frac} |"
+            if two:
+                line += f" {fmt(ratio(gfs['bf16'], gfs['f32']), '.2f')} |"
+            line += f" {fmt(gf)} | {fmt(ratio(lg, gf), '.2f')} |"
             if gl:
                 q = gl.get(t)
                 sp["ggml layer"].append(q["spread"] if q else None)
@@ -360,8 +406,9 @@ def report(args, runs):
                 tr = th.get((impl, t)) if dtype in TORCH_DTYPES else None
                 if tr:
                     sp["torch"].append(tr["spread"])
-                line += (f" {fmt(tr['median_ms'] if tr else None, '.2f')} | "
-                         f"{fmt(ratio(lg, tr['gflops'] if tr else None), '.2f')} |")
+                line += f" {fmt(tr['median_ms'] if tr else None, '.2f')} |"
+                for c in modes:
+                    line += f" {fmt(ratio(gfs[c], tr['gflops'] if tr else None), '.2f')} |"
             lines.append(line)
         if len(runs) > 1:
             parts = []
@@ -414,6 +461,9 @@ def main():
                     help="a Python with torch and transformers; '' to skip torch")
     ap.add_argument("--torch-impls", default="eager,grouped_mm",
                     help="transformers experts_implementation values to time")
+    ap.add_argument("--computes", default="f32,bf16",
+                    help="libmoe's compute modes (moe bench --compute): f32 for every dtype, bf16 "
+                         "for bf16 weights (what torch's bf16 module computes); default both")
     ap.add_argument("--min-time", type=float, default=1.0, help="seconds per row (each tool)")
     ap.add_argument("--no-roofline", dest="roofline", action="store_false",
                     help="do not pass --roofline to moe bench")
@@ -439,7 +489,7 @@ def main():
         with open(args.from_json) as f:
             doc = json.load(f)
         args.threads = doc["threads"]
-        for k in ("tokens", "dtypes", "torch_impls"):
+        for k in ("tokens", "dtypes", "torch_impls", "computes"):
             if k in doc:
                 setattr(args, k, doc[k])
         print_report(args, doc["runs"], doc["started"])
@@ -453,6 +503,10 @@ def main():
         log(f"--ggml-layer {args.ggml_layer}: not found; ggml layer skipped (build it with "
             f"bench/build_ggml_harness.sh)")
         args.ggml_layer = ""
+    computes = args.computes.split(",")
+    bad = [c for c in computes if c not in LIBMOE_KEY]
+    if bad or not computes:
+        ap.error(f"--computes {args.computes}: accepted values are f32 and bf16 (comma-separated)")
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     runs = []
     for rep in range(args.repeat):
@@ -460,9 +514,12 @@ def main():
         # One weight dtype at a time, every tool in turn, so that they share the machine's
         # state.
         for dtype in args.dtypes.split(","):
-            results[dtype] = {"libmoe": None, "ggml": None, "ggml_layer": None, "torch": None,
-                              "idle": {}}
-            tools = [("libmoe", run_libmoe)]
+            results[dtype] = {"libmoe": None, "libmoe_bf16": None, "ggml": None,
+                              "ggml_layer": None, "torch": None, "idle": {}}
+            tools = []
+            for c in computes:
+                if c == "f32" or dtype in COMPUTE_BF16_DTYPES:
+                    tools.append((LIBMOE_KEY[c], lambda a, d, c=c: run_libmoe(a, d, c)))
             if args.ggml_layer:
                 tools.append(("ggml_layer", run_ggml_layer))
             if args.ggml:
@@ -478,8 +535,8 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"started": started, "threads": args.threads, "tokens": args.tokens,
-                       "dtypes": args.dtypes, "torch_impls": args.torch_impls, "runs": runs},
-                      f, indent=1)
+                       "dtypes": args.dtypes, "torch_impls": args.torch_impls,
+                       "computes": args.computes, "runs": runs}, f, indent=1)
     return 0
 
 
@@ -487,20 +544,26 @@ def print_report(args, runs, started):
     print(f"peers.py: Qwen3-30B-A3B MoE layer (H {H}, I {I}, E {E}, K {K}), {args.threads} "
           f"threads, started {started}")
     all_res = [r for res in runs for r in res.values()]
-    any_lm = next((r["libmoe"] for r in all_res if r["libmoe"]), None)
-    if any_lm:
-        m = any_lm["machine"]
-        print(f"libmoe {any_lm['libmoe_version']}, kernel table {m['isa']}")
-        rfs = [r["libmoe"]["roofline"] for r in all_res
-               if r["libmoe"] and r["libmoe"].get("roofline")]
+    docs = [r[key] for r in all_res for key in LIBMOE_KEY.values() if r.get(key)]
+    if docs:
+        m = docs[0]["machine"]
+        print(f"libmoe {docs[0]['libmoe_version']}, kernel table {m['isa']}")
+        roofs = sorted({(d.get("compute", "f32"), d.get("compute_roof", "fma")) for d in docs})
+        if any(c != "f32" for c, _ in roofs):
+            print("libmoe compute roofs (the peak of the instructions the expert GEMMs ran): " +
+                  ", ".join(f"compute {c} -> {r}" for c, r in roofs))
+        rfs = [d["roofline"] for d in docs if d.get("roofline")]
         if rfs:
             def rng(k):
-                v = [x[k] for x in rfs]
+                v = [x[k] for x in rfs if k in x]
+                if not v:
+                    return "n/a"
                 return (f"{statistics.median(v):.1f} (range {min(v):.1f}-{max(v):.1f})"
                         if len(v) > 1 else f"{v[0]:.1f}")
             print(f"roofline (median of {len(rfs)} measurements, one per libmoe run): DRAM read "
                   f"{rng('dram_read_gbs')} GB/s, f32 FMA {rng('fma_f32_gflops')} GFLOP/s, "
-                  f"VNNI int8 {rng('vnni_int8_gops')} GOP/s")
+                  f"VNNI int8 {rng('vnni_int8_gops')} GOP/s, bf16 vdpbf16ps "
+                  f"{rng('bf16_dp_gflops')} GFLOP/s")
     th = next((r["torch"] for r in all_res if r["torch"]), None)
     if th:
         print(f"torch {th['torch']}, transformers {th['transformers']}, "
