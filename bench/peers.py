@@ -4,8 +4,8 @@ shapes (the Qwen3-30B-A3B MoE layer: H 2048, I 768, E 128, K 8) and the same thr
 
   libmoe  `moe bench --json` (whole layer: router, top-k, permute, gate/up, SwiGLU, down,
           combine), per weight dtype; for bf16 weights in both compute modes (`--compute f32`,
-          f32 activations; `--compute bf16`, activations rounded to bf16 with f32 accumulation,
-          vdpbf16ps on the avx512_bf16 table: what torch's bf16 module computes).
+          f32 activations; `--compute bf16`, activations rounded to bf16 with f32 accumulation:
+          what torch's bf16 module computes).
   ggml    MUL_MAT_ID through `test-backend-ops perf -o MUL_MAT_ID`, the qwen3-30b-a3b cases
           (m 768, k 2048, 128 experts, 8 used, n tokens): ONE projection (gate-shaped).
   ggml layer  bench/ggml_moe.c (build with bench/build_ggml_harness.sh): ggml's whole expert

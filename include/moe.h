@@ -558,9 +558,10 @@ typedef struct moe_rank_report {
                                      on this table: "bf16" (compute bf16 on vdpbf16ps:
                                      bf16_dp_gflops), "vnni" (int8-w8a8 on vpdpbusd:
                                      vnni_int8_gops), "fma" (fma_f32_gflops: everything else,
-                                     compute bf16 without avx512_bf16 or without a bf16 kernel
-                                     for the format included; the scalar ref entries run far
-                                     below it) */
+                                     compute bf16 on two vfmadds per pair (no avx512_bf16, or
+                                     the avx512_bf16 table where vdpbf16ps is the slower form:
+                                     moe_isa_info.notes) or on the scalar entries included;
+                                     those run far below it) */
     const char *experts_format;   /* static: the routed experts' weights: "bf16", "f16", "f32",
                                      or the quantization scheme ("int4-g128", "custom", ...) */
     int quantized;                /* routed experts quantized (desc.quant) */

@@ -60,8 +60,10 @@ typedef struct moe_roofline {
  *    run avx512 (below); else 0.
  *  - bf16_dp_gflops: the same with vdpbf16ps on zmm (16 lanes x 2 bf16 products each, 64
  *    FLOPs per instruction), when the loops' table is avx512_bf16 (the CPU has AVX512_BF16
- *    and its vdpbf16ps passed the registry's probe); else 0. This is the compute roof of
- *    compute bf16 (moe.h MOE_COMPUTE_BF16) on that table.
+ *    and its vdpbf16ps passed the registry's probe); else 0. It is the compute roof of
+ *    compute bf16 (moe.h MOE_COMPUTE_BF16) where that table's pair GEMM runs vdpbf16ps; where
+ *    vdpbf16ps is the slower form the table runs two vfmadds per pair (same bits), against
+ *    fma_f32_gflops (moe_rank_report.compute_roof says which).
  * The loops use the ISA of ctx's kernel table (avx512_bf16, avx512 or avx2); for the "ref"
  * table, the widest this CPU and OS support, or portable scalar C without AVX2.
  * Errors: MOE_EINVAL (NULL ctx or out), MOE_ENOMEM (the buffer, size named). */

@@ -158,8 +158,10 @@ static void bench_usage(FILE *f)
           "any other row gets GFLOP/s / the compute roof of the instructions its expert GEMMs\n"
           "run (moe_rank_report.compute_roof): the f32 FMA peak ('0.81 FMA'), the VNNI int8\n"
           "peak for int8-w8a8 experts on a table with VNNI ('0.62 VNNI'), the vdpbf16ps peak\n"
-          "for --compute bf16 on the avx512_bf16 table ('0.55 BF16'; without avx512_bf16 compute\n"
-          "bf16 runs vfmadd and keeps the FMA roof). A cache-resident row can exceed 1 DRAM.\n",
+          "for --compute bf16 where the table's pair GEMM runs vdpbf16ps ('0.55 BF16': the\n"
+          "avx512_bf16 table on a CPU where that form is the faster, as 'moe version' says;\n"
+          "compute bf16 on vfmadd pairs or the scalar emulation keeps the FMA roof). A\n"
+          "cache-resident row can exceed 1 DRAM.\n",
           f);
 }
 
@@ -528,7 +530,8 @@ static void note_pack_time(bench_state *s, double dt)
 }
 
 /* The layer's compute roof: the peak of the instructions its expert GEMMs run on the ctx's table
- * (moe_rank_report.compute_roof of the plan: vdpbf16ps for compute bf16 on avx512_bf16, VNNI for
+ * (moe_rank_report.compute_roof of the plan: vdpbf16ps for compute bf16 where the table's pair GEMM
+ * runs it, VNNI for
  * int8-w8a8 on a table with VNNI, else f32 FMA), and with --roofline its measured value and
  * ridge point. A roof the roofline measured as 0 (none on these loops) falls back to FMA. */
 static int set_compute_roof(bench_state *s)
