@@ -31,6 +31,21 @@ typedef struct shard_bytes {
     int64_t w2_cell, w2_kept;
 } shard_bytes;
 
+/* Packed bytes of a shared expert of Is columns (gate, up [Is, H], down [H, Is]): plain panels
+ * of the weight dtype, or under compute bf16 bf16 pair panels (moe_format "bf16-pairs": K
+ * rounded up to 2), as src/layer/weights.c packs it. */
+static uint64_t shared_bytes(const moe_layer_desc *d, int64_t Is, moe_compute c)
+{
+    const int64_t H = d->hidden_size;
+    if (Is <= 0)
+        return 0;
+    if (c == MOE_COMPUTE_BF16) {
+        const moe_format *f = moe_format_row(MOE_WF_BF16P);
+        return (uint64_t)(2 * Is * f->feature_bytes(H) + H * f->feature_bytes(Is));
+    }
+    return (uint64_t)(3 * H * Is) * (uint64_t)moe_dtype_size(d->weight_dtype);
+}
+
 static shard_bytes routed_bytes(const moe_layer_desc *d, const moe_shard *sh, moe_compute c)
 {
     shard_bytes b = {0};
@@ -178,7 +193,6 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
     const int64_t Is = d->shared_expert_intermediate_size;
     const int ep = par->ep_size, tp = par->tp_size;
     const moe_wfmt f13 = routed_format(d, 0, cm);
-    const double es = (double)moe_dtype_size(d->weight_dtype);
     memset(r, 0, sizeof *r);
     /* every rank's shard must be one moe_weights_create packs */
     for (int g = 0; quant && g < ep; g++)
@@ -214,7 +228,7 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
     r->code_bytes = mine.codes;
     r->scale_bytes = mine.scales;
     r->dup_scale_bytes = mine.dup;
-    r->shared_bytes = (uint64_t)(3.0 * (double)H * (double)sh.Is * es);
+    r->shared_bytes = shared_bytes(d, sh.Is, cm);
     r->router_bytes = (uint64_t)(4 * E * H);
     r->padding_bytes = mine.padding;
     r->w2_scale_cell = mine.w2_cell;
@@ -227,11 +241,11 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
     moe_shard whole;
     moe_par_shard(d, &one, &whole);
     const shard_bytes all1 = routed_bytes(d, &whole, cm);
-    r->layer_bytes = all1.codes + (uint64_t)(3.0 * (double)H * (double)Is * es);
+    r->layer_bytes = all1.codes + shared_bytes(d, Is, cm);
     const double expert_codes = E > 0 ? (double)all1.codes / (double)E : 0.0; /* one expert's packed weights */
     r->flops_per_token = 2.0 * (double)K * 3.0 * (double)H * (double)I + 2.0 * 3.0 * (double)H * (double)Is +
                          2.0 * (double)E * (double)H;
-    r->decode_bytes_per_token = (double)K * expert_codes + 3.0 * (double)H * (double)Is * es;
+    r->decode_bytes_per_token = (double)K * expert_codes + (double)shared_bytes(d, Is, cm);
     uint64_t max_dup = 0, total_dup = 0, max_pad = 0;
     int cut_cell = 0, tail = 0;
     for (int g = 0; g < ep; g++)
@@ -242,7 +256,7 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
             moe_shard s;
             moe_par_shard(d, &pr, &s);
             const shard_bytes b = routed_bytes(d, &s, cm);
-            r->total_bytes += b.codes + b.scales + (uint64_t)(3.0 * (double)H * (double)s.Is * es);
+            r->total_bytes += b.codes + b.scales + shared_bytes(d, s.Is, cm);
             total_dup += b.dup;
             max_dup = b.dup > max_dup ? b.dup : max_dup;
             max_pad = b.padding > max_pad ? b.padding : max_pad;
@@ -256,7 +270,7 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
 
     /* every cost nobody asked for */
     if (Is && ep > 1)
-        add_cost(r, "replicated", 3.0 * (double)H * (double)(Is / tp + (Is % tp ? 1 : 0)) * es, 0.0,
+        add_cost(r, "replicated", (double)shared_bytes(d, Is / tp + (Is % tp ? 1 : 0), cm), 0.0,
                  "shared expert replicated on every expert-parallel group (each adds it once, for its own tokens); "
                  "bytes per replica");
     if (ep > 1 || tp > 1)

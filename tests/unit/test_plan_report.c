@@ -56,7 +56,7 @@ static void desc_of(moe_layer_desc *d, int64_t H, int64_t I, int64_t E, int64_t 
 
 /* Packs the layer (random weights, quantized with moe_quantize_matrix when d is) and returns
  * moe_weights_expert_bytes. */
-static size_t packed_bytes(moe_ctx *ctx, const moe_layer_desc *d)
+static size_t packed_bytes(moe_ctx *ctx, const moe_layer_desc *d, moe_compute compute)
 {
     const int64_t H = d->hidden_size, I = d->moe_intermediate_size, E = d->num_experts;
     const int64_t Is = d->shared_expert_intermediate_size;
@@ -66,7 +66,8 @@ static size_t packed_bytes(moe_ctx *ctx, const moe_layer_desc *d)
     uint8_t **zeros = calloc((size_t)(3 * E), sizeof(uint8_t *));
     float *wf = malloc(sizeof(float) * (size_t)(I * H));          /* one matrix [N, K] f32 */
     float *router = malloc(sizeof(float) * (size_t)(E * H));      /* [E, H] */
-    uint16_t *shared = calloc((size_t)(3 * Is * H + 1), 2);       /* gate, up [Is, H], down [H, Is] bf16 */
+    const size_t es = moe_dtype_size(d->weight_dtype);             /* plain weights: bf16 or f32 */
+    uint8_t *shared = calloc((size_t)(3 * Is * H + 1), es);        /* gate, up [Is, H], down [H, Is] */
     tu_fill_uniform(router, (size_t)(E * H), 1, -0.5f, 0.5f);
     for (int64_t i = 0; i < 3 * E; i++) {
         const int mat = (int)(i % 3);
@@ -80,6 +81,9 @@ static size_t packed_bytes(moe_ctx *ctx, const moe_layer_desc *d)
             scales[i] = malloc(sb);
             zeros[i] = zb ? malloc(zb) : NULL;
             assert_int_equal(moe_quantize_matrix(qw, wf, N, K, mats[i], scales[i], zeros[i]), MOE_OK);
+        } else if (d->weight_dtype == MOE_DTYPE_F32) {
+            mats[i] = malloc(sizeof(float) * (size_t)(N * K)); /* [N, K] f32 */
+            memcpy(mats[i], wf, sizeof(float) * (size_t)(N * K));
         } else {
             uint16_t *b = malloc(sizeof(uint16_t) * (size_t)(N * K)); /* [N, K] bf16 (truncated f32) */
             for (int64_t j = 0; j < N * K; j++)
@@ -106,18 +110,29 @@ static size_t packed_bytes(moe_ctx *ctx, const moe_layer_desc *d)
     }
     if (Is) {
         src.shared_gate_proj = shared;
-        src.shared_up_proj = shared + Is * H;
-        src.shared_down_proj = shared + 2 * Is * H;
+        src.shared_up_proj = shared + (size_t)(Is * H) * es;
+        src.shared_down_proj = shared + (size_t)(2 * Is * H) * es;
     }
     moe_plan *plan = NULL;
     moe_weights *w = NULL;
-    assert_int_equal(moe_plan_create(ctx, d, &plan), MOE_OK);
+    moe_plan_config cfg;
+    moe_plan_config_init(&cfg);
+    cfg.compute = compute;
+    assert_int_equal(moe_plan_create_ex(ctx, d, &cfg, &plan), MOE_OK);
     if (moe_weights_create(plan, &src, &w) != MOE_OK)
         fail_msg("moe_weights_create: %s", moe_ctx_last_error(ctx));
     const size_t bytes = moe_weights_expert_bytes(w);
     moe_rank_report r;
     assert_int_equal(moe_plan_report(plan, &r), MOE_OK);
-    assert_int_equal(r.code_bytes + r.scale_bytes + r.shared_bytes, bytes);
+    if (r.code_bytes + r.scale_bytes + r.shared_bytes != bytes)
+        fail_msg("%s, %s weights, compute %s: the report says %llu code + %llu scale + %llu shared bytes, the "
+                 "builder packed %zu",
+                 d->quant.w13.dtype != MOE_QTYPE_NONE ? moe_quant_name(&d->quant) : "plain", moe_dtype_name(d->weight_dtype),
+                 moe_compute_name(compute), (unsigned long long)r.code_bytes, (unsigned long long)r.scale_bytes,
+                 (unsigned long long)r.shared_bytes, bytes);
+    /* the layer in one process: the same bytes (one rank), and what a decode token reads */
+    assert_int_equal(r.layer_bytes, r.code_bytes + r.shared_bytes);
+    assert_int_equal(r.total_bytes, bytes);
     moe_weights_free(w);
     moe_plan_free(plan);
     for (int64_t i = 0; i < 3 * E; i++)
@@ -144,16 +159,29 @@ static void test_bytes_match_the_builder(void **state)
     static const struct {
         const char *quant;
         int64_t H, I, Is;
+        moe_dtype dt;       /* plain weights' dtype */
+        moe_compute compute;
     } cases[] = {
-        {NULL, 66, 40, 24},          {"int8-channel", 66, 40, 0}, {"int8-w8a8", 66, 41, 0},
-        {"int4-g32", 64, 42, 24},    {"int4-g32-zp", 96, 34, 0},  {"fp8-block", 200, 136, 0},
-        {"fp8-block-w8a8", 256, 128, 0}, {"mxfp4", 64, 38, 0},
+        {NULL, 66, 40, 24, MOE_DTYPE_BF16, MOE_COMPUTE_F32},
+        {"int8-channel", 66, 40, 0, MOE_DTYPE_BF16, MOE_COMPUTE_F32},
+        {"int8-w8a8", 66, 41, 0, MOE_DTYPE_BF16, MOE_COMPUTE_F32},
+        {"int4-g32", 64, 42, 24, MOE_DTYPE_BF16, MOE_COMPUTE_F32},
+        {"int4-g32-zp", 96, 34, 0, MOE_DTYPE_BF16, MOE_COMPUTE_F32},
+        {"fp8-block", 200, 136, 0, MOE_DTYPE_BF16, MOE_COMPUTE_F32},
+        {"fp8-block-w8a8", 256, 128, 0, MOE_DTYPE_BF16, MOE_COMPUTE_F32},
+        {"mxfp4", 64, 38, 0, MOE_DTYPE_BF16, MOE_COMPUTE_F32},
+        {NULL, 66, 40, 24, MOE_DTYPE_F32, MOE_COMPUTE_F32},
+        /* compute bf16: plain weights (and the shared expert) packed as bf16 pairs, odd K padded */
+        {NULL, 65, 41, 23, MOE_DTYPE_BF16, MOE_COMPUTE_BF16},
+        {NULL, 65, 41, 23, MOE_DTYPE_F32, MOE_COMPUTE_BF16},
+        {"int4-g32", 64, 42, 24, MOE_DTYPE_BF16, MOE_COMPUTE_BF16},
     };
     moe_ctx *ctx = ctx_on("auto");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         moe_layer_desc d;
         desc_of(&d, cases[c].H, cases[c].I, 4, cases[c].Is, cases[c].quant);
-        assert_true(packed_bytes(ctx, &d) > 0);
+        d.weight_dtype = cases[c].dt;
+        assert_true(packed_bytes(ctx, &d, cases[c].compute) > 0);
     }
     moe_ctx_free(ctx);
 }
