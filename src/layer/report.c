@@ -171,7 +171,8 @@ static int bf16_cost(const moe_kernels *k, const moe_layer_desc *d, moe_compute 
         snprintf(buf, n,
                  "compute bf16 on kernel table %s, which has no avx512_bf16 (vdpbf16ps, CPUID leaf 7 subleaf 1 EAX "
                  "bit 5 on a CPU that has it): the %s expert GEMMs multiply bf16 pairs with vfmadd under FTZ/DAZ, "
-                 "the same bits at about the f32 mode's speed instead of twice it (%.1f%% of the layer's FLOPs)",
+                 "the same bits at about the f32 mode's speed (up to twice it with vdpbf16ps on a core that issues it "
+                 "at the vfmadd rate, e.g. AMD Zen 4/5; %.1f%% of the layer's FLOPs)",
                  k->name, fmt, 100.0 * routed_flop_share(d));
     else
         snprintf(buf, n,
