@@ -1,8 +1,9 @@
 /* Compute bf16 on the weight-only quantized formats: the avx512_bf16 table's kernels
  * (src/gemm/avx512_bf16/linear_qbf16_avx512_bf16.c) against the definition,
- * moe_ukr_qbf16_rows_ref (src/gemm/linear_bf16_ref.c), bit for bit (memcmp, NaN payloads
- * included, every byte of the output buffer: lanes past a narrow panel, columns past the
- * call's panels and rows past mb keep their sentinel):
+ * moe_ukr_qbf16_rows_ref (src/gemm/linear_bf16_ref.c), bit for bit (memcmp of the whole
+ * output buffer: lanes past a narrow panel, columns past the call's panels and rows past mb
+ * keep their sentinel; NaN payloads included, except where a product has two NaN operands,
+ * check_matrix):
  *  - kernels: every quantized format (int8, fp8 e4m3 through f16 and exact, int4, int4 with
  *    zero points, mxfp4) on matrices of random codes (every code value, e4m3 subnormals, -0
  *    and NaN codes included) and scales packed by the library's own moe_quant_pack: odd K, K
@@ -107,6 +108,8 @@ static void qmatrix_make(qmatrix *m, const moe_qweight *qw, int64_t N, int64_t K
         if (qw->dtype == MOE_QTYPE_F8_E4M3 && !nan_codes && (codes[i] & 0x7f) == 0x7f)
             codes[i] ^= 0x01; /* +-448 instead */
     }
+    if (nan_codes) /* at least one (random bytes hold about 1 in 128 more) */
+        codes[rnd() % cb] = rnd() & 1 ? 0xff : 0x7f;
     for (size_t i = 0; i < zb; i++)
         zero[i] = (uint8_t)(rnd() & 15u);
     if (qw->dtype == MOE_QTYPE_MXFP4) {
@@ -142,7 +145,7 @@ static void qmatrix_free(qmatrix *m)
 static int kernel_calls; /* kernel calls compared */
 
 /* The matrix qw [N, K] against rows of every mode (bits compared with memcmp, NaN payloads
- * included, except with NaN scales: below): for mb = 1 .. 13 the whole panel range and
+ * included, except with NaN codes or scales: below): for mb = 1 .. 13 the whole panel range and
  * one sub-range (rotating through [1, P), [0, 1), [P-1, P), [1, P-1)); returns moe_qmat.f8h. */
 static int check_matrix(const moe_kernels *k, const moe_qweight *qw, int64_t N, int64_t K, int nan_codes,
                         int nan_scales, int lo, int hi)
@@ -153,6 +156,11 @@ static int check_matrix(const moe_kernels *k, const moe_qweight *qw, int64_t N, 
     const moe_wfmt f = moe_pmat_format(&m.w);
     if (!(k->native_bf16 >> f & 1u))
         fail_msg("table %s has no bf16 kernel of its own for format %s", k->name, moe_format_row(f)->name);
+    /* A product of two NaN operands (a NaN activation times a NaN code, a NaN partial sum times
+     * a NaN scale) keeps either operand's NaN: in the ref, whichever operand order the
+     * compiler gave fmaf (commutative to it), so NaN equals NaN for those matrices. Otherwise
+     * only one side of every product can be NaN, and NaN payloads must match too. */
+    const int nan_eq = nan_codes || nan_scales;
     enum { MB = 13 };
     const int64_t K2 = (K + 1) / 2, P = moe_pmat_panels(N), ldo = P * MOE_PANEL + 3; /* odd stride */
     float *xf = malloc(sizeof(float) * (size_t)K); /* [K] one f32 row */
@@ -185,11 +193,9 @@ static int check_matrix(const moe_kernels *k, const moe_qweight *qw, int64_t N, 
                 want[i] = got[i] = -12345.0f; /* sentinel */
             moe_ukr_qbf16_rows_ref(&m.w, p0, p1, xp, NULL, mb, want, ldo, NULL, 0);
             k->bf16_rows[f](&m.w, p0, p1, xp, NULL, mb, got, ldo, NULL, 0);
-            /* NaN scales: a NaN partial sum times a NaN scale keeps either NaN (in the ref, whichever
-             * operand order the compiler gave fmaf), so NaN equals NaN there */
-            if (nan_scales ? !tu_same_bits(got, want, out_n) : memcmp(got, want, sizeof(float) * out_n) != 0) {
+            if (nan_eq ? !tu_same_bits(got, want, out_n) : memcmp(got, want, sizeof(float) * out_n) != 0) {
                 size_t i = 0;
-                while (nan_scales ? tu_same_bits(got + i, want + i, 1) : tu_f32_bits(got[i]) == tu_f32_bits(want[i]))
+                while (nan_eq ? tu_same_bits(got + i, want + i, 1) : tu_f32_bits(got[i]) == tu_f32_bits(want[i]))
                     i++;
                 fail_msg("%s bf16 kernel, format %s N %lld K %lld gk %lld f8h %d mb %d panels [%lld, %lld): "
                          "out[%zu][%zu] = %08x, ref %08x",
@@ -233,10 +239,40 @@ static void test_int8(void **state)
     print_message("%d kernel calls compared\n", kernel_calls);
 }
 
+static void test_fp8(void **state)
+{
+    (void)state;
+    const moe_kernels *k = bf16_table();
+    if (!k)
+        skip();
+    static const int64_t Ks[] = {1, 2, 37, 129, 300};
+    for (size_t a = 0; a < sizeof Ns / sizeof Ns[0]; a++)
+        for (size_t b = 0; b < sizeof Ks / sizeof Ks[0]; b++) {
+            const int64_t N = Ns[a], K = Ks[b];
+            /* decoded through f16 (codes e4m3 * 2^-8, scales s * 256): blocks of 128 and of 32 k,
+             * scales down to 2^-140 (f32 subnormal) and up to 2^119 */
+            moe_qweight bl = {.dtype = MOE_QTYPE_F8_E4M3, .scale = MOE_QSCALE_BLOCK, .block_n = 16, .block_k = 128};
+            assert_int_equal(check_matrix(k, &bl, N, K, 0, 0, -30, 30), 1);
+            bl.block_n = 7, bl.block_k = 32;
+            assert_int_equal(check_matrix(k, &bl, N, K, 0, 0, -140, 119), 1);
+            assert_int_equal(check_matrix(k, &bl, N, K, 0, 1, -4, 4), 1);
+            /* s * 256 overflows: the exact e4m3 decode, results up to infinity */
+            assert_int_equal(check_matrix(k, &bl, N, K, 0, 0, 120, 127), 0);
+            /* NaN codes 0x7f / 0xff: the exact decode's NaN */
+            moe_qweight ch = {.dtype = MOE_QTYPE_F8_E4M3, .scale = MOE_QSCALE_CHANNEL};
+            assert_int_equal(check_matrix(k, &ch, N, K, 1, 0, -4, 4), 0);
+            assert_int_equal(check_matrix(k, &ch, N, K, 0, 0, -4, 4), 1);
+            moe_qweight te = {.dtype = MOE_QTYPE_F8_E4M3, .scale = MOE_QSCALE_TENSOR};
+            assert_int_equal(check_matrix(k, &te, N, K, 1, 0, 0, 0), 0);
+        }
+    print_message("%d kernel calls compared\n", kernel_calls);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_int8),
+        cmocka_unit_test(test_fp8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
