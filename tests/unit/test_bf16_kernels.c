@@ -268,11 +268,81 @@ static void test_fp8(void **state)
     print_message("%d kernel calls compared\n", kernel_calls);
 }
 
+/* 4-bit K (even): K % 8 = 0, 4, 2, 6 (tail rows), one chunk and several; 600 with groups of 256
+ * (groups longer than a chunk, ng > 1) */
+static const int64_t K4s[] = {8, 36, 66, 102, 128, 300, 600};
+
+static void test_int4(void **state)
+{
+    (void)state;
+    const moe_kernels *k = bf16_table();
+    if (!k)
+        skip();
+    for (size_t a = 0; a < sizeof Ns / sizeof Ns[0]; a++)
+        for (size_t b = 0; b < sizeof K4s / sizeof K4s[0]; b++) {
+            const int64_t N = Ns[a], K = K4s[b];
+            moe_qweight g = {.dtype = MOE_QTYPE_INT4, .scale = MOE_QSCALE_GROUP, .group_size = 32};
+            check_matrix(k, &g, N, K, 0, 0, -12, 12);
+            g.group_size = 128;
+            check_matrix(k, &g, N, K, 0, 0, 100, 127); /* large scales: infinities */
+            g.group_size = 256;
+            check_matrix(k, &g, N, K, 0, 1, -12, 12);
+            /* groups of 6 (a TP slice's granularity): groups that start inside a body word */
+            g.group_size = 6;
+            check_matrix(k, &g, N, K, 0, 0, -12, 12);
+            moe_qweight ch = {.dtype = MOE_QTYPE_INT4, .scale = MOE_QSCALE_CHANNEL}; /* one group of K */
+            check_matrix(k, &ch, N, K, 0, 0, -3, 3);
+        }
+    print_message("%d kernel calls compared\n", kernel_calls);
+}
+
+static void test_int4_zero_points(void **state)
+{
+    (void)state;
+    const moe_kernels *k = bf16_table();
+    if (!k)
+        skip();
+    for (size_t a = 0; a < sizeof Ns / sizeof Ns[0]; a++)
+        for (size_t b = 0; b < sizeof K4s / sizeof K4s[0]; b++) {
+            const int64_t N = Ns[a], K = K4s[b];
+            moe_qweight g = {.dtype = MOE_QTYPE_INT4, .scale = MOE_QSCALE_GROUP, .group_size = 32, .has_zero_point = 1};
+            check_matrix(k, &g, N, K, 0, 0, -12, 12);
+            g.group_size = 128;
+            check_matrix(k, &g, N, K, 0, 0, 100, 127);
+            check_matrix(k, &g, N, K, 0, 1, -4, 4);
+            g.group_size = 256;
+            check_matrix(k, &g, N, K, 0, 0, -12, 12);
+            g.group_size = 10;
+            check_matrix(k, &g, N, K, 0, 0, -12, 12);
+        }
+    print_message("%d kernel calls compared\n", kernel_calls);
+}
+
+static void test_mxfp4(void **state)
+{
+    (void)state;
+    const moe_kernels *k = bf16_table();
+    if (!k)
+        skip();
+    for (size_t a = 0; a < sizeof Ns / sizeof Ns[0]; a++)
+        for (size_t b = 0; b < sizeof K4s / sizeof K4s[0]; b++) {
+            const int64_t N = Ns[a], K = K4s[b];
+            moe_qweight g = {.dtype = MOE_QTYPE_MXFP4, .scale = MOE_QSCALE_GROUP, .group_size = 32};
+            check_matrix(k, &g, N, K, 0, 0, -20, 20);
+            check_matrix(k, &g, N, K, 0, 0, 100, 127); /* E8M0 up to 2^127 */
+            check_matrix(k, &g, N, K, 0, 1, -127, 0);  /* down to 2^-127 (the subnormal f32 scale), 255 NaN */
+        }
+    print_message("%d kernel calls compared\n", kernel_calls);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_int8),
         cmocka_unit_test(test_fp8),
+        cmocka_unit_test(test_int4),
+        cmocka_unit_test(test_int4_zero_points),
+        cmocka_unit_test(test_mxfp4),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

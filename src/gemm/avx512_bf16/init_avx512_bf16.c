@@ -10,7 +10,10 @@ void moe_kernels_init_avx512_bf16(moe_kernels *k, const moe_cpu_features *f)
         .caps = MOE_CAP_AVX512_BF16,
         .bf16_rows = {[MOE_WF_BF16P] = moe_ukr_bf16p_rows_avx512_bf16_6x64,
                       [MOE_WF_I8] = moe_ukr_qbf16_i8_rows_avx512_bf16_6x64,
-                      [MOE_WF_F8] = moe_ukr_qbf16_fp8_rows_avx512_bf16_6x64},
+                      [MOE_WF_F8] = moe_ukr_qbf16_fp8_rows_avx512_bf16_6x64,
+                      [MOE_WF_I4] = moe_ukr_qbf16_i4_rows_avx512_bf16_6x64,
+                      [MOE_WF_I4ZP] = moe_ukr_qbf16_i4zp_rows_avx512_bf16_6x64,
+                      [MOE_WF_FP4] = moe_ukr_qbf16_mxfp4_rows_avx512_bf16_6x64},
         .peak_bf16 = moe_roofline_bf16_avx512_bf16,
     };
     moe_kernels_merge(k, &own);
