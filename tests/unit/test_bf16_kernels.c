@@ -335,6 +335,137 @@ static void test_mxfp4(void **state)
     print_message("%d kernel calls compared\n", kernel_calls);
 }
 
+/* ---- the layer through moe.h ---- */
+
+/* A compute-bf16 layer with routed experts quantized by `scheme` (moe_quantize_matrix of random
+ * f32 weights) and an f32 shared expert: H = 134 and I = 90 (4-bit tails K % 8 = 6 and 2,
+ * partial last panels of 6 and 10 features, two scale groups of 128 along H). */
+typedef struct qbf16_layer {
+    moe_layer_desc d;
+    float *router;                 /* [E, H] */
+    void *codes[3 * 8];            /* expert e's gate, up, down at 3e .. 3e + 2 */
+    void *scales[3 * 8];
+    uint8_t *zeros[3 * 8];         /* NULL without zero points */
+    float *sg, *su, *sd;           /* shared [Is, H], [Is, H], [H, Is] */
+    const void *g[8], *u[8], *dn[8], *gs[8], *us[8], *ds[8];
+    const uint8_t *gz[8], *uz[8], *dz[8];
+    moe_weight_source src;
+} qbf16_layer;
+
+enum { LH = 134, LI = 90, LE = 8, LK = 2, LIS = 20 };
+
+static void layer_make(qbf16_layer *L, const char *scheme, uint64_t seed)
+{
+    memset(L, 0, sizeof *L);
+    moe_layer_desc_init(&L->d);
+    L->d.hidden_size = LH;
+    L->d.moe_intermediate_size = LI;
+    L->d.num_experts = LE;
+    L->d.top_k = LK;
+    L->d.renormalize = 1;
+    L->d.weight_dtype = MOE_DTYPE_F32;
+    L->d.shared_expert_intermediate_size = LIS;
+    assert_int_equal(moe_quant_from_name(scheme, &L->d.quant), MOE_OK);
+    L->router = malloc(sizeof(float) * LE * LH);
+    tu_fill_uniform(L->router, LE * LH, seed, -0.3f, 0.3f);
+    float *w = malloc(sizeof(float) * LH * LI); /* [N, K] one f32 matrix */
+    for (int i = 0; i < 3 * LE; i++) {
+        const int down = i % 3 == 2;
+        const int64_t N = down ? LH : LI, K = down ? LI : LH;
+        const moe_qweight *qw = down ? &L->d.quant.w2 : &L->d.quant.w13;
+        const float a = 2.0f / sqrtf((float)K);
+        tu_fill_uniform(w, (size_t)(N * K), seed + 7 + (uint64_t)i, -a, a);
+        size_t cb, sb, zb;
+        assert_int_equal(moe_quantize_matrix_sizes(qw, N, K, &cb, &sb, &zb), MOE_OK);
+        L->codes[i] = malloc(cb);
+        L->scales[i] = malloc(sb);
+        L->zeros[i] = zb ? malloc(zb) : NULL;
+        assert_int_equal(moe_quantize_matrix(qw, w, N, K, L->codes[i], L->scales[i], L->zeros[i]), MOE_OK);
+    }
+    free(w);
+    L->sg = malloc(sizeof(float) * LIS * LH);
+    L->su = malloc(sizeof(float) * LIS * LH);
+    L->sd = malloc(sizeof(float) * LIS * LH);
+    tu_fill_uniform(L->sg, LIS * LH, seed + 1, -0.1f, 0.1f);
+    tu_fill_uniform(L->su, LIS * LH, seed + 2, -0.1f, 0.1f);
+    tu_fill_uniform(L->sd, LIS * LH, seed + 3, -0.1f, 0.1f);
+    for (int e = 0; e < LE; e++) {
+        L->g[e] = L->codes[3 * e], L->u[e] = L->codes[3 * e + 1], L->dn[e] = L->codes[3 * e + 2];
+        L->gs[e] = L->scales[3 * e], L->us[e] = L->scales[3 * e + 1], L->ds[e] = L->scales[3 * e + 2];
+        L->gz[e] = L->zeros[3 * e], L->uz[e] = L->zeros[3 * e + 1], L->dz[e] = L->zeros[3 * e + 2];
+    }
+    L->src = (moe_weight_source){.router = L->router, .router_dtype = MOE_DTYPE_F32, .gate_proj = L->g,
+                                 .up_proj = L->u, .down_proj = L->dn, .gate_scale = L->gs, .up_scale = L->us,
+                                 .down_scale = L->ds, .shared_gate_proj = L->sg, .shared_up_proj = L->su,
+                                 .shared_down_proj = L->sd};
+    if (L->zeros[0])
+        L->src.gate_zero = L->gz, L->src.up_zero = L->uz, L->src.down_zero = L->dz;
+}
+
+static void layer_free(qbf16_layer *L)
+{
+    for (int i = 0; i < 3 * LE; i++)
+        free(L->codes[i]), free(L->scales[i]), free(L->zeros[i]);
+    free(L->router), free(L->sg), free(L->su), free(L->sd);
+}
+
+/* One compute-bf16 forward under kernel table `isa` with `threads`: x [T, H] -> out [T, H]. */
+static void layer_run(const qbf16_layer *L, const char *isa, int threads, const float *x, int64_t T, float *out)
+{
+    moe_options o;
+    moe_options_init(&o);
+    o.isa = isa;
+    o.num_threads = threads;
+    o.log_level = MOE_LOG_ERROR;
+    moe_ctx *ctx = NULL;
+    char err[256];
+    if (moe_ctx_create(&o, &ctx, err, sizeof err) != MOE_OK)
+        fail_msg("MOE_ISA %s: %s", isa, err);
+    moe_plan_config cfg;
+    moe_plan_config_init(&cfg);
+    cfg.compute = MOE_COMPUTE_BF16;
+    tu_run_layer(ctx, &L->d, &cfg, &L->src, x, T, out);
+    moe_ctx_free(ctx);
+}
+
+static void test_layer_schemes(void **state)
+{
+    (void)state;
+    if (!bf16_table())
+        skip();
+    static const char *const schemes[] = {"int8-channel", "fp8-block", "fp8-channel", "int4-g128", "int4-g128-zp",
+                                          "mxfp4"};
+    enum { T = 37 };
+    float *x = malloc(sizeof(float) * T * LH); /* [T, H] */
+    float *want = malloc(sizeof(float) * T * LH), *got = malloc(sizeof(float) * T * LH), one[LH]; /* [T, H], [H] */
+    for (size_t si = 0; si < sizeof schemes / sizeof schemes[0]; si++) {
+        qbf16_layer L;
+        layer_make(&L, schemes[si], 1000 + si);
+        tu_fill_uniform(x, T * LH, 77 + si, -2.0f, 2.0f);
+        for (int t = 0; t < T; t++) /* a few tiny and large values among them */
+            x[t * LH + (t * 5) % LH] = t % 2 ? 1e-39f : 1e4f;
+        layer_run(&L, "ref", 1, x, T, want);
+        for (int threads = 1; threads <= 2; threads++) {
+            layer_run(&L, "avx512_bf16", threads, x, T, got);
+            if (memcmp(got, want, sizeof(float) * T * LH) != 0)
+                fail_msg("%s, compute bf16, %d thread(s): avx512_bf16 output differs from the ref table's (max %g)",
+                         schemes[si], threads, tu_max_abs_diff(got, want, T * LH));
+        }
+        /* batch invariance: token t alone gives its bits inside the batch of 37 */
+        static const int toks[] = {0, 13, 36};
+        for (size_t i = 0; i < sizeof toks / sizeof toks[0]; i++) {
+            const int t = toks[i];
+            layer_run(&L, "avx512_bf16", 2, x + t * LH, 1, one);
+            if (memcmp(one, want + t * LH, sizeof one) != 0)
+                fail_msg("%s, compute bf16: token %d alone differs from its row at T = %d", schemes[si], t, T);
+        }
+        print_message("%-13s avx512_bf16 = ref bit for bit (1, 2 threads), T = 1 rows = T = %d rows\n", schemes[si],
+                      T);
+        layer_free(&L);
+    }
+    free(x), free(want), free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -343,6 +474,7 @@ int main(void)
         cmocka_unit_test(test_int4),
         cmocka_unit_test(test_int4_zero_points),
         cmocka_unit_test(test_mxfp4),
+        cmocka_unit_test(test_layer_schemes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
