@@ -38,12 +38,13 @@ enum {
     BLOCK = 4,      /* panels decoded at a time */
     TILE_ROWS = 6,  /* rows per multiply tile (24 accumulators with 4 panels) */
     ROW_BLOCK = 48, /* rows whose partial sums the carry buffer holds (the driver's MOE_GEMM_RB) */
+    DIRECT_ROWS = 4, /* up to this many rows: no buffer, the codes decoded into registers */
 };
 
-/* ---- stage 1: decode ---- */
+/* ---- decode: the codes of one pair step of a panel -> 16 lanes of bf16 pairs ---- */
 
-/* The 16-entry table of a 4-bit code's exact value (vpermps reads an index's low 4 bits);
- * zero points: the unsigned code, z subtracted after. */
+/* The 16-entry table of a 4-bit code's exact value, as f32 (vpermps reads an index's low 4
+ * bits); zero points: the unsigned code, z subtracted after. */
 MOE_AI __m512 lut4(const int kind)
 {
     if (kind == MOE_WF_FP4)
@@ -54,6 +55,21 @@ MOE_AI __m512 lut4(const int kind)
                               14.0f, 15.0f);
     return _mm512_setr_ps(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, -8.0f, -7.0f, -6.0f, -5.0f, -4.0f, -3.0f,
                           -2.0f, -1.0f);
+}
+
+/* The same table as bf16 words (the f32 values' top halves, exact), twice: words 0..15 and
+ * 16..31, so vpermw (which reads an index's low 5 bits) ignores bit 4 of an index. */
+MOE_AI __m512i lut4_bf16(const int kind)
+{
+    const __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(lut4(kind)), 16));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
+}
+
+/* Two vectors of exact f32 values -> lane j = bf16(even[j]) | bf16(odd[j]) << 16: the top
+ * halves (the values have at most 8 significant bits, so odd's low half is zero). */
+MOE_AI __m512i top_halves(__m512 even, __m512 odd)
+{
+    return _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(even), 16), _mm512_castps_si512(odd));
 }
 
 /* 16 byte codes (one per lane) -> their exact f32 values: int8, or e4m3 (times 2^-8 when f8h:
@@ -77,63 +93,257 @@ MOE_AI __m512 byte_values(const int kind, const int f8h, __m128i b)
     return f;
 }
 
-/* The exact f32 values of the codes of pair i (k = 2i in *even, k = 2i + 1 in *odd) of the
- * 16 lanes of one panel of width nw (mask: its lanes). panel: the panel's first code byte; z:
- * the group's zero points per lane (I4ZP). Lanes past nw read no memory. k = K (odd K, byte
- * formats) is code 0, +0. */
-MOE_AI void decode_pair(const int kind, const int f8h, const uint8_t *panel, int64_t K, int nw, __mmask16 mask,
-                        int64_t i, __m512 lut, __m512 z, __m512 *even, __m512 *odd)
+/* The tables a decode reads (built once per call). */
+typedef struct decode_tables {
+    __m512 lut;    /* 4-bit code -> f32 (zero points) */
+    __m512i lut16; /* 4-bit code -> bf16, twice (int4, e2m1) */
+} decode_tables;
+
+/* Byte formats: rows 2i and 2i + 1 at row, row + nw ([2][nw] bytes of the panel's [K][nw]);
+ * odd = 0 for the last pair of an odd K (its k = K is +0). */
+MOE_AI __m512i bytes_pair(const int kind, const int f8h, const uint8_t *row, int nw, __mmask16 mask, int odd)
 {
-    if (kind == MOE_WF_I8 || kind == MOE_WF_F8) {
-        const uint8_t *row = panel + 2 * i * nw; /* rows 2i and 2i + 1: [2][nw] bytes of [K][nw] */
-        const __m128i b0 = _mm_maskz_loadu_epi8(mask, row);
-        const __m128i b1 = 2 * i + 1 < K ? _mm_maskz_loadu_epi8(mask, row + nw) : _mm_setzero_si128();
-        *even = byte_values(kind, f8h, b0);
-        *odd = byte_values(kind, f8h, b1);
-        return;
+    const __m128i b0 = _mm_maskz_loadu_epi8(mask, row);
+    const __m128i b1 = odd ? _mm_maskz_loadu_epi8(mask, row + nw) : _mm_setzero_si128();
+    return top_halves(byte_values(kind, f8h, b0), byte_values(kind, f8h, b1));
+}
+
+/* 4-bit: lo, hi hold per lane the code of k = 2i (2i + 1) in bits 0..3 (higher bits are not
+ * read; hi < 2^16). Zero points: code - z in f32 (integers, exact for any u8 z); int4, e2m1:
+ * one vpermw on the bf16 table, word 2j indexed by lo, word 2j + 1 by hi shifted up. */
+MOE_AI __m512i nibbles_pair(const int kind, const decode_tables *t, __m512i lo, __m512i hi, __m512 z)
+{
+    if (kind == MOE_WF_I4ZP)
+        return top_halves(_mm512_sub_ps(_mm512_permutexvar_ps(lo, t->lut), z),
+                          _mm512_sub_ps(_mm512_permutexvar_ps(hi, t->lut), z));
+    const __m512i idx = _mm512_mask_blend_epi16(0xaaaaaaaau, lo, _mm512_slli_epi32(hi, 16));
+    return _mm512_permutexvar_epi16(idx, t->lut16);
+}
+
+/* 4-bit body word row v (quant/layout.h MOE_WF_I4: pair q of the word in byte q, code 2q in its
+ * low nibble), prepared once for its 4 pairs: int4 / e2m1 the vpermw indexes of pairs 0, 2
+ * (a: words v and v << 12, i.e. each lane's bits 0..15 and 4..19; b: the same from bit 16),
+ * pairs 1 and 3 being those shifted right by 8 within each word; zero points: v. */
+typedef struct word4 {
+    __m512i a, b;
+} word4;
+
+MOE_AI word4 word_prep(const int kind, __m512i v)
+{
+    if (kind == MOE_WF_I4ZP)
+        return (word4){v, v};
+    return (word4){_mm512_mask_blend_epi16(0xaaaaaaaau, v, _mm512_slli_epi32(v, 12)),
+                   _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_srli_epi32(v, 16), _mm512_srli_epi32(v, 4))};
+}
+
+/* pair q (0..3, a constant) of a prepared body word */
+MOE_AI __m512i word_pair(const int kind, const decode_tables *t, word4 w, const int q, __m512 z)
+{
+    if (kind == MOE_WF_I4ZP) {
+        const __m512i x = _mm512_srli_epi32(w.a, 8 * q);
+        return nibbles_pair(kind, t, x, _mm512_srli_epi32(x, 4), z);
     }
-    /* 4-bit (quant/layout.h MOE_WF_I4; K even): body word (i / 4, j) holds pair i in byte i % 4,
-     * k = 2i in its low nibble; the tail rows k - 8 K8 of ceil(nw / 2) bytes, two features each */
+    const __m512i idx = q < 2 ? w.a : w.b;
+    return _mm512_permutexvar_epi16(q & 1 ? _mm512_srli_epi16(idx, 8) : idx, t->lut16);
+}
+
+/* 4-bit tail rows t0 = 2i - 8 K8 and t0 + 1 of ceil(nw / 2) bytes each at row: byte j / 2 of a
+ * row holds feature j, even features in the low nibble */
+MOE_AI __m512i tail_pair(const int kind, const decode_tables *t, const uint8_t *row, int nw, __m512 z)
+{
+    const int rb = (nw + 1) / 2;
+    const __mmask16 bm = (__mmask16)((1u << rb) - 1u);
+    const __m512i sh = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+    const __m128i b0 = _mm_maskz_loadu_epi8(bm, row), b1 = _mm_maskz_loadu_epi8(bm, row + rb);
+    /* each byte to two lanes, the odd feature's nibble shifted down */
+    const __m512i lo = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b0, b0)), sh);
+    const __m512i hi = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b1, b1)), sh);
+    return nibbles_pair(kind, t, lo, hi, z);
+}
+
+/* Pair i (k = 2i, 2i + 1) of the 16 lanes of one panel of width nw (mask: its lanes) as bf16
+ * pairs of the codes' exact values (quant/layout.h MOE_WF_BF16P's lanes). code: the panel's
+ * first byte; z: the group's zero points per lane (I4ZP). Lanes past nw read no memory and
+ * decode code 0. */
+MOE_AI __m512i decode_pair(const int kind, const int f8h, const uint8_t *code, int64_t K, int nw, __mmask16 mask,
+                           int64_t i, const decode_tables *t, __m512 z)
+{
+    if (kind == MOE_WF_I8 || kind == MOE_WF_F8)
+        return bytes_pair(kind, f8h, code + 2 * i * nw, nw, mask, 2 * i + 1 < K);
     const int64_t K8 = K / 8;
-    __m512i lo, hi; /* per lane: the code of k = 2i (resp. 2i + 1) in bits 0..3 */
-    if (2 * i < 8 * K8) {
-        const uint8_t *wr = panel + 4 * (i / 4) * nw; /* [nw] body words */
-        const __m512i v = _mm512_srl_epi32(_mm512_maskz_loadu_epi32(mask, wr), _mm_cvtsi32_si128(8 * (int)(i % 4)));
-        lo = v;
-        hi = _mm512_srli_epi32(v, 4);
-    } else {
-        const int rb = (nw + 1) / 2;
-        const uint8_t *row = panel + 4 * nw * K8 + (2 * i - 8 * K8) * rb; /* rows 2i, 2i + 1: [2][rb] bytes */
-        const __mmask16 bm = (__mmask16)((1u << rb) - 1u);
-        /* each byte to two lanes (even feature: low nibble; odd: high nibble shifted down) */
-        const __m512i sh = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
-        const __m128i b0 = _mm_maskz_loadu_epi8(bm, row), b1 = _mm_maskz_loadu_epi8(bm, row + rb);
-        lo = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b0, b0)), sh);
-        hi = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b1, b1)), sh);
-    }
-    *even = _mm512_permutexvar_ps(lo, lut);
-    *odd = _mm512_permutexvar_ps(hi, lut);
-    if (kind == MOE_WF_I4ZP) { /* code - z: integers, exact */
-        *even = _mm512_sub_ps(*even, z);
-        *odd = _mm512_sub_ps(*odd, z);
-    }
+    if (2 * i >= 8 * K8)
+        return tail_pair(kind, t, code + 4 * nw * K8 + (2 * i - 8 * K8) * ((nw + 1) / 2), nw, z);
+    const __m512i v = _mm512_maskz_loadu_epi32(mask, code + 4 * (i / 4) * nw); /* body word row i / 4: [nw] words */
+    const __m512i x = _mm512_srl_epi32(v, _mm_cvtsi32_si128(8 * (int)(i % 4))); /* the pair in bits 0..7 */
+    return nibbles_pair(kind, t, x, _mm512_srli_epi32(x, 4), z);
 }
 
-/* Pairs [c0, c1) of one panel -> dst [c1 - c0][16] u32, lane j = bf16(v[2i]) | bf16(v[2i+1]) << 16
- * (the top halves of the exact f32 values; the odd value's low half is zero). */
-MOE_AI void decode_chunk(const int kind, const int f8h, const uint8_t *panel, int64_t K, int nw, __mmask16 mask,
-                         int64_t c0, int64_t c1, __m512 z, uint32_t *dst)
+/* ---- the panels of a block and a group's scales ---- */
+
+/* Up to BLOCK panels from panel p: their codes, widths and lane masks. */
+typedef struct block {
+    int64_t p;                   /* the first panel */
+    int np;                      /* panels */
+    const uint8_t *code[BLOCK];  /* each panel's codes (quant/layout.h) */
+    int nw[BLOCK];
+    __mmask16 mask[BLOCK];
+} block;
+
+MOE_AI void block_at(const moe_pmat *w, const int kind, int64_t p, int64_t p1, block *b)
 {
-    const __m512 lut = lut4(kind);
-    for (int64_t i = c0; i < c1; i++) {
-        __m512 even, odd;
-        decode_pair(kind, f8h, panel, K, nw, mask, i, lut, z, &even, &odd);
-        const __m512i pair = _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(even), 16), _mm512_castps_si512(odd));
-        _mm512_store_si512(dst + (i - c0) * MOE_PANEL, pair);
+    const int four = kind == MOE_WF_I4 || kind == MOE_WF_I4ZP || kind == MOE_WF_FP4;
+    const int64_t panel_bytes = (four ? 8 : 16) * w->k; /* a full panel's codes */
+    b->p = p;
+    b->np = p1 - p < BLOCK ? (int)(p1 - p) : BLOCK;
+    for (int j = 0; j < b->np; j++) {
+        b->nw[j] = moe_pmat_panel_width(w->n, p + j);
+        b->code[j] = (const uint8_t *)w->data + (p + j) * panel_bytes;
+        b->mask[j] = (__mmask16)((1u << b->nw[j]) - 1u);
     }
 }
 
-/* ---- stage 2: multiply ---- */
+/* Pairs per scale group (even groups; one group: all of K, its odd end +0). */
+static inline int64_t group_pairs(const moe_pmat *w)
+{
+    return w->q->ng > 1 ? w->q->gk / 2 : (w->k + 1) / 2;
+}
+
+/* Group g's scales (and zero points) of the block's panel j, per lane (q->scale: panel p at
+ * p * 16 * ng, [ng][nw]). */
+MOE_AI void group_params(const moe_pmat *w, const int kind, const block *b, int j, int64_t g, __m512 *s, __m512 *z)
+{
+    const int64_t at = (b->p + j) * MOE_PANEL * w->q->ng + g * b->nw[j];
+    *s = _mm512_maskz_loadu_ps(b->mask[j], w->q->scale + at);
+    *z = kind == MOE_WF_I4ZP ? _mm512_maskz_loadu_ps(b->mask[j], w->q->zero + at) : _mm512_setzero_ps();
+}
+
+/* y = fma(part, s, y) into out's 16 columns of a panel (y = +0 before group 0), masked. A NaN
+ * part or s wins over a NaN y in every vfmadd form, as in fmaf; which of a NaN part and a NaN
+ * scale is kept is the compiler's choice in the ref too (NaN payloads are not part of the
+ * contract). */
+MOE_AI void apply_scale(float *o, __mmask16 mask, int group0, __m512 part, __m512 s)
+{
+    const __m512 y = group0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, o);
+    _mm512_mask_storeu_ps(o, mask, _mm512_fmadd_ps(part, s, y));
+}
+
+/* ---- few rows (mb <= DIRECT_ROWS): decode into registers ---- */
+
+/* The activation pair i of MB rows, broadcast. */
+MOE_AI void row_pairs(const uint8_t *const *x, const int MB, int64_t i, __m512bh *xb)
+{
+    for (int m = 0; m < MB; m++) {
+        int32_t pair;
+        memcpy(&pair, x[m] + 4 * i, sizeof pair);
+        xb[m] = (__m512bh)_mm512_set1_epi32(pair);
+    }
+}
+
+/* MB rows x NP panels (from the block's panel j0; full: NP panels of 16 features) over all of
+ * K: per pair step each panel's codes decoded once and used at once by every row; per group
+ * acc from +0, then the scale. 4-bit body words are loaded once for their 4 pairs. */
+MOE_AI void direct_tile(const moe_pmat *w, const int kind, const int f8h, const decode_tables *t, const block *b,
+                        int j0, const int NP, const int full, const int MB, const uint8_t *const *x, float *out,
+                        int64_t ldo)
+{
+    const int four = kind == MOE_WF_I4 || kind == MOE_WF_I4ZP || kind == MOE_WF_FP4;
+    const int64_t K = w->k, K2 = (K + 1) / 2, gp = group_pairs(w), body = four ? K / 8 * 4 : 0;
+    const uint8_t *code[4]; /* each panel's codes */
+    int nw[4];
+    __mmask16 mask[4];
+    for (int j = 0; j < NP; j++) {
+        code[j] = b->code[j0 + j];
+        nw[j] = full ? MOE_PANEL : b->nw[j0 + j];
+        mask[j] = full ? (__mmask16)0xffffu : b->mask[j0 + j];
+    }
+    for (int64_t g = 0; g < w->q->ng; g++) {
+        const int64_t i0 = g * gp, i1 = i0 + gp < K2 ? i0 + gp : K2;
+        __m512 s[4], z[4];
+        for (int j = 0; j < NP; j++)
+            group_params(w, kind, b, j0 + j, g, &s[j], &z[j]);
+        __m512 acc[4][DIRECT_ROWS]; /* [panel][row] */
+        for (int j = 0; j < NP; j++)
+            for (int m = 0; m < MB; m++)
+                acc[j][m] = _mm512_setzero_ps();
+        int64_t i = i0;
+        if (four) /* whole body words: 4 pairs per load, shifted by constants */
+            for (i = i0; i < i1; i++) {
+                if (i % 4 == 0 && i + 4 <= i1 && i + 4 <= body)
+                    break;
+                __m512bh xb[DIRECT_ROWS];
+                row_pairs(x, MB, i, xb);
+                for (int j = 0; j < NP; j++) {
+                    const __m512i wv = decode_pair(kind, f8h, code[j], K, nw[j], mask[j], i, t, z[j]);
+                    for (int m = 0; m < MB; m++)
+                        acc[j][m] = _mm512_dpbf16_ps(acc[j][m], (__m512bh)wv, xb[m]);
+                }
+            }
+        if (four)
+            for (; i + 4 <= i1 && i + 4 <= body; i += 4) {
+                word4 v[4]; /* [panel] the body word row i / 4, prepared */
+                for (int j = 0; j < NP; j++)
+                    v[j] = word_prep(kind, _mm512_maskz_loadu_epi32(mask[j], code[j] + 4 * (i / 4) * nw[j]));
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++) {
+                    __m512bh xb[DIRECT_ROWS];
+                    row_pairs(x, MB, i + q, xb);
+                    for (int j = 0; j < NP; j++) {
+                        const __m512i wv = word_pair(kind, t, v[j], q, z[j]);
+                        for (int m = 0; m < MB; m++)
+                            acc[j][m] = _mm512_dpbf16_ps(acc[j][m], (__m512bh)wv, xb[m]);
+                    }
+                }
+            }
+        for (; i < i1; i++) {
+            __m512bh xb[DIRECT_ROWS];
+            row_pairs(x, MB, i, xb);
+            for (int j = 0; j < NP; j++) {
+                const __m512i wv = decode_pair(kind, f8h, code[j], K, nw[j], mask[j], i, t, z[j]);
+                for (int m = 0; m < MB; m++)
+                    acc[j][m] = _mm512_dpbf16_ps(acc[j][m], (__m512bh)wv, xb[m]);
+            }
+        }
+        for (int j = 0; j < NP; j++)
+            for (int m = 0; m < MB; m++)
+                apply_scale(out + m * ldo + j * MOE_PANEL, mask[j], g == 0, acc[j][m], s[j]);
+    }
+}
+
+MOE_AI void direct_rows(const moe_pmat *w, const int kind, const int f8h, const decode_tables *t, const block *b,
+                        int j0, const int NP, const int full, int mb, const uint8_t *const *x, float *out, int64_t ldo)
+{
+    switch (mb) {
+    case 1: direct_tile(w, kind, f8h, t, b, j0, NP, full, 1, x, out, ldo); break;
+    case 2: direct_tile(w, kind, f8h, t, b, j0, NP, full, 2, x, out, ldo); break;
+    case 3: direct_tile(w, kind, f8h, t, b, j0, NP, full, 3, x, out, ldo); break;
+    default: direct_tile(w, kind, f8h, t, b, j0, NP, full, 4, x, out, ldo); break;
+    }
+}
+
+/* ---- more rows: decode a chunk once into a buffer, then tiles of 6 rows over it ---- */
+
+/* Pairs [c0, c1) of the block's panel j -> dst [c1 - c0][16] u32 pair lanes (4-bit body words:
+ * one load for 4 pairs). */
+MOE_AI void decode_chunk(const moe_pmat *w, const int kind, const int f8h, const decode_tables *t, const block *b,
+                         int j, int64_t c0, int64_t c1, __m512 z, uint32_t *dst)
+{
+    const int four = kind == MOE_WF_I4 || kind == MOE_WF_I4ZP || kind == MOE_WF_FP4;
+    const int64_t K = w->k, body = four ? K / 8 * 4 : 0;
+    const uint8_t *code = b->code[j];
+    const int nw = b->nw[j];
+    const __mmask16 mask = b->mask[j];
+    int64_t i = c0;
+    for (; i < c1 && !(four && i % 4 == 0 && i + 4 <= c1 && i + 4 <= body); i++)
+        _mm512_store_si512(dst + (i - c0) * MOE_PANEL, decode_pair(kind, f8h, code, K, nw, mask, i, t, z));
+    for (; four && i + 4 <= c1 && i + 4 <= body; i += 4) {
+        const word4 v = word_prep(kind, _mm512_maskz_loadu_epi32(mask, code + 4 * (i / 4) * nw)); /* [nw] words */
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            _mm512_store_si512(dst + (i + q - c0) * MOE_PANEL, word_pair(kind, t, v, q, z));
+    }
+    for (; i < c1; i++)
+        _mm512_store_si512(dst + (i - c0) * MOE_PANEL, decode_pair(kind, f8h, code, K, nw, mask, i, t, z));
+}
 
 /* What a multiply tile needs beside its rows: the decoded chunk and where the group stands. */
 typedef struct chunk_ctx {
@@ -145,9 +355,9 @@ typedef struct chunk_ctx {
 } chunk_ctx;
 
 /* MB rows x NP panels over the chunk: acc from +0 (first chunk) or the carry rows; at the
- * group's end y = fma(acc, s, y) into out's rows (masked), else acc into the carry rows.
- * x: MB pair rows; carry [MB][BLOCK * 16]; out: row m at out + m * ldo, panel j's 16 columns at
- * 16 j; s, mask: per panel. */
+ * group's end the scale into out's rows, else acc into the carry rows. x: MB pair rows; carry
+ * [MB][BLOCK * 16]; out: row m at out + m * ldo, panel j's 16 columns at 16 j; s, mask: per
+ * panel. */
 MOE_AI void tile(const chunk_ctx *c, const uint32_t *buf, const int NP, const int MB, const uint8_t *const *x,
                  float *carry, float *out, int64_t ldo, const __m512 *s, const __mmask16 *mask)
 {
@@ -169,13 +379,10 @@ MOE_AI void tile(const chunk_ctx *c, const uint32_t *buf, const int NP, const in
     }
     for (int j = 0; j < NP; j++)
         for (int m = 0; m < MB; m++) {
-            if (c->last) {
-                float *o = out + m * ldo + j * MOE_PANEL;
-                const __m512 y = c->group0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask[j], o);
-                _mm512_mask_storeu_ps(o, mask[j], _mm512_fmadd_ps(acc[j][m], s[j], y));
-            } else {
+            if (c->last)
+                apply_scale(out + m * ldo + j * MOE_PANEL, mask[j], c->group0, acc[j][m], s[j]);
+            else
                 _mm512_store_ps(carry + m * BLOCK * MOE_PANEL + j * MOE_PANEL, acc[j][m]);
-            }
         }
 }
 
@@ -212,51 +419,55 @@ static void multiply_chunk(const chunk_ctx *c, int np, int rows, const uint8_t *
                      out + j * MOE_PANEL, ldo, s + j, mask + j);
 }
 
+/* up to ROW_BLOCK rows against one block: per group, per chunk, decode then multiply */
+MOE_AI void buffered_block(const moe_pmat *w, const int kind, const int f8h, const decode_tables *t, const block *b,
+                           int rows, const uint8_t *const *x, float *out, int64_t ldo)
+{
+    const int64_t K2 = (w->k + 1) / 2, gp = group_pairs(w);
+    _Alignas(64) uint32_t buf[BLOCK * CHUNK * MOE_PANEL];    /* [BLOCK][CHUNK][16] decoded pairs */
+    _Alignas(64) float carry[ROW_BLOCK * BLOCK * MOE_PANEL]; /* [ROW_BLOCK][BLOCK * 16] group sums across chunks */
+    for (int64_t g = 0; g < w->q->ng; g++) {
+        const int64_t i0 = g * gp, i1 = i0 + gp < K2 ? i0 + gp : K2;
+        __m512 s[BLOCK], z[BLOCK];
+        for (int j = 0; j < b->np; j++)
+            group_params(w, kind, b, j, g, &s[j], &z[j]);
+        for (int64_t c0 = i0; c0 < i1; c0 += CHUNK) {
+            const int64_t c1 = c0 + CHUNK < i1 ? c0 + CHUNK : i1;
+            for (int j = 0; j < b->np; j++)
+                decode_chunk(w, kind, f8h, t, b, j, c0, c1, z[j], buf + (int64_t)j * CHUNK * MOE_PANEL);
+            const chunk_ctx c = {.buf = buf, .c0 = c0, .n = (int)(c1 - c0), .first = c0 == i0, .last = c1 == i1,
+                                 .group0 = g == 0};
+            multiply_chunk(&c, b->np, rows, x, carry, out, ldo, s, b->mask);
+        }
+    }
+}
+
 /* ---- the kernel ---- */
 
 MOE_AI void qbf16_rows(const moe_pmat *w, const int kind, const int f8h, int64_t p0, int64_t p1,
                        const uint8_t *const *xq, int mb, float *out, int64_t ldo)
 {
-    const struct moe_qmat *q = w->q;
-    const int64_t K = w->k, K2 = (K + 1) / 2, ng = q->ng;
-    const int four = kind == MOE_WF_I4 || kind == MOE_WF_I4ZP || kind == MOE_WF_FP4;
-    const int64_t panel_bytes = (four ? 8 : 16) * K; /* a full panel's codes */
-    /* pairs per scale group (even groups; one group: all of K, its odd end +0) */
-    const int64_t gp = ng > 1 ? q->gk / 2 : K2;
-    _Alignas(64) uint32_t buf[BLOCK * CHUNK * MOE_PANEL];       /* [BLOCK][CHUNK][16] decoded pairs */
-    _Alignas(64) float carry[ROW_BLOCK * BLOCK * MOE_PANEL];    /* [ROW_BLOCK][BLOCK * 16] group sums across chunks */
+    const decode_tables t = {.lut = lut4(kind), .lut16 = lut4_bf16(kind)};
+    if (mb <= DIRECT_ROWS) {
+        const int64_t pf = w->n / MOE_PANEL < p1 ? w->n / MOE_PANEL : p1; /* full panels end */
+        for (int64_t p = p0; p < p1; p += BLOCK) {
+            block b;
+            block_at(w, kind, p, p1, &b);
+            float *o = out + (p - p0) * MOE_PANEL;
+            if (p + BLOCK <= pf) /* 4 full panels */
+                direct_rows(w, kind, f8h, &t, &b, 0, BLOCK, 1, mb, xq, o, ldo);
+            else
+                for (int j = 0; j < b.np; j++)
+                    direct_rows(w, kind, f8h, &t, &b, j, 1, 0, mb, xq, o + j * MOE_PANEL, ldo);
+        }
+        return;
+    }
     for (int m0 = 0; m0 < mb; m0 += ROW_BLOCK) {
         const int rows = mb - m0 < ROW_BLOCK ? mb - m0 : ROW_BLOCK;
-        const uint8_t *const *x = xq + m0;
         for (int64_t p = p0; p < p1; p += BLOCK) {
-            const int np = p1 - p < BLOCK ? (int)(p1 - p) : BLOCK;
-            const uint8_t *panel[BLOCK]; /* each panel's codes */
-            int nw[BLOCK];
-            __mmask16 mask[BLOCK];
-            for (int j = 0; j < np; j++) {
-                nw[j] = moe_pmat_panel_width(w->n, p + j);
-                panel[j] = (const uint8_t *)w->data + (p + j) * panel_bytes;
-                mask[j] = (__mmask16)((1u << nw[j]) - 1u);
-            }
-            float *o = out + (int64_t)m0 * ldo + (p - p0) * MOE_PANEL;
-            for (int64_t g = 0; g < ng; g++) {
-                const int64_t gi0 = g * gp, gi1 = gi0 + gp < K2 ? gi0 + gp : K2;
-                __m512 s[BLOCK], z[BLOCK]; /* the group's scales and zero points per panel lane */
-                for (int j = 0; j < np; j++) {
-                    const int64_t at = (p + j) * MOE_PANEL * ng + g * nw[j]; /* [ng][nw] per panel */
-                    s[j] = _mm512_maskz_loadu_ps(mask[j], q->scale + at);
-                    z[j] = kind == MOE_WF_I4ZP ? _mm512_maskz_loadu_ps(mask[j], q->zero + at) : _mm512_setzero_ps();
-                }
-                for (int64_t c0 = gi0; c0 < gi1; c0 += CHUNK) {
-                    const int64_t c1 = c0 + CHUNK < gi1 ? c0 + CHUNK : gi1;
-                    for (int j = 0; j < np; j++)
-                        decode_chunk(kind, f8h, panel[j], K, nw[j], mask[j], c0, c1, z[j],
-                                     buf + (int64_t)j * CHUNK * MOE_PANEL);
-                    const chunk_ctx c = {.buf = buf, .c0 = c0, .n = (int)(c1 - c0), .first = c0 == gi0,
-                                         .last = c1 == gi1, .group0 = g == 0};
-                    multiply_chunk(&c, np, rows, x, carry, o, ldo, s, mask);
-                }
-            }
+            block b;
+            block_at(w, kind, p, p1, &b);
+            buffered_block(w, kind, f8h, &t, &b, rows, xq + m0, out + (int64_t)m0 * ldo + (p - p0) * MOE_PANEL, ldo);
         }
     }
 }
