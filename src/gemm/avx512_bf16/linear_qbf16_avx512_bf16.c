@@ -93,11 +93,36 @@ MOE_AI __m512 byte_values(const int kind, const int f8h, __m128i b)
     return f;
 }
 
-/* The tables a decode reads (built once per call). */
+/* bf16 words of t - 16 for t = 0 .. 31: a 4-bit code c minus a zero point z in 0 .. 15 is
+ * entry c + 16 - z (1 .. 31) */
+MOE_AI __m512i lut_minus16(void)
+{
+    const __m512 lo = _mm512_setr_ps(-16.0f, -15.0f, -14.0f, -13.0f, -12.0f, -11.0f, -10.0f, -9.0f, -8.0f, -7.0f, -6.0f,
+                                     -5.0f, -4.0f, -3.0f, -2.0f, -1.0f);
+    const __m512 hi = _mm512_setr_ps(0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, 10.0f, 11.0f, 12.0f,
+                                     13.0f, 14.0f, 15.0f);
+    const __m256i l = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(lo), 16));
+    const __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(hi), 16));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(l), h, 1);
+}
+
+/* The tables a decode reads (built once per call) and how zero points decode: zlut = 1 when
+ * every zero point of the call's panels is in 0 .. 15 (the format's range: moe_quant.h), so
+ * code - z is entry code + 16 - z of lut32; 0 (the packer takes any u8) through f32, where
+ * code - z is exact too. A constant of each kernel instance. */
 typedef struct decode_tables {
-    __m512 lut;    /* 4-bit code -> f32 (zero points) */
+    __m512 lut;    /* 4-bit code -> f32 (zero points, zlut = 0) */
     __m512i lut16; /* 4-bit code -> bf16, twice (int4, e2m1) */
+    __m512i lut32; /* t -> bf16(t - 16) (zero points, zlut = 1) */
+    int zlut;
 } decode_tables;
+
+/* A scale group's zero points of one panel (I4ZP; zeros elsewhere): z per lane as f32, and
+ * 16 - z in both 16-bit halves of its lane (zlut). */
+typedef struct zeros {
+    __m512 f;
+    __m512i off;
+} zeros;
 
 /* Byte formats: rows 2i and 2i + 1 at row, row + nw ([2][nw] bytes of the panel's [K][nw]);
  * odd = 0 for the last pair of an odd K (its k = K is +0). */
@@ -117,12 +142,15 @@ MOE_AI __m512i bytes_pair(const int kind, const int f8h, const uint8_t *row, int
 /* 4-bit: lo, hi hold per lane the code of k = 2i (2i + 1) in bits 0..3 (higher bits are not
  * read; hi < 2^16). Zero points: code - z in f32 (integers, exact for any u8 z); int4, e2m1:
  * one vpermw on the bf16 table, word 2j indexed by lo, word 2j + 1 by hi shifted up. */
-MOE_AI __m512i nibbles_pair(const int kind, const decode_tables *t, __m512i lo, __m512i hi, __m512 z)
+MOE_AI __m512i nibbles_pair(const int kind, const decode_tables *t, __m512i lo, __m512i hi, const zeros *z)
 {
-    if (kind == MOE_WF_I4ZP)
-        return top_halves(_mm512_sub_ps(_mm512_permutexvar_ps(lo, t->lut), z),
-                          _mm512_sub_ps(_mm512_permutexvar_ps(hi, t->lut), z));
+    if (kind == MOE_WF_I4ZP && !t->zlut)
+        return top_halves(_mm512_sub_ps(_mm512_permutexvar_ps(lo, t->lut), z->f),
+                          _mm512_sub_ps(_mm512_permutexvar_ps(hi, t->lut), z->f));
     const __m512i idx = _mm512_mask_blend_epi16(0xaaaaaaaau, lo, _mm512_slli_epi32(hi, 16));
+    if (kind == MOE_WF_I4ZP) /* entry code + 16 - z of the t - 16 table */
+        return _mm512_permutexvar_epi16(
+            _mm512_add_epi16(_mm512_and_si512(idx, _mm512_set1_epi16(15)), z->off), t->lut32);
     return _mm512_permutexvar_epi16(idx, t->lut16);
 }
 
@@ -134,28 +162,33 @@ typedef struct word4 {
     __m512i a, b;
 } word4;
 
-MOE_AI word4 word_prep(const int kind, __m512i v)
+MOE_AI word4 word_prep(const int kind, const decode_tables *t, __m512i v)
 {
-    if (kind == MOE_WF_I4ZP)
+    if (kind == MOE_WF_I4ZP && !t->zlut)
         return (word4){v, v};
     return (word4){_mm512_mask_blend_epi16(0xaaaaaaaau, v, _mm512_slli_epi32(v, 12)),
                    _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_srli_epi32(v, 16), _mm512_srli_epi32(v, 4))};
 }
 
 /* pair q (0..3, a constant) of a prepared body word */
-MOE_AI __m512i word_pair(const int kind, const decode_tables *t, word4 w, const int q, __m512 z)
+MOE_AI __m512i word_pair(const int kind, const decode_tables *t, word4 w, const int q, const zeros *z)
 {
-    if (kind == MOE_WF_I4ZP) {
+    if (kind == MOE_WF_I4ZP && !t->zlut) {
         const __m512i x = _mm512_srli_epi32(w.a, 8 * q);
         return nibbles_pair(kind, t, x, _mm512_srli_epi32(x, 4), z);
     }
-    const __m512i idx = q < 2 ? w.a : w.b;
-    return _mm512_permutexvar_epi16(q & 1 ? _mm512_srli_epi16(idx, 8) : idx, t->lut16);
+    __m512i idx = q < 2 ? w.a : w.b;
+    if (q & 1)
+        idx = _mm512_srli_epi16(idx, 8);
+    if (kind == MOE_WF_I4ZP)
+        return _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_and_si512(idx, _mm512_set1_epi16(15)), z->off),
+                                        t->lut32);
+    return _mm512_permutexvar_epi16(idx, t->lut16);
 }
 
 /* 4-bit tail rows t0 = 2i - 8 K8 and t0 + 1 of ceil(nw / 2) bytes each at row: byte j / 2 of a
  * row holds feature j, even features in the low nibble */
-MOE_AI __m512i tail_pair(const int kind, const decode_tables *t, const uint8_t *row, int nw, __m512 z)
+MOE_AI __m512i tail_pair(const int kind, const decode_tables *t, const uint8_t *row, int nw, const zeros *z)
 {
     const int rb = (nw + 1) / 2;
     const __mmask16 bm = (__mmask16)((1u << rb) - 1u);
@@ -172,7 +205,7 @@ MOE_AI __m512i tail_pair(const int kind, const decode_tables *t, const uint8_t *
  * first byte; z: the group's zero points per lane (I4ZP). Lanes past nw read no memory and
  * decode code 0. */
 MOE_AI __m512i decode_pair(const int kind, const int f8h, const uint8_t *code, int64_t K, int nw, __mmask16 mask,
-                           int64_t i, const decode_tables *t, __m512 z)
+                           int64_t i, const decode_tables *t, const zeros *z)
 {
     if (kind == MOE_WF_I8 || kind == MOE_WF_F8)
         return bytes_pair(kind, f8h, code + 2 * i * nw, nw, mask, 2 * i + 1 < K);
@@ -216,11 +249,13 @@ static inline int64_t group_pairs(const moe_pmat *w)
 
 /* Group g's scales (and zero points) of the block's panel j, per lane (q->scale: panel p at
  * p * 16 * ng, [ng][nw]). */
-MOE_AI void group_params(const moe_pmat *w, const int kind, const block *b, int j, int64_t g, __m512 *s, __m512 *z)
+MOE_AI void group_params(const moe_pmat *w, const int kind, const block *b, int j, int64_t g, __m512 *s, zeros *z)
 {
     const int64_t at = (b->p + j) * MOE_PANEL * w->q->ng + g * b->nw[j];
     *s = _mm512_maskz_loadu_ps(b->mask[j], w->q->scale + at);
-    *z = kind == MOE_WF_I4ZP ? _mm512_maskz_loadu_ps(b->mask[j], w->q->zero + at) : _mm512_setzero_ps();
+    z->f = kind == MOE_WF_I4ZP ? _mm512_maskz_loadu_ps(b->mask[j], w->q->zero + at) : _mm512_setzero_ps();
+    const __m512i off = _mm512_sub_epi32(_mm512_set1_epi32(16), _mm512_cvttps_epi32(z->f)); /* 1 .. 16 (zlut) */
+    z->off = _mm512_or_si512(off, _mm512_slli_epi32(off, 16));
 }
 
 /* y = fma(part, s, y) into out's 16 columns of a panel (y = +0 before group 0), masked. A NaN
@@ -264,7 +299,8 @@ MOE_AI void direct_tile(const moe_pmat *w, const int kind, const int f8h, const 
     }
     for (int64_t g = 0; g < w->q->ng; g++) {
         const int64_t i0 = g * gp, i1 = i0 + gp < K2 ? i0 + gp : K2;
-        __m512 s[4], z[4];
+        __m512 s[4];
+        zeros z[4];
         for (int j = 0; j < NP; j++)
             group_params(w, kind, b, j0 + j, g, &s[j], &z[j]);
         __m512 acc[4][DIRECT_ROWS]; /* [panel][row] */
@@ -279,7 +315,7 @@ MOE_AI void direct_tile(const moe_pmat *w, const int kind, const int f8h, const 
                 __m512bh xb[DIRECT_ROWS];
                 row_pairs(x, MB, i, xb);
                 for (int j = 0; j < NP; j++) {
-                    const __m512i wv = decode_pair(kind, f8h, code[j], K, nw[j], mask[j], i, t, z[j]);
+                    const __m512i wv = decode_pair(kind, f8h, code[j], K, nw[j], mask[j], i, t, &z[j]);
                     for (int m = 0; m < MB; m++)
                         acc[j][m] = _mm512_dpbf16_ps(acc[j][m], (__m512bh)wv, xb[m]);
                 }
@@ -288,13 +324,13 @@ MOE_AI void direct_tile(const moe_pmat *w, const int kind, const int f8h, const 
             for (; i + 4 <= i1 && i + 4 <= body; i += 4) {
                 word4 v[4]; /* [panel] the body word row i / 4, prepared */
                 for (int j = 0; j < NP; j++)
-                    v[j] = word_prep(kind, _mm512_maskz_loadu_epi32(mask[j], code[j] + 4 * (i / 4) * nw[j]));
+                    v[j] = word_prep(kind, t, _mm512_maskz_loadu_epi32(mask[j], code[j] + 4 * (i / 4) * nw[j]));
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; q++) {
                     __m512bh xb[DIRECT_ROWS];
                     row_pairs(x, MB, i + q, xb);
                     for (int j = 0; j < NP; j++) {
-                        const __m512i wv = word_pair(kind, t, v[j], q, z[j]);
+                        const __m512i wv = word_pair(kind, t, v[j], q, &z[j]);
                         for (int m = 0; m < MB; m++)
                             acc[j][m] = _mm512_dpbf16_ps(acc[j][m], (__m512bh)wv, xb[m]);
                     }
@@ -304,7 +340,7 @@ MOE_AI void direct_tile(const moe_pmat *w, const int kind, const int f8h, const 
             __m512bh xb[DIRECT_ROWS];
             row_pairs(x, MB, i, xb);
             for (int j = 0; j < NP; j++) {
-                const __m512i wv = decode_pair(kind, f8h, code[j], K, nw[j], mask[j], i, t, z[j]);
+                const __m512i wv = decode_pair(kind, f8h, code[j], K, nw[j], mask[j], i, t, &z[j]);
                 for (int m = 0; m < MB; m++)
                     acc[j][m] = _mm512_dpbf16_ps(acc[j][m], (__m512bh)wv, xb[m]);
             }
@@ -331,7 +367,7 @@ MOE_AI void direct_rows(const moe_pmat *w, const int kind, const int f8h, const 
 /* Pairs [c0, c1) of the block's panel j -> dst [c1 - c0][16] u32 pair lanes (4-bit body words:
  * one load for 4 pairs). */
 MOE_AI void decode_chunk(const moe_pmat *w, const int kind, const int f8h, const decode_tables *t, const block *b,
-                         int j, int64_t c0, int64_t c1, __m512 z, uint32_t *dst)
+                         int j, int64_t c0, int64_t c1, const zeros *z, uint32_t *dst)
 {
     const int four = kind == MOE_WF_I4 || kind == MOE_WF_I4ZP || kind == MOE_WF_FP4;
     const int64_t K = w->k, body = four ? K / 8 * 4 : 0;
@@ -342,7 +378,7 @@ MOE_AI void decode_chunk(const moe_pmat *w, const int kind, const int f8h, const
     for (; i < c1 && !(four && i % 4 == 0 && i + 4 <= c1 && i + 4 <= body); i++)
         _mm512_store_si512(dst + (i - c0) * MOE_PANEL, decode_pair(kind, f8h, code, K, nw, mask, i, t, z));
     for (; four && i + 4 <= c1 && i + 4 <= body; i += 4) {
-        const word4 v = word_prep(kind, _mm512_maskz_loadu_epi32(mask, code + 4 * (i / 4) * nw)); /* [nw] words */
+        const word4 v = word_prep(kind, t, _mm512_maskz_loadu_epi32(mask, code + 4 * (i / 4) * nw)); /* [nw] words */
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++)
             _mm512_store_si512(dst + (i + q - c0) * MOE_PANEL, word_pair(kind, t, v, q, z));
@@ -434,13 +470,14 @@ MOE_AI void buffered_block(const moe_pmat *w, const int kind, const int f8h, con
     _Alignas(64) float carry[ROW_BLOCK * BLOCK * MOE_PANEL]; /* [ROW_BLOCK][BLOCK * 16] group sums across chunks */
     for (int64_t g = 0; g < w->q->ng; g++) {
         const int64_t i0 = g * gp, i1 = i0 + gp < K2 ? i0 + gp : K2;
-        __m512 s[BLOCK], z[BLOCK];
+        __m512 s[BLOCK];
+        zeros z[BLOCK];
         for (int j = 0; j < b->np; j++)
             group_params(w, kind, b, j, g, &s[j], &z[j]);
         for (int64_t c0 = i0; c0 < i1; c0 += CHUNK) {
             const int64_t c1 = c0 + CHUNK < i1 ? c0 + CHUNK : i1;
             for (int j = 0; j < b->np; j++)
-                decode_chunk(w, kind, f8h, t, b, j, c0, c1, z[j], buf + (int64_t)j * CHUNK * MOE_PANEL);
+                decode_chunk(w, kind, f8h, t, b, j, c0, c1, &z[j], buf + (int64_t)j * CHUNK * MOE_PANEL);
             const chunk_ctx c = {.buf = buf, .c0 = c0, .n = (int)(c1 - c0), .first = c0 == i0, .last = c1 == i1,
                                  .group0 = g == 0};
             multiply_chunk(&c, b->np, rows, x, carry, out, ldo, s, b->mask);
@@ -450,10 +487,10 @@ MOE_AI void buffered_block(const moe_pmat *w, const int kind, const int f8h, con
 
 /* ---- the kernel ---- */
 
-MOE_AI void qbf16_rows(const moe_pmat *w, const int kind, const int f8h, int64_t p0, int64_t p1,
+MOE_AI void qbf16_rows(const moe_pmat *w, const int kind, const int f8h, const int zlut, int64_t p0, int64_t p1,
                        const uint8_t *const *xq, int mb, float *out, int64_t ldo)
 {
-    const decode_tables t = {.lut = lut4(kind), .lut16 = lut4_bf16(kind)};
+    const decode_tables t = {.lut = lut4(kind), .lut16 = lut4_bf16(kind), .lut32 = lut_minus16(), .zlut = zlut};
     if (mb <= DIRECT_ROWS) {
         const int64_t pf = w->n / MOE_PANEL < p1 ? w->n / MOE_PANEL : p1; /* full panels end */
         for (int64_t p = p0; p < p1; p += BLOCK) {
@@ -483,7 +520,7 @@ void moe_ukr_qbf16_i8_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int64
                                             int64_t pf_bytes)
 {
     (void)xs, (void)pf, (void)pf_bytes;
-    qbf16_rows(w, MOE_WF_I8, 0, p0, p1, xq, mb, out, ldo);
+    qbf16_rows(w, MOE_WF_I8, 0, 0, p0, p1, xq, mb, out, ldo);
 }
 
 void moe_ukr_qbf16_fp8_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
@@ -492,9 +529,9 @@ void moe_ukr_qbf16_fp8_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int6
 {
     (void)xs, (void)pf, (void)pf_bytes;
     if (w->q->f8h) /* codes e4m3 * 2^-8, scales s * 256 (moe_qmat.f8h, chosen at packing) */
-        qbf16_rows(w, MOE_WF_F8, 1, p0, p1, xq, mb, out, ldo);
+        qbf16_rows(w, MOE_WF_F8, 1, 0, p0, p1, xq, mb, out, ldo);
     else
-        qbf16_rows(w, MOE_WF_F8, 0, p0, p1, xq, mb, out, ldo);
+        qbf16_rows(w, MOE_WF_F8, 0, 0, p0, p1, xq, mb, out, ldo);
 }
 
 void moe_ukr_qbf16_i4_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
@@ -502,7 +539,7 @@ void moe_ukr_qbf16_i4_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int64
                                             int64_t pf_bytes)
 {
     (void)xs, (void)pf, (void)pf_bytes;
-    qbf16_rows(w, MOE_WF_I4, 0, p0, p1, xq, mb, out, ldo);
+    qbf16_rows(w, MOE_WF_I4, 0, 0, p0, p1, xq, mb, out, ldo);
 }
 
 void moe_ukr_qbf16_i4zp_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
@@ -510,7 +547,16 @@ void moe_ukr_qbf16_i4zp_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int
                                               int64_t pf_bytes)
 {
     (void)xs, (void)pf, (void)pf_bytes;
-    qbf16_rows(w, MOE_WF_I4ZP, 0, p0, p1, xq, mb, out, ldo);
+    /* the zero points of panels [p0, p1): panel p's [ng][nw] at p * 16 * ng, contiguous */
+    const int64_t ng = w->q->ng, n1 = p1 * MOE_PANEL < w->n ? p1 * MOE_PANEL : w->n;
+    const float *z = w->q->zero + p0 * MOE_PANEL * ng;
+    int small = 1;
+    for (int64_t i = 0; i < (n1 - p0 * MOE_PANEL) * ng; i++)
+        small &= z[i] >= 0.0f && z[i] <= 15.0f;
+    if (small)
+        qbf16_rows(w, MOE_WF_I4ZP, 0, 1, p0, p1, xq, mb, out, ldo);
+    else
+        qbf16_rows(w, MOE_WF_I4ZP, 0, 0, p0, p1, xq, mb, out, ldo);
 }
 
 void moe_ukr_qbf16_mxfp4_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
@@ -518,5 +564,5 @@ void moe_ukr_qbf16_mxfp4_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, in
                                                int64_t pf_bytes)
 {
     (void)xs, (void)pf, (void)pf_bytes;
-    qbf16_rows(w, MOE_WF_FP4, 0, p0, p1, xq, mb, out, ldo);
+    qbf16_rows(w, MOE_WF_FP4, 0, 0, p0, p1, xq, mb, out, ldo);
 }
