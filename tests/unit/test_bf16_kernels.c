@@ -66,9 +66,9 @@ static const moe_kernels *bf16_table(void)
 
 /* One f32 activation row of n elements: mode 0 uniform in [-2, 2]; 1 tiny (2^-100 .. 2^-140,
  * so bf16 denormals, which DAZ reads as zero, and products below FLT_MIN, which FTZ flushes),
- * with f32 denormals; 2 NaN of either sign (which one a sum keeps is checked too), +-Inf and values past the largest bf16 among normal values; 3
- * near FLT_MIN (2^-126 .. 2^-122 times 1..2: products with the codes and their sums land on
- * both sides of the flush point). */
+ * with f32 denormals; 2 NaN of either sign (which one a sum keeps is checked too), +-Inf and
+ * values past the largest bf16 among normal values; 3 near FLT_MIN (2^-126 .. 2^-122 times
+ * 1..2: products with the codes and their sums land on both sides of the flush point). */
 static void fill_row(float *x, int64_t n, int mode)
 {
     for (int64_t k = 0; k < n; k++) {
@@ -78,7 +78,10 @@ static void fill_row(float *x, int64_t n, int mode)
             v = ldexpf(u, -100 - (int)(rnd() % 40)) + (rnd() % 7 == 0 ? f32_of((uint32_t)rnd() & 0x807fffffu) : 0.0f);
         else if (mode == 2 && rnd() % 13 == 0) {
             const unsigned c = (unsigned)(rnd() % 4);
-            v = c == 0 ? (rnd() & 1 ? NAN : -NAN) : c == 1 ? INFINITY : c == 2 ? -INFINITY : (rnd() & 1 ? 3.3e38f : -3.3e38f);
+            v = c == 0   ? (rnd() & 1 ? NAN : -NAN)
+                : c == 1 ? INFINITY
+                : c == 2 ? -INFINITY
+                         : (rnd() & 1 ? 3.3e38f : -3.3e38f);
         } else if (mode == 3)
             v = ldexpf(1.0f + fabsf(u) / 2.0f, -126 - (int)(rnd() % 5)) * (u < 0 ? -1.0f : 1.0f);
         x[k] = v;

@@ -1,6 +1,7 @@
 /* The avx512_bf16 row of the registry (src/gemm/registry.c): the avx512 row's table (its init
  * runs first: every compute-f32 entry, and the bf16 row rounder, bit for bit the same) extended
- * with the compute-bf16 GEMMs on vdpbf16ps (MOE_CAP_AVX512_BF16) and the bf16 roofline loop. */
+ * with the compute-bf16 GEMMs on vdpbf16ps (MOE_CAP_AVX512_BF16: the bf16 pair panels and every
+ * weight-only quantized format) and the bf16 roofline loop. */
 #include "gemm/avx512_bf16/avx512_bf16.h"
 
 void moe_kernels_init_avx512_bf16(moe_kernels *k, const moe_cpu_features *f)

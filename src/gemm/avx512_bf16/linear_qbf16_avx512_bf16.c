@@ -4,28 +4,34 @@
  * chain part = dp(part, x[2i+1], v[2i+1]); part = dp(part, x[2i], v[2i]) from +0 on the codes'
  * exact values v (minus the zero point), then y = fmaf(part, s[g], y) from +0 in increasing g.
  *
- * Two stages, per block of up to 4 panels and chunk of up to 64 pairs of k inside one group:
- *  1. decode: each panel's codes of the chunk become bf16 pairs in the lane layout of the
- *     pair panels (quant/layout.h MOE_WF_BF16P: lane j = bf16(v[2i]) | bf16(v[2i+1]) << 16),
- *     in a 16 KB buffer on the stack (L1). Every code value has at most 8 significant bits
- *     (int8, int4, int4 - z for z in 0..255, e2m1, e4m3 with its subnormals, times 2^-8 when
- *     f8h, and e4m3's NaN code as the quiet NaN moe_e4m3_to_f32 gives), so the top 16 bits of
- *     its f32 value are its bf16, exactly, and the low 16 are zero: the decoders compute the
- *     exact f32 values as the f32 kernels do (src/gemm/avx512/linear_q_avx512.c: vpmovsxbd +
- *     vcvtdq2ps for int8, f16 bits + vcvtph2ps for e4m3, vpermps on a 16-entry table for the
- *     4-bit codes) and keep the even k's top half under the odd k's.
- *  2. multiply: tiles of up to 6 rows by 4 (or 1) panels over the decoded chunk, as tile() of
- *     linear_avx512_bf16.c: one vdpbf16ps per row, panel and pair, weights as its first
- *     multiplicand and the row's activation pair broadcast as the second (the operand order
- *     whose NaN propagation is that of the ref's fmaf chain, payloads included). A group
- *     longer than a chunk carries its partial sums from chunk to chunk in a buffer; at the
- *     group's end y = fma(part, s, y), y held in out (a NaN part or s wins over a NaN y in
- *     every vfmadd form, as in fmaf; which of a NaN part and a NaN scale is kept is the
- *     compiler's choice in the ref too: NaN payloads are not part of the contract).
- * A chunk's decode serves every row of the call (the grouped driver passes up to 48), so at
- * large T the kernel runs at about the pair-panel GEMM's rate; at T = 1 each code is read and
- * decoded once, and the loop streams the panels. Partial panels load and store masked (lanes
- * past nw are decoded from zero bytes and never stored); no load reaches past a panel. */
+ * Decode. A pair step of a panel (16 features, k = 2i and 2i + 1) becomes one zmm in the lane
+ * layout of the pair panels (quant/layout.h MOE_WF_BF16P: lane j = bf16(v[2i]) |
+ * bf16(v[2i+1]) << 16), vdpbf16ps's weight operand. Every code value is exact in bf16 (at most
+ * 8 significant bits: int8, int4, int4 - z, e2m1, e4m3 with its subnormals, times 2^-8 when
+ * f8h; e4m3's NaN codes give moe_e4m3_to_f32's quiet NaN):
+ *  - int8, e4m3: the exact f32 values as the f32 kernels compute them
+ *    (src/gemm/avx512/linear_q_avx512.c: vpmovsxbd + vcvtdq2ps; f16 bits + vcvtph2ps), whose
+ *    top 16 bits are the bf16 (the low 16 are zero): the even k's top half under the odd k's;
+ *  - int4, e2m1: one vpermw per pair on a 16-entry bf16 table (the f32 table's top halves),
+ *    word 2j indexed by the even code, word 2j + 1 by the odd one; a body word row (8 codes
+ *    per lane) is loaded once for its 4 pairs;
+ *  - int4 with zero points: code - z is entry code + 16 - z of a table of t - 16 when the
+ *    call's zero points are all in 0 .. 15 (the format's range), else f32 (vpermps, minus z).
+ *
+ * Multiply. Up to 4 rows (decode, T = 1): the codes are decoded into registers and used at
+ * once by every row (tiles of 4 full panels, else one panel), accumulators over each whole
+ * group. More rows: per block of 4 panels and chunk of up to 64 pairs inside a group, the
+ * chunk is decoded once into a 16 KB stack buffer (L1), then tiles of 6 rows x 4 panels run
+ * over it as tile() of linear_avx512_bf16.c (24 accumulators, one vdpbf16ps per row, panel
+ * and pair), so at large T the decode is shared by every row of the call (the grouped driver
+ * passes up to 48) and the kernel runs at about the pair-panel GEMM's rate. A group longer
+ * than a chunk carries its partial sums from chunk to chunk in a second buffer.
+ *
+ * Bits. vdpbf16ps takes the weights as its first multiplicand and the row's activation pair
+ * broadcast as the second (the order whose NaN propagation is that of the ref's fmaf chain,
+ * payloads included, where only one multiplicand is NaN). At the group's end y = fma(part, s,
+ * y), y held in out (+0 before group 0). Partial panels load and store masked (lanes past nw
+ * decode zero bytes and are never stored); no load reaches past a panel. */
 #include "gemm/avx512_bf16/avx512_bf16.h"
 
 #include <immintrin.h>
@@ -130,8 +136,8 @@ MOE_AI __m512i bytes_pair(const int kind, const int f8h, const uint8_t *row, int
 {
     if (kind == MOE_WF_F8 && f8h && nw == MOE_PANEL && odd) {
         /* both rows in one 32-byte load: 32 f16 words, the even row's in the low half */
-        const __m512i h = _mm512_and_si512(_mm512_slli_epi16(_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)row)), 7),
-                                           _mm512_set1_epi16((short)0xbfff));
+        const __m512i b = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)row));
+        const __m512i h = _mm512_and_si512(_mm512_slli_epi16(b, 7), _mm512_set1_epi16((short)0xbfff));
         return top_halves(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)));
     }
     const __m128i b0 = _mm_maskz_loadu_epi8(mask, row);
@@ -140,8 +146,9 @@ MOE_AI __m512i bytes_pair(const int kind, const int f8h, const uint8_t *row, int
 }
 
 /* 4-bit: lo, hi hold per lane the code of k = 2i (2i + 1) in bits 0..3 (higher bits are not
- * read; hi < 2^16). Zero points: code - z in f32 (integers, exact for any u8 z); int4, e2m1:
- * one vpermw on the bf16 table, word 2j indexed by lo, word 2j + 1 by hi shifted up. */
+ * read; hi < 2^16). int4, e2m1: one vpermw on the bf16 table, word 2j indexed by lo, word
+ * 2j + 1 by hi shifted up; zero points: the same indexes cut to the code, plus 16 - z, on the
+ * t - 16 table (zlut), or code - z in f32 (integers, exact for any u8 z). */
 MOE_AI __m512i nibbles_pair(const int kind, const decode_tables *t, __m512i lo, __m512i hi, const zeros *z)
 {
     if (kind == MOE_WF_I4ZP && !t->zlut)
@@ -157,7 +164,8 @@ MOE_AI __m512i nibbles_pair(const int kind, const decode_tables *t, __m512i lo, 
 /* 4-bit body word row v (quant/layout.h MOE_WF_I4: pair q of the word in byte q, code 2q in its
  * low nibble), prepared once for its 4 pairs: int4 / e2m1 the vpermw indexes of pairs 0, 2
  * (a: words v and v << 12, i.e. each lane's bits 0..15 and 4..19; b: the same from bit 16),
- * pairs 1 and 3 being those shifted right by 8 within each word; zero points: v. */
+ * pairs 1 and 3 being those shifted right by 8 within each word (zero points without zlut:
+ * v itself, shifted per pair). */
 typedef struct word4 {
     __m512i a, b;
 } word4;
