@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm/avx512_bf16/avx512_bf16.h"
 #include "gemm/kernels.h"
 #include "moe.h"
 #include "testutil.h"
@@ -348,7 +349,8 @@ static void test_bf16_costs(void **state)
  * avx512_bf16 row keeps that form on CPUs where vdpbf16ps is slower, as its notes say), "vnni"
  * for int8-w8a8 on a table with the VNNI kernel, "fma" for everything else: compute f32,
  * compute bf16 on vfmadd pairs or the scalar emulation, and a weight-only format with no bf16
- * kernel (the scalar entries). */
+ * kernel (the scalar entries); int4 in compute bf16 "bf16" on the avx512_bf16 row's vdpbf16ps
+ * kernel. */
 static void test_compute_roof(void **state)
 {
     (void)state;
@@ -377,7 +379,9 @@ static void test_compute_roof(void **state)
         bf16_tables += vdp;
         desc_of(&d, 64, 96, 8, 0, "int4-g32");
         assert_int_equal(moe_plan_report_for(ctx, &d, &bf, &r), MOE_OK);
-        assert_string_equal(r.compute_roof, "fma"); /* no table has a vdpbf16ps int4 kernel */
+        /* int4 runs vdpbf16ps exactly where the table has the avx512_bf16 int4 kernel */
+        assert_string_equal(r.compute_roof,
+                            t->bf16_rows[MOE_WF_I4] == moe_ukr_qbf16_i4_rows_avx512_bf16_6x64 ? "bf16" : "fma");
         desc_of(&d, 64, 96, 8, 0, "int8-w8a8");
         assert_int_equal(moe_plan_report_for(ctx, &d, layout(1, 1), &r), MOE_OK);
         assert_string_equal(r.compute_roof, (t->caps & MOE_CAP_VNNI) ? "vnni" : "fma");

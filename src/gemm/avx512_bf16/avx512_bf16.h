@@ -16,6 +16,25 @@ void moe_ukr_bf16p_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int64_t 
                                          const float *const *xs, int mb, float *out, int64_t ldo, const void *pf,
                                          int64_t pf_bytes);
 
+/* compute bf16 on the weight-only quantized formats: the codes decoded to bf16 pairs, into
+ * registers for up to 4 rows, else a chunk at a time into a buffer that tiles of 6 rows x 4
+ * panels then run over on vdpbf16ps (linear_qbf16_avx512_bf16.c) */
+void moe_ukr_qbf16_i8_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                                            const float *const *xs, int mb, float *out, int64_t ldo, const void *pf,
+                                            int64_t pf_bytes);
+void moe_ukr_qbf16_fp8_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                                             const float *const *xs, int mb, float *out, int64_t ldo, const void *pf,
+                                             int64_t pf_bytes);
+void moe_ukr_qbf16_i4_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                                            const float *const *xs, int mb, float *out, int64_t ldo, const void *pf,
+                                            int64_t pf_bytes);
+void moe_ukr_qbf16_i4zp_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                                              const float *const *xs, int mb, float *out, int64_t ldo, const void *pf,
+                                              int64_t pf_bytes);
+void moe_ukr_qbf16_mxfp4_rows_avx512_bf16_6x64(const moe_pmat *w, int64_t p0, int64_t p1, const uint8_t *const *xq,
+                                               const float *const *xs, int mb, float *out, int64_t ldo, const void *pf,
+                                               int64_t pf_bytes);
+
 /* the roofline loop: MOE_ROOFLINE_CHAINS dependent vdpbf16ps chains (peak_avx512_bf16.c) */
 float moe_roofline_bf16_avx512_bf16(int64_t iters);
 

@@ -1,6 +1,7 @@
 /* The avx512_bf16 row of the registry (src/gemm/registry.c): the avx512 row's table (its init
  * runs first: every compute-f32 entry, and the bf16 row rounder, bit for bit the same) extended
- * with the compute-bf16 GEMMs on vdpbf16ps (MOE_CAP_AVX512_BF16) and the bf16 roofline loop.
+ * with the compute-bf16 GEMMs on vdpbf16ps (MOE_CAP_AVX512_BF16: the bf16 pair panels and every
+ * weight-only quantized format) and the bf16 roofline loop.
  *
  * The bf16-pair GEMM (MOE_WF_BF16P) has two forms with the same bits: vdpbf16ps (32 products an
  * instruction) and the avx512 row's two vfmadds per pair under FTZ|DAZ (16 products an
@@ -49,8 +50,15 @@ void moe_kernels_init_avx512_bf16(moe_kernels *k, const moe_cpu_features *f)
     moe_kernels_init_avx512(k, f);
     moe_kernels own = {
         .caps = MOE_CAP_AVX512_BF16,
-        .bf16_rows = {[MOE_WF_BF16P] = moe_ukr_bf16p_rows_avx512_bf16_6x64},
-        .bf16_dp = 1u << MOE_WF_BF16P, /* with the entry: gone with it when vfmadd is kept */
+        .bf16_rows = {[MOE_WF_BF16P] = moe_ukr_bf16p_rows_avx512_bf16_6x64,
+                      [MOE_WF_I8] = moe_ukr_qbf16_i8_rows_avx512_bf16_6x64,
+                      [MOE_WF_F8] = moe_ukr_qbf16_fp8_rows_avx512_bf16_6x64,
+                      [MOE_WF_I4] = moe_ukr_qbf16_i4_rows_avx512_bf16_6x64,
+                      [MOE_WF_I4ZP] = moe_ukr_qbf16_i4zp_rows_avx512_bf16_6x64,
+                      [MOE_WF_FP4] = moe_ukr_qbf16_mxfp4_rows_avx512_bf16_6x64},
+        /* with the entries: the pair panels' bit goes with theirs when vfmadd is kept */
+        .bf16_dp = 1u << MOE_WF_BF16P | 1u << MOE_WF_I8 | 1u << MOE_WF_F8 | 1u << MOE_WF_I4 | 1u << MOE_WF_I4ZP |
+                   1u << MOE_WF_FP4,
         .peak_bf16 = moe_roofline_bf16_avx512_bf16,
     };
     const double ratio = dp_over_fma(k->peak_fma, moe_roofline_bf16_avx512_bf16);
