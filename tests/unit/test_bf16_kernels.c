@@ -9,7 +9,7 @@
  *    and NaN codes included) and scales packed by the library's own moe_quant_pack: odd K, K
  *    not a multiple of 8 (4-bit tails), scale groups of 32, 128, 256 (longer than the
  *    kernel's chunk) and one group of K (some longer than a chunk), N not a multiple of 16,
- *    mb = 1 .. 13, panel sub-ranges, and activation rows with NaN, +-Inf, values past the
+ *    mb = 1 .. 13 and 53, panel sub-ranges, and activation rows with NaN, +-Inf, values past the
  *    largest bf16, denormals and values near FLT_MIN (the DAZ / FTZ cases), scales up to
  *    2^127 (infinite results);
  *  - the layer through moe.h: a compute-bf16 plan per quantized scheme (int8-channel,
@@ -153,7 +153,8 @@ static int kernel_calls; /* kernel calls compared */
 
 /* The matrix qw [N, K] against rows of every mode (bits compared with memcmp, NaN payloads
  * included, except with NaN codes or scales: below): for mb = 1 .. 13 the whole panel range and
- * one sub-range (rotating through [1, P), [0, 1), [P-1, P), [1, P-1)); returns moe_qmat.f8h. */
+ * one sub-range (rotating through [1, P), [0, 1), [P-1, P), [1, P-1)), and mb = 53 (the 13 rows
+ * repeated: two row blocks of the kernel); returns moe_qmat.f8h. */
 static int check_matrix(const moe_kernels *k, const moe_qweight *qw, int64_t N, int64_t K, int nan_codes,
                         int nan_scales, int lo, int hi)
 {
@@ -178,12 +179,13 @@ static int check_matrix(const moe_kernels *k, const moe_qweight *qw, int64_t N, 
         const float mul = 0.75f;
         ref->bf16_row(xf, K, 0, r % 3 == 1 ? &mul : NULL, xr[r], NULL);
     }
-    const uint8_t *xp[MB];
-    for (int r = 0; r < MB; r++)
-        xp[r] = xr[r];
-    const size_t out_n = (size_t)(MB * ldo);
-    float *want = malloc(sizeof(float) * out_n), *got = malloc(sizeof(float) * out_n); /* [MB][ldo] */
-    for (int mb = 1; mb <= MB; mb++) {
+    enum { MBX = 53 }; /* the largest call: 48 rows (the kernel's row block) and 5 */
+    const uint8_t *xp[MBX]; /* the rows again and again */
+    for (int r = 0; r < MBX; r++)
+        xp[r] = xr[r % MB];
+    const size_t out_n = (size_t)(MBX * ldo);
+    float *want = malloc(sizeof(float) * out_n), *got = malloc(sizeof(float) * out_n); /* [MBX][ldo] */
+    for (int mb = 1; mb <= MBX; mb = mb == MB ? MBX : mb + 1) {
         int64_t ranges[2][2] = {{0, P}, {0, P}};
         switch (mb % 4) {
         case 0: ranges[1][0] = P > 1 ? 1 : 0; break;
@@ -194,7 +196,7 @@ static int check_matrix(const moe_kernels *k, const moe_qweight *qw, int64_t N, 
                 ranges[1][0] = 1, ranges[1][1] = P - 1;
             break;
         }
-        for (int r = 0; r < 2; r++) {
+        for (int r = 0; r < (mb == MBX ? 1 : 2); r++) {
             const int64_t p0 = ranges[r][0], p1 = ranges[r][1];
             for (size_t i = 0; i < out_n; i++)
                 want[i] = got[i] = -12345.0f; /* sentinel */
