@@ -23,7 +23,14 @@ uint64_t moe_roofline_read_avx512(const void *buf, size_t bytes)
     }
     a0 = _mm512_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)),
                           _mm512_add_epi64(_mm512_add_epi64(a4, a5), _mm512_add_epi64(a6, a7)));
-    return (uint64_t)_mm512_reduce_add_epi64(a0);
+    /* the lanes summed as unsigned (wrapping): the header's _mm512_reduce_add_epi64 adds signed
+     * long longs, undefined on overflow (UBSan), and the sum of arbitrary bytes overflows */
+    uint64_t lane[8];
+    _mm512_storeu_si512(lane, a0);
+    uint64_t sum = 0;
+    for (int i = 0; i < 8; i++)
+        sum += lane[i];
+    return sum;
 }
 
 float moe_roofline_fma_avx512(int64_t iters)
@@ -54,5 +61,10 @@ __attribute__((target("avx512f,avx512vnni"))) int32_t moe_roofline_vnni_avx512(i
     __m512i s = acc[0];
     for (int j = 1; j < MOE_ROOFLINE_CHAINS; j++)
         s = _mm512_add_epi32(s, acc[j]);
-    return _mm512_reduce_add_epi32(s);
+    uint32_t lane[16]; /* summed unsigned (wrapping), as above */
+    _mm512_storeu_si512(lane, s);
+    uint32_t sum = 0;
+    for (int i = 0; i < 16; i++)
+        sum += lane[i];
+    return (int32_t)sum;
 }
