@@ -86,9 +86,15 @@ moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tenso
  * ------------------------------------------------------------------------------------- */
 typedef struct moe_checkpoint moe_checkpoint;
 
+/* The most layers a config.json may declare (num_hidden_layers, 2^20; released models have
+ * at most a few hundred): a larger value is MOE_EFORMAT naming the field, its value and this
+ * limit, so no count read from a config walks an unbounded number of layers. */
+#define MOE_MAX_LAYERS ((int64_t)1 << 20)
+
 /* Open `dir`: parse config.json, detect the family from `architectures` (or `model_type`),
  * open and validate every safetensors file. Errors: MOE_ENOTFOUND (config.json, a shard, a
- * config field), MOE_EFORMAT (bad JSON or safetensors, a config value out of range),
+ * config field), MOE_EFORMAT (bad JSON or safetensors, a config value out of range, e.g.
+ * num_hidden_layers above MOE_MAX_LAYERS),
  * MOE_EUNSUPPORTED (unknown architecture, named; or a config value libmoe does not compute:
  * hidden_act, DeepSeek scoring_func / topk_method, a quantization_config.quant_method other
  * than fp8, mxfp4 and compressed-tensors, e.g. gptq, awq, bitsandbytes), MOE_EIO, MOE_ENOMEM. */

@@ -684,6 +684,77 @@ static void test_layer_rules(void **state)
     moe_ctx_free(ctx);
 }
 
+/* Issue 17: a huge num_hidden_layers is refused at open (naming the field, its value and
+ * MOE_MAX_LAYERS) instead of a dense layer's message walking every layer for hours; at the
+ * limit, with a long mlp_only_layers, that message is still quick. alarm() ends the test
+ * (SIGALRM kills it, a failure) should either regress into a hang. */
+static void test_layer_count_bounds(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    char dir[512], cfg[700];
+    model_spec s = qwen3_spec();
+    make_checkpoint(ctx, dir, sizeof dir, "ck-nlayers", &s, 1);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    alarm(60);
+
+    s.L = 1099511627776LL;
+    s.mlp_only = "[0]";
+    write_config(dir, &s);
+    moe_checkpoint *ck = (moe_checkpoint *)(uintptr_t)1;
+    moe_status st = moe_checkpoint_open(ctx, dir, &ck);
+    if (st == MOE_OK) { /* the unfixed reader: what used to loop */
+        moe_layer_desc d;
+        (void)moe_checkpoint_layer_desc(ck, 0, &d);
+        moe_checkpoint_free(ck);
+        fail_msg("num_hidden_layers 1099511627776 was accepted");
+    }
+    expect_error(ctx, st, MOE_EFORMAT, cfg, "'num_hidden_layers'", "1099511627776", "1048576");
+    assert_null(ck);
+    s.L = MOE_MAX_LAYERS + 1;
+    write_config(dir, &s);
+    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "'num_hidden_layers'", "1048577",
+                 "1048576");
+
+    /* At the limit: every even layer below 400000 listed dense (200000 entries). */
+    enum { N_LISTED = 200000 };
+    size_t cap = 16 + 8 * (size_t)N_LISTED, n = 0;
+    char *list = malloc(cap);
+    assert_non_null(list);
+    list[n++] = '[';
+    for (int i = 0; i < N_LISTED; i++)
+        n += (size_t)snprintf(list + n, cap - n, "%s%d", i ? "," : "", 2 * i);
+    snprintf(list + n, cap - n, "]");
+    s.L = MOE_MAX_LAYERS;
+    s.mlp_only = list;
+    char *buf = NULL;
+    { /* write_config's buffer is too small for the list: the same config, built here */
+        size_t len = strlen(list) + 512;
+        buf = malloc(len);
+        assert_non_null(buf);
+        snprintf(buf, len,
+                 "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", \"hidden_size\": %lld,"
+                 " \"moe_intermediate_size\": %lld, \"num_experts\": %lld, \"num_experts_per_tok\": %lld,"
+                 " \"num_hidden_layers\": %lld, \"norm_topk_prob\": true, \"mlp_only_layers\": %s}\n",
+                 (long long)s.H, (long long)s.I, (long long)s.E, (long long)s.K, (long long)s.L, list);
+        write_text(dir, "config.json", buf);
+    }
+    assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_OK);
+    assert_int_equal(moe_checkpoint_num_layers(ck), MOE_MAX_LAYERS);
+    assert_int_equal(moe_checkpoint_is_moe_layer(ck, 399998), 0);
+    assert_int_equal(moe_checkpoint_is_moe_layer(ck, 399999), 1);
+    assert_int_equal(moe_checkpoint_is_moe_layer(ck, 400000), 1);
+    moe_layer_desc d;
+    expect_error(ctx, moe_checkpoint_layer_desc(ck, 0, &d), MOE_EDENSE, cfg, "layer 0", "mlp_only_layers",
+                 "MoE layers (848576): 1, 3, 5, 7, 9, 11, 13, 15, ...");
+    moe_checkpoint_free(ck);
+    alarm(0);
+    free(buf);
+    free(list);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
 /* A sharded checkpoint reads the same as a single file; per-expert and stacked layouts pack
  * to the same weights: outputs bit-identical, and equal to the reference here. */
 static void test_layouts_and_shards_identical(void **state)
@@ -1143,6 +1214,7 @@ int main(void)
         cmocka_unit_test(test_mixtral_and_qwen2_desc),
         cmocka_unit_test(test_family_and_config_aliases),
         cmocka_unit_test(test_layer_rules),
+        cmocka_unit_test(test_layer_count_bounds),
         cmocka_unit_test(test_layouts_and_shards_identical),
         cmocka_unit_test(test_unaligned_tensor_data),
         cmocka_unit_test(test_plan_mismatch),
