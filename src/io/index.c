@@ -47,7 +47,8 @@ static moe_status open_file(moe_ck_index *ix, const char *name, const char *list
  * weight_map. */
 static moe_status open_sharded(moe_ck_index *ix)
 {
-    moe_status st = moe_json_load_object(ix->ctx, ix->index_path, &ix->index_json);
+    moe_status st = moe_json_load_object(ix->ctx, ix->index_path, MOE_INDEX_MAX_BYTES, "(MOE_INDEX_MAX_BYTES)",
+                                          &ix->index_json);
     if (st != MOE_OK)
         return st;
     const json_t *wm = json_object_get(ix->index_json, "weight_map");

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -1040,6 +1041,101 @@ static void test_weight_file_errors(void **state)
     moe_ctx_free(ctx);
 }
 
+/* A checkpoint for the file tests below: dir, and its config.json, model.safetensors, index
+ * (absent) and a spare name beside them. */
+typedef struct kind_ck {
+    char dir[512], cfg[700], st[700], idx[700], keep[700];
+} kind_ck;
+
+static void kind_ck_make(moe_ctx *ctx, kind_ck *k, const char *tag)
+{
+    model_spec s = qwen3_spec();
+    make_checkpoint(ctx, k->dir, sizeof k->dir, tag, &s, 1);
+    snprintf(k->cfg, sizeof k->cfg, "%s/config.json", k->dir);
+    snprintf(k->st, sizeof k->st, "%s/model.safetensors", k->dir);
+    snprintf(k->idx, sizeof k->idx, "%s/model.safetensors.index.json", k->dir);
+    snprintf(k->keep, sizeof k->keep, "%s/keep", k->dir);
+}
+
+/* A sparse file of `size` bytes at `path` (nothing written). */
+static void make_sparse(const char *path, uint64_t size)
+{
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(ftruncate(fileno(fp), (off_t)size), 0);
+    fclose(fp);
+}
+
+/* Issue 17: config.json, model.safetensors and the index as FIFOs are refused naming the file
+ * and its type, never opened for reading (which waits for a writer forever: alarm() ends the
+ * test if one blocks); a directory is named as one. */
+static void test_fifo_files(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    kind_ck k;
+    kind_ck_make(ctx, &k, "ck-fifo");
+    moe_checkpoint *ck = (moe_checkpoint *)(uintptr_t)1;
+    alarm(60);
+    assert_int_equal(rename(k.cfg, k.keep), 0);
+    assert_int_equal(mkfifo(k.cfg, 0600), 0);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_EIO, k.cfg, "is a FIFO", "not a regular file");
+    assert_null(ck);
+    assert_int_equal(unlink(k.cfg), 0);
+    assert_int_equal(mkdir(k.cfg, 0700), 0);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_EIO, k.cfg, "is a directory");
+    assert_int_equal(rmdir(k.cfg), 0);
+    assert_int_equal(rename(k.keep, k.cfg), 0);
+
+    assert_int_equal(rename(k.st, k.keep), 0);
+    assert_int_equal(mkfifo(k.st, 0600), 0);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_EIO, k.st, "is a FIFO", "not a regular file");
+    assert_int_equal(unlink(k.st), 0);
+    assert_int_equal(mkfifo(k.idx, 0600), 0); /* no model.safetensors: the index is read */
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_EIO, k.idx, "is a FIFO", "not a regular file");
+    assert_null(ck);
+    assert_int_equal(unlink(k.idx), 0);
+    assert_int_equal(rename(k.keep, k.st), 0);
+    assert_int_equal(moe_checkpoint_open(ctx, k.dir, &ck), MOE_OK); /* as it was */
+    moe_checkpoint_free(ck);
+    alarm(0);
+    tu_rm_tree(k.dir);
+    moe_ctx_free(ctx);
+}
+
+/* Issue 17: config.json and the index one byte over MOE_CONFIG_MAX_BYTES / MOE_INDEX_MAX_BYTES
+ * (sparse files) are refused before reading, naming the file, its size and the limit; at the
+ * limit the file is read (and here fails as JSON: zero bytes). */
+static void test_json_size_limits(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    kind_ck k;
+    kind_ck_make(ctx, &k, "ck-big");
+    moe_checkpoint *ck = (moe_checkpoint *)(uintptr_t)1;
+    alarm(120);
+    assert_int_equal(rename(k.cfg, k.keep), 0);
+    make_sparse(k.cfg, MOE_CONFIG_MAX_BYTES + 1);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_EFORMAT, k.cfg, "16777217 bytes", "16777216-byte",
+                 "16 MiB", "MOE_CONFIG_MAX_BYTES");
+    assert_null(ck);
+    make_sparse(k.cfg, MOE_CONFIG_MAX_BYTES);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_EFORMAT, k.cfg, "not valid JSON");
+    assert_int_equal(unlink(k.cfg), 0);
+    assert_int_equal(rename(k.keep, k.cfg), 0);
+
+    assert_int_equal(rename(k.st, k.keep), 0);
+    make_sparse(k.idx, MOE_INDEX_MAX_BYTES + 1);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_EFORMAT, k.idx, "67108865 bytes", "67108864-byte",
+                 "64 MiB", "MOE_INDEX_MAX_BYTES");
+    assert_null(ck);
+    assert_int_equal(unlink(k.idx), 0);
+    assert_int_equal(rename(k.keep, k.st), 0);
+    alarm(0);
+    tu_rm_tree(k.dir);
+    moe_ctx_free(ctx);
+}
+
 /* --------------------------------------------------------------------------------------
  * Errors: tensors
  * ------------------------------------------------------------------------------------ */
@@ -1220,6 +1316,8 @@ int main(void)
         cmocka_unit_test(test_plan_mismatch),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_weight_file_errors),
+        cmocka_unit_test(test_fifo_files),
+        cmocka_unit_test(test_json_size_limits),
         cmocka_unit_test(test_tensor_errors),
     };
     return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);
