@@ -1136,6 +1136,31 @@ static void test_json_size_limits(void **state)
     moe_ctx_free(ctx);
 }
 
+/* Issue 17: a model.safetensors (or index) that is a symlink loop reports ELOOP naming the
+ * file, not "neither model.safetensors nor ... found". */
+static void test_weights_symlink_loop(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    kind_ck k;
+    kind_ck_make(ctx, &k, "ck-loop");
+    moe_checkpoint *ck = (moe_checkpoint *)(uintptr_t)1;
+    assert_int_equal(unlink(k.st), 0);
+    assert_int_equal(symlink("model.safetensors", k.st), 0);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_EIO, k.st, strerror(ELOOP));
+    if (strstr(moe_ctx_last_error(ctx), "neither"))
+        fail_msg("a symlink loop reported as missing: %s", moe_ctx_last_error(ctx));
+    assert_null(ck);
+    assert_int_equal(unlink(k.st), 0);
+    assert_int_equal(symlink("model.safetensors.index.json", k.idx), 0);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_EIO, k.idx, strerror(ELOOP));
+    if (strstr(moe_ctx_last_error(ctx), "neither"))
+        fail_msg("a symlink loop reported as missing: %s", moe_ctx_last_error(ctx));
+    assert_int_equal(unlink(k.idx), 0);
+    tu_rm_tree(k.dir);
+    moe_ctx_free(ctx);
+}
+
 /* --------------------------------------------------------------------------------------
  * Errors: tensors
  * ------------------------------------------------------------------------------------ */
@@ -1318,6 +1343,7 @@ int main(void)
         cmocka_unit_test(test_weight_file_errors),
         cmocka_unit_test(test_fifo_files),
         cmocka_unit_test(test_json_size_limits),
+        cmocka_unit_test(test_weights_symlink_loop),
         cmocka_unit_test(test_tensor_errors),
     };
     return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);
