@@ -33,8 +33,12 @@ typedef struct moe_tensor_info {
 /* Open and validate: 8-byte little-endian header length within the file, header valid JSON
  * object, every tensor with a known dtype, shape of non-negative ints, data_offsets
  * [begin, end] inside the data section with end - begin = numel * dtype size, and no two
- * tensors overlapping. Errors (message names the file and the tensor or field): MOE_ENOTFOUND
- * (no such file), MOE_EIO, MOE_EFORMAT, MOE_EDTYPE, MOE_ENOMEM.
+ * tensors overlapping. The file is opened with O_NONBLOCK and fstat'ed before anything is
+ * read: anything but a regular file (after following symlinks) is MOE_EIO naming its type
+ * ("is a FIFO, not a regular file", "is a directory, ..."), so a named pipe never blocks.
+ * Errors (message names the file and the tensor or field): MOE_ENOTFOUND (no such file),
+ * MOE_EIO (open / stat / mmap failed, with strerror, e.g. a symlink loop; not a regular
+ * file), MOE_EFORMAT, MOE_EDTYPE, MOE_ENOMEM.
  * Safetensors does not promise aligned tensor data: moe_tensor_info.data may be unaligned for
  * its dtype (read it with memcpy, or copy it, before using it as a typed array). */
 moe_status moe_safetensors_open(moe_ctx *ctx, const char *path, moe_safetensors **out);
@@ -86,12 +90,28 @@ moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tenso
  * ------------------------------------------------------------------------------------- */
 typedef struct moe_checkpoint moe_checkpoint;
 
+/* The most layers a config.json may declare (num_hidden_layers, 2^20; released models have
+ * at most a few hundred): a larger value is MOE_EFORMAT naming the field, its value and this
+ * limit, so no count read from a config walks an unbounded number of layers. */
+#define MOE_MAX_LAYERS ((int64_t)1 << 20)
+/* The largest config.json (16 MiB) and model.safetensors.index.json (64 MiB) read: the size
+ * is checked by fstat before reading, and a larger file is MOE_EFORMAT naming the file, its
+ * size and the limit (released configs are a few KiB, indexes a few MiB). */
+#define MOE_CONFIG_MAX_BYTES ((uint64_t)16 << 20)
+#define MOE_INDEX_MAX_BYTES ((uint64_t)64 << 20)
+
 /* Open `dir`: parse config.json, detect the family from `architectures` (or `model_type`),
- * open and validate every safetensors file. Errors: MOE_ENOTFOUND (config.json, a shard, a
- * config field), MOE_EFORMAT (bad JSON or safetensors, a config value out of range),
+ * open and validate every safetensors file. config.json, the index and every safetensors
+ * file must be regular files (see moe_safetensors_open; a FIFO is refused, never read), and
+ * the two JSON files at most MOE_CONFIG_MAX_BYTES / MOE_INDEX_MAX_BYTES. Errors:
+ * MOE_ENOTFOUND (config.json, a shard, a config field; "neither model.safetensors nor
+ * model.safetensors.index.json found" only when both are absent: anything else there, e.g. a
+ * symlink loop, is MOE_EIO with its errno), MOE_EFORMAT (bad JSON or safetensors, a config
+ * value out of range, e.g. num_hidden_layers above MOE_MAX_LAYERS, a JSON file over its size
+ * limit), MOE_EIO (unreadable, or not a regular file),
  * MOE_EUNSUPPORTED (unknown architecture, named; or a config value libmoe does not compute:
  * hidden_act, DeepSeek scoring_func / topk_method, a quantization_config.quant_method other
- * than fp8, mxfp4 and compressed-tensors, e.g. gptq, awq, bitsandbytes), MOE_EIO, MOE_ENOMEM. */
+ * than fp8, mxfp4 and compressed-tensors, e.g. gptq, awq, bitsandbytes), MOE_ENOMEM. */
 moe_status moe_checkpoint_open(moe_ctx *ctx, const char *dir, moe_checkpoint **out);
 void moe_checkpoint_free(moe_checkpoint *ck);
 

@@ -64,7 +64,7 @@ moe_status moe_checkpoint_open(moe_ctx *ctx, const char *dir, moe_checkpoint **o
     }
 
     json_t *cfg = NULL;
-    moe_status st = moe_json_load_object(ctx, ck->config_path, &cfg);
+    moe_status st = moe_json_load_object(ctx, ck->config_path, MOE_CONFIG_MAX_BYTES, "(MOE_CONFIG_MAX_BYTES)", &cfg);
     if (st == MOE_OK) {
         st = moe_ck_config_parse(ctx, ck->config_path, cfg, &ck->cfg);
         json_decref(cfg);

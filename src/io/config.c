@@ -51,6 +51,12 @@ static moe_status config_family(moe_ck_config *c, const json_t *root)
                          c->path, arch ? arch : "(none)", model_type ? model_type : "(none)", moe_fam_supported_list());
 }
 
+static int cmp_i64(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
 /* The fields of the row's MoE-layer rule (first, step, list: the order every rule reads
  * them in), with the row's defaults. */
 static moe_status config_layer_rule(moe_ck_config *c, const moe_cfg_fields *f)
@@ -67,6 +73,10 @@ static moe_status config_layer_rule(moe_ck_config *c, const moe_cfg_fields *f)
         (st = moe_cfg_int_list(f, row->layers.list_field, &c->layer_list, &c->n_layer_list, &c->have_layer_list)) !=
             MOE_OK)
         return st;
+    /* sorted, so a layer is looked up in log time (listed()): walking the layers to list the
+     * MoE ones then costs L log n, not L n */
+    if (c->n_layer_list > 1)
+        qsort(c->layer_list, c->n_layer_list, sizeof *c->layer_list, cmp_i64);
     return MOE_OK;
 }
 
@@ -273,8 +283,14 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
     moe_fam_layer_defaults(c->row, d);
     c->layer_step = 1;
     if ((st = moe_cfg_int(&f, "hidden_size", true, 0, 1, &d->hidden_size)) != MOE_OK ||
-        (st = moe_cfg_int(&f, "num_hidden_layers", true, 0, 1, &c->num_layers)) != MOE_OK ||
-        (st = moe_cfg_int(&f, "num_experts_per_tok", true, 0, 1, &d->top_k)) != MOE_OK ||
+        (st = moe_cfg_int(&f, "num_hidden_layers", true, 0, 1, &c->num_layers)) != MOE_OK)
+        return st;
+    if (c->num_layers > MOE_MAX_LAYERS)
+        return moe_set_error(ctx, MOE_EFORMAT,
+                             "%s: field '%snum_hidden_layers' = %" PRId64 " exceeds libmoe's limit of %" PRId64
+                             " layers (MOE_MAX_LAYERS, 2^20)",
+                             path, c->prefix, c->num_layers, MOE_MAX_LAYERS);
+    if ((st = moe_cfg_int(&f, "num_experts_per_tok", true, 0, 1, &d->top_k)) != MOE_OK ||
         (st = config_decoder(c, &f)) != MOE_OK || (st = config_activation(c, &f)) != MOE_OK ||
         (st = config_quant(c, root, cfg)) != MOE_OK)
         return st;
@@ -294,13 +310,10 @@ void moe_ck_config_free(moe_ck_config *c)
     c->ct = NULL;
 }
 
-/* 1 if `layer` is in the row's layer list. */
+/* 1 if `layer` is in the row's layer list (sorted by config_layer_rule). */
 static int listed(const moe_ck_config *c, int64_t layer)
 {
-    for (size_t i = 0; i < c->n_layer_list; i++)
-        if (c->layer_list[i] == layer)
-            return 1;
-    return 0;
+    return c->n_layer_list && bsearch(&layer, c->layer_list, c->n_layer_list, sizeof *c->layer_list, cmp_i64);
 }
 
 int moe_ck_config_is_moe_layer(const moe_ck_config *c, int64_t layer)

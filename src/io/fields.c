@@ -5,11 +5,14 @@
 #include "io/safetensors.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* Field `key`, or NULL when it is absent or null (the fields below then take their default). */
 static const json_t *given(const moe_cfg_fields *f, const char *key)
@@ -118,26 +121,91 @@ moe_status moe_cfg_int_list(const moe_cfg_fields *f, const char *key, int64_t **
     return MOE_OK;
 }
 
-moe_status moe_json_load_object(moe_ctx *ctx, const char *path, json_t **out)
+const char *moe_io_file_kind(unsigned mode)
+{
+    const mode_t m = (mode_t)mode;
+    return S_ISREG(m) ? "a regular file" : S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO"
+         : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket"
+         : "a special file";
+}
+
+moe_status moe_io_open_regular(moe_ctx *ctx, const char *path, int *fd_out, uint64_t *size_out)
+{
+    *fd_out = -1;
+    *size_out = 0;
+    /* O_NONBLOCK: opening a FIFO for reading would wait for a writer (forever) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        return moe_set_error(ctx, e == ENOENT ? MOE_ENOTFOUND : MOE_EIO, "%s: cannot open: %s", path, strerror(e));
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return moe_set_error(ctx, MOE_EIO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return moe_set_error(ctx, MOE_EIO, "%s: is %s, not a regular file", path, moe_io_file_kind(sb.st_mode));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        return moe_set_error(ctx, MOE_EIO, "%s: fcntl: %s", path, strerror(e));
+    }
+    *fd_out = fd;
+    *size_out = (uint64_t)sb.st_size;
+    return MOE_OK;
+}
+
+moe_status moe_json_load_object(moe_ctx *ctx, const char *path, uint64_t max_bytes, const char *limit_name,
+                                json_t **out)
 {
     *out = NULL;
-    int ex = moe_io_path_exists(path);
-    if (ex == 0)
+    if (moe_io_path_exists(path) == 0)
         return moe_set_error(ctx, MOE_ENOTFOUND, "%s: not found", path);
-    if (ex < 0)
-        return moe_set_error(ctx, MOE_EIO, "%s: cannot stat: %s", path, strerror(errno));
+    int fd;
+    uint64_t size;
+    moe_status st = moe_io_open_regular(ctx, path, &fd, &size);
+    if (st != MOE_OK)
+        return st;
+    if (size > max_bytes) {
+        close(fd);
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: file is %" PRIu64 " bytes, over the %" PRIu64 "-byte (%" PRIu64
+                             " MiB) limit %s",
+                             path, size, max_bytes, max_bytes >> 20, limit_name);
+    }
+    char *buf = malloc((size_t)size + 1); /* [size + 1] the file's bytes */
+    if (!buf) {
+        close(fd);
+        return moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory reading %" PRIu64 " bytes", path, size);
+    }
+    size_t got = 0;
+    while (got < (size_t)size) { /* a file shrunk meanwhile parses short (and fails as JSON) */
+        ssize_t r = read(fd, buf + got, (size_t)size - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int e = errno;
+            free(buf);
+            close(fd);
+            return moe_set_error(ctx, MOE_EIO, "%s: read failed: %s", path, strerror(e));
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
     json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) {
-        /* jansson reports unreadable files through the same error struct. */
-        if (json_error_code(&jerr) == json_error_cannot_open_file)
-            return moe_set_error(ctx, MOE_EIO, "%s: %s", path, jerr.text);
+    json_t *root = json_loadb(buf, got, JSON_REJECT_DUPLICATES, &jerr);
+    free(buf);
+    if (!root)
         return moe_set_error(ctx, MOE_EFORMAT, "%s: not valid JSON: %s (line %d, column %d)", path, jerr.text,
                              jerr.line, jerr.column);
-    }
     if (!json_is_object(root)) {
-        moe_status st = moe_set_error(ctx, MOE_EFORMAT, "%s: must be a JSON object, found %s", path,
-                                      moe_io_json_kind(root));
+        st = moe_set_error(ctx, MOE_EFORMAT, "%s: must be a JSON object, found %s", path, moe_io_json_kind(root));
         json_decref(root);
         return st;
     }

@@ -47,7 +47,8 @@ static moe_status open_file(moe_ck_index *ix, const char *name, const char *list
  * weight_map. */
 static moe_status open_sharded(moe_ck_index *ix)
 {
-    moe_status st = moe_json_load_object(ix->ctx, ix->index_path, &ix->index_json);
+    moe_status st = moe_json_load_object(ix->ctx, ix->index_path, MOE_INDEX_MAX_BYTES, "(MOE_INDEX_MAX_BYTES)",
+                                          &ix->index_json);
     if (st != MOE_OK)
         return st;
     const json_t *wm = json_object_get(ix->index_json, "weight_map");
@@ -134,12 +135,14 @@ moe_status moe_ck_index_open(moe_ctx *ctx, const char *dir, moe_ck_index *ix)
         return moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory", dir);
     }
     moe_status st;
-    if (moe_io_path_exists(single) == 1) {
+    /* Anything there but "no such file" (a symlink loop, EACCES on the path) is opened, so
+     * the message is the real errno naming the file, not "neither ... found". */
+    if (moe_io_path_exists(single) != 0) {
         free(ix->index_path);
         ix->index_path = NULL;
         ix->files = calloc(1, sizeof *ix->files); /* [1] */
         st = ix->files ? open_file(ix, "model.safetensors", NULL) : moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory", dir);
-    } else if (moe_io_path_exists(ix->index_path) == 1) {
+    } else if (moe_io_path_exists(ix->index_path) != 0) {
         st = open_sharded(ix);
     } else {
         st = moe_set_error(ctx, MOE_ENOTFOUND, "%s: neither model.safetensors nor model.safetensors.index.json found", dir);

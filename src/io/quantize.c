@@ -3,6 +3,7 @@
  * shards (src/io/quantize_shard.c converts each), config.json's quantization_config, the index
  * and the other files. It reads the input through the public moe_checkpoint_* API: nothing
  * below it calls it. */
+#include "io/fields.h"
 #include "io/quantize_shard.h"
 #include "quant/quant.h"
 
@@ -231,12 +232,9 @@ j.mxfp4 = j.q.w13.dtype == MOE_QTYPE_MXFP4;
         st = moe_set_error(ctx, MOE_ENOMEM, "out of memory");
         goto out;
     }
-    json_error_t jerr;
-    cfg = json_load_file(cfg_path, 0, &jerr);
-    if (!cfg || !json_is_object(cfg)) {
-        st = moe_set_error(ctx, MOE_EFORMAT, "%s: not a JSON object", cfg_path);
+    /* read again as moe_checkpoint_open did: a regular file, within its size limit */
+    if ((st = moe_json_load_object(ctx, cfg_path, MOE_CONFIG_MAX_BYTES, "(MOE_CONFIG_MAX_BYTES)", &cfg)) != MOE_OK)
         goto out;
-    }
     const json_t *have_qc = json_object_get(cfg, "quantization_config");
     if (have_qc && !json_is_null(have_qc)) {
         st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: the checkpoint is already quantized (quantization_config is "
@@ -316,8 +314,9 @@ j.mxfp4 = j.q.w13.dtype == MOE_QTYPE_MXFP4;
     }
     const bool sharded = access(idx_path, F_OK) == 0;
     if (sharded) {
-        index = json_load_file(idx_path, 0, &jerr);
-        const json_t *wm = index ? json_object_get(index, "weight_map") : NULL;
+        if ((st = moe_json_load_object(ctx, idx_path, MOE_INDEX_MAX_BYTES, "(MOE_INDEX_MAX_BYTES)", &index)) != MOE_OK)
+            goto out;
+        const json_t *wm = json_object_get(index, "weight_map");
         if (!wm || !json_is_object(wm)) {
             st = moe_set_error(ctx, MOE_EFORMAT, "%s: no weight_map object", idx_path);
             goto out;

@@ -11,6 +11,7 @@
  * The reader validates every header field against the file size before any tensor byte is
  * handed out, so a truncated or hostile file is an error, never a read out of bounds.
  */
+#include "io/fields.h"
 #include "io/safetensors.h"
 
 #include <errno.h>
@@ -416,26 +417,10 @@ moe_status moe_safetensors_open(moe_ctx *ctx, const char *path, moe_safetensors 
     }
 
     moe_status st = MOE_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        st = moe_set_error(ctx, e == ENOENT ? MOE_ENOTFOUND : MOE_EIO, "%s: cannot open: %s", path,
-                           strerror(e));
+    int fd;
+    uint64_t file_size;
+    if ((st = moe_io_open_regular(ctx, path, &fd, &file_size)) != MOE_OK)
         goto fail;
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        st = moe_set_error(ctx, MOE_EIO, "%s: cannot stat: %s", path, strerror(e));
-        goto fail;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        st = moe_set_error(ctx, MOE_EIO, "%s: not a regular file", path);
-        goto fail;
-    }
-    uint64_t file_size = (uint64_t)sb.st_size;
     if (file_size < 8) {
         close(fd);
         st = moe_set_error(ctx, MOE_EFORMAT,

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -684,6 +685,77 @@ static void test_layer_rules(void **state)
     moe_ctx_free(ctx);
 }
 
+/* Issue 17: a huge num_hidden_layers is refused at open (naming the field, its value and
+ * MOE_MAX_LAYERS) instead of a dense layer's message walking every layer for hours; at the
+ * limit, with a long mlp_only_layers, that message is still quick. alarm() ends the test
+ * (SIGALRM kills it, a failure) should either regress into a hang. */
+static void test_layer_count_bounds(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    char dir[512], cfg[700];
+    model_spec s = qwen3_spec();
+    make_checkpoint(ctx, dir, sizeof dir, "ck-nlayers", &s, 1);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    alarm(60);
+
+    s.L = 1099511627776LL;
+    s.mlp_only = "[0]";
+    write_config(dir, &s);
+    moe_checkpoint *ck = (moe_checkpoint *)(uintptr_t)1;
+    moe_status st = moe_checkpoint_open(ctx, dir, &ck);
+    if (st == MOE_OK) { /* the unfixed reader: what used to loop */
+        moe_layer_desc d;
+        (void)moe_checkpoint_layer_desc(ck, 0, &d);
+        moe_checkpoint_free(ck);
+        fail_msg("num_hidden_layers 1099511627776 was accepted");
+    }
+    expect_error(ctx, st, MOE_EFORMAT, cfg, "'num_hidden_layers'", "1099511627776", "1048576");
+    assert_null(ck);
+    s.L = MOE_MAX_LAYERS + 1;
+    write_config(dir, &s);
+    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "'num_hidden_layers'", "1048577",
+                 "1048576");
+
+    /* At the limit: every even layer below 400000 listed dense (200000 entries). */
+    enum { N_LISTED = 200000 };
+    size_t cap = 16 + 8 * (size_t)N_LISTED, n = 0;
+    char *list = malloc(cap);
+    assert_non_null(list);
+    list[n++] = '[';
+    for (int i = 0; i < N_LISTED; i++)
+        n += (size_t)snprintf(list + n, cap - n, "%s%d", i ? "," : "", 2 * i);
+    snprintf(list + n, cap - n, "]");
+    s.L = MOE_MAX_LAYERS;
+    s.mlp_only = list;
+    char *buf = NULL;
+    { /* write_config's buffer is too small for the list: the same config, built here */
+        size_t len = strlen(list) + 512;
+        buf = malloc(len);
+        assert_non_null(buf);
+        snprintf(buf, len,
+                 "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", \"hidden_size\": %lld,"
+                 " \"moe_intermediate_size\": %lld, \"num_experts\": %lld, \"num_experts_per_tok\": %lld,"
+                 " \"num_hidden_layers\": %lld, \"norm_topk_prob\": true, \"mlp_only_layers\": %s}\n",
+                 (long long)s.H, (long long)s.I, (long long)s.E, (long long)s.K, (long long)s.L, list);
+        write_text(dir, "config.json", buf);
+    }
+    assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_OK);
+    assert_int_equal(moe_checkpoint_num_layers(ck), MOE_MAX_LAYERS);
+    assert_int_equal(moe_checkpoint_is_moe_layer(ck, 399998), 0);
+    assert_int_equal(moe_checkpoint_is_moe_layer(ck, 399999), 1);
+    assert_int_equal(moe_checkpoint_is_moe_layer(ck, 400000), 1);
+    moe_layer_desc d;
+    expect_error(ctx, moe_checkpoint_layer_desc(ck, 0, &d), MOE_EDENSE, cfg, "layer 0", "mlp_only_layers",
+                 "MoE layers (848576): 1, 3, 5, 7, 9, 11, 13, 15, ...");
+    moe_checkpoint_free(ck);
+    alarm(0);
+    free(buf);
+    free(list);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
 /* A sharded checkpoint reads the same as a single file; per-expert and stacked layouts pack
  * to the same weights: outputs bit-identical, and equal to the reference here. */
 static void test_layouts_and_shards_identical(void **state)
@@ -969,6 +1041,126 @@ static void test_weight_file_errors(void **state)
     moe_ctx_free(ctx);
 }
 
+/* A checkpoint for the file tests below: dir, and its config.json, model.safetensors, index
+ * (absent) and a spare name beside them. */
+typedef struct kind_ck {
+    char dir[512], cfg[700], st[700], idx[700], keep[700];
+} kind_ck;
+
+static void kind_ck_make(moe_ctx *ctx, kind_ck *k, const char *tag)
+{
+    model_spec s = qwen3_spec();
+    make_checkpoint(ctx, k->dir, sizeof k->dir, tag, &s, 1);
+    snprintf(k->cfg, sizeof k->cfg, "%s/config.json", k->dir);
+    snprintf(k->st, sizeof k->st, "%s/model.safetensors", k->dir);
+    snprintf(k->idx, sizeof k->idx, "%s/model.safetensors.index.json", k->dir);
+    snprintf(k->keep, sizeof k->keep, "%s/keep", k->dir);
+}
+
+/* A sparse file of `size` bytes at `path` (nothing written). */
+static void make_sparse(const char *path, uint64_t size)
+{
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(ftruncate(fileno(fp), (off_t)size), 0);
+    fclose(fp);
+}
+
+/* Issue 17: config.json, model.safetensors and the index as FIFOs are refused naming the file
+ * and its type, never opened for reading (which waits for a writer forever: alarm() ends the
+ * test if one blocks); a directory is named as one. */
+static void test_fifo_files(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    kind_ck k;
+    kind_ck_make(ctx, &k, "ck-fifo");
+    moe_checkpoint *ck = (moe_checkpoint *)(uintptr_t)1;
+    alarm(60);
+    assert_int_equal(rename(k.cfg, k.keep), 0);
+    assert_int_equal(mkfifo(k.cfg, 0600), 0);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_EIO, k.cfg, "is a FIFO", "not a regular file");
+    assert_null(ck);
+    assert_int_equal(unlink(k.cfg), 0);
+    assert_int_equal(mkdir(k.cfg, 0700), 0);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_EIO, k.cfg, "is a directory");
+    assert_int_equal(rmdir(k.cfg), 0);
+    assert_int_equal(rename(k.keep, k.cfg), 0);
+
+    assert_int_equal(rename(k.st, k.keep), 0);
+    assert_int_equal(mkfifo(k.st, 0600), 0);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_EIO, k.st, "is a FIFO", "not a regular file");
+    assert_int_equal(unlink(k.st), 0);
+    assert_int_equal(mkfifo(k.idx, 0600), 0); /* no model.safetensors: the index is read */
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_EIO, k.idx, "is a FIFO", "not a regular file");
+    assert_null(ck);
+    assert_int_equal(unlink(k.idx), 0);
+    assert_int_equal(rename(k.keep, k.st), 0);
+    assert_int_equal(moe_checkpoint_open(ctx, k.dir, &ck), MOE_OK); /* as it was */
+    moe_checkpoint_free(ck);
+    alarm(0);
+    tu_rm_tree(k.dir);
+    moe_ctx_free(ctx);
+}
+
+/* Issue 17: config.json and the index one byte over MOE_CONFIG_MAX_BYTES / MOE_INDEX_MAX_BYTES
+ * (sparse files) are refused before reading, naming the file, its size and the limit; at the
+ * limit the file is read (and here fails as JSON: zero bytes). */
+static void test_json_size_limits(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    kind_ck k;
+    kind_ck_make(ctx, &k, "ck-big");
+    moe_checkpoint *ck = (moe_checkpoint *)(uintptr_t)1;
+    alarm(120);
+    assert_int_equal(rename(k.cfg, k.keep), 0);
+    make_sparse(k.cfg, MOE_CONFIG_MAX_BYTES + 1);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_EFORMAT, k.cfg, "16777217 bytes", "16777216-byte",
+                 "16 MiB", "MOE_CONFIG_MAX_BYTES");
+    assert_null(ck);
+    make_sparse(k.cfg, MOE_CONFIG_MAX_BYTES);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_EFORMAT, k.cfg, "not valid JSON");
+    assert_int_equal(unlink(k.cfg), 0);
+    assert_int_equal(rename(k.keep, k.cfg), 0);
+
+    assert_int_equal(rename(k.st, k.keep), 0);
+    make_sparse(k.idx, MOE_INDEX_MAX_BYTES + 1);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_EFORMAT, k.idx, "67108865 bytes", "67108864-byte",
+                 "64 MiB", "MOE_INDEX_MAX_BYTES");
+    assert_null(ck);
+    assert_int_equal(unlink(k.idx), 0);
+    assert_int_equal(rename(k.keep, k.st), 0);
+    alarm(0);
+    tu_rm_tree(k.dir);
+    moe_ctx_free(ctx);
+}
+
+/* Issue 17: a model.safetensors (or index) that is a symlink loop reports ELOOP naming the
+ * file, not "neither model.safetensors nor ... found". */
+static void test_weights_symlink_loop(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    kind_ck k;
+    kind_ck_make(ctx, &k, "ck-loop");
+    moe_checkpoint *ck = (moe_checkpoint *)(uintptr_t)1;
+    assert_int_equal(unlink(k.st), 0);
+    assert_int_equal(symlink("model.safetensors", k.st), 0);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_EIO, k.st, strerror(ELOOP));
+    if (strstr(moe_ctx_last_error(ctx), "neither"))
+        fail_msg("a symlink loop reported as missing: %s", moe_ctx_last_error(ctx));
+    assert_null(ck);
+    assert_int_equal(unlink(k.st), 0);
+    assert_int_equal(symlink("model.safetensors.index.json", k.idx), 0);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_EIO, k.idx, strerror(ELOOP));
+    if (strstr(moe_ctx_last_error(ctx), "neither"))
+        fail_msg("a symlink loop reported as missing: %s", moe_ctx_last_error(ctx));
+    assert_int_equal(unlink(k.idx), 0);
+    tu_rm_tree(k.dir);
+    moe_ctx_free(ctx);
+}
+
 /* --------------------------------------------------------------------------------------
  * Errors: tensors
  * ------------------------------------------------------------------------------------ */
@@ -1143,11 +1335,15 @@ int main(void)
         cmocka_unit_test(test_mixtral_and_qwen2_desc),
         cmocka_unit_test(test_family_and_config_aliases),
         cmocka_unit_test(test_layer_rules),
+        cmocka_unit_test(test_layer_count_bounds),
         cmocka_unit_test(test_layouts_and_shards_identical),
         cmocka_unit_test(test_unaligned_tensor_data),
         cmocka_unit_test(test_plan_mismatch),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_weight_file_errors),
+        cmocka_unit_test(test_fifo_files),
+        cmocka_unit_test(test_json_size_limits),
+        cmocka_unit_test(test_weights_symlink_loop),
         cmocka_unit_test(test_tensor_errors),
     };
     return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);

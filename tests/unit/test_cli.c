@@ -63,8 +63,9 @@ static const char *moe_bin(void)
     return (b && *b && access(b, X_OK) == 0) ? b : NULL;
 }
 
-/* Run $LIBMOE_BIN with args (NULL-terminated, without argv[0]), capturing stdout and stderr. */
-static void run_moe(cli_result *r, const char *const *args)
+/* Run $LIBMOE_BIN with args (NULL-terminated, without argv[0]), capturing stdout and stderr;
+ * killed (and the test failed) after deadline_s. */
+static void run_moe_within(cli_result *r, const char *const *args, double deadline_s)
 {
     memset(r, 0, sizeof *r);
     const char *bin = moe_bin();
@@ -99,10 +100,13 @@ static void run_moe(cli_result *r, const char *const *args)
         if (w == pid)
             break;
         assert_true(w == 0 || errno == EINTR);
-        if (now_s() - t0 > RUN_DEADLINE_S) {
+        if (now_s() - t0 > deadline_s) {
             kill(pid, SIGKILL);
             waitpid(pid, &status, 0);
-            fail_msg("moe %s did not finish within %.0f s", args[0], RUN_DEADLINE_S);
+            unlink(outp);
+            unlink(errp);
+            rmdir(dir);
+            fail_msg("moe %s did not finish within %.0f s", args[0], deadline_s);
         }
         usleep(2000);
     }
@@ -114,6 +118,11 @@ static void run_moe(cli_result *r, const char *const *args)
     unlink(outp);
     unlink(errp);
     rmdir(dir);
+}
+
+static void run_moe(cli_result *r, const char *const *args)
+{
+    run_moe_within(r, args, RUN_DEADLINE_S);
 }
 
 static void result_free(cli_result *r)
@@ -804,6 +813,43 @@ static void test_run_refuses_outputs(void **state)
     unlink(target);
 }
 
+/* Issue 17: a FIFO as --input, as the checkpoint's config.json or as its model.safetensors
+ * is refused (exit 1, the file and "is a FIFO" named), never opened for reading, which waits
+ * for a writer forever: the run is killed and the test failed after 60 s if that regresses. */
+static void test_run_refuses_fifo_inputs(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    run_fixture *f = *state;
+    free(make_input(f->in, 2, CK_H, MOE_DTYPE_F32, 6));
+    char fifo[700], keep[700];
+    snprintf(fifo, sizeof fifo, "%s/in-fifo.safetensors", f->io);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    cli_result r;
+    const char *a1[] = {"run", "--checkpoint", f->ck, "--layer", "0", "--input", fifo, "--output", f->out, NULL};
+    const char *e1[] = {"moe run: ", fifo, "is a FIFO", "not a regular file", NULL};
+    run_moe_within(&r, a1, 60);
+    expect(&r, 1, e1);
+    expect_no_output(f);
+    result_free(&r);
+    assert_int_equal(unlink(fifo), 0);
+
+    static const char *const files[] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(fifo, sizeof fifo, "%s/%s", f->ck, files[i]);
+        snprintf(keep, sizeof keep, "%s/keep-%s", f->io, files[i]);
+        assert_int_equal(rename(fifo, keep), 0);
+        assert_int_equal(mkfifo(fifo, 0600), 0);
+        const char *a[] = {"run", "--checkpoint", f->ck, "--layer", "0", "--input", f->in, "--output", f->out, NULL};
+        const char *e[] = {"moe run: ", fifo, "is a FIFO", "not a regular file", NULL};
+        run_moe_within(&r, a, 60);
+        expect(&r, 1, e);
+        expect_no_output(f);
+        result_free(&r);
+        assert_int_equal(unlink(fifo), 0);
+        assert_int_equal(rename(keep, fifo), 0);
+    }
+}
+
 /* moe env shows a misspelled knob with the right name and a bad value with what it accepts. */
 static void test_env_command(void **state)
 {
@@ -1256,6 +1302,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_run_matches_api_f32, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_matches_api_bf16, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_refuses_outputs, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_run_refuses_fifo_inputs, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_compute_bf16, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_compute_bf16_without_avx512_bf16, run_setup, run_teardown),
         cmocka_unit_test(test_env_command),

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -407,6 +408,30 @@ static void test_bad_sizes(void **state)
     moe_ctx_free(ctx);
 }
 
+/* Issue 17: a FIFO is refused, not opened for reading (which would wait for a writer
+ * forever: alarm() fails the test if that regresses), a directory says so, and a symlink loop
+ * reports ELOOP. */
+static void test_not_regular_files(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    char dir[512], path[600];
+    tu_tmpdir(dir, sizeof dir, "st-kind");
+    snprintf(path, sizeof path, "%s/fifo.safetensors", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    alarm(30);
+    expect_open_fails(ctx, path, MOE_EIO, "is a FIFO", "not a regular file");
+    alarm(0);
+    assert_int_equal(unlink(path), 0);
+    expect_open_fails(ctx, dir, MOE_EIO, "is a directory", "not a regular file");
+    snprintf(path, sizeof path, "%s/loop.safetensors", dir);
+    assert_int_equal(symlink("loop.safetensors", path), 0);
+    expect_open_fails(ctx, path, MOE_EIO, "cannot open", strerror(ELOOP));
+    assert_int_equal(unlink(path), 0);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
 static void test_bad_json(void **state)
 {
     (void)state;
@@ -617,6 +642,7 @@ int main(void)
         cmocka_unit_test(test_write_failure_leaves_nothing),
         cmocka_unit_test(test_many_tensors_lookup),
         cmocka_unit_test(test_bad_sizes),
+        cmocka_unit_test(test_not_regular_files),
         cmocka_unit_test(test_bad_json),
         cmocka_unit_test(test_bad_tensor_fields),
         cmocka_unit_test(test_overlap_and_truncation),
