@@ -41,14 +41,6 @@ moe_status moe_cfg_str(const moe_cfg_fields *f, const char *key, const char *dfl
 moe_status moe_cfg_int_list(const moe_cfg_fields *f, const char *key, int64_t **out, size_t *n_out,
                             bool *present);
 
-/* Open `path` read-only without blocking (O_NONBLOCK, cleared once open: a FIFO never
- * hangs the reader) and fstat it: *fd_out and its size, or MOE_ENOTFOUND (ENOENT) / MOE_EIO
- * (another errno, named by strerror; or anything but a regular file: "is a FIFO, not a
- * regular file", "is a directory, ..."), the message naming the file. */
-moe_status moe_io_open_regular(moe_ctx *ctx, const char *path, int *fd_out, uint64_t *size_out);
-/* "a FIFO", "a directory", ... for a st_mode. */
-const char *moe_io_file_kind(unsigned mode);
-
 /* Load the JSON object at `path` (opened by moe_io_open_regular), at most max_bytes long (the
  * size checked by fstat before reading; over it is MOE_EFORMAT naming the file, its size, the
  * limit and `limit_name`): MOE_ENOTFOUND when absent, MOE_EFORMAT for bad JSON or a root

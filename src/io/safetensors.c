@@ -11,7 +11,6 @@
  * The reader validates every header field against the file size before any tensor byte is
  * handed out, so a truncated or hostile file is an error, never a read out of bounds.
  */
-#include "io/fields.h"
 #include "io/safetensors.h"
 
 #include <errno.h>
@@ -805,4 +804,43 @@ moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tenso
     free(hdr);
     free(nbytes);
     return st;
+}
+
+const char *moe_io_file_kind(unsigned mode)
+{
+    const mode_t m = (mode_t)mode;
+    return S_ISREG(m) ? "a regular file" : S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO"
+         : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket"
+         : "a special file";
+}
+
+moe_status moe_io_open_regular(moe_ctx *ctx, const char *path, int *fd_out, uint64_t *size_out)
+{
+    *fd_out = -1;
+    *size_out = 0;
+    /* O_NONBLOCK: opening a FIFO for reading would wait for a writer (forever) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        return moe_set_error(ctx, e == ENOENT ? MOE_ENOTFOUND : MOE_EIO, "%s: cannot open: %s", path, strerror(e));
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return moe_set_error(ctx, MOE_EIO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return moe_set_error(ctx, MOE_EIO, "%s: is %s, not a regular file", path, moe_io_file_kind(sb.st_mode));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        return moe_set_error(ctx, MOE_EIO, "%s: fcntl: %s", path, strerror(e));
+    }
+    *fd_out = fd;
+    *size_out = (uint64_t)sb.st_size;
+    return MOE_OK;
 }

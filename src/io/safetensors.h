@@ -23,4 +23,12 @@ char *moe_io_format_shape(char *buf, size_t len, int ndim, const int64_t *shape)
  * integer", "a real number", "a boolean", "null"; "absent" for NULL (a missing field). */
 const char *moe_io_json_kind(const json_t *v);
 
+/* Open `path` read-only without blocking (O_NONBLOCK, cleared once open: a FIFO never
+ * hangs the reader) and fstat it: *fd_out and its size, or MOE_ENOTFOUND (ENOENT) / MOE_EIO
+ * (another errno, named by strerror; or anything but a regular file: "is a FIFO, not a
+ * regular file", "is a directory, ..."), the message naming the file. */
+moe_status moe_io_open_regular(moe_ctx *ctx, const char *path, int *fd_out, uint64_t *size_out);
+/* "a FIFO", "a directory", ... for a st_mode. */
+const char *moe_io_file_kind(unsigned mode);
+
 #endif
