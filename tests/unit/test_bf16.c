@@ -34,17 +34,7 @@
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void)
 {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
-
-static float f32_of(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+    return tu_xorshift(&g_rng);
 }
 
 /* A bf16 of a chosen exponent range: 0 any, 1 tiny (exponent field < 80), 2 around 1. */
@@ -90,10 +80,10 @@ static void test_round(void **state)
                                     0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u,
                                     0x7f800000u, 0xff800000u};
     for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++)
-        assert_int_equal(moe_bf16_round(f32_of(edge[i])), round_by_distance(f32_of(edge[i])));
+        assert_int_equal(moe_bf16_round(tu_f32_of(edge[i])), round_by_distance(tu_f32_of(edge[i])));
     for (int i = 0; i < 2000000; i++) {
         const uint32_t u = (uint32_t)rnd();
-        const float f = f32_of(u);
+        const float f = tu_f32_of(u);
         const uint16_t got = moe_bf16_round(f);
         if (isnan(f)) { /* NaN: a quiet NaN of the same sign */
             assert_true(isnan(moe_bf16_value(got)));
@@ -146,7 +136,7 @@ static void test_dp_against_hardware(void **state)
         const int mode = it % 3;
         float acc = 0.0f;
         if (it % 5 == 1) /* an accumulator of any value, tiny ones included */
-            acc = f32_of((uint32_t)rnd() & (mode == 1 ? 0x80ffffffu : 0xffffffffu));
+            acc = tu_f32_of((uint32_t)rnd() & (mode == 1 ? 0x80ffffffu : 0xffffffffu));
         if (isnan(acc))
             acc = 0.0f;
         const uint16_t a1 = rand_bf16(mode), b1 = rand_bf16(mode), a0 = rand_bf16(mode), b0 = rand_bf16(mode);
@@ -177,7 +167,7 @@ static void test_dp_against_hardware(void **state)
         eb = eb < 1 ? 1 : eb;
         const uint16_t a1 = (uint16_t)((rnd() & 0x807fu) | (unsigned)ea << 7);
         const uint16_t b1 = (uint16_t)((rnd() & 0x807fu) | (unsigned)eb << 7);
-        const float acc = f32_of(au), want = emu_dp(acc, a1, b1, 0x8000, 0x3f80);
+        const float acc = tu_f32_of(au), want = emu_dp(acc, a1, b1, 0x8000, 0x3f80);
         if (have_bf16 && !same_or_both_nan(hw_dp(acc, a1, b1, 0x8000, 0x3f80), want))
             fail_msg("flush point: vdpbf16ps(%08x; %04x*%04x) = %08x, moe_bf16_dp gives %08x", au, a1, b1,
                      tu_f32_bits(hw_dp(acc, a1, b1, 0x8000, 0x3f80)), tu_f32_bits(want));
@@ -201,7 +191,7 @@ static void fill_row(float *x, int64_t n, int mode)
     for (int64_t k = 0; k < n; k++) {
         float v = (float)((int64_t)(rnd() % 2001) - 1000) * 1e-3f;
         if (mode == 1)
-            v = ldexpf(v, -60 - (int)(rnd() % 10)) + (rnd() % 7 == 0 ? f32_of((uint32_t)rnd() & 0x807fffffu) : 0.0f);
+            v = ldexpf(v, -60 - (int)(rnd() % 10)) + (rnd() % 7 == 0 ? tu_f32_of((uint32_t)rnd() & 0x807fffffu) : 0.0f);
         if (mode == 2 && rnd() % 17 == 0)
             v = rnd() % 3 == 0 ? NAN : (rnd() & 1) ? INFINITY : -INFINITY;
         x[k] = v;

@@ -38,17 +38,7 @@
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
 static uint64_t rnd(void)
 {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
-
-static float f32_of(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+    return tu_xorshift(&g_rng);
 }
 
 /* The avx512_bf16 table, or NULL with a message (this CPU lacks avx512_bf16, or its vdpbf16ps
@@ -75,7 +65,7 @@ static void fill_row(float *x, int64_t n, int mode)
         const float u = (float)((int64_t)(rnd() % 4001) - 2000) * 1e-3f;
         float v = u;
         if (mode == 1)
-            v = ldexpf(u, -100 - (int)(rnd() % 40)) + (rnd() % 7 == 0 ? f32_of((uint32_t)rnd() & 0x807fffffu) : 0.0f);
+            v = ldexpf(u, -100 - (int)(rnd() % 40)) + (rnd() % 7 == 0 ? tu_f32_of((uint32_t)rnd() & 0x807fffffu) : 0.0f);
         else if (mode == 2 && rnd() % 13 == 0) {
             const unsigned c = (unsigned)(rnd() % 4);
             v = c == 0   ? (rnd() & 1 ? NAN : -NAN)

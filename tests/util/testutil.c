@@ -86,6 +86,21 @@ uint32_t tu_f32_bits(float f)
     return u;
 }
 
+float tu_f32_of(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+uint64_t tu_xorshift(uint64_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return *state;
+}
+
 int tu_same_bits(const float *a, const float *b, size_t n)
 {
     for (size_t i = 0; i < n; i++)

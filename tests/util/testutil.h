@@ -34,6 +34,10 @@ void tu_check_error(moe_ctx *ctx, moe_status got, moe_status want, const char *c
     tu_check_error((ctx), (got), (want), (const char *const[]){__VA_ARGS__, NULL})
 /* The bits of f. */
 uint32_t tu_f32_bits(float f);
+/* The float of bits u. */
+float tu_f32_of(uint32_t u);
+/* The next value of a xorshift64 generator (13, 7, 17) whose state is *state (nonzero). */
+uint64_t tu_xorshift(uint64_t *state);
 /* 1 when a[i] and b[i] have the same bits for every i < n, NaN == NaN whatever its payload. */
 int tu_same_bits(const float *a, const float *b, size_t n);
 /* The kernel registry (src/gemm/kernels.h), row by row: out[i] = row i's table, or NULL when
