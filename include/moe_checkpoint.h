@@ -109,7 +109,8 @@ typedef struct moe_checkpoint moe_checkpoint;
  * symlink loop, is MOE_EIO with its errno), MOE_EFORMAT (bad JSON or safetensors, a config
  * value out of range, e.g. num_hidden_layers above MOE_MAX_LAYERS, a JSON file over its size
  * limit), MOE_EIO (unreadable, or not a regular file),
- * MOE_EUNSUPPORTED (unknown architecture, named; or a config value libmoe does not compute:
+ * MOE_EUNSUPPORTED (unknown architecture, named: moe_checkpoint_open_opts with
+ * moe_checkpoint_options.family reads it as a known family; or a config value libmoe does not compute:
  * hidden_act, DeepSeek scoring_func / topk_method, a quantization_config.quant_method other
  * than fp8, mxfp4 and compressed-tensors, e.g. gptq, awq, bitsandbytes), MOE_ENOMEM. */
 moe_status moe_checkpoint_open(moe_ctx *ctx, const char *dir, moe_checkpoint **out);
