@@ -181,7 +181,8 @@ typedef struct moe_options {
     const char *tuning_dir;   /* NULL = unset: MOE_TUNING_DIR, an existing folder; default none.
                                  No tuning files are defined yet: recorded and reported only. */
     int log_level;            /* moe_log_level; -1 = unset: MOE_LOG_LEVEL = error|warn|info|debug; default warn */
-    moe_log_fn log_fn;        /* NULL = stderr, prefixed "libmoe: LEVEL: " */
+    moe_log_fn log_fn;        /* NULL = stderr, prefixed "libmoe: LEVEL: "; called from the thread
+                                 that logs (concurrent executes: several at once) */
     void *log_user;           /* passed to log_fn */
 } moe_options;
 
@@ -227,8 +228,15 @@ moe_status moe_ctx_create(const moe_options *opts, moe_ctx **out, char *out_err_
                           size_t out_err_len);
 void moe_ctx_free(moe_ctx *ctx);
 
-/* The message of the last failed call made with this ctx (or on an object created from
- * it). Empty string when none. Valid until the next failing call on the same ctx. */
+/* The message of the calling thread's last failed call made with this ctx (or on an object
+ * created from it: plan, weights, checkpoint), "" when this thread has had none on it. Like
+ * errno, the last error is per thread: threads sharing a ctx (concurrent executes on one plan)
+ * each read their own message, never another's or a mix; a successful call leaves it as it
+ * was. Single-threaded use is unchanged. A thread keeps the messages of the 8 contexts it
+ * last failed on (a 9th replaces the least recently failed, which then reads ""). A ctx
+ * created after another was freed, even at the same address, starts with "" on every thread.
+ * The pointer is into the calling thread's storage: valid in that thread until its next
+ * failing call on this ctx, or until the thread exits; copy it to pass it to another thread. */
 const char *moe_ctx_last_error(const moe_ctx *ctx);
 
 /* Resolved settings. */
@@ -755,7 +763,9 @@ typedef struct moe_exec_stats {
 
 /* Run one forward of the layer. Never allocates. Thread-safe for distinct workspaces and
  * outputs on the same plan and weights (a parallel plan: one execute at a time, and it is
- * collective over the plan's ranks; see moe_parallel.h "Parallelism").
+ * collective over the plan's ranks; see moe_parallel.h "Parallelism"); a failing execute's
+ * message goes to the calling thread's last error (moe_ctx_last_error), and the ctx's log_fn
+ * may then be called from several threads at once.
  * NaN/Inf handling: router scores and selection keys that are NaN rank below every number,
  * and group-limited selection always keeps topk_group groups, so selection gives K distinct
  * ids in [0, E) for every input (docs/numerics.md section 3); the output then follows IEEE

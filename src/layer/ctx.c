@@ -98,6 +98,7 @@ moe_status moe_ctx_create(const moe_options *opts, moe_ctx **out, char *out_err_
     ctx->log_fn = opts ? opts->log_fn : NULL;
     ctx->log_user = opts ? opts->log_user : NULL;
     ctx->kernels = kern;
+    ctx->generation = moe_ctx_generation_next();
 
     /* Canonical text: every knob but the logging one, in table order, with the resolved ISA. */
     size_t used = 0;
@@ -136,7 +137,7 @@ void moe_ctx_free(moe_ctx *ctx)
 
 const char *moe_ctx_last_error(const moe_ctx *ctx)
 {
-    return ctx ? ctx->last_error : "moe_ctx_last_error: ctx is NULL";
+    return ctx ? moe_error_of_thread(ctx) : "moe_ctx_last_error: ctx is NULL";
 }
 
 int moe_ctx_num_threads(const moe_ctx *ctx)
