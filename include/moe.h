@@ -165,7 +165,8 @@ typedef struct moe_options {
     int64_t chunk_size;       /* tokens per chunk (bounds the workspace); 0 = unset: MOE_CHUNK_SIZE; default 1024 */
     const char *permute;      /* NULL = unset: MOE_PERMUTE = auto|sort|onehot|packed; default auto */
     int64_t onehot_threshold; /* routed rows (T*K of a chunk) at or below which auto picks onehot;
-                                 -1 = unset: MOE_ONEHOT_THRESHOLD; default 256 */
+                                 -1 = unset: MOE_ONEHOT_THRESHOLD; default 256. No effect
+                                 unless permute is auto ("Idle knobs") */
     const char *topk;         /* NULL = unset: MOE_TOPK = sort|rowmax; default sort */
     int64_t lowtok_threshold; /* rows per expert below which the few-token streaming path runs;
                                  -1 = unset: MOE_LOWTOK_THRESHOLD; default 4 */
@@ -173,11 +174,11 @@ typedef struct moe_options {
                                  all-gathers the partials and every rank sums them; at or above,
                                  reduce-scatter + all-gather. The same bits either way (moe_parallel.h "Parallelism").
                                  -1 = unset: MOE_SMALL_ALLREDUCE; default 65536. No effect
-                                 without TP. */
+                                 without TP or with tp_reduce reduce_scatter ("Idle knobs"). */
     const char *tp_reduce;    /* NULL = unset: MOE_TP_REDUCE = allreduce|reduce_scatter; default
                                  allreduce (every TP rank gets every output row);
                                  reduce_scatter: each TP rank gets its share of the rows
-                                 (moe_plan_tp_rows). No effect without TP. */
+                                 (moe_plan_tp_rows). No effect without TP ("Idle knobs"). */
     const char *tuning_dir;   /* NULL = unset: MOE_TUNING_DIR, an existing folder; default none.
                                  No tuning files are defined yet: recorded and reported only. */
     int log_level;            /* moe_log_level; -1 = unset: MOE_LOG_LEVEL = error|warn|info|debug; default warn */
@@ -205,12 +206,29 @@ typedef struct moe_knob_info {
     char value[256];      /* resolved value in canonical text ("" for an unset path) */
     moe_knob_source source;
     char error[256];      /* non-empty when the given value is invalid */
+    char inert[256];      /* non-empty when the value was given (API or environment) but cannot
+                             act: why, e.g. "acts only when the permute knob is auto, and
+                             MOE_PERMUTE=sort" (see "Idle knobs" below) */
 } moe_knob_info;
+
+/* Idle knobs: a knob given a value (API or environment) that cannot act in the configuration
+ * is logged once at WARNING, naming the knob and why ("MOE_X=v has no effect: it acts only
+ * ..."), and moe_knob_describe fills moe_knob_info.inert (moe env marks it). The cases:
+ *  - onehot_threshold (MOE_ONEHOT_THRESHOLD) with permute sort, onehot or packed: only auto
+ *    reads it; logged by moe_ctx_create;
+ *  - small_allreduce (MOE_SMALL_ALLREDUCE) with tp_reduce reduce_scatter: only the allreduce
+ *    algorithm reads it; logged by moe_ctx_create;
+ *  - small_allreduce and tp_reduce in a plan with parallel.tp_size = 1 (no TP): logged by the
+ *    first such moe_plan_create(_ex) on the ctx, once per ctx. moe_knob_describe, which has no
+ *    plan, gives these two their condition ("acts only under tensor parallelism ...") when
+ *    they are given.
+ * Every other knob acts on every plan. */
 
 /* Number of knobs (the rows of `moe env`). */
 size_t moe_knob_count(void);
 /* Resolve knob i (0 <= i < moe_knob_count()) from `opts` (may be NULL) and the environment,
- * as moe_ctx_create would, without failing: a bad value is described in out->error.
+ * as moe_ctx_create would, without failing: a bad value is described in out->error, an idle
+ * one in out->inert.
  * MOE_ERANGE for i out of range. */
 moe_status moe_knob_describe(const moe_options *opts, size_t i, moe_knob_info *out);
 /* The i-th MOE_* environment variable that no knob reads (0-based), with the closest known
