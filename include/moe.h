@@ -723,7 +723,10 @@ typedef struct moe_weights moe_weights;
  * (input-major and interleaved layouts are transposed here, once); the router and every
  * bias as f32.
  * Errors (recorded on the plan's ctx): MOE_EINVAL naming the NULL pointer (a bias the
- * description asks for included) or a bad stride, MOE_EDTYPE, MOE_ENOMEM. */
+ * description asks for included) or a bad stride, MOE_EDTYPE, MOE_ENOMEM (an allocation
+ * failed, or, checked before allocating anything, the bytes to pack exceed the memory this
+ * process can still take: MemAvailable, the memory cgroup's limit, RLIMIT_AS, RLIMIT_DATA;
+ * the message gives both sizes and which bound; docs/checkpoints.md "Memory"). */
 moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src,
                               moe_weights **out);
 void moe_weights_free(moe_weights *w);

@@ -230,7 +230,9 @@ typedef struct moe_quantize_stats {
  * with another scheme, fp8-tensor / fp8-channel, an already quantized input, Granite / other
  * stacked expert layouts), MOE_ERANGE (a layer that is not an MoE layer), MOE_ESHAPE (int4
  * groups not dividing K, mxfp4 with H or I not a multiple of 32), MOE_ECANCELED (opt->cancel set), those of
- * moe_checkpoint_open, MOE_EIO, MOE_ENOMEM. On error nothing is left at out_dir (an existing
+ * moe_checkpoint_open, MOE_EIO, MOE_ENOMEM (also before allocating for an expert linear whose
+ * f32 copy and codes do not fit: the message names the tensor and both sizes;
+ * docs/checkpoints.md "Memory"). On error nothing is left at out_dir (an existing
  * one is untouched) nor beside it (a process killed outright leaves its temporary folder
  * `.OUT.tmp.XXXXXX`, which the next call for the same out_dir names in a WARNING). stats
  * may be NULL. */
