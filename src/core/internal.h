@@ -35,7 +35,7 @@ struct moe_ctx {
     const struct moe_kernels *kernels; /* the chosen ISA table */
     char options_text[1024];  /* canonical "key=value;" text of the resolved knobs */
     uint64_t options_hash;    /* XXH64 of options_text */
-    char tp_idle[2][320];     /* WARNINGs for the TP knobs given without TP ("" = none), logged
+    char tp_idle[2][640];     /* WARNINGs for the TP knobs given without TP ("" = none), logged
                                  by the first plan with tp_size = 1 (layer/plan.c) */
     _Atomic int tp_idle_logged;
     uint64_t generation;      /* unique per moe_ctx_create in this process: keys the per-thread
