@@ -165,7 +165,8 @@ typedef struct moe_options {
     int64_t chunk_size;       /* tokens per chunk (bounds the workspace); 0 = unset: MOE_CHUNK_SIZE; default 1024 */
     const char *permute;      /* NULL = unset: MOE_PERMUTE = auto|sort|onehot|packed; default auto */
     int64_t onehot_threshold; /* routed rows (T*K of a chunk) at or below which auto picks onehot;
-                                 -1 = unset: MOE_ONEHOT_THRESHOLD; default 256 */
+                                 -1 = unset: MOE_ONEHOT_THRESHOLD; default 256. No effect
+                                 unless permute is auto ("Idle knobs") */
     const char *topk;         /* NULL = unset: MOE_TOPK = sort|rowmax; default sort */
     int64_t lowtok_threshold; /* rows per expert below which the few-token streaming path runs;
                                  -1 = unset: MOE_LOWTOK_THRESHOLD; default 4 */
@@ -173,15 +174,16 @@ typedef struct moe_options {
                                  all-gathers the partials and every rank sums them; at or above,
                                  reduce-scatter + all-gather. The same bits either way (moe_parallel.h "Parallelism").
                                  -1 = unset: MOE_SMALL_ALLREDUCE; default 65536. No effect
-                                 without TP. */
+                                 without TP or with tp_reduce reduce_scatter ("Idle knobs"). */
     const char *tp_reduce;    /* NULL = unset: MOE_TP_REDUCE = allreduce|reduce_scatter; default
                                  allreduce (every TP rank gets every output row);
                                  reduce_scatter: each TP rank gets its share of the rows
-                                 (moe_plan_tp_rows). No effect without TP. */
+                                 (moe_plan_tp_rows). No effect without TP ("Idle knobs"). */
     const char *tuning_dir;   /* NULL = unset: MOE_TUNING_DIR, an existing folder; default none.
                                  No tuning files are defined yet: recorded and reported only. */
     int log_level;            /* moe_log_level; -1 = unset: MOE_LOG_LEVEL = error|warn|info|debug; default warn */
-    moe_log_fn log_fn;        /* NULL = stderr, prefixed "libmoe: LEVEL: " */
+    moe_log_fn log_fn;        /* NULL = stderr, prefixed "libmoe: LEVEL: "; called from the thread
+                                 that logs (concurrent executes: several at once) */
     void *log_user;           /* passed to log_fn */
 } moe_options;
 
@@ -204,12 +206,29 @@ typedef struct moe_knob_info {
     char value[256];      /* resolved value in canonical text ("" for an unset path) */
     moe_knob_source source;
     char error[256];      /* non-empty when the given value is invalid */
+    char inert[256];      /* non-empty when the value was given (API or environment) but cannot
+                             act: why, e.g. "acts only when the permute knob is auto, and
+                             MOE_PERMUTE=sort" (see "Idle knobs" below) */
 } moe_knob_info;
+
+/* Idle knobs: a knob given a value (API or environment) that cannot act in the configuration
+ * is logged once at WARNING, naming the knob and why ("MOE_X=v has no effect: it acts only
+ * ..."), and moe_knob_describe fills moe_knob_info.inert (moe env marks it). The cases:
+ *  - onehot_threshold (MOE_ONEHOT_THRESHOLD) with permute sort, onehot or packed: only auto
+ *    reads it; logged by moe_ctx_create;
+ *  - small_allreduce (MOE_SMALL_ALLREDUCE) with tp_reduce reduce_scatter: only the allreduce
+ *    algorithm reads it; logged by moe_ctx_create;
+ *  - small_allreduce and tp_reduce in a plan with parallel.tp_size = 1 (no TP): logged by the
+ *    first such moe_plan_create(_ex) on the ctx, once per ctx. moe_knob_describe, which has no
+ *    plan, gives these two their condition ("acts only under tensor parallelism ...") when
+ *    they are given.
+ * Every other knob acts on every plan. */
 
 /* Number of knobs (the rows of `moe env`). */
 size_t moe_knob_count(void);
 /* Resolve knob i (0 <= i < moe_knob_count()) from `opts` (may be NULL) and the environment,
- * as moe_ctx_create would, without failing: a bad value is described in out->error.
+ * as moe_ctx_create would, without failing: a bad value is described in out->error, an idle
+ * one in out->inert.
  * MOE_ERANGE for i out of range. */
 moe_status moe_knob_describe(const moe_options *opts, size_t i, moe_knob_info *out);
 /* The i-th MOE_* environment variable that no knob reads (0-based), with the closest known
@@ -227,8 +246,15 @@ moe_status moe_ctx_create(const moe_options *opts, moe_ctx **out, char *out_err_
                           size_t out_err_len);
 void moe_ctx_free(moe_ctx *ctx);
 
-/* The message of the last failed call made with this ctx (or on an object created from
- * it). Empty string when none. Valid until the next failing call on the same ctx. */
+/* The message of the calling thread's last failed call made with this ctx (or on an object
+ * created from it: plan, weights, checkpoint), "" when this thread has had none on it. Like
+ * errno, the last error is per thread: threads sharing a ctx (concurrent executes on one plan)
+ * each read their own message, never another's or a mix; a successful call leaves it as it
+ * was. Single-threaded use is unchanged. A thread keeps the messages of the 8 contexts it
+ * last failed on (a 9th replaces the least recently failed, which then reads ""). A ctx
+ * created after another was freed, even at the same address, starts with "" on every thread.
+ * The pointer is into the calling thread's storage: valid in that thread until its next
+ * failing call on this ctx, or until the thread exits; copy it to pass it to another thread. */
 const char *moe_ctx_last_error(const moe_ctx *ctx);
 
 /* Resolved settings. */
@@ -697,7 +723,10 @@ typedef struct moe_weights moe_weights;
  * (input-major and interleaved layouts are transposed here, once); the router and every
  * bias as f32.
  * Errors (recorded on the plan's ctx): MOE_EINVAL naming the NULL pointer (a bias the
- * description asks for included) or a bad stride, MOE_EDTYPE, MOE_ENOMEM. */
+ * description asks for included) or a bad stride, MOE_EDTYPE, MOE_ENOMEM (an allocation
+ * failed, or, checked before allocating anything, the bytes to pack exceed the memory this
+ * process can still take: MemAvailable, the memory cgroup's limit, RLIMIT_AS, RLIMIT_DATA;
+ * the message gives both sizes and which bound; docs/checkpoints.md "Memory"). */
 moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src,
                               moe_weights **out);
 void moe_weights_free(moe_weights *w);
@@ -755,7 +784,9 @@ typedef struct moe_exec_stats {
 
 /* Run one forward of the layer. Never allocates. Thread-safe for distinct workspaces and
  * outputs on the same plan and weights (a parallel plan: one execute at a time, and it is
- * collective over the plan's ranks; see moe_parallel.h "Parallelism").
+ * collective over the plan's ranks; see moe_parallel.h "Parallelism"); a failing execute's
+ * message goes to the calling thread's last error (moe_ctx_last_error), and the ctx's log_fn
+ * may then be called from several threads at once.
  * NaN/Inf handling: router scores and selection keys that are NaN rank below every number,
  * and group-limited selection always keeps topk_group groups, so selection gives K distinct
  * ids in [0, E) for every input (docs/numerics.md section 3); the output then follows IEEE

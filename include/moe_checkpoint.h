@@ -36,8 +36,8 @@ typedef struct moe_tensor_info {
  * tensors overlapping. The file is opened with O_NONBLOCK and fstat'ed before anything is
  * read: anything but a regular file (after following symlinks) is MOE_EIO naming its type
  * ("is a FIFO, not a regular file", "is a directory, ..."), so a named pipe never blocks.
- * Errors (message names the file and the tensor or field): MOE_ENOTFOUND (no such file),
- * MOE_EIO (open / stat / mmap failed, with strerror, e.g. a symlink loop; not a regular
+ * Errors (message names the file and the tensor or field): MOE_ENOTFOUND (no such file; a
+ * dangling symlink: "is a dangling symlink to 'TARGET', which does not exist"), MOE_EIO (open / stat / mmap failed, with strerror, e.g. a symlink loop; not a regular
  * file), MOE_EFORMAT, MOE_EDTYPE, MOE_ENOMEM.
  * Safetensors does not promise aligned tensor data: moe_tensor_info.data may be unaligned for
  * its dtype (read it with memcpy, or copy it, before using it as a typed array). */
@@ -105,8 +105,8 @@ typedef struct moe_checkpoint moe_checkpoint;
  * file must be regular files (see moe_safetensors_open; a FIFO is refused, never read), and
  * the two JSON files at most MOE_CONFIG_MAX_BYTES / MOE_INDEX_MAX_BYTES. Errors:
  * MOE_ENOTFOUND (config.json, a shard, a config field; "neither model.safetensors nor
- * model.safetensors.index.json found" only when both are absent: anything else there, e.g. a
- * symlink loop, is MOE_EIO with its errno), MOE_EFORMAT (bad JSON or safetensors, a config
+ * model.safetensors.index.json found" only when both are absent: a dangling symlink there is
+ * named with its target, and anything else, e.g. a symlink loop, is MOE_EIO with its errno), MOE_EFORMAT (bad JSON or safetensors, a config
  * value out of range, e.g. num_hidden_layers above MOE_MAX_LAYERS, a JSON file over its size
  * limit), MOE_EIO (unreadable, or not a regular file),
  * MOE_EUNSUPPORTED (unknown architecture, named: moe_checkpoint_open_opts with
@@ -264,7 +264,9 @@ typedef struct moe_quantize_stats {
  * with another scheme, fp8-tensor / fp8-channel, an already quantized input, Granite / other
  * stacked expert layouts), MOE_ERANGE (a layer that is not an MoE layer), MOE_ESHAPE (int4
  * groups not dividing K, mxfp4 with H or I not a multiple of 32), MOE_ECANCELED (opt->cancel set), those of
- * moe_checkpoint_open, MOE_EIO, MOE_ENOMEM. On error nothing is left at out_dir (an existing
+ * moe_checkpoint_open, MOE_EIO, MOE_ENOMEM (also before allocating for an expert linear whose
+ * f32 copy and codes do not fit: the message names the tensor and both sizes;
+ * docs/checkpoints.md "Memory"). On error nothing is left at out_dir (an existing
  * one is untouched) nor beside it (a process killed outright leaves its temporary folder
  * `.OUT.tmp.XXXXXX`, which the next call for the same out_dir names in a WARNING). stats
  * may be NULL. */

@@ -1,5 +1,5 @@
 /* `moe env`: every knob, its resolved value and where it came from; unknown MOE_* variables
- * with the closest known name; invalid values with what they accept. */
+ * with the closest known name; invalid values with what they accept; idle values marked. */
 #include "cli.h"
 
 #include <string.h>
@@ -19,7 +19,9 @@ static void env_usage(FILE *f)
           "resolved value, where the value came from (default, environment, flag), what it\n"
           "accepts and what it switches. Invalid values and unknown MOE_* variables (with\n"
           "the closest known name) are listed too; the exit status is then 1, since a\n"
-          "context would refuse them (invalid) or ignore them (unknown).\n",
+          "context would refuse them (invalid) or ignore them (unknown). A value given\n"
+          "that cannot act with the other knobs (or only under TP) is marked\n"
+          "\"(inert: why)\"; the exit status stays 0.\n",
           f);
 }
 
@@ -57,12 +59,17 @@ int cli_cmd_env(int argc, char **argv)
             cli_json_string(stdout, k.accepted);
             printf(", \"error\": ");
             cli_json_string(stdout, k.error);
+            printf(", \"inert\": ");
+            cli_json_string(stdout, k.inert);
             printf("}");
         } else if (k.error[0]) {
             printf("%-22s %-14s %-12s ERROR: %s\n", k.env, "(invalid)", source_name(k.source), k.error);
         } else {
-            printf("%-22s %-14s %-12s %s: %s\n", k.env, k.value[0] ? k.value : "(none)", source_name(k.source),
+            printf("%-22s %-14s %-12s %s: %s", k.env, k.value[0] ? k.value : "(none)", source_name(k.source),
                    k.accepted, k.doc);
+            if (k.inert[0]) /* a given value that cannot act (moe.h "Idle knobs") */
+                printf(" (inert: %s)", k.inert);
+            printf("\n");
         }
     }
     const char *name, *sugg;

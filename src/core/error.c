@@ -1,18 +1,66 @@
 /* Error messages, logging and aligned allocation. */
 #include "core/internal.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The last error is per thread and per ctx (moe.h "moe_ctx_last_error"): each thread keeps
+ * MOE_ERR_SLOTS messages, one per ctx it last failed on, the least recently written replaced
+ * first. A slot names its ctx by address and generation: a ctx created later at the same
+ * address has a new generation, so a message of a freed ctx is never returned for it. Only
+ * the owning thread reads or writes its slots, so no lock is needed. */
+#define MOE_ERR_SLOTS 8
+
+typedef struct err_slot {
+    const moe_ctx *ctx;        /* NULL: free */
+    uint64_t generation;       /* ctx->generation when written */
+    uint64_t written;          /* this thread's write counter at the last write (LRU) */
+    char msg[MOE_ERRMSG_LEN];
+} err_slot;
+
+static _Thread_local err_slot err_slots[MOE_ERR_SLOTS];
+static _Thread_local uint64_t err_writes;
+static _Atomic uint64_t ctx_generations;
+
+uint64_t moe_ctx_generation_next(void)
+{
+    return atomic_fetch_add(&ctx_generations, 1) + 1;
+}
+
+static err_slot *err_slot_find(const moe_ctx *ctx)
+{
+    for (int i = 0; i < MOE_ERR_SLOTS; i++)
+        if (err_slots[i].ctx == ctx && err_slots[i].generation == ctx->generation)
+            return &err_slots[i];
+    return NULL;
+}
+
+const char *moe_error_of_thread(const moe_ctx *ctx)
+{
+    const err_slot *s = err_slot_find(ctx);
+    return s ? s->msg : "";
+}
+
 moe_status moe_set_errorv(moe_ctx *ctx, moe_status st, const char *fmt, va_list ap)
 {
+    if (!ctx)
+        return st;
     char buf[MOE_ERRMSG_LEN];
     vsnprintf(buf, sizeof buf, fmt, ap);
-    if (ctx) {
-        memcpy(ctx->last_error, buf, sizeof buf);
-        moe_log(ctx, MOE_LOG_DEBUG, "%s: %s", moe_status_name(st), buf);
+    err_slot *s = err_slot_find(ctx);
+    if (!s) { /* a free slot, else the least recently written one */
+        s = &err_slots[0];
+        for (int i = 0; i < MOE_ERR_SLOTS && s->ctx; i++)
+            if (!err_slots[i].ctx || err_slots[i].written < s->written)
+                s = &err_slots[i];
+        s->ctx = ctx;
+        s->generation = ctx->generation;
     }
+    s->written = ++err_writes;
+    memcpy(s->msg, buf, sizeof buf);
+    moe_log(ctx, MOE_LOG_DEBUG, "%s: %s", moe_status_name(st), buf);
     return st;
 }
 

@@ -35,10 +35,20 @@ struct moe_ctx {
     const struct moe_kernels *kernels; /* the chosen ISA table */
     char options_text[1024];  /* canonical "key=value;" text of the resolved knobs */
     uint64_t options_hash;    /* XXH64 of options_text */
-    char last_error[MOE_ERRMSG_LEN];
+    char tp_idle[2][640];     /* WARNINGs for the TP knobs given without TP ("" = none), logged
+                                 by the first plan with tp_size = 1 (layer/plan.c) */
+    _Atomic int tp_idle_logged;
+    uint64_t generation;      /* unique per moe_ctx_create in this process: keys the per-thread
+                                 last error (core/error.c) */
 };
 
-/* Record the message of a failing call on ctx (if non-NULL) and log it at DEBUG. Errors are
+/* A new ctx generation (1, 2, ...; atomic). */
+uint64_t moe_ctx_generation_next(void);
+/* The calling thread's last error message on ctx, "" when none. */
+const char *moe_error_of_thread(const moe_ctx *ctx);
+
+/* Record the message of a failing call on ctx (if non-NULL) for the calling thread (core/error.c)
+ * and log it at DEBUG. Errors are
  * returned, not logged at ERROR: the caller decides. Returns `st` so callers can write
  * `return moe_set_error(ctx, MOE_EINVAL, "...")`. */
 moe_status moe_set_error(moe_ctx *ctx, moe_status st, const char *fmt, ...) MOE_PRINTF(3, 4);

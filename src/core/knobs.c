@@ -226,6 +226,49 @@ int moe_knob_resolve(const moe_options *opts, moe_knob k, const moe_knob_isa *is
     return 1;
 }
 
+const char *moe_knob_where(const moe_knob_info *info, char *buf, size_t len)
+{
+    if (info->source == MOE_KNOB_API) {
+        snprintf(buf, len, "moe_options.%s", info->field);
+        return buf;
+    }
+    return info->env;
+}
+
+/* The idle cases (each is what the code that reads the knob does):
+ *  - ONEHOT_THRESHOLD: read only when PERMUTE is auto (permute/prepare_finalize.c
+ *    moe_pf_group_rows); sort, onehot and packed ignore it.
+ *  - SMALL_ALLREDUCE: read only by the allreduce algorithm of the TP reduction
+ *    (parallel/mpi.c moe_par_tp_reduce); reduce_scatter always reduce-scatters.
+ *  - SMALL_ALLREDUCE and TP_REDUCE: read only when the plan has tp_size > 1 (execute.c runs
+ *    the TP reduction only then; shard.c splits the rows only then).
+ * The other knobs act on every plan: threads, ISA, chunk size, permute, top-k (every plan
+ * routes) and the few-token threshold (every expert group is split by it). */
+int moe_knob_inert(const moe_knob_info *info, const long long *num, moe_knob k, int tp, char *why, size_t len)
+{
+    char wb[96];
+    why[0] = '\0';
+    if (info[k].source == MOE_KNOB_DEFAULT)
+        return 0;
+    if (k == MOE_KNOB_ONEHOT_THRESHOLD && num[MOE_KNOB_PERMUTE] != MOE_PERMUTE_AUTO) {
+        const moe_knob_info *p = &info[MOE_KNOB_PERMUTE];
+        snprintf(why, len, "acts only when the permute knob is auto, and %s=%s", moe_knob_where(p, wb, sizeof wb),
+                 p->value);
+        return 1;
+    }
+    if (k == MOE_KNOB_SMALL_ALLREDUCE && num[MOE_KNOB_TP_REDUCE] == MOE_TP_REDUCE_SCATTER) {
+        const moe_knob_info *r = &info[MOE_KNOB_TP_REDUCE];
+        snprintf(why, len, "acts only when the tp_reduce knob is allreduce (reduce_scatter always reduce-scatters), and %s=%s",
+                 moe_knob_where(r, wb, sizeof wb), r->value);
+        return 1;
+    }
+    if ((k == MOE_KNOB_SMALL_ALLREDUCE || k == MOE_KNOB_TP_REDUCE) && tp != MOE_INERT_TP_UNKNOWN) {
+        snprintf(why, len, "acts only under tensor parallelism (parallel.tp_size > 1; the command line's --tp > 1)%s", tp == MOE_INERT_NO_TP ? ", and this plan has tp_size = 1" : "");
+        return 1;
+    }
+    return 0;
+}
+
 /* Levenshtein distance, for "did you mean". */
 static size_t edit_distance(const char *a, size_t la, const char *b)
 {

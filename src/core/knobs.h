@@ -38,4 +38,17 @@ typedef struct moe_knob_isa {
 int moe_knob_resolve(const moe_options *opts, moe_knob k, const moe_knob_isa *isa, moe_knob_info *info,
                      long long *num);
 
+/* Whether knob k's value cannot act (an idle knob): only a value that was given (API or
+ * environment) is judged, against the other resolved knobs (info[], num[]: every knob, as
+ * moe_knob_resolve gave them). `tp`: what is known of tensor parallelism, which a plan decides:
+ *   MOE_INERT_TP_UNKNOWN  knob-vs-knob cases only (moe_ctx_create logs these)
+ *   MOE_INERT_NO_TP       plus the TP knobs, given to a plan with tp_size = 1
+ *   MOE_INERT_TP_NOTE     plus the TP knobs with the condition they need (moe env, which has no
+ *                         plan)
+ * Returns 1 with the reason in why ("acts only ...") or 0 with why = "". */
+enum { MOE_INERT_TP_UNKNOWN, MOE_INERT_NO_TP, MOE_INERT_TP_NOTE };
+int moe_knob_inert(const moe_knob_info *info, const long long *num, moe_knob k, int tp, char *why, size_t len);
+/* How the user named knob k: its environment variable, or "moe_options.<field>". */
+const char *moe_knob_where(const moe_knob_info *info, char *buf, size_t len);
+
 #endif

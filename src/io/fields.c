@@ -219,5 +219,9 @@ int moe_io_path_exists(const char *path)
     struct stat sb;
     if (stat(path, &sb) == 0)
         return 1;
-    return errno == ENOENT || errno == ENOTDIR ? 0 : -1;
+    const int e = errno;
+    if (e == ENOENT && lstat(path, &sb) == 0)
+        return 1; /* a dangling symlink: opening it names its target (moe_io_open_regular) */
+    errno = e;
+    return e == ENOENT || e == ENOTDIR ? 0 : -1;
 }

@@ -68,7 +68,8 @@ moe_status moe_json_load_object(moe_ctx *ctx, const char *path, uint64_t max_byt
 
 /* malloc'd "a/b". NULL on out of memory. */
 char *moe_io_path_join(const char *a, const char *b);
-/* 1 if `path` exists (as anything), 0 if not, -1 on another stat error (errno set). */
+/* 1 if `path` exists (as anything, a dangling symlink included), 0 if not, -1 on another stat
+ * error (errno set). */
 int moe_io_path_exists(const char *path);
 
 #endif

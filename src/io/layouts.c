@@ -24,6 +24,7 @@
  * FP8 is read in the per-expert layout only. Every layout gives pointers into the mapped
  * files (strides for the input-major ones): nothing is copied before moe_weights_create packs
  * it, except MXFP4's gate/up rows (moe_ck_mxfp4_split_gate_up). */
+#include "core/mem.h"
 #include "io/layouts.h"
 #include "io/safetensors.h"
 
@@ -247,6 +248,11 @@ moe_status moe_ck_mxfp4_split_gate_up(const moe_ck_index *ix, const moe_ck_confi
     const size_t row_b = (size_t)(H / 2), row_s = (size_t)(H / 32); /* bytes per row: codes, scales */
     const size_t per_expert = 2 * (size_t)I * (row_b + row_s);
     const size_t total = (size_t)n * per_expert;
+    char what[160];
+    snprintf(what, sizeof what, "layer %" PRId64 ": splitting gate_up_proj_blocks / _scales into gate and up", layer);
+    moe_status mst = moe_mem_check(ix->ctx, total, what);
+    if (mst != MOE_OK)
+        return mst;
     lt->gu_split = malloc(total); /* n x (gate [I, H/2], up [I, H/2], gate [I, H/32], up [I, H/32]) */
     if (!lt->gu_split)
         return moe_set_error(ix->ctx, MOE_ENOMEM,

@@ -2,6 +2,7 @@
  * expert linear of a selected MoE layer, quantized with moe_quantize_matrix into the names of
  * the job's format (docs/checkpoints.md "Writing"), or copied as it is. Memory: one expert
  * tensor in f32 at a time plus the quantized tensors of the shard being written. */
+#include "core/mem.h"
 #include "io/quantize_shard.h"
 #include "quant/quant.h"
 
@@ -181,6 +182,27 @@ static moe_status check_finite(qw_job *j, const char *path, const char *name, in
                          path, name, where, bad, (double)w[first], first / K, first % K, N, K, moe_quant_name(&j->q));
 }
 
+/* Refuse tensor `name` of `path` before allocating for it when its f32 copy [N, K] and
+ * `out_bytes` of quantized output buffers do not fit in the memory left (core/mem.c): the
+ * message gives both sizes instead of the OOM killer ending the run. */
+static moe_status tensor_fits(qw_job *j, const char *path, const char *name, int64_t N, int64_t K, uint64_t out_bytes)
+{
+    char what[400];
+    snprintf(what, sizeof what, "%s: quantizing tensor '%s' (its f32 copy and its codes and scales)", path, name);
+    return moe_mem_check(j->ctx, sizeof(float) * (uint64_t)N * (uint64_t)K + out_bytes, what);
+}
+
+/* Output buffers of one [N, K] matrix in the job's format, counted twice (quantize_f32's
+ * codes, scales, zero points and their copy in the shard); 0 when it cannot be quantized
+ * (quantize_f32 says why). */
+static uint64_t matrix_out_bytes(const qw_job *j, int64_t N, int64_t K)
+{
+    size_t cb, sb, zb;
+    if (moe_quantize_matrix_sizes(&j->q.w13, N, K, &cb, &sb, &zb) != MOE_OK)
+        return 0;
+    return 2 * ((uint64_t)cb + sb + zb);
+}
+
 /* Quantize one expert linear w (f32 [N, K], the weight "<base>.weight", `in_bytes` bytes in
  * the input) into shard s under the names of the job's format. */
 static moe_status quantize_f32(qw_job *j, qw_shard *s, const char *path, const char *base, const float *w, int64_t N,
@@ -305,6 +327,9 @@ done:
 static moe_status quantize_linear(qw_job *j, qw_shard *s, const char *path, const moe_tensor_info *t)
 {
     const int64_t N = t->shape[0], K = t->shape[1];
+    moe_status fit = tensor_fits(j, path, t->name, N, K, matrix_out_bytes(j, N, K));
+    if (fit != MOE_OK)
+        return fit;
     float *w = malloc(sizeof(float) * (size_t)(N * K)); /* [N, K] f32: one tensor at a time */
     if (!w)
         return moe_set_error(j->ctx, MOE_ENOMEM, "%s: out of memory for tensor '%s' (%zu bytes in f32)", path, t->name,
@@ -355,6 +380,8 @@ static moe_status quantize_stacked(qw_job *j, moe_checkpoint *ck, qw_shard *s, c
                                  "%s: tensor '%s': MXFP4 needs the input size (%s = %" PRId64 ") to be a multiple of 32, "
                                  "the MXFP4 group",
                                  path, t->name, which == 0 ? "hidden_size" : "intermediate_size", K);
+        if ((st = tensor_fits(j, path, t->name, N, K, (uint64_t)E * (cb + sb))) != MOE_OK)
+            return st;
         uint8_t *blocks = shard_buf(s, (size_t)E * cb); /* [E, N, K/32, 16] */
         uint8_t *scales = shard_buf(s, (size_t)E * sb); /* [E, N, K/32] E8M0 */
         float *w = malloc(sizeof(float) * (size_t)(N * K)); /* [N, K] one expert */
@@ -396,6 +423,8 @@ static moe_status quantize_stacked(qw_job *j, moe_checkpoint *ck, qw_shard *s, c
     /* per expert: gate_up gives gate (columns [0, I)) and up ([I, 2I)), down gives down */
     static const char *const names[3] = {"gate_proj", "up_proj", "down_proj"};
     const int64_t N = which == 0 ? I : H;
+    if ((st = tensor_fits(j, path, t->name, N, K, matrix_out_bytes(j, N, K))) != MOE_OK)
+        return st;
     float *w = malloc(sizeof(float) * (size_t)(N * K)); /* [N, K] one expert linear */
     if (!w)
         return moe_set_error(j->ctx, MOE_ENOMEM, "%s: out of memory for tensor '%s'", path, t->name);

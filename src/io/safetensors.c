@@ -806,6 +806,18 @@ moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tenso
     return st;
 }
 
+int moe_io_dangling_target(const char *path, char *target, size_t len)
+{
+    struct stat sb;
+    if (len == 0 || lstat(path, &sb) != 0 || !S_ISLNK(sb.st_mode) || stat(path, &sb) == 0 || errno != ENOENT)
+        return 0;
+    ssize_t n = readlink(path, target, len - 1);
+    if (n < 0)
+        return 0;
+    target[n] = '\0';
+    return 1;
+}
+
 const char *moe_io_file_kind(unsigned mode)
 {
     const mode_t m = (mode_t)mode;
@@ -822,6 +834,10 @@ moe_status moe_io_open_regular(moe_ctx *ctx, const char *path, int *fd_out, uint
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
+        char target[PATH_MAX];
+        if (e == ENOENT && moe_io_dangling_target(path, target, sizeof target))
+            return moe_set_error(ctx, MOE_ENOTFOUND, "%s: is a dangling symlink to '%s', which does not exist", path,
+                                 target);
         return moe_set_error(ctx, e == ENOENT ? MOE_ENOTFOUND : MOE_EIO, "%s: cannot open: %s", path, strerror(e));
     }
     struct stat sb;

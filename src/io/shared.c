@@ -10,6 +10,7 @@
  *    (moe_ckq_shared_check); w = (v - z) * s or v * s.
  * Both are one f32 multiply (moe_quant_dequant_source), within f32 reassociation of what the
  * weight-only kernels would compute (docs/numerics.md section 5). */
+#include "core/mem.h"
 #include "io/shared.h"
 #include "quant/format.h"
 #include "quant/quant.h"
@@ -25,7 +26,14 @@ static const char *const shared_proj[3] = {"gate_proj", "up_proj", "down_proj"};
 static moe_status alloc_dequantized(const moe_ck_index *ix, moe_ck_layer *lt, size_t n1, int describe,
                                     const char *what)
 {
-    if (!describe && !(lt->sh_deq = malloc(3 * n1 * sizeof(float))))
+    if (describe)
+        return MOE_OK;
+    char w[160];
+    snprintf(w, sizeof w, "dequantizing the %s shared expert to f32", what);
+    moe_status st = moe_mem_check(ix->ctx, 3 * (uint64_t)n1 * sizeof(float), w);
+    if (st != MOE_OK)
+        return st;
+    if (!(lt->sh_deq = malloc(3 * n1 * sizeof(float))))
         return moe_set_error(ix->ctx, MOE_ENOMEM, "out of memory dequantizing the %s shared expert (%zu bytes)", what,
                              3 * n1 * sizeof(float));
     return MOE_OK;

@@ -48,8 +48,14 @@ moe_status moe_knob_describe(const moe_options *opts, size_t i, moe_knob_info *o
 {
     if (!out || i >= MOE_KNOB__COUNT)
         return MOE_ERANGE;
-    long long num = 0;
-    moe_knob_resolve(opts, (moe_knob)i, isa_values(), out, &num);
+    long long num[MOE_KNOB__COUNT];
+    moe_knob_info info[MOE_KNOB__COUNT];
+    int ok = 1;
+    for (int k = 0; k < MOE_KNOB__COUNT; k++)
+        ok &= moe_knob_resolve(opts, (moe_knob)k, isa_values(), &info[k], &num[k]);
+    if (ok) /* inertness is judged only on a valid configuration */
+        moe_knob_inert(info, num, (moe_knob)i, MOE_INERT_TP_NOTE, info[i].inert, sizeof info[i].inert);
+    *out = info[i];
     return MOE_OK;
 }
 
@@ -98,6 +104,7 @@ moe_status moe_ctx_create(const moe_options *opts, moe_ctx **out, char *out_err_
     ctx->log_fn = opts ? opts->log_fn : NULL;
     ctx->log_user = opts ? opts->log_user : NULL;
     ctx->kernels = kern;
+    ctx->generation = moe_ctx_generation_next();
 
     /* Canonical text: every knob but the logging one, in table order, with the resolved ISA. */
     size_t used = 0;
@@ -117,6 +124,19 @@ moe_status moe_ctx_create(const moe_options *opts, moe_ctx **out, char *out_err_
     for (size_t i = 0; moe_env_unknown(i, &name, &len, &suggestion); i++)
         moe_log(ctx, MOE_LOG_WARN, "unknown environment variable %.*s is ignored; did you mean %s?", (int)len, name,
                 suggestion);
+    /* Idle knobs (core/knobs.c moe_knob_inert): the knob-vs-knob cases now, the TP ones when
+     * a plan without TP is created. */
+    for (int k = 0; k < MOE_KNOB__COUNT; k++) {
+        char why[224], wb[96];
+        const char *where = moe_knob_where(&info[k], wb, sizeof wb);
+        if (moe_knob_inert(info, num, (moe_knob)k, MOE_INERT_TP_UNKNOWN, why, sizeof why)) {
+            moe_log(ctx, MOE_LOG_WARN, "%s=%s has no effect: it %s", where, info[k].value, why);
+        } else if (k == MOE_KNOB_SMALL_ALLREDUCE || k == MOE_KNOB_TP_REDUCE) {
+            char *msg = ctx->tp_idle[k == MOE_KNOB_TP_REDUCE];
+            if (moe_knob_inert(info, num, (moe_knob)k, MOE_INERT_NO_TP, why, sizeof why))
+                snprintf(msg, sizeof ctx->tp_idle[0], "%s=%s has no effect: it %s", where, info[k].value, why);
+        }
+    }
     for (int k = 0; k < MOE_KNOB__COUNT; k++)
         moe_log(ctx, MOE_LOG_DEBUG, "knob %s = %s (%s)", info[k].env, info[k].value,
                 info[k].source == MOE_KNOB_API ? "api" : info[k].source == MOE_KNOB_ENV ? "environment" : "default");
@@ -136,7 +156,7 @@ void moe_ctx_free(moe_ctx *ctx)
 
 const char *moe_ctx_last_error(const moe_ctx *ctx)
 {
-    return ctx ? ctx->last_error : "moe_ctx_last_error: ctx is NULL";
+    return ctx ? moe_error_of_thread(ctx) : "moe_ctx_last_error: ctx is NULL";
 }
 
 int moe_ctx_num_threads(const moe_ctx *ctx)

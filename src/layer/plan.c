@@ -7,6 +7,7 @@
 #include "quant/format.h"
 #include "quant/quant.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <xxhash.h>
 
@@ -299,6 +300,11 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
     /* Every cost nobody asked for is logged with its size (report.c: the kernel table's
      * fallbacks, padding, duplicated memory; moe_plan_report gives the same as data). */
     moe_plan_log_costs(p);
+    /* TP knobs given to a ctx whose plan has no TP: one WARNING per ctx (moe.h "Idle knobs") */
+    if (par->tp_size == 1 && (ctx->tp_idle[0][0] || ctx->tp_idle[1][0]) && !atomic_exchange(&ctx->tp_idle_logged, 1))
+        for (int i = 0; i < 2; i++)
+            if (ctx->tp_idle[i][0])
+                moe_log(ctx, MOE_LOG_WARN, "%s", ctx->tp_idle[i]);
     *out = p;
     return MOE_OK;
 }

@@ -4,6 +4,7 @@
  * bf16 / f16 panels, or a quantized scheme's codes with f32 scales beside them). The router, the
  * biases and the shared expert (always plain) are packed the same way for every format. The
  * experts stage sees the result as one moe_expert_mats per local expert. */
+#include "core/mem.h"
 #include "layer/layer.h"
 #include "quant/format.h"
 #include "quant/pack.h"
@@ -276,6 +277,26 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
     /* the shared expert's packed bytes: gate, up [Isl, H] and down [H, Isl], plain or pairs */
     const moe_format *fs = moe_format_row(fplain);
     const size_t shared_bytes = Is > 0 ? 2 * fs->packed_bytes(Isl, H) + fs->packed_bytes(H, Isl) : 0;
+    /* Every byte packed below, summed before anything is allocated: a layer that cannot fit is
+     * refused with the sizes (core/mem.c), not failed half-way or killed by the OOM killer. */
+    uint64_t need = (uint64_t)shared_bytes + sizeof(float) * (uint64_t)(E * H + (d->shared_expert_gated ? H : 0));
+    need += sizeof(float) * (uint64_t)((d->has_router_bias ? E : 0) + (d->has_selection_bias ? E : 0));
+    need += d->has_expert_bias ? sizeof(float) * (uint64_t)El * (uint64_t)(2 * Il + H) : 0;
+    for (int64_t i = 0; i < 3 * El; i++) {
+        const int mat = (int)(i % 3);
+        const moe_format *f = moe_format_row(mat == 2 ? f2 : f13);
+        const int64_t N = mat == 2 ? H : Il, K = mat == 2 ? Il : H; /* shard [N, K] */
+        need += f->packed_bytes(N, K);
+        if (quant) {
+            const moe_qweight *qw = mat == 2 ? &q2 : &q13;
+            const int64_t gk = moe_quant_gk(qw, K), ng = (K + gk - 1) / gk;
+            need += sizeof(float) * (uint64_t)(N * ng) * (qw->has_zero_point ? 2 : 1) + (uint64_t)f->comp_bytes * (uint64_t)N;
+        }
+    }
+    char what[96];
+    snprintf(what, sizeof what, "moe_weights_create: packing %lld experts", (long long)El);
+    if ((st = moe_mem_check(ctx, need, what)) != MOE_OK)
+        return st;
     moe_weights *w = calloc(1, sizeof *w);
     if (!w)
         return moe_set_error(ctx, MOE_ENOMEM, "moe_weights_create: out of memory");

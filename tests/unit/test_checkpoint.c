@@ -1161,6 +1161,58 @@ static void test_weights_symlink_loop(void **state)
     moe_ctx_free(ctx);
 }
 
+/* Issue 17: a model.safetensors, index, shard or config.json that is a dangling symlink is
+ * reported as one, naming its target, not "not found" / "neither ... found". */
+static void test_dangling_symlink(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    kind_ck k;
+    kind_ck_make(ctx, &k, "ck-dangling");
+    moe_checkpoint *ck = (moe_checkpoint *)(uintptr_t)1;
+    char target[800];
+    snprintf(target, sizeof target, "%s/gone/model-00001.safetensors", k.dir);
+    /* the single file */
+    assert_int_equal(rename(k.st, k.keep), 0);
+    assert_int_equal(symlink(target, k.st), 0);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_ENOTFOUND, k.st, "is a dangling symlink to", target,
+                 "which does not exist");
+    assert_null(strstr(moe_ctx_last_error(ctx), "neither"));
+    assert_null(ck);
+    /* a relative target is named as the link holds it */
+    assert_int_equal(unlink(k.st), 0);
+    assert_int_equal(symlink("shards/w.safetensors", k.st), 0);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_ENOTFOUND, k.st,
+                 "dangling symlink to 'shards/w.safetensors'");
+    assert_int_equal(unlink(k.st), 0);
+    /* the index */
+    assert_int_equal(symlink(target, k.idx), 0);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_ENOTFOUND, k.idx, "is a dangling symlink to", target);
+    assert_null(strstr(moe_ctx_last_error(ctx), "neither"));
+    assert_int_equal(unlink(k.idx), 0);
+    /* a shard the index lists */
+    char shard[800], idx_text[1024];
+    snprintf(shard, sizeof shard, "%s/model-00001-of-00001.safetensors", k.dir);
+    assert_int_equal(symlink(target, shard), 0);
+    snprintf(idx_text, sizeof idx_text, "{\"weight_map\": {\"lm_head.weight\": \"model-00001-of-00001.safetensors\"}}");
+    assert_int_equal(tu_write_file(k.idx, idx_text, strlen(idx_text)), 0);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_ENOTFOUND, shard, "is a dangling symlink to", target);
+    assert_int_equal(unlink(k.idx), 0);
+    assert_int_equal(unlink(shard), 0);
+    assert_int_equal(rename(k.keep, k.st), 0);
+    /* config.json */
+    assert_int_equal(rename(k.cfg, k.keep), 0);
+    assert_int_equal(symlink(target, k.cfg), 0);
+    expect_error(ctx, moe_checkpoint_open(ctx, k.dir, &ck), MOE_ENOTFOUND, k.cfg, "is a dangling symlink to", target);
+    assert_int_equal(unlink(k.cfg), 0);
+    assert_int_equal(rename(k.keep, k.cfg), 0);
+    /* restored: it opens */
+    assert_int_equal(moe_checkpoint_open(ctx, k.dir, &ck), MOE_OK);
+    moe_checkpoint_free(ck);
+    tu_rm_tree(k.dir);
+    moe_ctx_free(ctx);
+}
+
 /* --------------------------------------------------------------------------------------
  * Errors: tensors
  * ------------------------------------------------------------------------------------ */
@@ -1344,6 +1396,7 @@ int main(void)
         cmocka_unit_test(test_fifo_files),
         cmocka_unit_test(test_json_size_limits),
         cmocka_unit_test(test_weights_symlink_loop),
+        cmocka_unit_test(test_dangling_symlink),
         cmocka_unit_test(test_tensor_errors),
     };
     return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);

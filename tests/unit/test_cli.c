@@ -880,6 +880,58 @@ static void test_env_command(void **state)
     result_free(&r);
 }
 
+/* moe env marks a given value that cannot act ("(inert: why)" on its line, exit status 0) and
+ * nothing when it can act (moe.h "Idle knobs"). */
+static const char *line_of(const char *text, const char *start, char *buf, size_t len)
+{
+    const char *p = strstr(text, start);
+    if (!p)
+        fail_msg("no line starting %s in:\n%s", start, text);
+    const char *nl = strchr(p, '\n');
+    snprintf(buf, len, "%.*s", (int)(nl ? nl - p : (ptrdiff_t)strlen(p)), p);
+    return buf;
+}
+
+static void test_env_inert(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    cli_result r;
+    char line[1024];
+    const char *a[] = {"env", NULL};
+    setenv("MOE_ONEHOT_THRESHOLD", "9", 1);
+    setenv("MOE_PERMUTE", "packed", 1);
+    setenv("MOE_TP_REDUCE", "reduce_scatter", 1);
+    setenv("MOE_SMALL_ALLREDUCE", "64", 1);
+    run_moe(&r, a);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(line_of(r.out, "MOE_ONEHOT_THRESHOLD ", line, sizeof line),
+                           " (inert: acts only when the permute knob is auto, and MOE_PERMUTE=packed)"));
+    assert_non_null(strstr(line_of(r.out, "MOE_SMALL_ALLREDUCE ", line, sizeof line),
+                           " (inert: acts only when the tp_reduce knob is allreduce"));
+    assert_non_null(strstr(line_of(r.out, "MOE_TP_REDUCE ", line, sizeof line),
+                           " (inert: acts only under tensor parallelism (parallel.tp_size > 1; the command line's --tp "
+                           "> 1))"));
+    assert_null(strstr(line_of(r.out, "MOE_PERMUTE ", line, sizeof line), "(inert"));
+    result_free(&r);
+    /* --json carries the same text */
+    const char *aj[] = {"env", "--json", NULL};
+    run_moe(&r, aj);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "\"inert\": \"acts only when the permute knob is auto, and MOE_PERMUTE=packed\""));
+    result_free(&r);
+    /* permute auto: the threshold acts, no mark */
+    setenv("MOE_PERMUTE", "auto", 1);
+    unsetenv("MOE_TP_REDUCE");
+    unsetenv("MOE_SMALL_ALLREDUCE");
+    run_moe(&r, a);
+    unsetenv("MOE_ONEHOT_THRESHOLD");
+    unsetenv("MOE_PERMUTE");
+    expect(&r, 0, NULL);
+    assert_null(strstr(r.out, "(inert"));
+    result_free(&r);
+}
+
 /* moe plan: zero padding and exact bytes per rank for bf16 Qwen3.5 at TP 4 and 8; the fp8
  * block cut is stated. Bytes: E * 3 * H * (I / tp) * 2 = 256 * 3 * 2048 * 128 * 2. */
 static void test_plan_command(void **state)
@@ -948,6 +1000,30 @@ static void test_plan_command(void **state)
         if (f == 0)
             result_free(&r);
     }
+    result_free(&r);
+}
+
+/* moe run (one process, no TP) with MOE_TP_REDUCE set: one WARNING on stderr naming it, and
+ * none without it. */
+static void test_run_idle_tp_knob(void **state)
+{
+    run_fixture *f = *state;
+    SKIP_WITHOUT_BIN();
+    free(make_input(f->in, 3, CK_H, MOE_DTYPE_F32, 7));
+    cli_result r;
+    const char *a[] = {"run", "--checkpoint", f->ck, "--layer", "0", "--input", f->in, "--output", f->out, NULL};
+    const char *want = "MOE_TP_REDUCE=reduce_scatter has no effect: it acts only under tensor parallelism";
+    setenv("MOE_TP_REDUCE", "reduce_scatter", 1);
+    run_moe(&r, a);
+    unsetenv("MOE_TP_REDUCE");
+    expect(&r, 0, NULL);
+    const char *p = strstr(r.err, want);
+    if (!p || strstr(p + 1, want))
+        fail_msg("expected the warning \"%s\" once on stderr:\n%s", want, r.err);
+    result_free(&r);
+    run_moe(&r, a);
+    expect(&r, 0, NULL);
+    assert_null(strstr(r.err, "has no effect"));
     result_free(&r);
 }
 
@@ -1306,6 +1382,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_run_compute_bf16, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_compute_bf16_without_avx512_bf16, run_setup, run_teardown),
         cmocka_unit_test(test_env_command),
+        cmocka_unit_test(test_env_inert),
+        cmocka_unit_test_setup_teardown(test_run_idle_tp_knob, run_setup, run_teardown),
         cmocka_unit_test(test_plan_command),
         cmocka_unit_test(test_flag_takes_no_value),
         cmocka_unit_test(test_option_errors),

@@ -323,6 +323,135 @@ static void test_env(void **state)
     }
 }
 
+/* Occurrences of `needle` in `hay`. */
+static int count_of(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* A ctx from `o` (its log_fn set to capture), then `plans` plans without TP on it; logbuf
+ * holds the WARNINGs of all of it. */
+static void idle_run(moe_options *o, int plans)
+{
+    char err[512];
+    moe_ctx *ctx = NULL;
+    o->log_fn = capture;
+    logbuf[0] = '\0';
+    assert_int_equal(moe_ctx_create(o, &ctx, err, sizeof err), MOE_OK);
+    for (int i = 0; i < plans; i++) {
+        moe_plan *p = NULL;
+        assert_int_equal(moe_plan_create(ctx, &L.d, &p), MOE_OK);
+        moe_plan_free(p);
+    }
+    moe_ctx_free(ctx);
+}
+
+/* moe_knob_describe's inert text of the knob whose variable is `env`, for options o. */
+static const char *inert_of(const moe_options *o, const char *env)
+{
+    static moe_knob_info info;
+    for (size_t i = 0; i < moe_knob_count(); i++) {
+        assert_int_equal(moe_knob_describe(o, i, &info), MOE_OK);
+        if (strcmp(info.env, env) == 0)
+            return info.inert;
+    }
+    fail_msg("no knob %s", env);
+    return NULL;
+}
+
+/* Idle knobs (moe.h "Idle knobs"): a given value that cannot act gets exactly one WARNING
+ * naming it and why, and moe_knob_describe's inert text; a value that can act, none. */
+static void test_idle_knobs(void **state)
+{
+    (void)state;
+    moe_options o;
+    /* MOE_ONEHOT_THRESHOLD under each fixed permute method: idle; under auto: acts */
+    const char *fixed[] = {"sort", "onehot", "packed"};
+    for (int i = 0; i < 3; i++) {
+        char want[160];
+        setenv("MOE_ONEHOT_THRESHOLD", "100", 1);
+        setenv("MOE_PERMUTE", fixed[i], 1);
+        moe_options_init(&o);
+        idle_run(&o, 2);
+        snprintf(want, sizeof want,
+                 "MOE_ONEHOT_THRESHOLD=100 has no effect: it acts only when the permute knob is auto, and "
+                 "MOE_PERMUTE=%s\n", fixed[i]);
+        assert_int_equal(count_of(logbuf, want), 1);
+        assert_int_equal(count_of(logbuf, "has no effect"), 1);
+        assert_non_null(strstr(inert_of(&o, "MOE_ONEHOT_THRESHOLD"), fixed[i]));
+        /* the API wins over the environment, and the message names the field */
+        o.permute = "auto";
+        idle_run(&o, 1);
+        assert_int_equal(count_of(logbuf, "has no effect"), 0);
+        assert_string_equal(inert_of(&o, "MOE_ONEHOT_THRESHOLD"), "");
+        unsetenv("MOE_ONEHOT_THRESHOLD");
+        unsetenv("MOE_PERMUTE");
+    }
+    moe_options_init(&o);
+    o.onehot_threshold = 7;
+    o.permute = "packed";
+    idle_run(&o, 1);
+    assert_int_equal(count_of(logbuf, "moe_options.onehot_threshold=7 has no effect: it acts only when the permute "
+                                      "knob is auto, and moe_options.permute=packed\n"), 1);
+    /* the default threshold under a fixed method is nobody's setting: no warning */
+    moe_options_init(&o);
+    o.permute = "sort";
+    idle_run(&o, 1);
+    assert_int_equal(count_of(logbuf, "has no effect"), 0);
+    assert_string_equal(inert_of(&o, "MOE_ONEHOT_THRESHOLD"), "");
+
+    /* MOE_TP_REDUCE without TP: one WARNING from the first plan, none from the next ones */
+    const char *tp_text = "acts only under tensor parallelism (parallel.tp_size > 1; the command line's --tp > 1)";
+    setenv("MOE_TP_REDUCE", "reduce_scatter", 1);
+    moe_options_init(&o);
+    idle_run(&o, 0); /* the ctx alone cannot know */
+    assert_int_equal(count_of(logbuf, "has no effect"), 0);
+    idle_run(&o, 3);
+    char want[256];
+    snprintf(want, sizeof want, "MOE_TP_REDUCE=reduce_scatter has no effect: it %s, and this plan has tp_size = 1\n",
+             tp_text);
+    assert_int_equal(count_of(logbuf, want), 1);
+    assert_int_equal(count_of(logbuf, "has no effect"), 1);
+    assert_string_equal(inert_of(&o, "MOE_TP_REDUCE"), tp_text);
+    /* MOE_SMALL_ALLREDUCE beside reduce_scatter: idle whatever the plan, said by the ctx; the
+     * plan without TP adds only MOE_TP_REDUCE's line */
+    setenv("MOE_SMALL_ALLREDUCE", "1024", 1);
+    idle_run(&o, 2);
+    assert_int_equal(count_of(logbuf, "MOE_SMALL_ALLREDUCE=1024 has no effect: it acts only when the tp_reduce knob "
+                                      "is allreduce (reduce_scatter always reduce-scatters), and "
+                                      "MOE_TP_REDUCE=reduce_scatter\n"), 1);
+    assert_int_equal(count_of(logbuf, want), 1);
+    assert_int_equal(count_of(logbuf, "has no effect"), 2);
+    unsetenv("MOE_TP_REDUCE");
+    /* MOE_SMALL_ALLREDUCE alone, without TP */
+    idle_run(&o, 2);
+    snprintf(want, sizeof want, "MOE_SMALL_ALLREDUCE=1024 has no effect: it %s, and this plan has tp_size = 1\n",
+             tp_text);
+    assert_int_equal(count_of(logbuf, want), 1);
+    assert_int_equal(count_of(logbuf, "has no effect"), 1);
+    unsetenv("MOE_SMALL_ALLREDUCE");
+    /* through the API */
+    moe_options_init(&o);
+    o.small_allreduce = 0;
+    o.tp_reduce = "allreduce";
+    idle_run(&o, 1);
+    assert_int_equal(count_of(logbuf, "moe_options.small_allreduce=0 has no effect"), 1);
+    assert_int_equal(count_of(logbuf, "moe_options.tp_reduce=allreduce has no effect"), 1);
+    assert_int_equal(count_of(logbuf, "has no effect"), 2);
+    /* nothing given: nothing said, and every knob's inert text is empty */
+    moe_options_init(&o);
+    idle_run(&o, 2);
+    assert_int_equal(count_of(logbuf, "has no effect"), 0);
+    for (size_t i = 0; i < moe_knob_count(); i++) {
+        moe_knob_info info;
+        assert_int_equal(moe_knob_describe(&o, i, &info), MOE_OK);
+        assert_string_equal(info.inert, "");
+    }
+}
+
 /* The options hash: equal for equal knobs, different when a knob differs, blind to logging. */
 static void test_hash(void **state)
 {
@@ -394,7 +523,7 @@ int main(void)
         cmocka_unit_test(test_chunk_size), cmocka_unit_test(test_permute),   cmocka_unit_test(test_topk),
         cmocka_unit_test(test_lowtok),     cmocka_unit_test(test_isa_and_threads),
         cmocka_unit_test(test_modular_formats), cmocka_unit_test(test_env), cmocka_unit_test(test_hash),
-        cmocka_unit_test(test_last_chunk),
+        cmocka_unit_test(test_last_chunk), cmocka_unit_test(test_idle_knobs),
     };
     return cmocka_run_group_tests(tests, setup_ref, NULL);
 }
