@@ -178,8 +178,16 @@ typedef struct moe_options {
                                  allreduce (every TP rank gets every output row);
                                  reduce_scatter: each TP rank gets its share of the rows
                                  (moe_plan_tp_rows). No effect without TP. */
-    const char *tuning_dir;   /* NULL = unset: MOE_TUNING_DIR, an existing folder; default none.
-                                 No tuning files are defined yet: recorded and reported only. */
+    const char *tuning_dir;   /* NULL = unset: MOE_TUNING_DIR, an existing folder of tuning files
+                                 (docs/tuning.md; `moe tune` writes them); "" or default: none.
+                                 Plan creation (single-process plans) reads the file named by
+                                 moe_plan_tuning_name; an execute of T tokens then runs the entry
+                                 of the nearest token count (ties: the smaller). The five knobs
+                                 above that a file sets (chunk_size, permute, onehot_threshold,
+                                 topk, lowtok_threshold) keep their value when set explicitly
+                                 here or in the environment. A malformed file fails plan creation
+                                 (MOE_EFORMAT naming the file and field); no file: INFO, the
+                                 context's knobs. Output bits never change. */
     int log_level;            /* moe_log_level; -1 = unset: MOE_LOG_LEVEL = error|warn|info|debug; default warn */
     moe_log_fn log_fn;        /* NULL = stderr, prefixed "libmoe: LEVEL: " */
     void *log_user;           /* passed to log_fn */
@@ -618,10 +626,26 @@ typedef struct moe_plan_path {
     const char *experts_path;     /* static: exactly "tiled GEMM", or "few-token streaming" when
                                      rows_per_expert is below MOE_LOWTOK_THRESHOLD */
     size_t workspace_bytes;       /* moe_plan_workspace_size(plan, n_tokens) */
+    int64_t tuned_tokens;         /* the tuning file entry an execute of n_tokens runs (its token
+                                     count; docs/tuning.md), 0: the context's knobs */
+    const char *topk;             /* static: "sort" or "rowmax" */
+    int64_t lowtok_threshold;     /* the one that execute runs with */
 } moe_plan_path;
 
 /* Errors: MOE_EINVAL (NULL argument, n_tokens < 1). */
 moe_status moe_plan_path_for(const moe_plan *plan, int64_t n_tokens, moe_plan_path *out);
+
+/* The name of the tuning file for plan's layer shape and machine (docs/tuning.md), without a
+ * folder: "E=<num_experts>,N=<moe_intermediate_size>,K=<hidden_size>,top_k=<top_k>
+ * [,shared_N=<shared_expert_intermediate_size>],format=<bf16|f16|f32|quant scheme>,
+ * compute=<f32|bf16>,device_name=<CPU model name, sanitized>,threads=<threads>.json" (one line,
+ * no spaces). Errors: MOE_EINVAL (NULL), MOE_ERANGE (len too short; the bytes needed in the
+ * message). */
+moe_status moe_plan_tuning_name(const moe_plan *plan, char *out, size_t len);
+
+/* The path of the tuning file plan creation read, or "" when none (no MOE_TUNING_DIR, no file
+ * for this shape, a parallel plan). Valid while the plan lives. */
+const char *moe_plan_tuning_file(const moe_plan *plan);
 
 /* ---------------------------------------------------------------------------------------
  * Weights: packed once into the kernel layout. Weights stay in their dtype (F32, BF16,
@@ -751,6 +775,8 @@ typedef struct moe_exec_stats {
     int64_t dispatch_bytes, combine_bytes, tp_reduce_bytes;
     int64_t received_rows;        /* EP: (token, k) rows this rank's experts ran, all sources */
     int64_t max_tokens;           /* the most tokens any rank passed to this execute */
+    int64_t tuned_tokens;         /* the token count of the tuning file entry this execute ran
+                                     (moe_plan_tuning_file), 0: the context's knobs */
 } moe_exec_stats;
 
 /* Run one forward of the layer. Never allocates. Thread-safe for distinct workspaces and

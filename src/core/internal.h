@@ -31,7 +31,8 @@ struct moe_ctx {
     int64_t lowtok_threshold; /* rows per expert */
     int64_t small_allreduce;  /* bytes */
     int tp_reduce;            /* MOE_TP_* */
-    char tuning_dir[512];
+    char tuning_dir[512];     /* "" = none */
+    unsigned knob_explicit;   /* bit k: knob k (moe_knob) was set by the API or the environment */
     const struct moe_kernels *kernels; /* the chosen ISA table */
     char options_text[1024];  /* canonical "key=value;" text of the resolved knobs */
     uint64_t options_hash;    /* XXH64 of options_text */
