@@ -44,10 +44,10 @@ moe_status moe_plan_tuning_name(const moe_plan *plan, char *out, size_t len)
             fmt[i] = (char)(n[i] >= 'A' && n[i] <= 'Z' ? n[i] - 'A' + 'a' : n[i]);
         fmt[i] = '\0';
     }
-    if (plan->st.shard.Is > 0)
-        snprintf(shared, sizeof shared, ",shared_N=%lld", (long long)plan->st.shard.Is);
+    if (d->shared_expert_intermediate_size > 0)
+        snprintf(shared, sizeof shared, ",shared_N=%lld", (long long)d->shared_expert_intermediate_size);
     int n = snprintf(out, len, "E=%lld,N=%lld,K=%lld,top_k=%lld%s,format=%s,compute=%s,device_name=%s,threads=%d.json",
-                     (long long)d->num_experts, (long long)plan->st.shard.I, (long long)d->hidden_size,
+                     (long long)d->num_experts, (long long)d->moe_intermediate_size, (long long)d->hidden_size,
                      (long long)d->top_k, shared, fmt, moe_compute_name(plan->st.compute), moe_cpu_device_name(),
                      plan->st.ctx->num_threads);
     if (n < 0 || (size_t)n >= len)
