@@ -1629,8 +1629,8 @@ void cli_bench_layer_name(const cli_bench *b, char *out, size_t len)
         snprintf(out, len, "%s layer %lld", b->cfg->ckdir, (long long)b->cfg->layer);
 }
 
-int cli_bench_time(cli_bench *b, moe_ctx *ctx, const moe_plan *plan, int64_t T, double *median_ms, int *runs,
-                   moe_exec_stats *stats)
+int cli_bench_time(cli_bench *b, moe_ctx *ctx, const moe_plan *plan, int64_t T, double *median_ms, double *best_ms,
+                   int *runs, moe_exec_stats *stats)
 {
     const size_t need = moe_plan_workspace_size(plan, T);
     if (need > b->ws_size) { /* a tuned chunk longer than the default's */
@@ -1654,6 +1654,7 @@ int cli_bench_time(cli_bench *b, moe_ctx *ctx, const moe_plan *plan, int64_t T, 
     if (rc != CLI_OK)
         return rc;
     *median_ms = row.median_ms;
+    *best_ms = row.best_ms;
     *runs = row.runs;
     if (stats)
         *stats = b->last;

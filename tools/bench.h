@@ -36,9 +36,9 @@ void cli_bench_layer_name(const cli_bench *b, char *out, size_t len);
 
 /* Time forwards of T tokens on plan (created on ctx for the bench's layer description, with
  * the bench's compute), over the bench's packed weights and input ring, as a bench row does:
- * one warm-up, then the median of --iters runs or of enough for --min-time (3 to 50). *stats:
- * the last forward's. Returns an exit code (the error printed). */
-int cli_bench_time(cli_bench *b, moe_ctx *ctx, const moe_plan *plan, int64_t T, double *median_ms, int *runs,
-                   moe_exec_stats *stats);
+ * one warm-up, then --iters runs or enough for --min-time (3 to 50): their median and best
+ * (fastest) ms. *stats: the last forward's. Returns an exit code (the error printed). */
+int cli_bench_time(cli_bench *b, moe_ctx *ctx, const moe_plan *plan, int64_t T, double *median_ms, double *best_ms,
+                   int *runs, moe_exec_stats *stats);
 
 #endif
