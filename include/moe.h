@@ -244,7 +244,7 @@ int moe_ctx_num_threads(const moe_ctx *ctx);
 /* The resolved knobs in canonical text form: "key=value;" pairs in a fixed order, every knob
  * except the logging ones (which change no computation). Static per ctx. */
 const char *moe_ctx_options_text(const moe_ctx *ctx);
-/* XXH64 (seed 0) of moe_ctx_options_text(): the key of tuning files, compared across ranks. */
+/* XXH64 (seed 0) of moe_ctx_options_text(), compared across ranks. */
 uint64_t moe_ctx_options_hash(const moe_ctx *ctx);
 /* Name of the kernel table in use: a row of the kernel registry (moe_isa_count), e.g. "ref",
  * "avx2", "avx512". */
@@ -530,14 +530,19 @@ moe_compute moe_plan_compute(const moe_plan *plan);
 const moe_layer_desc *moe_plan_desc(const moe_plan *plan);
 
 /* Canonical text of the plan: the ctx's resolved knobs (moe_ctx_options_text) followed by
- * the layer description and composition as "key=value;" pairs. Valid while the plan lives. */
+ * the layer description and composition as "key=value;" pairs; with a tuning folder
+ * (moe_options.tuning_dir) it ends "tuning_file=PATH;tuned=T:chunk_size/permute/
+ * onehot_threshold/topk/lowtok_threshold,...;" (the entries as they run, explicit knobs
+ * applied) or "tuning_file=none;" (docs/tuning.md). Valid while the plan lives. */
 const char *moe_plan_text(const moe_plan *plan);
-/* XXH64 (seed 0) of moe_plan_text(): compared across ranks, keys tuning files. */
+/* XXH64 (seed 0) of moe_plan_text(): compared across ranks. */
 uint64_t moe_plan_hash(const moe_plan *plan);
 
 /* Bytes of workspace moe_plan_execute() needs for up to `max_tokens` tokens. The experts
  * stage runs in chunks of at most chunk_size tokens, so this is bounded whatever
- * max_tokens is. 0 for max_tokens <= 0. Parallel plans: max_tokens bounds the tokens of every
+ * max_tokens is; with a tuning file, the longest chunk of any entry an execute of at most
+ * max_tokens tokens can select, so the size serves every n_tokens <= max_tokens. 0 for
+ * max_tokens <= 0. Parallel plans: max_tokens bounds the tokens of every
  * rank's execute (the rows received from the peers need room), and the size includes the
  * send and receive buffers of the dispatch and the TP reduction. */
 size_t moe_plan_workspace_size(const moe_plan *plan, int64_t max_tokens);

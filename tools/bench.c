@@ -54,6 +54,7 @@ typedef struct bench_cfg {
     moe_quant_config q;      /* its configuration */
     moe_compute compute;     /* --compute f32|bf16 (moe_plan_config.compute) */
     const char *output;      /* moe tune --output DIR */
+    int64_t rounds;          /* moe tune --rounds N (0: its default) */
 } bench_cfg;
 
 /* A roof of the roofline: the DRAM bandwidth or the compute peak of the instructions the expert
@@ -281,12 +282,13 @@ static int parse_bench_args(int argc, char **argv, bench_cfg *cfg, const cli_ben
         /* f32 / bf16 (cli_parse_compute names the accepted values) */
         {.name = "--compute", .kind = CLI_CUSTOM, .dst = &cfg->compute, .parse = cli_parse_compute},
         {.name = "--seed", .kind = CLI_I64, .dst = &seed, .lo = 0, .hi = INT64_MAX},
-        /* moe tune only (the first three are bench's only) */
+        /* moe tune only, the last two (the first three are bench's only) */
         {.name = "--output", .kind = CLI_STR, .dst = &cfg->output, .nonempty = 1},
+        {.name = "--rounds", .kind = CLI_I64, .dst = &cfg->rounds, .lo = 1, .hi = 100},
     };
     const size_t nopts = CLI_NOPTS(opts);
     const int prc = hook ? cli_parse_opts(argc, argv, CMD, opts + 3, nopts - 3, hook->usage)
-                         : cli_parse_opts(argc, argv, CMD, opts, nopts - 1, bench_usage);
+                         : cli_parse_opts(argc, argv, CMD, opts, nopts - 2, bench_usage);
     if (prc != CLI_GO_ON)
         return prc;
     cfg->seed = (uint64_t)seed;
@@ -1619,6 +1621,11 @@ int64_t cli_bench_tokens(const cli_bench *b, int i)
 const char *cli_bench_output(const cli_bench *b)
 {
     return b->cfg->output;
+}
+
+int cli_bench_rounds(const cli_bench *b)
+{
+    return (int)b->cfg->rounds;
 }
 
 void cli_bench_layer_name(const cli_bench *b, char *out, size_t len)

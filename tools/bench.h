@@ -31,6 +31,7 @@ const moe_plan *cli_bench_plan(const cli_bench *b);
 int cli_bench_ntokens(const cli_bench *b);
 int64_t cli_bench_tokens(const cli_bench *b, int i);
 const char *cli_bench_output(const cli_bench *b); /* --output, or NULL */
+int cli_bench_rounds(const cli_bench *b);         /* --rounds, or 0 */
 /* "qwen3-30b-a3b" or "CKPT layer L" */
 void cli_bench_layer_name(const cli_bench *b, char *out, size_t len);
 

@@ -20,8 +20,9 @@ static const char *const CMD = "moe tune";
 /* A candidate replaces the current choice only when its fastest run is this much faster: the
  * machine is noisy, and a tie keeps the default. */
 #define TUNE_MARGIN 0.03
-/* Interleaved default / tuned measurements at the end of each token count. */
-#define TUNE_ROUNDS 3
+/* Default --rounds: candidate / best pairs per candidate; the final defaults / tuned
+ * comparison takes one round more. */
+#define TUNE_ROUNDS 2
 #define TUNE_MAX_T 64
 
 static const int64_t DEFAULT_TOKENS[] = {1, 4, 16, 64, 256, 1024, 2048};
@@ -34,11 +35,11 @@ static void tune_usage(FILE *f)
           "change the output bits: permute (sort, onehot, packed), topk (sort, rowmax),\n"
           "lowtok_threshold (when a chunk has under 64 rows per expert) and chunk_size (a\n"
           "quarter to four times the current chunk, at most T), one at a time in that order,\n"
-          "each from the best so far; a candidate is kept only when its fastest run is 3%\n"
-          "faster than that of the best so far, measured again right after it (the fastest\n"
-          "run: on a shared machine other jobs only add time). Then the defaults and the tuned\n"
-          "knobs are timed again, interleaved three times; a T whose tuned knobs are not\n"
-          "faster keeps the defaults. Writes one JSON file named for the\n"
+          "each from the best so far: --rounds pairs of the candidate then the best again, and\n"
+          "the candidate is kept only when its fastest run is 3% faster than the best's (the\n"
+          "fastest run: on a shared machine other jobs only add time). Then the defaults and\n"
+          "the tuned knobs are timed again, --rounds + 1 times interleaved; a T whose tuned\n"
+          "knobs are not faster keeps the defaults. Writes one JSON file named for the\n"
           "layer shape and machine (docs/tuning.md) into --output; plan creation reads it when\n"
           "MOE_TUNING_DIR names that folder. Threads and the kernel table are not tuned: the\n"
           "file is for the threads it was measured with (its name) and records the table.\n"
@@ -58,6 +59,7 @@ static void tune_usage(FILE *f)
           "  --iters N          timed forwards per measurement (default: enough for\n"
           "                     --min-time, 3 to 50)\n"
           "  --min-time S       target seconds per measurement (default 0.5)\n"
+          "  --rounds N         measurement pairs per candidate (default 2)\n"
           "  -h, --help         this text\n"
           "\n"
           "Knobs set in the environment (MOE_PERMUTE, ...) are the defaults it compares with.\n",
@@ -76,7 +78,7 @@ typedef struct tune_knobs {
 typedef struct tune_result {
     int64_t T;
     tune_knobs knobs;
-    double default_ms, tuned_ms; /* the best run of TUNE_ROUNDS interleaved measurements each */
+    double default_ms, tuned_ms; /* the fastest run over the final interleaved rounds */
     double default_median_ms, tuned_median_ms; /* the lower of their medians (NAN: not measured) */
     int kept_default;            /* the tuned knobs were not faster at the end */
     int measurements;
@@ -169,14 +171,20 @@ static int measure(cli_bench *b, const tune_knobs *k, int64_t T, double *ms, dou
     return rc;
 }
 
-/* Try candidate c against the best so far: the candidate, then the best again (the machine's
- * load drifts), and the candidate is kept when TUNE_MARGIN faster than that fresh median. */
+/* Try candidate c against the best so far: `rounds` pairs of the candidate then the best again
+ * (the machine's load drifts); the candidate is kept when its fastest run is TUNE_MARGIN faster
+ * than the best's over the same rounds. */
 static int try_candidate(cli_bench *b, int64_t T, const tune_knobs *c, tune_knobs *best, double *best_ms,
-                         const char *what, int *count)
+                         const char *what, int rounds, int *count)
 {
     double ms = 0, again = 0;
-    if (measure(b, c, T, &ms, NULL, count) != CLI_OK || measure(b, best, T, &again, NULL, count) != CLI_OK)
-        return CLI_FAIL;
+    for (int i = 0; i < rounds; i++) {
+        double x = 0, y = 0;
+        if (measure(b, c, T, &x, NULL, count) != CLI_OK || measure(b, best, T, &y, NULL, count) != CLI_OK)
+            return CLI_FAIL;
+        ms = i == 0 || x < ms ? x : ms;
+        again = i == 0 || y < again ? y : again;
+    }
     *best_ms = again;
     const int keep = ms < again * (1.0 - TUNE_MARGIN);
     printf("  T=%lld %-22s %10.3f ms vs %10.3f ms%s\n", (long long)T, what, ms, again, keep ? "  (kept)" : "");
@@ -195,7 +203,7 @@ static int same_knobs(const tune_knobs *a, const tune_knobs *b)
            a->lowtok_threshold == b->lowtok_threshold;
 }
 
-static int tune_one(cli_bench *b, int64_t T, tune_result *r)
+static int tune_one(cli_bench *b, int64_t T, int rounds, tune_result *r)
 {
     const moe_layer_desc *d = moe_plan_desc(cli_bench_plan(b));
     const int64_t K = d->top_k, E = d->num_experts;
@@ -215,14 +223,14 @@ static int tune_one(cli_bench *b, int64_t T, tune_result *r)
         c = best;
         c.permute = methods[i];
         snprintf(what, sizeof what, "permute=%s", methods[i]);
-        if (try_candidate(b, T, &c, &best, &best_ms, what, &r->measurements) != CLI_OK)
+        if (try_candidate(b, T, &c, &best, &best_ms, what, rounds, &r->measurements) != CLI_OK)
             return CLI_FAIL;
     }
     /* topk */
     c = best;
     c.topk = strcmp(best.topk, "sort") == 0 ? "rowmax" : "sort";
     snprintf(what, sizeof what, "topk=%s", c.topk);
-    if (try_candidate(b, T, &c, &best, &best_ms, what, &r->measurements) != CLI_OK)
+    if (try_candidate(b, T, &c, &best, &best_ms, what, rounds, &r->measurements) != CLI_OK)
         return CLI_FAIL;
     /* lowtok_threshold, when a chunk has few rows per expert */
     const int64_t e = T < best.chunk_size ? T : best.chunk_size;
@@ -234,7 +242,7 @@ static int tune_one(cli_bench *b, int64_t T, tune_result *r)
             c = best;
             c.lowtok_threshold = lowtoks[i];
             snprintf(what, sizeof what, "lowtok_threshold=%lld", (long long)lowtoks[i]);
-            if (try_candidate(b, T, &c, &best, &best_ms, what, &r->measurements) != CLI_OK)
+            if (try_candidate(b, T, &c, &best, &best_ms, what, rounds, &r->measurements) != CLI_OK)
                 return CLI_FAIL;
         }
     /* chunk_size: a quarter to four times the chunk this T runs, at least 64, at most T */
@@ -255,7 +263,7 @@ static int tune_one(cli_bench *b, int64_t T, tune_result *r)
         c = best;
         c.chunk_size = cs;
         snprintf(what, sizeof what, "chunk_size=%lld", (long long)cs);
-        if (try_candidate(b, T, &c, &best, &best_ms, what, &r->measurements) != CLI_OK)
+        if (try_candidate(b, T, &c, &best, &best_ms, what, rounds, &r->measurements) != CLI_OK)
             return CLI_FAIL;
     }
     if (same_knobs(&best, &def)) { /* nothing beat the defaults */
@@ -272,7 +280,7 @@ static int tune_one(cli_bench *b, int64_t T, tune_result *r)
     }
     /* defaults and tuned again, interleaved */
     double dm = 0, tm = 0, dmed = 0, tmed = 0;
-    for (int round = 0; round < TUNE_ROUNDS; round++) {
+    for (int round = 0; round < rounds + 1; round++) {
         double x = 0, y = 0, xm = 0, ym = 0;
         if (measure(b, &def, T, &x, &xm, &r->measurements) != CLI_OK ||
             measure(b, &best, T, &y, &ym, &r->measurements) != CLI_OK)
@@ -303,7 +311,7 @@ static int cmp_result(const void *a, const void *b)
 }
 
 /* The file, written to a temporary name in dir and renamed over the final one. */
-static int write_file(cli_bench *b, const char *dir, const char *name, tune_result *res, int n)
+static int write_file(cli_bench *b, const char *dir, const char *name, tune_result *res, int n, int rounds)
 {
     char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -340,7 +348,7 @@ static int write_file(cli_bench *b, const char *dir, const char *name, tune_resu
     cli_json_string(f, moe_ctx_isa(ctx));
     fprintf(f, ", \"threads\": %d, \"compute\": ", moe_ctx_num_threads(ctx));
     cli_json_string(f, moe_compute_name(moe_plan_compute(cli_bench_plan(b))));
-    fprintf(f, ", \"margin\": %.2f, \"rounds\": %d,\n    \"measured\": {", TUNE_MARGIN, TUNE_ROUNDS);
+    fprintf(f, ", \"margin\": %.2f, \"rounds\": %d,\n    \"measured\": {", TUNE_MARGIN, rounds);
     for (int i = 0; i < n; i++) {
         fprintf(f, "%s\n      \"%lld\": {\"default_ms\": ", i ? "," : "", (long long)res[i].T);
         cli_json_number(f, res[i].default_ms);
@@ -394,6 +402,7 @@ static int tune_body(cli_bench *b, void *user)
     printf("moe tune: %s, %d threads, kernel table %s; file %s\n", layer, moe_ctx_num_threads(cli_bench_ctx(b)),
            moe_ctx_isa(cli_bench_ctx(b)), name);
     const int n = cli_bench_ntokens(b);
+    const int rounds = cli_bench_rounds(b) > 0 ? cli_bench_rounds(b) : TUNE_ROUNDS;
     tune_result res[TUNE_MAX_T];
     int nr = 0;
     for (int i = 0; i < n && nr < TUNE_MAX_T; i++) {
@@ -401,10 +410,10 @@ static int tune_body(cli_bench *b, void *user)
         int dup = 0;
         for (int j = 0; j < nr; j++)
             dup |= res[j].T == T;
-        if (!dup && tune_one(b, T, &res[nr++]) != CLI_OK)
+        if (!dup && tune_one(b, T, rounds, &res[nr++]) != CLI_OK)
             return CLI_FAIL;
     }
-    return write_file(b, dir, name, res, nr);
+    return write_file(b, dir, name, res, nr, rounds);
 }
 
 int cli_cmd_tune(int argc, char **argv)
