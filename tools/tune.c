@@ -78,8 +78,8 @@ typedef struct tune_knobs {
 typedef struct tune_result {
     int64_t T;
     tune_knobs knobs;
-    double default_ms, tuned_ms; /* the fastest run over the final interleaved rounds */
-    double default_median_ms, tuned_median_ms; /* the lower of their medians (NAN: not measured) */
+    double default_ms, tuned_ms; /* the fastest run of all their measurements */
+    double default_median_ms, tuned_median_ms; /* the lowest median of their measurements */
     int kept_default;            /* the tuned knobs were not faster at the end */
     int measurements;
 } tune_result;
@@ -127,11 +127,11 @@ static void knobs_text(const tune_knobs *k, char *out, size_t len)
              (long long)k->lowtok_threshold);
 }
 
-/* The best (fastest) ms of T-token forwards with knobs k (a context and plan of their own over
- * the bench's weights); *median_ms their median. The best, not the median, decides: on a shared
- * machine other jobs only ever add time, so the fastest run is the closest to the knobs' own
- * cost. */
-static int measure(cli_bench *b, const tune_knobs *k, int64_t T, double *ms, double *median_ms, int *count)
+/* The fastest run (ms) of T-token forwards with knobs k (a context and plan of their own over
+ * the bench's weights), *median_ms their median and *stats the last forward's. The fastest
+ * run decides: on a shared machine other jobs only ever add time, so the fastest run is the
+ * closest to what the knobs themselves cost. */
+static int measure(cli_bench *b, const tune_knobs *k, int64_t T, double *ms, double *median_ms, moe_exec_stats *stats)
 {
     moe_options o;
     moe_options_init(&o);
@@ -161,39 +161,10 @@ static int measure(cli_bench *b, const tune_knobs *k, int64_t T, double *ms, dou
         return CLI_FAIL;
     }
     int runs = 0;
-    double med = 0;
-    const int rc = cli_bench_time(b, ctx, plan, T, &med, ms, &runs, NULL);
-    if (median_ms)
-        *median_ms = med;
+    const int rc = cli_bench_time(b, ctx, plan, T, median_ms, ms, &runs, stats);
     moe_plan_free(plan);
     moe_ctx_free(ctx);
-    (*count)++;
     return rc;
-}
-
-/* Try candidate c against the best so far: `rounds` pairs of the candidate then the best again
- * (the machine's load drifts); the candidate is kept when its fastest run is TUNE_MARGIN faster
- * than the best's over the same rounds. */
-static int try_candidate(cli_bench *b, int64_t T, const tune_knobs *c, tune_knobs *best, double *best_ms,
-                         const char *what, int rounds, int *count)
-{
-    double ms = 0, again = 0;
-    for (int i = 0; i < rounds; i++) {
-        double x = 0, y = 0;
-        if (measure(b, c, T, &x, NULL, count) != CLI_OK || measure(b, best, T, &y, NULL, count) != CLI_OK)
-            return CLI_FAIL;
-        ms = i == 0 || x < ms ? x : ms;
-        again = i == 0 || y < again ? y : again;
-    }
-    *best_ms = again;
-    const int keep = ms < again * (1.0 - TUNE_MARGIN);
-    printf("  T=%lld %-22s %10.3f ms vs %10.3f ms%s\n", (long long)T, what, ms, again, keep ? "  (kept)" : "");
-    fflush(stdout);
-    if (keep) {
-        *best = *c;
-        *best_ms = ms;
-    }
-    return CLI_OK;
 }
 
 static int same_knobs(const tune_knobs *a, const tune_knobs *b)
@@ -203,46 +174,138 @@ static int same_knobs(const tune_knobs *a, const tune_knobs *b)
            a->lowtok_threshold == b->lowtok_threshold;
 }
 
+/* Two forwards ran the same code path: the same chunks, permute method, top-k method and
+ * expert paths (a threshold that moves no expert to the other path changes nothing). */
+static int same_path(const moe_exec_stats *a, const moe_exec_stats *b)
+{
+    return a->chunks == b->chunks && a->chunk_tokens == b->chunk_tokens && a->permute_sort == b->permute_sort &&
+           a->permute_onehot == b->permute_onehot && a->permute_packed == b->permute_packed &&
+           strcmp(a->topk, b->topk) == 0 && a->gemm_groups == b->gemm_groups && a->lowtok_groups == b->lowtok_groups;
+}
+
+/* A setting measured for one T: its fastest run over all its measurements so far (the more
+ * measurements, the closer to what it costs without other jobs' time), the lowest median, and
+ * the code path its forwards ran. */
+typedef struct tune_seen {
+    tune_knobs k;
+    double best_ms, median_ms;
+    moe_exec_stats path;
+} tune_seen;
+
+#define TUNE_MAX_SEEN 32
+
+typedef struct tune_state {
+    cli_bench *b;
+    int64_t T;
+    tune_seen seen[TUNE_MAX_SEEN];
+    int n;
+    int measurements;
+} tune_state;
+
+static tune_seen *find_seen(tune_state *ts, const tune_knobs *k)
+{
+    for (int i = 0; i < ts->n; i++)
+        if (same_knobs(&ts->seen[i].k, k))
+            return &ts->seen[i];
+    return NULL;
+}
+
+/* Measure k once more; its entry in *out. */
+static int remeasure(tune_state *ts, const tune_knobs *k, tune_seen **out)
+{
+    tune_seen *e = find_seen(ts, k);
+    if (!e) {
+        if (ts->n == TUNE_MAX_SEEN) {
+            cli_err(CMD, "more than %d settings for T = %lld", TUNE_MAX_SEEN, (long long)ts->T);
+            return CLI_FAIL;
+        }
+        e = &ts->seen[ts->n++];
+        e->k = *k;
+        e->best_ms = INFINITY;
+        e->median_ms = INFINITY;
+    }
+    double ms = 0, med = 0;
+    if (measure(ts->b, k, ts->T, &ms, &med, &e->path) != CLI_OK)
+        return CLI_FAIL;
+    ts->measurements++;
+    if (ms < e->best_ms)
+        e->best_ms = ms;
+    if (med < e->median_ms)
+        e->median_ms = med;
+    *out = e;
+    return CLI_OK;
+}
+
+/* Try candidate c against the best so far: `rounds` pairs of the candidate then the best again
+ * (the load drifts). A candidate that runs the best's code path is not timed further; one that
+ * runs another is kept when its fastest run is TUNE_MARGIN faster than the best's. */
+static int try_candidate(tune_state *ts, const tune_knobs *c, tune_knobs *best, const char *what, int rounds)
+{
+    tune_seen *ec = NULL, *eb = find_seen(ts, best);
+    for (int i = 0; i < rounds; i++) {
+        if (remeasure(ts, c, &ec) != CLI_OK)
+            return CLI_FAIL;
+        if (eb && same_path(&ec->path, &eb->path)) {
+            printf("  T=%lld %-22s runs the best's code path: not kept\n", (long long)ts->T, what);
+            fflush(stdout);
+            return CLI_OK;
+        }
+        if (remeasure(ts, best, &eb) != CLI_OK)
+            return CLI_FAIL;
+    }
+    const int keep = ec->best_ms < eb->best_ms * (1.0 - TUNE_MARGIN);
+    printf("  T=%lld %-22s %10.3f ms vs %10.3f ms%s\n", (long long)ts->T, what, ec->best_ms, eb->best_ms,
+           keep ? "  (kept)" : "");
+    fflush(stdout);
+    if (keep)
+        *best = *c;
+    return CLI_OK;
+}
+
 static int tune_one(cli_bench *b, int64_t T, int rounds, tune_result *r)
 {
     const moe_layer_desc *d = moe_plan_desc(cli_bench_plan(b));
     const int64_t K = d->top_k, E = d->num_experts;
+    static tune_state ts; /* large: not on the stack */
+    memset(&ts, 0, sizeof ts);
+    ts.b = b;
+    ts.T = T;
     tune_knobs def, best, c;
     default_knobs(&def);
     best = def;
-    double best_ms = 0;
     char what[64];
     memset(r, 0, sizeof *r);
     r->T = T;
-    if (measure(b, &def, T, &best_ms, NULL, &r->measurements) != CLI_OK)
+    tune_seen *e = NULL;
+    if (remeasure(&ts, &def, &e) != CLI_OK)
         return CLI_FAIL;
-    printf("  T=%lld %-22s %10.3f ms\n", (long long)T, "defaults", best_ms);
+    printf("  T=%lld %-22s %10.3f ms\n", (long long)T, "defaults", e->best_ms);
     /* permute: the three methods (auto is one of them at each chunk) */
     static const char *const methods[] = {"sort", "onehot", "packed"};
     for (int i = 0; i < 3; i++) {
         c = best;
         c.permute = methods[i];
         snprintf(what, sizeof what, "permute=%s", methods[i]);
-        if (try_candidate(b, T, &c, &best, &best_ms, what, rounds, &r->measurements) != CLI_OK)
+        if (try_candidate(&ts, &c, &best, what, rounds) != CLI_OK)
             return CLI_FAIL;
     }
     /* topk */
     c = best;
     c.topk = strcmp(best.topk, "sort") == 0 ? "rowmax" : "sort";
     snprintf(what, sizeof what, "topk=%s", c.topk);
-    if (try_candidate(b, T, &c, &best, &best_ms, what, rounds, &r->measurements) != CLI_OK)
+    if (try_candidate(&ts, &c, &best, what, rounds) != CLI_OK)
         return CLI_FAIL;
     /* lowtok_threshold, when a chunk has few rows per expert */
-    const int64_t e = T < best.chunk_size ? T : best.chunk_size;
+    const int64_t tc = T < best.chunk_size ? T : best.chunk_size;
     static const int64_t lowtoks[] = {0, 2, 8, 16, 64};
-    if (e * K < 64 * E)
+    if (tc * K < 64 * E)
         for (int i = 0; i < 5; i++) {
             if (lowtoks[i] == best.lowtok_threshold)
                 continue;
             c = best;
             c.lowtok_threshold = lowtoks[i];
             snprintf(what, sizeof what, "lowtok_threshold=%lld", (long long)lowtoks[i]);
-            if (try_candidate(b, T, &c, &best, &best_ms, what, rounds, &r->measurements) != CLI_OK)
+            if (try_candidate(&ts, &c, &best, what, rounds) != CLI_OK)
                 return CLI_FAIL;
         }
     /* chunk_size: a quarter to four times the chunk this T runs, at least 64, at most T */
@@ -263,43 +326,28 @@ static int tune_one(cli_bench *b, int64_t T, int rounds, tune_result *r)
         c = best;
         c.chunk_size = cs;
         snprintf(what, sizeof what, "chunk_size=%lld", (long long)cs);
-        if (try_candidate(b, T, &c, &best, &best_ms, what, rounds, &r->measurements) != CLI_OK)
+        if (try_candidate(&ts, &c, &best, what, rounds) != CLI_OK)
             return CLI_FAIL;
     }
-    if (same_knobs(&best, &def)) { /* nothing beat the defaults */
-        r->kept_default = 1;
-        r->knobs = def;
-        r->default_ms = r->tuned_ms = best_ms;
-        r->default_median_ms = r->tuned_median_ms = NAN; /* null in the file: not measured again */
-        char kt[256];
-        knobs_text(&def, kt, sizeof kt);
-        printf("T=%lld: %s; defaults %.3f ms: no candidate was faster, the defaults are kept\n", (long long)T, kt,
-               best_ms);
-        fflush(stdout);
-        return CLI_OK;
-    }
-    /* defaults and tuned again, interleaved */
-    double dm = 0, tm = 0, dmed = 0, tmed = 0;
-    for (int round = 0; round < rounds + 1; round++) {
-        double x = 0, y = 0, xm = 0, ym = 0;
-        if (measure(b, &def, T, &x, &xm, &r->measurements) != CLI_OK ||
-            measure(b, &best, T, &y, &ym, &r->measurements) != CLI_OK)
+    /* the defaults and the tuned knobs again, interleaved (nothing to compare when the same) */
+    tune_seen *ed = find_seen(&ts, &def), *et = find_seen(&ts, &best);
+    for (int round = 0; !same_knobs(&best, &def) && round < rounds + 1; round++)
+        if (remeasure(&ts, &def, &ed) != CLI_OK || remeasure(&ts, &best, &et) != CLI_OK)
             return CLI_FAIL;
-        dm = round == 0 || x < dm ? x : dm;
-        tm = round == 0 || y < tm ? y : tm;
-        dmed = round == 0 || xm < dmed ? xm : dmed;
-        tmed = round == 0 || ym < tmed ? ym : tmed;
-    }
-    r->kept_default = !(tm < dm);
+    r->kept_default = !(et->best_ms < ed->best_ms);
     r->knobs = r->kept_default ? def : best;
-    r->default_ms = dm;
-    r->tuned_ms = r->kept_default ? dm : tm;
-    r->default_median_ms = dmed;
-    r->tuned_median_ms = r->kept_default ? dmed : tmed;
+    r->default_ms = ed->best_ms;
+    r->tuned_ms = r->kept_default ? ed->best_ms : et->best_ms;
+    r->default_median_ms = ed->median_ms;
+    r->tuned_median_ms = r->kept_default ? ed->median_ms : et->median_ms;
+    r->measurements = ts.measurements;
     char kt[256];
     knobs_text(&r->knobs, kt, sizeof kt);
-    printf("T=%lld: %s; defaults %.3f ms, tuned %.3f ms (%.3fx)%s\n", (long long)T, kt, dm, tm, tm > 0 ? dm / tm : 0.0,
-           r->kept_default ? ": not faster, the defaults are kept" : "");
+    printf("T=%lld: %s; defaults %.3f ms, tuned %.3f ms (%.3fx; fastest runs)%s\n", (long long)T, kt, r->default_ms,
+           et->best_ms, r->default_ms / et->best_ms,
+           same_knobs(&best, &def) ? ": no candidate was faster, the defaults are kept"
+           : r->kept_default        ? ": not faster in the end, the defaults are kept"
+                                    : "");
     fflush(stdout);
     return CLI_OK;
 }
