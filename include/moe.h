@@ -627,9 +627,10 @@ typedef struct moe_plan_path {
     int64_t chunk_tokens;         /* tokens per chunk */
     int64_t chunks;
     double rows_per_expert;       /* mean routed rows per expert in a full chunk (Tc K / E) */
-    const char *permute;          /* static: the method MOE_PERMUTE picks for a full chunk */
+    const char *permute;          /* static: the method MOE_PERMUTE (or the tuning entry) picks for a
+                                     full chunk */
     const char *experts_path;     /* static: exactly "tiled GEMM", or "few-token streaming" when
-                                     rows_per_expert is below MOE_LOWTOK_THRESHOLD */
+                                     rows_per_expert is below lowtok_threshold */
     size_t workspace_bytes;       /* moe_plan_workspace_size(plan, n_tokens) */
     int64_t tuned_tokens;         /* the tuning file entry an execute of n_tokens runs (its token
                                      count; docs/tuning.md), 0: the context's knobs */
