@@ -179,8 +179,16 @@ typedef struct moe_options {
                                  allreduce (every TP rank gets every output row);
                                  reduce_scatter: each TP rank gets its share of the rows
                                  (moe_plan_tp_rows). No effect without TP ("Idle knobs"). */
-    const char *tuning_dir;   /* NULL = unset: MOE_TUNING_DIR, an existing folder; default none.
-                                 No tuning files are defined yet: recorded and reported only. */
+    const char *tuning_dir;   /* NULL = unset: MOE_TUNING_DIR, an existing folder of tuning files
+                                 (docs/tuning.md; `moe tune` writes them); "" or default: none.
+                                 Plan creation (single-process plans) reads the file named by
+                                 moe_plan_tuning_name; an execute of T tokens then runs the entry
+                                 of the nearest token count (ties: the smaller). The five knobs
+                                 above that a file sets (chunk_size, permute, onehot_threshold,
+                                 topk, lowtok_threshold) keep their value when set explicitly
+                                 here or in the environment. A malformed file fails plan creation
+                                 (MOE_EFORMAT naming the file and field); no file: INFO, the
+                                 context's knobs. Output bits never change. */
     int log_level;            /* moe_log_level; -1 = unset: MOE_LOG_LEVEL = error|warn|info|debug; default warn */
     moe_log_fn log_fn;        /* NULL = stderr, prefixed "libmoe: LEVEL: "; called from the thread
                                  that logs (concurrent executes: several at once) */
@@ -221,7 +229,9 @@ typedef struct moe_knob_info {
  *  - small_allreduce and tp_reduce in a plan with parallel.tp_size = 1 (no TP): logged by the
  *    first such moe_plan_create(_ex) on the ctx, once per ctx. moe_knob_describe, which has no
  *    plan, gives these two their condition ("acts only under tensor parallelism ...") when
- *    they are given.
+ *    they are given;
+ *  - tuning_dir (MOE_TUNING_DIR) in a plan with ep_size or tp_size above 1: tuning files
+ *    apply to single-process plans only; logged by the first such plan, once per ctx.
  * Every other knob acts on every plan. */
 
 /* Number of knobs (the rows of `moe env`). */
@@ -262,7 +272,7 @@ int moe_ctx_num_threads(const moe_ctx *ctx);
 /* The resolved knobs in canonical text form: "key=value;" pairs in a fixed order, every knob
  * except the logging ones (which change no computation). Static per ctx. */
 const char *moe_ctx_options_text(const moe_ctx *ctx);
-/* XXH64 (seed 0) of moe_ctx_options_text(): the key of tuning files, compared across ranks. */
+/* XXH64 (seed 0) of moe_ctx_options_text(), compared across ranks. */
 uint64_t moe_ctx_options_hash(const moe_ctx *ctx);
 /* Name of the kernel table in use: a row of the kernel registry (moe_isa_count), e.g. "ref",
  * "avx2", "avx512". */
@@ -548,14 +558,19 @@ moe_compute moe_plan_compute(const moe_plan *plan);
 const moe_layer_desc *moe_plan_desc(const moe_plan *plan);
 
 /* Canonical text of the plan: the ctx's resolved knobs (moe_ctx_options_text) followed by
- * the layer description and composition as "key=value;" pairs. Valid while the plan lives. */
+ * the layer description and composition as "key=value;" pairs; with a tuning folder
+ * (moe_options.tuning_dir) it ends "tuning_file=PATH;tuned=T:chunk_size/permute/
+ * onehot_threshold/topk/lowtok_threshold,...;" (the entries as they run, explicit knobs
+ * applied) or "tuning_file=none;" (docs/tuning.md). Valid while the plan lives. */
 const char *moe_plan_text(const moe_plan *plan);
-/* XXH64 (seed 0) of moe_plan_text(): compared across ranks, keys tuning files. */
+/* XXH64 (seed 0) of moe_plan_text(): compared across ranks. */
 uint64_t moe_plan_hash(const moe_plan *plan);
 
 /* Bytes of workspace moe_plan_execute() needs for up to `max_tokens` tokens. The experts
  * stage runs in chunks of at most chunk_size tokens, so this is bounded whatever
- * max_tokens is. 0 for max_tokens <= 0. Parallel plans: max_tokens bounds the tokens of every
+ * max_tokens is; with a tuning file, the longest chunk of any entry an execute of at most
+ * max_tokens tokens can select, so the size serves every n_tokens <= max_tokens. 0 for
+ * max_tokens <= 0. Parallel plans: max_tokens bounds the tokens of every
  * rank's execute (the rows received from the peers need room), and the size includes the
  * send and receive buffers of the dispatch and the TP reduction. */
 size_t moe_plan_workspace_size(const moe_plan *plan, int64_t max_tokens);
@@ -640,14 +655,31 @@ typedef struct moe_plan_path {
     int64_t chunk_tokens;         /* tokens per chunk */
     int64_t chunks;
     double rows_per_expert;       /* mean routed rows per expert in a full chunk (Tc K / E) */
-    const char *permute;          /* static: the method MOE_PERMUTE picks for a full chunk */
+    const char *permute;          /* static: the method MOE_PERMUTE (or the tuning entry) picks for a
+                                     full chunk */
     const char *experts_path;     /* static: exactly "tiled GEMM", or "few-token streaming" when
-                                     rows_per_expert is below MOE_LOWTOK_THRESHOLD */
+                                     rows_per_expert is below lowtok_threshold */
     size_t workspace_bytes;       /* moe_plan_workspace_size(plan, n_tokens) */
+    int64_t tuned_tokens;         /* the tuning file entry an execute of n_tokens runs (its token
+                                     count; docs/tuning.md), 0: the context's knobs */
+    const char *topk;             /* static: "sort" or "rowmax" */
+    int64_t lowtok_threshold;     /* the one that execute runs with */
 } moe_plan_path;
 
 /* Errors: MOE_EINVAL (NULL argument, n_tokens < 1). */
 moe_status moe_plan_path_for(const moe_plan *plan, int64_t n_tokens, moe_plan_path *out);
+
+/* The name of the tuning file for plan's layer shape and machine (docs/tuning.md), without a
+ * folder: "E=<num_experts>,N=<moe_intermediate_size>,K=<hidden_size>,top_k=<top_k>
+ * [,shared_N=<shared_expert_intermediate_size>],format=<bf16|f16|f32|quant scheme>,
+ * compute=<f32|bf16>,device_name=<CPU model name, sanitized>,threads=<threads>.json" (one line,
+ * no spaces). Errors: MOE_EINVAL (NULL), MOE_ERANGE (len too short; the bytes needed in the
+ * message). */
+moe_status moe_plan_tuning_name(const moe_plan *plan, char *out, size_t len);
+
+/* The path of the tuning file plan creation read, or "" when none (no MOE_TUNING_DIR, no file
+ * for this shape, a parallel plan). Valid while the plan lives. */
+const char *moe_plan_tuning_file(const moe_plan *plan);
 
 /* ---------------------------------------------------------------------------------------
  * Weights: packed once into the kernel layout. Weights stay in their dtype (F32, BF16,
@@ -780,6 +812,8 @@ typedef struct moe_exec_stats {
     int64_t dispatch_bytes, combine_bytes, tp_reduce_bytes;
     int64_t received_rows;        /* EP: (token, k) rows this rank's experts ran, all sources */
     int64_t max_tokens;           /* the most tokens any rank passed to this execute */
+    int64_t tuned_tokens;         /* the token count of the tuning file entry this execute ran
+                                     (moe_plan_tuning_file), 0: the context's knobs */
 } moe_exec_stats;
 
 /* Run one forward of the layer. Never allocates. Thread-safe for distinct workspaces and

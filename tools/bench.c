@@ -10,6 +10,7 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include "bench.h"
 #include "cli.h"
 #include "models.h"
 
@@ -18,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const CMD = "moe bench";
+static const char *CMD = "moe bench"; /* "moe tune" when the tuner runs the bench */
 
 #define MAX_TOKEN_ROWS 64
 #define MAX_ITERS_AUTO 50
@@ -54,6 +55,8 @@ typedef struct bench_cfg {
     moe_compute compute;     /* --compute f32|bf16 (moe_plan_config.compute) */
     moe_checkpoint_options ck_opt; /* --strict, --family: how --checkpoint is read */
     int have_ck_opt;         /* --strict or --family given (they need --checkpoint) */
+    const char *output;      /* moe tune --output DIR */
+    int64_t rounds;          /* moe tune --rounds N (0: its default) */
 } bench_cfg;
 
 /* A roof of the roofline: the DRAM bandwidth or the compute peak of the instructions the expert
@@ -88,6 +91,7 @@ typedef struct bench_row {
     double shared_resident_fraction;
     int cache_resident;              /* resident_fraction >= 1/2 */
     int64_t route_mismatch; /* forwards whose routing left the designed pattern */
+    int64_t tuned_tokens;   /* the tuning file entry the forwards ran (moe_exec_stats), 0: none */
     /* --roofline: FLOP per weight byte, the bound that applies and the row's fraction of it */
     double intensity;
     const bench_roof *bound; /* DRAM or the layer's compute roof; NULL without --roofline */
@@ -244,12 +248,13 @@ static int parse_quant(const char *cmd, const char *name, const char *s, void *d
     return 0;
 }
 
-/* Exit code >= 0 to stop now, CLI_GO_ON (-1) to go on. */
-static int parse_bench_args(int argc, char **argv, bench_cfg *cfg)
+/* Exit code >= 0 to stop now, CLI_GO_ON (-1) to go on. hook: `moe tune` (its usage, its
+ * --output, no --json / --roofline / --list-models). */
+static int parse_bench_args(int argc, char **argv, bench_cfg *cfg, const cli_bench_hook *hook)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->dtype = MOE_DTYPE_BF16;
-    cfg->min_time = DEFAULT_MIN_TIME;
+    cfg->min_time = hook ? hook->min_time : DEFAULT_MIN_TIME;
     int list = 0;
     const char *model_name = NULL;
     int64_t seed = 1;
@@ -287,8 +292,13 @@ static int parse_bench_args(int argc, char **argv, bench_cfg *cfg)
         {.name = "--strict", .kind = CLI_FLAG, .dst = &cfg->ck_opt.strict, .seen = &cfg->have_ck_opt},
         {.name = "--family", .kind = CLI_STR, .dst = &cfg->ck_opt.family, .nonempty = 1,
          .seen = &cfg->have_ck_opt},
+        /* moe tune only, the last two (the first three are bench's only) */
+        {.name = "--output", .kind = CLI_STR, .dst = &cfg->output, .nonempty = 1},
+        {.name = "--rounds", .kind = CLI_I64, .dst = &cfg->rounds, .lo = 1, .hi = 100},
     };
-    const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), bench_usage);
+    const size_t nopts = CLI_NOPTS(opts);
+    const int prc = hook ? cli_parse_opts(argc, argv, CMD, opts + 3, nopts - 3, hook->usage)
+                         : cli_parse_opts(argc, argv, CMD, opts, nopts - 2, bench_usage);
     if (prc != CLI_GO_ON)
         return prc;
     cfg->seed = (uint64_t)seed;
@@ -336,7 +346,11 @@ static int parse_bench_args(int argc, char **argv, bench_cfg *cfg)
         cli_err(CMD, "--iters and --min-time cannot be combined");
         return CLI_USAGE;
     }
-    if (cfg->ntokens == 0) {
+    if (cfg->ntokens == 0 && hook) {
+        for (int i = 0; i < hook->ntokens; i++)
+            cfg->tokens[i] = hook->tokens[i];
+        cfg->ntokens = hook->ntokens;
+    } else if (cfg->ntokens == 0) {
         static const int64_t def[] = {1, 16, 256, 2048};
         for (int i = 0; i < 4; i++)
             cfg->tokens[i] = def[i];
@@ -490,6 +504,7 @@ typedef struct bench_state {
     double roof_peak, ridge;
     char notes[8][640];
     int nnotes;
+    moe_exec_stats last; /* the stats of the last forward run_row ran */
 } bench_state;
 
 static void add_note(bench_state *s, const char *fmt, ...) CLI_PRINTF(2, 3);
@@ -798,6 +813,7 @@ static int run_row(bench_state *s, int64_t T, bench_row *row)
     ea.topk_weights = s->tw;
     ea.workspace = s->ws;
     ea.workspace_size = s->ws_size;
+    ea.stats = &s->last;
 
     int n_timed = (int)s->cfg->iters;
     times = malloc(sizeof(double) * (size_t)(n_timed > 0 ? n_timed : MAX_ITERS_AUTO));
@@ -913,6 +929,7 @@ static int run_row(bench_state *s, int64_t T, bench_row *row)
     s->walk_next = (walk0 + ((int64_t)(n_timed + 1) % R % E) * ((T % E) * (K % E) % E)) % E;
 
     row->runs = n_timed;
+    row->tuned_tokens = s->last.tuned_tokens;
     double mean = 0;
     for (int i = 0; i < n_timed; i++)
         mean += times[i];
@@ -1008,6 +1025,9 @@ static void print_header(bench_state *s)
                s->roof->label, s->roof->what, s->ridge, s->rf.seconds);
     for (int i = 0; i < s->nnotes; i++)
         printf("note: %s\n", s->notes[i]);
+    if (moe_plan_tuning_file(s->plan)[0])
+        printf("tuning: %s (each row runs the entry of the nearest token count: 'entry' ends the row)\n",
+               moe_plan_tuning_file(s->plan));
     printf("\n%7s %5s %11s %11s %12s %10s %9s %8s  %-*s%s\n", "T", "runs", "median ms",
            "best ms", "tokens/s", "GFLOP/s", "GB/s", "experts", s->have_rf ? 26 : 0,
            "cache-resident", s->have_rf ? " roofline" : "");
@@ -1029,9 +1049,12 @@ static void print_row(const bench_state *s, const bench_row *r)
     char rf[32] = "";
     if (s->have_rf && r->bound)
         snprintf(rf, sizeof rf, " %.2f %s", r->bound_fraction, r->bound->label);
-    printf("%7lld %5d %11.3f %11.3f %12.1f %10.2f %9.2f %8.1f  %-*s%s\n", (long long)r->tokens,
+    char entry[40] = "";
+    if (r->tuned_tokens > 0)
+        snprintf(entry, sizeof entry, " entry %lld", (long long)r->tuned_tokens);
+    printf("%7lld %5d %11.3f %11.3f %12.1f %10.2f %9.2f %8.1f  %-*s%s%s\n", (long long)r->tokens,
            r->runs, r->median_ms, r->best_ms, r->tokens_per_s, r->gflops, r->gbps,
-           r->distinct_experts, s->have_rf ? 26 : 0, cache, rf);
+           r->distinct_experts, s->have_rf ? 26 : 0, cache, rf, entry);
     fflush(stdout);
 }
 
@@ -1045,6 +1068,11 @@ static void print_json(bench_state *s, const bench_row *rows, int nrows)
     cli_json_string(f, moe_compute_name(s->cfg->compute));
     fputs(",\n  \"compute_roof\": ", f);
     cli_json_string(f, s->roof->key);
+    fputs(",\n  \"tuning_file\": ", f);
+    if (moe_plan_tuning_file(s->plan)[0])
+        cli_json_string(f, moe_plan_tuning_file(s->plan));
+    else
+        fputs("null", f);
     fputs(",\n  \"machine\": {\"threads\": ", f);
     cli_json_number(f, moe_ctx_num_threads(s->ctx));
     fputs(", \"isa\": ", f);
@@ -1176,6 +1204,7 @@ static void print_json(bench_state *s, const bench_row *rows, int nrows)
         fputs(", \"shared_resident_fraction\": ", f);
         cli_json_number(f, r->shared_resident_fraction);
         fprintf(f, ", \"cache_resident\": %s", r->cache_resident ? "true" : "false");
+        fprintf(f, ", \"tuned_tokens\": %lld", (long long)r->tuned_tokens);
         if (s->embedded)
             fprintf(f, ", \"routing_mismatches\": %lld", (long long)r->route_mismatch);
         if (s->have_rf && r->bound) {
@@ -1232,8 +1261,15 @@ static double copy_bytes(const bench_state *s, int64_t E)
 
 int cli_cmd_bench(int argc, char **argv)
 {
+    return cli_bench_main(argc, argv, NULL);
+}
+
+int cli_bench_main(int argc, char **argv, const cli_bench_hook *hook)
+{
+    if (hook)
+        CMD = hook->cmd;
     bench_cfg cfg;
-    int prc = parse_bench_args(argc, argv, &cfg);
+    int prc = parse_bench_args(argc, argv, &cfg, hook);
     if (prc >= 0)
         return prc;
 
@@ -1251,6 +1287,8 @@ int cli_cmd_bench(int argc, char **argv)
     moe_options o;
     moe_options_init(&o);
     o.num_threads = (int)cfg.threads;
+    if (hook)
+        o.tuning_dir = ""; /* the tuner measures the knobs it sets, never a tuning file's */
     char err[1024] = "";
     st = moe_ctx_create(&o, &s->ctx, err, sizeof err);
     if (st != MOE_OK) {
@@ -1516,6 +1554,10 @@ int cli_cmd_bench(int argc, char **argv)
                  "the %lld experts (each expert still has its own packed memory)", s->pool,
                  (long long)E);
 
+    if (hook) {
+        rc = hook->body(s, hook->user);
+        goto done;
+    }
     rows = calloc((size_t)cfg.ntokens, sizeof *rows);
     if (!rows) {
         cli_err(CMD, "out of memory");
@@ -1563,4 +1605,76 @@ done:
     moe_plan_free(s->plan);
     moe_ctx_free(s->ctx);
     return rc;
+}
+
+/* ---- what `moe tune` uses (tools/bench.h) ---------------------------------------------- */
+
+moe_ctx *cli_bench_ctx(const cli_bench *b)
+{
+    return b->ctx;
+}
+
+const moe_plan *cli_bench_plan(const cli_bench *b)
+{
+    return b->plan;
+}
+
+int cli_bench_ntokens(const cli_bench *b)
+{
+    return b->cfg->ntokens;
+}
+
+int64_t cli_bench_tokens(const cli_bench *b, int i)
+{
+    return b->cfg->tokens[i];
+}
+
+const char *cli_bench_output(const cli_bench *b)
+{
+    return b->cfg->output;
+}
+
+int cli_bench_rounds(const cli_bench *b)
+{
+    return (int)b->cfg->rounds;
+}
+
+void cli_bench_layer_name(const cli_bench *b, char *out, size_t len)
+{
+    if (b->embedded)
+        snprintf(out, len, "%s", b->cfg->model->name);
+    else
+        snprintf(out, len, "%s layer %lld", b->cfg->ckdir, (long long)b->cfg->layer);
+}
+
+int cli_bench_time(cli_bench *b, moe_ctx *ctx, const moe_plan *plan, int64_t T, double *median_ms, double *best_ms,
+                   int *runs, moe_exec_stats *stats)
+{
+    const size_t need = moe_plan_workspace_size(plan, T);
+    if (need > b->ws_size) { /* a tuned chunk longer than the default's */
+        void *ws = alloc64(need);
+        if (!ws) {
+            cli_err(CMD, "out of memory for a workspace of %zu bytes", need);
+            return CLI_FAIL;
+        }
+        free(b->ws);
+        b->ws = ws;
+        b->ws_size = need;
+    }
+    moe_ctx *ctx0 = b->ctx;
+    moe_plan *plan0 = b->plan;
+    b->ctx = ctx;
+    b->plan = (moe_plan *)plan; /* run_row only executes it */
+    bench_row row;
+    const int rc = run_row(b, T, &row);
+    b->ctx = ctx0;
+    b->plan = plan0;
+    if (rc != CLI_OK)
+        return rc;
+    *median_ms = row.median_ms;
+    *best_ms = row.best_ms;
+    *runs = row.runs;
+    if (stats)
+        *stats = b->last;
+    return CLI_OK;
 }

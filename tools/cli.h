@@ -24,6 +24,7 @@ int cli_cmd_bench(int argc, char **argv);
 int cli_cmd_env(int argc, char **argv);
 int cli_cmd_plan(int argc, char **argv);
 int cli_cmd_quantize(int argc, char **argv);
+int cli_cmd_tune(int argc, char **argv);
 
 /* ---- option parsing ------------------------------------------------------------------- */
 

@@ -18,6 +18,8 @@ static void usage(FILE *f)
           "  quantize  convert a checkpoint's routed experts to fp8 / int8 / int4 (mxfp4 for\n"
           "            gpt-oss) and write a\n"
           "            checkpoint libmoe and vLLM load (moe quantize --help)\n"
+          "  tune      measure the knobs that never change the output bits for a layer shape\n"
+          "            and write the tuning file MOE_TUNING_DIR reads (moe tune --help)\n"
           "  env       every knob, its value and where it came from (moe env --help)\n"
           "  version   library version and kernel tables\n"
           "  help      this text; 'moe help COMMAND' for a command's options\n"
@@ -118,6 +120,8 @@ static int dispatch(int argc, char **argv)
                 return cli_cmd_plan(2, hv);
             if (strcmp(argv[2], "quantize") == 0)
                 return cli_cmd_quantize(2, hv);
+            if (strcmp(argv[2], "tune") == 0)
+                return cli_cmd_tune(2, hv);
             if (strcmp(argv[2], "help") != 0) {
                 cli_err("moe help", "unknown command '%s'", argv[2]);
                 usage(stderr);
@@ -140,6 +144,8 @@ static int dispatch(int argc, char **argv)
         return cli_cmd_plan(argc - 1, argv + 1);
     if (strcmp(sub, "quantize") == 0)
         return cli_cmd_quantize(argc - 1, argv + 1);
+    if (strcmp(sub, "tune") == 0)
+        return cli_cmd_tune(argc - 1, argv + 1);
     fprintf(stderr, "moe: unknown command '%s'\n\n", sub);
     usage(stderr);
     return CLI_USAGE;

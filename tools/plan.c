@@ -264,16 +264,34 @@ int cli_cmd_plan(int argc, char **argv)
     shard.moe_intermediate_size = I / tp + (I % tp ? 1 : 0);
     if (Is)
         shard.shared_expert_intermediate_size = Is / tp + (Is % tp ? 1 : 0);
-    if (qz) { /* the workspace does not depend on the expert weights' format */
+    if (qz && tp > 1) { /* the workspace does not depend on the expert weights' format */
         memset(&shard.quant, 0, sizeof shard.quant);
         shard.weight_dtype = MOE_DTYPE_BF16;
     }
+    /* one rank: the layer itself, so a tuning file (MOE_TUNING_DIR) is looked up for its shape */
+    moe_plan_config pc1;
+    moe_plan_config_init(&pc1);
+    pc1.compute = tp * ep == 1 ? compute : MOE_COMPUTE_F32;
     moe_plan *p = NULL;
-    if (moe_plan_create(ctx, &shard, &p) != MOE_OK) {
+    if (moe_plan_create_ex(ctx, &shard, &pc1, &p) != MOE_OK) {
         cli_err(CMD, "%s", moe_ctx_last_error(ctx));
         goto done;
     }
-    printf("\n%10s %14s %8s %14s %10s  %s\n", "T", "workspace", "chunks", "rows/expert", "permute", "experts path");
+    const char *tdir = getenv("MOE_TUNING_DIR");
+    if (moe_plan_tuning_file(p)[0]) {
+        printf("\ntuning: %s (each T runs the entry of the nearest token count: column 'entry'; knobs set in the "
+               "environment keep their value)\n", moe_plan_tuning_file(p));
+        const char *tt = strstr(moe_plan_text(p), "tuned=");
+        if (tt) /* the plan text's entries: T:chunk_size/permute/onehot_threshold/topk/lowtok_threshold */
+            printf("plan text: %s\n", tt);
+    } else if (tdir && *tdir) {
+        char tn[1024] = "";
+        moe_plan_tuning_name(p, tn, sizeof tn);
+        printf("\ntuning: no file %s in %s (MOE_TUNING_DIR); the context's knobs are used\n", tn,
+               tp * ep == 1 ? tdir : "(parallel layouts are not tuned)");
+    }
+    printf("\n%10s %14s %8s %14s %10s %7s %7s %7s  %s\n", "T", "workspace", "chunks", "rows/expert", "permute", "topk",
+           "lowtok", "entry", "experts path");
     for (int i = 0; i < nT; i++) {
         moe_plan_path path;
         if (moe_plan_path_for(p, Ts[i], &path) != MOE_OK) {
@@ -282,10 +300,13 @@ int cli_cmd_plan(int argc, char **argv)
             goto done;
         }
         const int few = strcmp(path.experts_path, "few-token streaming") == 0;
-        printf("%10lld %14s %8lld %14.2f %10s  %s%s\n", (long long)Ts[i],
+        char entry[24] = "-";
+        if (path.tuned_tokens > 0)
+            snprintf(entry, sizeof entry, "%lld", (long long)path.tuned_tokens);
+        printf("%10lld %14s %8lld %14.2f %10s %7s %7lld %7s  %s%s\n", (long long)Ts[i],
                cli_fmt_bytes(b1, sizeof b1, (double)path.workspace_bytes), (long long)path.chunks,
-               path.rows_per_expert, path.permute, path.experts_path,
-               few ? " (rows per expert < MOE_LOWTOK_THRESHOLD)" : "");
+               path.rows_per_expert, path.permute, path.topk, (long long)path.lowtok_threshold, entry,
+               path.experts_path, few ? " (rows per expert < the lowtok threshold)" : "");
     }
     moe_plan_free(p);
     rc = CLI_OK;

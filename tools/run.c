@@ -307,6 +307,9 @@ int cli_cmd_run(int argc, char **argv)
     ea.topk_weights = te > tb ? topk_w + tb * K : NULL;
     ea.workspace = ws;
     ea.workspace_size = ws_size;
+    moe_exec_stats stats;
+    memset(&stats, 0, sizeof stats);
+    ea.stats = &stats;
     double t0 = cli_now();
     st = moe_plan_execute_ex(plan, w, &ea);
     double ms = (cli_now() - t0) * 1e3;
@@ -367,6 +370,10 @@ int cli_cmd_run(int argc, char **argv)
             moe_dtype_name(desc.weight_dtype), quantized ? " experts " : "", quantized ? moe_quant_name(&desc.quant) : "",
             moe_compute_name(compute), ms, moe_ctx_num_threads(ctx), moe_ctx_isa(ctx),
             nranks > 1 ? (tp > 1 ? (ep > 1 ? ", ep x tp over MPI" : ", tp over MPI") : ", ep over MPI") : "");
+    if (moe_plan_tuning_file(plan)[0]) /* MOE_TUNING_DIR: the file and the entry this T ran */
+        fprintf(stderr, "moe run: tuning file %s, entry %lld (permute %s, topk %s, chunk %lld tokens)\n",
+                moe_plan_tuning_file(plan), (long long)stats.tuned_tokens, stats.permute ? stats.permute : "-",
+                stats.topk, (long long)stats.chunk_tokens);
     rc = CLI_OK;
 #undef LIBFAIL
 done:

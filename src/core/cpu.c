@@ -107,3 +107,47 @@ const char *moe_cpu_features_text(void)
     pthread_once(&g_once, detect);
     return g_text;
 }
+
+static char g_device[128];
+static pthread_once_t g_device_once = PTHREAD_ONCE_INIT;
+
+static void read_device_name(void)
+{
+    char line[512];
+    const char *model = NULL;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0)
+            continue;
+        const char *colon = strchr(line, ':');
+        if (colon) {
+            model = colon + 1;
+            break;
+        }
+    }
+    size_t n = 0;
+    int gap = 0; /* a run of other characters since the last kept one */
+    for (const char *c = model; c && *c && n + 2 < sizeof g_device; c++) {
+        const int keep = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                         *c == '.' || *c == '-';
+        if (!keep) {
+            gap = 1;
+            continue;
+        }
+        if (gap && n > 0)
+            g_device[n++] = '_';
+        gap = 0;
+        g_device[n++] = *c;
+    }
+    g_device[n] = '\0';
+    if (f)
+        fclose(f);
+    if (n == 0)
+        snprintf(g_device, sizeof g_device, "unknown_cpu");
+}
+
+const char *moe_cpu_device_name(void)
+{
+    pthread_once(&g_device_once, read_device_name);
+    return g_device;
+}

@@ -24,4 +24,10 @@ const moe_cpu_features *moe_cpu_features_get(void);
 /* "avx2 fma f16c avx512f ..." of the set flags (static storage), for messages and logs. */
 const char *moe_cpu_features_text(void);
 
+/* The CPU's "model name" of /proc/cpuinfo, sanitized for a file name (static storage, read
+ * once, thread-safe): letters, digits, '.' and '-' kept, every other run of characters one
+ * '_', none leading or trailing; "unknown_cpu" when it cannot be read. Names tuning files
+ * (docs/tuning.md). */
+const char *moe_cpu_device_name(void);
+
 #endif

@@ -31,13 +31,15 @@ struct moe_ctx {
     int64_t lowtok_threshold; /* rows per expert */
     int64_t small_allreduce;  /* bytes */
     int tp_reduce;            /* MOE_TP_* */
-    char tuning_dir[512];
+    char tuning_dir[512];     /* "" = none */
+    unsigned knob_explicit;   /* bit k: knob k (moe_knob) was set by the API or the environment */
     const struct moe_kernels *kernels; /* the chosen ISA table */
     char options_text[1024];  /* canonical "key=value;" text of the resolved knobs */
     uint64_t options_hash;    /* XXH64 of options_text */
     char tp_idle[2][640];     /* WARNINGs for the TP knobs given without TP ("" = none), logged
                                  by the first plan with tp_size = 1 (layer/plan.c) */
     _Atomic int tp_idle_logged;
+    _Atomic int tuning_idle_logged; /* the MOE_TUNING_DIR-under-EP/TP WARNING was logged */
     uint64_t generation;      /* unique per moe_ctx_create in this process: keys the per-thread
                                  last error (core/error.c) */
 };

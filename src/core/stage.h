@@ -11,7 +11,7 @@
 #include "core/internal.h"
 
 /* Bytes of a plan's canonical text (moe_plan_text), compared across ranks. */
-#define MOE_PLAN_TEXT_LEN 2048
+#define MOE_PLAN_TEXT_LEN 4096
 
 /* This rank's share of a layer (src/parallel/shard.c computes it): one process holds
  * everything (e0 = 0, n_experts = E, i0 = is0 = 0, I = desc I, Is = desc I_s). */
@@ -22,6 +22,21 @@ typedef struct moe_shard {
     int down_bias;           /* 1: this rank adds b_d (tp_rank 0) */
 } moe_shard;
 
+/* The knobs of an execute that never change the output bits (DESIGN.md section 5,
+ * docs/tuning.md): the context's (chunk size clamped by the plan), or the entry of a tuning
+ * file that the execute's token count selects (src/layer/tuning.c). */
+typedef struct moe_exec_knobs {
+    int64_t tokens;           /* the tuning entry's token count; 0: the context's knobs */
+    int64_t chunk_size;       /* tokens per chunk, >= 1 */
+    int permute;              /* MOE_PERMUTE_* (core/knobs.h) */
+    int64_t onehot_threshold; /* routed rows; permute auto picks onehot at or below */
+    int topk;                 /* moe_topk_method (route/route.h) */
+    int64_t lowtok_threshold; /* rows per expert below which the few-token path runs */
+} moe_exec_knobs;
+
+/* Entries of one tuning file at most. */
+#define MOE_TUNED_MAX 64
+
 /* What every stage reads of a plan: filled once at plan creation (src/layer/plan.c; the
  * parallel fields by src/parallel), read-only in execute. */
 typedef struct moe_stage {
@@ -30,7 +45,10 @@ typedef struct moe_stage {
     moe_parallel_config par;     /* resolved (ranks filled in, comm NULL) */
     int parallel;                /* ep_size * tp_size > 1 */
     moe_shard shard;             /* this rank's share */
-    int64_t chunk_size;          /* tokens per chunk */
+    int64_t chunk_size;          /* tokens per chunk (the context's, clamped) */
+    moe_exec_knobs knobs;        /* the context's knobs (chunk_size as above) */
+    moe_exec_knobs tuned[MOE_TUNED_MAX]; /* a tuning file's entries, by ascending tokens */
+    int n_tuned;                 /* 0: no tuning file (parallel plans never have one) */
     int64_t capacity;            /* batched format: slots per expert (0 otherwise) */
     int batched;                 /* the composition uses the batched activation format */
     moe_compute compute;         /* the expert GEMMs' arithmetic (moe.h moe_compute) */
@@ -40,6 +58,7 @@ typedef struct moe_stage {
 /* One chunk of tokens and its workspace slices (shapes for Tc tokens, cap = batched capacity). */
 typedef struct moe_chunk {
     const moe_stage *st;
+    const moe_exec_knobs *knobs;          /* what this execute runs with (never NULL) */
     const struct moe_expert_mats *experts; /* [n_experts] the local experts' packed matrices
                                               (src/gemm/grouped.h) */
     const float *x;       /* [Tc, H] f32 hidden states */

@@ -8,7 +8,7 @@ static void run_groups(moe_chunk *c, const moe_dispatch *d)
 {
     moe_mlp_groups g = {.experts = c->experts, .x = d->x, .n_groups = d->n_groups, .begin = d->begin,
                         .end = d->end, .rows = d->rows, .row_div = d->row_div, .h = d->h, .y = d->y,
-                        .lowtok_threshold = c->st->ctx->lowtok_threshold, .in_scale = d->in_scale,
+                        .lowtok_threshold = c->knobs->lowtok_threshold, .in_scale = d->in_scale,
                         .compute = c->st->compute};
     moe_mlp_stats st = {0};
     moe_mlp_run(c->st->ctx, &c->st->desc, &g, c->scratch, c->item_off, &st);

@@ -100,6 +100,9 @@ moe_status moe_ctx_create(const moe_options *opts, moe_ctx **out, char *out_err_
     ctx->small_allreduce = num[MOE_KNOB_SMALL_ALLREDUCE];
     ctx->tp_reduce = (int)num[MOE_KNOB_TP_REDUCE];
     snprintf(ctx->tuning_dir, sizeof ctx->tuning_dir, "%s", info[MOE_KNOB_TUNING_DIR].value);
+    for (int k = 0; k < MOE_KNOB__COUNT; k++)
+        if (info[k].source != MOE_KNOB_DEFAULT)
+            ctx->knob_explicit |= 1u << k;
     ctx->log_level = (moe_log_level)num[MOE_KNOB_LOG_LEVEL];
     ctx->log_fn = opts ? opts->log_fn : NULL;
     ctx->log_user = opts ? opts->log_user : NULL;

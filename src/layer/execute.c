@@ -84,8 +84,7 @@ size_t moe_plan_workspace_size(const moe_plan *plan, int64_t max_tokens)
 {
     if (!plan || max_tokens <= 0)
         return 0;
-    int64_t Tc = max_tokens < plan->st.chunk_size ? max_tokens : plan->st.chunk_size;
-    return layout(plan, Tc).total;
+    return layout(plan, moe_plan_max_chunk(plan, max_tokens)).total;
 }
 
 /* The longest chunk (<= chunk_size) a workspace of `size` bytes at `ws` fits. */
@@ -125,8 +124,9 @@ static int same_shard(const moe_shard *a, const moe_shard *b)
 /* One chunk: tokens [t0, t0 + Tc): route, shared expert, prepare, experts, finalize (and under
  * TP the sum of the partial outputs). Parallel plans run every chunk index on every rank,
  * so Tc may be 0 here (a rank out of tokens still serves its peers' rows). */
-static moe_status run_chunk(const moe_plan *p, const moe_weights *w, const moe_exec_args *a, int64_t t0,
-                            int64_t Tc, int64_t tc_max, unsigned char *ws, const ws_layout *l, moe_exec_stats *stats)
+static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const moe_weights *w,
+                            const moe_exec_args *a, int64_t t0, int64_t Tc, int64_t tc_max, unsigned char *ws,
+                            const ws_layout *l, moe_exec_stats *stats)
 {
     const moe_stage *st = &p->st;
     const moe_ctx *ctx = st->ctx;
@@ -162,13 +162,13 @@ static moe_status run_chunk(const moe_plan *p, const moe_weights *w, const moe_e
             moe_route_add_bias(w->router_bias, Tc, E, lg);
             logits = lg;
         }
-        moe_route_topk(d, w->sel_bias, logits, Tc, ids, wts, ws + l->scores, (moe_topk_method)ctx->topk);
+        moe_route_topk(d, w->sel_bias, logits, Tc, ids, wts, ws + l->scores, (moe_topk_method)kn->topk);
     }
 
     /* out: the output rows, or under TP this rank's partial output [Tc, H] */
     float *out = tp ? (float *)(ws + l->partial) : Tc > 0 ? a->output + t0 * H : NULL;
     moe_chunk c = {
-        .st = st, .experts = w->experts, .x = x, .T = Tc, .ids = ids, .wts = wts, .out = out,
+        .st = st, .knobs = kn, .experts = w->experts, .x = x, .T = Tc, .ids = ids, .wts = wts, .out = out,
         .has_shared = Is > 0, .sgate = (float *)(ws + l->sgate),
         .offsets = (int64_t *)(ws + l->offsets), .begin = (int64_t *)(ws + l->begin),
         .end = (int64_t *)(ws + l->end), .rows = (int32_t *)(ws + l->rows), .pos = (int32_t *)(ws + l->pos),
@@ -260,10 +260,12 @@ moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
     moe_ctx *ctx = plan->st.ctx;
     moe_status st = check_args(plan, weights, a);
     int64_t Tc, n_chunks, max_tokens;
+    const moe_exec_knobs *kn = &plan->st.knobs; /* parallel plans: the context's */
     if (!plan->st.parallel) {
         if (st != MOE_OK || a->n_tokens == 0)
             return st;
-        Tc = a->n_tokens < plan->st.chunk_size ? a->n_tokens : plan->st.chunk_size;
+        kn = moe_plan_knobs(plan, a->n_tokens); /* a tuning file's entry, or the context's */
+        Tc = a->n_tokens < kn->chunk_size ? a->n_tokens : kn->chunk_size;
         n_chunks = (a->n_tokens + Tc - 1) / Tc;
         max_tokens = a->n_tokens;
     } else {
@@ -281,7 +283,8 @@ moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
     stp->isa = ctx->kernels->name;
     stp->prepare_finalize = plan->pf->name;
     stp->experts = plan->experts->name;
-    stp->topk = ctx->topk == MOE_TOPK_ROWMAX ? "rowmax" : "sort";
+    stp->topk = kn->topk == MOE_TOPK_ROWMAX ? "rowmax" : "sort";
+    stp->tuned_tokens = kn->tokens;
     stp->threads = ctx->num_threads;
     stp->chunk_tokens = Tc;
     stp->max_tokens = max_tokens;
@@ -292,7 +295,7 @@ moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
     for (int64_t c = 0; c < n_chunks; c++) {
         const int64_t t0 = c * Tc;
         const int64_t n = a->n_tokens - t0 < 0 ? 0 : a->n_tokens - t0 < Tc ? a->n_tokens - t0 : Tc;
-        st = run_chunk(plan, weights, a, t0, n, Tc, ws, &l, stp);
+        st = run_chunk(plan, kn, weights, a, t0, n, Tc, ws, &l, stp);
         if (st != MOE_OK)
             return st;
         if (n > 0)

@@ -12,7 +12,8 @@ struct moe_plan {
     moe_stage st;                           /* what the stages read (core/stage.h) */
     const moe_pf_impl *pf;                  /* prepare/finalize */
     const moe_experts_impl *experts;        /* experts */
-    char text[MOE_PLAN_TEXT_LEN];           /* canonical text: knobs + description */
+    char text[MOE_PLAN_TEXT_LEN];           /* canonical text: knobs + description (+ tuning) */
+    char tuning_file[1088];                 /* the tuning file read (path), "" = none */
     uint64_t hash;                          /* XXH64 of text */
 };
 
@@ -56,5 +57,19 @@ moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d);
 /* Log at plan creation (WARNING) every cost of this plan nobody asked for that moe_plan_report
  * also gives as data: the kernel table's fallbacks to scalar entries (report.c). */
 void moe_plan_log_costs(const moe_plan *p);
+
+/* Tuning files (tuning.c, docs/tuning.md). moe_tuning_apply: with the context's tuning_dir
+ * set, read the file for p's shape into p->st.tuned (entries' chunk sizes capped at
+ * chunk_limit); none found: INFO, no entries; a malformed file: MOE_EFORMAT naming the file and
+ * field (recorded on the ctx). */
+moe_status moe_tuning_apply(moe_plan *p, int64_t chunk_limit);
+/* The knobs an execute of n_tokens runs with: the tuning entry of the nearest token count (ties:
+ * the smaller), else the context's. */
+const moe_exec_knobs *moe_plan_knobs(const moe_plan *p, int64_t n_tokens);
+/* The longest chunk any execute of at most max_tokens tokens runs (sizes the workspace). */
+int64_t moe_plan_max_chunk(const moe_plan *p, int64_t max_tokens);
+/* "tuning_file=PATH|none;" and, with entries, "tuned=T:chunk_size/permute/onehot_threshold/
+ * topk/lowtok_threshold,...;" into out (NUL-terminated, truncated to len); returns its length. */
+size_t moe_plan_tuning_text(const moe_plan *p, char *out, size_t len);
 
 #endif

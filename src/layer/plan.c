@@ -112,6 +112,10 @@ static void plan_text(moe_plan *p)
         size_t used = strlen(p->text);
         snprintf(p->text + used, sizeof p->text - used, "compute=%s;", moe_compute_name(p->st.compute));
     }
+    if (p->st.ctx->tuning_dir[0]) { /* the tuning file and the entries read (docs/tuning.md) */
+        size_t used = strlen(p->text);
+        moe_plan_tuning_text(p, p->text + used, sizeof p->text - used);
+    }
     p->hash = XXH64(p->text, strlen(p->text), 0);
 }
 
@@ -286,6 +290,17 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
                     (long long)st->chunk_size, (long long)st->capacity);
             st->chunk_size = st->capacity;
         }
+    }
+    /* the context's knobs, and those of a tuning file (MOE_TUNING_DIR) */
+    st->knobs = (moe_exec_knobs){.tokens = 0, .chunk_size = st->chunk_size, .permute = ctx->permute,
+                                 .onehot_threshold = ctx->onehot_threshold, .topk = ctx->topk,
+                                 .lowtok_threshold = ctx->lowtok_threshold};
+    const int64_t chunk_limit = pf->format == MOE_FORMAT_BATCHED && st->capacity < max_chunk ? st->capacity
+                                                                                               : max_chunk;
+    moe_status tst = moe_tuning_apply(p, chunk_limit);
+    if (tst != MOE_OK) {
+        free(p);
+        return tst;
     }
     plan_text(p);
     if (st->parallel) {

@@ -7,6 +7,7 @@
 #include "parallel/parallel.h"
 #include "quant/format.h"
 #include "quant/quant.h"
+#include "route/route.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -387,19 +388,22 @@ moe_status moe_plan_path_for(const moe_plan *plan, int64_t n_tokens, moe_plan_pa
     if (!out || n_tokens < 1)
         return moe_set_error(plan->st.ctx, MOE_EINVAL, "moe_plan_path_for: %s", !out ? "out is NULL" : "n_tokens < 1");
     const moe_stage *st = &plan->st;
-    const moe_ctx *ctx = st->ctx;
+    const moe_exec_knobs *kn = moe_plan_knobs(plan, n_tokens);
     const int64_t K = st->desc.top_k, E = st->desc.num_experts;
-    const int64_t tc = n_tokens < st->chunk_size ? n_tokens : st->chunk_size;
+    const int64_t tc = n_tokens < kn->chunk_size ? n_tokens : kn->chunk_size;
     memset(out, 0, sizeof *out);
     out->chunk_tokens = tc;
     out->chunks = (n_tokens + tc - 1) / tc;
     out->rows_per_expert = (double)tc * (double)K / (double)E;
     /* the rule of permute/prepare_finalize.c moe_pf_group_rows */
-    const int method = ctx->permute != MOE_PERMUTE_AUTO                ? ctx->permute
-                       : tc * K <= ctx->onehot_threshold ? MOE_PERMUTE_ONEHOT
-                                                         : MOE_PERMUTE_SORT;
+    const int method = kn->permute != MOE_PERMUTE_AUTO    ? kn->permute
+                       : tc * K <= kn->onehot_threshold ? MOE_PERMUTE_ONEHOT
+                                                        : MOE_PERMUTE_SORT;
     out->permute = method == MOE_PERMUTE_ONEHOT ? "onehot" : method == MOE_PERMUTE_PACKED ? "packed" : "sort";
-    out->experts_path = out->rows_per_expert < (double)ctx->lowtok_threshold
+    out->tuned_tokens = kn->tokens;
+    out->topk = kn->topk == MOE_TOPK_ROWMAX ? "rowmax" : "sort";
+    out->lowtok_threshold = kn->lowtok_threshold;
+    out->experts_path = out->rows_per_expert < (double)kn->lowtok_threshold
                             ? "few-token streaming"
                             : "tiled GEMM";
     out->workspace_bytes = moe_plan_workspace_size(plan, n_tokens);

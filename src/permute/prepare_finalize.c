@@ -5,15 +5,15 @@
 #include <omp.h>
 #include <string.h>
 
-/* Group rows by expert with the method MOE_PERMUTE picks; every method gives the same
+/* Group rows by expert with the method the execute's knobs pick (MOE_PERMUTE or a tuning file); every method gives the same
  * offsets, rows and pos. */
 void moe_pf_group_rows(moe_chunk *c)
 {
-    const moe_ctx *ctx = c->st->ctx;
+    const moe_exec_knobs *kn = c->knobs;
     const int64_t K = c->st->desc.top_k, E = c->st->desc.num_experts;
-    int method = ctx->permute;
+    int method = kn->permute;
     if (method == MOE_PERMUTE_AUTO)
-        method = c->T * K <= ctx->onehot_threshold ? MOE_PERMUTE_ONEHOT : MOE_PERMUTE_SORT;
+        method = c->T * K <= kn->onehot_threshold ? MOE_PERMUTE_ONEHOT : MOE_PERMUTE_SORT;
     switch (method) {
     case MOE_PERMUTE_ONEHOT:
         moe_permute_onehot(c->ids, c->T, K, E, c->offsets, c->rows, c->pos);

@@ -1359,6 +1359,126 @@ static void test_run_matches_api_bf16(void **state)
     check_run_matches(*state, MOE_DTYPE_BF16, 1, 17);
 }
 
+/* `moe tune` on a tiny checkpoint writes a valid tuning file named for the shape, which `moe run`
+ * (same output bits) and `moe plan` then pick up through MOE_TUNING_DIR; no output folder is a
+ * usage error. */
+static void test_tune_command(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    run_fixture *f = *state;
+    char tdir[512];
+    tu_tmpdir(tdir, sizeof tdir, "cli-tune");
+    unsetenv("MOE_TUNING_DIR");
+    cli_result r;
+    const char *a0[] = {"tune", "--checkpoint", f->ck, "--tokens", "1", "--threads", "1", NULL};
+    run_moe(&r, a0);
+    expect(&r, 2, (const char *const[]){"no output folder", "MOE_TUNING_DIR", NULL});
+    result_free(&r);
+    char missing[600];
+    snprintf(missing, sizeof missing, "%s/none", tdir);
+    const char *a1[] = {"tune", "--checkpoint", f->ck, "--tokens", "1", "--output", missing, NULL};
+    run_moe(&r, a1);
+    expect(&r, 2, (const char *const[]){missing, "not an existing folder", NULL});
+    result_free(&r);
+    assert_int_equal(tu_dir_entries(tdir), 0);
+
+    const char *a2[] = {"tune", "--checkpoint", f->ck, "--tokens", "1,5", "--iters", "3", "--threads", "1",
+                        "--output", tdir, NULL};
+    run_moe(&r, a2);
+    expect(&r, 0, NULL);
+    print_message("moe tune: %.2f s\n", r.secs); /* one thread: ~0.5 s on an idle machine */
+    result_free(&r);
+    assert_int_equal(tu_dir_entries(tdir), 1); /* no temporary left */
+
+    /* the name the library looks up */
+    moe_options o;
+    moe_options_init(&o);
+    o.num_threads = 1;
+    o.tuning_dir = "";
+    moe_ctx *ctx = NULL;
+    char err[512];
+    assert_int_equal(moe_ctx_create(&o, &ctx, err, sizeof err), MOE_OK);
+    moe_checkpoint *ck = NULL;
+    moe_layer_desc d;
+    moe_plan *plan = NULL;
+    if (moe_checkpoint_open(ctx, f->ck, &ck) != MOE_OK || moe_checkpoint_layer_desc(ck, 0, &d) != MOE_OK ||
+        moe_plan_create(ctx, &d, &plan) != MOE_OK)
+        fail_msg("%s", moe_ctx_last_error(ctx));
+    char name[1024], path[1600];
+    assert_int_equal(moe_plan_tuning_name(plan, name, sizeof name), MOE_OK);
+    moe_plan_free(plan);
+    moe_checkpoint_free(ck);
+    moe_ctx_free(ctx);
+    snprintf(path, sizeof path, "%s/%s", tdir, name);
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        fail_msg("%s: %s", path, je.text);
+    assert_int_equal(json_object_size(root), 3);
+    const char *keys[] = {"1", "5"};
+    for (int i = 0; i < 2; i++) {
+        json_t *e = json_object_get(root, keys[i]);
+        assert_non_null(e);
+        assert_int_equal(json_object_size(e), 5);
+        assert_true(json_integer_value(json_object_get(e, "chunk_size")) >= 1);
+        const char *pm = json_string_value(json_object_get(e, "permute"));
+        const char *tk = json_string_value(json_object_get(e, "topk"));
+        assert_non_null(pm);
+        assert_non_null(tk);
+        assert_true(!strcmp(pm, "auto") || !strcmp(pm, "sort") || !strcmp(pm, "onehot") || !strcmp(pm, "packed"));
+        assert_true(!strcmp(tk, "sort") || !strcmp(tk, "rowmax"));
+        assert_true(json_is_integer(json_object_get(e, "onehot_threshold")));
+        assert_true(json_is_integer(json_object_get(e, "lowtok_threshold")));
+    }
+    json_t *meta = json_object_get(root, "meta");
+    assert_int_equal(json_integer_value(json_object_get(meta, "threads")), 1);
+    assert_non_null(json_object_get(json_object_get(meta, "measured"), "5"));
+    json_decref(root);
+
+    /* moe run picks it up; the bits are those without it */
+    float *x = make_input(f->in, 5, CK_H, MOE_DTYPE_F32, 77);
+    free(x);
+    char out2[700];
+    snprintf(out2, sizeof out2, "%s/out/plain.safetensors", f->io);
+    const char *a3[] = {"run", "--checkpoint", f->ck, "--layer", "0", "--input", f->in, "--output", out2, "--threads",
+                        "1", NULL};
+    run_moe(&r, a3);
+    expect(&r, 0, NULL);
+    assert_null(strstr(r.err, "tuning file"));
+    result_free(&r);
+    assert_int_equal(setenv("MOE_TUNING_DIR", tdir, 1), 0);
+    const char *a4[] = {"run", "--checkpoint", f->ck, "--layer", "0", "--input", f->in, "--output", f->out,
+                        "--threads", "1", NULL};
+    run_moe(&r, a4);
+    char want[1800];
+    snprintf(want, sizeof want, "tuning file %s, entry 5 ", path);
+    expect(&r, 0, (const char *const[]){want, NULL});
+    result_free(&r);
+    char *b1 = slurp(out2), *b2 = slurp(f->out);
+    struct stat s1, s2;
+    assert_int_equal(stat(out2, &s1), 0);
+    assert_int_equal(stat(f->out, &s2), 0);
+    assert_true(s1.st_size == s2.st_size && s1.st_size > 0);
+    assert_memory_equal(b1, b2, (size_t)s1.st_size);
+    free(b1);
+    free(b2);
+    unlink(out2);
+    unlink(f->out);
+
+    /* moe plan names the file and the entry each T runs */
+    assert_int_equal(setenv("MOE_NUM_THREADS", "1", 1), 0);
+    const char *a5[] = {"plan", "--checkpoint", f->ck, "--tokens", "1,4", NULL};
+    run_moe(&r, a5);
+    unsetenv("MOE_NUM_THREADS");
+    unsetenv("MOE_TUNING_DIR");
+    expect(&r, 0, NULL);
+    snprintf(want, sizeof want, "tuning: %s", path);
+    if (!strstr(r.out, want) || !strstr(r.out, "plan text: tuned=1:"))
+        fail_msg("moe plan output lacks the tuning file or entries:\n%s", r.out);
+    result_free(&r);
+    tu_rm_tree(tdir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1381,6 +1501,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_run_refuses_fifo_inputs, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_compute_bf16, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_compute_bf16_without_avx512_bf16, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_tune_command, run_setup, run_teardown),
         cmocka_unit_test(test_env_command),
         cmocka_unit_test(test_env_inert),
         cmocka_unit_test_setup_teardown(test_run_idle_tp_knob, run_setup, run_teardown),
