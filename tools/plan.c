@@ -14,6 +14,7 @@ static void plan_usage(FILE *f)
 {
     fputs("usage: moe plan (--model NAME | --checkpoint DIR [--layer L]) [--tp N] [--ep N]\n"
           "                [--quant SCHEME] [--compute f32|bf16] [--tokens LIST]\n"
+          "       moe plan --list-models\n"
           "\n"
           "Reports, per rank, for one MoE layer: expert weight bytes, padding and its cost,\n"
           "workspace bytes at each T, FLOPs and weight bytes per token, the kernel path each\n"
@@ -22,7 +23,8 @@ static void plan_usage(FILE *f)
           "the safetensors headers.\n"
           "\n"
           "Options:\n"
-          "  --model NAME       an embedded model shape (moe bench --list-models)\n"
+          "  --model NAME       an embedded model shape (--list-models)\n"
+          "  --list-models      list the embedded models (as moe bench --list-models) and exit\n"
           "  --checkpoint DIR   a Hugging Face checkpoint; --layer L (default: first MoE layer)\n"
           "  --tp N             tensor-parallel ranks: I is split across them (default 1)\n"
           "  --ep N             expert-parallel groups: experts placed E/N per group, the first\n"
@@ -49,13 +51,16 @@ int cli_cmd_plan(int argc, char **argv)
 {
     const char *model = NULL, *ckdir = NULL, *quant = NULL, *tokens = "1,16,256,2048,32768";
     int64_t tp = 1, ep = 1, layer = -1;
+    int list = 0, have_layer = 0;
     moe_compute compute = MOE_COMPUTE_F32;
     const cli_opt opts[] = {
         /* the layer: exactly one of an embedded model (by name) or a checkpoint folder */
         {.name = "--model", .kind = CLI_STR, .dst = &model},
+        {.name = "--list-models", .kind = CLI_FLAG, .dst = &list},
         {.name = "--checkpoint", .kind = CLI_STR, .dst = &ckdir},
-        /* the checkpoint's layer; -1 (the default): its first MoE layer */
-        {.name = "--layer", .kind = CLI_I64, .dst = &layer, .lo = 0, .hi = INT32_MAX},
+        /* the checkpoint's layer (any integer: the checkpoint says which are MoE layers);
+         * not given: its first MoE layer */
+        {.name = "--layer", .kind = CLI_I64, .dst = &layer, .lo = INT64_MIN, .hi = INT64_MAX, .seen = &have_layer},
         {.name = "--tp", .kind = CLI_I64, .dst = &tp, .lo = 1, .hi = 4096},
         {.name = "--ep", .kind = CLI_I64, .dst = &ep, .lo = 1, .hi = 4096},
         /* a dtype or a quantization scheme, checked below */
@@ -67,17 +72,24 @@ int cli_cmd_plan(int argc, char **argv)
     const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), plan_usage);
     if (prc != CLI_GO_ON)
         return prc;
+    if (list) {
+        cli_model_list(stdout);
+        return CLI_OK;
+    }
     if (!model == !ckdir) {
         cli_err(CMD, "give exactly one of --model NAME or --checkpoint DIR (see 'moe plan --help')");
+        return CLI_USAGE;
+    }
+    if (have_layer && !ckdir) {
+        cli_err(CMD, "--layer needs --checkpoint (an embedded model is one layer)");
         return CLI_USAGE;
     }
     moe_quant_config qarg; /* --quant SCHEME (a moe_quant_from_name name), else unused */
     memset(&qarg, 0, sizeof qarg);
     const int qdtype = quant && (!strcmp(quant, "bf16") || !strcmp(quant, "f16") || !strcmp(quant, "f32"));
     if (quant && !qdtype && moe_quant_from_name(quant, &qarg) != MOE_OK) {
-        cli_err(CMD, "--quant %s: accepted values are bf16, f16, f32 and the schemes of moe bench --quant "
-                "(fp8-block, fp8-block-w8a8, fp8-channel, fp8-tensor, int8-channel, int8-w8a8, "
-                "int4-g32/g64/g128[-zp], mxfp4, none)", quant);
+        static const char *const dtypes[] = {"bf16", "f16", "f32", "none"};
+        cli_scheme_unknown(CMD, "--quant", quant, dtypes, 4, NULL);
         return CLI_USAGE;
     }
     /* token counts */
@@ -99,9 +111,8 @@ int cli_cmd_plan(int argc, char **argv)
     if (model) {
         const cli_model *m = cli_model_find(model);
         if (!m) {
-            cli_err(CMD, "--model %s: unknown model (moe bench --list-models lists them)", model);
             moe_ctx_free(ctx);
-            return CLI_USAGE;
+            return cli_model_unknown(CMD, model);
         }
         d.hidden_size = m->hidden_size;
         d.moe_intermediate_size = m->intermediate_size;
@@ -116,7 +127,7 @@ int cli_cmd_plan(int argc, char **argv)
             cli_err(CMD, "%s", moe_ctx_last_error(ctx));
             goto done;
         }
-        if (layer < 0)
+        if (!have_layer)
             for (int64_t l = 0; l < moe_checkpoint_num_layers(ck) && layer < 0; l++)
                 if (moe_checkpoint_is_moe_layer(ck, l))
                     layer = l;
