@@ -553,6 +553,11 @@ size_t moe_plan_workspace_size(const moe_plan *plan, int64_t max_tokens);
  * moe_weights_create and the kernel tables follow (`moe plan` prints it).
  * ------------------------------------------------------------------------------------- */
 #define MOE_REPORT_MAX_COSTS 8
+/* A memory cost below this fraction of the expert bytes a rank holds (code + scale + shared
+ * bytes, on the rank holding the fewest) is small: the report gives it level MOE_LOG_INFO,
+ * and `moe plan` prints it as an INFO line rather than a WARNING (a 2 MB replicated router
+ * beside 1.6 GB of experts per rank). */
+#define MOE_REPORT_SMALL_FRACTION 0.01
 
 /* One cost nobody asked for. */
 typedef struct moe_cost {
@@ -561,6 +566,9 @@ typedef struct moe_cost {
                           fallback kernel: compute) */
     double flop_share; /* the share of the layer's FLOPs it runs slower (fallback), else 0 */
     char what[400];    /* one sentence saying what and why (the WARNING line, without size) */
+    int level;         /* moe_log_level: MOE_LOG_INFO for memory (bytes >= 0) below
+                          MOE_REPORT_SMALL_FRACTION of the expert bytes on the rank holding
+                          the fewest; else MOE_LOG_WARN (every fallback kernel) */
 } moe_cost;
 
 typedef struct moe_rank_report {

@@ -232,7 +232,7 @@ static int parse_bench_args(int argc, char **argv, bench_cfg *cfg)
         /* the layer: an embedded model by name (looked up below), or a checkpoint's */
         {.name = "--model", .kind = CLI_STR, .dst = &model_name},
         {.name = "--checkpoint", .kind = CLI_STR, .dst = &cfg->ckdir, .nonempty = 1},
-        {.name = "--layer", .kind = CLI_I64, .dst = &cfg->layer, .lo = 0, .hi = INT64_MAX,
+        {.name = "--layer", .kind = CLI_I64, .dst = &cfg->layer, .lo = INT64_MIN, .hi = INT64_MAX,
          .seen = &cfg->have_layer},
         /* comma-separated token counts, each in [1, 2^24] */
         {.name = "--tokens", .kind = CLI_CUSTOM, .dst = cfg, .parse = parse_tokens},

@@ -19,8 +19,9 @@ static void plan_usage(FILE *f)
           "Reports, per rank, for one MoE layer: expert weight bytes, padding and its cost,\n"
           "workspace bytes at each T, FLOPs and weight bytes per token, the kernel path each\n"
           "T takes, and a WARNING line for every cost not asked for (padding, duplicated\n"
-          "memory, fallback kernels). Nothing is allocated or loaded beyond config.json and\n"
-          "the safetensors headers.\n"
+          "memory, fallback kernels); a memory cost under 1% of a rank's expert bytes is an\n"
+          "INFO line instead. Nothing is allocated or loaded beyond config.json and the\n"
+          "safetensors headers.\n"
           "\n"
           "Options:\n"
           "  --model NAME       an embedded model shape (--list-models)\n"
@@ -40,11 +41,16 @@ static void plan_usage(FILE *f)
           f);
 }
 
-/* "WARNING: <what>: <size>" */
-static void warn(const char *what, double bytes)
+/* "WARNING: <what>: <size>", or "INFO: ..." for a cost under MOE_REPORT_SMALL_FRACTION of a
+ * rank's expert bytes (moe_cost.level) */
+static void print_cost(const moe_cost *c)
 {
     char b[32];
-    printf("WARNING: %s: %s\n", what, cli_fmt_bytes(b, sizeof b, bytes));
+    const char *tag = c->level == MOE_LOG_INFO ? "INFO" : "WARNING";
+    if (c->bytes >= 0)
+        printf("%s: %s: %s\n", tag, c->what, cli_fmt_bytes(b, sizeof b, c->bytes));
+    else
+        printf("%s: %s\n", tag, c->what);
 }
 
 int cli_cmd_plan(int argc, char **argv)
@@ -239,15 +245,18 @@ int cli_cmd_plan(int argc, char **argv)
            cli_fmt_bytes(b1, sizeof b1, (double)r0.total_bytes), qz ? ", codes without scales" : "",
            cli_fmt_bytes(b2, sizeof b2, (double)r0.layer_bytes));
 
-    /* warnings: every cost not asked for, as the library reports them */
+    /* every cost not asked for, as the library reports them: WARNING, or INFO under
+     * MOE_REPORT_SMALL_FRACTION of a rank's expert bytes */
+    int warned = 0;
     for (size_t i = 0; i < r0.n_costs; i++) {
-        if (r0.costs[i].bytes >= 0)
-            warn(r0.costs[i].what, r0.costs[i].bytes);
-        else
-            printf("WARNING: %s\n", r0.costs[i].what);
+        print_cost(&r0.costs[i]);
+        warned += r0.costs[i].level != MOE_LOG_INFO;
     }
     if (!r0.n_costs)
         printf("no padding, no duplicated memory, no fallback kernels\n");
+    else if (!warned)
+        printf("no cost of %.0f%% or more of a rank's expert bytes, no fallback kernels\n",
+               100.0 * MOE_REPORT_SMALL_FRACTION);
 
     /* per token */
     printf("\nper token: %.1f MFLOP (router + %lld experts%s); decode reads %s of expert weights (all ranks)\n",
