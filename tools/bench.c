@@ -17,6 +17,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const CMD = "moe bench";
 
@@ -1327,7 +1328,7 @@ int cli_cmd_bench(int argc, char **argv)
     }
     /* The roofline, while no weights take memory. */
     if (cfg.roofline) {
-        if (!cfg.json)
+        if (!cfg.json && isatty(STDERR_FILENO)) /* progress: on a terminal only (cli_progress) */
             fprintf(stderr, "measuring the roofline (DRAM read, FMA, VNNI and vdpbf16ps peaks)...\n");
         if ((st = moe_roofline_measure(s->ctx, &s->rf)) != MOE_OK) {
             rc = lib_fail(s, st);

@@ -139,8 +139,9 @@ uint64_t cli_llc_sysfs(int *level);
 
 double cli_now(void); /* monotonic seconds */
 
-/* Progress lines on stderr for anything that takes over a second: with a tty, one line
- * updated in place with \r; otherwise plain lines at most every `interval` seconds. */
+/* Progress on stderr for anything that takes over a second, only when stderr is a terminal:
+ * one line updated in place with \r (at most every 0.1 s) and cleared at the end. Into a log
+ * or a pipe nothing is printed, so progress never interleaves with results. */
 typedef struct cli_progress {
     double start;
     double last;

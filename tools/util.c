@@ -402,7 +402,9 @@ void cli_progress_start(cli_progress *p)
     p->last = 0.0;
     p->tty = isatty(STDERR_FILENO);
     p->shown = 0;
-    p->quiet = 0;
+    /* progress is for a person watching: into a log or a pipe it would only interleave with
+     * the results, so without a terminal on stderr there is none */
+    p->quiet = !p->tty;
 }
 
 void cli_progress_update(cli_progress *p, const char *fmt, ...)
@@ -412,7 +414,7 @@ void cli_progress_update(cli_progress *p, const char *fmt, ...)
     double now = cli_now();
     if (now - p->start < 1.0)
         return;
-    double interval = p->tty ? 0.1 : 1.0;
+    const double interval = 0.1;
     if (p->last != 0.0 && now - p->last < interval)
         return;
     p->last = now;
@@ -421,12 +423,8 @@ void cli_progress_update(cli_progress *p, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (p->tty) {
-        fprintf(stderr, "\r\033[K%s", msg);
-        p->shown = 1;
-    } else {
-        fprintf(stderr, "%s\n", msg);
-    }
+    fprintf(stderr, "\r\033[K%s", msg);
+    p->shown = 1;
     fflush(stderr);
 }
 
