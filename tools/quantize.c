@@ -93,7 +93,7 @@ int cli_cmd_quantize(int argc, char **argv)
     int n_layers = 0;
     if (layers_s && strcmp(layers_s, "all") != 0) {
         /* the shared list parser: an empty list or item ("1,,2", "1,") is a usage error */
-        if (cli_parse_i64_list(CMD, "--layers", layers_s, 0, INT32_MAX, layers, (int)(sizeof layers / sizeof layers[0]),
+        if (cli_parse_i64_list(CMD, "--layers", layers_s, INT64_MIN, INT64_MAX, layers, (int)(sizeof layers / sizeof layers[0]),
                                &n_layers) != 0)
             return CLI_USAGE;
         for (int i = 0; i < n_layers; i++)

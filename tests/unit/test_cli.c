@@ -1435,6 +1435,13 @@ static void test_layer_range_named(void **state)
     const char *a2[] = {"plan", "--checkpoint", f->ck, "--layer", "2", NULL};
     const char *e2[] = {"layer 2 out of range", "MoE layers: 0..1 (all 2)", NULL};
     check_err(a2, 1, e2);
+    char qout[700];
+    snprintf(qout, sizeof qout, "%s/quantized", f->io);
+    const char *aq[] = {"quantize", "--checkpoint", f->ck, "--output", qout, "--quant", "int8-channel", "--layers", "-1",
+                        NULL};
+    const char *eq[] = {"moe quantize: layer -1 is not an MoE layer of ", e[0], NULL};
+    check_err(aq, 1, eq);
+    assert_int_equal(access(qout, F_OK), -1); /* nothing written */
     /* a dense first layer (DeepSeek-V3's first_k_dense_replace): the MoE layers it has */
     char dir[1024];
     tu_data_path(dir, sizeof dir, "deepseek_v3_f32");
