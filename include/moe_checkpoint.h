@@ -109,11 +109,44 @@ typedef struct moe_checkpoint moe_checkpoint;
  * symlink loop, is MOE_EIO with its errno), MOE_EFORMAT (bad JSON or safetensors, a config
  * value out of range, e.g. num_hidden_layers above MOE_MAX_LAYERS, a JSON file over its size
  * limit), MOE_EIO (unreadable, or not a regular file),
- * MOE_EUNSUPPORTED (unknown architecture, named; or a config value libmoe does not compute:
+ * MOE_EUNSUPPORTED (unknown architecture, named: moe_checkpoint_open_opts with
+ * moe_checkpoint_options.family reads it as a known family; or a config value libmoe does not compute:
  * hidden_act, DeepSeek scoring_func / topk_method, a quantization_config.quant_method other
  * than fp8, mxfp4 and compressed-tensors, e.g. gptq, awq, bitsandbytes), MOE_ENOMEM. */
 moe_status moe_checkpoint_open(moe_ctx *ctx, const char *dir, moe_checkpoint **out);
 void moe_checkpoint_free(moe_checkpoint *ck);
+
+/* How moe_checkpoint_open_opts reads a checkpoint. Initialise with moe_checkpoint_options_init
+ * (all fields 0 / NULL: moe_checkpoint_open's behaviour), then set fields. */
+typedef struct moe_checkpoint_options {
+    /* Unread tensors. After resolving an MoE layer (moe_checkpoint_layer_desc,
+     * moe_checkpoint_load_weights), every tensor of the checkpoint under that layer's block
+     * prefix (e.g. "model.layers.3.mlp."; the family row's) that the loader did not read -- a
+     * shared expert the family or config.json does not have, a bias the family has no use for
+     * -- is named: 0 (default): one WARNING per layer (logged once per checkpoint object)
+     * naming the layer, the count and the first names ("and N more"); 1: the call fails with
+     * MOE_EFORMAT and the same message. Tensors outside the MoE blocks (attention, norms,
+     * embeddings, dense layers) are not examined. */
+    int strict;
+    /* A family name (moe_family_name: "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2",
+     * "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe", "qwen3_5_moe", "qwen3_next";
+     * a row's architecture class or model_type is accepted too), or NULL (default): the
+     * family of config.json's architectures[0], else model_type. When set, that family's row
+     * reads config.json and the tensors whatever config.json names; a WARNING names
+     * config.json's architecture and model_type, the family used, and every config field that
+     * was absent and took the family's default ("norm_topk_prob = false, ..."). No WARNING
+     * when config.json already names that family. An unknown name is MOE_EINVAL listing the
+     * families. */
+    const char *family;
+} moe_checkpoint_options;
+
+void moe_checkpoint_options_init(moe_checkpoint_options *opt);
+
+/* moe_checkpoint_open with options (opt NULL: the defaults, i.e. moe_checkpoint_open). Errors:
+ * those of moe_checkpoint_open; MOE_EINVAL for an unknown opt->family (the message lists the
+ * families). */
+moe_status moe_checkpoint_open_opts(moe_ctx *ctx, const char *dir, const moe_checkpoint_options *opt,
+                                    moe_checkpoint **out);
 
 moe_family moe_checkpoint_family(const moe_checkpoint *ck);
 /* config `num_hidden_layers`. */
@@ -137,7 +170,8 @@ int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
  * MOE_EFORMAT (MXFP4 with H or I not a multiple of 32, or *_blocks without quantization_config
  * mxfp4; a compressed-tensors shared expert inconsistent with itself or config.json, see
  * docs/checkpoints.md), MOE_EUNSUPPORTED (quant_method mxfp4 on a family other than gpt-oss, from
- * moe_checkpoint_open). */
+ * moe_checkpoint_open); with moe_checkpoint_options.strict, MOE_EFORMAT for a tensor under the
+ * layer's block prefix that the loader does not read (the message names them). */
 moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_layer_desc *out);
 
 /* Pack layer `layer`'s weights for `plan` (which must have been created from the

@@ -53,6 +53,8 @@ typedef struct bench_cfg {
     const char *quant;       /* --quant SCHEME, or NULL */
     moe_quant_config q;      /* its configuration */
     moe_compute compute;     /* --compute f32|bf16 (moe_plan_config.compute) */
+    moe_checkpoint_options ck_opt; /* --strict, --family: how --checkpoint is read */
+    int have_ck_opt;         /* --strict or --family given (they need --checkpoint) */
 } bench_cfg;
 
 /* A roof of the roofline: the DRAM bandwidth or the compute peak of the instructions the expert
@@ -108,6 +110,10 @@ static void bench_usage(FILE *f)
           "  --checkpoint DIR   bench a Hugging Face checkpoint's layer (real router, random\n"
           "                     inputs) instead of an embedded model\n"
           "  --layer L          the checkpoint's layer (default: its first MoE layer)\n"
+          "  --strict           with --checkpoint: refuse (exit 1) tensors under the layer's MoE\n"
+          "                     block that libmoe does not read (default: a WARNING names them)\n"
+          "  --family NAME      with --checkpoint: read it as family NAME whatever config.json\n"
+          "                     names (moe run --help; a WARNING names both)\n"
           "  --tokens LIST      comma-separated token counts, each >= 1 (default 1,16,256,2048)\n"
           "  --threads N        worker threads (default: MOE_NUM_THREADS, OMP_NUM_THREADS,\n"
           "                     else all cores)\n"
@@ -255,6 +261,10 @@ static int parse_bench_args(int argc, char **argv, bench_cfg *cfg)
         /* f32 / bf16 (cli_parse_compute names the accepted values) */
         {.name = "--compute", .kind = CLI_CUSTOM, .dst = &cfg->compute, .parse = cli_parse_compute},
         {.name = "--seed", .kind = CLI_I64, .dst = &seed, .lo = 0, .hi = INT64_MAX},
+        /* how --checkpoint is read (moe_checkpoint_options); refused without it */
+        {.name = "--strict", .kind = CLI_FLAG, .dst = &cfg->ck_opt.strict, .seen = &cfg->have_ck_opt},
+        {.name = "--family", .kind = CLI_STR, .dst = &cfg->ck_opt.family, .nonempty = 1,
+         .seen = &cfg->have_ck_opt},
     };
     const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), bench_usage);
     if (prc != CLI_GO_ON)
@@ -278,8 +288,9 @@ static int parse_bench_args(int argc, char **argv, bench_cfg *cfg)
             return CLI_USAGE;
         }
     } else {
-        if (cfg->have_layer) {
-            cli_err(CMD, "--layer needs --checkpoint");
+        if (cfg->have_layer || cfg->have_ck_opt) {
+            cli_err(CMD, "%s needs --checkpoint",
+                    cfg->have_layer ? "--layer" : cfg->ck_opt.strict ? "--strict" : "--family");
             return CLI_USAGE;
         }
         if (!cfg->model)
@@ -1263,7 +1274,7 @@ int cli_cmd_bench(int argc, char **argv)
                      "are the real model's, the layer's weight set is smaller",
                      (long long)cfg.num_experts, (long long)m->num_experts);
     } else {
-        if ((st = moe_checkpoint_open(s->ctx, cfg.ckdir, &ck)) != MOE_OK) {
+        if ((st = moe_checkpoint_open_opts(s->ctx, cfg.ckdir, &cfg.ck_opt, &ck)) != MOE_OK) {
             rc = lib_fail(s, st);
             goto done;
         }

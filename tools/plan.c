@@ -12,7 +12,8 @@ static const char *const CMD = "moe plan";
 
 static void plan_usage(FILE *f)
 {
-    fputs("usage: moe plan (--model NAME | --checkpoint DIR [--layer L]) [--tp N] [--ep N]\n"
+    fputs("usage: moe plan (--model NAME | --checkpoint DIR [--layer L] [--strict]\n"
+          "                [--family NAME]) [--tp N] [--ep N]\n"
           "                [--quant SCHEME] [--compute f32|bf16] [--tokens LIST]\n"
           "       moe plan --list-models\n"
           "\n"
@@ -27,6 +28,10 @@ static void plan_usage(FILE *f)
           "  --model NAME       an embedded model shape (--list-models)\n"
           "  --list-models      list the embedded models (as moe bench --list-models) and exit\n"
           "  --checkpoint DIR   a Hugging Face checkpoint; --layer L (default: first MoE layer)\n"
+          "  --strict           with --checkpoint: refuse (exit 1) tensors under the layer's MoE\n"
+          "                     block that libmoe does not read (default: a WARNING names them)\n"
+          "  --family NAME      with --checkpoint: read it as family NAME whatever config.json\n"
+          "                     names (moe run --help; a WARNING names both)\n"
           "  --tp N             tensor-parallel ranks: I is split across them (default 1)\n"
           "  --ep N             expert-parallel groups: experts placed E/N per group, the first\n"
           "                     E % N groups holding one more (default 1)\n"
@@ -59,6 +64,9 @@ int cli_cmd_plan(int argc, char **argv)
     int64_t tp = 1, ep = 1, layer = -1;
     int list = 0, have_layer = 0;
     moe_compute compute = MOE_COMPUTE_F32;
+    moe_checkpoint_options ck_opt;
+    moe_checkpoint_options_init(&ck_opt);
+    int have_ck_opt = 0, have_family = 0;
     const cli_opt opts[] = {
         /* the layer: exactly one of an embedded model (by name) or a checkpoint folder */
         {.name = "--model", .kind = CLI_STR, .dst = &model},
@@ -74,6 +82,9 @@ int cli_cmd_plan(int argc, char **argv)
         /* a comma-separated list of token counts, parsed below */
         {.name = "--tokens", .kind = CLI_STR, .dst = &tokens},
         {.name = "--compute", .kind = CLI_CUSTOM, .dst = &compute, .parse = cli_parse_compute},
+        /* how --checkpoint is read (moe_checkpoint_options) */
+        {.name = "--strict", .kind = CLI_FLAG, .dst = &ck_opt.strict, .seen = &have_ck_opt},
+        {.name = "--family", .kind = CLI_STR, .dst = &ck_opt.family, .nonempty = 1, .seen = &have_family},
     };
     const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), plan_usage);
     if (prc != CLI_GO_ON)
@@ -88,6 +99,11 @@ int cli_cmd_plan(int argc, char **argv)
     }
     if (have_layer && !ckdir) {
         cli_err(CMD, "--layer needs --checkpoint (an embedded model is one layer)");
+        return CLI_USAGE;
+    }
+    if (!ckdir && (have_ck_opt || have_family)) {
+        cli_err(CMD, "%s needs --checkpoint (an embedded --model has no checkpoint to read)",
+                have_ck_opt ? "--strict" : "--family");
         return CLI_USAGE;
     }
     moe_quant_config qarg; /* --quant SCHEME (a moe_quant_from_name name), else unused */
@@ -129,7 +145,7 @@ int cli_cmd_plan(int argc, char **argv)
         d.weight_dtype = MOE_DTYPE_BF16;
     } else {
         moe_checkpoint *ck = NULL;
-        if (moe_checkpoint_open(ctx, ckdir, &ck) != MOE_OK) {
+        if (moe_checkpoint_open_opts(ctx, ckdir, &ck_opt, &ck) != MOE_OK) {
             cli_err(CMD, "%s", moe_ctx_last_error(ctx));
             goto done;
         }

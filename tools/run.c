@@ -14,7 +14,7 @@ static void run_usage(FILE *f)
 {
     fputs("usage: moe run --checkpoint DIR --layer L --input IN.safetensors\n"
           "               --output OUT.safetensors [--threads N] [--compute f32|bf16]\n"
-          "               [--ep N] [--tp N]\n"
+          "               [--ep N] [--tp N] [--strict] [--family NAME]\n"
           "\n"
           "Runs MoE layer L of the Hugging Face checkpoint in DIR (config.json plus\n"
           "model.safetensors or shards) on the tensor `hidden_states` [T, H] (F32 or BF16) of\n"
@@ -48,6 +48,15 @@ static void run_usage(FILE *f)
           "                     outputs summed in rank order (within the f32 bound of one\n"
           "                     process; bit-reproducible). Under mpirun -np EP*TP, rank r is\n"
           "                     (ep_rank r / TP, tp_rank r % TP)\n"
+          "  --strict           refuse (exit 1) a checkpoint with tensors under the layer's\n"
+          "                     MoE block that libmoe does not read (e.g. a shared expert the\n"
+          "                     family has not); without it they are named in a WARNING and\n"
+          "                     ignored\n"
+          "  --family NAME      read the checkpoint as family NAME (mixtral, qwen2_moe,\n"
+          "                     qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, llama4, olmoe,\n"
+          "                     granitemoe, qwen3_5_moe, qwen3_next) whatever config.json's\n"
+          "                     architectures / model_type say; a WARNING names both and the\n"
+          "                     config defaults assumed (docs/checkpoints.md)\n"
           "  -h, --help         this text\n"
           "\n"
           "A one-line summary goes to stderr. With --ep / --tp every rank prints its resident\n"
@@ -117,6 +126,8 @@ int cli_cmd_run(int argc, char **argv)
     const char *ckdir = NULL, *in_path = NULL, *out_path = NULL;
     int64_t layer = -1, threads = 0, ep = 1, tp = 1;
     int have_layer = 0;
+    moe_checkpoint_options ck_opt;
+    moe_checkpoint_options_init(&ck_opt);
     moe_compute compute = MOE_COMPUTE_F32;
 
     const cli_opt opts[] = {
@@ -132,6 +143,10 @@ int cli_cmd_run(int argc, char **argv)
         {.name = "--tp", .kind = CLI_I64, .dst = &tp, .lo = 1, .hi = 4096},
         /* f32 / bf16 (cli_parse_compute names the accepted values) */
         {.name = "--compute", .kind = CLI_CUSTOM, .dst = &compute, .parse = cli_parse_compute},
+        /* how the checkpoint is read (moe_checkpoint_options); the family name is checked by
+         * the library, which lists the families */
+        {.name = "--strict", .kind = CLI_FLAG, .dst = &ck_opt.strict},
+        {.name = "--family", .kind = CLI_STR, .dst = &ck_opt.family, .nonempty = 1},
     };
     const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), run_usage);
     if (prc != CLI_GO_ON)
@@ -181,7 +196,7 @@ int cli_cmd_run(int argc, char **argv)
         goto done;                                                                       \
     } while (0)
 
-    if ((st = moe_checkpoint_open(ctx, ckdir, &ck)) != MOE_OK)
+    if ((st = moe_checkpoint_open_opts(ctx, ckdir, &ck_opt, &ck)) != MOE_OK)
         LIBFAIL();
     moe_layer_desc desc;
     if ((st = moe_checkpoint_layer_desc(ck, layer, &desc)) != MOE_OK)

@@ -8,13 +8,16 @@
  *   src/io/ckpt_ct.c    compressed-tensors experts, reached through the index's lookup
  * docs/checkpoints.md is the format reference. Per layer L the MoE block sits under a prefix
  * P, the first of the row's candidates that holds one of the row's router names; the router
- * biases the row names follow, then the experts and the shared expert. */
+ * biases the row names follow, then the experts and the shared expert. Every tensor found
+ * while a layer is resolved is recorded; those under P that were not are named afterwards
+ * (check_unread: a WARNING, or MOE_EFORMAT under moe_checkpoint_options.strict). */
 #include "io/layouts.h"
 #include "io/shared.h"
 #include "quant/quant.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +29,16 @@ struct moe_checkpoint {
     char *config_path;          /* dir/config.json */
     moe_ck_config cfg;          /* config.json through the family's row */
     moe_ck_index ix;            /* the safetensors files */
+    int strict;                 /* moe_checkpoint_options.strict */
+    atomic_uchar *checked;      /* [num_layers] 1 once layer l's unread tensors were reported
+                                   (or there were none): each WARNING is given once */
 };
+
+void moe_checkpoint_options_init(moe_checkpoint_options *opt)
+{
+    if (opt)
+        memset(opt, 0, sizeof *opt);
+}
 
 void moe_checkpoint_free(moe_checkpoint *ck)
 {
@@ -34,12 +46,19 @@ void moe_checkpoint_free(moe_checkpoint *ck)
         return;
     moe_ck_index_free(&ck->ix);
     moe_ck_config_free(&ck->cfg);
+    free(ck->checked);
     free(ck->config_path);
     free(ck->dir);
     free(ck);
 }
 
 moe_status moe_checkpoint_open(moe_ctx *ctx, const char *dir, moe_checkpoint **out)
+{
+    return moe_checkpoint_open_opts(ctx, dir, NULL, out);
+}
+
+moe_status moe_checkpoint_open_opts(moe_ctx *ctx, const char *dir, const moe_checkpoint_options *opt,
+                                    moe_checkpoint **out)
 {
     if (!out)
         return moe_set_error(ctx, MOE_EINVAL, "moe_checkpoint_open: out is NULL");
@@ -66,11 +85,17 @@ moe_status moe_checkpoint_open(moe_ctx *ctx, const char *dir, moe_checkpoint **o
     json_t *cfg = NULL;
     moe_status st = moe_json_load_object(ctx, ck->config_path, MOE_CONFIG_MAX_BYTES, "(MOE_CONFIG_MAX_BYTES)", &cfg);
     if (st == MOE_OK) {
-        st = moe_ck_config_parse(ctx, ck->config_path, cfg, &ck->cfg);
+        st = moe_ck_config_parse(ctx, ck->config_path, cfg, opt ? opt->family : NULL, &ck->cfg);
         json_decref(cfg);
     }
     if (st == MOE_OK)
         st = moe_ck_index_open(ctx, ck->dir, &ck->ix);
+    if (st == MOE_OK) {
+        ck->strict = opt ? opt->strict : 0;
+        ck->checked = calloc((size_t)ck->cfg.num_layers, sizeof *ck->checked); /* [num_layers] */
+        if (!ck->checked)
+            st = moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory", dir);
+    }
     if (st != MOE_OK) {
         moe_checkpoint_free(ck);
         return st;
@@ -173,12 +198,15 @@ static void find_block(const moe_checkpoint *ck, int64_t layer, char prefix[MOE_
 /* Resolve MoE layer `layer` for experts [e_lo, e_hi): find every tensor the row names, check
  * dtypes and shapes against config.json, and fill lt (free with moe_ck_layer_free, also on
  * error). describe != 0 (moe_checkpoint_layer_desc): every tensor is validated but quantized
- * codes are not converted (compressed-tensors) nor shared experts dequantized. */
+ * codes are not converted (compressed-tensors) nor shared experts dequantized. seen (or NULL)
+ * gets the name of every tensor found; prefix the block prefix. */
 static moe_status resolve_layer(const moe_checkpoint *ck, int64_t layer, moe_ck_layer *lt, int64_t e_lo, int64_t e_hi,
-                                int describe)
+                                int describe, moe_ck_seen *seen, char prefix[MOE_CK_PREFIX_LEN])
 {
     const moe_ck_config *c = &ck->cfg;
-    const moe_ck_index *ix = &ck->ix;
+    moe_ck_index ix_rec = ck->ix; /* a copy whose lookups record into seen */
+    ix_rec.seen = seen;
+    const moe_ck_index *ix = &ix_rec;
     const moe_fam_row *row = c->row;
     const int64_t E = c->desc.num_experts, H = c->desc.hidden_size;
     memset(lt, 0, sizeof *lt);
@@ -188,7 +216,7 @@ static moe_status resolve_layer(const moe_checkpoint *ck, int64_t layer, moe_ck_
     if (st != MOE_OK)
         return st;
 
-    char prefix[MOE_CK_PREFIX_LEN], name[MOE_CK_NAME_LEN];
+    char name[MOE_CK_NAME_LEN];
     const char *path = NULL;
     const int64_t router_shape[2] = {E, H};
     find_block(ck, layer, prefix, name);
@@ -216,6 +244,119 @@ static moe_status resolve_layer(const moe_checkpoint *ck, int64_t layer, moe_ck_
         lt->weight_dtype = lt->router.dtype;
     }
     return MOE_OK;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The tensors under a block prefix that a resolve did not read. */
+typedef struct unread_list {
+    const moe_ck_seen *seen;    /* sorted */
+    size_t count;               /* unread tensors */
+    size_t shown;               /* of them, named in `names` */
+    char names[640];            /* [640] chars: "a, b, c" (the first few) */
+    size_t used;
+    bool shared;                /* one looks like a shared expert ("shared_expert") */
+} unread_list;
+
+#define UNREAD_SHOWN 6 /* names a message lists before "and N more" */
+
+static void note_unread(const char *name, void *u)
+{
+    unread_list *ul = u;
+    if (bsearch(&name, ul->seen->names, ul->seen->n, sizeof *ul->seen->names, cmp_name))
+        return;
+    ul->count++;
+    if (strstr(name, "shared_expert"))
+        ul->shared = true;
+    if (ul->shown < UNREAD_SHOWN && ul->used < sizeof ul->names) {
+        int len = snprintf(ul->names + ul->used, sizeof ul->names - ul->used, "%s%s", ul->shown ? ", " : "", name);
+        if (len > 0)
+            ul->used += (size_t)len;
+        ul->shown++;
+    }
+}
+
+/* Name the tensors under `prefix` that the resolve of `layer` (which recorded what it read in
+ * seen) did not read: a WARNING, once per layer, or MOE_EFORMAT when strict. */
+static moe_status check_unread(moe_checkpoint *ck, int64_t layer, moe_ck_seen *seen, const char *prefix)
+{
+    if (seen->oom)
+        return moe_set_error(ck->ctx, MOE_ENOMEM, "%s: layer %" PRId64 ": out of memory listing its tensors", ck->dir,
+                             layer);
+    qsort(seen->names, seen->n, sizeof *seen->names, cmp_name);
+    unread_list ul;
+    memset(&ul, 0, sizeof ul);
+    ul.seen = seen;
+    moe_ck_each_with_prefix(&ck->ix, prefix, note_unread, &ul);
+    if (ul.count == 0) {
+        atomic_store_explicit(&ck->checked[layer], 1, memory_order_relaxed);
+        return MOE_OK;
+    }
+    const moe_fam_row *row = ck->cfg.row;
+    char more[48] = "";
+    if (ul.count > ul.shown)
+        snprintf(more, sizeof more, ", and %zu more", ul.count - ul.shown);
+    char hint[320];
+    if (ul.shared && row->shared.rule == MOE_FAM_SHARED_NONE)
+        snprintf(hint, sizeof hint,
+                 "family %s has no shared expert, so these are not computed: is the family right? (moe "
+                 "--family NAME, moe_checkpoint_options.family)",
+                 row->name);
+    else if (ul.shared && ck->cfg.desc.shared_expert_intermediate_size == 0)
+        snprintf(hint, sizeof hint,
+                 "config.json gives family %s no shared expert ('%s%s' is 0 or absent), so these are not "
+                 "computed: is config.json right?",
+                 row->name, ck->cfg.prefix, row->shared.field ? row->shared.field : "");
+    else
+        snprintf(hint, sizeof hint,
+                 "family %s does not read them, so they do not take part in the output: is the family right? (moe "
+                 "--family NAME, moe_checkpoint_options.family)",
+                 row->name);
+    if (ck->strict)
+        return moe_set_error(ck->ctx, MOE_EFORMAT,
+                             "%s: layer %" PRId64 ": %zu tensor(s) under '%s' not read (refused: strict): %s%s; %s",
+                             ck->dir, layer, ul.count, prefix, ul.names, more, hint);
+    moe_log(ck->ctx, MOE_LOG_WARN, "%s: layer %" PRId64 ": %zu tensor(s) under '%s' not read, ignored: %s%s; %s",
+            ck->dir, layer, ul.count, prefix, ul.names, more, hint);
+    atomic_store_explicit(&ck->checked[layer], 1, memory_order_relaxed);
+    return MOE_OK;
+}
+
+/* resolve_layer, and the first time a layer is resolved, check_unread on what it read; for a
+ * share of the experts (a parallel plan's rank), the check resolves the whole layer itself
+ * (describe: every tensor looked up, nothing converted). */
+static moe_status resolve_checked(moe_checkpoint *ck, int64_t layer, moe_ck_layer *lt, int64_t e_lo, int64_t e_hi,
+                                  int describe)
+{
+    char prefix[MOE_CK_PREFIX_LEN];
+    const int64_t E = ck->cfg.desc.num_experts;
+    const bool done = layer >= 0 && layer < ck->cfg.num_layers &&
+                      atomic_load_explicit(&ck->checked[layer], memory_order_relaxed);
+    if (done)
+        return resolve_layer(ck, layer, lt, e_lo, e_hi, describe, NULL, prefix);
+    moe_ck_seen seen;
+    memset(&seen, 0, sizeof seen);
+    moe_status st;
+    if (e_lo <= 0 && e_hi >= E) {
+        st = resolve_layer(ck, layer, lt, e_lo, e_hi, describe, &seen, prefix);
+        if (st == MOE_OK)
+            st = check_unread(ck, layer, &seen, prefix);
+    } else {
+        moe_ck_layer whole;
+        st = resolve_layer(ck, layer, &whole, 0, E, 1, &seen, prefix);
+        moe_ck_layer_free(&whole);
+        if (st == MOE_OK)
+            st = check_unread(ck, layer, &seen, prefix);
+        if (st == MOE_OK)
+            st = resolve_layer(ck, layer, lt, e_lo, e_hi, describe, NULL, prefix);
+        else
+            memset(lt, 0, sizeof *lt);
+    }
+    free(seen.names);
+    return st;
 }
 
 /* The layer description of a resolved layer: config.json's (ck->cfg.desc) with what the
@@ -255,7 +396,7 @@ moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_laye
     if (!out)
         return moe_set_error(ck->ctx, MOE_EINVAL, "moe_checkpoint_layer_desc: out is NULL");
     moe_ck_layer lt;
-    moe_status st = resolve_layer(ck, layer, &lt, 0, ck->cfg.desc.num_experts, 1);
+    moe_status st = resolve_checked(ck, layer, &lt, 0, ck->cfg.desc.num_experts, 1);
     if (st == MOE_OK)
         fill_desc(ck, &lt, out);
     moe_ck_layer_free(&lt);
@@ -354,7 +495,7 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
     }
     moe_ck_layer lt;
     moe_layer_desc want;
-    moe_status st = resolve_layer(ck, layer, &lt, e_lo, e_hi, 0);
+    moe_status st = resolve_checked(ck, layer, &lt, e_lo, e_hi, 0);
     if (st == MOE_OK) {
         fill_desc(ck, &lt, &want);
         st = check_plan_desc(ck, layer, moe_plan_desc(plan), &want);

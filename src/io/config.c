@@ -15,8 +15,12 @@
 
 /* Decide the family from "architectures"[0], falling back to "model_type" when the
  * architecture is absent or not one of ours (e.g. a *ForSequenceClassification head over the
- * same decoder). MOE_EUNSUPPORTED names both and lists the supported ones. */
-static moe_status config_family(moe_ck_config *c, const json_t *root)
+ * same decoder). MOE_EUNSUPPORTED names both and lists the supported ones. `family` (or NULL)
+ * names the row to use instead (moe_checkpoint_options.family): MOE_EINVAL when no row has
+ * that name; *arch_out / *model_type_out / *named_out get what config.json names, for the
+ * WARNING moe_ck_config_parse gives when the rows differ. */
+static moe_status config_family(moe_ck_config *c, const json_t *root, const char *family, const char **arch_out,
+                                const char **model_type_out, const moe_fam_row **named_out)
 {
     const char *arch = NULL, *model_type = NULL;
     const json_t *archs = json_object_get(root, "architectures");
@@ -35,7 +39,22 @@ static moe_status config_family(moe_ck_config *c, const json_t *root)
     const json_t *mt = json_object_get(root, "model_type");
     if (mt && json_is_string(mt))
         model_type = json_string_value(mt);
+    *arch_out = arch;
+    *model_type_out = model_type;
 
+    if (family) {
+        const moe_fam_row *named = arch ? moe_fam_by_arch(arch) : NULL;
+        *named_out = named ? named : model_type ? moe_fam_by_model_type(model_type) : NULL;
+        if (!(c->row = moe_fam_by_name(family))) {
+            char names[256]; /* [256] chars: every row's name */
+            const char *close = moe_fam_suggest(family);
+            return moe_set_error(c->ctx, MOE_EINVAL,
+                                 "%s: unknown family '%s'%s%s%s (moe_checkpoint_options.family, --family); families: %s",
+                                 c->path, family, close ? "; did you mean " : "", close ? close : "", close ? "?" : "",
+                                 moe_fam_row_names(names, sizeof names));
+        }
+        return MOE_OK;
+    }
     if (arch && (c->row = moe_fam_by_arch(arch)))
         return MOE_OK;
     if (model_type && (c->row = moe_fam_by_model_type(model_type))) {
@@ -47,8 +66,13 @@ static moe_status config_family(moe_ck_config *c, const json_t *root)
     if (!arch && !model_type)
         return moe_set_error(c->ctx, MOE_ENOTFOUND, "%s: neither 'architectures' nor 'model_type' is given; supported: %s",
                              c->path, moe_fam_supported_list());
-    return moe_set_error(c->ctx, MOE_EUNSUPPORTED, "%s: architecture '%s' (model_type '%s') is not supported; supported: %s",
-                         c->path, arch ? arch : "(none)", model_type ? model_type : "(none)", moe_fam_supported_list());
+    char names[256]; /* [256] chars: every row's name */
+    return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                         "%s: architecture '%s' (model_type '%s') is not supported; supported: %s; a model with one "
+                         "of these families' MoE block can be read as that family with --family NAME "
+                         "(moe_checkpoint_options.family: %s)",
+                         c->path, arch ? arch : "(none)", model_type ? model_type : "(none)", moe_fam_supported_list(),
+                         moe_fam_row_names(names, sizeof names));
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -96,10 +120,12 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     if (row->shared.rule == MOE_FAM_SHARED_COUNT) {
         /* the class default when absent; null means none, as the published code's "if
          * config.n_shared_experts is not None" */
-        if ((st = moe_cfg_int(f, row->shared.field, false, 0, 0, &n_shared)) != MOE_OK)
-            return st;
-        if (!json_object_get(f->obj, row->shared.field))
+        if (!json_object_get(f->obj, row->shared.field)) {
             n_shared = row->shared.count_default;
+            moe_cfg_note_default(f, row->shared.field, "%" PRId64, n_shared);
+        } else if ((st = moe_cfg_int(f, row->shared.field, false, 0, 0, &n_shared)) != MOE_OK) {
+            return st;
+        }
     }
     if (row->layers.rule == MOE_FAM_LAYERS_DENSE_PREFIX && (st = config_layer_rule(c, f)) != MOE_OK)
         return st;
@@ -262,22 +288,46 @@ static moe_status config_quant(moe_ck_config *c, const json_t *root, const json_
     return MOE_OK;
 }
 
-moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *root, moe_ck_config *c)
+/* The WARNING of a checkpoint read as family c->row although config.json names `arch` /
+ * `model_type` (family `named`, or none libmoe knows): both, and the defaults assumed. */
+static void warn_family(const moe_ck_config *c, const char *arch, const char *model_type, const moe_fam_row *named,
+                        const moe_cfg_assumed *assumed)
+{
+    char what[200];
+    if (named)
+        snprintf(what, sizeof what, "family %s", named->name);
+    else
+        snprintf(what, sizeof what, "%s", arch || model_type ? "a family libmoe does not know" : "no family");
+    moe_log(c->ctx, MOE_LOG_WARN,
+            "%s: names architecture '%s' (model_type '%s'), %s; reading it as family %s, as asked "
+            "(--family, moe_checkpoint_options.family); %s%s%s%s",
+            c->path, arch ? arch : "(none)", model_type ? model_type : "(none)", what, c->row->name,
+            assumed->n ? "config fields absent, so taking family " : "no config field was absent (no default assumed)",
+            assumed->n ? c->row->name : "", assumed->n ? "'s defaults: " : "", assumed->n ? assumed->text : "");
+}
+
+moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *root, const char *family,
+                               moe_ck_config *c)
 {
     memset(c, 0, sizeof *c);
     c->ctx = ctx;
     c->path = path;
     c->prefix = "";
-    moe_status st = config_family(c, root);
+    const char *arch = NULL, *model_type = NULL;
+    const moe_fam_row *named = NULL;
+    moe_status st = config_family(c, root, family, &arch, &model_type, &named);
     if (st != MOE_OK)
         return st;
+    moe_cfg_assumed assumed;
+    memset(&assumed, 0, sizeof assumed);
+    const bool forced = family && named != c->row;
     const json_t *cfg = root;
     const json_t *tc = json_object_get(root, "text_config");
     if (tc && json_is_object(tc) && c->row->text_config) {
         cfg = tc;
         c->prefix = "text_config.";
     }
-    const moe_cfg_fields f = {ctx, path, c->prefix, cfg};
+    const moe_cfg_fields f = {ctx, path, c->prefix, cfg, forced ? &assumed : NULL};
     moe_layer_desc *d = &c->desc;
     moe_layer_desc_init(d);
     moe_fam_layer_defaults(c->row, d);
@@ -297,6 +347,8 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
     if (d->num_experts > 0 && d->top_k > d->num_experts)
         return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%snum_experts_per_tok' = %" PRId64 " exceeds the %" PRId64 " experts",
                              path, c->prefix, d->top_k, d->num_experts);
+    if (forced)
+        warn_family(c, arch, model_type, named, &assumed);
     return MOE_OK;
 }
 

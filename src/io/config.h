@@ -38,11 +38,15 @@ typedef struct moe_ck_config {
 } moe_ck_config;
 
 /* Parse config.json's object `root` (read from `path`, borrowed for c's life) into *c: the
- * family from `architectures` (or `model_type`), the decoder fields where the row says
+ * family from `architectures` (or `model_type`), or the row named `family` when not NULL
+ * (moe_checkpoint_options.family: a WARNING names both and the defaults assumed when config.json
+ * names another family or none libmoe knows), the decoder fields where the row says
  * (text_config for multimodal wrappers), the routing and the quantization_config. Errors
  * (the message names the file and the field): MOE_ENOTFOUND, MOE_EFORMAT, MOE_EUNSUPPORTED
- * (as moe_checkpoint_open says), MOE_ENOMEM. Free with moe_ck_config_free, also on error. */
-moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *root, moe_ck_config *c);
+ * (as moe_checkpoint_open says), MOE_EINVAL (no row named `family`), MOE_ENOMEM. Free with
+ * moe_ck_config_free, also on error. */
+moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *root, const char *family,
+                               moe_ck_config *c);
 void moe_ck_config_free(moe_ck_config *c);
 
 /* 1 if `layer` in [0, num_layers) holds an MoE block (moe_checkpoint_is_moe_layer), else 0. */

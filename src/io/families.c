@@ -238,6 +238,37 @@ const moe_fam_row *moe_fam_by_model_type(const char *model_type)
     return NULL;
 }
 
+const moe_fam_row *moe_fam_by_name(const char *name)
+{
+    for (size_t i = 0; i < FAM_N_ROWS; i++)
+        if (strcmp(name, fam_rows[i].name) == 0)
+            return &fam_rows[i];
+    const moe_fam_row *r = moe_fam_by_arch(name);
+    return r ? r : moe_fam_by_model_type(name);
+}
+
+const char *moe_fam_row_names(char *out, size_t n)
+{
+    size_t used = 0;
+    if (n == 0)
+        return out;
+    out[0] = '\0';
+    for (size_t i = 0; i < FAM_N_ROWS && used < n; i++) {
+        int len = snprintf(out + used, n - used, "%s%s", i ? ", " : "", fam_rows[i].name);
+        if (len > 0)
+            used += (size_t)len;
+    }
+    return out;
+}
+
+const char *moe_fam_suggest(const char *word)
+{
+    const char *names[FAM_N_ROWS];
+    for (size_t i = 0; i < FAM_N_ROWS; i++)
+        names[i] = fam_rows[i].name;
+    return word ? moe_suggest(word, strlen(word), names, FAM_N_ROWS) : NULL;
+}
+
 /* "Arch (model_type), ..." for every name of every row, in row order; built once
  * (pthread_once: two threads reporting a bad checkpoint at the same time must not both write
  * it). An over-long list is cut at the buffer's end. */

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,27 @@ static const json_t *given(const moe_cfg_fields *f, const char *key)
 {
     const json_t *v = json_object_get(f->obj, key);
     return v && !json_is_null(v) ? v : NULL;
+}
+
+void moe_cfg_note_default(const moe_cfg_fields *f, const char *key, const char *fmt, ...)
+{
+    moe_cfg_assumed *a = f->assumed;
+    if (!a || a->used >= sizeof a->text)
+        return;
+    int len = snprintf(a->text + a->used, sizeof a->text - a->used, "%s%s%s = ", a->n ? ", " : "", f->prefix, key);
+    if (len > 0)
+        a->used += (size_t)len;
+    if (a->used < sizeof a->text) {
+        va_list ap;
+        va_start(ap, fmt);
+        len = vsnprintf(a->text + a->used, sizeof a->text - a->used, fmt, ap);
+        va_end(ap);
+        if (len > 0)
+            a->used += (size_t)len;
+    }
+    if (a->used > sizeof a->text - 1)
+        a->used = sizeof a->text - 1;
+    a->n++;
 }
 
 /* MOE_EFORMAT: field `key` is `v`, not `expected` ("an integer", ...). */
@@ -36,6 +58,7 @@ moe_status moe_cfg_int(const moe_cfg_fields *f, const char *key, bool required, 
         if (required)
             return moe_set_error(f->ctx, MOE_ENOTFOUND, "%s: field '%s%s' is missing", f->path, f->prefix, key);
         *out = dflt;
+        moe_cfg_note_default(f, key, "%lld", (long long)dflt);
         return MOE_OK;
     }
     if (!json_is_integer(v))
@@ -65,6 +88,8 @@ moe_status moe_cfg_bool(const moe_cfg_fields *f, const char *key, int dflt, int 
     if (v && !json_is_boolean(v))
         return wrong_type(f, key, "true or false", v);
     *out = v ? json_is_true(v) : dflt;
+    if (!v)
+        moe_cfg_note_default(f, key, "%s", dflt ? "true" : "false");
     return MOE_OK;
 }
 
@@ -79,6 +104,8 @@ moe_status moe_cfg_float(const moe_cfg_fields *f, const char *key, double dflt, 
         return moe_set_error(f->ctx, MOE_EFORMAT, "%s: field '%s%s' = %g must be finite%s", f->path, f->prefix,
                              key, x, check_min ? " and > 0" : "");
     *out = (float)x;
+    if (!v)
+        moe_cfg_note_default(f, key, "%g", x);
     return MOE_OK;
 }
 
@@ -88,6 +115,8 @@ moe_status moe_cfg_str(const moe_cfg_fields *f, const char *key, const char *dfl
     if (v && !json_is_string(v))
         return wrong_type(f, key, "a string", v);
     *out = v ? json_string_value(v) : dflt;
+    if (!v)
+        moe_cfg_note_default(f, key, "\"%s\"", dflt ? dflt : "");
     return MOE_OK;
 }
 
@@ -98,8 +127,10 @@ moe_status moe_cfg_int_list(const moe_cfg_fields *f, const char *key, int64_t **
     *n_out = 0;
     *present = false;
     const json_t *v = given(f, key);
-    if (!v)
+    if (!v) {
+        moe_cfg_note_default(f, key, "none");
         return MOE_OK;
+    }
     if (!json_is_array(v))
         return wrong_type(f, key, "an array of integers", v);
     size_t n = json_array_size(v);

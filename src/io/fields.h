@@ -11,13 +11,31 @@
 
 #include <jansson.h>
 
+/* The fields that were absent (or null) and took their default, as "key = value, ..." (keys
+ * spelt as in messages, with the prefix), for the WARNING of a checkpoint read as a family
+ * its config.json does not name. Cut at the buffer's end. */
+typedef struct moe_cfg_assumed {
+    char text[512];        /* [512] chars, NUL-terminated */
+    size_t used;
+    size_t n;              /* fields recorded */
+} moe_cfg_assumed;
+
 /* One JSON object being read: config.json's root or its text_config. */
 typedef struct moe_cfg_fields {
     moe_ctx *ctx;          /* errors go here */
     const char *path;      /* the file, for messages */
     const char *prefix;    /* "" or "text_config.": how messages spell the fields */
     const json_t *obj;     /* the object the fields are read from */
+    moe_cfg_assumed *assumed; /* or NULL: each optional field below that takes its default is
+                                 appended here */
 } moe_cfg_fields;
+
+/* Append "key = value" to f->assumed (when set); value is printf-formatted. */
+void moe_cfg_note_default(const moe_cfg_fields *f, const char *key, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 
 /* Integer field `key` into *out, checked >= min. An absent field (or null) is MOE_ENOTFOUND
  * when `required`, else takes `dflt`. MOE_EFORMAT for another type or a value below min. */
@@ -37,7 +55,7 @@ moe_status moe_cfg_float(const moe_cfg_fields *f, const char *key, double dflt, 
 /* Optional string field `key` (absent or null: `dflt`); *out points into the JSON. */
 moe_status moe_cfg_str(const moe_cfg_fields *f, const char *key, const char *dflt, const char **out);
 /* Optional array of integers `key` into a malloc'd *out [*n_out]; absent or null: *present =
- * false, *out NULL. */
+ * false, *out NULL (noted in f->assumed as "none"). */
 moe_status moe_cfg_int_list(const moe_cfg_fields *f, const char *key, int64_t **out, size_t *n_out,
                             bool *present);
 

@@ -219,7 +219,51 @@ moe_status moe_ck_get(const moe_ck_index *ix, const char *name, moe_tensor_info 
         return moe_set_error(ix->ctx, MOE_ENOTFOUND, "%s: tensor '%s' not found", moe_st_path(f), name);
     }
     *path = moe_st_path(f);
-    return moe_safetensors_at(f, (size_t)i, info);
+    moe_status st = moe_safetensors_at(f, (size_t)i, info);
+    moe_ck_seen *seen = ix->seen;
+    if (st == MOE_OK && seen && !seen->oom) {
+        if (seen->n == seen->cap) {
+            size_t cap = seen->cap ? 2 * seen->cap : 64;
+            const char **grown = realloc(seen->names, cap * sizeof *grown); /* [cap] */
+            if (grown) {
+                seen->names = grown;
+                seen->cap = cap;
+            } else {
+                seen->oom = true;
+            }
+        }
+        if (!seen->oom)
+            seen->names[seen->n++] = info->name;
+    }
+    return st;
+}
+
+void moe_ck_each_with_prefix(const moe_ck_index *ix, const char *prefix, void (*fn)(const char *name, void *u),
+                             void *u)
+{
+    const size_t plen = strlen(prefix);
+    if (ix->map) {
+        /* sorted by name: the names starting with prefix are one run, from the first >= prefix */
+        size_t lo = 0, hi = ix->n_map;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (strcmp(ix->map[mid].tensor, prefix) < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        for (size_t k = lo; k < ix->n_map && strncmp(ix->map[k].tensor, prefix, plen) == 0; k++)
+            fn(ix->map[k].tensor, u);
+        return;
+    }
+    for (size_t f = 0; f < ix->n_files; f++) {
+        const size_t n = moe_safetensors_count(ix->files[f]);
+        for (size_t i = 0; i < n; i++) {
+            moe_tensor_info t;
+            if (moe_safetensors_at(ix->files[f], i, &t) == MOE_OK && strncmp(t.name, prefix, plen) == 0)
+                fn(t.name, u);
+        }
+    }
 }
 
 /* moe_ckq_lookup callbacks (u = the index). */

@@ -16,6 +16,14 @@ typedef struct moe_ck_map_entry {
     size_t file;                /* index into moe_ck_index.files */
 } moe_ck_map_entry;
 
+/* The names of the tensors moe_ck_get found, while an MoE layer is resolved (the unread-tensor
+ * check of src/io/checkpoint.c). names point into the open files' headers. */
+typedef struct moe_ck_seen {
+    const char **names;         /* [n] (capacity cap) */
+    size_t n, cap;
+    bool oom;                   /* a name could not be recorded */
+} moe_ck_seen;
+
 typedef struct moe_ck_index {
     moe_ctx *ctx;               /* borrowed */
     const char *dir;            /* the checkpoint folder (borrowed), for messages */
@@ -25,6 +33,8 @@ typedef struct moe_ck_index {
     size_t n_map;
     moe_ck_map_entry *map;      /* [n_map] weight_map sorted by tensor name; NULL if unsharded */
     json_t *index_json;         /* the parsed index, owner of map[].tensor */
+    moe_ck_seen *seen;          /* or NULL: moe_ck_get appends each tensor it finds (a copy of
+                                   the index made for one layer's resolve sets it) */
 } moe_ck_index;
 
 /* Open the tensors of folder `dir` (borrowed for ix's life): model.safetensors first (as
@@ -39,9 +49,14 @@ void moe_ck_index_free(moe_ck_index *ix);
 const moe_safetensors *moe_ck_file_of(const moe_ck_index *ix, const char *name);
 /* true if the checkpoint lists tensor `name` (in weight_map, or in the single file). Silent. */
 bool moe_ck_has(const moe_ck_index *ix, const char *name);
-/* Find tensor `name`: fills *info and *path (its file). MOE_ENOTFOUND names the file (or the
- * index) and the tensor; MOE_EFORMAT when the index maps it to a shard without it. */
+/* Find tensor `name`: fills *info and *path (its file), and records it in ix->seen when set.
+ * MOE_ENOTFOUND names the file (or the index) and the tensor; MOE_EFORMAT when the index maps it
+ * to a shard without it. */
 moe_status moe_ck_get(const moe_ck_index *ix, const char *name, moe_tensor_info *info, const char **path);
+/* Call fn(name, u) for every tensor of the checkpoint whose name starts with `prefix` (the
+ * weight_map's names, or the single file's), in name order (weight_map) or header order. */
+void moe_ck_each_with_prefix(const moe_ck_index *ix, const char *prefix, void (*fn)(const char *name, void *u),
+                             void *u);
 /* The lookup the compressed-tensors reader reaches ix's tensors through. */
 moe_ckq_lookup moe_ck_lookup(const moe_ck_index *ix);
 

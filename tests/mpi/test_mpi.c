@@ -523,6 +523,19 @@ static void fixture_case(const fixture *f, const pcfg *c, double tol, int64_t ch
     moe_plan *pp = par_plan(ctx, &d, c);
     moe_weights *wp = NULL;
     OKC(ctx, moe_checkpoint_load_weights(ck, f->layer, pp, &wp));
+    {
+        /* a rank's share loaded first on a fresh strict checkpoint: the unread-tensor check
+         * then resolves the whole layer itself, and finds every tensor read */
+        moe_checkpoint_options o;
+        moe_checkpoint_options_init(&o);
+        o.strict = 1;
+        moe_checkpoint *ck2 = NULL;
+        moe_weights *w2 = NULL;
+        OKC(ctx, moe_checkpoint_open_opts(ctx, f->dir, &o, &ck2));
+        OKC(ctx, moe_checkpoint_load_weights(ck2, f->layer, pp, &w2));
+        moe_weights_free(w2);
+        moe_checkpoint_free(ck2);
+    }
     /* only the local share is resident */
     const moe_parallel_config *pc = moe_plan_parallel(pp);
     int64_t El = d.num_experts / c->ep + (pc->ep_rank < d.num_experts % c->ep ? 1 : 0);

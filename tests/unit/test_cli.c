@@ -1342,6 +1342,14 @@ static void test_did_you_mean(void **state)
     expect(&r, 2, NULL);
     assert_non_null(strstr(r.err, "unknown option '--zzzzzz' (see 'moe bench --help')"));
     result_free(&r);
+    /* family names (--family) too */
+    char fx[1024];
+    tu_data_path(fx, sizeof fx, "qwen3_moe_f32");
+    const char *af[] = {"plan", "--checkpoint", fx, "--family", "qwen3_mo", NULL};
+    const char *ef[] = {"unknown family 'qwen3_mo'; did you mean qwen3_moe? (moe_checkpoint_options.family, --family); "
+                        "families: mixtral, ",
+                        NULL};
+    check_err(af, 1, ef);
     /* MOE_* variables go through the same suggester: a far one gets no guess */
     setenv("MOE_ZQXWV", "1", 1);
     const char *a6[] = {"env", NULL};
