@@ -1,23 +1,35 @@
 # The two front-door commands. Everything else is CMake (build/) and ctest.
-#   make run   build, then run the main job: the embedded Qwen3-30B-A3B layer benchmark
-#   make test  build, then run the whole test suite
+#   make run   build the library and the moe tool only, then run the main job: the embedded
+#              Qwen3-30B-A3B layer benchmark (the table on stdout; progress on a terminal only)
+#   make test  build everything (the tests too), then run the whole test suite
 BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?= -DMOE_WERROR=ON -DPython3_EXECUTABLE=$(shell command -v python3)
+# no "Entering/Leaving directory" lines from the sub-makes of cmake --build
+MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps build run test test-fast test-asan test-tsan test-nompi clean
+.PHONY: all deps configure build build-tool run test test-fast test-asan test-tsan test-nompi clean
 
 all: build
 
 deps:
 	@./scripts/install-deps.sh
 
-build: deps
-	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+configure: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+
+build: configure
 	cmake --build $(BUILD) -j$(JOBS)
 
-run: build
-	./$(BUILD)/moe bench
+# libmoe and build/moe, nothing else; the compiler's lines go to $(BUILD)/build-tool.log and
+# are shown only when the build fails
+build-tool: configure
+	@echo "building libmoe and the moe tool (log: $(BUILD)/build-tool.log)"
+	@cmake --build $(BUILD) -j$(JOBS) --target moe >$(BUILD)/build-tool.log 2>&1 || \
+		{ tail -n 60 $(BUILD)/build-tool.log >&2; echo "make: the build failed; the whole log is $(BUILD)/build-tool.log" >&2; exit 1; }
+
+run: build-tool
+	@./$(BUILD)/moe bench
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)

@@ -242,9 +242,22 @@ size_t moe_knob_count(void);
  * MOE_ERANGE for i out of range. */
 moe_status moe_knob_describe(const moe_options *opts, size_t i, moe_knob_info *out);
 /* The i-th MOE_* environment variable that no knob reads (0-based), with the closest known
- * name. Returns 0 when there is no i-th such variable. name/suggestion are static or point
- * into the environment; valid until the environment changes. */
+ * name (moe_suggest), or *suggestion = NULL when no known name is close. Returns 0 when there
+ * is no i-th such variable. name/suggestion are static or point into the environment; valid
+ * until the environment changes. */
 int moe_env_unknown(size_t i, const char **name, size_t *name_len, const char **suggestion);
+
+/* "Did you mean": of candidates[0, n) (NUL-terminated names; NULL entries are skipped), the one
+ * closest to word[0, word_len) (need not be NUL-terminated), or NULL when none is close.
+ * Closeness is the optimal string alignment distance (insertions, deletions, substitutions
+ * and swaps of two neighbouring characters, each one edit; letters compared without case);
+ * a candidate is close when it is at most max(1, L / 3) edits away, L being the word's
+ * length without leading dashes, or when the word (of 3 or more such characters) begins it,
+ * which counts as one edit. The first of equally close candidates wins. Words or candidates
+ * longer than 63 characters are never close. The returned pointer is candidates[k]. Used
+ * for unknown MOE_* variables here and for commands, options, model, scheme and family
+ * names by the `moe` tool. */
+const char *moe_suggest(const char *word, size_t word_len, const char *const *candidates, size_t n);
 
 typedef struct moe_ctx moe_ctx;
 
@@ -581,6 +594,11 @@ size_t moe_plan_workspace_size(const moe_plan *plan, int64_t max_tokens);
  * moe_weights_create and the kernel tables follow (`moe plan` prints it).
  * ------------------------------------------------------------------------------------- */
 #define MOE_REPORT_MAX_COSTS 8
+/* A memory cost below this fraction of the expert bytes a rank holds (code + scale + shared
+ * bytes, on the rank holding the fewest) is small: the report gives it level MOE_LOG_INFO,
+ * and `moe plan` prints it as an INFO line rather than a WARNING (a 2 MB replicated router
+ * beside 1.6 GB of experts per rank). */
+#define MOE_REPORT_SMALL_FRACTION 0.01
 
 /* One cost nobody asked for. */
 typedef struct moe_cost {
@@ -589,6 +607,9 @@ typedef struct moe_cost {
                           fallback kernel: compute) */
     double flop_share; /* the share of the layer's FLOPs it runs slower (fallback), else 0 */
     char what[400];    /* one sentence saying what and why (the WARNING line, without size) */
+    int level;         /* moe_log_level: MOE_LOG_INFO for memory (bytes >= 0) below
+                          MOE_REPORT_SMALL_FRACTION of the expert bytes on the rank holding
+                          the fewest; else MOE_LOG_WARN (every fallback kernel) */
 } moe_cost;
 
 typedef struct moe_rank_report {

@@ -132,6 +132,9 @@ const char *moe_quant_name(const moe_quant_config *q);
 /* Fill `q` with the named scheme (the names above; group sizes g32 g64 g128; "fp8-block"
  * is 128x128). MOE_EINVAL for an unknown name. */
 moe_status moe_quant_from_name(const char *name, moe_quant_config *q);
+/* The i-th named scheme (0-based: "fp8-tensor", "fp8-channel", "fp8-block", ..., "mxfp4"; every
+ * name moe_quant_from_name accepts except "none"), or NULL for i past the last. Static. */
+const char *moe_quant_scheme_name(size_t i);
 
 /* Quantize one f32 matrix w [N, K] row-major (an expert's gate or up [I, H], down [H, I])
  * into the source format `qw` describes (codes, scales and zero points in the shapes above,

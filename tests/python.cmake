@@ -38,3 +38,15 @@ set_tests_properties(conformance_f64 PROPERTIES
   LABELS fast
   ENVIRONMENT "LIBMOE_BIN=$<TARGET_FILE:moe>;PYTHONDONTWRITEBYTECODE=1"
   TIMEOUT 900)
+
+# readme_recipe: tests/readme_recipe.py, README "Against transformers" as written on the
+# fixtures and docs/families.md's block table against them (numpy + safetensors, as above).
+if(Python3_Interpreter_FOUND)
+  add_test(NAME readme_recipe
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/readme_recipe.py
+           WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(readme_recipe PROPERTIES
+    LABELS fast
+    ENVIRONMENT "LIBMOE_BIN=$<TARGET_FILE:moe>;LIBMOE_SOURCE_DIR=${CMAKE_SOURCE_DIR};PYTHONDONTWRITEBYTECODE=1"
+    TIMEOUT 300)
+endif()

@@ -18,6 +18,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *CMD = "moe bench"; /* "moe tune" when the tuner runs the bench */
 
@@ -175,29 +176,6 @@ static void bench_usage(FILE *f)
           f);
 }
 
-static void list_models(FILE *f)
-{
-    fprintf(f, "%-22s %-24s %6s %6s %5s %3s %12s %11s  %s\n", "name", "model", "H", "I", "E",
-            "K", "shared", "BF16 layer", "routing");
-    for (size_t i = 0; i < cli_num_models; i++) {
-        const cli_model *m = &cli_model_table()[i];
-        char shared[32], bytes[32];
-        if (m->shared_intermediate_size)
-            snprintf(shared, sizeof shared, "%lld%s", (long long)m->shared_intermediate_size,
-                     m->shared_gated ? " gated" : "");
-        else
-            snprintf(shared, sizeof shared, "-");
-        double b = 2.0 * 3.0 * (double)m->hidden_size *
-                   ((double)m->intermediate_size * (double)m->num_experts +
-                    (double)m->shared_intermediate_size);
-        fprintf(f, "%-22s %-24s %6lld %6lld %5lld %3lld %12s %11s  %s\n", m->name, m->display,
-                (long long)m->hidden_size, (long long)m->intermediate_size,
-                (long long)m->num_experts, (long long)m->top_k, shared,
-                cli_fmt_bytes(bytes, sizeof bytes, b),
-                m->differs ? "differs (see the bench notes)" : "as the real model");
-    }
-}
-
 /* --tokens LIST into cfg->tokens (a cli_opt parse: dst is the bench_cfg) */
 static int parse_tokens(const char *cmd, const char *name, const char *s, void *dst)
 {
@@ -241,8 +219,8 @@ static int parse_quant(const char *cmd, const char *name, const char *s, void *d
     bench_cfg *cfg = dst;
     cfg->quant = s;
     if (moe_quant_from_name(cfg->quant, &cfg->q) != MOE_OK) {
-        cli_err(cmd, "%s: unknown scheme '%s' (fp8-tensor, fp8-channel, fp8-block, fp8-block-w8a8, "
-                "int8-channel, int8-w8a8, int4-g32/g64/g128[-zp], mxfp4, none)", name, cfg->quant);
+        static const char *const none[] = {"none"};
+        cli_scheme_unknown(cmd, name, cfg->quant, none, 1, NULL);
         return -1;
     }
     return 0;
@@ -266,7 +244,7 @@ static int parse_bench_args(int argc, char **argv, bench_cfg *cfg, const cli_ben
         /* the layer: an embedded model by name (looked up below), or a checkpoint's */
         {.name = "--model", .kind = CLI_STR, .dst = &model_name},
         {.name = "--checkpoint", .kind = CLI_STR, .dst = &cfg->ckdir, .nonempty = 1},
-        {.name = "--layer", .kind = CLI_I64, .dst = &cfg->layer, .lo = 0, .hi = INT64_MAX,
+        {.name = "--layer", .kind = CLI_I64, .dst = &cfg->layer, .lo = INT64_MIN, .hi = INT64_MAX,
          .seen = &cfg->have_layer},
         /* comma-separated token counts, each in [1, 2^24] */
         {.name = "--tokens", .kind = CLI_CUSTOM, .dst = cfg, .parse = parse_tokens},
@@ -303,17 +281,13 @@ static int parse_bench_args(int argc, char **argv, bench_cfg *cfg, const cli_ben
         return prc;
     cfg->seed = (uint64_t)seed;
     if (list) {
-        list_models(stdout);
+        cli_model_list(stdout);
         return CLI_OK;
     }
     if (model_name) {
         cfg->model = cli_model_find(model_name);
-        if (!cfg->model) {
-            fprintf(stderr, "%s: --model: unknown model '%s'; known models:\n", CMD, model_name);
-            for (size_t i = 0; i < cli_num_models; i++)
-                fprintf(stderr, "  %s\n", cli_model_table()[i].name);
-            return CLI_USAGE;
-        }
+        if (!cfg->model)
+            return cli_model_unknown(CMD, model_name);
     }
     if (cfg->ckdir) {
         const char *bad = model_name ? "--model" : cfg->have_dtype ? "--dtype"
@@ -1403,7 +1377,7 @@ int cli_bench_main(int argc, char **argv, const cli_bench_hook *hook)
     }
     /* The roofline, while no weights take memory. */
     if (cfg.roofline) {
-        if (!cfg.json)
+        if (!cfg.json && isatty(STDERR_FILENO)) /* progress: on a terminal only (cli_progress) */
             fprintf(stderr, "measuring the roofline (DRAM read, FMA, VNNI and vdpbf16ps peaks)...\n");
         if ((st = moe_roofline_measure(s->ctx, &s->rf)) != MOE_OK) {
             rc = lib_fail(s, st);

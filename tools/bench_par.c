@@ -153,10 +153,8 @@ int cli_bench_parallel(int argc, char **argv)
     if (parse_list(tokens, Ts, &nT) != 0)
         return CLI_USAGE;
     const cli_model *m = cli_model_find(model);
-    if (!m) {
-        cli_err(CMD, "--model %s: unknown model (moe bench --list-models lists them)", model);
-        return CLI_USAGE;
-    }
+    if (!m)
+        return cli_model_unknown(CMD, model);
     const int nranks = (int)(ep * tp), rank = cli_mpi_rank();
     if (nranks != cli_mpi_size()) {
         cli_err(CMD, "--ep %lld x --tp %lld = %d ranks, but %d %s running: launch with mpirun -np %d", (long long)ep,

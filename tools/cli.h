@@ -83,6 +83,25 @@ int cli_parse_i64_list(const char *cmd, const char *name, const char *s, int64_t
  * trailing 'B' / "iB". */
 int cli_parse_size(const char *cmd, const char *opt, const char *s, uint64_t *out);
 
+/* "; did you mean NAME?" into buf when moe_suggest finds a name of names[0, n) close to word,
+ * else "" (for an "unknown ..." message). Returns buf. */
+const char *cli_did_you_mean(char *buf, size_t len, const char *word, const char *const *names, size_t n);
+
+/* The width of the help texts: no line of `moe help` or `moe CMD --help` is wider. */
+enum { CLI_HELP_WIDTH = 100 };
+
+/* `text` on f from column `indent` (the caller has printed the first line's first `indent`
+ * columns), wrapped at spaces so that no line is wider than `width`; each further line is
+ * indented by `indent` spaces. A parenthesis "(...)" is kept on one line whenever it fits in
+ * one. Ends with a newline. */
+void cli_print_wrapped(FILE *f, const char *text, int indent, int width);
+
+/* Report an unknown --quant value on stderr: "CMD: OPT VALUE: unknown scheme; did you mean X?;
+ * accepted: ...", the accepted names being extra[0, n_extra) (dtypes, "none") and the
+ * library's schemes (moe_quant_scheme_name) for which keep (NULL: all) returns 1. */
+void cli_scheme_unknown(const char *cmd, const char *opt, const char *value, const char *const *extra,
+                        size_t n_extra, int (*keep)(const char *scheme));
+
 /* Error message to stderr with the command prefix. */
 void cli_err(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
 
@@ -121,8 +140,9 @@ uint64_t cli_llc_sysfs(int *level);
 
 double cli_now(void); /* monotonic seconds */
 
-/* Progress lines on stderr for anything that takes over a second: with a tty, one line
- * updated in place with \r; otherwise plain lines at most every `interval` seconds. */
+/* Progress on stderr for anything that takes over a second, only when stderr is a terminal:
+ * one line updated in place with \r (at most every 0.1 s) and cleared at the end. Into a log
+ * or a pipe nothing is printed, so progress never interleaves with results. */
 typedef struct cli_progress {
     double start;
     double last;

@@ -84,11 +84,18 @@ int cli_cmd_env(int argc, char **argv)
             printf("%s{\"name\": ", i ? ", " : "");
             cli_json_string(stdout, nm);
             printf(", \"did_you_mean\": ");
-            cli_json_string(stdout, sugg);
+            if (sugg)
+                cli_json_string(stdout, sugg);
+            else
+                printf("null");
             printf("}");
         } else {
-            printf("%-22s %-14s %-12s WARNING: unknown variable, ignored; did you mean %s?\n", nm, "", "environment",
-                   sugg);
+            if (sugg)
+                printf("%-22s %-14s %-12s WARNING: unknown variable, ignored; did you mean %s?\n", nm, "",
+                       "environment", sugg);
+            else
+                printf("%-22s %-14s %-12s WARNING: unknown variable, ignored; no known variable is close to it\n",
+                       nm, "", "environment");
         }
     }
     if (json)

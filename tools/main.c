@@ -4,28 +4,53 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The commands, in the order `moe help` lists them, with what each does. */
+static const struct {
+    const char *name, *what;
+} commands[] = {
+    {"run", "run one MoE layer of a Hugging Face checkpoint on hidden states from a safetensors file and write "
+            "the output (moe run --help)"},
+    {"bench", "benchmark MoE layers: embedded model shapes or a checkpoint's layer (moe bench --help)"},
+    {"plan", "per-rank memory, padding, workspace, FLOPs and kernel paths of a layer (moe plan --help)"},
+    {"quantize", "convert a checkpoint's routed experts to fp8 / int8 / int4 (mxfp4 for gpt-oss) and write a "
+                 "checkpoint libmoe and vLLM load (moe quantize --help)"},
+    {"tune", "measure the knobs that never change the output bits for a layer shape and write the tuning file "
+             "MOE_TUNING_DIR reads (moe tune --help)"},
+    {"env", "every knob, its value and where it came from (moe env --help)"},
+    {"version", "library version and kernel tables"},
+    {"help", "this text; 'moe help COMMAND' for a command's options"},
+};
+enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
+
 static void usage(FILE *f)
 {
     fputs("usage: moe <command> [options]\n"
           "\n"
-          "Commands:\n"
-          "  run       run one MoE layer of a Hugging Face checkpoint on hidden states from a\n"
-          "            safetensors file and write the output (moe run --help)\n"
-          "  bench     benchmark MoE layers: embedded model shapes or a checkpoint's layer\n"
-          "            (moe bench --help)\n"
-          "  plan      per-rank memory, padding, workspace, FLOPs and kernel paths of a layer\n"
-          "            (moe plan --help)\n"
-          "  quantize  convert a checkpoint's routed experts to fp8 / int8 / int4 (mxfp4 for\n"
-          "            gpt-oss) and write a\n"
-          "            checkpoint libmoe and vLLM load (moe quantize --help)\n"
-          "  tune      measure the knobs that never change the output bits for a layer shape\n"
-          "            and write the tuning file MOE_TUNING_DIR reads (moe tune --help)\n"
-          "  env       every knob, its value and where it came from (moe env --help)\n"
-          "  version   library version and kernel tables\n"
-          "  help      this text; 'moe help COMMAND' for a command's options\n"
-          "\n"
+          "Commands:\n",
+          f);
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        fprintf(f, "  %-10s", commands[i].name);
+        cli_print_wrapped(f, commands[i].what, 12, CLI_HELP_WIDTH);
+    }
+    fputs("\n"
           "Exit status: 0 success, 1 failure, 2 bad command line.\n",
           f);
+}
+
+/* "moe: unknown command 'X'; did you mean Y?" and the usage, on stderr. */
+static int unknown_command(const char *cmd, const char *word)
+{
+    const char *names[N_COMMANDS + 3];
+    size_t n = 0;
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        names[n++] = commands[i].name;
+    names[n++] = "--help";
+    names[n++] = "--version";
+    char hint[96];
+    cli_err(cmd, "unknown command '%s'%s", word, cli_did_you_mean(hint, sizeof hint, word, names, n));
+    fputc('\n', stderr);
+    usage(stderr);
+    return CLI_USAGE;
 }
 
 static void version_usage(FILE *f)
@@ -122,11 +147,8 @@ static int dispatch(int argc, char **argv)
                 return cli_cmd_quantize(2, hv);
             if (strcmp(argv[2], "tune") == 0)
                 return cli_cmd_tune(2, hv);
-            if (strcmp(argv[2], "help") != 0) {
-                cli_err("moe help", "unknown command '%s'", argv[2]);
-                usage(stderr);
-                return CLI_USAGE;
-            }
+            if (strcmp(argv[2], "help") != 0)
+                return unknown_command("moe help", argv[2]);
         }
         usage(stdout);
         return CLI_OK;
@@ -146,7 +168,5 @@ static int dispatch(int argc, char **argv)
         return cli_cmd_quantize(argc - 1, argv + 1);
     if (strcmp(sub, "tune") == 0)
         return cli_cmd_tune(argc - 1, argv + 1);
-    fprintf(stderr, "moe: unknown command '%s'\n\n", sub);
-    usage(stderr);
-    return CLI_USAGE;
+    return unknown_command("moe", sub);
 }

@@ -4,6 +4,8 @@
  * layer, `differs` says what differs. */
 #include "models.h"
 
+#include "cli.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -143,4 +145,42 @@ const char *cli_scoring_name(const moe_layer_desc *d)
     snprintf(buf, sizeof buf, "%s%s%s", base, d->n_group > 1 ? "+groups" : "",
              d->apply_router_weight_on_input ? "+weight_on_input" : "");
     return buf;
+}
+
+void cli_model_list(FILE *f)
+{
+    fprintf(f, "%-22s %-24s %6s %6s %5s %3s %12s %11s  %s\n", "name", "model", "H", "I", "E",
+            "K", "shared", "BF16 layer", "routing");
+    for (size_t i = 0; i < cli_num_models; i++) {
+        const cli_model *m = &cli_model_table()[i];
+        char shared[32], bytes[32];
+        if (m->shared_intermediate_size)
+            snprintf(shared, sizeof shared, "%lld%s", (long long)m->shared_intermediate_size,
+                     m->shared_gated ? " gated" : "");
+        else
+            snprintf(shared, sizeof shared, "-");
+        double b = 2.0 * 3.0 * (double)m->hidden_size *
+                   ((double)m->intermediate_size * (double)m->num_experts +
+                    (double)m->shared_intermediate_size);
+        fprintf(f, "%-22s %-24s %6lld %6lld %5lld %3lld %12s %11s  %s\n", m->name, m->display,
+                (long long)m->hidden_size, (long long)m->intermediate_size,
+                (long long)m->num_experts, (long long)m->top_k, shared,
+                cli_fmt_bytes(bytes, sizeof bytes, b),
+                m->differs ? "differs (see the bench notes)" : "as the real model");
+    }
+}
+
+int cli_model_unknown(const char *cmd, const char *name)
+{
+    const char *names[64];
+    size_t n = 0;
+    for (size_t i = 0; i < cli_num_models && n < 64; i++)
+        names[n++] = cli_model_table()[i].name;
+    char hint[96];
+    cli_err(cmd, "--model %s: unknown model%s", name, cli_did_you_mean(hint, sizeof hint, name, names, n));
+    fprintf(stderr, "known models ('%s --list-models' shows their shapes):", cmd);
+    for (size_t i = 0; i < n; i++)
+        fprintf(stderr, "%s %s", i ? "," : "", names[i]);
+    fputc('\n', stderr);
+    return CLI_USAGE;
 }

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "moe.h"
 
@@ -37,6 +38,14 @@ extern const size_t cli_num_models;
 
 /* The preset named `name`, or NULL. */
 const cli_model *cli_model_find(const char *name);
+
+/* The presets as a table (name, model, H, I, E, K, shared, BF16 layer bytes, routing) on f:
+ * `moe bench --list-models` and `moe plan --list-models`. */
+void cli_model_list(FILE *f);
+
+/* Report an unknown --model NAME for command `cmd` on stderr: the closest preset name
+ * (moe_suggest) and every preset's name. Returns CLI_USAGE. */
+int cli_model_unknown(const char *cmd, const char *name);
 
 /* Set d's scoring_func, n_group, topk_group, group_score, activation and
  * apply_router_weight_on_input from preset m, for d->num_experts experts (possibly

@@ -15,15 +15,18 @@ static void plan_usage(FILE *f)
     fputs("usage: moe plan (--model NAME | --checkpoint DIR [--layer L] [--strict]\n"
           "                [--family NAME]) [--tp N] [--ep N]\n"
           "                [--quant SCHEME] [--compute f32|bf16] [--tokens LIST]\n"
+          "       moe plan --list-models\n"
           "\n"
           "Reports, per rank, for one MoE layer: expert weight bytes, padding and its cost,\n"
           "workspace bytes at each T, FLOPs and weight bytes per token, the kernel path each\n"
           "T takes, and a WARNING line for every cost not asked for (padding, duplicated\n"
-          "memory, fallback kernels). Nothing is allocated or loaded beyond config.json and\n"
-          "the safetensors headers.\n"
+          "memory, fallback kernels); a memory cost under 1% of a rank's expert bytes is an\n"
+          "INFO line instead. Nothing is allocated or loaded beyond config.json and the\n"
+          "safetensors headers.\n"
           "\n"
           "Options:\n"
-          "  --model NAME       an embedded model shape (moe bench --list-models)\n"
+          "  --model NAME       an embedded model shape (--list-models)\n"
+          "  --list-models      list the embedded models (as moe bench --list-models) and exit\n"
           "  --checkpoint DIR   a Hugging Face checkpoint; --layer L (default: first MoE layer)\n"
           "  --strict           with --checkpoint: refuse (exit 1) tensors under the layer's MoE\n"
           "                     block that libmoe does not read (default: a WARNING names them)\n"
@@ -43,17 +46,23 @@ static void plan_usage(FILE *f)
           f);
 }
 
-/* "WARNING: <what>: <size>" */
-static void warn(const char *what, double bytes)
+/* "WARNING: <what>: <size>", or "INFO: ..." for a cost under MOE_REPORT_SMALL_FRACTION of a
+ * rank's expert bytes (moe_cost.level) */
+static void print_cost(const moe_cost *c)
 {
     char b[32];
-    printf("WARNING: %s: %s\n", what, cli_fmt_bytes(b, sizeof b, bytes));
+    const char *tag = c->level == MOE_LOG_INFO ? "INFO" : "WARNING";
+    if (c->bytes >= 0)
+        printf("%s: %s: %s\n", tag, c->what, cli_fmt_bytes(b, sizeof b, c->bytes));
+    else
+        printf("%s: %s\n", tag, c->what);
 }
 
 int cli_cmd_plan(int argc, char **argv)
 {
     const char *model = NULL, *ckdir = NULL, *quant = NULL, *tokens = "1,16,256,2048,32768";
     int64_t tp = 1, ep = 1, layer = -1;
+    int list = 0, have_layer = 0;
     moe_compute compute = MOE_COMPUTE_F32;
     moe_checkpoint_options ck_opt;
     moe_checkpoint_options_init(&ck_opt);
@@ -61,9 +70,11 @@ int cli_cmd_plan(int argc, char **argv)
     const cli_opt opts[] = {
         /* the layer: exactly one of an embedded model (by name) or a checkpoint folder */
         {.name = "--model", .kind = CLI_STR, .dst = &model},
+        {.name = "--list-models", .kind = CLI_FLAG, .dst = &list},
         {.name = "--checkpoint", .kind = CLI_STR, .dst = &ckdir},
-        /* the checkpoint's layer; -1 (the default): its first MoE layer */
-        {.name = "--layer", .kind = CLI_I64, .dst = &layer, .lo = 0, .hi = INT32_MAX},
+        /* the checkpoint's layer (any integer: the checkpoint says which are MoE layers);
+         * not given: its first MoE layer */
+        {.name = "--layer", .kind = CLI_I64, .dst = &layer, .lo = INT64_MIN, .hi = INT64_MAX, .seen = &have_layer},
         {.name = "--tp", .kind = CLI_I64, .dst = &tp, .lo = 1, .hi = 4096},
         {.name = "--ep", .kind = CLI_I64, .dst = &ep, .lo = 1, .hi = 4096},
         /* a dtype or a quantization scheme, checked below */
@@ -78,8 +89,16 @@ int cli_cmd_plan(int argc, char **argv)
     const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), plan_usage);
     if (prc != CLI_GO_ON)
         return prc;
+    if (list) {
+        cli_model_list(stdout);
+        return CLI_OK;
+    }
     if (!model == !ckdir) {
         cli_err(CMD, "give exactly one of --model NAME or --checkpoint DIR (see 'moe plan --help')");
+        return CLI_USAGE;
+    }
+    if (have_layer && !ckdir) {
+        cli_err(CMD, "--layer needs --checkpoint (an embedded model is one layer)");
         return CLI_USAGE;
     }
     if (!ckdir && (have_ck_opt || have_family)) {
@@ -91,9 +110,8 @@ int cli_cmd_plan(int argc, char **argv)
     memset(&qarg, 0, sizeof qarg);
     const int qdtype = quant && (!strcmp(quant, "bf16") || !strcmp(quant, "f16") || !strcmp(quant, "f32"));
     if (quant && !qdtype && moe_quant_from_name(quant, &qarg) != MOE_OK) {
-        cli_err(CMD, "--quant %s: accepted values are bf16, f16, f32 and the schemes of moe bench --quant "
-                "(fp8-block, fp8-block-w8a8, fp8-channel, fp8-tensor, int8-channel, int8-w8a8, "
-                "int4-g32/g64/g128[-zp], mxfp4, none)", quant);
+        static const char *const dtypes[] = {"bf16", "f16", "f32", "none"};
+        cli_scheme_unknown(CMD, "--quant", quant, dtypes, 4, NULL);
         return CLI_USAGE;
     }
     /* token counts */
@@ -115,9 +133,8 @@ int cli_cmd_plan(int argc, char **argv)
     if (model) {
         const cli_model *m = cli_model_find(model);
         if (!m) {
-            cli_err(CMD, "--model %s: unknown model (moe bench --list-models lists them)", model);
             moe_ctx_free(ctx);
-            return CLI_USAGE;
+            return cli_model_unknown(CMD, model);
         }
         d.hidden_size = m->hidden_size;
         d.moe_intermediate_size = m->intermediate_size;
@@ -132,7 +149,7 @@ int cli_cmd_plan(int argc, char **argv)
             cli_err(CMD, "%s", moe_ctx_last_error(ctx));
             goto done;
         }
-        if (layer < 0)
+        if (!have_layer)
             for (int64_t l = 0; l < moe_checkpoint_num_layers(ck) && layer < 0; l++)
                 if (moe_checkpoint_is_moe_layer(ck, l))
                     layer = l;
@@ -244,15 +261,18 @@ int cli_cmd_plan(int argc, char **argv)
            cli_fmt_bytes(b1, sizeof b1, (double)r0.total_bytes), qz ? ", codes without scales" : "",
            cli_fmt_bytes(b2, sizeof b2, (double)r0.layer_bytes));
 
-    /* warnings: every cost not asked for, as the library reports them */
+    /* every cost not asked for, as the library reports them: WARNING, or INFO under
+     * MOE_REPORT_SMALL_FRACTION of a rank's expert bytes */
+    int warned = 0;
     for (size_t i = 0; i < r0.n_costs; i++) {
-        if (r0.costs[i].bytes >= 0)
-            warn(r0.costs[i].what, r0.costs[i].bytes);
-        else
-            printf("WARNING: %s\n", r0.costs[i].what);
+        print_cost(&r0.costs[i]);
+        warned += r0.costs[i].level != MOE_LOG_INFO;
     }
     if (!r0.n_costs)
         printf("no padding, no duplicated memory, no fallback kernels\n");
+    else if (!warned)
+        printf("no cost of %.0f%% or more of a rank's expert bytes, no fallback kernels\n",
+               100.0 * MOE_REPORT_SMALL_FRACTION);
 
     /* per token */
     printf("\nper token: %.1f MFLOP (router + %lld experts%s); decode reads %s of expert weights (all ranks)\n",

@@ -56,6 +56,13 @@ static void show_progress(const char *msg, void *user)
     fflush(stdout);
 }
 
+/* The schemes moe_checkpoint_quantize writes: all but per-tensor / per-channel FP8 (the
+ * Hugging Face FP8 layout is block-scaled). */
+static int written(const char *scheme)
+{
+    return strcmp(scheme, "fp8-tensor") != 0 && strcmp(scheme, "fp8-channel") != 0;
+}
+
 int cli_cmd_quantize(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *scheme = NULL, *layers_s = NULL;
@@ -79,14 +86,14 @@ int cli_cmd_quantize(int argc, char **argv)
     }
     moe_quant_config qc;
     if (moe_quant_from_name(scheme, &qc) != MOE_OK || !strcmp(moe_quant_name(&qc), "none")) {
-        cli_err(CMD, "--quant %s: unknown scheme (see 'moe quantize --help')", scheme);
+        cli_scheme_unknown(CMD, "--quant", scheme, NULL, 0, written);
         return CLI_USAGE;
     }
     int64_t layers[4096]; /* [n_layers] the --layers numbers, in the order given */
     int n_layers = 0;
     if (layers_s && strcmp(layers_s, "all") != 0) {
         /* the shared list parser: an empty list or item ("1,,2", "1,") is a usage error */
-        if (cli_parse_i64_list(CMD, "--layers", layers_s, 0, INT32_MAX, layers, (int)(sizeof layers / sizeof layers[0]),
+        if (cli_parse_i64_list(CMD, "--layers", layers_s, INT64_MIN, INT64_MAX, layers, (int)(sizeof layers / sizeof layers[0]),
                                &n_layers) != 0)
             return CLI_USAGE;
         for (int i = 0; i < n_layers; i++)

@@ -136,7 +136,7 @@ int cli_cmd_run(int argc, char **argv)
         {.name = "--input", .kind = CLI_STR, .dst = &in_path, .nonempty = 1},
         {.name = "--output", .kind = CLI_STR, .dst = &out_path, .nonempty = 1},
         /* required too; its upper bound is the checkpoint's (the library checks it) */
-        {.name = "--layer", .kind = CLI_I64, .dst = &layer, .lo = 0, .hi = INT64_MAX, .seen = &have_layer},
+        {.name = "--layer", .kind = CLI_I64, .dst = &layer, .lo = INT64_MIN, .hi = INT64_MAX, .seen = &have_layer},
         {.name = "--threads", .kind = CLI_I64, .dst = &threads, .lo = 1, .hi = 4096},
         /* ep x tp must be the number of MPI ranks (checked below) */
         {.name = "--ep", .kind = CLI_I64, .dst = &ep, .lo = 1, .hi = 4096},

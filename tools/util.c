@@ -24,6 +24,53 @@ void cli_err(const char *cmd, const char *fmt, ...)
     fputc('\n', stderr);
 }
 
+/* The end of the unit of text that starts at s (s[0] is not a space): a word, or a whole
+ * parenthesis "(...)" with the word its ')' ends, when that fits in `room` columns. */
+static const char *wrap_unit_end(const char *s, size_t room)
+{
+    const char *w = s;
+    while (*w && *w != ' ')
+        w++;
+    if (s[0] != '(' || memchr(s, ')', (size_t)(w - s)))
+        return w;
+    const char *close = strchr(s, ')');
+    if (!close)
+        return w;
+    const char *e = close;
+    while (*e && *e != ' ')
+        e++;
+    return (size_t)(e - s) <= room ? e : w;
+}
+
+void cli_print_wrapped(FILE *f, const char *text, int indent, int width)
+{
+    const size_t room = width > indent ? (size_t)(width - indent) : 1;
+    size_t col = 0; /* columns used after the indent on this line */
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            break;
+        const char *e = wrap_unit_end(p, room);
+        /* a parenthesis that fits on a line but not on this one moves to the next whole;
+         * otherwise word by word */
+        const size_t len = (size_t)(e - p);
+        if (col > 0 && col + 1 + len > room) {
+            fprintf(f, "\n%*s", indent, "");
+            col = 0;
+        }
+        if (col > 0) {
+            fputc(' ', f);
+            col++;
+        }
+        fwrite(p, 1, len, f);
+        col += len;
+        p = e;
+    }
+    fputc('\n', f);
+}
+
 /* Walks argv[1..] for cli_parse_opts: options are "--name VALUE" or "--name=VALUE" or
  * flags "--name". */
 typedef struct cli_args {
@@ -90,10 +137,47 @@ static const char *cli_value(cli_args *a)
     return a->argv[a->i++];
 }
 
-/* Report "unknown option" for the current option. Returns CLI_USAGE. */
-static int cli_unknown(const cli_args *a)
+const char *cli_did_you_mean(char *buf, size_t len, const char *word, const char *const *names, size_t n)
 {
-    cli_err(a->cmd, "unknown option '%s' (see '%s --help')", a->opt, a->cmd);
+    const char *s = word ? moe_suggest(word, strlen(word), names, n) : NULL;
+    if (s)
+        snprintf(buf, len, "; did you mean %s?", s);
+    else if (len)
+        buf[0] = '\0';
+    return buf;
+}
+
+void cli_scheme_unknown(const char *cmd, const char *opt, const char *value, const char *const *extra,
+                        size_t n_extra, int (*keep)(const char *scheme))
+{
+    const char *names[64];
+    size_t n = 0;
+    for (size_t i = 0; i < n_extra && n < 64; i++)
+        names[n++] = extra[i];
+    for (size_t i = 0; moe_quant_scheme_name(i) && n < 64; i++)
+        if (!keep || keep(moe_quant_scheme_name(i)))
+            names[n++] = moe_quant_scheme_name(i);
+    char hint[96], list[1024];
+    size_t used = 0;
+    list[0] = '\0';
+    for (size_t i = 0; i < n && used < sizeof list; i++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", names[i]);
+    cli_did_you_mean(hint, sizeof hint, value, names, n);
+    cli_err(cmd, "%s %s: unknown scheme%s%s accepted: %s", opt, value, hint, hint[0] ? "" : ";", list);
+}
+
+/* Report "unknown option" for the current option, with the closest of the command's options.
+ * Returns CLI_USAGE. */
+static int cli_unknown(const cli_args *a, const cli_opt *opts, size_t n)
+{
+    const char *names[65];
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < 64; i++)
+        names[k++] = opts[i].name;
+    names[k++] = "--help";
+    char hint[96];
+    cli_err(a->cmd, "unknown option '%s'%s (see '%s --help')", a->opt,
+            cli_did_you_mean(hint, sizeof hint, a->opt, names, k), a->cmd);
     return CLI_USAGE;
 }
 
@@ -204,7 +288,7 @@ int cli_parse_opts(int argc, char **argv, const char *cmd, const cli_opt *opts, 
             if (cli_is(&a, opts[k].name))
                 o = &opts[k];
         if (!o)
-            return cli_unknown(&a);
+            return cli_unknown(&a, opts, n);
         if (o->kind == CLI_FLAG) {
             if (a.inline_value)
                 return cli_flag_has_value(&a);
@@ -318,7 +402,9 @@ void cli_progress_start(cli_progress *p)
     p->last = 0.0;
     p->tty = isatty(STDERR_FILENO);
     p->shown = 0;
-    p->quiet = 0;
+    /* progress is for a person watching: into a log or a pipe it would only interleave with
+     * the results, so without a terminal on stderr there is none */
+    p->quiet = !p->tty;
 }
 
 void cli_progress_update(cli_progress *p, const char *fmt, ...)
@@ -328,7 +414,7 @@ void cli_progress_update(cli_progress *p, const char *fmt, ...)
     double now = cli_now();
     if (now - p->start < 1.0)
         return;
-    double interval = p->tty ? 0.1 : 1.0;
+    const double interval = 0.1;
     if (p->last != 0.0 && now - p->last < interval)
         return;
     p->last = now;
@@ -337,12 +423,8 @@ void cli_progress_update(cli_progress *p, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (p->tty) {
-        fprintf(stderr, "\r\033[K%s", msg);
-        p->shown = 1;
-    } else {
-        fprintf(stderr, "%s\n", msg);
-    }
+    fprintf(stderr, "\r\033[K%s", msg);
+    p->shown = 1;
     fflush(stderr);
 }
 

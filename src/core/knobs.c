@@ -270,32 +270,6 @@ int moe_knob_inert(const moe_knob_info *info, const long long *num, moe_knob k, 
     return 0;
 }
 
-/* Levenshtein distance, for "did you mean". */
-static size_t edit_distance(const char *a, size_t la, const char *b)
-{
-    size_t lb = strlen(b);
-    if (la > 63 || lb > 63)
-        return 64;
-    size_t row[64];
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t best = diag + (a[i - 1] == b[j - 1] ? 0 : 1);
-            if (row[j] + 1 < best)
-                best = row[j] + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
 int moe_env_unknown(size_t i, const char **name, size_t *name_len, const char **suggestion)
 {
     size_t seen = 0;
@@ -305,23 +279,18 @@ int moe_env_unknown(size_t i, const char **name, size_t *name_len, const char **
         const char *eq = strchr(*e, '=');
         size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
         int known = 0;
-        const char *closest = defs[0].env;
-        size_t best = (size_t)-1;
+        const char *names[MOE_KNOB__COUNT];
         for (size_t k = 0; k < MOE_KNOB__COUNT; k++) {
+            names[k] = defs[k].env;
             if (strlen(defs[k].env) == len && strncmp(*e, defs[k].env, len) == 0)
                 known = 1;
-            size_t dist = edit_distance(*e, len, defs[k].env);
-            if (dist < best) {
-                best = dist;
-                closest = defs[k].env;
-            }
         }
         if (known)
             continue;
         if (seen++ == i) {
             *name = *e;
             *name_len = len;
-            *suggestion = closest;
+            *suggestion = moe_suggest(*e, len, names, MOE_KNOB__COUNT);
             return 1;
         }
     }

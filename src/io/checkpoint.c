@@ -125,42 +125,53 @@ int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer)
     return ck ? moe_ck_config_is_moe_layer(&ck->cfg, layer) : 0;
 }
 
-/* MOE_ERANGE for a layer outside [0, L), MOE_EDENSE (with the reason and a few MoE layers)
- * for a dense one. */
-static moe_status check_layer_index(const moe_checkpoint *ck, int64_t layer)
+/* "l0, l1, ..., last" (the first eight and the last) of ck's MoE layers into list; returns
+ * how many there are. */
+static size_t moe_layer_list(const moe_checkpoint *ck, char *list, size_t len)
 {
-    const int64_t L = ck->cfg.num_layers;
-    if (layer < 0 || layer >= L)
-        return moe_set_error(ck->ctx, MOE_ERANGE,
-                             "%s: layer %" PRId64 " out of range: num_hidden_layers is %" PRId64
-                             ", valid layers are 0..%" PRId64,
-                             ck->config_path, layer, L, L - 1);
-    if (moe_checkpoint_is_moe_layer(ck, layer))
-        return MOE_OK;
-    char why[200];
-    moe_ck_config_dense_reason(&ck->cfg, layer, why, sizeof why);
-
-    /* The first few MoE layers, so the user sees what to ask for instead. */
-    char list[160] = "";
     size_t used = 0, shown = 0, total = 0;
-    for (int64_t l = 0; l < L; l++) {
+    int64_t last = -1;
+    list[0] = '\0';
+    for (int64_t l = 0; l < ck->cfg.num_layers; l++) {
         if (!moe_checkpoint_is_moe_layer(ck, l))
             continue;
         total++;
-        if (shown < 8 && used < sizeof list) {
-            used += (size_t)snprintf(list + used, sizeof list - used, "%s%" PRId64, shown ? ", " : "", l);
+        last = l;
+        if (shown < 8 && used < len) {
+            used += (size_t)snprintf(list + used, len - used, "%s%" PRId64, shown ? ", " : "", l);
             shown++;
         }
     }
-    if (total > shown && used < sizeof list)
-        snprintf(list + used, sizeof list - used, ", ...");
+    if (total > shown && used < len)
+        snprintf(list + used, len - used, total > shown + 1 ? ", ..., %" PRId64 : ", %" PRId64, last);
+    return total;
+}
+
+/* MOE_ERANGE for a layer outside [0, L), MOE_EDENSE (with the reason) for a dense one; both
+ * name the MoE layers the user can ask for instead. */
+static moe_status check_layer_index(const moe_checkpoint *ck, int64_t layer)
+{
+    const int64_t L = ck->cfg.num_layers;
+    if (layer >= 0 && layer < L && moe_checkpoint_is_moe_layer(ck, layer))
+        return MOE_OK;
+    char list[160];
+    const size_t total = moe_layer_list(ck, list, sizeof list);
+    char moe_layers[200];
     if (total == 0)
-        return moe_set_error(ck->ctx, MOE_EDENSE,
-                             "%s: layer %" PRId64 " is a dense MLP layer, not an MoE layer: %s; the model has no MoE layers",
-                             ck->config_path, layer, why);
-    return moe_set_error(ck->ctx, MOE_EDENSE,
-                         "%s: layer %" PRId64 " is a dense MLP layer, not an MoE layer: %s; MoE layers (%zu): %s",
-                         ck->config_path, layer, why, total, list);
+        snprintf(moe_layers, sizeof moe_layers, "the model has no MoE layers");
+    else if (total == (size_t)L)
+        snprintf(moe_layers, sizeof moe_layers, "MoE layers: 0..%" PRId64 " (all %" PRId64 ")", L - 1, L);
+    else
+        snprintf(moe_layers, sizeof moe_layers, "MoE layers (%zu): %s", total, list);
+    if (layer < 0 || layer >= L)
+        return moe_set_error(ck->ctx, MOE_ERANGE,
+                             "%s: layer %" PRId64 " out of range: num_hidden_layers is %" PRId64
+                             ", valid layers are 0..%" PRId64 "; %s",
+                             ck->config_path, layer, L, L - 1, moe_layers);
+    char why[200];
+    moe_ck_config_dense_reason(&ck->cfg, layer, why, sizeof why);
+    return moe_set_error(ck->ctx, MOE_EDENSE, "%s: layer %" PRId64 " is a dense MLP layer, not an MoE layer: %s; %s",
+                         ck->config_path, layer, why, moe_layers);
 }
 
 /* Find the MoE block of `layer`: its prefix (the first of the row's candidates holding one of

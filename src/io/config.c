@@ -47,9 +47,11 @@ static moe_status config_family(moe_ck_config *c, const json_t *root, const char
         *named_out = named ? named : model_type ? moe_fam_by_model_type(model_type) : NULL;
         if (!(c->row = moe_fam_by_name(family))) {
             char names[256]; /* [256] chars: every row's name */
+            const char *close = moe_fam_suggest(family);
             return moe_set_error(c->ctx, MOE_EINVAL,
-                                 "%s: unknown family '%s' (moe_checkpoint_options.family, --family); families: %s",
-                                 c->path, family, moe_fam_row_names(names, sizeof names));
+                                 "%s: unknown family '%s'%s%s%s (moe_checkpoint_options.family, --family); families: %s",
+                                 c->path, family, close ? "; did you mean " : "", close ? close : "", close ? "?" : "",
+                                 moe_fam_row_names(names, sizeof names));
         }
         return MOE_OK;
     }

@@ -261,6 +261,14 @@ const char *moe_fam_row_names(char *out, size_t n)
     return out;
 }
 
+const char *moe_fam_suggest(const char *word)
+{
+    const char *names[FAM_N_ROWS];
+    for (size_t i = 0; i < FAM_N_ROWS; i++)
+        names[i] = fam_rows[i].name;
+    return word ? moe_suggest(word, strlen(word), names, FAM_N_ROWS) : NULL;
+}
+
 /* "Arch (model_type), ..." for every name of every row, in row order; built once
  * (pthread_once: two threads reporting a bad checkpoint at the same time must not both write
  * it). An over-long list is cut at the buffer's end. */

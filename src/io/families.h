@@ -176,6 +176,8 @@ const moe_fam_row *moe_fam_by_model_type(const char *model_type);
 /* The row named `name`: its moe_family_name, or one of its architecture classes or
  * model_types; NULL when none is. */
 const moe_fam_row *moe_fam_by_name(const char *name);
+/* The row name closest to `word` (moe_suggest: a misspelt --family), or NULL. */
+const char *moe_fam_suggest(const char *word);
 /* "mixtral, qwen2_moe, ..." (every row's name, in table order) into out [n]; returns out. */
 const char *moe_fam_row_names(char *out, size_t n);
 /* "A (a), B (b), ..." of every architecture class and its model_type, for messages. Static. */

@@ -123,6 +123,25 @@ static moe_status open_sharded(moe_ck_index *ix)
     return MOE_OK;
 }
 
+
+/* The hint for a folder without safetensors weights that holds PyTorch pickles instead
+ * (pytorch_model.bin, its index, or consolidated.00.pth) into buf, else "". Returns buf. */
+static const char *pickle_hint(const char *dir, char *buf, size_t len)
+{
+    static const char *const pickles[] = {"pytorch_model.bin", "pytorch_model.bin.index.json", "consolidated.00.pth"};
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof pickles / sizeof pickles[0]; i++) {
+        char *p = moe_io_path_join(dir, pickles[i]);
+        const int there = p && moe_io_path_exists(p) != 0;
+        free(p);
+        if (there) {
+            snprintf(buf, len, "; it holds %s (PyTorch pickle weights, which libmoe does not read): save the model as "
+                     "safetensors first (transformers: model.save_pretrained(dir, safe_serialization=True))", pickles[i]);
+            break;
+        }
+    }
+    return buf;
+}
 moe_status moe_ck_index_open(moe_ctx *ctx, const char *dir, moe_ck_index *ix)
 {
     memset(ix, 0, sizeof *ix);
@@ -145,7 +164,9 @@ moe_status moe_ck_index_open(moe_ctx *ctx, const char *dir, moe_ck_index *ix)
     } else if (moe_io_path_exists(ix->index_path) != 0) {
         st = open_sharded(ix);
     } else {
-        st = moe_set_error(ctx, MOE_ENOTFOUND, "%s: neither model.safetensors nor model.safetensors.index.json found", dir);
+        char hint[320];
+        st = moe_set_error(ctx, MOE_ENOTFOUND, "%s: neither model.safetensors nor model.safetensors.index.json found%s",
+                           dir, pickle_hint(dir, hint, sizeof hint));
     }
     free(single);
     return st;

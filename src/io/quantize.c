@@ -279,8 +279,13 @@ j.mxfp4 = j.q.w13.dtype == MOE_QTYPE_MXFP4;
     for (size_t i = 0; i < opt->n_layers && opt->layers; i++)
         if (opt->layers[i] < 0 || opt->layers[i] >= moe_checkpoint_num_layers(ck) ||
             !moe_checkpoint_is_moe_layer(ck, opt->layers[i])) {
-            st = moe_set_error(ctx, MOE_ERANGE, "layer %" PRId64 " is not an MoE layer of %s (num_hidden_layers %" PRId64
-                               ")", opt->layers[i], in_dir, moe_checkpoint_num_layers(ck));
+            /* the checkpoint's own message: the valid range and the MoE layers to ask for */
+            moe_layer_desc unused;
+            char why[MOE_ERRMSG_LEN / 2] = "not quantizable"; /* a copy: the message is formatted into the same buffer */
+            if (moe_checkpoint_layer_desc(ck, opt->layers[i], &unused) != MOE_OK)
+                snprintf(why, sizeof why, "%s", moe_ctx_last_error(ctx));
+            st = moe_set_error(ctx, MOE_ERANGE, "layer %" PRId64 " is not an MoE layer of %s: %s", opt->layers[i],
+                               in_dir, why);
             goto out;
         }
     {

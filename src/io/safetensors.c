@@ -525,6 +525,36 @@ const char *moe_st_path(const moe_safetensors *f)
     return f ? f->path : "";
 }
 
+/* MOE_ENOTFOUND for `name`, with the closest key (moe_suggest) and the keys the file holds
+ * (the first eight in header order), so a file saved under another key says which. */
+static moe_status not_found(moe_safetensors *f, const char *name)
+{
+    enum { SHOWN = 8 };
+    char keys[512] = "";
+    size_t used = 0;
+    for (size_t k = 0; k < f->n && k < SHOWN && used < sizeof keys; k++)
+        used += (size_t)snprintf(keys + used, sizeof keys - used, "%s'%.80s'", k ? ", " : "", f->tensors[k].name);
+    if (f->n > SHOWN && used < sizeof keys)
+        snprintf(keys + used, sizeof keys - used, ", ...");
+    const char *close = NULL;
+    const char **names = f->n ? malloc(f->n * sizeof *names) : NULL; /* [n] the keys; NULL: no hint */
+    if (names) {
+        for (size_t k = 0; k < f->n; k++)
+            names[k] = f->tensors[k].name;
+        close = moe_suggest(name, strlen(name), names, f->n);
+    }
+    moe_status st;
+    if (f->n == 0)
+        st = moe_set_error(f->ctx, MOE_ENOTFOUND, "%s: tensor '%s' not found: the file holds no tensors", f->path,
+                           name);
+    else
+        st = moe_set_error(f->ctx, MOE_ENOTFOUND, "%s: tensor '%s' not found%s%.80s%s; the file holds %zu tensor%s: %s",
+                           f->path, name, close ? " (did you mean '" : "", close ? close : "", close ? "'?)" : "",
+                           f->n, f->n == 1 ? "" : "s", keys);
+    free(names);
+    return st;
+}
+
 moe_status moe_safetensors_get(moe_safetensors *f, const char *name, moe_tensor_info *out)
 {
     if (!f)
@@ -534,7 +564,7 @@ moe_status moe_safetensors_get(moe_safetensors *f, const char *name, moe_tensor_
                              !name ? "name" : "out");
     long i = moe_st_find(f, name);
     if (i < 0)
-        return moe_set_error(f->ctx, MOE_ENOTFOUND, "%s: tensor '%s' not found", f->path, name);
+        return not_found(f, name);
     tensor_info(f, (size_t)i, out);
     return MOE_OK;
 }

@@ -125,8 +125,12 @@ moe_status moe_ctx_create(const moe_options *opts, moe_ctx **out, char *out_err_
     const char *name, *suggestion;
     size_t len;
     for (size_t i = 0; moe_env_unknown(i, &name, &len, &suggestion); i++)
-        moe_log(ctx, MOE_LOG_WARN, "unknown environment variable %.*s is ignored; did you mean %s?", (int)len, name,
-                suggestion);
+        if (suggestion)
+            moe_log(ctx, MOE_LOG_WARN, "unknown environment variable %.*s is ignored; did you mean %s?", (int)len,
+                    name, suggestion);
+        else
+            moe_log(ctx, MOE_LOG_WARN, "unknown environment variable %.*s is ignored ('moe env' lists the known ones)",
+                    (int)len, name);
     /* Idle knobs (core/knobs.c moe_knob_inert): the knob-vs-knob cases now, the TP ones when
      * a plan without TP is created. */
     for (int k = 0; k < MOE_KNOB__COUNT; k++) {

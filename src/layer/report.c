@@ -96,6 +96,7 @@ static void add_cost(moe_rank_report *r, const char *kind, double bytes, double 
     c->kind = kind;
     c->bytes = bytes;
     c->flop_share = flop_share;
+    c->level = MOE_LOG_WARN; /* lowered for small memory costs at the end of moe_plan_report_for */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(c->what, sizeof c->what, fmt, ap);
@@ -249,6 +250,7 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
                          2.0 * (double)E * (double)H;
     r->decode_bytes_per_token = (double)K * expert_codes + (double)shared_bytes(d, Is, cm);
     uint64_t max_dup = 0, total_dup = 0, max_pad = 0;
+    double min_rank_bytes = -1.0; /* the expert bytes (codes + scales + shared) of the rank holding the fewest */
     int cut_cell = 0, tail = 0;
     for (int g = 0; g < ep; g++)
         for (int t = 0; t < tp; t++) {
@@ -258,7 +260,10 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
             moe_shard s;
             moe_par_shard(d, &pr, &s);
             const shard_bytes b = routed_bytes(d, &s, cm);
+            const double rank_bytes = (double)(b.codes + b.scales + shared_bytes(d, s.Is, cm));
             r->total_bytes += b.codes + b.scales + shared_bytes(d, s.Is, cm);
+            if (min_rank_bytes < 0.0 || rank_bytes < min_rank_bytes)
+                min_rank_bytes = rank_bytes;
             total_dup += b.dup;
             max_dup = b.dup > max_dup ? b.dup : max_dup;
             max_pad = b.padding > max_pad ? b.padding : max_pad;
@@ -333,6 +338,10 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
                  "scalar ref entry",
                  k->name, r->experts_format, 100.0 * routed_flop_share(d));
     }
+    /* small memory costs are stated, not warned about */
+    for (size_t i = 0; i < r->n_costs; i++)
+        if (r->costs[i].bytes >= 0.0 && r->costs[i].bytes < MOE_REPORT_SMALL_FRACTION * min_rank_bytes)
+            r->costs[i].level = MOE_LOG_INFO;
     return MOE_OK;
 }
 

@@ -93,6 +93,11 @@ moe_status moe_quant_from_name(const char *name, moe_quant_config *q)
     return MOE_EINVAL;
 }
 
+const char *moe_quant_scheme_name(size_t i)
+{
+    return i < sizeof schemes / sizeof schemes[0] ? schemes[i].name : NULL;
+}
+
 static int qweight_eq(const moe_qweight *a, const moe_qweight *b)
 {
     return a->dtype == b->dtype && a->scale == b->scale && a->block_n == b->block_n && a->block_k == b->block_k &&

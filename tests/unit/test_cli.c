@@ -1479,6 +1479,311 @@ static void test_tune_command(void **state)
     tu_rm_tree(tdir);
 }
 
+/* ---- the front door (issue 19): did you mean, models, layers, keys, help, progress ---- */
+
+/* One run: exit `code`, and stderr holding each of want[] (NULL-terminated). */
+static void check_err(const char *const *args, int code, const char *const *want)
+{
+    cli_result r;
+    run_moe(&r, args);
+    expect(&r, code, want);
+    result_free(&r);
+}
+
+/* Commands and every subcommand's options: the closest name is offered; nothing when none is
+ * close. Exit 2 (bad command line). */
+static void test_did_you_mean(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    const char *a1[] = {"--hlep", NULL};
+    const char *e1[] = {"moe: unknown command '--hlep'; did you mean --help?", "usage: moe <command>", NULL};
+    check_err(a1, 2, e1);
+    const char *a2[] = {"benhc", NULL};
+    const char *e2[] = {"unknown command 'benhc'; did you mean bench?", NULL};
+    check_err(a2, 2, e2);
+    const char *a3[] = {"help", "qunatize", NULL};
+    const char *e3[] = {"moe help: unknown command 'qunatize'; did you mean quantize?", NULL};
+    check_err(a3, 2, e3);
+    static const char *const opts[][4] = {
+        /* command, the misspelt option, its value (or NULL), the option meant */
+        {"run", "--checkpont", "x", "--checkpoint"},
+        {"run", "--ouptut", "x", "--output"},
+        {"bench", "--tokns", "1", "--tokens"},
+        {"bench", "--list-model", NULL, "--list-models"},
+        {"plan", "--modle", "x", "--model"},
+        {"plan", "--hepl", NULL, "--help"},
+        {"quantize", "--forse", NULL, "--force"},
+        {"env", "--jsno", NULL, "--json"},
+        {"version", "--hlep", NULL, "--help"},
+    };
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
+        const char *a[] = {opts[i][0], opts[i][1], opts[i][2], NULL};
+        char want[160];
+        snprintf(want, sizeof want, "moe %s: unknown option '%s'; did you mean %s? (see 'moe %s --help')", opts[i][0],
+                 opts[i][1], opts[i][3], opts[i][0]);
+        const char *e[] = {want, NULL};
+        check_err(a, 2, e);
+    }
+    /* nothing close: no guess */
+    cli_result r;
+    const char *a4[] = {"frobnicate", NULL};
+    run_moe(&r, a4);
+    expect(&r, 2, NULL);
+    assert_non_null(strstr(r.err, "unknown command 'frobnicate'"));
+    assert_null(strstr(r.err, "did you mean"));
+    result_free(&r);
+    const char *a5[] = {"bench", "--zzzzzz", NULL};
+    run_moe(&r, a5);
+    expect(&r, 2, NULL);
+    assert_non_null(strstr(r.err, "unknown option '--zzzzzz' (see 'moe bench --help')"));
+    result_free(&r);
+    /* family names (--family) too */
+    char fx[1024];
+    tu_data_path(fx, sizeof fx, "qwen3_moe_f32");
+    const char *af[] = {"plan", "--checkpoint", fx, "--family", "qwen3_mo", NULL};
+    const char *ef[] = {"unknown family 'qwen3_mo'; did you mean qwen3_moe? (moe_checkpoint_options.family, --family); "
+                        "families: mixtral, ",
+                        NULL};
+    check_err(af, 1, ef);
+    /* MOE_* variables go through the same suggester: a far one gets no guess */
+    setenv("MOE_ZQXWV", "1", 1);
+    const char *a6[] = {"env", NULL};
+    run_moe(&r, a6);
+    unsetenv("MOE_ZQXWV");
+    expect(&r, 1, NULL);
+    assert_non_null(strstr(r.out, "MOE_ZQXWV"));
+    assert_non_null(strstr(r.out, "unknown variable, ignored; no known variable is close to it"));
+    result_free(&r);
+}
+
+/* An unknown model: plan and bench say the same (the closest name, every name, where to see
+ * their shapes); plan --list-models is bench's table. */
+static void test_unknown_model_alike(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    static const char *const cmds[] = {"plan", "bench"};
+    for (int c = 0; c < 2; c++) {
+        const char *a[] = {cmds[c], "--model", "qwen3.5-35b", NULL};
+        char w1[128], w2[128];
+        snprintf(w1, sizeof w1, "moe %s: --model qwen3.5-35b: unknown model; did you mean qwen3.5-35b-a3b?", cmds[c]);
+        snprintf(w2, sizeof w2, "known models ('moe %s --list-models' shows their shapes): qwen3-30b-a3b, ", cmds[c]);
+        const char *e[] = {w1, w2, "mixtral-8x7b", "granite-3.0-1b-a400m", NULL};
+        check_err(a, 2, e);
+    }
+    const char *a3[] = {"plan", "--model", "nosuchmodel", NULL};
+    cli_result r;
+    run_moe(&r, a3);
+    expect(&r, 2, NULL);
+    assert_non_null(strstr(r.err, "--model nosuchmodel: unknown model\n"));
+    result_free(&r);
+
+    cli_result pl, bl;
+    const char *ap[] = {"plan", "--list-models", NULL};
+    const char *ab[] = {"bench", "--list-models", NULL};
+    run_moe(&pl, ap);
+    run_moe(&bl, ab);
+    expect(&pl, 0, NULL);
+    expect(&bl, 0, NULL);
+    assert_non_null(strstr(pl.out, "qwen3.5-35b-a3b"));
+    assert_string_equal(pl.out, bl.out);
+    result_free(&pl);
+    result_free(&bl);
+    /* --layer belongs to a checkpoint */
+    const char *a4[] = {"plan", "--model", "qwen3-30b-a3b", "--layer", "3", NULL};
+    const char *e4[] = {"--layer needs --checkpoint", NULL};
+    check_err(a4, 2, e4);
+}
+
+/* An unknown --quant: the closest scheme and the list each command accepts. */
+static void test_unknown_scheme(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    const char *a1[] = {"quantize", "--checkpoint", "a", "--output", "b", "--quant", "int5", NULL};
+    const char *e1[] = {"moe quantize: --quant int5: unknown scheme; accepted: fp8-block, fp8-block-w8a8, "
+                        "int8-channel, int8-w8a8, int4-g32, int4-g64, int4-g128, int4-g32-zp, int4-g64-zp, "
+                        "int4-g128-zp, mxfp4\n",
+                        NULL};
+    check_err(a1, 2, e1);
+    const char *a2[] = {"quantize", "--checkpoint", "a", "--output", "b", "--quant", "int4-g218", NULL};
+    const char *e2[] = {"--quant int4-g218: unknown scheme; did you mean int4-g128? accepted: fp8-block", NULL};
+    check_err(a2, 2, e2);
+    const char *a3[] = {"plan", "--model", "qwen3-30b-a3b", "--quant", "fp9-block", NULL};
+    const char *e3[] = {"moe plan: --quant fp9-block: unknown scheme; did you mean fp8-block? accepted: bf16, f16, "
+                        "f32, none, fp8-tensor, fp8-channel, fp8-block,",
+                        NULL};
+    check_err(a3, 2, e3);
+    const char *a4[] = {"bench", "--quant", "mxfp5", NULL};
+    const char *e4[] = {"moe bench: --quant mxfp5: unknown scheme; did you mean mxfp4? accepted: none, fp8-tensor,", NULL};
+    check_err(a4, 2, e4);
+}
+
+/* --layer -1 (or past the end, or a dense layer): the checkpoint's own range and its MoE
+ * layers, from run, plan and bench alike; exit 1. */
+static void test_layer_range_named(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    run_fixture *f = *state;
+    free(make_input(f->in, 2, CK_H, MOE_DTYPE_F32, 3));
+    const char *ar[] = {"run", "--checkpoint", f->ck, "--layer", "-1", "--input", f->in, "--output", f->out, NULL};
+    const char *e[] = {"layer -1 out of range: num_hidden_layers is 2, valid layers are 0..1; MoE layers: 0..1 (all 2)",
+                       NULL};
+    check_err(ar, 1, e);
+    expect_no_output(f);
+    const char *ap[] = {"plan", "--checkpoint", f->ck, "--layer", "-1", NULL};
+    check_err(ap, 1, e);
+    const char *ab[] = {"bench", "--checkpoint", f->ck, "--layer", "-1", "--tokens", "1", NULL};
+    check_err(ab, 1, e);
+    const char *a2[] = {"plan", "--checkpoint", f->ck, "--layer", "2", NULL};
+    const char *e2[] = {"layer 2 out of range", "MoE layers: 0..1 (all 2)", NULL};
+    check_err(a2, 1, e2);
+    char qout[700];
+    snprintf(qout, sizeof qout, "%s/quantized", f->io);
+    const char *aq[] = {"quantize", "--checkpoint", f->ck, "--output", qout, "--quant", "int8-channel", "--layers", "-1",
+                        NULL};
+    const char *eq[] = {"moe quantize: layer -1 is not an MoE layer of ", e[0], NULL};
+    check_err(aq, 1, eq);
+    assert_int_equal(access(qout, F_OK), -1); /* nothing written */
+    /* a dense first layer (DeepSeek-V3's first_k_dense_replace): the MoE layers it has */
+    char dir[1024];
+    tu_data_path(dir, sizeof dir, "deepseek_v3_f32");
+    const char *a3[] = {"plan", "--checkpoint", dir, "--layer", "-1", NULL};
+    const char *e3[] = {"layer -1 out of range: num_hidden_layers is 2, valid layers are 0..1; MoE layers (1): 1", NULL};
+    check_err(a3, 1, e3);
+    const char *a4[] = {"plan", "--checkpoint", dir, "--layer", "0", NULL};
+    const char *e4[] = {"layer 0 is a dense MLP layer", "MoE layers (1): 1", NULL};
+    check_err(a4, 1, e4);
+}
+
+/* An input without hidden_states names the keys it holds and the closest. */
+static void test_input_keys_named(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    run_fixture *f = *state;
+    float v[2 * CK_H];
+    memset(v, 0, sizeof v);
+    moe_tensor_out t[2];
+    memset(t, 0, sizeof t);
+    t[0].name = "hidden_state";
+    t[1].name = "attention_mask";
+    for (int i = 0; i < 2; i++) {
+        t[i].dtype = MOE_DTYPE_F32;
+        t[i].ndim = 2;
+        t[i].shape[0] = 2;
+        t[i].shape[1] = CK_H;
+        t[i].data = v;
+    }
+    moe_ctx *ctx = tu_ctx();
+    assert_int_equal(moe_safetensors_write(ctx, f->in, t, 2), MOE_OK);
+    moe_ctx_free(ctx);
+    const char *a[] = {"run", "--checkpoint", f->ck, "--layer", "0", "--input", f->in, "--output", f->out, NULL};
+    const char *e[] = {"in.safetensors: tensor 'hidden_states' not found (did you mean 'hidden_state'?); the file holds 2 "
+                       "tensors: ",
+                       "'hidden_state'", "'attention_mask'", NULL};
+    check_err(a, 1, e);
+    expect_no_output(f);
+}
+
+/* A folder with PyTorch pickle weights only: say to save it as safetensors. */
+static void test_pickle_checkpoint_hint(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    run_fixture *f = *state;
+    char dir[512], path[700], cfg[700];
+    tu_tmpdir(dir, sizeof dir, "cli-pickle");
+    snprintf(cfg, sizeof cfg, "%s/config.json", f->ck);
+    char *text = slurp(cfg);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    assert_int_equal(tu_write_file(path, text, strlen(text)), 0);
+    free(text);
+    snprintf(path, sizeof path, "%s/pytorch_model.bin", dir);
+    assert_int_equal(tu_write_file(path, "PK", 2), 0);
+    const char *a[] = {"plan", "--checkpoint", dir, NULL};
+    const char *e[] = {"neither model.safetensors nor model.safetensors.index.json found; it holds pytorch_model.bin "
+                       "(PyTorch pickle weights, which libmoe does not read): save the model as safetensors first",
+                       "safe_serialization=True", NULL};
+    check_err(a, 1, e);
+    tu_rm_tree(dir);
+}
+
+/* Every help text fits in 100 columns, and moe --help keeps its phrases whole. */
+static void test_help_layout(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    static const char *const cmds[] = {NULL, "run", "bench", "plan", "quantize", "env", "version"};
+    for (size_t c = 0; c < sizeof cmds / sizeof cmds[0]; c++) {
+        cli_result r;
+        const char *a[] = {"help", cmds[c], NULL};
+        run_moe(&r, a);
+        expect(&r, 0, NULL);
+        int line = 1;
+        for (const char *p = r.out; *p; line++) {
+            const char *nl = strchr(p, '\n');
+            const size_t len = nl ? (size_t)(nl - p) : strlen(p);
+            if (len > 100)
+                fail_msg("moe help %s: line %d is %zu columns: %.*s", cmds[c] ? cmds[c] : "", line, len, (int)len, p);
+            p += len + (nl ? 1 : 0);
+        }
+        if (!cmds[c]) {
+            static const char *const phrases[] = {
+                "(mxfp4 for gpt-oss)", "(moe run --help)", "(moe bench --help)", "(moe plan --help)",
+                "(moe quantize --help)", "(moe env --help)", "checkpoint libmoe and vLLM load",
+                "  quantize  convert a checkpoint's routed experts"};
+            for (size_t i = 0; i < sizeof phrases / sizeof phrases[0]; i++)
+                if (!strstr(r.out, phrases[i]))
+                    fail_msg("moe help breaks \"%s\":\n%s", phrases[i], r.out);
+        }
+        result_free(&r);
+    }
+}
+
+/* Progress is for a terminal: with stdout and stderr going to files (no tty) a bench that
+ * takes over a second prints its table on stdout and nothing on stderr. */
+static void test_bench_no_progress_without_tty(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    cli_result r;
+    const char *a[] = {"bench", "--num-experts", "16", "--tokens", "1,16", "--iters", "3", "--threads", "2", NULL};
+    run_moe(&r, a);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "median ms"));
+    assert_non_null(strstr(r.out, "\n     16     3 "));
+    if (r.err[0])
+        fail_msg("moe bench wrote to a non-terminal stderr:\n%s", r.err);
+    print_message("bench took %.1f s (progress starts after 1 s)\n", r.secs);
+    assert_true(r.secs > 1.0); /* long enough that progress would have shown */
+    result_free(&r);
+}
+
+/* moe plan: a cost under 1% of a rank's expert bytes is INFO, not WARNING (docs/architecture.md
+ * "The plan report"). Qwen3.5-35B-A3B at TP 4: the router 4 * 256 * 2048 = 2.1 MB beside
+ * 256 * 3 * 2048 * 128 * 2 = 402.7 MB per rank (0.52%); Qwen3-30B-A3B at EP 2 x TP 2 in
+ * int4-g128: 4 * 128 * 2048 = 1.0 MB beside 64 * 3 * 2048 * 192 / 2 = 37.7 MB of codes plus
+ * scales per rank (above 2%). */
+static void test_plan_small_costs_info(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    cli_result r;
+    const char *a1[] = {"plan", "--model", "qwen3.5-35b-a3b", "--tp", "4", NULL};
+    run_moe(&r, a1);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "INFO: router weight [E, H] f32 replicated on every rank; bytes per rank: 2.1 MB\n"));
+    assert_null(strstr(r.out, "WARNING: router"));
+    assert_non_null(strstr(r.out, "no cost of 1% or more of a rank's expert bytes, no fallback kernels\n"));
+    result_free(&r);
+    const char *a2[] = {"plan", "--model", "qwen3-30b-a3b", "--ep", "2", "--tp", "2", "--quant", "int4-g128", NULL};
+    run_moe(&r, a2);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "WARNING: router weight [E, H] f32 replicated on every rank; bytes per rank: 1.0 MB\n"));
+    assert_null(strstr(r.out, "INFO: router"));
+    result_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1508,6 +1813,15 @@ int main(void)
         cmocka_unit_test(test_plan_command),
         cmocka_unit_test(test_flag_takes_no_value),
         cmocka_unit_test(test_option_errors),
+        cmocka_unit_test(test_did_you_mean),
+        cmocka_unit_test(test_unknown_model_alike),
+        cmocka_unit_test(test_unknown_scheme),
+        cmocka_unit_test_setup_teardown(test_layer_range_named, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_input_keys_named, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_pickle_checkpoint_hint, run_setup, run_teardown),
+        cmocka_unit_test(test_help_layout),
+        cmocka_unit_test(test_bench_no_progress_without_tty),
+        cmocka_unit_test(test_plan_small_costs_info),
     };
     return cmocka_run_group_tests_name("cli", tests, NULL, NULL);
 }

@@ -271,6 +271,8 @@ static void test_tail_fallback(void **state)
             const double share = ex / all * (2.0 * (I % 16) * H + (H % 16) * I) / (3.0 * I * H);
             assert_true(c->bytes == -1.0);
             assert_true(c->flop_share > 0.999999 * share && c->flop_share < 1.000001 * share);
+            /* compute, however small its share: never lowered to INFO (MOE_REPORT_SMALL_FRACTION is for memory) */
+            assert_int_equal(c->level, MOE_LOG_WARN);
             seen++;
         }
         /* I a multiple of 16: no tail on any table */
@@ -417,13 +419,47 @@ static void test_path_and_limits(void **state)
     moe_ctx_free(ctx);
 }
 
+/* A memory cost under MOE_REPORT_SMALL_FRACTION (1%) of the expert bytes on the rank holding
+ * the fewest is INFO, at or above it WARNING, and a fallback kernel is always WARNING. The
+ * router [E, H] f32 replicated at TP 2 is 4 * 8 * 64 = 2048 bytes; each rank holds
+ * E * 3 * H * (I / 2) * 2 bytes of bf16 experts: I = 132 gives 202752 (2048 is 1.01%, WARNING),
+ * I = 136 gives 208896 (0.98%, INFO). A fallback kernel stays WARNING (test_tail_fallback). */
+static void test_small_costs_are_info(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = ctx_on("auto");
+    const int64_t H = 64, E = 8;
+    static const struct {
+        int64_t I;
+        int level;
+    } cases[] = {{132, MOE_LOG_WARN}, {136, MOE_LOG_INFO}, {4096, MOE_LOG_INFO}, {16, MOE_LOG_WARN}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        moe_layer_desc d;
+        desc_of(&d, H, cases[c].I, E, 0, NULL);
+        moe_rank_report r;
+        assert_int_equal(moe_plan_report_for(ctx, &d, layout(1, 2), &r), MOE_OK);
+        const double rank_bytes = (double)(E * 3 * H * (cases[c].I / 2) * 2);
+        assert_true((double)(r.code_bytes + r.scale_bytes + r.shared_bytes) == rank_bytes);
+        const moe_cost *router = find_cost(&r, "replicated");
+        assert_non_null(router);
+        assert_true(router->bytes == 4.0 * (double)(E * H));
+        /* the rule, from the bytes: and so the side of the threshold each case is on */
+        const int want = router->bytes < MOE_REPORT_SMALL_FRACTION * rank_bytes ? MOE_LOG_INFO : MOE_LOG_WARN;
+        assert_int_equal(want, cases[c].level);
+        if (router->level != want)
+            fail_msg("I %lld: router %.0f B beside %.0f B of experts per rank: level %d, want %d", (long long)cases[c].I,
+                     router->bytes, rank_bytes, router->level, want);
+    }
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bytes_match_the_builder), cmocka_unit_test(test_padding),
         cmocka_unit_test(test_tp_shard_refusals),       cmocka_unit_test(test_tail_fallback),
         cmocka_unit_test(test_path_and_limits),         cmocka_unit_test(test_bf16_costs),
-        cmocka_unit_test(test_compute_roof),
+        cmocka_unit_test(test_compute_roof),            cmocka_unit_test(test_small_costs_are_info),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -803,7 +803,7 @@ static void test_cli(void **state)
     assert_non_null(strstr(e, "layer 0 is listed twice"));
     /* a bad --layers list is a usage error naming the option, before anything is read or
      * written: empty items and lists included (the shared cli_parse_i64_list) */
-    static const char *const bad_layers[] = {"0,,1", "0,", ",0", "", ",", "x", "-1", "0;1", "0x1", "4294967296"};
+    static const char *const bad_layers[] = {"0,,1", "0,", ",0", "", ",", "x", "0;1", "0x1", "1.5"};
     for (size_t i = 0; i < sizeof bad_layers / sizeof bad_layers[0]; i++) {
         int rc = run_cli(o, sizeof o, e, sizeof e,
                          (const char *const[]){"--checkpoint", in, "--output", out, "--quant", "int8-channel",
@@ -811,6 +811,17 @@ static void test_cli(void **state)
         if (rc != 2 || !strstr(e, "moe quantize: --layers: "))
             fail_msg("--layers '%s': exit %d (want 2), stderr:\n%s", bad_layers[i], rc, e);
         assert_string_equal(o, "");
+    }
+    /* a layer number outside the checkpoint is its config's to refuse: the range and the MoE
+     * layers it has (exit 1, nothing written), as moe run / plan / bench --layer */
+    static const char *const far_layers[] = {"-1", "4294967296", "0,1"};
+    for (size_t i = 0; i < sizeof far_layers / sizeof far_layers[0]; i++) {
+        int rc = run_cli(o, sizeof o, e, sizeof e,
+                         (const char *const[]){"--checkpoint", in, "--output", out, "--quant", "int8-channel",
+                                               "--layers", far_layers[i], NULL});
+        if (rc != 1 || !strstr(e, "out of range: num_hidden_layers is 1, valid layers are 0..0; MoE layers: 0..0 (all 1)"))
+            fail_msg("--layers '%s': exit %d (want 1), stderr:\n%s", far_layers[i], rc, e);
+        assert_int_equal(access(out, F_OK), -1);
     }
     assert_int_equal(run_cli(o, sizeof o, e, sizeof e,
                              (const char *const[]){"--checkpoint", in, "--output", out, "--quant", "mxfp4", NULL}),
