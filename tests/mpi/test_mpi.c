@@ -768,6 +768,26 @@ static void tp_algorithms(int tp, int ep)
     float *outs[3];
     const int64_t small[3] = {1 << 30, 0, 0};
     const char *mode[3] = {"allreduce", "allreduce", "reduce_scatter"};
+    /* MOE_TUNING_DIR under a parallel plan is an idle knob (tuning files apply to
+     * single-process plans): one WARNING naming it, for two plans on the ctx */
+    {
+        g_warnings[0] = '\0';
+        moe_options o;
+        moe_options_init(&o);
+        o.log_fn = log_warnings;
+        o.num_threads = g_threads;
+        o.tuning_dir = "/";
+        moe_ctx *ctx = NULL;
+        char err[512];
+        CHECK(moe_ctx_create(&o, &ctx, err, sizeof err) == MOE_OK, "moe_ctx_create: %s", err);
+        moe_plan *p1 = par_plan(ctx, &L.d, &c), *p2 = par_plan(ctx, &L.d, &c);
+        const char *w = strstr(g_warnings, "MOE_TUNING_DIR=/ has no effect");
+        CHECK(w && !strstr(w + 1, "MOE_TUNING_DIR=/ has no effect"),
+              "MOE_TUNING_DIR under EP %d x TP %d: expected one idle-knob WARNING:\n%s", ep, tp, g_warnings);
+        moe_plan_free(p1);
+        moe_plan_free(p2);
+        moe_ctx_free(ctx);
+    }
     for (int v = 0; v < 3; v++) {
         g_warnings[0] = '\0';
         moe_ctx *ctx = make_ctx(16, small[v], mode[v]);
