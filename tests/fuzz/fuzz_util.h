@@ -21,7 +21,7 @@
 #error "MOE_FUZZ_FIXTURES must name tests/fixtures"
 #endif
 
-static void fz_quiet(moe_log_level level, const char *msg, void *user)
+static inline void fz_quiet(moe_log_level level, const char *msg, void *user)
 {
     (void)level;
     (void)msg;
@@ -29,7 +29,7 @@ static void fz_quiet(moe_log_level level, const char *msg, void *user)
 }
 
 /* A ctx with one thread and no log output (a fuzz run would print millions of lines). */
-static moe_ctx *fz_ctx(void)
+static inline moe_ctx *fz_ctx(void)
 {
     moe_options o;
     moe_options_init(&o);
@@ -47,7 +47,7 @@ static moe_ctx *fz_ctx(void)
 
 static char fz_dir_path[PATH_MAX];
 
-static void fz_rm_dir(const char *dir)
+static inline void fz_rm_dir(const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -65,7 +65,7 @@ static void fz_rm_dir(const char *dir)
     rmdir(dir);
 }
 
-static void fz_cleanup(void)
+static inline void fz_cleanup(void)
 {
     if (fz_dir_path[0])
         fz_rm_dir(fz_dir_path);
@@ -73,7 +73,7 @@ static void fz_cleanup(void)
 
 /* This process's folder: /dev/shm/moe-fuzz-XXXXXX (tmpfs: no disk writes per input), else
  * under $TMPDIR or /tmp. Created once, removed at exit. */
-static const char *fz_dir(void)
+static inline const char *fz_dir(void)
 {
     if (fz_dir_path[0])
         return fz_dir_path;
@@ -92,14 +92,14 @@ static const char *fz_dir(void)
 }
 
 /* dir/name into out [PATH_MAX]. */
-static const char *fz_join(char *out, const char *dir, const char *name)
+static inline const char *fz_join(char *out, const char *dir, const char *name)
 {
     snprintf(out, PATH_MAX, "%s/%s", dir, name);
     return out;
 }
 
 /* Write n bytes to path (replacing it); aborts on a write error (the folder is ours). */
-static void fz_write(const char *path, const void *data, size_t n)
+static inline void fz_write(const char *path, const void *data, size_t n)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) {
@@ -120,7 +120,7 @@ static void fz_write(const char *path, const void *data, size_t n)
 }
 
 /* Read a whole fixture file (malloc'd, *n bytes); aborts when missing. */
-static unsigned char *fz_read(const char *path, size_t *n)
+static inline unsigned char *fz_read(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -140,7 +140,7 @@ static unsigned char *fz_read(const char *path, size_t *n)
 
 /* Every failure must leave a message (the standard: bad input gets a clear error naming what
  * is wrong): a failing status with an empty moe_ctx_last_error is a finding. */
-static void fz_check_error(const moe_ctx *ctx, moe_status st, const char *what)
+static inline void fz_check_error(const moe_ctx *ctx, moe_status st, const char *what)
 {
     if (st == MOE_OK)
         return;
@@ -152,7 +152,7 @@ static void fz_check_error(const moe_ctx *ctx, moe_status st, const char *what)
 }
 
 /* Touch every byte of a tensor's data (a pointer outside the mapping faults here). */
-static unsigned fz_touch(const void *data, size_t n)
+static inline unsigned fz_touch(const void *data, size_t n)
 {
     const volatile unsigned char *p = data;
     unsigned s = 0;
