@@ -642,11 +642,54 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
  * only), evaluated here as a POSIX extended regex "^(<pattern>)"; any other string is an exact
  * module name or a class name, and a shared-expert projection is an nn.Linear, so "Linear"
  * (and "Module", a base class) match it. 1 match, 0 no match, -1 undecidable (a pattern POSIX
- * regcomp refuses, e.g. Python-only syntax). */
+ * regcomp refuses, e.g. Python-only syntax, or one with a repetition right after a repetition,
+ * repeated_repeat). */
+/* true if pattern p has a repetition operator (* + ? {m,n}) right after another, e.g. "a++"
+ * or "x**": Python's re refuses most such ("multiple repeat"), and glibc's
+ * regcomp expands each one, so a run of them takes exponential memory (a config.json with
+ * "re:a+++...+" exhausted memory under the fuzzer). Escaped characters and bracket
+ * expressions are skipped. */
+static bool repeated_repeat(const char *p)
+{
+    bool prev_rep = false;
+    for (size_t i = 0; p[i]; i++) {
+        const char c = p[i];
+        if (c == '\\') {
+            prev_rep = false;
+            if (p[i + 1])
+                i++;
+            continue;
+        }
+        if (c == '[') { /* to the closing ']' ("[]...]" and "[^]...]" hold a literal ']') */
+            size_t j = i + 1;
+            if (p[j] == '^')
+                j++;
+            if (p[j] == ']')
+                j++;
+            while (p[j] && p[j] != ']')
+                j++;
+            i = p[j] ? j : j - 1;
+            prev_rep = false;
+            continue;
+        }
+        const bool rep = c == '*' || c == '+' || c == '?' || c == '{';
+        if (rep && prev_rep)
+            return true;
+        if (c == '{') { /* to the closing '}' */
+            while (p[i + 1] && p[i] != '}')
+                i++;
+        }
+        prev_rep = rep;
+    }
+    return false;
+}
+
 static int target_matches(const char *name, const char *t)
 {
     if (strncmp(t, "re:", 3) != 0)
         return strcmp(t, name) == 0 || strcmp(t, "Linear") == 0 || strcmp(t, "Module") == 0;
+    if (repeated_repeat(t + 3))
+        return -1;
     size_t n = strlen(t + 3) + 4;
     char *pat = malloc(n);
     if (!pat)
