@@ -8,7 +8,7 @@ CMAKE_FLAGS ?= -DMOE_WERROR=ON -DPython3_EXECUTABLE=$(shell command -v python3)
 # no "Entering/Leaving directory" lines from the sub-makes of cmake --build
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps configure build build-tool run test test-fast test-asan test-tsan test-nompi clean
+.PHONY: all deps configure build build-tool run test test-fast test-asan test-tsan test-nompi fuzz-build fuzz fuzz-smoke clean
 
 all: build
 
@@ -58,5 +58,23 @@ test-nompi: deps
 	cmake --build build-nompi -j$(JOBS)
 	cd build-nompi && ctest --output-on-failure -j$(JOBS) -L fast
 
+# libFuzzer targets (tests/fuzz, clang + ASan + UBSan) in build-fuzz. `make fuzz` runs each for
+# FUZZ_SECONDS over a copy of its corpus in build-fuzz; `make fuzz-smoke` (CI) for
+# FUZZ_SMOKE_SECONDS each. Either fails on a crash, leak or timeout (tests/fuzz/README.md).
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 15
+FUZZ_TARGETS ?= fuzz_safetensors fuzz_config_plan fuzz_model fuzz_index fuzz_input
+
+fuzz-build: deps
+	CC=clang cmake -S . -B build-fuzz -DMOE_FUZZ=ON -DMOE_BUILD_TESTS=OFF -DMOE_WITH_MPI=OFF \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython3_EXECUTABLE=$(shell command -v python3) >/dev/null
+	cmake --build build-fuzz -j$(JOBS) --target $(FUZZ_TARGETS)
+
+fuzz: fuzz-build
+	./tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+fuzz-smoke: fuzz-build
+	./tests/fuzz/run.sh build-fuzz $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
+
 clean:
-	rm -rf $(BUILD) build-asan build-tsan build-nompi
+	rm -rf $(BUILD) build-asan build-tsan build-nompi build-fuzz

@@ -4,7 +4,8 @@
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config libjansson-dev libcmocka-dev libxxhash-dev libomp-dev
-      openmpi-bin libopenmpi-dev python3 python3-numpy python3-pip)
+      openmpi-bin libopenmpi-dev python3 python3-numpy python3-pip
+      clang libclang-rt-dev) # the fuzz build (make fuzz): clang and its libFuzzer / sanitizer runtimes
 missing=()
 for p in "${pkgs[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

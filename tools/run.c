@@ -1,5 +1,6 @@
 /* `moe run`: one MoE layer of a checkpoint on hidden states read from a safetensors file. */
 #include "cli.h"
+#include "run_input.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -207,25 +208,9 @@ int cli_cmd_run(int argc, char **argv)
     if ((st = moe_safetensors_get(in, "hidden_states", &ti)) != MOE_OK)
         LIBFAIL();
     const int64_t H = desc.hidden_size, K = desc.top_k;
-    if (ti.dtype != MOE_DTYPE_F32 && ti.dtype != MOE_DTYPE_BF16) {
-        cli_err(CMD, "%s: tensor hidden_states has dtype %s; expected F32 or BF16", in_path,
-                moe_dtype_name(ti.dtype));
-        goto done;
-    }
-    if (ti.ndim != 2) {
-        char shp[160] = "";
-        size_t n = 0;
-        for (int d = 0; d < ti.ndim && d < MOE_MAX_DIMS && n < sizeof shp - 24; d++)
-            n += (size_t)snprintf(shp + n, sizeof shp - n, "%s%lld", d ? ", " : "",
-                                  (long long)ti.shape[d]);
-        cli_err(CMD, "%s: tensor hidden_states has shape [%s] (rank %d); expected [T, %lld] "
-                "(rank 2, H = hidden_size of %s)", in_path, shp, ti.ndim, (long long)H, ckdir);
-        goto done;
-    }
-    if (ti.shape[1] != H) {
-        cli_err(CMD, "%s: tensor hidden_states has width %lld; expected H = %lld "
-                "(hidden_size of layer %lld in %s)", in_path, (long long)ti.shape[1],
-                (long long)H, (long long)layer, ckdir);
+    char bad[2 * PATH_MAX + 512]; /* two paths and the shapes */
+    if (run_check_input(&ti, in_path, ckdir, layer, H, bad, sizeof bad) != 0) {
+        cli_err(CMD, "%s", bad);
         goto done;
     }
     /* The input is valid: now the (slower) packing of the layer's weights (under --ep / --tp

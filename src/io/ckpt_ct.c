@@ -637,16 +637,69 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
 
 /* ---- a quantized shared expert ---- */
 
+/* true if regex p could make glibc's regcomp expand without bound: a repetition operator
+ * (* + ? {m,n}) right after another (e.g. "a++", which Python's re refuses as "multiple
+ * repeat"), more than 16 repetitions in all (nested groups double the tree each), or an
+ * interval count above 64. regcomp expands each repetition, so "re:a+++...+" with 34 '+'
+ * took 24 GB (found by tests/fuzz/fuzz_config_plan); released configs use one or two.
+ * Escaped characters and bracket expressions are skipped. */
+static bool regex_too_costly(const char *p)
+{
+    bool prev_rep = false;
+    int reps = 0;
+    for (size_t i = 0; p[i]; i++) {
+        const char c = p[i];
+        if (c == '\\') {
+            prev_rep = false;
+            if (p[i + 1])
+                i++;
+            continue;
+        }
+        if (c == '[') { /* to the closing ']' ("[]...]" and "[^]...]" hold a literal ']') */
+            size_t j = i + 1;
+            if (p[j] == '^')
+                j++;
+            if (p[j] == ']')
+                j++;
+            while (p[j] && p[j] != ']')
+                j++;
+            i = p[j] ? j : j - 1;
+            prev_rep = false;
+            continue;
+        }
+        const bool rep = c == '*' || c == '+' || c == '?' || c == '{';
+        if (rep && (prev_rep || ++reps > 16))
+            return true;
+        if (c == '{') { /* to the closing '}': every count at most 64 */
+            long v = 0;
+            while (p[i + 1] && p[i] != '}') {
+                i++;
+                if (p[i] >= '0' && p[i] <= '9') {
+                    v = v * 10 + (p[i] - '0');
+                    if (v > 64)
+                        return true;
+                } else
+                    v = 0;
+            }
+        }
+        prev_rep = rep;
+    }
+    return false;
+}
+
 /* Does module `name` match compressed-tensors target / ignore entry `t` (utils/match.py
  * match_name and _match_class): "re:<pattern>" is Python's re.match (anchored at the start
  * only), evaluated here as a POSIX extended regex "^(<pattern>)"; any other string is an exact
  * module name or a class name, and a shared-expert projection is an nn.Linear, so "Linear"
  * (and "Module", a base class) match it. 1 match, 0 no match, -1 undecidable (a pattern POSIX
- * regcomp refuses, e.g. Python-only syntax). */
+ * regcomp refuses, e.g. Python-only syntax, or one with a run of repetitions,
+ * regex_too_costly). */
 static int target_matches(const char *name, const char *t)
 {
     if (strncmp(t, "re:", 3) != 0)
         return strcmp(t, name) == 0 || strcmp(t, "Linear") == 0 || strcmp(t, "Module") == 0;
+    if (regex_too_costly(t + 3))
+        return -1;
     size_t n = strlen(t + 3) + 4;
     char *pat = malloc(n);
     if (!pat)

@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 
 #include "moe.h"
@@ -536,6 +537,19 @@ static void test_inconsistent(void **state)
     variant v4b = {.targets = "re:.*mlp\\.(experts\\.[0-9]+|shared_expert)\\.(gate|up|down)_proj$"};
     assert_int_equal(variant_desc(ctx, w4, &v4b, &d), MOE_OK);
     assert_int_equal(d.weight_dtype, MOE_DTYPE_F32);
+
+    /* a target pattern with a run of repetitions ("_+++...+"): undecidable at once, the
+     * shared expert loads as stored (before: glibc's regcomp took gigabytes; fuzz_config_plan) */
+    char many[128] = "re:.*shared_expert_";
+    memset(many + strlen(many), '+', 34);
+    strcat(many, "gate$");
+    variant v4c = {.targets = many}; /* the only target: evaluated first */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(variant_desc(ctx, w8, &v4c, &d), MOE_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    /* before the fix: 48 s and 24 GB resident (gcc -O2); after: milliseconds */
+    assert_true((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec) < 10.0);
 
     /* a quantized shared_expert_gate: refused, naming it */
     variant v5 = {.drop = {PFX "shared_expert_gate.weight"}, .n_add = 1};
