@@ -2,7 +2,6 @@
  * scheme and write a checkpoint libmoe (and vLLM) loads (moe_checkpoint_quantize). */
 #include "cli.h"
 
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,14 +38,6 @@ static void quantize_usage(FILE *f)
           "  --force            replace OUT when it exists and is not empty\n"
           "  -h, --help         this text\n",
           f);
-}
-
-/* Set by SIGINT / SIGTERM / SIGHUP; read by the library between tensors. */
-static volatile sig_atomic_t interrupted;
-
-static void on_signal(int sig)
-{
-    interrupted = sig;
 }
 
 static void show_progress(const char *msg, void *user)
@@ -112,15 +103,9 @@ int cli_cmd_quantize(int argc, char **argv)
     }
     /* SIGINT / SIGTERM / SIGHUP: the library stops before the next tensor and removes its
      * temporary folder (moe_quantize_options.cancel) */
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    cli_signal_catch(0);
     moe_quantize_options o = {.scheme = scheme, .layers = n_layers ? layers : NULL, .n_layers = (size_t)n_layers,
-                              .force = force, .progress = show_progress, .cancel = &interrupted};
+                              .force = force, .progress = show_progress, .cancel = &cli_interrupted};
     moe_quantize_stats s;
     double t0 = cli_now();
     st = moe_checkpoint_quantize(ctx, in, out, &o, &s);

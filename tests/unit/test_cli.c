@@ -709,6 +709,69 @@ static void test_run_bad_width(void **state)
     result_free(&r);
 }
 
+/* SIGINT while `moe run` writes its output: the process ends by the signal and the output
+ * folder is left empty (no OUT, no OUT.tmp.XXXXXX). The input is large enough (2^20 tokens,
+ * a 144 MiB output) that the write is seen under way. */
+static void test_run_interrupt_leaves_nothing(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    run_fixture *f = *state;
+    free(make_input(f->in, (int64_t)1 << 20, CK_H, MOE_DTYPE_F32, 7));
+    char od[700];
+    snprintf(od, sizeof od, "%s/out", f->io);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int dn = open("/dev/null", O_WRONLY);
+        if (dn < 0 || dup2(dn, 1) < 0 || dup2(dn, 2) < 0)
+            _exit(127);
+        execl(moe_bin(), moe_bin(), "run", "--checkpoint", f->ck, "--layer", "0", "--input", f->in,
+              "--output", f->out, "--threads", "1", (char *)NULL);
+        _exit(127);
+    }
+    /* poll the output folder until the write has started */
+    int status = 0, seen = 0;
+    const double t0 = now_s();
+    while (!seen && now_s() - t0 < RUN_DEADLINE_S) {
+        if (!dir_is_empty(od))
+            seen = 1;
+        else if (waitpid(pid, &status, WNOHANG) == pid)
+            fail_msg("moe run ended (status 0x%x) before its output appeared", (unsigned)status);
+        else
+            usleep(200);
+    }
+    if (!seen) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        fail_msg("no output appeared in %s within %.0f s", od, RUN_DEADLINE_S);
+    }
+    assert_int_equal(kill(pid, SIGINT), 0);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGINT)
+        fail_msg("moe run did not end by SIGINT (status 0x%x)", (unsigned)status);
+    expect_no_output(f);
+}
+
+/* --output in a folder that does not exist: the folder is named, before any work. */
+static void test_run_output_folder_missing(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    run_fixture *f = *state;
+    free(make_input(f->in, 2, CK_H, MOE_DTYPE_F32, 1));
+    char bad[800], dir[760];
+    snprintf(dir, sizeof dir, "%s/nonexistent", f->io);
+    snprintf(bad, sizeof bad, "%s/x.safetensors", dir);
+    cli_result r;
+    const char *a[] = {"run", "--checkpoint", f->ck, "--layer", "0", "--input", f->in, "--output", bad, NULL};
+    char want[800];
+    snprintf(want, sizeof want, "folder %s does not exist", dir);
+    const char *e[] = {"moe run: ", want, NULL};
+    run_moe(&r, a);
+    expect(&r, 1, e);
+    assert_null(strstr(r.err, "temporary"));
+    result_free(&r);
+}
+
 static void test_run_missing_tensor(void **state)
 {
     SKIP_WITHOUT_BIN();
@@ -1798,6 +1861,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_run_missing_checkpoint, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_no_config, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_bad_width, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_run_interrupt_leaves_nothing, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_run_output_folder_missing, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_missing_tensor, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_layer_out_of_range, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_matches_api_f32, run_setup, run_teardown),
