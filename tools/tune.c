@@ -140,7 +140,9 @@ static int measure(cli_bench *b, const tune_knobs *k, int64_t T, double *ms, dou
     o.tuning_dir = "";
     o.chunk_size = k->chunk_size;
     o.permute = k->permute;
-    o.onehot_threshold = k->onehot_threshold;
+    /* only permute auto reads onehot_threshold: for the others leave it unset (-1), else the
+     * context warns of an idle knob the user never set */
+    o.onehot_threshold = strcmp(k->permute, "auto") == 0 ? k->onehot_threshold : -1;
     o.topk = k->topk;
     o.lowtok_threshold = k->lowtok_threshold;
     moe_ctx *ctx = NULL;
