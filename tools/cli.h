@@ -66,6 +66,10 @@ int cli_parse_opts(int argc, char **argv, const char *cmd, const cli_opt *opts, 
                    void (*usage)(FILE *));
 #define CLI_NOPTS(table) (sizeof(table) / sizeof((table)[0]))
 
+/* CLI_CUSTOM parser of --family NAME into a const char * (the library checks the name and
+ * lists the families for an unknown one); an empty name is refused here, listing them. */
+int cli_parse_family(const char *cmd, const char *name, const char *value, void *dst);
+
 /* CLI_CUSTOM parser of --compute f32|bf16 into a moe_compute (moe.h). */
 int cli_parse_compute(const char *cmd, const char *name, const char *value, void *dst);
 

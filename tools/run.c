@@ -176,7 +176,7 @@ int cli_cmd_run(int argc, char **argv)
         /* how the checkpoint is read (moe_checkpoint_options); the family name is checked by
          * the library, which lists the families */
         {.name = "--strict", .kind = CLI_FLAG, .dst = &ck_opt.strict},
-        {.name = "--family", .kind = CLI_STR, .dst = &ck_opt.family, .nonempty = 1},
+        {.name = "--family", .kind = CLI_CUSTOM, .dst = &ck_opt.family, .parse = cli_parse_family},
     };
     const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), run_usage);
     if (prc != CLI_GO_ON)

@@ -25,6 +25,24 @@ void cli_err(const char *cmd, const char *fmt, ...)
     fputc('\n', stderr);
 }
 
+int cli_parse_family(const char *cmd, const char *name, const char *value, void *dst)
+{
+    if (value[0]) {
+        *(const char **)dst = value;
+        return 0;
+    }
+    char list[512] = ""; /* the family table's names but custom, in enum order */
+    size_t used = 0;
+    for (int f = 1; strcmp(moe_family_name((moe_family)f), "?") != 0; f++) {
+        int n = snprintf(list + used, sizeof list - used, "%s%s", f > 1 ? ", " : "", moe_family_name((moe_family)f));
+        if (n < 0 || (size_t)n >= sizeof list - used)
+            break;
+        used += (size_t)n;
+    }
+    cli_err(cmd, "%s: empty family name; families: %s", name, list);
+    return -1;
+}
+
 /* ---- SIGINT / SIGTERM / SIGHUP -------------------------------------------------------- */
 
 volatile sig_atomic_t cli_interrupted;

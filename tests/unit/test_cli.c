@@ -1614,6 +1614,16 @@ static void test_did_you_mean(void **state)
                         "families: mixtral, ",
                         NULL};
     check_err(af, 1, ef);
+    /* an empty family name is not an "empty path": named as a family name, the families listed */
+    static const char *const fam_cmds[] = {"run", "plan", "bench", "tune"};
+    for (int i = 0; i < 4; i++) {
+        const char *ae[] = {fam_cmds[i], "--family", "", NULL};
+        const char *ee[] = {"--family: empty family name; families: mixtral, qwen2_moe, ", "qwen3_next", NULL};
+        run_moe(&r, ae);
+        expect(&r, 2, ee);
+        assert_null(strstr(r.err, "path"));
+        result_free(&r);
+    }
     /* MOE_* variables go through the same suggester: a far one gets no guess */
     setenv("MOE_ZQXWV", "1", 1);
     const char *a6[] = {"env", NULL};
