@@ -372,6 +372,7 @@ static int write_file(cli_bench *b, const char *dir, const char *name, tune_resu
         return CLI_FAIL;
     }
     qsort(res, (size_t)n, sizeof *res, cmp_result);
+    errno = 0;
     fputs("{\n", f);
     for (int i = 0; i < n; i++) {
         const tune_knobs *k = &res[i].knobs;
@@ -412,9 +413,14 @@ static int write_file(cli_bench *b, const char *dir, const char *name, tune_resu
                 res[i].measurements);
     }
     fputs("\n    }\n  }\n}\n", f);
+    /* the errno of the failing write (ENOSPC, EIO, ...): the flush's, else the one a failed
+     * write left earlier, else the close's */
+    int e = fflush(f) != 0 ? errno : ferror(f) ? errno : 0;
     const int bad = ferror(f);
-    if (fclose(f) != 0 || bad) {
-        cli_err(CMD, "%s: writing failed", tmp);
+    if (fclose(f) != 0 && !e)
+        e = errno;
+    if (bad || e) {
+        cli_err(CMD, "%s: writing failed: %s", tmp, strerror(e ? e : EIO));
         unlink(tmp);
         return CLI_FAIL;
     }

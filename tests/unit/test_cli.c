@@ -1477,6 +1477,41 @@ static void test_tune_command(void **state)
     moe_checkpoint_free(ck);
     moe_ctx_free(ctx);
     snprintf(path, sizeof path, "%s/%s", tdir, name);
+
+    /* a full disk: the tuner's temporary (tools/tune.c: DIR/.NAME.tmpPID) made a symlink to
+     * /dev/full before the child execs, so its pid is known: the errno is named, the old
+     * file is kept and no temporary is left */
+    if (access("/dev/full", W_OK) == 0) {
+        int nb = tu_dir_entries(tdir);
+        struct stat s0;
+        assert_int_equal(stat(path, &s0), 0);
+        char errp[700];
+        snprintf(errp, sizeof errp, "%s/../tune-full-stderr.%ld", tdir, (long)getpid());
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            char tmp[1800];
+            snprintf(tmp, sizeof tmp, "%s/.%s.tmp%ld", tdir, name, (long)getpid());
+            int fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0600), dn = open("/dev/null", O_WRONLY);
+            if (symlink("/dev/full", tmp) != 0 || fe < 0 || dn < 0 || dup2(dn, 1) < 0 || dup2(fe, 2) < 0)
+                _exit(127);
+            execl(moe_bin(), moe_bin(), "tune", "--checkpoint", f->ck, "--tokens", "1", "--iters", "2", "--threads",
+                  "1", "--output", tdir, (char *)NULL);
+            _exit(127);
+        }
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        char *err = slurp(errp);
+        unlink(errp);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 || !strstr(err, "writing failed: ") ||
+            !strstr(err, strerror(ENOSPC)))
+            fail_msg("moe tune on a full disk: status 0x%x, stderr:\n%s", (unsigned)status, err);
+        free(err);
+        assert_int_equal(tu_dir_entries(tdir), nb);
+        struct stat s1;
+        assert_int_equal(stat(path, &s1), 0);
+        assert_int_equal(s1.st_size, s0.st_size);
+    }
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root)
