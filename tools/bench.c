@@ -268,7 +268,7 @@ static int parse_bench_args(int argc, char **argv, bench_cfg *cfg, const cli_ben
         {.name = "--seed", .kind = CLI_I64, .dst = &seed, .lo = 0, .hi = INT64_MAX},
         /* how --checkpoint is read (moe_checkpoint_options); refused without it */
         {.name = "--strict", .kind = CLI_FLAG, .dst = &cfg->ck_opt.strict, .seen = &cfg->have_ck_opt},
-        {.name = "--family", .kind = CLI_STR, .dst = &cfg->ck_opt.family, .nonempty = 1,
+        {.name = "--family", .kind = CLI_CUSTOM, .dst = &cfg->ck_opt.family, .parse = cli_parse_family,
          .seen = &cfg->have_ck_opt},
         /* moe tune only, the last two (the first three are bench's only) */
         {.name = "--output", .kind = CLI_STR, .dst = &cfg->output, .nonempty = 1},

@@ -2,6 +2,7 @@
 #ifndef MOE_TOOLS_CLI_H
 #define MOE_TOOLS_CLI_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -65,6 +66,10 @@ int cli_parse_opts(int argc, char **argv, const char *cmd, const cli_opt *opts, 
                    void (*usage)(FILE *));
 #define CLI_NOPTS(table) (sizeof(table) / sizeof((table)[0]))
 
+/* CLI_CUSTOM parser of --family NAME into a const char * (the library checks the name and
+ * lists the families for an unknown one); an empty name is refused here, listing them. */
+int cli_parse_family(const char *cmd, const char *name, const char *value, void *dst);
+
 /* CLI_CUSTOM parser of --compute f32|bf16 into a moe_compute (moe.h). */
 int cli_parse_compute(const char *cmd, const char *name, const char *value, void *dst);
 
@@ -104,6 +109,22 @@ void cli_scheme_unknown(const char *cmd, const char *opt, const char *value, con
 
 /* Error message to stderr with the command prefix. */
 void cli_err(const char *cmd, const char *fmt, ...) CLI_PRINTF(2, 3);
+
+/* ---- SIGINT / SIGTERM / SIGHUP -------------------------------------------------------- */
+/* The signal caught (0: none); `moe quantize` hands it to the library as its cancel flag. */
+extern volatile sig_atomic_t cli_interrupted;
+/* Installs one handler for SIGINT, SIGTERM and SIGHUP. reraise 0: the handler only records
+ * the signal in cli_interrupted (the caller polls it). reraise 1: it unlinks the file named
+ * by cli_signal_cleanup (if any) and re-raises the signal with the default action, so the
+ * process ends by the signal; between cli_signal_defer(1) and cli_signal_defer(0) it only
+ * records the signal, and cli_signal_defer(0) acts on a recorded one. Async-signal-safe: the
+ * handler calls only unlink, signal and raise. */
+void cli_signal_catch(int reraise);
+/* The file the handler removes (NULL or "": none); at most PATH_MAX + 63 bytes, else -1. */
+int cli_signal_cleanup(const char *path);
+/* on 1: record signals without acting (a library call that must not be cut off);
+ * on 0: act now on one recorded meanwhile. */
+void cli_signal_defer(int on);
 
 /* ---- MPI (tools/mpi.c) ------------------------------------------------------------------ */
 

@@ -84,7 +84,7 @@ int cli_cmd_plan(int argc, char **argv)
         {.name = "--compute", .kind = CLI_CUSTOM, .dst = &compute, .parse = cli_parse_compute},
         /* how --checkpoint is read (moe_checkpoint_options) */
         {.name = "--strict", .kind = CLI_FLAG, .dst = &ck_opt.strict, .seen = &have_ck_opt},
-        {.name = "--family", .kind = CLI_STR, .dst = &ck_opt.family, .nonempty = 1, .seen = &have_family},
+        {.name = "--family", .kind = CLI_CUSTOM, .dst = &ck_opt.family, .parse = cli_parse_family, .seen = &have_family},
     };
     const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), plan_usage);
     if (prc != CLI_GO_ON)

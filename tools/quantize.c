@@ -2,9 +2,13 @@
  * scheme and write a checkpoint libmoe (and vLLM) loads (moe_checkpoint_quantize). */
 #include "cli.h"
 
-#include <signal.h>
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char *const CMD = "moe quantize";
 
@@ -36,17 +40,14 @@ static void quantize_usage(FILE *f)
           "  --layers LIST      MoE layers to quantize, comma-separated, or all (default all;\n"
           "                     fp8-block: all only); the others stay as they are (mxfp4:\n"
           "                     named in modules_to_not_convert)\n"
-          "  --force            replace OUT when it exists and is not empty\n"
+          "  --force            replace OUT when it exists and is not empty, only if it looks\n"
+          "                     like a checkpoint: config.json present, only regular files\n"
+          "                     that a checkpoint holds (*.safetensors, *.json, *.jinja,\n"
+          "                     *.model, *.tiktoken, *.py, vocab.txt, merges.txt, README*,\n"
+          "                     LICENSE*, NOTICE*, USE_POLICY*, .gitattributes), and not\n"
+          "                     holding the current folder or IN; else refused (exit 1)\n"
           "  -h, --help         this text\n",
           f);
-}
-
-/* Set by SIGINT / SIGTERM / SIGHUP; read by the library between tensors. */
-static volatile sig_atomic_t interrupted;
-
-static void on_signal(int sig)
-{
-    interrupted = sig;
 }
 
 static void show_progress(const char *msg, void *user)
@@ -54,6 +55,95 @@ static void show_progress(const char *msg, void *user)
     (void)user;
     printf("%s\n", msg);
     fflush(stdout);
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* A file name a checkpoint folder holds (what moe quantize copies from a Hugging Face
+ * checkpoint or writes): weights, configs, tokenizer files, model cards, licenses. */
+static int checkpoint_file_name(const char *n)
+{
+    static const char *const suffixes[] = {".safetensors", ".json", ".jinja", ".model", ".tiktoken", ".py"};
+    static const char *const names[] = {"vocab.txt", "merges.txt", ".gitattributes"};
+    static const char *const prefixes[] = {"README", "LICENSE", "NOTICE", "USE_POLICY"};
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++)
+        if (ends_with(n, suffixes[i]))
+            return 1;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(n, names[i]))
+            return 1;
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+        if (!strncmp(n, prefixes[i], strlen(prefixes[i])))
+            return 1;
+    return 0;
+}
+
+/* 1 when the absolute path `inner` is `outer` or inside it. */
+static int path_within(const char *inner, const char *outer)
+{
+    size_t n = strlen(outer);
+    if (n == 1 && outer[0] == '/')
+        return 1;
+    return strncmp(inner, outer, n) == 0 && (inner[n] == '/' || inner[n] == '\0');
+}
+
+/* --force deletes OUT: allowed only for a folder that looks like a checkpoint libmoe could
+ * have written and that holds neither the current folder nor IN. 0: OUT may be replaced (or
+ * needs no replacing: absent, not a folder, empty; the library refuses what it must); -1:
+ * refused, the reason printed. */
+static int force_allowed(const char *out, const char *in)
+{
+    char out_real[PATH_MAX], other[PATH_MAX];
+    struct stat sb;
+    if (lstat(out, &sb) != 0 || !S_ISDIR(sb.st_mode) || !realpath(out, out_real))
+        return 0;
+    DIR *d = opendir(out);
+    if (!d) {
+        cli_err(CMD, "--force: cannot list %s: %s; refusing to replace it", out, strerror(errno));
+        return -1;
+    }
+    char foreign[NAME_MAX + 1] = ""; /* the first (by name) entry a checkpoint does not hold */
+    int entries = 0, config = 0;
+    for (struct dirent *de = readdir(d); de; de = readdir(d)) {
+        const char *n = de->d_name;
+        if (!strcmp(n, ".") || !strcmp(n, ".."))
+            continue;
+        entries++;
+        char p[PATH_MAX + NAME_MAX + 2];
+        snprintf(p, sizeof p, "%s/%s", out, n);
+        struct stat fs;
+        const int regular = lstat(p, &fs) == 0 && S_ISREG(fs.st_mode);
+        if (regular && !strcmp(n, "config.json"))
+            config = 1;
+        if ((!regular || !checkpoint_file_name(n)) && (!foreign[0] || strcmp(n, foreign) < 0))
+            snprintf(foreign, sizeof foreign, "%s", n);
+    }
+    closedir(d);
+    if (entries == 0)
+        return 0;
+    if (getcwd(other, sizeof other) && path_within(other, out_real)) {
+        cli_err(CMD, "--force: %s holds the current folder %s; refusing to delete it", out, other);
+        return -1;
+    }
+    if (realpath(in, other) && path_within(other, out_real)) {
+        cli_err(CMD, "--force: %s holds the --checkpoint folder %s; refusing to delete it", out, in);
+        return -1;
+    }
+    if (!config) {
+        cli_err(CMD, "--force: %s does not look like a checkpoint (no config.json); refusing to delete it "
+                "(remove it yourself or choose another --output)", out);
+        return -1;
+    }
+    if (foreign[0]) {
+        cli_err(CMD, "--force: %s holds '%s', which is not a checkpoint file (see 'moe quantize --help'); "
+                "refusing to delete it (remove it yourself or choose another --output)", out, foreign);
+        return -1;
+    }
+    return 0;
 }
 
 /* The schemes moe_checkpoint_quantize writes: all but per-tensor / per-channel FP8 (the
@@ -103,6 +193,8 @@ int cli_cmd_quantize(int argc, char **argv)
                     return CLI_USAGE;
                 }
     }
+    if (force && force_allowed(out, in) != 0)
+        return CLI_FAIL;
     moe_ctx *ctx = NULL;
     char err[512] = "";
     moe_status st = moe_ctx_create(NULL, &ctx, err, sizeof err);
@@ -112,15 +204,9 @@ int cli_cmd_quantize(int argc, char **argv)
     }
     /* SIGINT / SIGTERM / SIGHUP: the library stops before the next tensor and removes its
      * temporary folder (moe_quantize_options.cancel) */
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    cli_signal_catch(0);
     moe_quantize_options o = {.scheme = scheme, .layers = n_layers ? layers : NULL, .n_layers = (size_t)n_layers,
-                              .force = force, .progress = show_progress, .cancel = &interrupted};
+                              .force = force, .progress = show_progress, .cancel = &cli_interrupted};
     moe_quantize_stats s;
     double t0 = cli_now();
     st = moe_checkpoint_quantize(ctx, in, out, &o, &s);

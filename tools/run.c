@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static const char *const CMD = "moe run";
 
@@ -26,7 +27,9 @@ static void run_usage(FILE *f)
           "                             routed_scaling_factor)\n"
           "OUT is written atomically, and only once everything else has succeeded. OUT may\n"
           "not be the input, one of the checkpoint's files, or an existing non-regular file\n"
-          "(device, FIFO, folder); a symlink is followed and its target replaced.\n"
+          "(device, FIFO, folder); a symlink is followed and its target replaced; its folder\n"
+          "must exist. SIGINT, SIGTERM or SIGHUP ends the run by that signal leaving no OUT and\n"
+          "no temporary file (during the write itself the signal waits for the write to end).\n"
           "\n"
           "Options:\n"
           "  --checkpoint DIR   checkpoint folder\n"
@@ -75,8 +78,35 @@ static int check_output(const char *out_path, const char *in_path, const char *c
 {
     snprintf(resolved, len, "%s", out_path);
     struct stat so;
-    if (lstat(out_path, &so) != 0)
-        return errno == ENOENT ? 0 : (cli_err(CMD, "--output %s: %s", out_path, strerror(errno)), -1);
+    if (lstat(out_path, &so) != 0) {
+        if (errno != ENOENT) {
+            cli_err(CMD, "--output %s: %s", out_path, strerror(errno));
+            return -1;
+        }
+        /* the folder OUT goes in must exist (the temporary file is made there) */
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s", out_path);
+        char *slash = strrchr(dir, '/');
+        if (!slash)
+            return 0; /* the current folder */
+        if (slash == dir)
+            slash[1] = '\0';
+        else
+            *slash = '\0';
+        struct stat sd;
+        if (stat(dir, &sd) != 0) {
+            if (errno == ENOENT)
+                cli_err(CMD, "--output %s: the folder %s does not exist", out_path, dir);
+            else
+                cli_err(CMD, "--output %s: the folder %s: %s", out_path, dir, strerror(errno));
+            return -1;
+        }
+        if (!S_ISDIR(sd.st_mode)) {
+            cli_err(CMD, "--output %s: %s is not a folder", out_path, dir);
+            return -1;
+        }
+        return 0;
+    }
     if (S_ISLNK(so.st_mode)) {
         char real[PATH_MAX];
         if (!realpath(out_path, real) || stat(real, &so) != 0) {
@@ -147,7 +177,7 @@ int cli_cmd_run(int argc, char **argv)
         /* how the checkpoint is read (moe_checkpoint_options); the family name is checked by
          * the library, which lists the families */
         {.name = "--strict", .kind = CLI_FLAG, .dst = &ck_opt.strict},
-        {.name = "--family", .kind = CLI_STR, .dst = &ck_opt.family, .nonempty = 1},
+        {.name = "--family", .kind = CLI_CUSTOM, .dst = &ck_opt.family, .parse = cli_parse_family},
     };
     const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), run_usage);
     if (prc != CLI_GO_ON)
@@ -168,6 +198,8 @@ int cli_cmd_run(int argc, char **argv)
     if (check_output(out_path, in_path, ckdir, out_resolved, sizeof out_resolved) != 0)
         return CLI_FAIL;
     out_path = out_resolved;
+    /* SIGINT / SIGTERM / SIGHUP end the run leaving no output (see the write below) */
+    cli_signal_catch(1);
 
     int rc = CLI_FAIL;
     moe_ctx *ctx = NULL;
@@ -341,9 +373,30 @@ int cli_cmd_run(int argc, char **argv)
     to[2].shape[0] = T;
     to[2].shape[1] = K;
     to[2].data = topk_w;
-    /* IN may be the same file as OUT: the atomic rename leaves our mapping intact. */
-    if ((st = moe_safetensors_write(ctx, out_path, to, 3)) != MOE_OK)
+    /* IN may be the same file as OUT: the atomic rename leaves our mapping intact.
+     * The library writes `part` (through its own part.tmp.XXXXXX, whose name only it knows),
+     * so a signal is deferred while it writes; the handler then removes `part` and ends the
+     * process by the signal. `part` is renamed onto OUT only after that point. */
+    char part[PATH_MAX + 64];
+    if (snprintf(part, sizeof part, "%s.part.%ld", out_path, (long)getpid()) >= (int)sizeof part ||
+        cli_signal_cleanup(part) != 0) {
+        cli_err(CMD, "--output %s: path too long", out_path);
+        goto done;
+    }
+    cli_signal_defer(1);
+    st = moe_safetensors_write(ctx, part, to, 3);
+    cli_signal_defer(0); /* a signal caught meanwhile: part removed, the process ends here */
+    if (st != MOE_OK) {
+        cli_signal_cleanup(NULL);
         LIBFAIL();
+    }
+    if (rename(part, out_path) != 0) {
+        cli_err(CMD, "--output %s: cannot rename %s into place: %s", out_path, part, strerror(errno));
+        unlink(part);
+        cli_signal_cleanup(NULL);
+        goto done;
+    }
+    cli_signal_cleanup(NULL);
 
     /* quantized routed experts (FP8 / MXFP4 checkpoints): their scheme after the dtype */
     const int quantized = strcmp(moe_quant_name(&desc.quant), "none") != 0;

@@ -140,7 +140,9 @@ static int measure(cli_bench *b, const tune_knobs *k, int64_t T, double *ms, dou
     o.tuning_dir = "";
     o.chunk_size = k->chunk_size;
     o.permute = k->permute;
-    o.onehot_threshold = k->onehot_threshold;
+    /* only permute auto reads onehot_threshold: for the others leave it unset (-1), else the
+     * context warns of an idle knob the user never set */
+    o.onehot_threshold = strcmp(k->permute, "auto") == 0 ? k->onehot_threshold : -1;
     o.topk = k->topk;
     o.lowtok_threshold = k->lowtok_threshold;
     moe_ctx *ctx = NULL;
@@ -370,6 +372,7 @@ static int write_file(cli_bench *b, const char *dir, const char *name, tune_resu
         return CLI_FAIL;
     }
     qsort(res, (size_t)n, sizeof *res, cmp_result);
+    errno = 0;
     fputs("{\n", f);
     for (int i = 0; i < n; i++) {
         const tune_knobs *k = &res[i].knobs;
@@ -410,9 +413,14 @@ static int write_file(cli_bench *b, const char *dir, const char *name, tune_resu
                 res[i].measurements);
     }
     fputs("\n    }\n  }\n}\n", f);
+    /* the errno of the failing write (ENOSPC, EIO, ...): the flush's, else the one a failed
+     * write left earlier, else the close's */
+    int e = fflush(f) != 0 ? errno : ferror(f) ? errno : 0;
     const int bad = ferror(f);
-    if (fclose(f) != 0 || bad) {
-        cli_err(CMD, "%s: writing failed", tmp);
+    if (fclose(f) != 0 && !e)
+        e = errno;
+    if (bad || e) {
+        cli_err(CMD, "%s: writing failed: %s", tmp, strerror(e ? e : EIO));
         unlink(tmp);
         return CLI_FAIL;
     }

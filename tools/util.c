@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -22,6 +23,82 @@ void cli_err(const char *cmd, const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
+}
+
+int cli_parse_family(const char *cmd, const char *name, const char *value, void *dst)
+{
+    if (value[0]) {
+        *(const char **)dst = value;
+        return 0;
+    }
+    char list[512] = ""; /* the family table's names but custom, in enum order */
+    size_t used = 0;
+    for (int f = 1; strcmp(moe_family_name((moe_family)f), "?") != 0; f++) {
+        int n = snprintf(list + used, sizeof list - used, "%s%s", f > 1 ? ", " : "", moe_family_name((moe_family)f));
+        if (n < 0 || (size_t)n >= sizeof list - used)
+            break;
+        used += (size_t)n;
+    }
+    cli_err(cmd, "%s: empty family name; families: %s", name, list);
+    return -1;
+}
+
+/* ---- SIGINT / SIGTERM / SIGHUP -------------------------------------------------------- */
+
+volatile sig_atomic_t cli_interrupted;
+static volatile sig_atomic_t sig_reraise, sig_deferred;
+static char sig_cleanup_path[PATH_MAX + 64]; /* NUL-terminated; "" = nothing to remove */
+static volatile sig_atomic_t sig_cleanup_set;
+
+static void die_by(int sig)
+{
+    if (sig_cleanup_set)
+        unlink(sig_cleanup_path);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void on_signal(int sig)
+{
+    cli_interrupted = sig;
+    if (sig_reraise && !sig_deferred)
+        die_by(sig);
+}
+
+void cli_signal_catch(int reraise)
+{
+    sig_reraise = reraise;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaddset(&sa.sa_mask, SIGINT); /* one handler at a time */
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sigaddset(&sa.sa_mask, SIGHUP);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
+int cli_signal_cleanup(const char *path)
+{
+    sig_cleanup_set = 0; /* the handler never reads a half-copied path */
+    if (!path || !path[0]) {
+        sig_cleanup_path[0] = '\0';
+        return 0;
+    }
+    if (strlen(path) >= sizeof sig_cleanup_path)
+        return -1;
+    memcpy(sig_cleanup_path, path, strlen(path) + 1);
+    sig_cleanup_set = 1;
+    return 0;
+}
+
+void cli_signal_defer(int on)
+{
+    sig_deferred = on;
+    if (!on && sig_reraise && cli_interrupted)
+        die_by((int)cli_interrupted);
 }
 
 /* The end of the unit of text that starts at s (s[0] is not a space): a word, or a whole

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,12 +96,23 @@ int64_t moe_plan_max_chunk(const moe_plan *p, int64_t max_tokens)
 }
 
 /* The file's bytes, NUL-terminated, into *buf (caller frees). MOE_ENOTFOUND when it does not
- * exist (not recorded on ctx: the caller logs INFO); other failures recorded, naming path. */
+ * exist (not recorded on ctx: the caller logs INFO); other failures recorded, naming path: a
+ * dangling symlink (MOE_EFORMAT, with its target) is not a missing file. */
 static moe_status read_file(moe_ctx *ctx, const char *path, char **buf, size_t *len)
 {
     *buf = NULL;
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
+        struct stat ls;
+        if (errno == ENOENT && lstat(path, &ls) == 0 && S_ISLNK(ls.st_mode)) {
+            /* a symlink whose target does not exist: not "no file" (a file was put there);
+             * the wording of the checkpoint reader's (io/safetensors.c moe_io_open_regular) */
+            char target[PATH_MAX];
+            ssize_t n = readlink(path, target, sizeof target - 1);
+            target[n > 0 ? n : 0] = '\0';
+            return moe_set_error(ctx, MOE_EFORMAT,
+                                 "tuning file %s: is a dangling symlink to '%s', which does not exist", path, target);
+        }
         if (errno == ENOENT)
             return MOE_ENOTFOUND;
         return moe_set_error(ctx, MOE_EIO, "tuning file %s: cannot open: %s", path, strerror(errno));
@@ -208,11 +220,17 @@ static moe_status parse_entry(moe_ctx *ctx, const char *path, const char *key, c
         int idx = 0;
         int64_t num = 0;
         if (dst) {
-            if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > (json_int_t)1 << 40)
+            if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > (json_int_t)1 << 40) {
+                char found[64]; /* an integer out of range by its value, anything else by its kind */
+                if (json_is_integer(v))
+                    snprintf(found, sizeof found, "%lld", (long long)json_integer_value(v));
+                else
+                    snprintf(found, sizeof found, "%s", json_kind(v));
                 return moe_set_error(ctx, MOE_EFORMAT,
                                      "tuning file %s: entry \"%s\": field '%s' must be an integer in [%lld, 2^40], "
                                      "found %s",
-                                     path, key, field, (long long)lo, json_kind(v));
+                                     path, key, field, (long long)lo, found);
+            }
             num = (int64_t)json_integer_value(v);
         } else {
             const char *s = json_is_string(v) ? json_string_value(v) : NULL;

@@ -709,6 +709,69 @@ static void test_run_bad_width(void **state)
     result_free(&r);
 }
 
+/* SIGINT while `moe run` writes its output: the process ends by the signal and the output
+ * folder is left empty (no OUT, no OUT.tmp.XXXXXX). The input is large enough (2^20 tokens,
+ * a 144 MiB output) that the write is seen under way. */
+static void test_run_interrupt_leaves_nothing(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    run_fixture *f = *state;
+    free(make_input(f->in, (int64_t)1 << 20, CK_H, MOE_DTYPE_F32, 7));
+    char od[700];
+    snprintf(od, sizeof od, "%s/out", f->io);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int dn = open("/dev/null", O_WRONLY);
+        if (dn < 0 || dup2(dn, 1) < 0 || dup2(dn, 2) < 0)
+            _exit(127);
+        execl(moe_bin(), moe_bin(), "run", "--checkpoint", f->ck, "--layer", "0", "--input", f->in,
+              "--output", f->out, "--threads", "1", (char *)NULL);
+        _exit(127);
+    }
+    /* poll the output folder until the write has started */
+    int status = 0, seen = 0;
+    const double t0 = now_s();
+    while (!seen && now_s() - t0 < RUN_DEADLINE_S) {
+        if (!dir_is_empty(od))
+            seen = 1;
+        else if (waitpid(pid, &status, WNOHANG) == pid)
+            fail_msg("moe run ended (status 0x%x) before its output appeared", (unsigned)status);
+        else
+            usleep(200);
+    }
+    if (!seen) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        fail_msg("no output appeared in %s within %.0f s", od, RUN_DEADLINE_S);
+    }
+    assert_int_equal(kill(pid, SIGINT), 0);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGINT)
+        fail_msg("moe run did not end by SIGINT (status 0x%x)", (unsigned)status);
+    expect_no_output(f);
+}
+
+/* --output in a folder that does not exist: the folder is named, before any work. */
+static void test_run_output_folder_missing(void **state)
+{
+    SKIP_WITHOUT_BIN();
+    run_fixture *f = *state;
+    free(make_input(f->in, 2, CK_H, MOE_DTYPE_F32, 1));
+    char bad[800], dir[760];
+    snprintf(dir, sizeof dir, "%s/nonexistent", f->io);
+    snprintf(bad, sizeof bad, "%s/x.safetensors", dir);
+    cli_result r;
+    const char *a[] = {"run", "--checkpoint", f->ck, "--layer", "0", "--input", f->in, "--output", bad, NULL};
+    char want[800];
+    snprintf(want, sizeof want, "folder %s does not exist", dir);
+    const char *e[] = {"moe run: ", want, NULL};
+    run_moe(&r, a);
+    expect(&r, 1, e);
+    assert_null(strstr(r.err, "temporary"));
+    result_free(&r);
+}
+
 static void test_run_missing_tensor(void **state)
 {
     SKIP_WITHOUT_BIN();
@@ -1387,6 +1450,10 @@ static void test_tune_command(void **state)
     run_moe(&r, a2);
     expect(&r, 0, NULL);
     print_message("moe tune: %.2f s\n", r.secs); /* one thread: ~0.5 s on an idle machine */
+    /* the user set no knob: the candidates the tuner tries must not read as idle user knobs
+     * ("moe_options.onehot_threshold=256 has no effect ... permute=sort") */
+    if (strstr(r.err, "has no effect") || strstr(r.out, "has no effect"))
+        fail_msg("moe tune warns of an idle knob nobody set:\nstdout:\n%s\nstderr:\n%s", r.out, r.err);
     result_free(&r);
     assert_int_equal(tu_dir_entries(tdir), 1); /* no temporary left */
 
@@ -1410,6 +1477,41 @@ static void test_tune_command(void **state)
     moe_checkpoint_free(ck);
     moe_ctx_free(ctx);
     snprintf(path, sizeof path, "%s/%s", tdir, name);
+
+    /* a full disk: the tuner's temporary (tools/tune.c: DIR/.NAME.tmpPID) made a symlink to
+     * /dev/full before the child execs, so its pid is known: the errno is named, the old
+     * file is kept and no temporary is left */
+    if (access("/dev/full", W_OK) == 0) {
+        int nb = tu_dir_entries(tdir);
+        struct stat s0;
+        assert_int_equal(stat(path, &s0), 0);
+        char errp[700];
+        snprintf(errp, sizeof errp, "%s/../tune-full-stderr.%ld", tdir, (long)getpid());
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            char tmp[1800];
+            snprintf(tmp, sizeof tmp, "%s/.%s.tmp%ld", tdir, name, (long)getpid());
+            int fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0600), dn = open("/dev/null", O_WRONLY);
+            if (symlink("/dev/full", tmp) != 0 || fe < 0 || dn < 0 || dup2(dn, 1) < 0 || dup2(fe, 2) < 0)
+                _exit(127);
+            execl(moe_bin(), moe_bin(), "tune", "--checkpoint", f->ck, "--tokens", "1", "--iters", "2", "--threads",
+                  "1", "--output", tdir, (char *)NULL);
+            _exit(127);
+        }
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        char *err = slurp(errp);
+        unlink(errp);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 1 || !strstr(err, "writing failed: ") ||
+            !strstr(err, strerror(ENOSPC)))
+            fail_msg("moe tune on a full disk: status 0x%x, stderr:\n%s", (unsigned)status, err);
+        free(err);
+        assert_int_equal(tu_dir_entries(tdir), nb);
+        struct stat s1;
+        assert_int_equal(stat(path, &s1), 0);
+        assert_int_equal(s1.st_size, s0.st_size);
+    }
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root)
@@ -1453,6 +1555,7 @@ static void test_tune_command(void **state)
     char want[1800];
     snprintf(want, sizeof want, "tuning file %s, entry 5 ", path);
     expect(&r, 0, (const char *const[]){want, NULL});
+    assert_null(strstr(r.err, "has no effect"));
     result_free(&r);
     char *b1 = slurp(out2), *b2 = slurp(f->out);
     struct stat s1, s2;
@@ -1546,6 +1649,16 @@ static void test_did_you_mean(void **state)
                         "families: mixtral, ",
                         NULL};
     check_err(af, 1, ef);
+    /* an empty family name is not an "empty path": named as a family name, the families listed */
+    static const char *const fam_cmds[] = {"run", "plan", "bench", "tune"};
+    for (int i = 0; i < 4; i++) {
+        const char *ae[] = {fam_cmds[i], "--family", "", NULL};
+        const char *ee[] = {"--family: empty family name; families: mixtral, qwen2_moe, ", "qwen3_next", NULL};
+        run_moe(&r, ae);
+        expect(&r, 2, ee);
+        assert_null(strstr(r.err, "path"));
+        result_free(&r);
+    }
     /* MOE_* variables go through the same suggester: a far one gets no guess */
     setenv("MOE_ZQXWV", "1", 1);
     const char *a6[] = {"env", NULL};
@@ -1798,6 +1911,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_run_missing_checkpoint, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_no_config, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_bad_width, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_run_interrupt_leaves_nothing, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_run_output_folder_missing, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_missing_tensor, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_layer_out_of_range, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_run_matches_api_f32, run_setup, run_teardown),

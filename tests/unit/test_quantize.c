@@ -746,6 +746,9 @@ static void test_errors(void **state)
 
 /* ---- the command line ---- */
 
+/* The folder run_cli's child runs in (NULL: this process's). */
+static const char *cli_cwd;
+
 /* Run `moe quantize ARGS...`: exit code; stdout and stderr into out / err. */
 static int run_cli(char *out, size_t no, char *err, size_t ne, const char *const *args)
 {
@@ -758,6 +761,8 @@ static int run_cli(char *out, size_t no, char *err, size_t ne, const char *const
     if (pid == 0) {
         dup2(fo, 1);
         dup2(fe, 2);
+        if (cli_cwd && chdir(cli_cwd) != 0)
+            _exit(126);
         const char *argv[16] = {bin, "quantize"};
         int i = 0;
         for (; args[i]; i++)
@@ -851,6 +856,121 @@ static void test_cli(void **state)
     tu_rm_tree(root);
 }
 
+/* Copies the regular file `from` to `to`. */
+static void copy_file(const char *from, const char *to)
+{
+    FILE *f = fopen(from, "rb");
+    assert_non_null(f);
+    FILE *g = fopen(to, "wb");
+    assert_non_null(g);
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
+        assert_int_equal(fwrite(buf, 1, n, g), n);
+    fclose(f);
+    assert_int_equal(fclose(g), 0);
+}
+
+static void touch(const char *dir, const char *name)
+{
+    char p[800];
+    tu_join(p, sizeof p, dir, name);
+    assert_int_equal(tu_write_file(p, "{}\n", 3), 0);
+}
+
+/* --force replaces an existing OUT only when it looks like a checkpoint and holds neither the
+ * current folder nor IN; each refusal (exit 1) names its reason and leaves OUT as it was. */
+static void test_cli_force_refusals(void **state)
+{
+    (void)state;
+    char root[512], in[600], out[700], p[800], o[8192], e[4096];
+    tu_tmpdir(root, sizeof root, "quantize_force");
+    tu_data_path(in, sizeof in, "qwen3_moe_f32");
+    tu_join(out, sizeof out, root, "p2");
+    assert_int_equal(mkdir(out, 0700), 0);
+    const char *const args[] = {"--checkpoint", in, "--output", out, "--quant", "int8-channel", "--force", NULL};
+
+    /* the tester's case: OUT holds an unrelated file and the current folder */
+    char inner[800];
+    tu_join(inner, sizeof inner, out, "inner");
+    assert_int_equal(mkdir(inner, 0700), 0);
+    touch(out, "keep.txt");
+    touch(out, "config.json");
+    cli_cwd = inner;
+    int rc = run_cli(o, sizeof o, e, sizeof e, args);
+    cli_cwd = NULL;
+    if (rc != 1 || !strstr(e, "holds the current folder") || !strstr(e, inner))
+        fail_msg("cwd inside OUT: exit %d, stderr:\n%s", rc, e);
+    tu_join(p, sizeof p, out, "keep.txt");
+    assert_int_equal(access(p, F_OK), 0);
+    assert_int_equal(access(inner, F_OK), 0);
+
+    /* a foreign file (the first by name is named), then a foreign folder */
+    rc = run_cli(o, sizeof o, e, sizeof e, args);
+    if (rc != 1 || !strstr(e, "holds 'inner', which is not a checkpoint file"))
+        fail_msg("foreign folder: exit %d, stderr:\n%s", rc, e);
+    assert_int_equal(rmdir(inner), 0);
+    rc = run_cli(o, sizeof o, e, sizeof e, args);
+    if (rc != 1 || !strstr(e, "holds 'keep.txt', which is not a checkpoint file"))
+        fail_msg("foreign file: exit %d, stderr:\n%s", rc, e);
+    assert_int_equal(access(p, F_OK), 0);
+
+    /* no config.json */
+    assert_int_equal(unlink(p), 0);
+    tu_join(p, sizeof p, out, "config.json");
+    assert_int_equal(unlink(p), 0);
+    touch(out, "model.safetensors.index.json");
+    rc = run_cli(o, sizeof o, e, sizeof e, args);
+    if (rc != 1 || !strstr(e, "does not look like a checkpoint (no config.json)"))
+        fail_msg("no config.json: exit %d, stderr:\n%s", rc, e);
+    tu_join(p, sizeof p, out, "model.safetensors.index.json");
+    assert_int_equal(access(p, F_OK), 0);
+    assert_int_equal(unlink(p), 0);
+
+    /* OUT holds the --checkpoint folder (a copy of the fixture inside it) */
+    char ck[800], a[900], b[900];
+    tu_join(ck, sizeof ck, out, "ck");
+    assert_int_equal(mkdir(ck, 0700), 0);
+    static const char *const files[] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        tu_join(a, sizeof a, in, files[i]);
+        tu_join(b, sizeof b, ck, files[i]);
+        copy_file(a, b);
+    }
+    touch(out, "config.json");
+    const char *const args_ck[] = {"--checkpoint", ck, "--output", out, "--quant", "int8-channel", "--force", NULL};
+    rc = run_cli(o, sizeof o, e, sizeof e, args_ck);
+    if (rc != 1 || !strstr(e, "holds the --checkpoint folder"))
+        fail_msg("IN inside OUT: exit %d, stderr:\n%s", rc, e);
+    tu_join(b, sizeof b, ck, "model.safetensors");
+    assert_int_equal(access(b, F_OK), 0);
+    tu_rm_tree(ck);
+
+    /* a previous moe quantize output, with the files a checkpoint carries, is replaced */
+    tu_rm_tree(out);
+    assert_int_equal(run_cli(o, sizeof o, e, sizeof e,
+                             (const char *const[]){"--checkpoint", in, "--output", out, "--quant", "int8-w8a8", NULL}),
+                     0);
+    static const char *const extra[] = {"README.md", "LICENSE", "tokenizer.json", "merges.txt", "vocab.txt",
+                                        "tokenizer.model", "chat_template.jinja", "modeling_x.py"};
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+        touch(out, extra[i]);
+    rc = run_cli(o, sizeof o, e, sizeof e, args);
+    if (rc != 0)
+        fail_msg("replacing a quantize output: exit %d, stderr:\n%s", rc, e);
+    tu_join(p, sizeof p, out, "README.md"); /* the old folder's own file is gone */
+    assert_int_equal(access(p, F_OK), -1);
+    tu_join(p, sizeof p, out, "config.json");
+    char buf[8192] = "";
+    FILE *f = fopen(p, "rb");
+    assert_non_null(f);
+    buf[fread(buf, 1, sizeof buf - 1, f)] = '\0';
+    fclose(f);
+    assert_non_null(strstr(buf, "pack-quantized")); /* int8-channel's, not int8-w8a8's */
+    assert_int_equal(tu_dir_entries(root), 1);
+    tu_rm_tree(root);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -860,6 +980,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_nonfinite_weight),
         cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_cli_force_refusals),
     };
     return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);
 }

@@ -317,9 +317,13 @@ static void test_malformed(void **state)
         {"{\"1\": {\"permute\": \"fast\"}}",
          "entry \"1\": field 'permute' must be one of auto, sort, onehot, packed, found 'fast'"},
         {"{\"1\": {\"topk\": 1}}", "field 'topk' must be one of sort, rowmax, found an integer"},
-        {"{\"1\": {\"chunk_size\": 0}}", "field 'chunk_size' must be an integer in [1, 2^40], found an integer"},
+        {"{\"1\": {\"chunk_size\": 0}}", "field 'chunk_size' must be an integer in [1, 2^40], found 0"},
+        {"{\"1\": {\"chunk_size\": 9223372036854775807}}",
+         "field 'chunk_size' must be an integer in [1, 2^40], found 9223372036854775807"},
+        {"{\"1\": {\"onehot_threshold\": 1099511627777}}",
+         "field 'onehot_threshold' must be an integer in [0, 2^40], found 1099511627777"},
         {"{\"1\": {\"chunk_size\": \"8\"}}", "field 'chunk_size' must be an integer in [1, 2^40], found a string"},
-        {"{\"1\": {\"lowtok_threshold\": -1}}", "field 'lowtok_threshold' must be an integer in [0, 2^40]"},
+        {"{\"1\": {\"lowtok_threshold\": -1}}", "field 'lowtok_threshold' must be an integer in [0, 2^40], found -1"},
         {"{\"1\": {\"onehot_threshold\": 2.5}}",
          "field 'onehot_threshold' must be an integer in [0, 2^40], found a real number"},
         {"{\"1\": {}, \"1\": {}}", "not valid JSON"},
@@ -343,6 +347,17 @@ static void test_malformed(void **state)
     moe_ctx *ctx = ctx_on(dir, NULL, NULL);
     moe_plan *p = NULL;
     expect_error(ctx, moe_plan_create(ctx, &L.d, &p), MOE_EFORMAT, path, "not a regular file");
+    moe_ctx_free(ctx);
+    /* a dangling symlink in the file's place: a file was put there, so not "no tuning file" */
+    assert_int_equal(rmdir(path), 0);
+    char target[2100];
+    snprintf(target, sizeof target, "%s/gone.json", dir);
+    assert_int_equal(symlink(target, path), 0);
+    ctx = ctx_on(dir, NULL, NULL);
+    p = (moe_plan *)&p;
+    expect_error(ctx, moe_plan_create(ctx, &L.d, &p), MOE_EFORMAT, path, "is a dangling symlink to", target,
+                 "which does not exist");
+    assert_null(p);
     moe_ctx_free(ctx);
     tu_rm_tree(dir);
 }
