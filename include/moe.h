@@ -846,8 +846,9 @@ typedef struct moe_exec_stats {
  * and group-limited selection always keeps topk_group groups, so selection gives K distinct
  * ids in [0, E) for every input (docs/numerics.md section 3); the output then follows IEEE
  * arithmetic on the selected experts.
- * Errors: MOE_EINVAL (NULL pointer, n_tokens < 0, weights packed for another plan or
- * shard), MOE_EDTYPE (hidden_dtype), MOE_EWORKSPACE; parallel plans also MOE_ETIMEOUT,
+ * Errors: MOE_EINVAL (NULL pointer, n_tokens < 0, weights packed for another plan: another
+ * layer description, quantization config or compute mode, named; or for another shard),
+ * MOE_EDTYPE (hidden_dtype), MOE_EWORKSPACE; parallel plans also MOE_ETIMEOUT,
  * MOE_EMPI, and any of these reported by a peer (the message names the rank). */
 moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
                                const moe_exec_args *args);
