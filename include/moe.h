@@ -48,6 +48,8 @@
  * Conventions:
  *  - Every fallible call returns moe_status. Values are pinned and append-only.
  *  - On failure, moe_ctx_last_error() names the file, tensor, field or option at fault.
+ *    Messages and log lines hold no control bytes: those of names and values read from
+ *    files or the environment appear escaped ("\x1b", "\n", C1 controls "\u009b").
  *  - Every *_create / *_open has a *_free that accepts NULL.
  *  - The caller owns what it passes in; the library owns what it creates. Pointers passed
  *    to a function are borrowed for the duration of the call only, unless stated.

@@ -23,6 +23,9 @@
  *    is bit-identical to the original fixture's; an unknown family is MOE_EINVAL listing the
  *    families; naming the family config.json already names warns nothing; naming another
  *    known family is allowed with the WARNING naming both, and that row reads config.json.
+ *  - qwen3_moe_f32 whose config.json architecture, or a tensor name under the block, holds ESC,
+ *    BEL, CR, LF or DEL: the error and every log line show them as escapes ("\x1b", "\n"),
+ *    no raw control byte (terminal and log spoofing).
  * Every fixture folder (every MoE layer, layer_desc and load_weights) loads under strict with
  * no WARNING: the loader's record of what it reads is complete for every layout and format
  * the fixtures hold. */
@@ -819,6 +822,58 @@ static void test_cli_family(void **state)
     rmdir(tmp);
 }
 
+/* ---- control characters from files ------------------------------------------------------ */
+
+/* No byte of text [n] is a control byte (< 0x20 or 0x7f) except the '\n' ending each line of a
+ * tu_logcap (allow_lf). */
+static void assert_no_controls(const char *text, int allow_lf)
+{
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        if ((*p < 0x20 || *p == 0x7f) && !(allow_lf && *p == '\n' && (p[1] == '\0' || p[1] >= 0x20)))
+            fail_msg("control byte 0x%02x at offset %d in: %s", *p, (int)(p - (const unsigned char *)text), text);
+}
+
+/* A config.json architecture and a tensor name holding ESC, BEL, CR, LF (terminal and log
+ * spoofing) reach the error and the WARNING as visible escapes, never as raw bytes. */
+static void test_control_chars_escaped(void **state)
+{
+    (void)state;
+    char dir[1024];
+    copy_fixture("qwen3_moe_f32", dir, sizeof dir);
+    json_t *cfg = load_json_file(dir, "config.json");
+    json_object_set_new(cfg, "architectures", json_pack("[s]", "X\x1b[2J\rmoe run: success\n\x7f"));
+    json_object_del(cfg, "model_type"); /* else model_type decides the family */
+    save_json_file(cfg, dir, "config.json");
+    tu_logcap cap = {""};
+    moe_ctx *ctx = tu_ctx_logging(&cap, MOE_LOG_DEBUG);
+    moe_checkpoint *ck = NULL;
+    assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED);
+    assert_null(ck);
+    const char *msg = moe_ctx_last_error(ctx);
+    printf("  error: %s\n", msg);
+    assert_non_null(strstr(msg, "X\\x1b[2J\\rmoe run: success\\n\\x7f"));
+    assert_no_controls(msg, 0);
+    assert_no_controls(cap.text, 1); /* the DEBUG line of the error too */
+    assert_non_null(strstr(cap.text, "\\x1b[2J"));
+    moe_ctx_free(ctx);
+
+    /* a tensor under the MoE block, unread: its name in the WARNING */
+    copy_fixture("qwen3_moe_f32", dir, sizeof dir);
+    const extra_tensor evil = {PFX "evil\x1b[31mRED\a\n\rfake: ok", 1, 40};
+    add_tensors(dir, "model.safetensors", &evil, 1);
+    tu_logcap cap1 = {""};
+    ctx = tu_ctx_logging(&cap1, MOE_LOG_WARN);
+    int64_t T, H;
+    float *x = fixture_input("qwen3_moe_f32", &T, &H);
+    float *out = run_layer0(ctx, dir, NULL, x, T);
+    printf("  log: %s", cap1.text);
+    assert_non_null(strstr(cap1.text, PFX "evil\\x1b[31mRED\\x07\\n\\rfake: ok"));
+    assert_no_controls(cap1.text, 1);
+    free(out);
+    free(x);
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -834,6 +889,7 @@ int main(void)
         cmocka_unit_test(test_family_names),
         cmocka_unit_test(test_cli_strict),
         cmocka_unit_test(test_cli_family),
+        cmocka_unit_test(test_control_chars_escaped),
     };
     return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);
 }
