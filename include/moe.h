@@ -127,7 +127,13 @@ typedef enum moe_dtype {
     MOE_DTYPE_F8_E4M3 = 8,
     MOE_DTYPE_I16 = 9,
     MOE_DTYPE_BOOL = 10,
-    MOE_DTYPE_COUNT = 11
+    MOE_DTYPE_U16 = 11,
+    MOE_DTYPE_U32 = 12,
+    MOE_DTYPE_U64 = 13,
+    MOE_DTYPE_F8_E5M2 = 14,
+    MOE_DTYPE_COUNT = 15 /* every dtype of the safetensors format; libmoe computes with F32, BF16
+                            and F16 weights and reads the others only where named (quantized
+                            codes: F8_E4M3, I8, U8, I32); any other tensor is only validated */
 } moe_dtype;
 
 /* Bytes per element (0 for an unknown dtype). */
