@@ -48,6 +48,8 @@
  * Conventions:
  *  - Every fallible call returns moe_status. Values are pinned and append-only.
  *  - On failure, moe_ctx_last_error() names the file, tensor, field or option at fault.
+ *    Messages and log lines hold no control bytes: those of names and values read from
+ *    files or the environment appear escaped ("\x1b", "\n", C1 controls "\u009b").
  *  - Every *_create / *_open has a *_free that accepts NULL.
  *  - The caller owns what it passes in; the library owns what it creates. Pointers passed
  *    to a function are borrowed for the duration of the call only, unless stated.
@@ -125,7 +127,13 @@ typedef enum moe_dtype {
     MOE_DTYPE_F8_E4M3 = 8,
     MOE_DTYPE_I16 = 9,
     MOE_DTYPE_BOOL = 10,
-    MOE_DTYPE_COUNT = 11
+    MOE_DTYPE_U16 = 11,
+    MOE_DTYPE_U32 = 12,
+    MOE_DTYPE_U64 = 13,
+    MOE_DTYPE_F8_E5M2 = 14,
+    MOE_DTYPE_COUNT = 15 /* every dtype of the safetensors format; libmoe computes with F32, BF16
+                            and F16 weights and reads the others only where named (quantized
+                            codes: F8_E4M3, I8, U8, I32); any other tensor is only validated */
 } moe_dtype;
 
 /* Bytes per element (0 for an unknown dtype). */
@@ -846,8 +854,9 @@ typedef struct moe_exec_stats {
  * and group-limited selection always keeps topk_group groups, so selection gives K distinct
  * ids in [0, E) for every input (docs/numerics.md section 3); the output then follows IEEE
  * arithmetic on the selected experts.
- * Errors: MOE_EINVAL (NULL pointer, n_tokens < 0, weights packed for another plan or
- * shard), MOE_EDTYPE (hidden_dtype), MOE_EWORKSPACE; parallel plans also MOE_ETIMEOUT,
+ * Errors: MOE_EINVAL (NULL pointer, n_tokens < 0, weights packed for another plan: another
+ * layer description, quantization config or compute mode, named; or for another shard),
+ * MOE_EDTYPE (hidden_dtype), MOE_EWORKSPACE; parallel plans also MOE_ETIMEOUT,
  * MOE_EMPI, and any of these reported by a peer (the message names the rank). */
 moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
                                const moe_exec_args *args);

@@ -43,12 +43,63 @@ const char *moe_error_of_thread(const moe_ctx *ctx)
     return s ? s->msg : "";
 }
 
+void moe_escape_controls(char *buf, size_t size)
+{
+    if (!buf || size == 0)
+        return;
+    const size_t n = strnlen(buf, size - 1);
+    buf[n] = '\0';
+    int any = 0;
+    for (size_t i = 0; i < n && !any; i++) {
+        const unsigned char c = (unsigned char)buf[i];
+        any = c < 0x20 || c == 0x7f || (c == 0xc2 && (unsigned char)buf[i + 1] >= 0x80 &&
+                                        (unsigned char)buf[i + 1] <= 0x9f);
+    }
+    if (!any)
+        return;
+    char local[MOE_ERRMSG_LEN]; /* messages fit here: no allocation on error paths */
+    char *out = size <= sizeof local ? local : malloc(size); /* the escaped text, as much as fits */
+    if (!out) { /* no memory: the control bytes become '?' in place */
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)buf[i] < 0x20 || (unsigned char)buf[i] == 0x7f)
+                buf[i] = '?';
+        return;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)buf[i];
+        char piece[8]; /* one byte, or the escape of one control */
+        size_t len;
+        if (c == '\n' || c == '\r' || c == '\t') {
+            piece[0] = '\\';
+            piece[1] = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+            len = 2;
+        } else if (c < 0x20 || c == 0x7f) {
+            len = (size_t)snprintf(piece, sizeof piece, "\\x%02x", c);
+        } else if (c == 0xc2 && (unsigned char)buf[i + 1] >= 0x80 && (unsigned char)buf[i + 1] <= 0x9f) {
+            len = (size_t)snprintf(piece, sizeof piece, "\\u%04x", (unsigned char)buf[++i]);
+        } else {
+            piece[0] = (char)c;
+            len = 1;
+        }
+        if (o + len > size - 1) /* truncated, never inside an escape */
+            break;
+        memcpy(out + o, piece, len);
+        o += len;
+    }
+    memcpy(buf, out, o);
+    buf[o] = '\0';
+    if (out != local)
+        free(out);
+}
+
 moe_status moe_set_errorv(moe_ctx *ctx, moe_status st, const char *fmt, va_list ap)
 {
     if (!ctx)
         return st;
     char buf[MOE_ERRMSG_LEN];
     vsnprintf(buf, sizeof buf, fmt, ap);
+    moe_escape_controls(buf, sizeof buf);
     err_slot *s = err_slot_find(ctx);
     if (!s) { /* a free slot, else the least recently written one */
         s = &err_slots[0];
@@ -94,6 +145,7 @@ void moe_log(const moe_ctx *ctx, moe_log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    moe_escape_controls(buf, sizeof buf);
     if (ctx && ctx->log_fn) {
         ctx->log_fn(level, buf, ctx->log_user);
     } else {

@@ -56,6 +56,14 @@ const char *moe_error_of_thread(const moe_ctx *ctx);
 moe_status moe_set_error(moe_ctx *ctx, moe_status st, const char *fmt, ...) MOE_PRINTF(3, 4);
 moe_status moe_set_errorv(moe_ctx *ctx, moe_status st, const char *fmt, va_list ap);
 
+/* Make the NUL-terminated text in buf [size] safe to print on a terminal or in a log line:
+ * every control byte (< 0x20, 0x7f) becomes a visible escape ("\\n", "\\r", "\\t", else
+ * "\\xHH") and every UTF-8 C1 control (U+0080..U+009F) "\\u00HH"; the result is truncated to
+ * fit size. Names read from files (tensor names, config values) reach messages this way
+ * raw; no library message holds a control byte on purpose. moe_set_error(v), moe_log and
+ * the other message sinks apply it after formatting. */
+void moe_escape_controls(char *buf, size_t size);
+
 /* Log one line through ctx's sink if `level` <= ctx->log_level. ctx may be NULL (stderr,
  * WARN threshold). */
 void moe_log(const moe_ctx *ctx, moe_log_level level, const char *fmt, ...) MOE_PRINTF(3, 4);

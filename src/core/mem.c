@@ -91,12 +91,14 @@ static void cgroup_bound(moe_mem_avail *out)
     fclose(f);
 }
 
-void moe_mem_available(moe_mem_avail *out)
+void moe_mem_available_from(const char *meminfo, moe_mem_avail *out)
 {
     memset(out, 0, sizeof *out);
     uint64_t v;
-    if (proc_kb("/proc/meminfo", "MemAvailable", &v))
-        bound(out, v, "MemAvailable in /proc/meminfo");
+    /* MemAvailable 0 is implausible on a running system (a misread or a kernel mid-update):
+     * unknown, not a bound that refuses everything */
+    if (proc_kb(meminfo, "MemAvailable", &v) && v > 0)
+        bound(out, v, "MemAvailable in %s", meminfo);
     cgroup_bound(out);
     struct rlimit rl;
     uint64_t used;
@@ -108,9 +110,19 @@ void moe_mem_available(moe_mem_avail *out)
               "RLIMIT_DATA %" PRIu64 " bytes minus VmData %" PRIu64 " in use", (uint64_t)rl.rlim_cur, used);
 }
 
+void moe_mem_available(moe_mem_avail *out)
+{
+    moe_mem_available_from("/proc/meminfo", out);
+}
+
 moe_status moe_mem_check(moe_ctx *ctx, uint64_t need, const char *what)
 {
     moe_mem_avail a;
+    moe_mem_available(&a);
+    if (!a.known || need <= a.bytes)
+        return MOE_OK;
+    /* about to refuse: read the bounds once more, so that one transient figure (memory freed
+     * meanwhile, a file read mid-update) does not refuse a layer that fits */
     moe_mem_available(&a);
     if (!a.known || need <= a.bytes)
         return MOE_OK;

@@ -15,8 +15,12 @@ typedef struct moe_mem_avail {
 } moe_mem_avail;
 
 void moe_mem_available(moe_mem_avail *out);
+/* The same with MemAvailable read from `meminfo` (a /proc/meminfo-format file; tests). A
+ * MemAvailable of 0 is taken as unknown (implausible on a running system), not as a bound. */
+void moe_mem_available_from(const char *meminfo, moe_mem_avail *out);
 
-/* MOE_OK when `need` bytes fit in moe_mem_available; else MOE_ENOMEM recorded on ctx: "<what>
+/* MOE_OK when `need` bytes fit in moe_mem_available (read a second time before refusing, so
+ * that one transient figure refuses nothing); else MOE_ENOMEM recorded on ctx: "<what>
  * needs N bytes (X MiB) but M bytes (Y MiB) are available (<source>); refused before
  * allocating". */
 moe_status moe_mem_check(moe_ctx *ctx, uint64_t need, const char *what);

@@ -51,6 +51,10 @@ size_t moe_dtype_size(moe_dtype dt)
     case MOE_DTYPE_F8_E4M3: return 1;
     case MOE_DTYPE_I16: return 2;
     case MOE_DTYPE_BOOL: return 1;
+    case MOE_DTYPE_U16: return 2;
+    case MOE_DTYPE_U32: return 4;
+    case MOE_DTYPE_U64: return 8;
+    case MOE_DTYPE_F8_E5M2: return 1;
     case MOE_DTYPE_COUNT: break;
     }
     return 0;
@@ -70,6 +74,10 @@ const char *moe_dtype_name(moe_dtype dt)
     case MOE_DTYPE_F8_E4M3: return "F8_E4M3";
     case MOE_DTYPE_I16: return "I16";
     case MOE_DTYPE_BOOL: return "BOOL";
+    case MOE_DTYPE_U16: return "U16";
+    case MOE_DTYPE_U32: return "U32";
+    case MOE_DTYPE_U64: return "U64";
+    case MOE_DTYPE_F8_E5M2: return "F8_E5M2";
     case MOE_DTYPE_COUNT: break;
     }
     return "?";

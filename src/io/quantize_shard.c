@@ -140,6 +140,7 @@ void moe_qw_progress(const qw_job *j, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    moe_escape_controls(msg, sizeof msg);
     j->opt->progress(msg, j->opt->progress_user);
 }
 

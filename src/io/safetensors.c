@@ -66,6 +66,8 @@ static const struct {
     {"I32", MOE_DTYPE_I32},   {"I64", MOE_DTYPE_I64},        {"F64", MOE_DTYPE_F64},
     {"U8", MOE_DTYPE_U8},     {"I8", MOE_DTYPE_I8},          {"F8_E4M3", MOE_DTYPE_F8_E4M3},
     {"F8_E4M3FN", MOE_DTYPE_F8_E4M3}, {"I16", MOE_DTYPE_I16}, {"BOOL", MOE_DTYPE_BOOL},
+    {"U16", MOE_DTYPE_U16},   {"U32", MOE_DTYPE_U32},        {"U64", MOE_DTYPE_U64},
+    {"F8_E5M2", MOE_DTYPE_F8_E5M2},
 };
 
 /* Look up a safetensors dtype string. Returns false for an unknown one. */
@@ -179,8 +181,9 @@ static moe_status parse_tensor_entry(moe_ctx *ctx, const char *path, const char 
     const char *dtype_str = json_string_value(jdtype);
     if (!st_dtype_from_name(dtype_str, &t->dtype))
         return moe_set_error(ctx, MOE_EDTYPE,
-                             "%s: tensor '%s': dtype '%s' is not supported (accepted: F32, BF16, F16, "
-                             "I32, I64, F64, U8, I8, F8_E4M3, I16, BOOL)",
+                             "%s: tensor '%s': dtype '%s' is not a safetensors dtype, so its byte size "
+                             "cannot be checked (the format's: BOOL, U8, I8, F8_E5M2, F8_E4M3, I16, U16, F16, "
+                             "BF16, I32, U32, F32, F64, I64, U64)",
                              path, name, dtype_str);
 
     /* shape */

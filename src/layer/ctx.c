@@ -14,8 +14,10 @@
 
 static moe_status fail(char *msg, size_t len, moe_status st, const char *text)
 {
-    if (msg && len)
+    if (msg && len) {
         snprintf(msg, len, "%s", text);
+        moe_escape_controls(msg, len);
+    }
     return st;
 }
 

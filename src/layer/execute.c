@@ -4,9 +4,11 @@
 #include "layer/layer.h"
 #include "parallel/parallel.h"
 #include "quant/pack.h"
+#include "quant/quant.h"
 #include "route/route.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,6 +117,52 @@ static int same_desc(const moe_layer_desc *a, const moe_layer_desc *b)
            a->has_expert_bias == b->has_expert_bias;
 }
 
+/* The quantization config's identity: "none", or the canonical text (moe_quant_text) of an
+ * active one, into buf. */
+static void quant_identity(const moe_quant_config *q, char *buf, size_t n)
+{
+    if (moe_quant_active(q))
+        moe_quant_text(q, buf, n);
+    else
+        snprintf(buf, n, "none");
+}
+
+/* Whether weights packed by plan wp can be executed by plan p: the layer's sizes, dtypes and
+ * biases, the quantization config (scheme, scale granularity, block and group sizes, zero
+ * points, activation quantization) and the compute mode all decide how the weights were packed.
+ * 0: they match; otherwise MOE_EINVAL recorded on p's ctx naming what differs. */
+static moe_status check_packed_for(const moe_plan *wp, const moe_plan *p)
+{
+    moe_ctx *ctx = p->st.ctx;
+    if (wp == p)
+        return MOE_OK;
+    const moe_layer_desc *wd = &wp->st.desc, *d = &p->st.desc;
+    if (!same_desc(wd, d))
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: weights were packed for a different layer description");
+    char wq[256], pq[256];
+    quant_identity(&wd->quant, wq, sizeof wq);
+    quant_identity(&d->quant, pq, sizeof pq);
+    if (strcmp(wq, pq) != 0) {
+        const char *wn = moe_quant_active(&wd->quant) ? moe_quant_name(&wd->quant) : "none";
+        const char *pn = moe_quant_active(&d->quant) ? moe_quant_name(&d->quant) : "none";
+        if (strcmp(wn, pn) != 0)
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "moe_plan_execute: weights were packed for quantization %s, this "
+                                 "plan's quantization is %s: pack the weights with this plan (moe_weights_create)",
+                                 wn, pn);
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "moe_plan_execute: weights were packed for quantization %s [%s], this plan's "
+                             "quantization is %s [%s]: pack the weights with this plan (moe_weights_create)",
+                             wn, wq, pn, pq);
+    }
+    if (wp->st.compute != p->st.compute)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "moe_plan_execute: weights were packed for compute %s, this plan computes in %s: pack "
+                             "the weights with this plan (moe_weights_create)",
+                             moe_compute_name(wp->st.compute), moe_compute_name(p->st.compute));
+    return MOE_OK;
+}
+
 static int same_shard(const moe_shard *a, const moe_shard *b)
 {
     return a->e0 == b->e0 && a->n_experts == b->n_experts && a->i0 == b->i0 && a->I == b->I && a->is0 == b->is0 &&
@@ -220,8 +268,9 @@ static moe_status check_args(const moe_plan *plan, const moe_weights *weights, c
     moe_ctx *ctx = plan->st.ctx;
     if (!weights || !a)
         return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: %s is NULL", !weights ? "weights" : "args");
-    if (weights->plan != plan && !same_desc(&weights->plan->st.desc, &plan->st.desc))
-        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: weights were packed for a different layer description");
+    moe_status pst = check_packed_for(weights->plan, plan);
+    if (pst != MOE_OK)
+        return pst;
     if (!same_shard(&weights->shard, &plan->st.shard))
         return moe_set_error(ctx, MOE_EINVAL,
                              "moe_plan_execute: weights were packed for another share of the layer (experts [%lld, %lld), "

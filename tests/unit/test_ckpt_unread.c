@@ -23,6 +23,12 @@
  *    is bit-identical to the original fixture's; an unknown family is MOE_EINVAL listing the
  *    families; naming the family config.json already names warns nothing; naming another
  *    known family is allowed with the WARNING naming both, and that row reads config.json.
+ *  - qwen3_moe_f32 whose config.json architecture, or a tensor name under the block, holds ESC,
+ *    BEL, CR, LF or DEL: the error and every log line show them as escapes ("\x1b", "\n"),
+ *    no raw control byte (terminal and log spoofing).
+ *  - qwen3_moe_f32 with U8, U16, U32, U64, I8, I16, I64, F8_E5M2 and BOOL tensors outside the
+ *    block: loads and runs bit-identical to the original; an expert weight stored as U32 or I32
+ *    is MOE_EDTYPE naming the tensor.
  * Every fixture folder (every MoE layer, layer_desc and load_weights) loads under strict with
  * no WARNING: the loader's record of what it reads is complete for every layout and format
  * the fixtures hold. */
@@ -89,14 +95,17 @@ static void copy_fixture(const char *name, char *dir, size_t n)
     closedir(d);
 }
 
-/* One tensor to add: F32 [d0, d1] filled uniform in [-1, 1) from `seed`. */
+/* One tensor to add: [d0, d1], F32 filled uniform in [-1, 1) (or of another dtype, below). */
 typedef struct extra_tensor {
     const char *name;
     int64_t d0, d1;
 } extra_tensor;
 
-/* Rewrite dir/<file> with every tensor it holds plus extras [n_extra]. */
-static void add_tensors(const char *dir, const char *file, const extra_tensor *extras, size_t n_extra)
+/* Rewrite dir/<file> with every tensor it holds plus extras [n_extra] of dtypes [n_extra] (NULL:
+ * all F32; another dtype than F32 holds pseudo-random bytes), tensor `retype` (if not NULL)
+ * given dtype `as` instead of its own (same element size: its bytes kept). */
+static void add_retyped(const char *dir, const char *file, const extra_tensor *extras, const moe_dtype *dtypes,
+                        size_t n_extra, const char *retype, moe_dtype as)
 {
     char path[2200];
     tu_join(path, sizeof path, dir, file);
@@ -113,13 +122,29 @@ static void add_tensors(const char *dir, const char *file, const extra_tensor *e
         assert_int_equal(moe_safetensors_at(f, i, &ti), MOE_OK);
         t[i] = (moe_tensor_out){.name = ti.name, .dtype = ti.dtype, .ndim = ti.ndim, .data = ti.data};
         memcpy(t[i].shape, ti.shape, sizeof ti.shape);
+        if (retype && strcmp(ti.name, retype) == 0) {
+            assert_int_equal(moe_dtype_size(as), moe_dtype_size(ti.dtype));
+            t[i].dtype = as;
+        }
     }
     for (size_t j = 0; j < n_extra; j++) {
         const size_t numel = (size_t)(extras[j].d0 * extras[j].d1);
-        bufs[j] = malloc(numel * sizeof(float));
+        const moe_dtype dt = dtypes ? dtypes[j] : MOE_DTYPE_F32;
+        const size_t es = moe_dtype_size(dt);
+        bufs[j] = malloc(numel * es + 8);
         assert_non_null(bufs[j]);
-        tu_fill_uniform(bufs[j], numel, 1000 + j, -1.0f, 1.0f);
-        t[n_old + j] = (moe_tensor_out){.name = extras[j].name, .dtype = MOE_DTYPE_F32, .ndim = 2,
+        if (dt == MOE_DTYPE_F32) {
+            tu_fill_uniform(bufs[j], numel, 1000 + j, -1.0f, 1.0f);
+        } else {
+            uint64_t seed = 1000 + j;
+            unsigned char *b = (unsigned char *)bufs[j];
+            for (size_t k = 0; k < numel * es; k++)
+                b[k] = (unsigned char)(tu_xorshift(&seed) >> 56);
+            if (dt == MOE_DTYPE_BOOL)
+                for (size_t k = 0; k < numel; k++)
+                    b[k] &= 1;
+        }
+        t[n_old + j] = (moe_tensor_out){.name = extras[j].name, .dtype = dt, .ndim = 2,
                                         .shape = {extras[j].d0, extras[j].d1}, .data = bufs[j]};
     }
     /* written beside and renamed over the old file, whose mapping stays valid meanwhile */
@@ -130,6 +155,11 @@ static void add_tensors(const char *dir, const char *file, const extra_tensor *e
     free(bufs);
     free(t);
     moe_ctx_free(ctx);
+}
+
+static void add_tensors(const char *dir, const char *file, const extra_tensor *extras, size_t n_extra)
+{
+    add_retyped(dir, file, extras, NULL, n_extra, NULL, MOE_DTYPE_F32);
 }
 
 static json_t *load_json_file(const char *dir, const char *file)
@@ -819,6 +849,126 @@ static void test_cli_family(void **state)
     rmdir(tmp);
 }
 
+/* ---- control characters from files ------------------------------------------------------ */
+
+/* No byte of text [n] is a control byte (< 0x20 or 0x7f) except the '\n' ending each line of a
+ * tu_logcap (allow_lf). */
+static void assert_no_controls(const char *text, int allow_lf)
+{
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        if ((*p < 0x20 || *p == 0x7f) && !(allow_lf && *p == '\n' && (p[1] == '\0' || p[1] >= 0x20)))
+            fail_msg("control byte 0x%02x at offset %d in: %s", *p, (int)(p - (const unsigned char *)text), text);
+}
+
+/* A config.json architecture and a tensor name holding ESC, BEL, CR, LF (terminal and log
+ * spoofing) reach the error and the WARNING as visible escapes, never as raw bytes. */
+static void test_control_chars_escaped(void **state)
+{
+    (void)state;
+    char dir[1024];
+    copy_fixture("qwen3_moe_f32", dir, sizeof dir);
+    json_t *cfg = load_json_file(dir, "config.json");
+    json_object_set_new(cfg, "architectures", json_pack("[s]", "X\x1b[2J\rmoe run: success\n\x7f"));
+    json_object_del(cfg, "model_type"); /* else model_type decides the family */
+    save_json_file(cfg, dir, "config.json");
+    tu_logcap cap = {""};
+    moe_ctx *ctx = tu_ctx_logging(&cap, MOE_LOG_DEBUG);
+    moe_checkpoint *ck = NULL;
+    assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED);
+    assert_null(ck);
+    const char *msg = moe_ctx_last_error(ctx);
+    printf("  error: %s\n", msg);
+    assert_non_null(strstr(msg, "X\\x1b[2J\\rmoe run: success\\n\\x7f"));
+    assert_no_controls(msg, 0);
+    assert_no_controls(cap.text, 1); /* the DEBUG line of the error too */
+    assert_non_null(strstr(cap.text, "\\x1b[2J"));
+    moe_ctx_free(ctx);
+
+    /* a tensor under the MoE block, unread: its name in the WARNING */
+    copy_fixture("qwen3_moe_f32", dir, sizeof dir);
+    const extra_tensor evil = {PFX "evil\x1b[31mRED\a\n\rfake: ok", 1, 40};
+    add_tensors(dir, "model.safetensors", &evil, 1);
+    tu_logcap cap1 = {""};
+    ctx = tu_ctx_logging(&cap1, MOE_LOG_WARN);
+    int64_t T, H;
+    float *x = fixture_input("qwen3_moe_f32", &T, &H);
+    float *out = run_layer0(ctx, dir, NULL, x, T);
+    printf("  log: %s", cap1.text);
+    assert_non_null(strstr(cap1.text, PFX "evil\\x1b[31mRED\\x07\\n\\rfake: ok"));
+    assert_no_controls(cap1.text, 1);
+    free(out);
+    free(x);
+    moe_ctx_free(ctx);
+}
+
+/* ---- dtypes libmoe does not compute with ------------------------------------------------ */
+
+/* Real checkpoints hold U8 / U16 / U32 / U64 / I8 / I16 / I64 / F8_E5M2 / BOOL tensors outside
+ * the MoE block (masks, position ids, step counters): validated like any other (offsets and
+ * byte sizes), never refused; the output is bit-identical to the original fixture's. The same
+ * dtype on a tensor libmoe reads as a weight is MOE_EDTYPE naming the tensor and both dtypes. */
+static void test_other_dtypes_outside_block(void **state)
+{
+    (void)state;
+    char dir[1024], orig[1024];
+    copy_fixture("qwen3_moe_f32", dir, sizeof dir);
+    const extra_tensor x[] = {
+        {"model.norm.weight_u64", 2, 40},          {"model.norm.mask_bool", 3, 5},
+        {"model.position_ids", 1, 7},              {"model.layers.0.self_attn.k_e5m2", 4, 40},
+        {"model.layers.0.self_attn.u16", 2, 3},    {"model.layers.1.self_attn.u32", 2, 3},
+        {"model.layers.1.self_attn.u8", 1, 9},     {"model.layers.1.self_attn.i8", 1, 9},
+        {"model.layers.1.self_attn.i16", 1, 9},
+    };
+    const moe_dtype xd[] = {MOE_DTYPE_U64, MOE_DTYPE_BOOL, MOE_DTYPE_I64, MOE_DTYPE_F8_E5M2, MOE_DTYPE_U16,
+                            MOE_DTYPE_U32, MOE_DTYPE_U8,   MOE_DTYPE_I8,  MOE_DTYPE_I16};
+    const size_t nx = sizeof x / sizeof x[0];
+    add_retyped(dir, "model.safetensors", x, xd, nx, NULL, MOE_DTYPE_F32);
+    tu_data_path(orig, sizeof orig, "qwen3_moe_f32");
+    int64_t T, H;
+    float *in = fixture_input("qwen3_moe_f32", &T, &H);
+    tu_logcap cap0 = {""}, cap1 = {""};
+    moe_ctx *c0 = tu_ctx_logging(&cap0, MOE_LOG_WARN), *c1 = tu_ctx_logging(&cap1, MOE_LOG_WARN);
+    float *want = run_layer0(c0, orig, NULL, in, T);
+    float *got = run_layer0(c1, dir, NULL, in, T);
+    assert_true(tu_same_bits(got, want, (size_t)(T * H)));
+    assert_string_equal(cap1.text, ""); /* outside the block: nothing to say */
+    free(got);
+    free(want);
+
+    /* the same dtypes on an expert weight: refused, naming the tensor */
+    static const moe_dtype as[] = {MOE_DTYPE_U32, MOE_DTYPE_I32, MOE_DTYPE_U32};
+    static const char *const which[] = {PFX "experts.1.up_proj.weight", PFX "experts.1.up_proj.weight",
+                                        PFX "experts.0.gate_proj.weight"};
+    for (size_t i = 0; i < sizeof as / sizeof as[0]; i++) {
+        copy_fixture("qwen3_moe_f32", dir, sizeof dir);
+        add_retyped(dir, "model.safetensors", x, xd, nx, which[i], as[i]);
+        /* refused where libmoe first reads the tensor as a weight (open validates every MoE layer) */
+        moe_checkpoint *ck = NULL;
+        moe_plan *p = NULL;
+        moe_weights *w = NULL;
+        moe_layer_desc d;
+        moe_status st = moe_checkpoint_open(c1, dir, &ck);
+        if (st == MOE_OK)
+            st = moe_checkpoint_layer_desc(ck, 0, &d);
+        if (st == MOE_OK)
+            assert_int_equal(moe_plan_create(c1, &d, &p), MOE_OK);
+        if (st == MOE_OK)
+            st = moe_checkpoint_load_weights(ck, 0, p, &w);
+        const char *msg = moe_ctx_last_error(c1);
+        printf("  %s expert weight: %s\n", moe_dtype_name(as[i]), msg);
+        assert_int_equal(st, MOE_EDTYPE);
+        assert_null(w);
+        assert_non_null(strstr(msg, which[i]));
+        assert_non_null(strstr(msg, moe_dtype_name(as[i])));
+        assert_non_null(strstr(msg, "F32"));
+        moe_plan_free(p);
+        moe_checkpoint_free(ck);
+    }
+    free(in);
+    moe_ctx_free(c0);
+    moe_ctx_free(c1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -834,6 +984,8 @@ int main(void)
         cmocka_unit_test(test_family_names),
         cmocka_unit_test(test_cli_strict),
         cmocka_unit_test(test_cli_family),
+        cmocka_unit_test(test_control_chars_escaped),
+        cmocka_unit_test(test_other_dtypes_outside_block),
     };
     return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);
 }

@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/mem.h"
 #include "moe.h"
 #include "testutil.h"
 
@@ -401,6 +402,30 @@ static void test_quantize_refused(void **state)
     assert_int_equal(access(out, F_OK), -1);
 }
 
+/* MemAvailable 0 (seen once, transiently) is unknown, not a bound of 0 bytes that refuses
+ * every layer; a plausible MemAvailable is a bound named by its file. */
+static void test_meminfo_zero_is_unknown(void **state)
+{
+    (void)state;
+    char dir[1024], path[1100];
+    tu_tmpdir(dir, sizeof dir, "meminfo");
+    snprintf(path, sizeof path, "%s/meminfo", dir);
+    static const char zero[] = "MemTotal:       16000000 kB\nMemFree:          100 kB\nMemAvailable:          0 kB\n";
+    assert_int_equal(tu_write_file(path, zero, sizeof zero - 1), 0);
+    moe_mem_avail a;
+    moe_mem_available_from(path, &a);
+    assert_null(strstr(a.source, path)); /* not a bound (another one may be known) */
+    assert_true(!a.known || a.bytes > 0 || strstr(a.source, "MemAvailable") == NULL);
+    static const char two_mib[] = "MemTotal:       16000000 kB\nMemAvailable:       2048 kB\n";
+    assert_int_equal(tu_write_file(path, two_mib, sizeof two_mib - 1), 0);
+    moe_mem_available_from(path, &a);
+    assert_true(a.known);
+    assert_true(a.bytes <= 2048u * 1024u);
+    if (a.bytes == 2048u * 1024u)
+        assert_non_null(strstr(a.source, path));
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -409,6 +434,7 @@ int main(void)
         cmocka_unit_test(test_load_refused_rlimit_data),
         cmocka_unit_test(test_quantize_peak_rss),
         cmocka_unit_test(test_quantize_refused),
+        cmocka_unit_test(test_meminfo_zero_is_unknown),
     };
     return cmocka_run_group_tests(tests, group_setup, tu_group_tmp_teardown);
 }

@@ -245,6 +245,45 @@ static void qlayer_free(qlayer *L)
     free(L->sd);
 }
 
+/* The pointer arrays of a moe_weight_source over L's matrices ([E] each). */
+typedef struct qsource {
+    const void **g, **u, **dn, **gs, **us, **ds;
+    const uint8_t **gz, **uz, **dz;
+    moe_weight_source src;
+} qsource;
+
+/* which: 0 quantized, 1 f32 dequantized, 2 f32 original. */
+static void qsource_init(qsource *S, const qlayer *L, int which)
+{
+    const int64_t E = L->E;
+    S->g = calloc((size_t)E, sizeof(void *)), S->u = calloc((size_t)E, sizeof(void *));
+    S->dn = calloc((size_t)E, sizeof(void *));
+    S->gs = calloc((size_t)E, sizeof(void *)), S->us = calloc((size_t)E, sizeof(void *));
+    S->ds = calloc((size_t)E, sizeof(void *));
+    S->gz = calloc((size_t)E, sizeof(void *)), S->uz = calloc((size_t)E, sizeof(void *));
+    S->dz = calloc((size_t)E, sizeof(void *));
+    for (int64_t e = 0; e < E; e++) {
+        void *const *m = which == 0 ? L->codes : which == 1 ? (void *const *)L->deq : (void *const *)L->orig;
+        S->g[e] = m[3 * e], S->u[e] = m[3 * e + 1], S->dn[e] = m[3 * e + 2];
+        S->gs[e] = L->scales[3 * e], S->us[e] = L->scales[3 * e + 1], S->ds[e] = L->scales[3 * e + 2];
+        S->gz[e] = L->zeros[3 * e], S->uz[e] = L->zeros[3 * e + 1], S->dz[e] = L->zeros[3 * e + 2];
+    }
+    moe_weight_source src = {.router = L->router, .router_dtype = MOE_DTYPE_F32, .gate_proj = S->g,
+                             .up_proj = S->u, .down_proj = S->dn, .shared_gate_proj = L->sg,
+                             .shared_up_proj = L->su, .shared_down_proj = L->sd};
+    if (which == 0) {
+        src.gate_scale = S->gs, src.up_scale = S->us, src.down_scale = S->ds;
+        src.gate_zero = S->gz, src.up_zero = S->uz, src.down_zero = S->dz;
+    }
+    S->src = src;
+}
+
+static void qsource_free(qsource *S)
+{
+    free(S->g), free(S->u), free(S->dn), free(S->gs), free(S->us), free(S->ds), free(S->gz), free(S->uz),
+        free(S->dz);
+}
+
 /* which: 0 quantized, 1 f32 dequantized, 2 f32 original. */
 static void run(const qlayer *L, int which, const char *isa, int threads, const float *x, int64_t T, float *out)
 {
@@ -256,29 +295,11 @@ static void run(const qlayer *L, int which, const char *isa, int threads, const 
     moe_ctx *ctx = NULL;
     char err[256];
     assert_int_equal(moe_ctx_create(&o, &ctx, err, sizeof err), MOE_OK);
-    const int64_t E = L->E;
-    const void **g = calloc((size_t)E, sizeof(void *)), **u = calloc((size_t)E, sizeof(void *)),
-               **dn = calloc((size_t)E, sizeof(void *));
-    const void **gs = calloc((size_t)E, sizeof(void *)), **us = calloc((size_t)E, sizeof(void *)),
-               **ds = calloc((size_t)E, sizeof(void *));
-    const uint8_t **gz = calloc((size_t)E, sizeof(void *)), **uz = calloc((size_t)E, sizeof(void *)),
-                  **dz = calloc((size_t)E, sizeof(void *));
-    for (int64_t e = 0; e < E; e++) {
-        void *const *m = which == 0 ? L->codes : which == 1 ? (void *const *)L->deq : (void *const *)L->orig;
-        g[e] = m[3 * e], u[e] = m[3 * e + 1], dn[e] = m[3 * e + 2];
-        gs[e] = L->scales[3 * e], us[e] = L->scales[3 * e + 1], ds[e] = L->scales[3 * e + 2];
-        gz[e] = L->zeros[3 * e], uz[e] = L->zeros[3 * e + 1], dz[e] = L->zeros[3 * e + 2];
-    }
-    moe_weight_source src = {.router = L->router, .router_dtype = MOE_DTYPE_F32, .gate_proj = g, .up_proj = u,
-                             .down_proj = dn, .shared_gate_proj = L->sg, .shared_up_proj = L->su,
-                             .shared_down_proj = L->sd};
-    if (which == 0) {
-        src.gate_scale = gs, src.up_scale = us, src.down_scale = ds;
-        src.gate_zero = gz, src.up_zero = uz, src.down_zero = dz;
-    }
-    tu_run_layer(ctx, which == 0 ? &L->desc : &L->fdesc, NULL, &src, x, T, out);
+    qsource S;
+    qsource_init(&S, L, which);
+    tu_run_layer(ctx, which == 0 ? &L->desc : &L->fdesc, NULL, &S.src, x, T, out);
     moe_ctx_free(ctx);
-    free(g), free(u), free(dn), free(gs), free(us), free(ds), free(gz), free(uz), free(dz);
+    qsource_free(&S);
 }
 
 static const char *isas[16]; /* the kernel registry's rows (tu_isa_names, filled by main) */
@@ -715,6 +736,86 @@ static void test_packed_kernels(void **state)
         print_message("CPU without AVX2 + FMA: the avx2 quantized kernels not checked\n");
 }
 
+/* Weights packed for one plan, executed with a plan of the same layer description but another
+ * quantization config (f32 vs int8, int8 vs int4, int4 group 128 vs 64) or compute mode:
+ * MOE_EINVAL naming the quantization (compute), never an execute with the weights' scheme. */
+static void test_weights_for_other_plan(void **state)
+{
+    (void)state;
+    const int64_t H = 256, I = 128, T = 5;
+    moe_quant_config q8, q4, q4g64;
+    assert_int_equal(moe_quant_from_name("int8-channel", &q8), MOE_OK);
+    assert_int_equal(moe_quant_from_name("int4-g128", &q4), MOE_OK);
+    assert_int_equal(moe_quant_from_name("int4-g64", &q4g64), MOE_OK);
+    const moe_quant_config *qs[3] = {&q8, &q4, &q4g64};
+    qlayer L[3];
+    for (int i = 0; i < 3; i++)
+        qlayer_init(&L[i], qs[i], H, I, 4, 2, 0, 0, 901 + (uint64_t)i);
+    moe_options o;
+    moe_options_init(&o);
+    o.log_level = MOE_LOG_ERROR;
+    moe_ctx *ctx = NULL;
+    char err[256];
+    assert_int_equal(moe_ctx_create(&o, &ctx, err, sizeof err), MOE_OK);
+    /* plans: 0 f32 experts, 1 int8-channel, 2 int4-g128, 3 int4-g64, 4 f32 experts computing in bf16 */
+    moe_plan *p[5] = {0};
+    moe_weights *w[5] = {0};
+    qsource S[5];
+    assert_int_equal(moe_plan_create(ctx, &L[0].fdesc, &p[0]), MOE_OK);
+    qsource_init(&S[0], &L[0], 2);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(moe_plan_create(ctx, &L[i].desc, &p[1 + i]), MOE_OK);
+        qsource_init(&S[1 + i], &L[i], 0);
+    }
+    moe_plan_config cfg;
+    moe_plan_config_init(&cfg);
+    cfg.compute = MOE_COMPUTE_BF16;
+    assert_int_equal(moe_plan_create_ex(ctx, &L[0].fdesc, &cfg, &p[4]), MOE_OK);
+    qsource_init(&S[4], &L[0], 2);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(moe_weights_create(p[i], &S[i].src, &w[i]), MOE_OK);
+    float *x = malloc(sizeof(float) * (size_t)(T * H)), *out = malloc(sizeof(float) * (size_t)(T * H));
+    tu_fill_uniform(x, (size_t)(T * H), 77, -1.0f, 1.0f);
+    size_t ws_size = 0;
+    for (int i = 0; i < 5; i++) {
+        size_t n = moe_plan_workspace_size(p[i], T);
+        ws_size = n > ws_size ? n : ws_size;
+    }
+    void *ws = malloc(ws_size);
+    for (int i = 0; i < 5; i++) {
+        /* its own weights run */
+        assert_int_equal(moe_plan_execute(p[i], w[i], x, T, out, ws, ws_size), MOE_OK);
+        for (int j = 0; j < 5; j++) {
+            if (j == i)
+                continue;
+            memset(out, 0x7f, sizeof(float) * (size_t)(T * H));
+            moe_status st = moe_plan_execute(p[i], w[j], x, T, out, ws, ws_size);
+            const char *msg = moe_ctx_last_error(ctx);
+            if (st != MOE_EINVAL)
+                fail_msg("plan %d ran weights packed for plan %d (status %d)", i, j, (int)st);
+            const char *want = (i == 0 && j == 4) || (i == 4 && j == 0) ? "compute" : "quantization";
+            if (!strstr(msg, want))
+                fail_msg("plan %d, weights of plan %d: message does not name the %s: %s", i, j, want, msg);
+            printf("  plan %d, weights of plan %d: %s\n", i, j, msg);
+            /* nothing written */
+            for (int64_t k = 0; k < T * H; k++) {
+                uint32_t b;
+                memcpy(&b, &out[k], 4);
+                assert_int_equal(b, 0x7f7f7f7fu);
+            }
+        }
+    }
+    for (int i = 0; i < 5; i++) {
+        moe_weights_free(w[i]);
+        moe_plan_free(p[i]);
+        qsource_free(&S[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        qlayer_free(&L[i]);
+    free(x), free(out), free(ws);
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     n_isas = tu_isa_names(isas, sizeof isas / sizeof isas[0]);
@@ -723,7 +824,7 @@ int main(void)
         cmocka_unit_test(test_int4_packing),          cmocka_unit_test(test_act_quant),
         cmocka_unit_test(test_validation),            cmocka_unit_test(test_weight_only_exact),
         cmocka_unit_test(test_block_grids_wide_scales), cmocka_unit_test(test_w8a8_int8), cmocka_unit_test(test_quantize_matrix_public),
-        cmocka_unit_test(test_packed_kernels),
+        cmocka_unit_test(test_packed_kernels),        cmocka_unit_test(test_weights_for_other_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
