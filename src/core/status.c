@@ -1,6 +1,8 @@
-/* Names of status codes and dtypes; the version. (Family names are the family table's:
- * src/io/families.c.) */
+/* Names of status codes, dtypes and compute modes; the version. (Family names are the family
+ * table's: src/io/families.c.) */
 #include "core/internal.h"
+
+#include <string.h>
 
 int moe_version_number(void)
 {
@@ -81,4 +83,24 @@ const char *moe_dtype_name(moe_dtype dt)
     case MOE_DTYPE_COUNT: break;
     }
     return "?";
+}
+
+/* moe_compute names (moe.h): here beside the status and dtype names, so every stage that
+ * prints or parses a compute mode takes it from the ground floor. */
+const char *moe_compute_name(moe_compute c)
+{
+    return c == MOE_COMPUTE_F32 ? "f32" : c == MOE_COMPUTE_BF16 ? "bf16" : "?";
+}
+
+moe_status moe_compute_from_name(const char *name, moe_compute *out)
+{
+    if (!name || !out)
+        return MOE_EINVAL;
+    if (strcmp(name, "f32") == 0)
+        *out = MOE_COMPUTE_F32;
+    else if (strcmp(name, "bf16") == 0)
+        *out = MOE_COMPUTE_BF16;
+    else
+        return MOE_EINVAL;
+    return MOE_OK;
 }

@@ -119,24 +119,6 @@ static void plan_text(moe_plan *p)
     p->hash = XXH64(p->text, strlen(p->text), 0);
 }
 
-const char *moe_compute_name(moe_compute c)
-{
-    return c == MOE_COMPUTE_F32 ? "f32" : c == MOE_COMPUTE_BF16 ? "bf16" : "?";
-}
-
-moe_status moe_compute_from_name(const char *name, moe_compute *out)
-{
-    if (!name || !out)
-        return MOE_EINVAL;
-    if (strcmp(name, "f32") == 0)
-        *out = MOE_COMPUTE_F32;
-    else if (strcmp(name, "bf16") == 0)
-        *out = MOE_COMPUTE_BF16;
-    else
-        return MOE_EINVAL;
-    return MOE_OK;
-}
-
 /* Compute bf16 on d: the schemes it cannot run (moe.h moe_compute). */
 static moe_status check_compute(moe_ctx *ctx, const moe_layer_desc *d, moe_compute c)
 {
