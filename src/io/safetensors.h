@@ -1,8 +1,9 @@
-/* The safetensors reader's internal face (src/io/safetensors.c), and the two message helpers
- * every reader of src/io shares. Not installed; not API. */
+/* The safetensors reader's internal face (src/io/safetensors.c), and the message helper
+ * every reader of src/io shares (the file and JSON helpers are core/file.h's). Not installed; not API. */
 #ifndef MOE_IO_SAFETENSORS_H
 #define MOE_IO_SAFETENSORS_H
 
+#include "core/file.h"
 #include "core/internal.h"
 
 #include <stdbool.h>
@@ -18,21 +19,5 @@ const char *moe_st_path(const moe_safetensors *f);
 
 /* Write "[d0, d1, ...]" for a shape into buf (always NUL-terminated). Returns buf. */
 char *moe_io_format_shape(char *buf, size_t len, int ndim, const int64_t *shape);
-
-/* Human name of a JSON value's type, for messages: "an object", "an array", "a string", "an
- * integer", "a real number", "a boolean", "null"; "absent" for NULL (a missing field). */
-const char *moe_io_json_kind(const json_t *v);
-
-/* Open `path` read-only without blocking (O_NONBLOCK, cleared once open: a FIFO never
- * hangs the reader) and fstat it: *fd_out and its size, or MOE_ENOTFOUND (ENOENT; a dangling
- * symlink is named as one, with its target) / MOE_EIO
- * (another errno, named by strerror; or anything but a regular file: "is a FIFO, not a
- * regular file", "is a directory, ..."), the message naming the file. */
-moe_status moe_io_open_regular(moe_ctx *ctx, const char *path, int *fd_out, uint64_t *size_out);
-/* "a FIFO", "a directory", ... for a st_mode. */
-const char *moe_io_file_kind(unsigned mode);
-/* 1 when `path` is a symlink whose target (a link in a chain included) does not exist, with
- * the link's own text (readlink, truncated to len - 1 bytes) in target; else 0. */
-int moe_io_dangling_target(const char *path, char *target, size_t len);
 
 #endif

@@ -5,15 +5,14 @@
  * count is nearest to T (ties: the smaller). A knob set explicitly (moe_options or the
  * environment) keeps its value whatever the file says. `moe tune` writes these files. */
 #include "core/cpu.h"
+#include "core/file.h"
 #include "core/knobs.h"
 #include "layer/layer.h"
 #include "quant/quant.h"
 #include "route/route.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,39 +94,29 @@ int64_t moe_plan_max_chunk(const moe_plan *p, int64_t max_tokens)
     return tc;
 }
 
-/* The file's bytes, NUL-terminated, into *buf (caller frees). MOE_ENOTFOUND when it does not
- * exist (not recorded on ctx: the caller logs INFO); other failures recorded, naming path: a
- * dangling symlink (MOE_EFORMAT, with its target) is not a missing file. */
+/* The file's bytes, NUL-terminated, into *buf (caller frees). MOE_ENOTFOUND when nothing is
+ * there (not recorded on ctx: the caller logs INFO); other failures recorded as MOE_EFORMAT,
+ * naming path: a dangling symlink (a file was put there, so not "no tuning file"), a folder or
+ * FIFO, an unreadable file (core/file.h moe_io_open_regular's messages). */
 static moe_status read_file(moe_ctx *ctx, const char *path, char **buf, size_t *len)
 {
     *buf = NULL;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        struct stat ls;
-        if (errno == ENOENT && lstat(path, &ls) == 0 && S_ISLNK(ls.st_mode)) {
-            /* a symlink whose target does not exist: not "no file" (a file was put there);
-             * the wording of the checkpoint reader's (io/safetensors.c moe_io_open_regular) */
-            char target[PATH_MAX];
-            ssize_t n = readlink(path, target, sizeof target - 1);
-            target[n > 0 ? n : 0] = '\0';
-            return moe_set_error(ctx, MOE_EFORMAT,
-                                 "tuning file %s: is a dangling symlink to '%s', which does not exist", path, target);
-        }
-        if (errno == ENOENT)
-            return MOE_ENOTFOUND;
-        return moe_set_error(ctx, MOE_EIO, "tuning file %s: cannot open: %s", path, strerror(errno));
+    struct stat ls;
+    if (lstat(path, &ls) != 0 && errno == ENOENT)
+        return MOE_ENOTFOUND;
+    int fd;
+    uint64_t fsize;
+    if (moe_io_open_regular(ctx, path, &fd, &fsize) != MOE_OK) {
+        char why[MOE_ERRMSG_LEN]; /* the reader's message, which names path */
+        snprintf(why, sizeof why, "%s", moe_ctx_last_error(ctx));
+        return moe_set_error(ctx, MOE_EFORMAT, "tuning file %s", why);
     }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fsize > TUNING_MAX_BYTES) {
         close(fd);
-        return moe_set_error(ctx, MOE_EFORMAT, "tuning file %s: not a regular file", path);
+        return moe_set_error(ctx, MOE_EFORMAT, "tuning file %s: %" PRIu64 " bytes, over the %u-byte limit", path,
+                             fsize, TUNING_MAX_BYTES);
     }
-    if ((uint64_t)sb.st_size > TUNING_MAX_BYTES) {
-        close(fd);
-        return moe_set_error(ctx, MOE_EFORMAT, "tuning file %s: %lld bytes, over the %u-byte limit", path,
-                             (long long)sb.st_size, TUNING_MAX_BYTES);
-    }
-    const size_t size = (size_t)sb.st_size;
+    const size_t size = (size_t)fsize;
     char *b = malloc(size + 1); /* [size + 1] */
     if (!b) {
         close(fd);
@@ -155,20 +144,6 @@ static moe_status read_file(moe_ctx *ctx, const char *path, char **buf, size_t *
     return MOE_OK;
 }
 
-static const char *json_kind(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
 /* A token-count key: a decimal integer in [1, 2^40] without sign or leading zeros. */
 static int parse_tokens_key(const char *key, int64_t *out)
 {
@@ -193,7 +168,7 @@ static moe_status parse_entry(moe_ctx *ctx, const char *path, const char *key, c
     *out = *base;
     if (!json_is_object(obj))
         return moe_set_error(ctx, MOE_EFORMAT, "tuning file %s: entry \"%s\" must be an object of knob values, found %s",
-                             path, key, json_kind(obj));
+                             path, key, moe_io_json_kind(obj));
     const char *field;
     const json_t *v;
     json_object_foreach((json_t *)obj, field, v) {
@@ -225,7 +200,7 @@ static moe_status parse_entry(moe_ctx *ctx, const char *path, const char *key, c
                 if (json_is_integer(v))
                     snprintf(found, sizeof found, "%lld", (long long)json_integer_value(v));
                 else
-                    snprintf(found, sizeof found, "%s", json_kind(v));
+                    snprintf(found, sizeof found, "%s", moe_io_json_kind(v));
                 return moe_set_error(ctx, MOE_EFORMAT,
                                      "tuning file %s: entry \"%s\": field '%s' must be an integer in [%lld, 2^40], "
                                      "found %s",
@@ -241,7 +216,7 @@ static moe_status parse_entry(moe_ctx *ctx, const char *path, const char *key, c
                 if (s)
                     snprintf(found, sizeof found, "'%.40s'", s);
                 else
-                    snprintf(found, sizeof found, "%s", json_kind(v));
+                    snprintf(found, sizeof found, "%s", moe_io_json_kind(v));
                 return moe_set_error(ctx, MOE_EFORMAT,
                                      "tuning file %s: entry \"%s\": field '%s' must be one of %s, found %s", path, key,
                                      field, names == permute_names ? "auto, sort, onehot, packed" : "sort, rowmax",
@@ -337,7 +312,7 @@ moe_status moe_tuning_apply(moe_plan *p, int64_t chunk_limit)
                              jerr.text, jerr.line, jerr.column);
     s = MOE_OK;
     if (!json_is_object(root))
-        s = moe_set_error(ctx, MOE_EFORMAT, "tuning file %s: must be a JSON object, found %s", path, json_kind(root));
+        s = moe_set_error(ctx, MOE_EFORMAT, "tuning file %s: must be a JSON object, found %s", path, moe_io_json_kind(root));
     const char *key;
     json_t *v;
     int n = 0;
@@ -346,7 +321,7 @@ moe_status moe_tuning_apply(moe_plan *p, int64_t chunk_limit)
             if (strcmp(key, "meta") == 0) { /* what the tuner measured: not read, but must be an object */
                 if (!json_is_object(v)) {
                     s = moe_set_error(ctx, MOE_EFORMAT, "tuning file %s: field 'meta' must be an object, found %s",
-                                      path, json_kind(v));
+                                      path, moe_io_json_kind(v));
                     break;
                 }
                 continue;

@@ -1,0 +1,29 @@
+/* The readers' shared pieces (src/core/file.c): a non-blocking regular-file open, dangling
+ * symlinks, JSON type names. Not installed; not API. */
+#ifndef MOE_CORE_FILE_H
+#define MOE_CORE_FILE_H
+
+#include "core/internal.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+/* Human name of a JSON value's type, for messages: "an object", "an array", "a string", "an
+ * integer", "a real number", "a boolean", "null"; "absent" for NULL (a missing field). */
+const char *moe_io_json_kind(const json_t *v);
+
+/* Open `path` read-only without blocking (O_NONBLOCK, cleared once open: a FIFO never
+ * hangs the reader) and fstat it: *fd_out and its size, or MOE_ENOTFOUND (ENOENT; a dangling
+ * symlink is named as one, with its target) / MOE_EIO
+ * (another errno, named by strerror; or anything but a regular file: "is a FIFO, not a
+ * regular file", "is a directory, ..."), the message naming the file. */
+moe_status moe_io_open_regular(moe_ctx *ctx, const char *path, int *fd_out, uint64_t *size_out);
+/* "a FIFO", "a directory", ... for a st_mode. */
+const char *moe_io_file_kind(unsigned mode);
+/* 1 when `path` is a symlink whose target (a link in a chain included) does not exist, with
+ * the link's own text (readlink, truncated to len - 1 bytes) in target; else 0. */
+int moe_io_dangling_target(const char *path, char *target, size_t len);
+
+#endif
