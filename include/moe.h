@@ -805,8 +805,9 @@ typedef struct moe_exec_args {
     const float *router_logits; /* [T, E] f32, or NULL: computed from the router weight
                                    (and router bias). Caller-supplied logits are complete:
                                    no router bias is added to them */
-    float *output;              /* [T, H] f32, written (MOE_TP_REDUCE=reduce_scatter under
-                                   TP: only this rank's rows, moe_plan_tp_rows) */
+    void *output;               /* [T, H] in output_dtype (f32 by default), written
+                                   (MOE_TP_REDUCE=reduce_scatter under TP: only this rank's
+                                   rows, moe_plan_tp_rows) */
     int32_t *topk_ids;          /* [T, K] or NULL; written in top-k order */
     float *topk_weights;        /* [T, K] or NULL; the routing weights after
                                    renormalization, before routed_scaling_factor */
@@ -815,6 +816,35 @@ typedef struct moe_exec_args {
                                    aligned is best; may be NULL when that size is 0 */
     size_t workspace_size;      /* bytes available at workspace */
     struct moe_exec_stats *stats; /* optional: what ran (see below), or NULL */
+
+    /* Caller-given routing ("experts only": what transformers' experts modules
+     * (use_experts_implementation: forward(hidden_states, top_k_index, top_k_weights)) and
+     * engines' fused-experts ops pass). Both NULL (a zeroed struct): libmoe routes. Both set:
+     * the router is not run (no router GEMM, scoring, selection bias, groups or
+     * renormalization); token t's experts are in_topk_ids[t][0..K) and their weights
+     * in_topk_weights[t][0..K), used exactly as given, in the given slot order (the combine
+     * sums in slot order). Everything after routing is the plan's as described: the
+     * shared expert (if the description has one) is still added, apply_router_weight_on_input
+     * still scales the expert input, and routed_scaling_factor is still applied once in
+     * finalize. transformers' routers return weights with routed_scaling_factor already in
+     * them (DeepseekV3TopkRouter / DeepseekV3MoE.route_tokens_to_experts multiply it in
+     * before calling the experts; Qwen/Mixtral/OLMoE/gpt-oss have none): a plan fed those
+     * weights must have routed_scaling_factor 1 (and no shared expert, which transformers
+     * runs outside the experts module). Given the ids and weights this execute's routed path
+     * writes to topk_ids / topk_weights, the output is bit-identical to that routed path.
+     * Under EP each rank passes the routing of its own tokens (routing precedes dispatch);
+     * under TP every rank of a TP group passes the same ids and weights, as it passes the
+     * same hidden_states. Validated before anything runs: every id in [0, E) and the K ids of
+     * a token distinct, else MOE_EINVAL naming the token and slot; one of the two NULL, or
+     * router_logits also set, MOE_EINVAL. Weights are not checked (NaN or Inf follow IEEE
+     * arithmetic through the combine). topk_ids / topk_weights, when set, receive copies. */
+    const int32_t *in_topk_ids;     /* [T, K] i32, or NULL */
+    const float *in_topk_weights;   /* [T, K] f32, or NULL */
+    /* F32 (0: the default) or BF16: output then holds [T, H] bf16 (uint16_t bits), each the
+     * f32 result rounded to nearest even (NaN stays NaN, quieted; torch's f32 -> bf16
+     * cast). The f32 result is computed exactly as for F32 output and then rounded, so the
+     * bf16 output equals rounding the F32 output. Other dtypes: MOE_EDTYPE. */
+    moe_dtype output_dtype;
 } moe_exec_args;
 
 /* What one moe_plan_execute_ex call ran: the knobs' effect made observable. Names are
@@ -855,8 +885,9 @@ typedef struct moe_exec_stats {
  * ids in [0, E) for every input (docs/numerics.md section 3); the output then follows IEEE
  * arithmetic on the selected experts.
  * Errors: MOE_EINVAL (NULL pointer, n_tokens < 0, weights packed for another plan: another
- * layer description, quantization config or compute mode, named; or for another shard),
- * MOE_EDTYPE (hidden_dtype), MOE_EWORKSPACE; parallel plans also MOE_ETIMEOUT,
+ * layer description, quantization config or compute mode, named; or for another shard;
+ * caller-given routing: an id out of [0, E) or repeated within a token, naming token and
+ * slot), MOE_EDTYPE (hidden_dtype, output_dtype), MOE_EWORKSPACE; parallel plans also MOE_ETIMEOUT,
  * MOE_EMPI, and any of these reported by a peer (the message names the rank). */
 moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
                                const moe_exec_args *args);

@@ -1,6 +1,7 @@
 /* The forward pass: route -> prepare -> experts -> finalize (and under TP the sum of the
  * partial outputs), in chunks of at most chunk_size tokens, on a workspace the caller sized
  * with moe_plan_workspace_size: execute never allocates (tests/unit/test_noalloc.c counts). */
+#include "core/bf16.h"
 #include "layer/layer.h"
 #include "parallel/parallel.h"
 #include "quant/pack.h"
@@ -33,6 +34,7 @@ typedef struct ws_layout {
     size_t y;        /* [positions, H] f32 */
     size_t sgate;    /* [Tc] f32 shared-expert gate */
     size_t partial;  /* TP: [Tc, H] f32 this rank's partial output */
+    size_t outf;     /* [Tc, H] f32: the chunk's output before rounding (output_dtype BF16) */
     size_t scratch;  /* [threads, moe_gemm_thread_scratch_floats()] f32 */
     size_t par;      /* moe_par_workspace_bytes(plan, Tc): EP buffers, TP gather */
     size_t total;
@@ -76,6 +78,7 @@ static ws_layout layout(const moe_plan *p, int64_t Tc)
     l.y = take(&c, positions * H * 4);
     l.sgate = take(&c, T * 4);
     l.partial = take(&c, st->par.tp_size > 1 ? T * H * 4 : 0);
+    l.outf = take(&c, T * H * 4);
     l.scratch = take(&c, (size_t)st->ctx->num_threads * moe_gemm_thread_scratch_floats() * 4);
     l.par = take(&c, moe_par_workspace_bytes(st, Tc));
     l.total = c + 64; /* room to align the caller's pointer up to 64 bytes */
@@ -200,7 +203,11 @@ static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const m
     /* route: logits [Tc, E] -> ids, wts [Tc, K] */
     int32_t *ids = (int32_t *)(ws + l->ids);
     float *wts = (float *)(ws + l->wts);
-    if (Tc > 0) {
+    if (Tc > 0 && a->in_topk_ids) {
+        /* caller-given routing (validated by check_args), copied: the stages read ids/wts */
+        memcpy(ids, a->in_topk_ids + t0 * K, sizeof(int32_t) * (size_t)(Tc * K));
+        memcpy(wts, a->in_topk_weights + t0 * K, sizeof(float) * (size_t)(Tc * K));
+    } else if (Tc > 0) {
         const float *logits;
         if (a->router_logits) {
             logits = a->router_logits + t0 * E;
@@ -213,8 +220,12 @@ static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const m
         moe_route_topk(d, w->sel_bias, logits, Tc, ids, wts, ws + l->scores, (moe_topk_method)kn->topk);
     }
 
-    /* out: the output rows, or under TP this rank's partial output [Tc, H] */
-    float *out = tp ? (float *)(ws + l->partial) : Tc > 0 ? a->output + t0 * H : NULL;
+    /* rows: the chunk's f32 output rows [Tc, H]: the caller's (F32 output) or the staging
+     * slice (BF16 output, rounded into the caller's rows at the end of the chunk).
+     * out: rows, or under TP this rank's partial output [Tc, H] (summed into rows) */
+    const int bf16_out = a->output_dtype == MOE_DTYPE_BF16;
+    float *rows = bf16_out ? (float *)(ws + l->outf) : Tc > 0 ? (float *)a->output + t0 * H : NULL;
+    float *out = tp ? (float *)(ws + l->partial) : rows;
     moe_chunk c = {
         .st = st, .knobs = kn, .experts = w->experts, .x = x, .T = Tc, .ids = ids, .wts = wts, .out = out,
         .has_shared = Is > 0, .sgate = (float *)(ws + l->sgate),
@@ -251,13 +262,59 @@ static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const m
     p->experts->run(&c, &disp);
     if ((rst = p->pf->finalize(&c, &disp)) != MOE_OK)
         return rst;
-    if (tp && Tc > 0 && (rst = moe_par_tp_reduce(&c, t0, a->n_tokens, a->output)) != MOE_OK)
+    if (tp && Tc > 0 && (rst = moe_par_tp_reduce(&c, t0, a->n_tokens, rows)) != MOE_OK)
         return rst;
+    if (bf16_out && Tc > 0) {
+        /* round the rows this rank wrote: all Tc, or under TP reduce_scatter the rows of the
+         * chunk this rank owns (moe_plan_tp_rows: the split of T over the TP ranks) */
+        int64_t g0, g1; /* rows of T this rank writes */
+        moe_par_tp_rows(st, a->n_tokens, &g0, &g1);
+        const int64_t r0 = g0 - t0 < 0 ? 0 : g0 - t0 > Tc ? Tc : g0 - t0;
+        const int64_t r1 = g1 - t0 < 0 ? 0 : g1 - t0 > Tc ? Tc : g1 - t0;
+        uint16_t *ob = (uint16_t *)a->output + t0 * H; /* [Tc, H] bf16 */
+        for (int64_t i = r0 * H; i < r1 * H; i++)
+            ob[i] = moe_bf16_round(rows[i]);
+    }
 
     if (Tc > 0 && a->topk_ids)
         memcpy(a->topk_ids + t0 * K, ids, sizeof(int32_t) * (size_t)(Tc * K));
     if (Tc > 0 && a->topk_weights)
         memcpy(a->topk_weights + t0 * K, wts, sizeof(float) * (size_t)(Tc * K));
+    return MOE_OK;
+}
+
+/* Caller-given routing (moe_exec_args.in_topk_ids / in_topk_weights): both or neither, not
+ * with router_logits, every id in [0, E), the K ids of a token distinct. */
+static moe_status check_given_routing(const moe_plan *plan, const moe_exec_args *a)
+{
+    moe_ctx *ctx = plan->st.ctx;
+    if (!a->in_topk_ids && !a->in_topk_weights)
+        return MOE_OK;
+    if (!a->in_topk_ids || !a->in_topk_weights)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: %s is set but %s is NULL: caller-given routing takes both",
+                             a->in_topk_ids ? "in_topk_ids" : "in_topk_weights",
+                             a->in_topk_ids ? "in_topk_weights" : "in_topk_ids");
+    if (a->router_logits)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "moe_plan_execute: router_logits and in_topk_ids are both set: give the logits (libmoe "
+                             "routes) or the routing (in_topk_ids / in_topk_weights), not both");
+    const int64_t E = plan->st.desc.num_experts, K = plan->st.desc.top_k;
+    for (int64_t t = 0; t < a->n_tokens; t++) {
+        const int32_t *row = a->in_topk_ids + t * K; /* [K] */
+        for (int64_t k = 0; k < K; k++) {
+            if (row[k] < 0 || row[k] >= E)
+                return moe_set_error(ctx, MOE_EINVAL,
+                                     "moe_plan_execute: in_topk_ids[%lld][%lld] = %d (token %lld, slot %lld) is outside "
+                                     "[0, %lld) (num_experts)",
+                                     (long long)t, (long long)k, (int)row[k], (long long)t, (long long)k, (long long)E);
+            for (int64_t j = 0; j < k; j++)
+                if (row[j] == row[k])
+                    return moe_set_error(ctx, MOE_EINVAL,
+                                         "moe_plan_execute: in_topk_ids[%lld][%lld] = %d repeats slot %lld of token %lld: "
+                                         "the top_k experts of a token must be distinct",
+                                         (long long)t, (long long)k, (int)row[k], (long long)j, (long long)t);
+        }
+    }
     return MOE_OK;
 }
 
@@ -290,6 +347,12 @@ static moe_status check_args(const moe_plan *plan, const moe_weights *weights, c
     if (!a->hidden_states || !a->output)
         return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: %s is NULL",
                              !a->hidden_states ? "hidden_states" : "output");
+    if (a->output_dtype != MOE_DTYPE_F32 && a->output_dtype != MOE_DTYPE_BF16)
+        return moe_set_error(ctx, MOE_EDTYPE, "moe_plan_execute: output_dtype %s, expected F32 or BF16",
+                             moe_dtype_name(a->output_dtype));
+    moe_status rs = check_given_routing(plan, a);
+    if (rs != MOE_OK)
+        return rs;
     if (plan->st.parallel)
         return MOE_OK;
     size_t need = moe_plan_workspace_size(plan, a->n_tokens);

@@ -425,7 +425,7 @@ static void sum_in_rank_order(const float *g, int tp, size_t ld, size_t n, float
     }
 }
 
-moe_status moe_par_tp_reduce(moe_chunk *c, int64_t t0, int64_t T, float *output)
+moe_status moe_par_tp_reduce(moe_chunk *c, int64_t t0, int64_t T, float *rows)
 {
     const moe_stage *p = c->st;
     moe_par *m = p->mpi;
@@ -472,11 +472,11 @@ moe_status moe_par_tp_reduce(moe_chunk *c, int64_t t0, int64_t T, float *output)
             return moe_par_mpi_fail(p, rc, "TP reduce-scatter");
         if ((st = moe_par_wait(p, &req, "TP reduce-scatter")) != MOE_OK)
             return st;
-        float *dst = output + (t0 + my0) * H; /* [mine, H] */
+        float *dst = rows + my0 * H; /* [mine, H] */
         sum_in_rank_order(gather, tp, ld, (size_t)mine * (size_t)H, dst, threads);
         if (!scatter) {
             /* all-gather the summed slices into the output rows of the chunk */
-            rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, output + t0 * H, m->tcount, m->tdispl, m->yrow,
+            rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rows, m->tcount, m->tdispl, m->yrow,
                                  m->tp, &req);
             if (rc != MPI_SUCCESS)
                 return moe_par_mpi_fail(p, rc, "TP all-gather");
@@ -492,7 +492,7 @@ moe_status moe_par_tp_reduce(moe_chunk *c, int64_t t0, int64_t T, float *output)
             return moe_par_mpi_fail(p, rc, "TP all-gather of the partial outputs");
         if ((st = moe_par_wait(p, &req, "TP all-gather of the partial outputs")) != MOE_OK)
             return st;
-        sum_in_rank_order(gather, tp, (size_t)Tc * (size_t)H, (size_t)Tc * (size_t)H, output + t0 * H, threads);
+        sum_in_rank_order(gather, tp, (size_t)Tc * (size_t)H, (size_t)Tc * (size_t)H, rows, threads);
         sent_rows += Tc * (tp - 1);
     }
     c->stats->tp_reduce_seconds += MPI_Wtime() - w0;

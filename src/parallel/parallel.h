@@ -60,9 +60,10 @@ moe_status moe_par_begin(const moe_stage *p, moe_status local, int64_t n_tokens,
                          int64_t *tc_max, int64_t *n_chunks, int64_t *max_tokens);
 
 /* TP: sum the partial outputs c->out [c->T, H] of the TP group deterministically (moe.h
- * "Parallelism") into output rows [t0, t0 + c->T) of `output` [T, H] (only the rank's own
- * rows under MOE_TP_REDUCE=reduce_scatter; T is the execute's n_tokens). */
-moe_status moe_par_tp_reduce(moe_chunk *c, int64_t t0, int64_t T, float *output);
+ * "Parallelism") into `rows` [c->T, H] f32, the output rows [t0, t0 + c->T) of the execute
+ * (only the rank's own rows under MOE_TP_REDUCE=reduce_scatter; T is the execute's
+ * n_tokens). */
+moe_status moe_par_tp_reduce(moe_chunk *c, int64_t t0, int64_t T, float *rows);
 
 /* The rows [*begin, *end) of T whose output this rank writes (moe_plan_tp_rows). */
 void moe_par_tp_rows(const moe_stage *p, int64_t T, int64_t *begin, int64_t *end);

@@ -91,5 +91,12 @@ moe_status moe_ref_forward(const moe_layer_desc *desc, const moe_weight_source *
 moe_status moe_ref_forward_compute(const moe_layer_desc *desc, const moe_weight_source *src, moe_compute compute,
                                    const float *x, int64_t T, const float *router_logits, float *out, int32_t *ids,
                                    float *weights);
+/* The same with the routing given: when given_ids is set, token t's experts are
+ * given_ids[t][0..K) with weights given_weights[t][0..K) (both [T, K], used as they are: no
+ * scoring, renormalization or selection), router_logits is ignored; else as
+ * moe_ref_forward_compute. ids / weights, when set, receive the routing used. */
+moe_status moe_ref_forward_given(const moe_layer_desc *desc, const moe_weight_source *src, moe_compute compute,
+                                 const float *x, int64_t T, const float *router_logits, const int32_t *given_ids,
+                                 const float *given_weights, float *out, int32_t *ids, float *weights);
 
 #endif

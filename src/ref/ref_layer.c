@@ -16,6 +16,13 @@ moe_status moe_ref_forward_compute(const moe_layer_desc *desc, const moe_weight_
                                    const float *x, int64_t T, const float *router_logits, float *out,
                                    int32_t *ids_out, float *weights_out)
 {
+    return moe_ref_forward_given(desc, src, compute, x, T, router_logits, NULL, NULL, out, ids_out, weights_out);
+}
+
+moe_status moe_ref_forward_given(const moe_layer_desc *desc, const moe_weight_source *src, moe_compute compute,
+                                 const float *x, int64_t T, const float *router_logits, const int32_t *given_ids,
+                                 const float *given_weights, float *out, int32_t *ids_out, float *weights_out)
+{
     const int bf16 = compute == MOE_COMPUTE_BF16;
     const int64_t H = desc->hidden_size, I = desc->moe_intermediate_size;
     const int64_t E = desc->num_experts, K = desc->top_k;
@@ -44,7 +51,13 @@ moe_status moe_ref_forward_compute(const moe_layer_desc *desc, const moe_weight_
         goto done;
     }
 
-    /* route: logits (+ router bias when computed here), then scores, selection, weights */
+    /* route: logits (+ router bias when computed here), then scores, selection, weights;
+     * or the caller's ids and weights as given */
+    if (given_ids) {
+        memcpy(ids, given_ids, sizeof(int32_t) * (size_t)(T * K));
+        memcpy(weights, given_weights, sizeof(float) * (size_t)(T * K));
+        goto routed;
+    }
     if (router_logits) {
         memcpy(logits, router_logits, sizeof(float) * (size_t)(T * E));
     } else {
@@ -59,6 +72,7 @@ moe_status moe_ref_forward_compute(const moe_layer_desc *desc, const moe_weight_
     if (st != MOE_OK)
         goto done;
 
+routed:
     /* permute */
     moe_ref_permute(ids, T, K, E, offsets, rows);
 
