@@ -770,6 +770,44 @@ typedef struct moe_weight_source {
     const uint8_t *const *down_zero;
 } moe_weight_source;
 
+/* The routed experts as transformers holds them: one stacked tensor per projection, the
+ * layout its `use_experts_implementation` decorator flags describe (transformers
+ * integrations/moe.py; every experts module since 5.0: Mixtral, Qwen2/3-MoE, OLMoE,
+ * DeepSeek-V2/V3 use the defaults, gpt-oss is_concatenated 0, is_transposed 1, has_bias 1).
+ * Shapes with E num_experts, H hidden_size, I moe_intermediate_size; tensors contiguous,
+ * in desc->weight_dtype (biases in bias_dtype). */
+typedef struct moe_stacked_experts {
+    const void *gate_up_proj;      /* [E, 2I, H] (nn.Linear layout), or [E, H, 2I] when is_transposed */
+    const void *down_proj;         /* [E, H, I], or [E, I, H] when is_transposed */
+    const void *gate_up_proj_bias; /* [E, 2I] when has_bias, else ignored */
+    const void *down_proj_bias;    /* [E, H] when has_bias, else ignored */
+    int is_transposed;             /* 1: input-major ([E, in, out]); both projections */
+    int is_concatenated;           /* 1: the 2I outputs are gate [0, I) then up [I, 2I) (the
+                                      default; torch chunk(2)); 0: interleaved, gate = even,
+                                      up = odd outputs (gpt-oss [..., ::2], [..., 1::2]) */
+    int has_bias;                  /* per-expert biases (gpt-oss); needs desc->has_expert_bias */
+    moe_dtype bias_dtype;          /* F32, BF16 or F16 */
+} moe_stacked_experts;
+
+/* Pointers moe_weight_source_from_stacked stores in caller storage for E experts. */
+#define MOE_STACKED_POINTERS(E) ((size_t)(E) * 6)
+
+/* Fill the routed-expert fields of `src` (gate_proj, up_proj, down_proj, their strides and,
+ * with has_bias, gate_bias, up_bias, down_bias, expert_bias_dtype, gate_up_bias_stride) from
+ * the stacked tensors `st`, without copying: the per-expert pointer arrays are written into
+ * `ptrs`, caller storage of n_ptrs >= MOE_STACKED_POINTERS(desc->num_experts) entries that
+ * must outlive every use of src (moe_weights_create copies the weights and keeps nothing).
+ * Every other field of src (router, shared expert, router and selection biases) is left as it
+ * was. moe_weights_create then packs exactly the weights the row-major per-expert
+ * description of the same values packs (the same bits; layouts are transposed once, while
+ * packing). Errors: MOE_EINVAL naming a NULL pointer or a too short ptrs (the count needed),
+ * has_bias without desc->has_expert_bias or the converse, MOE_EDTYPE (bias_dtype),
+ * MOE_EUNSUPPORTED (quantized desc: stacked codes are not described here). The message goes
+ * to `err` (err_len bytes, may be NULL), since no ctx is involved. */
+moe_status moe_weight_source_from_stacked(const moe_layer_desc *desc, const moe_stacked_experts *st,
+                                          const void **ptrs, size_t n_ptrs, moe_weight_source *src,
+                                          char *err, size_t err_len);
+
 typedef struct moe_weights moe_weights;
 
 /* Pack the weights described by `src` for `plan` (borrowed: it must outlive the weights).

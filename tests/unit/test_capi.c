@@ -367,6 +367,105 @@ static void test_bf16_output(void **state)
         }
 }
 
+/* The stacked layouts of transformers (is_transposed x is_concatenated, with and without
+ * biases) built from the row-major per-expert weights: packed through
+ * moe_weight_source_from_stacked they give the row-major path's output bit for bit. */
+static void test_stacked_layouts(void **state)
+{
+    (void)state;
+    for (int kind = 0; kind < 3; kind += 2) { /* 0: no biases; 2: gpt-oss biases */
+        layer *L = make_layer(kind);
+        const int64_t E = L->d.num_experts;
+        run r;
+        run_open(&r, L, MOE_COMPUTE_F32, 2);
+        float x[T * H], want[T * H], got[T * H];
+        tu_fill_uniform(x, T * H, 9, -1, 1);
+        assert_int_equal(exec(&r, x, MOE_DTYPE_F32, NULL, NULL, want, MOE_DTYPE_F32, NULL, NULL), MOE_OK);
+        float *gu = malloc(sizeof(float) * (size_t)(E * 2 * I * H)); /* [E, 2I, H] or [E, H, 2I] */
+        float *dn = malloc(sizeof(float) * (size_t)(E * H * I));     /* [E, H, I] or [E, I, H] */
+        float gub[MAXE * 2 * I], dnb[MAXE * H];                      /* [E, 2I], [E, H] */
+        assert_non_null(gu);
+        assert_non_null(dn);
+        for (int tr = 0; tr < 2; tr++)
+            for (int cat = 0; cat < 2; cat++) {
+                for (int64_t e = 0; e < E; e++) {
+                    for (int64_t o = 0; o < I; o++) {
+                        const int64_t og = cat ? o : 2 * o, ou = cat ? I + o : 2 * o + 1; /* rows of 2I */
+                        for (int64_t i = 0; i < H; i++) {
+                            const float g = L->g[(e * I + o) * H + i], u = L->u[(e * I + o) * H + i];
+                            if (!tr) {
+                                gu[(e * 2 * I + og) * H + i] = g;
+                                gu[(e * 2 * I + ou) * H + i] = u;
+                            } else {
+                                gu[(e * H + i) * 2 * I + og] = g;
+                                gu[(e * H + i) * 2 * I + ou] = u;
+                            }
+                        }
+                        gub[e * 2 * I + og] = L->gb[e * I + o];
+                        gub[e * 2 * I + ou] = L->ub[e * I + o];
+                    }
+                    for (int64_t o = 0; o < H; o++) {
+                        dnb[e * H + o] = L->db[e * H + o];
+                        for (int64_t i = 0; i < I; i++) {
+                            const float v = L->dn[(e * H + o) * I + i];
+                            if (!tr)
+                                dn[(e * H + o) * I + i] = v;
+                            else
+                                dn[(e * I + i) * H + o] = v;
+                        }
+                    }
+                }
+                moe_stacked_experts se = {.gate_up_proj = gu, .down_proj = dn, .is_transposed = tr,
+                                          .is_concatenated = cat, .has_bias = L->d.has_expert_bias,
+                                          .gate_up_proj_bias = gub, .down_proj_bias = dnb,
+                                          .bias_dtype = MOE_DTYPE_F32};
+                moe_weight_source src = L->src; /* router etc. kept */
+                const void *ptrs[MOE_STACKED_POINTERS(MAXE)];
+                char err[256];
+                moe_status st = moe_weight_source_from_stacked(&L->d, &se, ptrs, MOE_STACKED_POINTERS(E), &src, err,
+                                                               sizeof err);
+                if (st != MOE_OK)
+                    fail_msg("%s", err);
+                assert_ptr_equal(src.router, L->src.router);
+                moe_weights *w2 = NULL;
+                assert_int_equal(moe_weights_create(r.plan, &src, &w2), MOE_OK);
+                assert_int_equal(moe_weights_expert_bytes(w2), moe_weights_expert_bytes(r.w));
+                moe_exec_args a = {.hidden_states = x, .hidden_dtype = MOE_DTYPE_F32, .n_tokens = T, .output = got,
+                                   .workspace = r.ws, .workspace_size = r.wsz};
+                assert_int_equal(moe_plan_execute_ex(r.plan, w2, &a), MOE_OK);
+                if (memcmp(got, want, sizeof got) != 0)
+                    fail_msg("kind %d is_transposed %d is_concatenated %d: output differs from the row-major path", kind,
+                             tr, cat);
+                moe_weights_free(w2);
+            }
+        /* errors */
+        moe_stacked_experts se = {.gate_up_proj = gu, .down_proj = dn, .is_concatenated = 1,
+                                  .has_bias = !L->d.has_expert_bias, .gate_up_proj_bias = gub,
+                                  .down_proj_bias = dnb};
+        moe_weight_source src = L->src;
+        const void *ptrs[MOE_STACKED_POINTERS(MAXE)];
+        char err[256];
+        assert_int_equal(moe_weight_source_from_stacked(&L->d, &se, ptrs, MOE_STACKED_POINTERS(E), &src, err,
+                                                        sizeof err),
+                         MOE_EINVAL);
+        assert_non_null(strstr(err, "has_bias"));
+        se.has_bias = L->d.has_expert_bias;
+        assert_int_equal(moe_weight_source_from_stacked(&L->d, &se, ptrs, MOE_STACKED_POINTERS(E) - 1, &src, err,
+                                                        sizeof err),
+                         MOE_EINVAL);
+        assert_non_null(strstr(err, "needed"));
+        se.down_proj = NULL;
+        assert_int_equal(moe_weight_source_from_stacked(&L->d, &se, ptrs, MOE_STACKED_POINTERS(E), &src, err,
+                                                        sizeof err),
+                         MOE_EINVAL);
+        assert_non_null(strstr(err, "stacked->down_proj is NULL"));
+        free(gu);
+        free(dn);
+        run_close(&r);
+        free(L);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -374,6 +473,7 @@ int main(void)
         cmocka_unit_test(test_given_vs_ref),
         cmocka_unit_test(test_given_errors),
         cmocka_unit_test(test_bf16_output),
+        cmocka_unit_test(test_stacked_layouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
