@@ -74,6 +74,17 @@
 extern "C" {
 #endif
 
+/* MOE_API marks the public functions: the only symbols libmoe.so exports (the library is
+ * built with -fvisibility=hidden; tests/exports.sh checks the export list against these
+ * headers). Define MOE_API before including to override (e.g. empty). */
+#ifndef MOE_API
+#if defined(__GNUC__) || defined(__clang__)
+#define MOE_API __attribute__((visibility("default")))
+#else
+#define MOE_API
+#endif
+#endif
+
 #define MOE_VERSION_MAJOR 0
 #define MOE_VERSION_MINOR 1
 #define MOE_VERSION_PATCH 0
@@ -81,9 +92,9 @@ extern "C" {
 #define MOE_VERSION_NUMBER (MOE_VERSION_MAJOR * 10000 + MOE_VERSION_MINOR * 100 + MOE_VERSION_PATCH)
 
 /* Run-time version of the library linked in (same encoding as MOE_VERSION_NUMBER). */
-int moe_version_number(void);
+MOE_API int moe_version_number(void);
 /* Run-time version as "MAJOR.MINOR.PATCH". Static storage. */
-const char *moe_version_string(void);
+MOE_API const char *moe_version_string(void);
 
 /* ---------------------------------------------------------------------------------------
  * Status codes. Pinned values, append-only.
@@ -110,7 +121,7 @@ typedef enum moe_status {
 } moe_status;
 
 /* Static name of a status, e.g. "MOE_EFORMAT". Unknown values give "MOE_E?". */
-const char *moe_status_name(moe_status s);
+MOE_API const char *moe_status_name(moe_status s);
 
 /* ---------------------------------------------------------------------------------------
  * Data types. Pinned values, append-only. Names follow safetensors ("F32", "BF16", ...).
@@ -137,9 +148,9 @@ typedef enum moe_dtype {
 } moe_dtype;
 
 /* Bytes per element (0 for an unknown dtype). */
-size_t moe_dtype_size(moe_dtype dt);
+MOE_API size_t moe_dtype_size(moe_dtype dt);
 /* Safetensors name ("F32", "BF16", "F16", "I32", ...), or "?" for an unknown value. */
-const char *moe_dtype_name(moe_dtype dt);
+MOE_API const char *moe_dtype_name(moe_dtype dt);
 
 /* ---------------------------------------------------------------------------------------
  * Logging.
@@ -204,7 +215,7 @@ typedef struct moe_options {
 } moe_options;
 
 /* Fill `opts` with "unset" values. */
-void moe_options_init(moe_options *opts);
+MOE_API void moe_options_init(moe_options *opts);
 
 /* Where a resolved knob's value came from. */
 typedef enum moe_knob_source {
@@ -243,17 +254,17 @@ typedef struct moe_knob_info {
  * Every other knob acts on every plan. */
 
 /* Number of knobs (the rows of `moe env`). */
-size_t moe_knob_count(void);
+MOE_API size_t moe_knob_count(void);
 /* Resolve knob i (0 <= i < moe_knob_count()) from `opts` (may be NULL) and the environment,
  * as moe_ctx_create would, without failing: a bad value is described in out->error, an idle
  * one in out->inert.
  * MOE_ERANGE for i out of range. */
-moe_status moe_knob_describe(const moe_options *opts, size_t i, moe_knob_info *out);
+MOE_API moe_status moe_knob_describe(const moe_options *opts, size_t i, moe_knob_info *out);
 /* The i-th MOE_* environment variable that no knob reads (0-based), with the closest known
  * name (moe_suggest), or *suggestion = NULL when no known name is close. Returns 0 when there
  * is no i-th such variable. name/suggestion are static or point into the environment; valid
  * until the environment changes. */
-int moe_env_unknown(size_t i, const char **name, size_t *name_len, const char **suggestion);
+MOE_API int moe_env_unknown(size_t i, const char **name, size_t *name_len, const char **suggestion);
 
 /* "Did you mean": of candidates[0, n) (NUL-terminated names; NULL entries are skipped), the one
  * closest to word[0, word_len) (need not be NUL-terminated), or NULL when none is close.
@@ -265,7 +276,7 @@ int moe_env_unknown(size_t i, const char **name, size_t *name_len, const char **
  * longer than 63 characters are never close. The returned pointer is candidates[k]. Used
  * for unknown MOE_* variables here and for commands, options, model, scheme and family
  * names by the `moe` tool. */
-const char *moe_suggest(const char *word, size_t word_len, const char *const *candidates, size_t n);
+MOE_API const char *moe_suggest(const char *word, size_t word_len, const char *const *candidates, size_t n);
 
 typedef struct moe_ctx moe_ctx;
 
@@ -273,9 +284,9 @@ typedef struct moe_ctx moe_ctx;
  * here. Errors: MOE_EINVAL for a bad option or environment value (the message names the
  * variable and what it accepts; with out_err_msg non-NULL the message is also copied
  * there, since no ctx exists to hold it), MOE_ENOMEM. */
-moe_status moe_ctx_create(const moe_options *opts, moe_ctx **out, char *out_err_msg,
+MOE_API moe_status moe_ctx_create(const moe_options *opts, moe_ctx **out, char *out_err_msg,
                           size_t out_err_len);
-void moe_ctx_free(moe_ctx *ctx);
+MOE_API void moe_ctx_free(moe_ctx *ctx);
 
 /* The message of the calling thread's last failed call made with this ctx (or on an object
  * created from it: plan, weights, checkpoint), "" when this thread has had none on it. Like
@@ -286,18 +297,18 @@ void moe_ctx_free(moe_ctx *ctx);
  * created after another was freed, even at the same address, starts with "" on every thread.
  * The pointer is into the calling thread's storage: valid in that thread until its next
  * failing call on this ctx, or until the thread exits; copy it to pass it to another thread. */
-const char *moe_ctx_last_error(const moe_ctx *ctx);
+MOE_API const char *moe_ctx_last_error(const moe_ctx *ctx);
 
 /* Resolved settings. */
-int moe_ctx_num_threads(const moe_ctx *ctx);
+MOE_API int moe_ctx_num_threads(const moe_ctx *ctx);
 /* The resolved knobs in canonical text form: "key=value;" pairs in a fixed order, every knob
  * except the logging ones (which change no computation). Static per ctx. */
-const char *moe_ctx_options_text(const moe_ctx *ctx);
+MOE_API const char *moe_ctx_options_text(const moe_ctx *ctx);
 /* XXH64 (seed 0) of moe_ctx_options_text(), compared across ranks. */
-uint64_t moe_ctx_options_hash(const moe_ctx *ctx);
+MOE_API uint64_t moe_ctx_options_hash(const moe_ctx *ctx);
 /* Name of the kernel table in use: a row of the kernel registry (moe_isa_count), e.g. "ref",
  * "avx2", "avx512". */
-const char *moe_ctx_isa(const moe_ctx *ctx);
+MOE_API const char *moe_ctx_isa(const moe_ctx *ctx);
 
 /* The kernel registry: one row per kernel table, in order of preference (MOE_ISA=auto takes
  * the last row this machine runs). MOE_ISA accepts "auto" and every row's name. */
@@ -313,9 +324,9 @@ typedef struct moe_isa_info {
 } moe_isa_info;
 
 /* Number of rows of the kernel registry. */
-size_t moe_isa_count(void);
+MOE_API size_t moe_isa_count(void);
 /* Row i (0 <= i < moe_isa_count()). MOE_ERANGE for i out of range, MOE_EINVAL for NULL out. */
-moe_status moe_isa_describe(size_t i, moe_isa_info *out);
+MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
 
 /* ---------------------------------------------------------------------------------------
  * Layer description.
@@ -419,7 +430,7 @@ typedef enum moe_family {
 /* Static name of a family (its config `model_type`): "custom", "mixtral", "qwen2_moe",
  * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe",
  * "qwen3_5_moe", "qwen3_next"; "?" for an unknown value. */
-const char *moe_family_name(moe_family f);
+MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */
 typedef struct moe_layer_desc {
@@ -479,7 +490,7 @@ typedef struct moe_layer_desc {
 /* Defaults: family custom, softmax, renormalize 0, routed_scaling_factor 1, SwiGLU, no
  * shared expert, weight_dtype BF16, no groups (group score max), no biases, weights applied
  * to the output, swiglu_alpha 1.702, swiglu_limit 7; sizes 0 (must be set). */
-void moe_layer_desc_init(moe_layer_desc *desc);
+MOE_API void moe_layer_desc_init(moe_layer_desc *desc);
 
 /* ---------------------------------------------------------------------------------------
  * Plan: a layer description compiled once.
@@ -491,8 +502,8 @@ typedef struct moe_plan moe_plan;
  * routed_scaling_factor, an enum value out of range, group settings that cannot keep top_k
  * experts), MOE_EDTYPE (weight dtype not F32/BF16/F16), MOE_EUNSUPPORTED (a quantization
  * combination libmoe does not compute, named: moe_quant.h), MOE_ENOMEM. */
-moe_status moe_plan_create(moe_ctx *ctx, const moe_layer_desc *desc, moe_plan **out);
-void moe_plan_free(moe_plan *plan);
+MOE_API moe_status moe_plan_create(moe_ctx *ctx, const moe_layer_desc *desc, moe_plan **out);
+MOE_API void moe_plan_free(moe_plan *plan);
 
 /* The modular kernel (DESIGN.md section 6, vLLM's FusedMoEPrepareAndFinalize /
  * FusedMoEPermuteExpertsUnpermute split). A plan composes a prepare/finalize and an experts
@@ -543,9 +554,9 @@ typedef enum moe_compute {
 } moe_compute;
 
 /* "f32", "bf16", or "?" for a value out of range. */
-const char *moe_compute_name(moe_compute c);
+MOE_API const char *moe_compute_name(moe_compute c);
 /* MOE_OK and *out for "f32" / "bf16"; MOE_EINVAL otherwise. */
-moe_status moe_compute_from_name(const char *name, moe_compute *out);
+MOE_API moe_status moe_compute_from_name(const char *name, moe_compute *out);
 
 typedef struct moe_plan_config {
     moe_prepare_finalize_kind prepare_finalize; /* default MOE_PF_LOCAL; with ep_size > 1 the
@@ -561,7 +572,7 @@ typedef struct moe_plan_config {
                                      and hash) */
 } moe_plan_config;
 
-void moe_plan_config_init(moe_plan_config *cfg);
+MOE_API void moe_plan_config_init(moe_plan_config *cfg);
 
 /* moe_plan_create with a chosen composition. Errors as moe_plan_create, plus MOE_EINVAL when
  * the prepare/finalize and experts formats differ (the message names both), for a
@@ -569,23 +580,23 @@ void moe_plan_config_init(moe_plan_config *cfg);
  * MOE_EUNSUPPORTED for compute bf16 with a quantized-activation scheme; for parallel plans, the errors of the
  * collective check (moe_parallel.h: MOE_EINVAL, MOE_ETIMEOUT, MOE_EMPI) and MOE_EUNSUPPORTED without
  * MPI. cfg may be NULL (defaults). */
-moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const moe_plan_config *cfg,
+MOE_API moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const moe_plan_config *cfg,
                               moe_plan **out);
 
 /* The plan's compute mode (moe_plan_config.compute; MOE_COMPUTE_F32 for moe_plan_create). */
-moe_compute moe_plan_compute(const moe_plan *plan);
+MOE_API moe_compute moe_plan_compute(const moe_plan *plan);
 
 /* The description the plan was compiled from. */
-const moe_layer_desc *moe_plan_desc(const moe_plan *plan);
+MOE_API const moe_layer_desc *moe_plan_desc(const moe_plan *plan);
 
 /* Canonical text of the plan: the ctx's resolved knobs (moe_ctx_options_text) followed by
  * the layer description and composition as "key=value;" pairs; with a tuning folder
  * (moe_options.tuning_dir) it ends "tuning_file=PATH;tuned=T:chunk_size/permute/
  * onehot_threshold/topk/lowtok_threshold,...;" (the entries as they run, explicit knobs
  * applied) or "tuning_file=none;" (docs/tuning.md). Valid while the plan lives. */
-const char *moe_plan_text(const moe_plan *plan);
+MOE_API const char *moe_plan_text(const moe_plan *plan);
 /* XXH64 (seed 0) of moe_plan_text(): compared across ranks. */
-uint64_t moe_plan_hash(const moe_plan *plan);
+MOE_API uint64_t moe_plan_hash(const moe_plan *plan);
 
 /* Bytes of workspace moe_plan_execute() needs for up to `max_tokens` tokens. The experts
  * stage runs in chunks of at most chunk_size tokens, so this is bounded whatever
@@ -594,7 +605,7 @@ uint64_t moe_plan_hash(const moe_plan *plan);
  * max_tokens <= 0. Parallel plans: max_tokens bounds the tokens of every
  * rank's execute (the rows received from the peers need room), and the size includes the
  * send and receive buffers of the dispatch and the TP reduction. */
-size_t moe_plan_workspace_size(const moe_plan *plan, int64_t max_tokens);
+MOE_API size_t moe_plan_workspace_size(const moe_plan *plan, int64_t max_tokens);
 
 /* ---------------------------------------------------------------------------------------
  * Plan report: what a layer costs on one rank before anything is packed, and every cost
@@ -668,7 +679,7 @@ typedef struct moe_rank_report {
  * quantized experts under TP, when some rank's shard cannot be packed (the error recorded on
  * the plan's ctx names that TP rank): MOE_ESHAPE (a 4-bit shard of odd width),
  * MOE_EUNSUPPORTED (an fp8 w8a8 shard starting inside a k-block). */
-moe_status moe_plan_report(const moe_plan *plan, moe_rank_report *out);
+MOE_API moe_status moe_plan_report(const moe_plan *plan, moe_rank_report *out);
 
 /* The same for any rank of an EP x TP layout, without MPI and without creating the plan:
  * desc on ctx's kernel table, cfg->parallel's ep_size / tp_size and the rank's ep_rank /
@@ -676,7 +687,7 @@ moe_status moe_plan_report(const moe_plan *plan, moe_rank_report *out);
  * validation of desc (recorded on ctx); MOE_EINVAL for sizes, ranks or compute out of range
  * (named; ep_size * tp_size at most 2^20); MOE_EUNSUPPORTED for compute bf16 with a
  * quantized-activation scheme; and the TP shard errors of moe_plan_report. */
-moe_status moe_plan_report_for(moe_ctx *ctx, const moe_layer_desc *desc, const moe_plan_config *cfg,
+MOE_API moe_status moe_plan_report_for(moe_ctx *ctx, const moe_layer_desc *desc, const moe_plan_config *cfg,
                                moe_rank_report *out);
 
 /* What an execute of n_tokens (>= 1) tokens runs on `plan`. */
@@ -696,7 +707,7 @@ typedef struct moe_plan_path {
 } moe_plan_path;
 
 /* Errors: MOE_EINVAL (NULL argument, n_tokens < 1). */
-moe_status moe_plan_path_for(const moe_plan *plan, int64_t n_tokens, moe_plan_path *out);
+MOE_API moe_status moe_plan_path_for(const moe_plan *plan, int64_t n_tokens, moe_plan_path *out);
 
 /* The name of the tuning file for plan's layer shape and machine (docs/tuning.md), without a
  * folder: "E=<num_experts>,N=<moe_intermediate_size>,K=<hidden_size>,top_k=<top_k>
@@ -704,11 +715,11 @@ moe_status moe_plan_path_for(const moe_plan *plan, int64_t n_tokens, moe_plan_pa
  * compute=<f32|bf16>,device_name=<CPU model name, sanitized>,threads=<threads>.json" (one line,
  * no spaces). Errors: MOE_EINVAL (NULL), MOE_ERANGE (len too short; the bytes needed in the
  * message). */
-moe_status moe_plan_tuning_name(const moe_plan *plan, char *out, size_t len);
+MOE_API moe_status moe_plan_tuning_name(const moe_plan *plan, char *out, size_t len);
 
 /* The path of the tuning file plan creation read, or "" when none (no MOE_TUNING_DIR, no file
  * for this shape, a parallel plan). Valid while the plan lives. */
-const char *moe_plan_tuning_file(const moe_plan *plan);
+MOE_API const char *moe_plan_tuning_file(const moe_plan *plan);
 
 /* ---------------------------------------------------------------------------------------
  * Weights: packed once into the kernel layout. Weights stay in their dtype (F32, BF16,
@@ -804,7 +815,7 @@ typedef struct moe_stacked_experts {
  * has_bias without desc->has_expert_bias or the converse, MOE_EDTYPE (bias_dtype),
  * MOE_EUNSUPPORTED (quantized desc: stacked codes are not described here). The message goes
  * to `err` (err_len bytes, may be NULL), since no ctx is involved. */
-moe_status moe_weight_source_from_stacked(const moe_layer_desc *desc, const moe_stacked_experts *st,
+MOE_API moe_status moe_weight_source_from_stacked(const moe_layer_desc *desc, const moe_stacked_experts *st,
                                           const void **ptrs, size_t n_ptrs, moe_weight_source *src,
                                           char *err, size_t err_len);
 
@@ -826,12 +837,12 @@ typedef struct moe_weights moe_weights;
  * failed, or, checked before allocating anything, the bytes to pack exceed the memory this
  * process can still take: MemAvailable, the memory cgroup's limit, RLIMIT_AS, RLIMIT_DATA;
  * the message gives both sizes and which bound; docs/checkpoints.md "Memory"). */
-moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src,
+MOE_API moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src,
                               moe_weights **out);
-void moe_weights_free(moe_weights *w);
+MOE_API void moe_weights_free(moe_weights *w);
 /* Bytes of packed expert weights resident on this rank (w13 + w2 + shared: the local experts
  * and the rank's I shard under EP / TP), not counting the router. */
-size_t moe_weights_expert_bytes(const moe_weights *w);
+MOE_API size_t moe_weights_expert_bytes(const moe_weights *w);
 
 /* ---------------------------------------------------------------------------------------
  * Execute.
@@ -927,11 +938,11 @@ typedef struct moe_exec_stats {
  * caller-given routing: an id out of [0, E) or repeated within a token, naming token and
  * slot), MOE_EDTYPE (hidden_dtype, output_dtype), MOE_EWORKSPACE; parallel plans also MOE_ETIMEOUT,
  * MOE_EMPI, and any of these reported by a peer (the message names the rank). */
-moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
+MOE_API moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
                                const moe_exec_args *args);
 
 /* Shorthand: f32 hidden_states [T,H] in, f32 output [T,H] out, router computed. */
-moe_status moe_plan_execute(const moe_plan *plan, const moe_weights *weights, const float *x,
+MOE_API moe_status moe_plan_execute(const moe_plan *plan, const moe_weights *weights, const float *x,
                             int64_t n_tokens, float *out, void *workspace,
                             size_t workspace_size);
 

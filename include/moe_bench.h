@@ -14,6 +14,17 @@
 extern "C" {
 #endif
 
+/* MOE_API marks the public functions: the only symbols libmoe.so exports (the library is
+ * built with -fvisibility=hidden; tests/exports.sh checks the export list against these
+ * headers). Define MOE_API before including to override (e.g. empty). */
+#ifndef MOE_API
+#if defined(__GNUC__) || defined(__clang__)
+#define MOE_API __attribute__((visibility("default")))
+#else
+#define MOE_API
+#endif
+#endif
+
 /* ---------------------------------------------------------------------------------------
  * Roofline: this machine's limits, measured (used by `moe bench --roofline`).
  * ------------------------------------------------------------------------------------- */
@@ -67,7 +78,7 @@ typedef struct moe_roofline {
  * The loops use the ISA of ctx's kernel table (avx512_bf16, avx512 or avx2); for the "ref"
  * table, the widest this CPU and OS support, or portable scalar C without AVX2.
  * Errors: MOE_EINVAL (NULL ctx or out), MOE_ENOMEM (the buffer, size named). */
-moe_status moe_roofline_measure(moe_ctx *ctx, moe_roofline *out);
+MOE_API moe_status moe_roofline_measure(moe_ctx *ctx, moe_roofline *out);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,17 @@
 extern "C" {
 #endif
 
+/* MOE_API marks the public functions: the only symbols libmoe.so exports (the library is
+ * built with -fvisibility=hidden; tests/exports.sh checks the export list against these
+ * headers). Define MOE_API before including to override (e.g. empty). */
+#ifndef MOE_API
+#if defined(__GNUC__) || defined(__clang__)
+#define MOE_API __attribute__((visibility("default")))
+#else
+#define MOE_API
+#endif
+#endif
+
 /* ---------------------------------------------------------------------------------------
  * Safetensors files (https://github.com/huggingface/safetensors format): read by mmap
  * after validating the whole header against the file size; written atomically.
@@ -41,13 +52,13 @@ typedef struct moe_tensor_info {
  * file), MOE_EFORMAT, MOE_EDTYPE, MOE_ENOMEM.
  * Safetensors does not promise aligned tensor data: moe_tensor_info.data may be unaligned for
  * its dtype (read it with memcpy, or copy it, before using it as a typed array). */
-moe_status moe_safetensors_open(moe_ctx *ctx, const char *path, moe_safetensors **out);
-void moe_safetensors_free(moe_safetensors *f);
-size_t moe_safetensors_count(const moe_safetensors *f);
+MOE_API moe_status moe_safetensors_open(moe_ctx *ctx, const char *path, moe_safetensors **out);
+MOE_API void moe_safetensors_free(moe_safetensors *f);
+MOE_API size_t moe_safetensors_count(const moe_safetensors *f);
 /* i-th tensor in header order. MOE_ERANGE when i >= count. */
-moe_status moe_safetensors_at(const moe_safetensors *f, size_t i, moe_tensor_info *out);
+MOE_API moe_status moe_safetensors_at(const moe_safetensors *f, size_t i, moe_tensor_info *out);
 /* Tensor by name. MOE_ENOTFOUND (message names file and tensor) when absent. */
-moe_status moe_safetensors_get(moe_safetensors *f, const char *name, moe_tensor_info *out);
+MOE_API moe_status moe_safetensors_get(moe_safetensors *f, const char *name, moe_tensor_info *out);
 
 /* A tensor to write. */
 typedef struct moe_tensor_out {
@@ -60,7 +71,7 @@ typedef struct moe_tensor_out {
 
 /* Write `n` tensors to `path` atomically: a temporary file beside it, renamed over `path`
  * only once complete, so a failure leaves nothing at `path`. Errors: MOE_EINVAL, MOE_EIO. */
-moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tensor_out *tensors,
+MOE_API moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tensor_out *tensors,
                                  size_t n);
 
 /* ---------------------------------------------------------------------------------------
@@ -113,8 +124,8 @@ typedef struct moe_checkpoint moe_checkpoint;
  * moe_checkpoint_options.family reads it as a known family; or a config value libmoe does not compute:
  * hidden_act, DeepSeek scoring_func / topk_method, a quantization_config.quant_method other
  * than fp8, mxfp4 and compressed-tensors, e.g. gptq, awq, bitsandbytes), MOE_ENOMEM. */
-moe_status moe_checkpoint_open(moe_ctx *ctx, const char *dir, moe_checkpoint **out);
-void moe_checkpoint_free(moe_checkpoint *ck);
+MOE_API moe_status moe_checkpoint_open(moe_ctx *ctx, const char *dir, moe_checkpoint **out);
+MOE_API void moe_checkpoint_free(moe_checkpoint *ck);
 
 /* How moe_checkpoint_open_opts reads a checkpoint. Initialise with moe_checkpoint_options_init
  * (all fields 0 / NULL: moe_checkpoint_open's behaviour), then set fields. */
@@ -140,24 +151,24 @@ typedef struct moe_checkpoint_options {
     const char *family;
 } moe_checkpoint_options;
 
-void moe_checkpoint_options_init(moe_checkpoint_options *opt);
+MOE_API void moe_checkpoint_options_init(moe_checkpoint_options *opt);
 
 /* moe_checkpoint_open with options (opt NULL: the defaults, i.e. moe_checkpoint_open). Errors:
  * those of moe_checkpoint_open; MOE_EINVAL for an unknown opt->family (the message lists the
  * families). */
-moe_status moe_checkpoint_open_opts(moe_ctx *ctx, const char *dir, const moe_checkpoint_options *opt,
+MOE_API moe_status moe_checkpoint_open_opts(moe_ctx *ctx, const char *dir, const moe_checkpoint_options *opt,
                                     moe_checkpoint **out);
 
-moe_family moe_checkpoint_family(const moe_checkpoint *ck);
+MOE_API moe_family moe_checkpoint_family(const moe_checkpoint *ck);
 /* config `num_hidden_layers`. */
-int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
+MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
 /* 1 if layer `layer` is an MoE layer, else 0. Qwen2/3-MoE, Qwen3-Next: not in
  * mlp_only_layers and (layer + 1) % decoder_sparse_step == 0; DeepSeek-V2/V3: layer >=
  * first_k_dense_replace and layer % moe_layer_freq == 0 (the published code's rule;
  * transformers, which has no moe_layer_freq, agrees for the released value 1); Llama-4:
  * listed in moe_layers, else (layer + 1) % interleave_moe_layer_step == 0; Mixtral, OLMoE,
  * Granite-MoE, gpt-oss, Qwen3.5-MoE: every layer. No layer is MoE when the expert count is 0. */
-int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
+MOE_API int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
 
 /* The layer description of MoE layer `layer`, from config.json and the tensors' dtype (moe.h
  * "Layer description" says which field of which family sets what).
@@ -172,7 +183,7 @@ int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
  * docs/checkpoints.md), MOE_EUNSUPPORTED (quant_method mxfp4 on a family other than gpt-oss, from
  * moe_checkpoint_open); with moe_checkpoint_options.strict, MOE_EFORMAT for a tensor under the
  * layer's block prefix that the loader does not read (the message names them). */
-moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_layer_desc *out);
+MOE_API moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_layer_desc *out);
 
 /* Pack layer `layer`'s weights for `plan` (which must have been created from the
  * description moe_checkpoint_layer_desc() gave). Same errors as moe_checkpoint_layer_desc
@@ -180,7 +191,7 @@ moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_laye
  * packs only its rank's share (moe_weights_create): under EP only the local experts'
  * tensors are looked up and read (per-expert tensors of other ranks are not touched;
  * stacked tensors are read only in the local experts' slices, the files being mapped). */
-moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const moe_plan *plan,
+MOE_API moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const moe_plan *plan,
                                        moe_weights **out);
 
 /* The routing and expert math of `family` as its transformers config class (transformers
@@ -214,7 +225,7 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
  * preset that generates no bias tensors clears the has_*_bias fields itself. Errors:
  * MOE_EINVAL (desc NULL, or `family` MOE_FAMILY_CUSTOM or not a moe_family value: no family
  * row holds its defaults). */
-moe_status moe_family_layer_defaults(moe_family family, moe_layer_desc *desc);
+MOE_API moe_status moe_family_layer_defaults(moe_family family, moe_layer_desc *desc);
 
 /* ---------------------------------------------------------------------------------------
  * Quantized checkpoints: moe_checkpoint_quantize (`moe quantize`) converts the routed experts
@@ -270,7 +281,7 @@ typedef struct moe_quantize_stats {
  * one is untouched) nor beside it (a process killed outright leaves its temporary folder
  * `.OUT.tmp.XXXXXX`, which the next call for the same out_dir names in a WARNING). stats
  * may be NULL. */
-moe_status moe_checkpoint_quantize(moe_ctx *ctx, const char *in_dir, const char *out_dir,
+MOE_API moe_status moe_checkpoint_quantize(moe_ctx *ctx, const char *in_dir, const char *out_dir,
                                    const moe_quantize_options *opt, moe_quantize_stats *stats);
 
 #ifdef __cplusplus

@@ -13,6 +13,17 @@
 extern "C" {
 #endif
 
+/* MOE_API marks the public functions: the only symbols libmoe.so exports (the library is
+ * built with -fvisibility=hidden; tests/exports.sh checks the export list against these
+ * headers). Define MOE_API before including to override (e.g. empty). */
+#ifndef MOE_API
+#if defined(__GNUC__) || defined(__clang__)
+#define MOE_API __attribute__((visibility("default")))
+#else
+#define MOE_API
+#endif
+#endif
+
 /* ---------------------------------------------------------------------------------------
  * Parallelism: expert (EP) and tensor (TP) parallelism over MPI (DESIGN.md section 7).
  *
@@ -125,20 +136,20 @@ typedef struct moe_parallel_config {
 } moe_parallel_config;
 
 /* 1 when libmoe was built with MPI (CMake option MOE_WITH_MPI), else 0. */
-int moe_mpi_available(void);
+MOE_API int moe_mpi_available(void);
 
 /* The parallel configuration of the plan, resolved (ranks of -1 replaced by the derived
  * coordinates; comm is NULL). Valid while the plan lives. */
-const moe_parallel_config *moe_plan_parallel(const moe_plan *plan);
+MOE_API const moe_parallel_config *moe_plan_parallel(const moe_plan *plan);
 
 /* Fill out [E] (the description's num_experts) with the local id of each global expert id on
  * this rank, or -1 when another EP rank holds it. One process: the identity.
  * Errors: MOE_EINVAL (NULL argument). */
-moe_status moe_plan_expert_map(const moe_plan *plan, int32_t *out);
+MOE_API moe_status moe_plan_expert_map(const moe_plan *plan, int32_t *out);
 
 /* The rows [*begin, *end) of an execute of n_tokens tokens whose output this rank writes:
  * its tp_rank's share under MOE_TP_REDUCE=reduce_scatter with tp_size > 1, else [0, n_tokens). */
-void moe_plan_tp_rows(const moe_plan *plan, int64_t n_tokens, int64_t *begin, int64_t *end);
+MOE_API void moe_plan_tp_rows(const moe_plan *plan, int64_t n_tokens, int64_t *begin, int64_t *end);
 
 #ifdef __cplusplus
 }

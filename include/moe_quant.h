@@ -13,6 +13,17 @@
 extern "C" {
 #endif
 
+/* MOE_API marks the public functions: the only symbols libmoe.so exports (the library is
+ * built with -fvisibility=hidden; tests/exports.sh checks the export list against these
+ * headers). Define MOE_API before including to override (e.g. empty). */
+#ifndef MOE_API
+#if defined(__GNUC__) || defined(__clang__)
+#define MOE_API __attribute__((visibility("default")))
+#else
+#define MOE_API
+#endif
+#endif
+
 /* ---------------------------------------------------------------------------------------
  * Quantized experts (vLLM's FusedMoEQuantConfig). The routed experts' w13 (gate and up) and
  * w2 (down) may each hold quantized codes with scales; the router, biases and the shared
@@ -128,13 +139,13 @@ typedef struct moe_quant_config {
  * "fp8-channel", "fp8-block", "fp8-block-w8a8" (act TOKEN_GROUP, act_group_size 128),
  * "int8-channel", "int8-w8a8", "int4-g128", "int4-g128-zp",
  * "mxfp4", ... ("custom" for anything else). */
-const char *moe_quant_name(const moe_quant_config *q);
+MOE_API const char *moe_quant_name(const moe_quant_config *q);
 /* Fill `q` with the named scheme (the names above; group sizes g32 g64 g128; "fp8-block"
  * is 128x128). MOE_EINVAL for an unknown name. */
-moe_status moe_quant_from_name(const char *name, moe_quant_config *q);
+MOE_API moe_status moe_quant_from_name(const char *name, moe_quant_config *q);
 /* The i-th named scheme (0-based: "fp8-tensor", "fp8-channel", "fp8-block", ..., "mxfp4"; every
  * name moe_quant_from_name accepts except "none"), or NULL for i past the last. Static. */
-const char *moe_quant_scheme_name(size_t i);
+MOE_API const char *moe_quant_scheme_name(size_t i);
 
 /* Quantize one f32 matrix w [N, K] row-major (an expert's gate or up [I, H], down [H, I])
  * into the source format `qw` describes (codes, scales and zero points in the shapes above,
@@ -147,9 +158,9 @@ const char *moe_quant_scheme_name(size_t i);
  * qw that moe_plan_create would refuse whatever the activations (dtype NONE, N or K <= 0,
  * odd K for INT4 / MXFP4, block / group sizes < 1, zero points other than INT4 GROUP, MXFP4
  * without GROUP scales) and MOE_ENOMEM; w is not modified. */
-moe_status moe_quantize_matrix_sizes(const moe_qweight *qw, int64_t N, int64_t K, size_t *code_bytes,
+MOE_API moe_status moe_quantize_matrix_sizes(const moe_qweight *qw, int64_t N, int64_t K, size_t *code_bytes,
                                      size_t *scale_bytes, size_t *zero_bytes);
-moe_status moe_quantize_matrix(const moe_qweight *qw, const float *w, int64_t N, int64_t K, void *codes,
+MOE_API moe_status moe_quantize_matrix(const moe_qweight *qw, const float *w, int64_t N, int64_t K, void *codes,
                                void *scale, uint8_t *zero);
 
 #ifdef __cplusplus
