@@ -165,6 +165,9 @@ typedef enum moe_log_level {
 /* A log sink. `msg` is one line without the trailing newline, valid during the call. */
 typedef void (*moe_log_fn)(moe_log_level level, const char *msg, void *user);
 
+/* Packing progress (moe_options.pack_progress_fn): `done` of `total` bytes. */
+typedef void (*moe_pack_progress_fn)(uint64_t done, uint64_t total, void *user);
+
 /* ---------------------------------------------------------------------------------------
  * Context.
  * ------------------------------------------------------------------------------------- */
@@ -212,6 +215,15 @@ typedef struct moe_options {
     moe_log_fn log_fn;        /* NULL = stderr, prefixed "libmoe: LEVEL: "; called from the thread
                                  that logs (concurrent executes: several at once) */
     void *log_user;           /* passed to log_fn */
+    /* Progress of moe_weights_create and so of moe_checkpoint_load_weights (whose reads of
+     * the mmapped files happen while packing): called with the bytes of routed-expert
+     * matrices packed so far (done) of this rank's total (total: their packed size, the
+     * codes of moe_weights_expert_bytes without scales and shared expert), only from the
+     * thread that called, with done never decreasing: first (0, total), then as matrices
+     * complete, last (total, total) exactly once on success (not after a failure). NULL:
+     * none. The callback must not call libmoe on this ctx. */
+    moe_pack_progress_fn pack_progress_fn;
+    void *pack_progress_user; /* passed to pack_progress_fn */
 } moe_options;
 
 /* Fill `opts` with "unset" values. */

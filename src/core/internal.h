@@ -24,6 +24,8 @@ struct moe_ctx {
     moe_log_level log_level;
     moe_log_fn log_fn;
     void *log_user;
+    moe_pack_progress_fn pack_progress_fn; /* moe_options.pack_progress_fn, or NULL */
+    void *pack_progress_user;
     int64_t chunk_size;
     int permute;              /* MOE_PERMUTE_* (core/knobs.h) */
     int64_t onehot_threshold; /* routed rows */

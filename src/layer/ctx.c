@@ -108,6 +108,8 @@ moe_status moe_ctx_create(const moe_options *opts, moe_ctx **out, char *out_err_
     ctx->log_level = (moe_log_level)num[MOE_KNOB_LOG_LEVEL];
     ctx->log_fn = opts ? opts->log_fn : NULL;
     ctx->log_user = opts ? opts->log_user : NULL;
+    ctx->pack_progress_fn = opts ? opts->pack_progress_fn : NULL;
+    ctx->pack_progress_user = opts ? opts->pack_progress_user : NULL;
     ctx->kernels = kern;
     ctx->generation = moe_ctx_generation_next();
 

@@ -12,6 +12,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <string.h>
 
 static int dtype_ok(moe_dtype dt)
@@ -390,6 +393,14 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
      * (quantized: a block or group cut by the shard boundary is re-expressed with a finer cell
      * that repeats its scale) and then packed like a whole matrix. */
     int oom = 0;
+    /* progress (moe_options.pack_progress_fn): bytes of packed matrices, reported by the
+     * calling thread (the parallel region's thread 0) only, never decreasing */
+    moe_pack_progress_fn progress = ctx->pack_progress_fn;
+    uint64_t prog_total = 0, prog_done = 0, prog_said = 0;
+    for (int64_t i = 0; progress && i < n; i++)
+        prog_total += moe_format_row(i % 3 == 2 ? f2 : f13)->packed_bytes(i % 3 == 2 ? H : Il, i % 3 == 2 ? Il : H);
+    if (progress)
+        progress(0, prog_total, ctx->pack_progress_user);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->num_threads)
     for (int64_t i = 0; i < n; i++) {
         const int64_t e = e0 + i / 3; /* the global expert of local matrix i */
@@ -413,6 +424,22 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
         free(bufs[0]);
         free(bufs[1]);
         free(bufs[2]);
+        if (progress) {
+            const uint64_t cb = f->packed_bytes(Nl, Kl);
+            uint64_t now;
+#pragma omp atomic capture
+            now = prog_done += cb;
+#ifdef _OPENMP
+            const int caller = omp_get_thread_num() == 0;
+#else
+            const int caller = 1;
+#endif
+            /* only thread 0 touches prog_said; the last report (total) comes after the loop */
+            if (caller && now > prog_said && now < prog_total) {
+                prog_said = now;
+                progress(now, prog_total, ctx->pack_progress_user);
+            }
+        }
     }
     if (oom) {
         moe_weights_free(w);
@@ -498,6 +525,8 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
                     (long long)moe_quant_gk(&qc->w2, I), (long long)moe_quant_gk(&q2, Il), (long long)qc->w13.block_n,
                     (long long)q13.block_n, dup);
     }
+    if (progress)
+        progress(prog_total, prog_total, ctx->pack_progress_user);
     *out = w;
     return MOE_OK;
 }

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -466,6 +467,95 @@ static void test_stacked_layouts(void **state)
     }
 }
 
+/* Packing progress: the calls one moe_weights_create makes. */
+typedef struct progress_log {
+    int n;
+    uint64_t done[4096], total[4096];
+    int other_thread; /* calls from a thread other than the caller's */
+    pthread_t caller;
+} progress_log;
+
+static void on_progress(uint64_t done, uint64_t total, void *user)
+{
+    progress_log *p = user;
+    if (!pthread_equal(pthread_self(), p->caller))
+        p->other_thread++;
+    if (p->n < 4096) {
+        p->done[p->n] = done;
+        p->total[p->n] = total;
+    }
+    p->n++;
+}
+
+/* The calls: at least (0, total) and (total, total), done never decreasing, the final call
+ * once, every call from the calling thread, total = want_total. */
+static void check_progress(const progress_log *p, uint64_t want_total)
+{
+    assert_true(p->n >= 2 && p->n <= 4096);
+    assert_int_equal(p->other_thread, 0);
+    assert_int_equal(p->done[0], 0);
+    for (int i = 0; i < p->n; i++) {
+        assert_int_equal(p->total[i], want_total);
+        if (i > 0)
+            assert_true(p->done[i] >= p->done[i - 1]);
+        if (i < p->n - 1)
+            assert_true(p->done[i] < want_total);
+    }
+    assert_int_equal(p->done[p->n - 1], want_total);
+}
+
+/* moe_weights_create (4 threads: the callback still comes from the caller's thread only) and
+ * moe_checkpoint_load_weights on a fixture report packing progress in bytes. */
+static void test_pack_progress(void **state)
+{
+    (void)state;
+    static progress_log plog;
+    memset(&plog, 0, sizeof plog);
+    plog.caller = pthread_self();
+    moe_options o;
+    moe_options_init(&o);
+    o.num_threads = 4;
+    o.pack_progress_fn = on_progress;
+    o.pack_progress_user = &plog;
+    moe_ctx *ctx = NULL;
+    char err[256];
+    assert_int_equal(moe_ctx_create(&o, &ctx, err, sizeof err), MOE_OK);
+    layer *L = make_layer(2); /* no shared expert: expert bytes are the routed matrices */
+    moe_plan *plan = NULL;
+    moe_weights *w = NULL;
+    assert_int_equal(moe_plan_create(ctx, &L->d, &plan), MOE_OK);
+    assert_int_equal(moe_weights_create(plan, &L->src, &w), MOE_OK);
+    check_progress(&plog, moe_weights_expert_bytes(w));
+    /* (how many calls come in between depends on which thread packs what: not asserted) */
+    moe_weights_free(w);
+    moe_plan_free(plan);
+    free(L);
+
+    char dir[1024];
+    tu_data_path(dir, sizeof dir, "deepseek_v3_f32");
+    memset(&plog, 0, sizeof plog);
+    plog.caller = pthread_self();
+    moe_layer_desc d;
+    moe_checkpoint *ck = NULL;
+    int64_t layer_i = -1;
+    assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_OK);
+    for (int64_t l = 0; l < moe_checkpoint_num_layers(ck) && layer_i < 0; l++)
+        if (moe_checkpoint_is_moe_layer(ck, l))
+            layer_i = l;
+    assert_true(layer_i >= 0);
+    assert_int_equal(moe_checkpoint_layer_desc(ck, layer_i, &d), MOE_OK);
+    assert_int_equal(moe_plan_create(ctx, &d, &plan), MOE_OK);
+    assert_int_equal(moe_checkpoint_load_weights(ck, layer_i, plan, &w), MOE_OK);
+    assert_true(plog.n >= 2);
+    /* DeepSeek-V3 has a shared expert: total is the routed matrices, below the expert bytes */
+    assert_true(plog.total[0] > 0 && plog.total[0] < moe_weights_expert_bytes(w));
+    check_progress(&plog, plog.total[0]);
+    moe_weights_free(w);
+    moe_plan_free(plan);
+    moe_checkpoint_free(ck);
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -474,6 +564,7 @@ int main(void)
         cmocka_unit_test(test_given_errors),
         cmocka_unit_test(test_bf16_output),
         cmocka_unit_test(test_stacked_layouts),
+        cmocka_unit_test(test_pack_progress),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
