@@ -56,7 +56,8 @@
  *  - The library never calls exit() or abort().
  *
  * Numerics contract (docs/numerics.md has the full text):
- *  1. Accumulation in f32; outputs f32. Expert outputs stay f32 until the weighted sum.
+ *  1. Accumulation in f32; outputs f32 (or, with moe_exec_args.output_dtype BF16, the f32
+ *     result rounded once to nearest even). Expert outputs stay f32 until the weighted sum.
  *  2. Top-k order: score descending, ties to the lower expert id. NaN ranks below every
  *     number; ids within a token are distinct and in [0, E) for every input.
  *  3. A token's output bits do not depend on T, on the other tokens in the batch, on the

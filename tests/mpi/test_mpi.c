@@ -326,8 +326,20 @@ static void result_free(result *r)
 
 /* Execute tokens [t0, t1) of x [T, H] (dtype xdt; logits [T, E] or NULL) on plan, with a
  * workspace for ws_tokens tokens; the results land at their rows of full-size buffers. */
+static moe_status exec_rows_ex(moe_plan *plan, moe_weights *w, const void *x, moe_dtype xdt, const float *logits,
+                               int64_t T, int64_t t0, int64_t t1, int64_t ws_tokens, const int32_t *in_ids,
+                               const float *in_wts, moe_dtype odt, result *r);
 static moe_status exec_rows(moe_plan *plan, moe_weights *w, const void *x, moe_dtype xdt, const float *logits,
                             int64_t T, int64_t t0, int64_t t1, int64_t ws_tokens, result *r)
+{
+    return exec_rows_ex(plan, w, x, xdt, logits, T, t0, t1, ws_tokens, NULL, NULL, MOE_DTYPE_F32, r);
+}
+
+/* exec_rows with caller-given routing in_ids / in_wts [T, K] (rows t0.. passed; NULL: routed)
+ * and output dtype odt (BF16: r->out holds [T, H] bf16 bits, poison 0xffff). */
+static moe_status exec_rows_ex(moe_plan *plan, moe_weights *w, const void *x, moe_dtype xdt, const float *logits,
+                               int64_t T, int64_t t0, int64_t t1, int64_t ws_tokens, const int32_t *in_ids,
+                               const float *in_wts, moe_dtype odt, result *r)
 {
     const moe_layer_desc *d = moe_plan_desc(plan);
     const int64_t H = d->hidden_size, K = d->top_k, E = d->num_experts;
@@ -340,6 +352,8 @@ static moe_status exec_rows(moe_plan *plan, moe_weights *w, const void *x, moe_d
     r->wts = xmalloc(sizeof(float) * (size_t)(T * K));
     for (int64_t i = 0; i < T * H; i++)
         r->out[i] = NAN;
+    if (odt == MOE_DTYPE_BF16)
+        memset(r->out, 0xff, sizeof(uint16_t) * (size_t)(T * H));
     size_t wsz = moe_plan_workspace_size(plan, ws_tokens);
     void *ws = wsz ? xmalloc(wsz) : NULL;
     moe_exec_args a;
@@ -348,7 +362,10 @@ static moe_status exec_rows(moe_plan *plan, moe_weights *w, const void *x, moe_d
     a.hidden_dtype = xdt;
     a.n_tokens = t1 - t0;
     a.router_logits = logits && t1 > t0 ? logits + t0 * E : NULL;
-    a.output = t1 > t0 ? r->out + t0 * H : NULL;
+    a.output = t1 <= t0 ? NULL : odt == MOE_DTYPE_BF16 ? (void *)((uint16_t *)r->out + t0 * H) : (void *)(r->out + t0 * H);
+    a.output_dtype = odt;
+    a.in_topk_ids = in_ids && t1 > t0 ? in_ids + t0 * K : NULL;
+    a.in_topk_weights = in_wts && t1 > t0 ? in_wts + t0 * K : NULL;
     a.topk_ids = t1 > t0 ? r->ids + t0 * K : NULL;
     a.topk_weights = t1 > t0 ? r->wts + t0 * K : NULL;
     a.workspace = ws;
@@ -581,6 +598,14 @@ static void fixture_case(const fixture *f, const pcfg *c, double tol, int64_t ch
     snprintf(what, sizeof what, "%s (ep %d tp %d %s%s)", f->name, c->ep, c->tp,
              c->low_latency ? "batched" : "standard", c->zero_last ? ", last rank without tokens" : "");
     compare(what, &got, &ref, H, K, T, tol, rb, re);
+    {
+        /* caller-given routing: this rank's routed ids and weights give the routed bits */
+        result given;
+        OKC(ctx, exec_rows_ex(pp, wp, x, f->xdt, NULL, T, b, e, maxs, got.ids, got.wts, MOE_DTYPE_F32, &given));
+        CHECK(memcmp(given.out + rb * H, got.out + rb * H, sizeof(float) * (size_t)((re - rb) * H)) == 0,
+              "%s: caller-given routing (the routed ids and weights) differs from the routed output", what);
+        result_free(&given);
+    }
     if (tol >= 0) {
         /* TP: bit-identical run to run */
         result again;
@@ -817,6 +842,21 @@ static void tp_algorithms(int tp, int ep)
                     CHECK(isnan(outs[2][t * H]), "reduce_scatter wrote row %lld it does not own", (long long)t);
             int64_t want0 = (e - b) / tp * (R % tp) + ((R % tp) < (e - b) % tp ? R % tp : (e - b) % tp);
             CHECK(o0 == want0, "reduce_scatter rows start at %lld, expected %lld", (long long)o0, (long long)want0);
+            /* bf16 output: the owned rows are the f32 rows rounded to nearest even, the others untouched */
+            result gb;
+            OKC(ctx, exec_rows_ex(pp, wp, x, MOE_DTYPE_F32, NULL, T, b, e, maxs, NULL, NULL, MOE_DTYPE_BF16, &gb));
+            const uint16_t *ob = (const uint16_t *)gb.out;
+            for (int64_t t = b; t < e; t++)
+                for (int64_t h = 0; h < H; h++) {
+                    const int own = t >= b + o0 && t < b + o1;
+                    uint32_t u;
+                    memcpy(&u, &outs[2][t * H + h], 4);
+                    const uint32_t lo = u & 0xffff, hi = (u >> 16) + (lo > 0x8000 || (lo == 0x8000 && ((u >> 16) & 1)));
+                    CHECK(own ? ob[t * H + h] == (uint16_t)hi : ob[t * H + h] == 0xffff,
+                          "reduce_scatter bf16 output row %lld col %lld: 0x%04x (%s)", (long long)t, (long long)h,
+                          ob[t * H + h], own ? "not the f32 row rounded" : "written, not owned");
+                }
+            result_free(&gb);
         }
         result_free(&got);
         moe_weights_free(wp);
