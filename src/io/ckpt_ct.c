@@ -34,6 +34,7 @@
  * (low nibble) and 2j + 1 for int4, and element j for int8.
  */
 #include "io/ckpt_ct.h"
+#include "io/ckpt_gptq.h"
 #include "io/safetensors.h"
 #include "quant/format.h"
 #include "quant/quant.h"
@@ -46,7 +47,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { CKQ_FMT_PACKED = 1, CKQ_FMT_INT = 2 } ckq_format;
+/* CKQ_FMT_GPTQ: quant_method gptq / awq, read by src/io/ckpt_gptq.c */
+typedef enum { CKQ_FMT_PACKED = 1, CKQ_FMT_INT = 2, CKQ_FMT_GPTQ = 3 } ckq_format;
 
 struct moe_ckq {
     ckq_format format;     /* where the codes are: weight_packed or weight */
@@ -55,6 +57,7 @@ struct moe_ckq {
     moe_quant_config quant;/* w13 = w2 = the weight scheme, act */
     json_t *targets;       /* the config groups' targets (strings), or NULL when a group has none */
     json_t *ignore;        /* quantization_config.ignore (strings), or NULL */
+    moe_gptq_scheme gq;    /* CKQ_FMT_GPTQ: the GPTQ / AWQ scheme */
 };
 
 struct moe_ckq_layer {
@@ -233,7 +236,25 @@ static moe_status parse_acts(moe_ctx *ctx, const char *cp, const char *f, const 
 moe_status moe_ckq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const json_t *qc, moe_ckq **out)
 {
     *out = NULL;
-    if (!jstr_is(json_object_get(qc, "quant_method"), "compressed-tensors"))
+    const json_t *method = json_object_get(qc, "quant_method");
+    if (jstr_is(method, "gptq") || jstr_is(method, "awq")) {
+        moe_ckq *q = calloc(1, sizeof *q);
+        if (!q)
+            return moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory", cp);
+        q->format = CKQ_FMT_GPTQ;
+        moe_status st = moe_gptq_parse(ctx, cp, qpre, qc, &q->gq, &q->quant.w13);
+        if (st != MOE_OK) {
+            moe_ckq_free(q);
+            return st;
+        }
+        q->num_bits = q->gq.bits;
+        q->symmetric = !q->quant.w13.has_zero_point;
+        q->quant.w2 = q->quant.w13;
+        q->quant.act = MOE_QACT_NONE;
+        *out = q;
+        return MOE_OK;
+    }
+    if (!jstr_is(method, "compressed-tensors"))
         return MOE_OK;
     char f[160];
     const json_t *status = json_object_get(qc, "quantization_status");
@@ -452,6 +473,11 @@ static moe_status get_typed(moe_ctx *ctx, const moe_ckq_lookup *lk, const char *
     return st;
 }
 
+static void *own_u(void *u, size_t n)
+{
+    return own(u, n);
+}
+
 /* One expert linear `base` ([N, K]): codes, scales, zero points. */
 static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, moe_ckq_layer *l,
                               const char *base, int64_t N, int64_t K, int describe, const void **codes,
@@ -462,6 +488,14 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
     const char *path = NULL;
     moe_status st;
     const moe_qweight *qw = &q->quant.w13;
+    if (q->format == CKQ_FMT_GPTQ) {
+        st = moe_gptq_load_linear(ctx, &q->gq, qw, lk, base, N, K, describe, own_u, l, codes, scale, zero);
+        if (st == MOE_OK && !describe) {
+            snprintf(name, sizeof name, "%s.scales", base);
+            scan_scales(l, name, *scale, qw->scale == MOE_QSCALE_CHANNEL ? N : N * ((K + qw->group_size - 1) / qw->group_size));
+        }
+        return st;
+    }
     if (q->format == CKQ_FMT_INT) {
         snprintf(name, sizeof name, "%s.weight", base);
         if ((st = get_typed(ctx, lk, name, MOE_DTYPE_I8, "compressed-tensors int-quantized", &t, &path)) != MOE_OK)
@@ -585,7 +619,8 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
     if (e_lo >= e_hi)
         return MOE_OK;
     /* a layer the quantization left out keeps a float `weight` */
-    snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight_packed", prefix, e_lo, proj[0]);
+    snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.%s", prefix, e_lo, proj[0],
+             q->format == CKQ_FMT_GPTQ ? "qweight" : "weight_packed");
     bool quantized = lk->has(lk->u, name);
     if (!quantized && q->format == CKQ_FMT_INT) {
         moe_tensor_info t;
@@ -755,10 +790,36 @@ static unsigned ct_tensors_present(const moe_ckq_lookup *lk, const char *base)
     return m;
 }
 
+/* A GPTQ / AWQ shared expert: quantized when all three projections have a qweight, float when
+ * none has; a mix is MOE_EFORMAT (the tensors are validated when dequantized). */
+static moe_status gptq_shared_check(moe_ctx *ctx, const moe_ckq_lookup *lk, const char *dir,
+                                    const char *const base[3], int *quantized)
+{
+    char name[320];
+    int nq = 0, jq = 0, jf = 0;
+    for (int j = 0; j < 3; j++) {
+        snprintf(name, sizeof name, "%s.qweight", base[j]);
+        if (lk->has(lk->u, name)) {
+            nq++;
+            jq = j;
+        } else
+            jf = j;
+    }
+    if (nq > 0 && nq < 3)
+        return moe_set_error(ctx, MOE_EFORMAT,
+                             "%s: shared expert: %d of its 3 projections are stored quantized ('%s.qweight') and %d "
+                             "not ('%s' has no qweight): all three or none",
+                             dir, nq, base[jq], 3 - nq, base[jf]);
+    *quantized = nq == 3;
+    return MOE_OK;
+}
+
 moe_status moe_ckq_shared_check(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, const char *dir,
                                 const char *const base[3], int *quantized)
 {
     *quantized = 0;
+    if (q->format == CKQ_FMT_GPTQ)
+        return gptq_shared_check(ctx, lk, dir, base, quantized);
     const bool packed = q->format == CKQ_FMT_PACKED;
     /* the tensors a quantized linear of this scheme has, and any of them */
     const unsigned need = packed ? (1u | 2u | 4u | (q->quant.w13.has_zero_point ? 8u : 0u)) : (16u | 2u);
