@@ -71,6 +71,8 @@ struct moe_ckq_layer {
      * once) */
     int64_t bad_nan, bad_inf, bad_zero, bad_neg, bad_total;
     int bad_tensors;
+    int act_order;             /* GPTQ: a g_idx of this layer is act-order */
+    int f32;                   /* GPTQ act-order: the experts are f32 [N, K] dequantizations, quant NONE */
     char bad_first[320];       /* the first tensor with one */
 };
 
@@ -394,6 +396,11 @@ const moe_quant_config *moe_ckq_quant(const moe_ckq *q)
     return &q->quant;
 }
 
+int moe_ckq_layer_f32(const moe_ckq_layer *l)
+{
+    return l->f32;
+}
+
 void moe_ckq_layer_quant(const moe_ckq_layer *l, moe_quant_config *out)
 {
     *out = l->quant;
@@ -489,8 +496,9 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
     moe_status st;
     const moe_qweight *qw = &q->quant.w13;
     if (q->format == CKQ_FMT_GPTQ) {
-        st = moe_gptq_load_linear(ctx, &q->gq, qw, lk, base, N, K, describe, own_u, l, codes, scale, zero);
-        if (st == MOE_OK && !describe) {
+        st = moe_gptq_load_linear(ctx, &q->gq, qw, lk, base, N, K, describe, l->f32, &l->act_order, own_u, l, codes,
+                                  scale, zero);
+        if (st == MOE_OK && !describe && !l->f32) {
             snprintf(name, sizeof name, "%s.scales", base);
             scan_scales(l, name, *scale, qw->scale == MOE_QSCALE_CHANNEL ? N : N * ((K + qw->group_size - 1) / qw->group_size));
         }
@@ -643,6 +651,18 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
         }
     }
     moe_status st = MOE_OK;
+    /* GPTQ: an act-order g_idx anywhere in the layer makes it load as f32 (src/io/ckpt_gptq.c) */
+    for (int64_t e = e_lo; q->format == CKQ_FMT_GPTQ && e < e_hi && st == MOE_OK; e++)
+        for (int j = 0; j < 3 && st == MOE_OK; j++) {
+            const void *c = NULL, *s = NULL;
+            const uint8_t *z = NULL;
+            snprintf(base, sizeof base, "%sexperts.%" PRId64 ".%s", prefix, e, proj[j]);
+            st = load_linear(ctx, q, lk, l, base, j == 2 ? H : I, j == 2 ? I : H, 1, &c, &s, &z);
+        }
+    if (st == MOE_OK && l->act_order) {
+        l->f32 = 1;
+        memset(&l->quant, 0, sizeof l->quant);
+    }
     for (int64_t e = e_lo; e < e_hi && st == MOE_OK; e++)
         for (int j = 0; j < 3 && st == MOE_OK; j++) {
             snprintf(base, sizeof base, "%sexperts.%" PRId64 ".%s", prefix, e, proj[j]);
@@ -661,7 +681,12 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
     char what[320];
     snprintf(what, sizeof what, "%sexperts", prefix);
     warn_scales(ctx, l, what);
-    if (l->owned_bytes)
+    if (l->f32 && !describe)
+        moe_log(ctx, MOE_LOG_INFO,
+                "%sexperts: GPTQ act-order layer: experts [%" PRId64 ", %" PRId64 ") dequantized exactly to f32 "
+                "(weight_dtype F32, quant none): %zu bytes instead of %zu of int4 codes",
+                prefix, e_lo, e_hi, l->owned_bytes, (size_t)((e_hi - e_lo) * 3 * I * H) * (size_t)q->num_bits / 8);
+    else if (l->owned_bytes)
         moe_log(ctx, MOE_LOG_INFO,
                 "%sexperts: %zu bytes of compressed-tensors codes / scales converted to libmoe's source layout "
                 "(a temporary copy, freed once packed)",
@@ -902,8 +927,11 @@ moe_status moe_ckq_dequant_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_
         return moe_set_error(ctx, MOE_ENOMEM, "out of memory");
     const void *codes = NULL, *scale = NULL;
     const uint8_t *zero = NULL;
+    l->f32 = q->format == CKQ_FMT_GPTQ; /* GPTQ / AWQ: the exact f32 dequantization, act-order or not */
     moe_status st = load_linear(ctx, q, lk, l, base, N, K, describe, &codes, &scale, &zero);
-    if (st == MOE_OK && w) {
+    if (st == MOE_OK && w && l->f32) {
+        memcpy(w, codes, sizeof(float) * (size_t)(N * K));
+    } else if (st == MOE_OK && w) {
         moe_quant_dequant_source(&q->quant.w13, codes, scale, zero, N, K, w);
         warn_scales(ctx, l, base);
     }

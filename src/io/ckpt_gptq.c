@@ -21,9 +21,10 @@
  * L the libmoe group (128 / 64 / 32 dividing g: the checkpoint's scale and zero point
  * repeated, exactly the same weights); CHANNEL [N] for sym g = -1. f16 scales convert to f32
  * exactly, and (v - z) * s is then exact in f32 (a 5-bit integer times an 11-bit significand).
- * Act-order (a g_idx that is not k / g) is refused: the groups are then not contiguous along
- * K, and regrouping them permutes the input features per expert, which the routed kernels do
- * not take (docs/checkpoints.md).
+ * Act-order (a g_idx that is not k / g): the groups are then not contiguous along K, and
+ * regrouping them permutes the input features per expert, which the routed kernels do not take
+ * (vLLM's Marlin MoE permutes the activations inside its kernel); such a layer loads as the
+ * exact f32 dequantization of its experts instead (docs/checkpoints.md: 8x the int4 bytes).
  */
 #include "io/ckpt_gptq.h"
 #include "core/file.h"
@@ -209,10 +210,66 @@ static unsigned nib(uint32_t w, int bits, int awq, int64_t j)
     return (unsigned)(w >> (bits * pos)) & ((1u << bits) - 1u);
 }
 
+/* The exact f32 dequantization w [N, K] of a linear (act-order: each input row k's group is
+ * g_idx[k], or k / g without g_idx): w = (q - z) * s in f32, z = 2^(b-1) when symmetric. */
+static moe_status dequant_f32(moe_ctx *ctx, const moe_gptq_scheme *s, int asym, const moe_tensor_info *tg,
+                              const moe_tensor_info *tw, const moe_tensor_info *ts, const moe_tensor_info *tz,
+                              const char *base, int64_t N, int64_t K, moe_gptq_alloc alloc, void *u,
+                              const void **out)
+{
+    const int bits = s->bits, per = 32 / bits;
+    const int64_t g = s->group_size == -1 ? K : s->group_size;
+    const int64_t qc = s->awq ? N / 8 : N;
+    float *w = alloc(u, sizeof(float) * (size_t)(N * K)); /* [N, K] f32 */
+    if (!w)
+        return moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory", base);
+    for (int64_t k = 0; k < K; k++) {
+        int64_t gk = k / g;
+        if (tg) {
+            if (tg->dtype == MOE_DTYPE_I32) {
+                int32_t x;
+                memcpy(&x, (const uint8_t *)tg->data + 4 * k, 4);
+                gk = x;
+            } else
+                memcpy(&gk, (const uint8_t *)tg->data + 8 * k, 8);
+        }
+        for (int64_t n = 0; n < N; n++) {
+            const unsigned q = s->awq ? nib(word(tw->data, (size_t)(k * qc + n / 8)), 4, 1, n % 8)
+                                      : nib(word(tw->data, (size_t)((k / per) * qc + n)), bits, 0, k % per);
+            int z = 1 << (bits - 1);
+            if (asym) {
+                const int zper = s->awq ? 8 : per;
+                z = (int)nib(word(tz->data, (size_t)(gk * (N / zper) + n / zper)), bits, s->awq, n % zper);
+                if (s->v1) {
+                    if (z == 15)
+                        return moe_set_error(ctx, MOE_EFORMAT,
+                                             "%s.qzeros: group %" PRId64 ", out feature %" PRId64 ": stored 15 in a "
+                                             "checkpoint_format \"gptq\" (v1) checkpoint means zero point 16 (v1 "
+                                             "stores z - 1), outside libmoe's 0..15",
+                                             base, gk, n);
+                    z += 1;
+                }
+            }
+            const size_t i = (size_t)(gk * N + n);
+            float sc;
+            uint16_t h;
+            if (ts->dtype == MOE_DTYPE_F32)
+                memcpy(&sc, (const uint8_t *)ts->data + 4 * i, 4);
+            else {
+                memcpy(&h, (const uint8_t *)ts->data + 2 * i, 2);
+                sc = ts->dtype == MOE_DTYPE_F16 ? moe_f16_to_f32(h) : moe_bf16_to_f32(h);
+            }
+            w[n * K + k] = (float)((int)q - z) * sc; /* exact: a 5 (9) bit integer times a f16 / bf16 value */
+        }
+    }
+    *out = w;
+    return MOE_OK;
+}
+
 moe_status moe_gptq_load_linear(moe_ctx *ctx, const moe_gptq_scheme *s, const moe_qweight *qw,
                                 const moe_ckq_lookup *lk, const char *base, int64_t N, int64_t K, int describe,
-                                moe_gptq_alloc alloc, void *u, const void **codes, const void **scale,
-                                const uint8_t **zero)
+                                int to_f32, int *act_order, moe_gptq_alloc alloc, void *u, const void **codes,
+                                const void **scale, const uint8_t **zero)
 {
     char name[320], why[160];
     moe_tensor_info tw, ts, tz, tg;
@@ -271,7 +328,8 @@ moe_status moe_gptq_load_linear(moe_ctx *ctx, const moe_gptq_scheme *s, const mo
     }
     /* g_idx (GPTQ): in range, and k / g (else act-order) */
     snprintf(name, sizeof name, "%s.g_idx", base);
-    if (!s->awq && lk->has(lk->u, name)) {
+    const bool have_g = !s->awq && lk->has(lk->u, name);
+    if (have_g) {
         const char *gpath = NULL;
         if ((st = lk->get(lk->u, name, &tg, &gpath)) != MOE_OK)
             return st;
@@ -302,17 +360,19 @@ moe_status moe_gptq_load_linear(moe_ctx *ctx, const moe_gptq_scheme *s, const mo
                 first_ao_v = v;
             }
         }
-        if (first_ao >= 0)
-            return moe_set_error(ctx, MOE_EUNSUPPORTED,
-                                 "%s: tensor '%s': act-order (desc_act) groups: entry %" PRId64 " = %" PRId64
-                                 ", not %" PRId64 " / %" PRId64 ": GPTQ act-order is not loaded (its groups are not "
-                                 "contiguous along the input, and regrouping them permutes each expert's input "
-                                 "features, which libmoe's kernels do not take); nearest: the model's GPTQ export "
-                                 "with desc_act false",
-                                 gpath, name, first_ao, first_ao_v, first_ao, g);
+        if (first_ao >= 0 && !*act_order) {
+            moe_log(ctx, MOE_LOG_INFO,
+                    "%s: tensor '%s': act-order (desc_act) groups (entry %" PRId64 " = %" PRId64 ", not %" PRId64
+                    " / %" PRId64 "): this layer's experts load as their exact f32 dequantization",
+                    gpath, name, first_ao, first_ao_v, first_ao, g);
+            *act_order = 1;
+        }
     }
     if (describe)
         return MOE_OK;
+    if (to_f32)
+        return dequant_f32(ctx, s, asym, have_g ? &tg : NULL, &tw, &ts, have_z ? &tz : NULL, base, N, K, alloc, u,
+                           codes);
     /* codes */
     const size_t row = bits == 4 ? (size_t)K / 2 : (size_t)K;
     uint8_t *c = alloc(u, (size_t)N * row); /* [N, K/2] int4 or [N, K] int8 */

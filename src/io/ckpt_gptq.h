@@ -39,11 +39,13 @@ typedef void *(*moe_gptq_alloc)(void *u, size_t n);
  * signed when qw has no zero points) or I8 [N, K]; *scale f32 [N, ceil(K / qw.group_size)]
  * (GROUP) or [N] (CHANNEL); *zero u8 [N, ceil(K / qw.group_size)] 0..15 or NULL. Errors:
  * MOE_ENOTFOUND (a tensor missing, from lk), MOE_EDTYPE, MOE_ESHAPE, MOE_EFORMAT (g_idx out of
- * range, a v1 zero point of 16), MOE_EUNSUPPORTED (act-order: a g_idx other than k / group_size,
- * see docs/checkpoints.md), MOE_ENOMEM. */
+ * range, a v1 zero point of 16), MOE_ENOMEM. *act_order is set to 1 (else left) when base's
+ * g_idx is not k / group_size (act-order, desc_act). to_f32 (with describe 0): *codes instead
+ * receives the exact f32 dequantization [N, K] (w = (q - z) * s[g_idx[k]], z = 2^(b-1) when
+ * symmetric) and *scale, *zero stay NULL: how an act-order layer loads (docs/checkpoints.md). */
 moe_status moe_gptq_load_linear(moe_ctx *ctx, const moe_gptq_scheme *s, const moe_qweight *qw,
                                 const moe_ckq_lookup *lk, const char *base, int64_t N, int64_t K, int describe,
-                                moe_gptq_alloc alloc, void *u, const void **codes, const void **scale,
-                                const uint8_t **zero);
+                                int to_f32, int *act_order, moe_gptq_alloc alloc, void *u, const void **codes,
+                                const void **scale, const uint8_t **zero);
 
 #endif

@@ -3,9 +3,9 @@
  * and zero points packed as the formats' published descriptions say) load as libmoe's int4
  * schemes and match the generator's reference: its own numpy unpacking of the stored words
  * (written from the same descriptions, independently of the packer) and a float64 MoE block
- * on those weights. Bound: the weight-only bound, TU_REASSOC_REL (1e-5) of max |output|.
+ * on those weights (an act-order layer: loaded as its exact f32 dequantization). Bound: the weight-only bound, TU_REASSOC_REL (1e-5) of max |output|.
  * Bad input (a wrong qweight shape, a g_idx entry out of range, bits 3, a missing qzeros, AWQ
- * gemv, an act-order g_idx) is refused with a message naming the tensor or field. */
+ * gemv) is refused with a message naming the tensor or field. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -72,6 +72,10 @@ static void test_fixtures_match(void **state)
         {"qwen3_moe_gptq_gm1", "int4-channel"},    /* group_size -1, sym: CHANNEL */
         {"qwen3_moe_awq_g128", "int4-g128-zp"},
         {"mixtral_awq_g64", "int4-g64-zp"},        /* Mixtral's w1 / w3 / w2 under block_sparse_moe */
+        /* desc_act, shuffled g_idx, asym, gptq_v2: the exact f32 dequantization */
+        {"qwen3_moe_gptq_actorder_g64", "none"},
+        /* a GPTQ shared expert, dequantized to f32 at load; routed int4 g64 with v1 zeros */
+        {"qwen2_moe_gptq_shared_g64", "int4-g64-zp"},
     };
     moe_ctx *ctx = tu_ctx();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -85,7 +89,10 @@ static void test_fixtures_match(void **state)
         assert_int_equal(nx, (size_t)(T * d.hidden_size));
         assert_int_equal(ny, nx);
         moe_quant_config q;
-        if (strcmp(cases[i].scheme, "int4-channel") == 0) { /* no preset name: INT4, CHANNEL scales */
+        if (strcmp(cases[i].scheme, "none") == 0) {
+            memset(&q, 0, sizeof q);
+            assert_int_equal(d.weight_dtype, MOE_DTYPE_F32);
+        } else if (strcmp(cases[i].scheme, "int4-channel") == 0) { /* no preset name: INT4, CHANNEL scales */
             memset(&q, 0, sizeof q);
             q.w13 = (moe_qweight){.dtype = MOE_QTYPE_INT4, .scale = MOE_QSCALE_CHANNEL};
             q.w2 = q.w13;
@@ -231,20 +238,23 @@ static void test_bad_input(void **state)
     moe_ctx_free(ctx);
 }
 
-/* desc_act with a shuffled g_idx: refused by name (docs/checkpoints.md: the groups are not
- * contiguous along K, and regrouping permutes each expert's input features). */
-static void test_act_order(void **state)
+/* desc_act with a shuffled g_idx: the layer loads as its exact f32 dequantization, logged (INFO)
+ * with the tensor, the first act-order entry and the bytes (docs/checkpoints.md). */
+static void test_act_order_logged(void **state)
 {
     (void)state;
-    moe_ctx *ctx = tu_ctx();
-    char root[512], d[700], nm[200];
-    tu_tmpdir(root, sizeof root, "gptq_ao");
-    tu_join(d, sizeof d, root, "ao");
-    /* g_idx entry 0 = 1: in range, but not 0 / 32 */
-    snprintf(nm, sizeof nm, "model.layers.0.mlp.experts.1.up_proj.g_idx");
-    variant(ctx, "qwen3_moe_gptq_asym_g32", d, "desc_act", json_true(), NULL, NULL, 0, 0, nm, 1);
-    expect_error(ctx, open_desc(ctx, d), MOE_EUNSUPPORTED, nm, "act-order", "entry 0 = 1", "desc_act false");
-    tu_rm_tree(root);
+    tu_logcap cap;
+    moe_ctx *ctx = tu_ctx_logging(&cap, MOE_LOG_INFO);
+    char dir[600];
+    tu_data_path(dir, sizeof dir, "qwen3_moe_gptq_actorder_g64");
+    float x[T * HMAX];
+    read_f32(ctx, dir, "input.safetensors", "hidden_states", x, T * HMAX);
+    moe_layer_desc d;
+    free(run_ckpt(ctx, dir, x, &d));
+    assert_non_null(strstr(cap.text, "experts.0.gate_proj.g_idx': act-order (desc_act) groups"));
+    assert_non_null(strstr(cap.text, "dequantized exactly to f32"));
+    /* 4 experts x 3 x 64 x 128 weights: 4 bytes each instead of half a byte */
+    assert_non_null(strstr(cap.text, "393216 bytes instead of 49152"));
     moe_ctx_free(ctx);
 }
 
@@ -253,7 +263,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixtures_match),
         cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_act_order),
+        cmocka_unit_test(test_act_order_logged),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
