@@ -76,6 +76,7 @@ static void test_fixtures_match(void **state)
         {"qwen3_moe_gptq_actorder_g64", "none"},
         /* a GPTQ shared expert, dequantized to f32 at load; routed int4 g64 with v1 zeros */
         {"qwen2_moe_gptq_shared_g64", "int4-g64-zp"},
+        {"qwen3_moe_gptq_int8_g128", "int8-g128"}, /* bits 8, sym: I8 GROUP 128 */
     };
     moe_ctx *ctx = tu_ctx();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -92,6 +93,10 @@ static void test_fixtures_match(void **state)
         if (strcmp(cases[i].scheme, "none") == 0) {
             memset(&q, 0, sizeof q);
             assert_int_equal(d.weight_dtype, MOE_DTYPE_F32);
+        } else if (strcmp(cases[i].scheme, "int8-g128") == 0) { /* no preset name: I8, GROUP 128 */
+            memset(&q, 0, sizeof q);
+            q.w13 = (moe_qweight){.dtype = MOE_QTYPE_I8, .scale = MOE_QSCALE_GROUP, .group_size = 128};
+            q.w2 = q.w13;
         } else if (strcmp(cases[i].scheme, "int4-channel") == 0) { /* no preset name: INT4, CHANNEL scales */
             memset(&q, 0, sizeof q);
             q.w13 = (moe_qweight){.dtype = MOE_QTYPE_INT4, .scale = MOE_QSCALE_CHANNEL};
