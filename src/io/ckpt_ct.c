@@ -34,6 +34,7 @@
  * (low nibble) and 2j + 1 for int4, and element j for int8.
  */
 #include "io/ckpt_ct.h"
+#include "io/ckpt_gptq.h"
 #include "io/safetensors.h"
 #include "quant/format.h"
 #include "quant/quant.h"
@@ -46,7 +47,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { CKQ_FMT_PACKED = 1, CKQ_FMT_INT = 2 } ckq_format;
+/* CKQ_FMT_GPTQ: quant_method gptq / awq, read by src/io/ckpt_gptq.c */
+typedef enum { CKQ_FMT_PACKED = 1, CKQ_FMT_INT = 2, CKQ_FMT_GPTQ = 3 } ckq_format;
 
 struct moe_ckq {
     ckq_format format;     /* where the codes are: weight_packed or weight */
@@ -55,6 +57,7 @@ struct moe_ckq {
     moe_quant_config quant;/* w13 = w2 = the weight scheme, act */
     json_t *targets;       /* the config groups' targets (strings), or NULL when a group has none */
     json_t *ignore;        /* quantization_config.ignore (strings), or NULL */
+    moe_gptq_scheme gq;    /* CKQ_FMT_GPTQ: the GPTQ / AWQ scheme */
 };
 
 struct moe_ckq_layer {
@@ -68,6 +71,8 @@ struct moe_ckq_layer {
      * once) */
     int64_t bad_nan, bad_inf, bad_zero, bad_neg, bad_total;
     int bad_tensors;
+    int act_order;             /* GPTQ: a g_idx of this layer is act-order */
+    int f32;                   /* GPTQ act-order: the experts are f32 [N, K] dequantizations, quant NONE */
     char bad_first[320];       /* the first tensor with one */
 };
 
@@ -233,7 +238,25 @@ static moe_status parse_acts(moe_ctx *ctx, const char *cp, const char *f, const 
 moe_status moe_ckq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const json_t *qc, moe_ckq **out)
 {
     *out = NULL;
-    if (!jstr_is(json_object_get(qc, "quant_method"), "compressed-tensors"))
+    const json_t *method = json_object_get(qc, "quant_method");
+    if (jstr_is(method, "gptq") || jstr_is(method, "awq")) {
+        moe_ckq *q = calloc(1, sizeof *q);
+        if (!q)
+            return moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory", cp);
+        q->format = CKQ_FMT_GPTQ;
+        moe_status st = moe_gptq_parse(ctx, cp, qpre, qc, &q->gq, &q->quant.w13);
+        if (st != MOE_OK) {
+            moe_ckq_free(q);
+            return st;
+        }
+        q->num_bits = q->gq.bits;
+        q->symmetric = !q->quant.w13.has_zero_point;
+        q->quant.w2 = q->quant.w13;
+        q->quant.act = MOE_QACT_NONE;
+        *out = q;
+        return MOE_OK;
+    }
+    if (!jstr_is(method, "compressed-tensors"))
         return MOE_OK;
     char f[160];
     const json_t *status = json_object_get(qc, "quantization_status");
@@ -373,6 +396,11 @@ const moe_quant_config *moe_ckq_quant(const moe_ckq *q)
     return &q->quant;
 }
 
+int moe_ckq_layer_f32(const moe_ckq_layer *l)
+{
+    return l->f32;
+}
+
 void moe_ckq_layer_quant(const moe_ckq_layer *l, moe_quant_config *out)
 {
     *out = l->quant;
@@ -452,6 +480,11 @@ static moe_status get_typed(moe_ctx *ctx, const moe_ckq_lookup *lk, const char *
     return st;
 }
 
+static void *own_u(void *u, size_t n)
+{
+    return own(u, n);
+}
+
 /* One expert linear `base` ([N, K]): codes, scales, zero points. */
 static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, moe_ckq_layer *l,
                               const char *base, int64_t N, int64_t K, int describe, const void **codes,
@@ -462,6 +495,15 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
     const char *path = NULL;
     moe_status st;
     const moe_qweight *qw = &q->quant.w13;
+    if (q->format == CKQ_FMT_GPTQ) {
+        st = moe_gptq_load_linear(ctx, &q->gq, qw, lk, base, N, K, describe, l->f32, &l->act_order, own_u, l, codes,
+                                  scale, zero);
+        if (st == MOE_OK && !describe && !l->f32) {
+            snprintf(name, sizeof name, "%s.scales", base);
+            scan_scales(l, name, *scale, qw->scale == MOE_QSCALE_CHANNEL ? N : N * ((K + qw->group_size - 1) / qw->group_size));
+        }
+        return st;
+    }
     if (q->format == CKQ_FMT_INT) {
         snprintf(name, sizeof name, "%s.weight", base);
         if ((st = get_typed(ctx, lk, name, MOE_DTYPE_I8, "compressed-tensors int-quantized", &t, &path)) != MOE_OK)
@@ -585,7 +627,8 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
     if (e_lo >= e_hi)
         return MOE_OK;
     /* a layer the quantization left out keeps a float `weight` */
-    snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight_packed", prefix, e_lo, proj[0]);
+    snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.%s", prefix, e_lo, proj[0],
+             q->format == CKQ_FMT_GPTQ ? "qweight" : "weight_packed");
     bool quantized = lk->has(lk->u, name);
     if (!quantized && q->format == CKQ_FMT_INT) {
         moe_tensor_info t;
@@ -608,6 +651,18 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
         }
     }
     moe_status st = MOE_OK;
+    /* GPTQ: an act-order g_idx anywhere in the layer makes it load as f32 (src/io/ckpt_gptq.c) */
+    for (int64_t e = e_lo; q->format == CKQ_FMT_GPTQ && e < e_hi && st == MOE_OK; e++)
+        for (int j = 0; j < 3 && st == MOE_OK; j++) {
+            const void *c = NULL, *s = NULL;
+            const uint8_t *z = NULL;
+            snprintf(base, sizeof base, "%sexperts.%" PRId64 ".%s", prefix, e, proj[j]);
+            st = load_linear(ctx, q, lk, l, base, j == 2 ? H : I, j == 2 ? I : H, 1, &c, &s, &z);
+        }
+    if (st == MOE_OK && l->act_order) {
+        l->f32 = 1;
+        memset(&l->quant, 0, sizeof l->quant);
+    }
     for (int64_t e = e_lo; e < e_hi && st == MOE_OK; e++)
         for (int j = 0; j < 3 && st == MOE_OK; j++) {
             snprintf(base, sizeof base, "%sexperts.%" PRId64 ".%s", prefix, e, proj[j]);
@@ -626,7 +681,12 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
     char what[320];
     snprintf(what, sizeof what, "%sexperts", prefix);
     warn_scales(ctx, l, what);
-    if (l->owned_bytes)
+    if (l->f32 && !describe)
+        moe_log(ctx, MOE_LOG_INFO,
+                "%sexperts: GPTQ act-order layer: experts [%" PRId64 ", %" PRId64 ") dequantized exactly to f32 "
+                "(weight_dtype F32, quant none): %zu bytes instead of %zu of int4 codes",
+                prefix, e_lo, e_hi, l->owned_bytes, (size_t)((e_hi - e_lo) * 3 * I * H) * (size_t)q->num_bits / 8);
+    else if (l->owned_bytes)
         moe_log(ctx, MOE_LOG_INFO,
                 "%sexperts: %zu bytes of compressed-tensors codes / scales converted to libmoe's source layout "
                 "(a temporary copy, freed once packed)",
@@ -755,10 +815,36 @@ static unsigned ct_tensors_present(const moe_ckq_lookup *lk, const char *base)
     return m;
 }
 
+/* A GPTQ / AWQ shared expert: quantized when all three projections have a qweight, float when
+ * none has; a mix is MOE_EFORMAT (the tensors are validated when dequantized). */
+static moe_status gptq_shared_check(moe_ctx *ctx, const moe_ckq_lookup *lk, const char *dir,
+                                    const char *const base[3], int *quantized)
+{
+    char name[320];
+    int nq = 0, jq = 0, jf = 0;
+    for (int j = 0; j < 3; j++) {
+        snprintf(name, sizeof name, "%s.qweight", base[j]);
+        if (lk->has(lk->u, name)) {
+            nq++;
+            jq = j;
+        } else
+            jf = j;
+    }
+    if (nq > 0 && nq < 3)
+        return moe_set_error(ctx, MOE_EFORMAT,
+                             "%s: shared expert: %d of its 3 projections are stored quantized ('%s.qweight') and %d "
+                             "not ('%s' has no qweight): all three or none",
+                             dir, nq, base[jq], 3 - nq, base[jf]);
+    *quantized = nq == 3;
+    return MOE_OK;
+}
+
 moe_status moe_ckq_shared_check(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, const char *dir,
                                 const char *const base[3], int *quantized)
 {
     *quantized = 0;
+    if (q->format == CKQ_FMT_GPTQ)
+        return gptq_shared_check(ctx, lk, dir, base, quantized);
     const bool packed = q->format == CKQ_FMT_PACKED;
     /* the tensors a quantized linear of this scheme has, and any of them */
     const unsigned need = packed ? (1u | 2u | 4u | (q->quant.w13.has_zero_point ? 8u : 0u)) : (16u | 2u);
@@ -841,8 +927,11 @@ moe_status moe_ckq_dequant_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_
         return moe_set_error(ctx, MOE_ENOMEM, "out of memory");
     const void *codes = NULL, *scale = NULL;
     const uint8_t *zero = NULL;
+    l->f32 = q->format == CKQ_FMT_GPTQ; /* GPTQ / AWQ: the exact f32 dequantization, act-order or not */
     moe_status st = load_linear(ctx, q, lk, l, base, N, K, describe, &codes, &scale, &zero);
-    if (st == MOE_OK && w) {
+    if (st == MOE_OK && w && l->f32) {
+        memcpy(w, codes, sizeof(float) * (size_t)(N * K));
+    } else if (st == MOE_OK && w) {
         moe_quant_dequant_source(&q->quant.w13, codes, scale, zero, N, K, w);
         warn_scales(ctx, l, base);
     }

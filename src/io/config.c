@@ -198,7 +198,8 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
 
 /* quantization_config (top level, else in text_config). quant_method "fp8" (FP8 block
  * checkpoints, docs/checkpoints.md) and "mxfp4" (the families whose row has an MXFP4 layout)
- * are read here, "compressed-tensors" by src/io/ckpt_ct.c; other methods are refused. */
+ * are read here, "compressed-tensors" by src/io/ckpt_ct.c, "gptq" / "awq" by src/io/ckpt_gptq.c
+ * (through ckpt_ct.c); other methods are refused. */
 static moe_status config_quant(moe_ck_config *c, const json_t *root, const json_t *cfg)
 {
     const char *qpre = "";
@@ -232,7 +233,9 @@ static moe_status config_quant(moe_ck_config *c, const json_t *root, const json_
                 c->path);
         return MOE_OK;
     }
-    if (m && json_is_string(m) && strcmp(json_string_value(m), "compressed-tensors") == 0)
+    if (m && json_is_string(m) &&
+        (strcmp(json_string_value(m), "compressed-tensors") == 0 || strcmp(json_string_value(m), "gptq") == 0 ||
+         strcmp(json_string_value(m), "awq") == 0)) /* gptq / awq: src/io/ckpt_gptq.c through the same reader */
         return moe_ckq_parse(c->ctx, c->path, qpre, qc, &c->ct);
     if (!m || json_is_null(m))
         return MOE_OK; /* no method: nothing quantized */
@@ -240,7 +243,7 @@ static moe_status config_quant(moe_ck_config *c, const json_t *root, const json_
         char fams[256]; /* [256] chars: "gpt_oss", the rows with an MXFP4 layout */
         return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
                              "%s: field '%squantization_config.quant_method' = '%s': libmoe reads fp8 (block), mxfp4 "
-                             "(%s) and compressed-tensors (int8 / int4) checkpoints; dequantize this one to "
+                             "(%s), compressed-tensors (int8 / int4), gptq and awq (int4) checkpoints; dequantize this one to "
                              "bf16 first or convert a bf16 checkpoint with moe quantize",
                              c->path, qpre, json_is_string(m) ? json_string_value(m) : moe_io_json_kind(m),
                              moe_fam_names_with(MOE_FAM_HAS_MXFP4, ", ", false, fams, sizeof fams));

@@ -310,6 +310,10 @@ static moe_status per_expert_experts(const moe_ck_index *ix, const moe_ck_config
         if ((st = moe_ckq_layer_load(ix->ctx, c->ct, &lk, prefix, proj, lt->e_lo, lt->e_hi, E, I, H, describe, w,
                                      &lt->ckq)) != MOE_OK)
             return st;
+        if (lt->ckq && moe_ckq_layer_f32(lt->ckq)) { /* GPTQ act-order: exact f32 experts */
+            lt->have_weight_dtype = true;
+            lt->weight_dtype = MOE_DTYPE_F32;
+        }
     }
     for (int64_t e = lt->e_lo; !c->fp8 && !lt->ckq && e < lt->e_hi; e++)
         for (int j = 0; j < 3; j++) {

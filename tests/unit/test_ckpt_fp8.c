@@ -140,7 +140,7 @@ static void write_ckpt(moe_ctx *ctx, const fp8_layer *L, int64_t bn, int64_t bk,
     snprintf(cfg + n, sizeof cfg - (size_t)n,
              " \"quantization_config\": {\"quant_method\": \"%s\", \"fmt\": \"e4m3\","
              " \"activation_scheme\": \"dynamic\", \"weight_block_size\": [%lld, %lld]}}",
-             mode == M_GPTQ ? "gptq" : "fp8", (long long)bn, (long long)bk);
+             mode == M_GPTQ ? "bitsandbytes" : "fp8", (long long)bn, (long long)bk);
     snprintf(path, sizeof path, "%s/config.json", dir);
     assert_int_equal(tu_write_file(path, cfg, strlen(cfg)), 0);
 
@@ -299,11 +299,11 @@ static void test_fp8_errors(void **state)
     moe_checkpoint_free(ck);
     tu_rm_tree(dir);
 
-    /* a quantization method libmoe does not read (GPTQ): refused when the checkpoint is opened,
+    /* a quantization method libmoe does not read (bitsandbytes; M_GPTQ named it before GPTQ was read): refused when the checkpoint is opened,
      * not later as a missing tensor */
     write_ckpt(ctx, &L, 32, 48, M_GPTQ, dir, sizeof dir);
     expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED, "quantization_config.quant_method",
-                 "'gptq'", "mxfp4 (gpt_oss)", "compressed-tensors");
+                 "'bitsandbytes'", "mxfp4 (gpt_oss)", "compressed-tensors", "gptq and awq");
     assert_null(ck);
     tu_rm_tree(dir);
 
