@@ -122,6 +122,10 @@ _FAMILIES = {
     "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe", "qwen3_5_moe": "qwen3_5_moe",
     "Qwen3_5MoeForCausalLM": "qwen3_5_moe", "qwen3_5_moe_text": "qwen3_5_moe",
     "Qwen3NextForCausalLM": "qwen3_next", "qwen3_next": "qwen3_next",
+    "Glm4MoeForCausalLM": "glm4_moe", "glm4_moe": "glm4_moe",
+    "Dots1ForCausalLM": "dots1", "dots1": "dots1",
+    "MiniMaxForCausalLM": "minimax", "minimax": "minimax",
+    "Qwen3VLMoeForConditionalGeneration": "qwen3_vl_moe", "qwen3_vl_moe": "qwen3_vl_moe",
 }
 
 
@@ -137,17 +141,18 @@ def family_of(cfg):
 
 def text_config(cfg, family):
     """The decoder's fields: text_config for the multimodal wrappers."""
-    if family in ("llama4", "qwen3_5_moe") and isinstance(cfg.get("text_config"), dict):
+    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe") and isinstance(cfg.get("text_config"), dict):
         return cfg["text_config"]
     return cfg
 
 
 def is_moe_layer(cfg, family, layer):
-    if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe"):
+    if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax"):
         return True
-    if family in ("deepseek_v2", "deepseek_v3"):
+    if family in ("deepseek_v2", "deepseek_v3", "glm4_moe", "dots1"):
+        # Glm4MoeDecoderLayer / Dots1DecoderLayer: layer_idx >= first_k_dense_replace (1 / 0)
         first = cfg.get("first_k_dense_replace")
-        first = (3 if family == "deepseek_v3" else 0) if first is None else int(first)
+        first = {"deepseek_v3": 3, "glm4_moe": 1}.get(family, 0) if first is None else int(first)
         return layer >= first and layer % int(cfg.get("moe_layer_freq") or 1) == 0
     if family == "llama4":
         if cfg.get("moe_layers") is not None:
@@ -172,6 +177,8 @@ def _prefix(ck, fam, layer):
                    f"model.language_model.layers.{layer}.feed_forward.",
                    f"model.layers.{layer}.feed_forward."],
         "granitemoe": [f"model.layers.{layer}.block_sparse_moe."],
+        "minimax": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
+        "qwen3_vl_moe": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
     }.get(fam, [f"model.layers.{layer}.mlp."])
     routers = {"gpt_oss": ["router.weight"], "llama4": ["router.weight"],
                "granitemoe": ["router.layer.weight", "router.weight"]}.get(fam, ["gate.weight"])
@@ -246,11 +253,11 @@ def layer_params_new(ck, layer):
     if not is_moe_layer(cfg, fam, layer):
         raise ValueError(f"layer {layer} is a dense layer")
     H, K = int(cfg["hidden_size"]), int(cfg["num_experts_per_tok"])
-    v3 = fam == "deepseek_v3"
-    if fam in ("deepseek_v2", "deepseek_v3"):
+    v3 = fam in ("deepseek_v3", "glm4_moe", "dots1")  # sigmoid + e_score_correction_bias
+    if fam in ("deepseek_v2", "deepseek_v3", "glm4_moe", "dots1"):
         E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
-    elif fam in ("qwen3_5_moe", "qwen3_next"):
+    elif fam in ("qwen3_5_moe", "qwen3_next", "qwen3_vl_moe"):
         E = int(cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
     else:
@@ -264,6 +271,14 @@ def layer_params_new(ck, layer):
         p.update(scoring="sigmoid", renormalize=bool(_get(cfg, "norm_topk_prob", True)),
                  scale=float(_get(cfg, "routed_scaling_factor", 2.5)), n_group=int(_get(cfg, "n_group", 8)),
                  topk_group=int(_get(cfg, "topk_group", 4)), group_score="top2_sum")
+    elif fam in ("glm4_moe", "dots1"):
+        # Glm4MoeTopkRouter / Dots1TopkRouter: DeepSeek-V3's maths; config defaults n_group 1,
+        # topk_group 1, routed_scaling_factor 1, norm_topk_prob true (GLM) / false (dots1)
+        p.update(scoring="sigmoid", renormalize=bool(_get(cfg, "norm_topk_prob", fam == "glm4_moe")),
+                 scale=float(_get(cfg, "routed_scaling_factor", 1.0)), n_group=int(_get(cfg, "n_group", 1)),
+                 topk_group=int(_get(cfg, "topk_group", 1)), group_score="top2_sum")
+    elif fam in ("minimax", "qwen3_vl_moe"):
+        p["renormalize"] = True  # their TopKRouters divide by the top-k sum unconditionally
     elif fam == "deepseek_v2":
         p["scale"] = float(_get(cfg, "routed_scaling_factor", 1.0))
         if _get(cfg, "topk_method", "greedy") == "group_limited_greedy":
@@ -315,16 +330,17 @@ def layer_params_new(ck, layer):
         p["w_gate"], p["w_up"] = gu[:, :I, :], gu[:, I:, :]
         p["w_down"] = ck.get(moe + ("output_linear.weight" if inl else "experts.down_proj"))
     else:
-        p["w_gate"] = np.stack([ck.get(f"{moe}experts.{e}.gate_proj.weight") for e in range(E)])
-        p["w_up"] = np.stack([ck.get(f"{moe}experts.{e}.up_proj.weight") for e in range(E)])
-        p["w_down"] = np.stack([ck.get(f"{moe}experts.{e}.down_proj.weight") for e in range(E)])
+        g, u, dn = ("w1", "w3", "w2") if fam == "minimax" else ("gate_proj", "up_proj", "down_proj")
+        p["w_gate"] = np.stack([ck.get(f"{moe}experts.{e}.{g}.weight") for e in range(E)])
+        p["w_up"] = np.stack([ck.get(f"{moe}experts.{e}.{u}.weight") for e in range(E)])
+        p["w_down"] = np.stack([ck.get(f"{moe}experts.{e}.{dn}.weight") for e in range(E)])
     for k, shape in (("router", (E, H)), ("w_gate", (E, I, H)), ("w_up", (E, I, H)),
                      ("w_down", (E, H, I))):
         if tuple(p[k].shape) != shape:
             raise ValueError(f"layer {layer}: {k} has shape {p[k].shape}, expected {shape}")
 
-    if fam in ("deepseek_v2", "deepseek_v3"):
-        ns = cfg.get("n_shared_experts", 1 if v3 else 2)
+    if fam in ("deepseek_v2", "deepseek_v3", "glm4_moe", "dots1"):
+        ns = cfg.get("n_shared_experts", {"deepseek_v3": 1, "glm4_moe": 1, "dots1": 0}.get(fam, 2))
         p["Is"] = int(ns or 0) * I
         s = moe + "shared_experts."
     elif fam == "llama4":
