@@ -278,6 +278,16 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_SPARSE_STEP, .step_field = "decoder_sparse_step", .step_default = 1, .list_field = "mlp_only_layers"},
      .prefixes = {"model.language_model.layers.%L.mlp." /* ConditionalGeneration */, "model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+    /* FlexOlmoSparseMoeBlock (FlexOlmo): OLMoE's router (softmax, norm_topk_prob default false)
+     * in every layer */
+    {.family = MOE_FAMILY_FLEX_OLMO, .name = "flex_olmo", .names = {{"FlexOlmoForCausalLM", "flex_olmo"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", false},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 

@@ -126,6 +126,7 @@ _FAMILIES = {
     "Dots1ForCausalLM": "dots1", "dots1": "dots1",
     "MiniMaxForCausalLM": "minimax", "minimax": "minimax",
     "Qwen3VLMoeForConditionalGeneration": "qwen3_vl_moe", "qwen3_vl_moe": "qwen3_vl_moe",
+    "FlexOlmoForCausalLM": "flex_olmo", "flex_olmo": "flex_olmo",
 }
 
 
@@ -147,7 +148,7 @@ def text_config(cfg, family):
 
 
 def is_moe_layer(cfg, family, layer):
-    if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax"):
+    if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo"):
         return True
     if family in ("deepseek_v2", "deepseek_v3", "glm4_moe", "dots1"):
         # Glm4MoeDecoderLayer / Dots1DecoderLayer: layer_idx >= first_k_dense_replace (1 / 0)
@@ -287,7 +288,7 @@ def layer_params_new(ck, layer):
         p["scoring"] = "topk_softmax"
     elif fam == "llama4":
         p.update(scoring="topk_sigmoid", on_input=True)
-    elif fam in ("olmoe", "qwen3_next"):
+    elif fam in ("olmoe", "qwen3_next", "flex_olmo"):  # FlexOlmoTopKRouter: as OLMoE's
         p["renormalize"] = bool(_get(cfg, "norm_topk_prob", fam == "qwen3_next"))
     elif fam == "qwen3_5_moe":
         p["renormalize"] = True
