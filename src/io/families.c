@@ -72,16 +72,18 @@ static moe_status deepseek_v3_routing(const moe_cfg_fields *f, const moe_fam_row
     return MOE_OK;
 }
 
-/* Glm4MoeTopkRouter, Dots1TopkRouter: DeepSeek-V3's routing without scoring_func or
- * topk_method fields (the classes always use sigmoid + e_score_correction_bias, top-2-sum
- * groups): n_group and topk_group with the config classes' default 1; one group (n_group <= 1)
- * is no group-limited selection (0, 0). */
+/* Glm4MoeTopkRouter, Dots1TopkRouter and their copies: DeepSeek-V3's routing without
+ * scoring_func or topk_method fields (the classes always use sigmoid + e_score_correction_bias,
+ * top-2-sum groups): n_group and topk_group with the config class's defaults (the row's, or 1
+ * when the row has none); one group (n_group <= 1) is no group-limited selection (0, 0). */
 static moe_status sigmoid_groups_routing(const moe_cfg_fields *f, const moe_fam_row *row, int64_t *n_group,
                                          int64_t *topk_group)
 {
     moe_status st;
-    if ((st = moe_cfg_int(f, row->groups.n_group_field, false, 1, 1, n_group)) != MOE_OK ||
-        (st = moe_cfg_int(f, row->groups.topk_group_field, false, 1, 1, topk_group)) != MOE_OK)
+    const int64_t g0 = row->groups.n_group ? row->groups.n_group : 1;
+    const int64_t k0 = row->groups.topk_group ? row->groups.topk_group : 1;
+    if ((st = moe_cfg_int(f, row->groups.n_group_field, false, g0, 1, n_group)) != MOE_OK ||
+        (st = moe_cfg_int(f, row->groups.topk_group_field, false, k0, 1, topk_group)) != MOE_OK)
         return st;
     if (*n_group <= 1)
         *n_group = 0, *topk_group = 0;
@@ -288,6 +290,61 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_EVERY},
      .prefixes = {"model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+    /* Glm4MoeLiteMoE (GLM-4.7-Flash): Glm4MoeLiteTopkRouter is Glm4Moe's router; defaults n_group 1,
+     * norm_topk_prob true, routed_scaling_factor 1.8, one shared expert; MoE layers by
+     * mlp_layer_types (absent: every layer but the first) */
+    {.family = MOE_FAMILY_GLM4_MOE_LITE, .name = "glm4_moe_lite", .names = {{"Glm4MoeLiteForCausalLM", "glm4_moe_lite"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 1.8}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* DeepseekV32MoE (DeepSeek-V3.2; its indexed sparse attention is not the MoE block):
+     * DeepSeek-V3's router and defaults (8 groups keep 4, norm, 2.5, one shared expert); MoE
+     * layers by mlp_layer_types (absent: layer >= first_k_dense_replace, default 3) */
+    {.family = MOE_FAMILY_DEEPSEEK_V32, .name = "deepseek_v32", .names = {{"DeepseekV32ForCausalLM", "deepseek_v32"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 2.5}, .groups = {"n_group", "topk_group", 8, 4, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 3, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* ExaoneMoeSparseMoEBlock (K-EXAONE): Glm4Moe's router; ExaoneMoeConfig's defaults: n_group
+     * 1, norm_topk_prob true, routed_scaling_factor 2.5, num_shared_experts 1; MoE layers by
+     * mlp_layer_types (absent: layer >= first_k_dense_replace, default 1) */
+    {.family = MOE_FAMILY_EXAONE_MOE, .name = "exaone_moe", .names = {{"ExaoneMoeForCausalLM", "exaone_moe"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "num_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 2.5}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "e_score_correction_bias" /* as saved: not under gate. */,
+     .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* MiMoV2FlashMoE (MiMo-V2-Flash): DeepseekV3MoE without shared experts, Glm4Moe's router;
+     * defaults n_group 1, norm_topk_prob true, routed_scaling_factor 1; MoE layers by
+     * mlp_layer_types (absent: every layer but the first) */
+    {.family = MOE_FAMILY_MIMO_V2_FLASH, .name = "mimo_v2_flash", .names = {{"MiMoV2FlashForCausalLM", "mimo_v2_flash"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 
@@ -351,7 +408,7 @@ const char *moe_fam_suggest(const char *word)
 /* "Arch (model_type), ..." for every name of every row, in row order; built once
  * (pthread_once: two threads reporting a bad checkpoint at the same time must not both write
  * it). An over-long list is cut at the buffer's end. */
-static char fam_supported[1024]; /* [1024] chars, NUL-terminated */
+static char fam_supported[2048]; /* [2048] chars, NUL-terminated */
 static pthread_once_t fam_supported_once = PTHREAD_ONCE_INIT;
 
 static void fam_supported_build(void)
