@@ -63,7 +63,6 @@ static moe_status config_family(moe_ck_config *c, const json_t *root, const char
                     c->path, arch, model_type);
         return MOE_OK;
     }
-    /* the rows' names, not every architecture class: a message must fit MOE_ERRMSG_LEN */
     char names[512]; /* [512] chars: every row's name */
     if (!arch && !model_type)
         return moe_set_error(c->ctx, MOE_ENOTFOUND,
@@ -72,13 +71,13 @@ static moe_status config_family(moe_ck_config *c, const json_t *root, const char
                              c->path, moe_fam_row_names(names, sizeof names));
     const char *close = model_type ? moe_fam_suggest(model_type) : NULL;
     return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
-                         "%s: architecture '%s' (model_type '%s') is not supported%s%s%s; supported families: %s "
-                         "(docs/families.md lists their architecture classes and every transformers MoE model type "
-                         "with its status); a model with one of these families' MoE block can be read as that family "
-                         "with --family NAME (moe_checkpoint_options.family)",
+                         "%s: architecture '%s' (model_type '%s') is not supported%s%s%s; a model with one of the "
+                         "supported families' MoE block can be read as that family with --family NAME "
+                         "(moe_checkpoint_options.family: %s); docs/families.md lists every transformers MoE model "
+                         "type with its status; supported: %s",
                          c->path, arch ? arch : "(none)", model_type ? model_type : "(none)",
                          close ? " (nearest family name: " : "", close ? close : "", close ? ")" : "",
-                         moe_fam_row_names(names, sizeof names));
+                         moe_fam_row_names(names, sizeof names), moe_fam_supported_list());
 }
 
 static int cmp_i64(const void *a, const void *b)
