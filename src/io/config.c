@@ -46,7 +46,7 @@ static moe_status config_family(moe_ck_config *c, const json_t *root, const char
         const moe_fam_row *named = arch ? moe_fam_by_arch(arch) : NULL;
         *named_out = named ? named : model_type ? moe_fam_by_model_type(model_type) : NULL;
         if (!(c->row = moe_fam_by_name(family))) {
-            char names[256]; /* [256] chars: every row's name */
+            char names[512]; /* [512] chars: every row's name */
             const char *close = moe_fam_suggest(family);
             return moe_set_error(c->ctx, MOE_EINVAL,
                                  "%s: unknown family '%s'%s%s%s (moe_checkpoint_options.family, --family); families: %s",
@@ -63,16 +63,21 @@ static moe_status config_family(moe_ck_config *c, const json_t *root, const char
                     c->path, arch, model_type);
         return MOE_OK;
     }
+    char names[512]; /* [512] chars: every row's name */
     if (!arch && !model_type)
-        return moe_set_error(c->ctx, MOE_ENOTFOUND, "%s: neither 'architectures' nor 'model_type' is given; supported: %s",
-                             c->path, moe_fam_supported_list());
-    char names[256]; /* [256] chars: every row's name */
+        return moe_set_error(c->ctx, MOE_ENOTFOUND,
+                             "%s: neither 'architectures' nor 'model_type' is given; supported families: %s "
+                             "(docs/families.md lists their architecture classes)",
+                             c->path, moe_fam_row_names(names, sizeof names));
+    const char *close = model_type ? moe_fam_suggest(model_type) : NULL;
     return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
-                         "%s: architecture '%s' (model_type '%s') is not supported; supported: %s; a model with one "
-                         "of these families' MoE block can be read as that family with --family NAME "
-                         "(moe_checkpoint_options.family: %s)",
-                         c->path, arch ? arch : "(none)", model_type ? model_type : "(none)", moe_fam_supported_list(),
-                         moe_fam_row_names(names, sizeof names));
+                         "%s: architecture '%s' (model_type '%s') is not supported%s%s%s; a model with one of the "
+                         "supported families' MoE block can be read as that family with --family NAME "
+                         "(moe_checkpoint_options.family: %s); docs/families.md lists every transformers MoE model "
+                         "type with its status; supported: %s",
+                         c->path, arch ? arch : "(none)", model_type ? model_type : "(none)",
+                         close ? " (nearest family name: " : "", close ? close : "", close ? ")" : "",
+                         moe_fam_row_names(names, sizeof names), moe_fam_supported_list());
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -93,6 +98,14 @@ static moe_status config_layer_rule(moe_ck_config *c, const moe_cfg_fields *f)
     if (row->layers.step_field &&
         (st = moe_cfg_int(f, row->layers.step_field, false, row->layers.step_default, 1, &c->layer_step)) != MOE_OK)
         return st;
+    if (row->layers.rule == MOE_FAM_LAYERS_TYPES_ELSE_PREFIX) {
+        c->layer_first = row->layers.first_default;
+        if (row->layers.first_field &&
+            (st = moe_cfg_int(f, row->layers.first_field, false, row->layers.first_default, 0, &c->layer_first)) != MOE_OK)
+            return st;
+        return moe_cfg_index_list_of(f, row->layers.list_field, "sparse", "dense", &c->layer_list, &c->n_layer_list,
+                                     &c->have_layer_list); /* ascending: no sort needed */
+    }
     if (row->layers.list_field &&
         (st = moe_cfg_int_list(f, row->layers.list_field, &c->layer_list, &c->n_layer_list, &c->have_layer_list)) !=
             MOE_OK)
@@ -381,6 +394,7 @@ int moe_ck_config_is_moe_layer(const moe_ck_config *c, int64_t layer)
     case MOE_FAM_LAYERS_DENSE_PREFIX: return layer >= c->layer_first && layer % c->layer_step == 0;
     case MOE_FAM_LAYERS_LISTED_ELSE_STEP:
         return c->have_layer_list ? listed(c, layer) : (layer + 1) % c->layer_step == 0;
+    case MOE_FAM_LAYERS_TYPES_ELSE_PREFIX: return c->have_layer_list ? listed(c, layer) : layer >= c->layer_first;
     }
     return 0;
 }
@@ -398,6 +412,13 @@ void moe_ck_config_dense_reason(const moe_ck_config *c, int64_t layer, char *why
         else
             snprintf(why, n, "layer %" PRId64 " %% %s%s = %" PRId64 " != 0", layer, pre, row->layers.step_field,
                      c->layer_step);
+    } else if (row->layers.rule == MOE_FAM_LAYERS_TYPES_ELSE_PREFIX) {
+        if (c->have_layer_list)
+            snprintf(why, n, "%s%s[%" PRId64 "] is not \"sparse\"", pre, row->layers.list_field, layer);
+        else
+            snprintf(why, n, "layer %" PRId64 " < %s%s = %" PRId64 " (%s%s absent)", layer, pre,
+                     row->layers.first_field ? row->layers.first_field : "the first MoE layer", c->layer_first, pre,
+                     row->layers.list_field);
     } else if (row->layers.rule == MOE_FAM_LAYERS_LISTED_ELSE_STEP && c->have_layer_list) {
         snprintf(why, n, "it is not listed in %s%s", pre, row->layers.list_field);
     } else if (row->layers.rule == MOE_FAM_LAYERS_SPARSE_STEP && listed(c, layer)) {

@@ -72,6 +72,24 @@ static moe_status deepseek_v3_routing(const moe_cfg_fields *f, const moe_fam_row
     return MOE_OK;
 }
 
+/* Glm4MoeTopkRouter, Dots1TopkRouter and their copies: DeepSeek-V3's routing without
+ * scoring_func or topk_method fields (the classes always use sigmoid + e_score_correction_bias,
+ * top-2-sum groups): n_group and topk_group with the config class's defaults (the row's, or 1
+ * when the row has none); one group (n_group <= 1) is no group-limited selection (0, 0). */
+static moe_status sigmoid_groups_routing(const moe_cfg_fields *f, const moe_fam_row *row, int64_t *n_group,
+                                         int64_t *topk_group)
+{
+    moe_status st;
+    const int64_t g0 = row->groups.n_group ? row->groups.n_group : 1;
+    const int64_t k0 = row->groups.topk_group ? row->groups.topk_group : 1;
+    if ((st = moe_cfg_int(f, row->groups.n_group_field, false, g0, 1, n_group)) != MOE_OK ||
+        (st = moe_cfg_int(f, row->groups.topk_group_field, false, k0, 1, topk_group)) != MOE_OK)
+        return st;
+    if (*n_group <= 1)
+        *n_group = 0, *topk_group = 0;
+    return MOE_OK;
+}
+
 /* One line per concern: identity; I; E; shared expert; routing; router tensors and the routing
  * hook; activation; MoE layers; block prefixes; expert layouts. */
 static const moe_fam_row fam_rows[] = {
@@ -209,6 +227,124 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_SPARSE_STEP, .step_field = "decoder_sparse_step", .step_default = 1, .list_field = "mlp_only_layers"},
      .prefixes = {"model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+    /* Glm4MoeMoE (GLM-4.5 / 4.6, glm4_moe): DeepSeek-V3's router (sigmoid,
+     * e_score_correction_bias on the selection, top-2-sum groups) with Glm4MoeConfig's defaults:
+     * n_group 1 (no groups), norm_topk_prob true, routed_scaling_factor 1, one ungated shared
+     * expert, first_k_dense_replace 1 (transformers has no moe_layer_freq: absent, 1) */
+    {.family = MOE_FAMILY_GLM4_MOE, .name = "glm4_moe", .names = {{"Glm4MoeForCausalLM", "glm4_moe"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_DENSE_PREFIX, "first_k_dense_replace", 1, "moe_layer_freq", 1},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Dots1MoE (dots.llm1): the same router; Dots1Config's defaults: n_group 1, norm_topk_prob
+     * false, routed_scaling_factor 1, n_shared_experts None (no shared expert),
+     * first_k_dense_replace 0 */
+    {.family = MOE_FAMILY_DOTS1, .name = "dots1", .names = {{"Dots1ForCausalLM", "dots1"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 0, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", false},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_DENSE_PREFIX, "first_k_dense_replace", 0, "moe_layer_freq", 1},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* MiniMaxSparseMoeBlock (MiniMax-Text-01): Mixtral's router (softmax, top-k, always
+     * renormalized) in every layer; the decoder's mlp_alpha_factor / mlp_beta_factor act on
+     * the residual sum outside the block. Saved under block_sparse_moe. with w1 / w3 / w2 */
+    {.family = MOE_FAMILY_MINIMAX, .name = "minimax", .names = {{"MiniMaxForCausalLM", "minimax"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.block_sparse_moe." /* as saved */, "model.layers.%L.mlp."},
+     .per_expert = {{"w1", "w3", "w2"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Qwen3VLMoeTextSparseMoeBlock (Qwen3-VL-MoE's decoder): softmax, always renormalized, no
+     * shared expert; Qwen3VLMoeTextConfig's decoder_sparse_step / mlp_only_layers; released
+     * with stacked experts under model.language_model. */
+    {.family = MOE_FAMILY_QWEN3_VL_MOE, .name = "qwen3_vl_moe", .text_config = true,
+     .names = {{"Qwen3VLMoeForConditionalGeneration", "qwen3_vl_moe"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_SPARSE_STEP, .step_field = "decoder_sparse_step", .step_default = 1, .list_field = "mlp_only_layers"},
+     .prefixes = {"model.language_model.layers.%L.mlp." /* ConditionalGeneration */, "model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+    /* FlexOlmoSparseMoeBlock (FlexOlmo): OLMoE's router (softmax, norm_topk_prob default false)
+     * in every layer */
+    {.family = MOE_FAMILY_FLEX_OLMO, .name = "flex_olmo", .names = {{"FlexOlmoForCausalLM", "flex_olmo"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", false},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+    /* Glm4MoeLiteMoE (GLM-4.7-Flash): Glm4MoeLiteTopkRouter is Glm4Moe's router; defaults n_group 1,
+     * norm_topk_prob true, routed_scaling_factor 1.8, one shared expert; MoE layers by
+     * mlp_layer_types (absent: every layer but the first) */
+    {.family = MOE_FAMILY_GLM4_MOE_LITE, .name = "glm4_moe_lite", .names = {{"Glm4MoeLiteForCausalLM", "glm4_moe_lite"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 1.8}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* DeepseekV32MoE (DeepSeek-V3.2; its indexed sparse attention is not the MoE block):
+     * DeepSeek-V3's router and defaults (8 groups keep 4, norm, 2.5, one shared expert); MoE
+     * layers by mlp_layer_types (absent: layer >= first_k_dense_replace, default 3) */
+    {.family = MOE_FAMILY_DEEPSEEK_V32, .name = "deepseek_v32", .names = {{"DeepseekV32ForCausalLM", "deepseek_v32"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 2.5}, .groups = {"n_group", "topk_group", 8, 4, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 3, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* ExaoneMoeSparseMoEBlock (K-EXAONE): Glm4Moe's router; ExaoneMoeConfig's defaults: n_group
+     * 1, norm_topk_prob true, routed_scaling_factor 2.5, num_shared_experts 1; MoE layers by
+     * mlp_layer_types (absent: layer >= first_k_dense_replace, default 1) */
+    {.family = MOE_FAMILY_EXAONE_MOE, .name = "exaone_moe", .names = {{"ExaoneMoeForCausalLM", "exaone_moe"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "num_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 2.5}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "e_score_correction_bias" /* as saved: not under gate. */,
+     .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* MiMoV2FlashMoE (MiMo-V2-Flash): DeepseekV3MoE without shared experts, Glm4Moe's router;
+     * defaults n_group 1, norm_topk_prob true, routed_scaling_factor 1; MoE layers by
+     * mlp_layer_types (absent: every layer but the first) */
+    {.family = MOE_FAMILY_MIMO_V2_FLASH, .name = "mimo_v2_flash", .names = {{"MiMoV2FlashForCausalLM", "mimo_v2_flash"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 
@@ -272,7 +408,7 @@ const char *moe_fam_suggest(const char *word)
 /* "Arch (model_type), ..." for every name of every row, in row order; built once
  * (pthread_once: two threads reporting a bad checkpoint at the same time must not both write
  * it). An over-long list is cut at the buffer's end. */
-static char fam_supported[1024]; /* [1024] chars, NUL-terminated */
+static char fam_supported[2048]; /* [2048] chars, NUL-terminated */
 static pthread_once_t fam_supported_once = PTHREAD_ONCE_INIT;
 
 static void fam_supported_build(void)

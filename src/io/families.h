@@ -32,8 +32,12 @@ typedef enum moe_fam_layers {
     MOE_FAM_LAYERS_EVERY = 0,       /* every layer */
     MOE_FAM_LAYERS_SPARSE_STEP,     /* not listed in list_field and (layer + 1) % step_field == 0 */
     MOE_FAM_LAYERS_DENSE_PREFIX,    /* layer >= first_field and layer % step_field == 0 */
-    MOE_FAM_LAYERS_LISTED_ELSE_STEP /* listed in list_field when it is given, else
+    MOE_FAM_LAYERS_LISTED_ELSE_STEP, /* listed in list_field when it is given, else
                                        (layer + 1) % step_field == 0 */
+    MOE_FAM_LAYERS_TYPES_ELSE_PREFIX /* list_field (mlp_layer_types) [L] == "sparse" when it is
+                                        given (every entry "dense" or "sparse"), else layer >=
+                                        first_field (first_default when the row has no
+                                        first_field or config.json lacks it) */
 } moe_fam_layers;
 
 /* How config.json gives I_s, the shared expert's intermediate size (0: none). */
@@ -133,7 +137,8 @@ struct moe_fam_row {
         const char *step_field;            /* every step-th layer */
         int64_t step_default;
         const char *list_field;            /* SPARSE_STEP: the dense layers; LISTED_ELSE_STEP: the
-                                              MoE layers */
+                                              MoE layers; TYPES_ELSE_PREFIX: "dense" / "sparse"
+                                              per layer */
     } layers;
 
     /* ---- tensors of layer L ---- */

@@ -152,6 +152,44 @@ moe_status moe_cfg_int_list(const moe_cfg_fields *f, const char *key, int64_t **
     return MOE_OK;
 }
 
+moe_status moe_cfg_index_list_of(const moe_cfg_fields *f, const char *key, const char *match, const char *other,
+                                 int64_t **out, size_t *n_out, bool *present)
+{
+    *out = NULL;
+    *n_out = 0;
+    *present = false;
+    const json_t *v = given(f, key);
+    if (!v) {
+        moe_cfg_note_default(f, key, "none");
+        return MOE_OK;
+    }
+    if (!json_is_array(v))
+        return wrong_type(f, key, "an array of strings", v);
+    const size_t n = json_array_size(v);
+    int64_t *a = calloc(n ? n : 1, sizeof *a); /* [n]: at most every index matches */
+    if (!a)
+        return moe_set_error(f->ctx, MOE_ENOMEM, "%s: out of memory", f->path);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *x = json_array_get(v, i);
+        const char *s = json_is_string(x) ? json_string_value(x) : NULL;
+        if (!s || (strcmp(s, match) != 0 && strcmp(s, other) != 0)) {
+            free(a);
+            if (!s)
+                return moe_set_error(f->ctx, MOE_EFORMAT, "%s: field '%s%s'[%zu] must be a string, found %s", f->path,
+                                     f->prefix, key, i, moe_io_json_kind(x));
+            return moe_set_error(f->ctx, MOE_EFORMAT, "%s: field '%s%s'[%zu] = \"%s\": must be \"%s\" or \"%s\"",
+                                 f->path, f->prefix, key, i, s, match, other);
+        }
+        if (strcmp(s, match) == 0)
+            a[m++] = (int64_t)i;
+    }
+    *out = a;
+    *n_out = m;
+    *present = true;
+    return MOE_OK;
+}
+
 moe_status moe_json_load_object(moe_ctx *ctx, const char *path, uint64_t max_bytes, const char *limit_name,
                                 json_t **out)
 {

@@ -122,6 +122,15 @@ _FAMILIES = {
     "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe", "qwen3_5_moe": "qwen3_5_moe",
     "Qwen3_5MoeForCausalLM": "qwen3_5_moe", "qwen3_5_moe_text": "qwen3_5_moe",
     "Qwen3NextForCausalLM": "qwen3_next", "qwen3_next": "qwen3_next",
+    "Glm4MoeForCausalLM": "glm4_moe", "glm4_moe": "glm4_moe",
+    "Dots1ForCausalLM": "dots1", "dots1": "dots1",
+    "MiniMaxForCausalLM": "minimax", "minimax": "minimax",
+    "Qwen3VLMoeForConditionalGeneration": "qwen3_vl_moe", "qwen3_vl_moe": "qwen3_vl_moe",
+    "FlexOlmoForCausalLM": "flex_olmo", "flex_olmo": "flex_olmo",
+    "Glm4MoeLiteForCausalLM": "glm4_moe_lite", "glm4_moe_lite": "glm4_moe_lite",
+    "DeepseekV32ForCausalLM": "deepseek_v32", "deepseek_v32": "deepseek_v32",
+    "ExaoneMoeForCausalLM": "exaone_moe", "exaone_moe": "exaone_moe",
+    "MiMoV2FlashForCausalLM": "mimo_v2_flash", "mimo_v2_flash": "mimo_v2_flash",
 }
 
 
@@ -137,17 +146,31 @@ def family_of(cfg):
 
 def text_config(cfg, family):
     """The decoder's fields: text_config for the multimodal wrappers."""
-    if family in ("llama4", "qwen3_5_moe") and isinstance(cfg.get("text_config"), dict):
+    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe") and isinstance(cfg.get("text_config"), dict):
         return cfg["text_config"]
     return cfg
 
 
+_MLP_TYPES = ("glm4_moe_lite", "deepseek_v32", "exaone_moe", "mimo_v2_flash")
+# DeepSeek-V3's router maths (sigmoid, e_score_correction_bias, top-2-sum groups) under other names
+_V3_LIKE = ("glm4_moe", "dots1") + _MLP_TYPES
+
+
 def is_moe_layer(cfg, family, layer):
-    if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe"):
+    if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo"):
         return True
-    if family in ("deepseek_v2", "deepseek_v3"):
+    if family in _MLP_TYPES:
+        # their DecoderLayers: MoE where config.mlp_layer_types[layer] == "sparse"; the config
+        # classes fill an absent list with dense layers first (first_k_dense_replace, or 1)
+        types = cfg.get("mlp_layer_types")
+        if types is not None:
+            return types[layer] == "sparse"
         first = cfg.get("first_k_dense_replace")
-        first = (3 if family == "deepseek_v3" else 0) if first is None else int(first)
+        return layer >= ({"deepseek_v32": 3}.get(family, 1) if first is None else int(first))
+    if family in ("deepseek_v2", "deepseek_v3", "glm4_moe", "dots1"):
+        # Glm4MoeDecoderLayer / Dots1DecoderLayer: layer_idx >= first_k_dense_replace (1 / 0)
+        first = cfg.get("first_k_dense_replace")
+        first = {"deepseek_v3": 3, "glm4_moe": 1}.get(family, 0) if first is None else int(first)
         return layer >= first and layer % int(cfg.get("moe_layer_freq") or 1) == 0
     if family == "llama4":
         if cfg.get("moe_layers") is not None:
@@ -172,6 +195,8 @@ def _prefix(ck, fam, layer):
                    f"model.language_model.layers.{layer}.feed_forward.",
                    f"model.layers.{layer}.feed_forward."],
         "granitemoe": [f"model.layers.{layer}.block_sparse_moe."],
+        "minimax": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
+        "qwen3_vl_moe": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
     }.get(fam, [f"model.layers.{layer}.mlp."])
     routers = {"gpt_oss": ["router.weight"], "llama4": ["router.weight"],
                "granitemoe": ["router.layer.weight", "router.weight"]}.get(fam, ["gate.weight"])
@@ -246,11 +271,11 @@ def layer_params_new(ck, layer):
     if not is_moe_layer(cfg, fam, layer):
         raise ValueError(f"layer {layer} is a dense layer")
     H, K = int(cfg["hidden_size"]), int(cfg["num_experts_per_tok"])
-    v3 = fam == "deepseek_v3"
-    if fam in ("deepseek_v2", "deepseek_v3"):
+    v3 = fam == "deepseek_v3" or fam in _V3_LIKE  # sigmoid + e_score_correction_bias
+    if fam in ("deepseek_v2", "deepseek_v3") + _V3_LIKE:
         E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
-    elif fam in ("qwen3_5_moe", "qwen3_next"):
+    elif fam in ("qwen3_5_moe", "qwen3_next", "qwen3_vl_moe"):
         E = int(cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
     else:
@@ -264,6 +289,17 @@ def layer_params_new(ck, layer):
         p.update(scoring="sigmoid", renormalize=bool(_get(cfg, "norm_topk_prob", True)),
                  scale=float(_get(cfg, "routed_scaling_factor", 2.5)), n_group=int(_get(cfg, "n_group", 8)),
                  topk_group=int(_get(cfg, "topk_group", 4)), group_score="top2_sum")
+    elif fam in _V3_LIKE:
+        # Glm4MoeTopkRouter and its copies: DeepSeek-V3's maths; the config classes' defaults
+        # (n_group / topk_group 1, 8 / 4 for V3.2; routed_scaling_factor; norm_topk_prob true but
+        # for dots1)
+        g, k = (8, 4) if fam == "deepseek_v32" else (1, 1)
+        scale0 = {"glm4_moe_lite": 1.8, "deepseek_v32": 2.5, "exaone_moe": 2.5}.get(fam, 1.0)
+        p.update(scoring="sigmoid", renormalize=bool(_get(cfg, "norm_topk_prob", fam != "dots1")),
+                 scale=float(_get(cfg, "routed_scaling_factor", scale0)), n_group=int(_get(cfg, "n_group", g)),
+                 topk_group=int(_get(cfg, "topk_group", k)), group_score="top2_sum")
+    elif fam in ("minimax", "qwen3_vl_moe"):
+        p["renormalize"] = True  # their TopKRouters divide by the top-k sum unconditionally
     elif fam == "deepseek_v2":
         p["scale"] = float(_get(cfg, "routed_scaling_factor", 1.0))
         if _get(cfg, "topk_method", "greedy") == "group_limited_greedy":
@@ -272,7 +308,7 @@ def layer_params_new(ck, layer):
         p["scoring"] = "topk_softmax"
     elif fam == "llama4":
         p.update(scoring="topk_sigmoid", on_input=True)
-    elif fam in ("olmoe", "qwen3_next"):
+    elif fam in ("olmoe", "qwen3_next", "flex_olmo"):  # FlexOlmoTopKRouter: as OLMoE's
         p["renormalize"] = bool(_get(cfg, "norm_topk_prob", fam == "qwen3_next"))
     elif fam == "qwen3_5_moe":
         p["renormalize"] = True
@@ -287,8 +323,9 @@ def layer_params_new(ck, layer):
     p["router"] = ck.get(router_name)
     if fam == "gpt_oss":
         p["router_bias"] = ck.get(moe + "router.bias")
-    if v3:
-        p["sel_bias"] = ck.get(moe + "gate.e_score_correction_bias")
+    if v3:  # K-EXAONE's checkpoints keep it beside the router, not under it
+        bias = moe + ("e_score_correction_bias" if fam == "exaone_moe" else "gate.e_score_correction_bias")
+        p["sel_bias"] = ck.get(bias)
     if fam == "gpt_oss" and ck.has(moe + "experts.gate_up_proj_blocks"):
         gu = mxfp4_dequant(ck.get(moe + "experts.gate_up_proj_blocks"),
                            ck.get(moe + "experts.gate_up_proj_scales"))   # [E, 2I, H]
@@ -315,16 +352,18 @@ def layer_params_new(ck, layer):
         p["w_gate"], p["w_up"] = gu[:, :I, :], gu[:, I:, :]
         p["w_down"] = ck.get(moe + ("output_linear.weight" if inl else "experts.down_proj"))
     else:
-        p["w_gate"] = np.stack([ck.get(f"{moe}experts.{e}.gate_proj.weight") for e in range(E)])
-        p["w_up"] = np.stack([ck.get(f"{moe}experts.{e}.up_proj.weight") for e in range(E)])
-        p["w_down"] = np.stack([ck.get(f"{moe}experts.{e}.down_proj.weight") for e in range(E)])
+        g, u, dn = ("w1", "w3", "w2") if fam == "minimax" else ("gate_proj", "up_proj", "down_proj")
+        p["w_gate"] = np.stack([ck.get(f"{moe}experts.{e}.{g}.weight") for e in range(E)])
+        p["w_up"] = np.stack([ck.get(f"{moe}experts.{e}.{u}.weight") for e in range(E)])
+        p["w_down"] = np.stack([ck.get(f"{moe}experts.{e}.{dn}.weight") for e in range(E)])
     for k, shape in (("router", (E, H)), ("w_gate", (E, I, H)), ("w_up", (E, I, H)),
                      ("w_down", (E, H, I))):
         if tuple(p[k].shape) != shape:
             raise ValueError(f"layer {layer}: {k} has shape {p[k].shape}, expected {shape}")
 
-    if fam in ("deepseek_v2", "deepseek_v3"):
-        ns = cfg.get("n_shared_experts", 1 if v3 else 2)
+    if fam in ("deepseek_v2", "deepseek_v3") + _V3_LIKE:
+        key = "num_shared_experts" if fam == "exaone_moe" else "n_shared_experts"
+        ns = cfg.get(key, {"deepseek_v2": 2, "dots1": 0, "mimo_v2_flash": 0}.get(fam, 1))
         p["Is"] = int(ns or 0) * I
         s = moe + "shared_experts."
     elif fam == "llama4":

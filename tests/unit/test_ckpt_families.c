@@ -650,6 +650,56 @@ static moe_status open_desc(moe_ctx *ctx, const char *dir, const char *config, c
     return st;
 }
 
+/* The mlp_layer_types rule (DeepSeek-V3.2, GLM-4.7-Flash, K-EXAONE, MiMo-V2-Flash): absent, the
+ * config class's dense prefix (DeepseekV32Config: first_k_dense_replace, default 3) with its
+ * default groups (8 keep 4); given, the "sparse" entries; any other string is refused by entry. */
+static void test_mlp_layer_types(void **state)
+{
+    (void)state;
+    fspec s = {.tag = "ck-dsv32", .family = MOE_FAMILY_DEEPSEEK_V32,
+               .config = "{\"architectures\": [\"DeepseekV32ForCausalLM\"], \"hidden_size\": 16,"
+                         " \"num_hidden_layers\": 4, \"moe_intermediate_size\": 8, \"n_routed_experts\": 8,"
+                         " \"num_experts_per_tok\": 2}",
+               .H = 16, .I = 8, .E = 8, .K = 2, .L = 4, .Is = 8, .prefix = "model.layers.%lld.mlp.",
+               .router = "gate.weight", .layout = L_PER_EXPERT, .shared = "shared_experts", .sel_bias = 1,
+               .wdt = MOE_DTYPE_F32, .moe_mask = "0001", .dense_why = "first_k_dense_replace = 3"};
+    s.want = base_desc(MOE_FAMILY_DEEPSEEK_V32, 16, 8, 8, 2, MOE_DTYPE_F32);
+    s.want.scoring_func = MOE_SCORING_SIGMOID;
+    s.want.renormalize = 1;
+    s.want.routed_scaling_factor = 2.5f;
+    s.want.shared_expert_intermediate_size = 8;
+    s.want.n_group = 8;
+    s.want.topk_group = 4;
+    s.want.group_score = MOE_GROUP_SCORE_TOP2_SUM;
+    s.want.has_selection_bias = 1;
+    check_family(&s);
+
+    s.tag = "ck-dsv32l";
+    s.config = "{\"architectures\": [\"DeepseekV32ForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 4,"
+               " \"moe_intermediate_size\": 8, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2,"
+               " \"n_group\": 1, \"topk_group\": 1, \"mlp_layer_types\": [\"sparse\", \"dense\", \"sparse\", \"dense\"]}";
+    s.moe_mask = "1010";
+    s.dense_why = "mlp_layer_types[1] is not \"sparse\"";
+    s.want.n_group = 0; /* one group: no group-limited selection */
+    s.want.topk_group = 0;
+    check_family(&s);
+
+    moe_ctx *ctx = tu_ctx();
+    char dir[512];
+    tu_tmpdir(dir, sizeof dir, "ck-dsv32x");
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    float dummy[4] = {0};
+    tl_add(tl, "model.norm.weight", MOE_DTYPE_F32, 1, (int64_t[]){4}, dummy);
+    const char *bad = "{\"architectures\": [\"DeepseekV32ForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 2,"
+                      " \"moe_intermediate_size\": 8, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2,"
+                      " \"mlp_layer_types\": [\"dense\", \"moe\"]}";
+    expect_error(ctx, open_desc(ctx, dir, bad, tl, 1), MOE_EFORMAT, "mlp_layer_types'[1] = \"moe\"",
+                 "must be \"sparse\" or \"dense\"");
+    tl_free(tl);
+    free(tl);
+}
+
 static void test_family_errors(void **state)
 {
     (void)state;
@@ -753,7 +803,8 @@ static void test_family_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_deepseek_v3),   cmocka_unit_test(test_deepseek_v2),
+        cmocka_unit_test(test_deepseek_v3),   cmocka_unit_test(test_mlp_layer_types),
+        cmocka_unit_test(test_deepseek_v2),
         cmocka_unit_test(test_gpt_oss),       cmocka_unit_test(test_llama4),
         cmocka_unit_test(test_olmoe_granite), cmocka_unit_test(test_qwen35_next),
         cmocka_unit_test(test_gelu_act),      cmocka_unit_test(test_family_errors),

@@ -1897,9 +1897,36 @@ static void test_plan_small_costs_info(void **state)
     result_free(&r);
 }
 
+/* moe plan --checkpoint names the family row it read the checkpoint with and the routing it
+ * gave (the fixtures' meta.json: dots1_f32 sigmoid, not renormalized, 1.5, 4 groups keep 2 by
+ * the top-2 sum, e_score_correction_bias, two ungated shared experts; mixtral_f32 softmax,
+ * renormalized, no shared expert). */
+static void test_plan_family_row(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    cli_result r;
+    char fx[1024];
+    tu_data_path(fx, sizeof fx, "dots1_f32");
+    const char *a1[] = {"plan", "--checkpoint", fx, NULL};
+    run_moe(&r, a1);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "family: dots1 (scoring sigmoid, renormalize no, routed_scaling_factor 1.5, groups 4 "
+                                  "keep 2 by top-2 sum, selection bias; shared expert ungated)\n"));
+    result_free(&r);
+    tu_data_path(fx, sizeof fx, "mixtral_f32");
+    const char *a2[] = {"plan", "--checkpoint", fx, NULL};
+    run_moe(&r, a2);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "family: mixtral (scoring softmax, renormalize yes, routed_scaling_factor 1; shared "
+                                  "expert none)\n"));
+    result_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_family_row),
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_unknown),
         cmocka_unit_test(test_bench_bad_numbers),

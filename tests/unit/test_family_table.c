@@ -85,6 +85,7 @@ static void test_rows_complete(void **state)
         case MOE_FAM_LAYERS_SPARSE_STEP:
         case MOE_FAM_LAYERS_LISTED_ELSE_STEP: assert_true(row->layers.step_field && row->layers.list_field); break;
         case MOE_FAM_LAYERS_DENSE_PREFIX: assert_true(row->layers.first_field && row->layers.step_field); break;
+        case MOE_FAM_LAYERS_TYPES_ELSE_PREFIX: assert_non_null(row->layers.list_field); break;
         }
         if (row->groups.n_group > 1 || row->routing_hook)
             assert_true(row->groups.n_group_field && row->groups.topk_group_field);
@@ -130,6 +131,19 @@ static const struct {
      MOE_ACT_SWIGLU},
     {MOE_FAMILY_QWEN3_5_MOE, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 1, MOE_ACT_SWIGLU},
     {MOE_FAMILY_QWEN3_NEXT, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 1, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_GLM4_MOE, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_DOTS1, MOE_SCORING_SIGMOID, 0, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_MINIMAX, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_QWEN3_VL_MOE, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_FLEX_OLMO, MOE_SCORING_SOFTMAX, 0, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_GLM4_MOE_LITE, MOE_SCORING_SIGMOID, 1, 1.8f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
+    {MOE_FAMILY_DEEPSEEK_V32, MOE_SCORING_SIGMOID, 1, 2.5f, 8, 4, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
+    {MOE_FAMILY_EXAONE_MOE, MOE_SCORING_SIGMOID, 1, 2.5f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
+    {MOE_FAMILY_MIMO_V2_FLASH, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
 };
 
 static void test_layer_defaults(void **state)

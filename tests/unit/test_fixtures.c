@@ -102,6 +102,8 @@ static const char *const k_required[] = {
     "qwen3_moe_stacked_f32", "deepseek_v3_f32", "deepseek_v2_lite_f32", "deepseek_v2_grouped_f32",
     "gpt_oss_bf16", "llama4_f32", "olmoe_f32", "granitemoe_f32", "qwen3_5_moe_f32",
     "olmoe_gelu_f32", "olmoe_gelu_tanh_f32", "gpt_oss_mxfp4",
+    "glm4_moe_f32", "dots1_f32", "minimax_f32", "qwen3_vl_moe_f32", "flex_olmo_f32",
+    "glm4_moe_lite_f32", "deepseek_v32_f32", "exaone_moe_f32", "mimo_v2_flash_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
