@@ -16,7 +16,10 @@
  *  - bad input, each error naming the field or tensor: static input activations (input_scale),
  *    num_bits 4 float weights, an unknown strategy, float weights in pack-quantized, a wrong
  *    weight_scale shape (ct tensor [2], ct channel [N, 2], HF per-tensor [2]), a missing HF
- *    per-tensor scale, both weight_scale and weight_scale_inv. */
+ *    per-tensor scale, both weight_scale and weight_scale_inv;
+ *  - moe_checkpoint_quantize --quant fp8-tensor / fp8-channel on qwen3_moe_f32 writes exactly
+ *    the tensors (names, dtypes, shapes, bytes) of the generator's independent quantization
+ *    (qwen3_moe_ct_fp8_tensor / _channel), and the output loads as that scheme. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -268,12 +271,69 @@ static void test_bad_tensors(void **s)
     expect_open(dir, MOE_EFORMAT, PFX "experts.4.up_proj.weight_scale' are both present", "one scale");
 }
 
+/* every tensor of a/model.safetensors has the name, dtype, shape and bytes of b's, and back */
+static void same_tensors(const char *a, const char *b)
+{
+    moe_ctx *ctx = tu_ctx();
+    char pa[700], pb[700];
+    tu_join(pa, sizeof pa, a, "model.safetensors");
+    tu_join(pb, sizeof pb, b, "model.safetensors");
+    moe_safetensors *fa, *fb;
+    assert_int_equal(moe_safetensors_open(ctx, pa, &fa), MOE_OK);
+    assert_int_equal(moe_safetensors_open(ctx, pb, &fb), MOE_OK);
+    assert_int_equal(moe_safetensors_count(fa), moe_safetensors_count(fb));
+    for (size_t i = 0; i < moe_safetensors_count(fa); i++) {
+        moe_tensor_info ta, tb;
+        assert_int_equal(moe_safetensors_at(fa, i, &ta), MOE_OK);
+        if (moe_safetensors_get(fb, ta.name, &tb) != MOE_OK)
+            fail_msg("%s: tensor '%s' not in %s", pa, ta.name, pb);
+        assert_int_equal(ta.dtype, tb.dtype);
+        assert_int_equal(ta.ndim, tb.ndim);
+        for (int d = 0; d < ta.ndim; d++)
+            assert_int_equal(ta.shape[d], tb.shape[d]);
+        assert_int_equal(ta.nbytes, tb.nbytes);
+        if (memcmp(ta.data, tb.data, ta.nbytes) != 0)
+            fail_msg("tensor '%s': bytes differ from the generator's", ta.name);
+    }
+    moe_safetensors_free(fa);
+    moe_safetensors_free(fb);
+    moe_ctx_free(ctx);
+}
+
+static void test_quantize_writes_ct_fp8(void **s)
+{
+    (void)s;
+    static const char *const schemes[2][2] = {{"fp8-tensor", "qwen3_moe_ct_fp8_tensor"},
+                                              {"fp8-channel", "qwen3_moe_ct_fp8_channel"}};
+    for (int i = 0; i < 2; i++) {
+        moe_ctx *ctx = tu_ctx();
+        char in[600], fx[600], root[600], out[700];
+        tu_data_path(in, sizeof in, "qwen3_moe_f32");
+        tu_data_path(fx, sizeof fx, schemes[i][1]);
+        tu_tmpdir(root, sizeof root, "fp8q");
+        tu_join(out, sizeof out, root, "out");
+        moe_quantize_options o = {.scheme = schemes[i][0]};
+        moe_quantize_stats st;
+        if (moe_checkpoint_quantize(ctx, in, out, &o, &st) != MOE_OK)
+            fail_msg("quantize %s: %s", schemes[i][0], moe_ctx_last_error(ctx));
+        assert_int_equal(st.expert_tensors, 3 * E);
+        same_tensors(out, fx);
+        moe_layer_desc d;
+        moe_checkpoint *ck = tu_open_layer(ctx, out, 0, &d);
+        moe_quant_config q;
+        assert_int_equal(moe_quant_from_name(schemes[i][0], &q), MOE_OK);
+        assert_true(moe_quant_equal(&d.quant, &q));
+        moe_checkpoint_free(ck);
+        moe_ctx_free(ctx);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hf_fp8_tensor),         cmocka_unit_test(test_ct_fp8_tensor),
         cmocka_unit_test(test_ct_fp8_channel_dynamic), cmocka_unit_test(test_bad_config),
-        cmocka_unit_test(test_bad_tensors),
+        cmocka_unit_test(test_bad_tensors),           cmocka_unit_test(test_quantize_writes_ct_fp8),
     };
     return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);
 }
