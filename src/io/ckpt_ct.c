@@ -902,11 +902,14 @@ moe_status moe_ckq_shared_check(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lo
                                      "%s: tensor '%s.%s' is missing: shared expert linear '%s' has '%s.%s', so it is "
                                      "stored quantized (compressed-tensors %s: %s), but incompletely",
                                      dir, base[j], b == 4 ? "weight" : nm[b], base[j], base[j],
-                                     have == 4 ? "weight" : nm[have], packed ? "pack-quantized" : "int-quantized",
+                                     have == 4 ? "weight" : nm[have],
+                                     packed ? "pack-quantized" : q->format == CKQ_FMT_FLOAT ? "float-quantized"
+                                                                                            : "int-quantized",
                                      packed ? (q->quant.w13.has_zero_point
                                                    ? "weight_packed, weight_scale, weight_shape, weight_zero_point"
                                                    : "weight_packed, weight_scale, weight_shape")
-                                            : "I8 weight, weight_scale");
+                                     : q->format == CKQ_FMT_FLOAT ? "F8_E4M3 weight, weight_scale"
+                                                                  : "I8 weight, weight_scale");
             }
     }
     if (nq > 0 && nq < 3)

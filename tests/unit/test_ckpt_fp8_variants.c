@@ -13,6 +13,8 @@
  *    runs the layer output matches expected within 1e-5 of max |expected| (the weight-only
  *    bound), bit-identical across tables;
  *  - the WARNING for dynamic per-token activations;
+ *  - qwen2_moe_ct_fp8_channel_shared (from qwen2_moe_f32: H 32, I 12, I_s 20, E 6): the FP8
+ *    shared expert too (dequantized at load), the same bound;
  *  - bad input, each error naming the field or tensor: static input activations (input_scale),
  *    num_bits 4 float weights, an unknown strategy, float weights in pack-quantized, a wrong
  *    weight_scale shape (ct tensor [2], ct channel [N, 2], HF per-tensor [2]), a missing HF
@@ -38,8 +40,11 @@
 enum { H = 40, I = 12, E = 6, K = 2, T = 17 };
 #define PFX "model.layers.0.mlp."
 
-/* tensor `name` of file `dir`/`file` copied into out (n floats) */
-static void read_f32(moe_ctx *ctx, const char *dir, const char *file, const char *name, float *out, size_t n)
+enum { MAXN = 17 * 40 }; /* the largest T * H of the fixtures */
+
+/* tensor `name` of file `dir`/`file` copied into out (n floats; n = 0: any size up to MAXN,
+ * returned) */
+static size_t read_f32(moe_ctx *ctx, const char *dir, const char *file, const char *name, float *out, size_t n)
 {
     char p[700];
     tu_join(p, sizeof p, dir, file);
@@ -48,9 +53,12 @@ static void read_f32(moe_ctx *ctx, const char *dir, const char *file, const char
     moe_tensor_info t;
     assert_int_equal(moe_safetensors_get(f, name, &t), MOE_OK);
     assert_int_equal(t.dtype, MOE_DTYPE_F32);
-    assert_int_equal(t.nbytes, n * sizeof(float));
+    if (n)
+        assert_int_equal(t.nbytes, n * sizeof(float));
+    assert_true(t.nbytes <= MAXN * sizeof(float));
     memcpy(out, t.data, t.nbytes);
     moe_safetensors_free(f);
+    return t.nbytes / sizeof(float);
 }
 
 static moe_ctx *ctx_isa(const char *isa)
@@ -70,10 +78,10 @@ static void check_fixture(const char *fxname, const char *scheme)
 {
     char dir[600];
     tu_data_path(dir, sizeof dir, fxname);
-    static float x[T * H], want[T * H], out[T * H], first[T * H];
+    static float x[MAXN], want[MAXN], out[MAXN], first[MAXN];
     moe_ctx *c0 = tu_ctx();
-    read_f32(c0, dir, "input.safetensors", "hidden_states", x, T * H);
-    read_f32(c0, dir, "expected.safetensors", "output", want, T * H);
+    const size_t nx = read_f32(c0, dir, "input.safetensors", "hidden_states", x, 0);
+    read_f32(c0, dir, "expected.safetensors", "output", want, nx);
     moe_ctx_free(c0);
     const char *isas[16];
     size_t n = tu_isa_names(isas, 16);
@@ -88,15 +96,16 @@ static void check_fixture(const char *fxname, const char *scheme)
         assert_int_equal(moe_quant_from_name(scheme, &q), MOE_OK);
         if (!moe_quant_equal(&d.quant, &q))
             fail_msg("%s: loaded as %s, expected %s", fxname, moe_quant_name(&d.quant), scheme);
-        tu_run_layer_ex(ctx, &d, NULL, ck, 0, NULL, x, MOE_DTYPE_F32, T, out, NULL, NULL);
-        const double err = tu_max_abs_diff(out, want, T * H), mx = tu_max_abs(want, T * H);
+        const int64_t Tx = (int64_t)nx / d.hidden_size; /* the fixture's tokens */
+        tu_run_layer_ex(ctx, &d, NULL, ck, 0, NULL, x, MOE_DTYPE_F32, Tx, out, NULL, NULL);
+        const double err = tu_max_abs_diff(out, want, nx), mx = tu_max_abs(want, nx);
         print_message("%s isa %s: max |out - ref| = %.3g (%.3g of max |ref| %.3g)\n", fxname, isas[i], err, err / mx,
                       mx);
         if (!(err <= 1e-5 * mx))
             fail_msg("%s isa %s: max |out - ref| %.3g > 1e-5 * max |ref| %.3g", fxname, isas[i], err, mx);
         if (ran++ == 0)
             memcpy(first, out, sizeof out);
-        else if (!tu_same_bits(out, first, T * H))
+        else if (!tu_same_bits(out, first, nx))
             fail_msg("%s isa %s: output bits differ from the first table's", fxname, isas[i]);
         moe_checkpoint_free(ck);
         moe_ctx_free(ctx);
@@ -231,6 +240,22 @@ static void expect_open(const char *dir, moe_status want, const char *a, const c
     moe_ctx_free(ctx);
 }
 
+static void test_ct_fp8_shared(void **s)
+{
+    (void)s;
+    check_fixture("qwen2_moe_ct_fp8_channel_shared", "fp8-channel");
+    /* the FP8 shared expert is dequantized at load: weight_dtype F32 */
+    moe_ctx *ctx = tu_ctx();
+    char dir[600];
+    tu_data_path(dir, sizeof dir, "qwen2_moe_ct_fp8_channel_shared");
+    moe_layer_desc d;
+    moe_checkpoint *ck = tu_open_layer(ctx, dir, 0, &d);
+    assert_int_equal(d.shared_expert_intermediate_size, 20);
+    assert_int_equal(d.weight_dtype, MOE_DTYPE_F32);
+    moe_checkpoint_free(ck);
+    moe_ctx_free(ctx);
+}
+
 static void test_bad_config(void **s)
 {
     (void)s;
@@ -334,6 +359,7 @@ int main(void)
         cmocka_unit_test(test_hf_fp8_tensor),         cmocka_unit_test(test_ct_fp8_tensor),
         cmocka_unit_test(test_ct_fp8_channel_dynamic), cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_bad_tensors),           cmocka_unit_test(test_quantize_writes_ct_fp8),
+        cmocka_unit_test(test_ct_fp8_shared),
     };
     return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);
 }
