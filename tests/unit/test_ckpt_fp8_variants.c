@@ -16,7 +16,7 @@
  *  - qwen2_moe_ct_fp8_channel_shared (from qwen2_moe_f32: H 32, I 12, I_s 20, E 6): the FP8
  *    shared expert too (dequantized at load), the same bound;
  *  - bad input, each error naming the field or tensor: static input activations (input_scale),
- *    num_bits 4 float weights, an unknown strategy, float weights in pack-quantized, a wrong
+ *    num_bits 4 float weights, an unknown strategy, quant_method fbgemm_fp8, float weights in pack-quantized, a wrong
  *    weight_scale shape (ct tensor [2], ct channel [N, 2], HF per-tensor [2]), a missing HF
  *    per-tensor scale, both weight_scale and weight_scale_inv;
  *  - moe_checkpoint_quantize --quant fp8-tensor / fp8-channel on qwen3_moe_f32 writes exactly
@@ -220,6 +220,14 @@ static void cfg_strategy(json_t *root)
     json_object_set_new(json_object_get(group0(root), "weights"), "strategy", json_string("diagonal"));
 }
 
+/* transformers' FbgemmFp8Config (per-channel weight_scale [N, 1] + input_scale_ub): not read */
+static void cfg_fbgemm(json_t *root)
+{
+    json_object_set_new(root, "quantization_config",
+                        json_pack("{s:s, s:f, s:[s]}", "quant_method", "fbgemm_fp8", "activation_scale_ub", 1200.0,
+                                  "modules_to_not_convert", "lm_head"));
+}
+
 static void cfg_packed(json_t *root)
 {
     json_object_set_new(group0(root), "format", json_string("pack-quantized"));
@@ -269,6 +277,8 @@ static void test_bad_config(void **s)
     make_copy("qwen3_moe_ct_fp8_channel", dir, sizeof dir, cfg_strategy, NULL);
     expect_open(dir, MOE_EUNSUPPORTED, "config_groups.group_0.weights.strategy' = diagonal",
                 "only tensor and channel FP8");
+    make_copy("qwen3_moe_fp8_tensor", dir, sizeof dir, cfg_fbgemm, NULL);
+    expect_open(dir, MOE_EUNSUPPORTED, "quantization_config.quant_method", "fbgemm_fp8");
     make_copy("qwen3_moe_ct_fp8_tensor", dir, sizeof dir, cfg_packed, NULL);
     expect_open(dir, MOE_EUNSUPPORTED, "config_groups.group_0.format' = pack-quantized with field",
                 "float-quantized");
