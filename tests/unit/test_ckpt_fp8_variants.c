@@ -171,8 +171,8 @@ static void make_copy(const char *src, char *dir, size_t n, void (*cfg_edit)(jso
     assert_int_equal(moe_safetensors_open(ctx, p, &f), MOE_OK);
     const size_t cnt = moe_safetensors_count(f);
     moe_tensor_out *o = calloc(cnt + 1, sizeof *o); /* [cnt + 1] */
-    static float ones[64];
-    for (int i = 0; i < 64; i++)
+    static float ones[128]; /* [128] f32: the largest edited tensor ([40, 2]) */
+    for (int i = 0; i < 128; i++)
         ones[i] = 1.0f;
     size_t m = 0;
     for (size_t i = 0; i < cnt; i++) {
