@@ -233,7 +233,9 @@ MOE_API moe_status moe_family_layer_defaults(moe_family family, moe_layer_desc *
  * Quantized checkpoints: moe_checkpoint_quantize (`moe quantize`) converts the routed experts
  * of a bf16 / f16 / f32 checkpoint (per-expert layout, or gpt-oss / Llama-4 stacked) with
  * moe_quantize_matrix and writes a checkpoint that moe_checkpoint_open (and vLLM) loads:
- * "fp8-block" as Hugging Face FP8, "int8-channel" / "int4-g32|g64|g128[-zp]" as
+ * "fp8-block" as Hugging Face FP8, "fp8-tensor" / "fp8-channel" as compressed-tensors
+ * float-quantized (weight F8_E4M3 + weight_scale F32 [1] / [N, 1]), "int8-channel" /
+ * "int4-g32|g64|g128[-zp]" as
  * compressed-tensors pack-quantized, "int8-w8a8" as compressed-tensors int-quantized with
  * dynamic per-token activations, "mxfp4" (gpt-oss only) in the released openai/gpt-oss layout.
  * Everything else is copied unchanged; sharded inputs give shards of the same names. A NaN or
@@ -246,7 +248,8 @@ MOE_API moe_status moe_family_layer_defaults(moe_family family, moe_layer_desc *
 typedef void (*moe_progress_fn)(const char *msg, void *user);
 
 typedef struct moe_quantize_options {
-    const char *scheme;        /* moe_quant_from_name name: fp8-block, int8-channel, int8-w8a8,
+    const char *scheme;        /* moe_quant_from_name name: fp8-block, fp8-tensor, fp8-channel
+                                  (compressed-tensors float-quantized), int8-channel, int8-w8a8,
                                   int4-g32/g64/g128, int4-g32/g64/g128-zp, mxfp4 (gpt-oss) */
     const int64_t *layers;     /* [n_layers] MoE layers to quantize; NULL or 0 = all
                                   (fp8-block: all only) */
@@ -274,7 +277,7 @@ typedef struct moe_quantize_stats {
 /* Quantize `in_dir` into `out_dir` (above). Errors: MOE_EINVAL (unknown scheme, out_dir the
  * input, inside it or holding it, out_dir existing and not empty without force, a parent
  * folder that does not exist), MOE_EUNSUPPORTED (mxfp4 on a family other than gpt-oss, gpt-oss
- * with another scheme, fp8-tensor / fp8-channel, an already quantized input, Granite / other
+ * with another scheme, an already quantized input, Granite / other
  * stacked expert layouts), MOE_ERANGE (a layer that is not an MoE layer), MOE_ESHAPE (int4
  * groups not dividing K, mxfp4 with H or I not a multiple of 32), MOE_ECANCELED (opt->cancel set), those of
  * moe_checkpoint_open, MOE_EIO, MOE_ENOMEM (also before allocating for an expert linear whose

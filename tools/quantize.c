@@ -29,6 +29,8 @@ static void quantize_usage(FILE *f)
           "  --checkpoint IN    the bf16 / f16 / f32 checkpoint folder\n"
           "  --output OUT       the folder to write (must not exist or be empty; not IN)\n"
           "  --quant SCHEME     fp8-block         Hugging Face FP8 (e4m3, 128x128 block scales)\n"
+          "                     fp8-tensor|fp8-channel  compressed-tensors float-quantized\n"
+          "                                       (e4m3, one scale per matrix / per row)\n"
           "                     int8-channel      compressed-tensors pack-quantized, weight-only\n"
           "                     int8-w8a8         compressed-tensors int-quantized, dynamic\n"
           "                                       per-token int8 activations\n"
@@ -146,11 +148,12 @@ static int force_allowed(const char *out, const char *in)
     return 0;
 }
 
-/* The schemes moe_checkpoint_quantize writes: all but per-tensor / per-channel FP8 (the
- * Hugging Face FP8 layout is block-scaled). */
+/* The schemes moe_checkpoint_quantize writes: every named one (fp8-tensor / fp8-channel as
+ * compressed-tensors float-quantized). */
 static int written(const char *scheme)
 {
-    return strcmp(scheme, "fp8-tensor") != 0 && strcmp(scheme, "fp8-channel") != 0;
+    (void)scheme;
+    return 1;
 }
 
 int cli_cmd_quantize(int argc, char **argv)

@@ -372,8 +372,8 @@ static void fill_desc(const moe_checkpoint *ck, const moe_ck_layer *lt, moe_laye
     d->topk_group = c->desc.n_group > 1 ? c->desc.topk_group : 0;
     if (c->fp8) {
         /* weight-only: the checkpoint's dynamic fp8 activations are run as f32 (config.c) */
-        const moe_qweight qw = {.dtype = MOE_QTYPE_F8_E4M3, .scale = MOE_QSCALE_BLOCK, .block_n = c->fp8_bn,
-                                .block_k = c->fp8_bk};
+        const moe_qweight qw = {.dtype = MOE_QTYPE_F8_E4M3, .scale = c->fp8_bn ? MOE_QSCALE_BLOCK : MOE_QSCALE_TENSOR,
+                                .block_n = c->fp8_bn, .block_k = c->fp8_bk};
         d->quant.w13 = qw;
         d->quant.w2 = qw;
         d->quant.act = MOE_QACT_NONE;

@@ -26,6 +26,10 @@
  *     [ceil(N * b / 32), n_groups], packed the same way along N (zp + 2^(b-1)).
  *   format "int-quantized" (int weights with int activations, e.g. W8A8) or
  *     "naive-quantized": <module>.weight I8 [N, K] holding q, <module>.weight_scale [N, 1].
+ *   format "float-quantized" (type float, num_bits 8: FP8 e4m3, e.g. llm-compressor's FP8 and
+ *     FP8_DYNAMIC schemes; naive-quantized with float weights is the same bytes): <module>.weight
+ *     F8_E4M3 [N, K] holding the codes, <module>.weight_scale [1] (strategy tensor) or [N, 1]
+ *     (channel): w = q * s; input_activations dynamic per-token FP8 are served weight-only.
  * libmoe's source layout (moe_quant.h "Quantized experts") is reached with
  *   int4 symmetric:  nibble = stored ^ 8 (two's complement q), [N, K/2] bytes, low nibble k even
  *   int4 zero point: v = stored nibble (q + 8), z = stored zero nibble (zp + 8): w = (v - z) s
@@ -47,13 +51,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* CKQ_FMT_GPTQ: quant_method gptq / awq, read by src/io/ckpt_gptq.c */
-typedef enum { CKQ_FMT_PACKED = 1, CKQ_FMT_INT = 2, CKQ_FMT_GPTQ = 3 } ckq_format;
+/* CKQ_FMT_GPTQ: quant_method gptq / awq, read by src/io/ckpt_gptq.c.
+ * FLOAT: format float-quantized (or naive-quantized with float weights), <module>.weight
+ * F8_E4M3 [N, K] holding the e4m3 codes, weight_scale F32/BF16/F16 [1] or [] (strategy
+ * tensor) or [N, 1] / [N] (channel): w = q * s. */
+typedef enum { CKQ_FMT_PACKED = 1, CKQ_FMT_INT = 2, CKQ_FMT_GPTQ = 3, CKQ_FMT_FLOAT = 4 } ckq_format;
 
 struct moe_ckq {
     ckq_format format;     /* where the codes are: weight_packed or weight */
     int num_bits;          /* 4 or 8 */
     int symmetric;
+    int is_float;          /* weights type float (FP8 e4m3) */
+    int act_dynamic_fp8;   /* input_activations dynamic per-token FP8: served weight-only (logged) */
     moe_quant_config quant;/* w13 = w2 = the weight scheme, act */
     json_t *targets;       /* the config groups' targets (strings), or NULL when a group has none */
     json_t *ignore;        /* quantization_config.ignore (strings), or NULL */
@@ -119,6 +128,48 @@ static moe_status check_str_array(moe_ctx *ctx, const char *cp, const char *fiel
                               "patterns or class names), found %s", cp, field, jvalue(v));
 }
 
+/* Float weights (type "float") of one config group: FP8 e4m3 (num_bits 8), strategy tensor or
+ * channel, static, symmetric. */
+static moe_status parse_float_weights(moe_ctx *ctx, const char *cp, const char *f, const json_t *w, moe_ckq *q)
+{
+    const json_t *nb = json_object_get(w, "num_bits"), *sym = json_object_get(w, "symmetric");
+    const json_t *strat = json_object_get(w, "strategy"), *dyn = json_object_get(w, "dynamic");
+    const json_t *bs = json_object_get(w, "block_structure"), *gs = json_object_get(w, "group_size");
+    if (!json_is_integer(nb) || json_integer_value(nb) != 8)
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%s.weights.num_bits' = %s with type float: only 8 (FP8 e4m3) is loaded "
+                             "(4-bit float schemes such as NVFP4 are not)",
+                             cp, f, json_is_integer(nb) ? (json_integer_value(nb) == 4 ? "4" : "not 8") : jvalue(nb));
+    if (!jnull(sym) && !json_is_true(sym))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights.symmetric' = %s: float weights are loaded "
+                             "symmetric only", cp, f, jvalue(sym));
+    if (!jnull(dyn) && !json_is_false(dyn))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights.dynamic' = %s: only static weights are loaded",
+                             cp, f, jvalue(dyn));
+    if (!json_is_string(strat))
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s.weights.strategy' = %s: float weights need a strategy "
+                             "(tensor or channel)", cp, f, jvalue(strat));
+    moe_qweight qw = {.dtype = MOE_QTYPE_F8_E4M3};
+    if (jstr_is(strat, "tensor"))
+        qw.scale = MOE_QSCALE_TENSOR;
+    else if (jstr_is(strat, "channel"))
+        qw.scale = MOE_QSCALE_CHANNEL;
+    else
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%s.weights.strategy' = %s with type float: only tensor and channel FP8 "
+                             "weights are loaded",
+                             cp, f, json_string_value(strat));
+    if (!jnull(bs) || (!jnull(gs) && !(json_is_integer(gs) && json_integer_value(gs) <= 0)))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights.%s' is set: FP8 block / group scales are "
+                             "not loaded from compressed-tensors", cp, f, jnull(bs) ? "group_size" : "block_structure");
+    q->num_bits = 8;
+    q->symmetric = 1;
+    q->is_float = 1;
+    q->quant.w13 = qw;
+    q->quant.w2 = qw;
+    return MOE_OK;
+}
+
 /* weights of one config group into q. `f` is the group's field prefix for messages. */
 static moe_status parse_weights(moe_ctx *ctx, const char *cp, const char *f, const json_t *w, moe_ckq *q)
 {
@@ -129,11 +180,12 @@ static moe_status parse_weights(moe_ctx *ctx, const char *cp, const char *f, con
     const json_t *sym = json_object_get(w, "symmetric"), *strat = json_object_get(w, "strategy");
     const json_t *gs = json_object_get(w, "group_size"), *dyn = json_object_get(w, "dynamic");
     const json_t *ao = json_object_get(w, "actorder"), *bs = json_object_get(w, "block_structure");
-    if (!jnull(type) && !jstr_is(type, "int"))
+    if (!jnull(type) && !jstr_is(type, "int") && !jstr_is(type, "float"))
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
-                             "%s: field '%s.weights.type' = %s: only int weights are loaded (float compressed-tensors "
-                             "schemes are not)",
-                             cp, f, jvalue(type));
+                             "%s: field '%s.weights.type' = %s: int and float (FP8) weights are loaded", cp, f,
+                             jvalue(type));
+    if (jstr_is(type, "float"))
+        return parse_float_weights(ctx, cp, f, w, q);
     if (!json_is_integer(nb))
         return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights.num_bits' = %s: only 4 and 8 are loaded", cp,
                              f, jvalue(nb));
@@ -192,6 +244,35 @@ static moe_status parse_weights(moe_ctx *ctx, const char *cp, const char *f, con
     return MOE_OK;
 }
 
+/* input_activations of an FP8-weight group (object ia): dynamic per-token FP8 (FP8_DYNAMIC,
+ * Llama-4 Maverick FP8) is served weight-only (libmoe has no per-token FP8 activation kernel,
+ * only per-token-group with block weights): f32 activations, logged at load. Static
+ * activation scales (input_scale) are refused. */
+static moe_status parse_float_acts(moe_ctx *ctx, const char *cp, const char *f, const json_t *ia, moe_ckq *q)
+{
+    const json_t *type = json_object_get(ia, "type"), *nb = json_object_get(ia, "num_bits");
+    const json_t *strat = json_object_get(ia, "strategy"), *dyn = json_object_get(ia, "dynamic");
+    if (!jstr_is(type, "float") || !json_is_integer(nb) || json_integer_value(nb) != 8)
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%s.input_activations': type %s, num_bits %s: with FP8 weights only FP8 "
+                             "(type float, num_bits 8) activations are loaded",
+                             cp, f, jvalue(type), json_is_integer(nb) ? "not 8" : jvalue(nb));
+    if (json_is_false(dyn) || jnull(dyn))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%s.input_activations.dynamic' = %s: static FP8 activation scales "
+                             "(input_scale) are not loaded yet; only dynamic per-token FP8 activations (served "
+                             "weight-only) or none",
+                             cp, f, jvalue(dyn));
+    if (!json_is_true(dyn) || !jstr_is(strat, "token"))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%s.input_activations': dynamic %s, strategy %s: only dynamic per-token "
+                             "(strategy token) FP8 activations are loaded",
+                             cp, f, jvalue(dyn), jvalue(strat));
+    q->act_dynamic_fp8 = 1;
+    q->quant.act = MOE_QACT_NONE;
+    return MOE_OK;
+}
+
 static moe_status parse_acts(moe_ctx *ctx, const char *cp, const char *f, const json_t *g, moe_ckq *q)
 {
     const json_t *oa = json_object_get(g, "output_activations");
@@ -207,6 +288,8 @@ static moe_status parse_acts(moe_ctx *ctx, const char *cp, const char *f, const 
     const json_t *type = json_object_get(ia, "type"), *nb = json_object_get(ia, "num_bits");
     const json_t *sym = json_object_get(ia, "symmetric"), *strat = json_object_get(ia, "strategy");
     const json_t *dyn = json_object_get(ia, "dynamic");
+    if (q->is_float)
+        return parse_float_acts(ctx, cp, f, ia, q);
     if (!jnull(type) && !jstr_is(type, "int"))
         return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.input_activations.type' = %s: only int8 activations "
                              "are loaded", cp, f, jvalue(type));
@@ -298,10 +381,12 @@ moe_status moe_ckq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const j
             one.format = CKQ_FMT_PACKED;
         } else if (jstr_is(fmt, "int-quantized") || jstr_is(fmt, "naive-quantized")) {
             one.format = CKQ_FMT_INT;
+        } else if (jstr_is(fmt, "float-quantized")) {
+            one.format = CKQ_FMT_FLOAT;
         } else {
             st = moe_set_error(ctx, MOE_EUNSUPPORTED,
                                "%s: field '%s.format' (or '%squantization_config.format') = %s: libmoe loads "
-                               "pack-quantized, int-quantized and naive-quantized",
+                               "pack-quantized, int-quantized, naive-quantized and float-quantized",
                                cp, f, qpre, jvalue(fmt));
             break;
         }
@@ -313,12 +398,22 @@ moe_status moe_ckq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const j
         if ((st = parse_weights(ctx, cp, f, json_object_get(g, "weights"), &one)) != MOE_OK ||
             (st = parse_acts(ctx, cp, f, g, &one)) != MOE_OK)
             break;
+        if (one.is_float && jstr_is(fmt, "naive-quantized"))
+            one.format = CKQ_FMT_FLOAT; /* naive-quantized with float weights: the F8_E4M3 weight */
+        if ((one.format == CKQ_FMT_FLOAT) != (one.is_float != 0)) {
+            st = moe_set_error(ctx, MOE_EUNSUPPORTED,
+                               "%s: field '%s.format' = %s with field '%s.weights.type' = %s: float-quantized (or "
+                               "naive-quantized) holds float (FP8) weights, pack-quantized and int-quantized int ones",
+                               cp, f, json_string_value(fmt), f, one.is_float ? "float" : "int");
+            break;
+        }
         if (one.format == CKQ_FMT_INT && one.num_bits != 8) {
             st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights.num_bits' = %d with format int-quantized: "
                                "only 8-bit codes are stored unpacked", cp, f, one.num_bits);
             break;
         }
         if (!first && (one.format != q->format || one.num_bits != q->num_bits || one.symmetric != q->symmetric ||
+                       one.act_dynamic_fp8 != q->act_dynamic_fp8 ||
                        !moe_quant_equal(&one.quant, &q->quant))) {
             st = moe_set_error(ctx, MOE_EUNSUPPORTED,
                                "%s: field '%s': config groups with different schemes are not loaded (libmoe needs one "
@@ -352,6 +447,12 @@ moe_status moe_ckq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const j
         return st;
     }
     moe_log(ctx, MOE_LOG_INFO, "%s: compressed-tensors checkpoint: routed experts %s", cp, moe_quant_name(&q->quant));
+    if (q->act_dynamic_fp8)
+        moe_log(ctx, MOE_LOG_WARN,
+                "%s: compressed-tensors input_activations dynamic per-token FP8: served weight-only (%s) with f32 "
+                "activations (libmoe has no per-token FP8 activation kernel); outputs are more exact than the "
+                "fp8 x fp8 products the checkpoint was calibrated for (docs/numerics.md)",
+                cp, moe_quant_name(&q->quant));
     *out = q;
     return MOE_OK;
 }
@@ -504,9 +605,12 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
         }
         return st;
     }
-    if (q->format == CKQ_FMT_INT) {
+    if (q->format == CKQ_FMT_INT || q->format == CKQ_FMT_FLOAT) {
+        const bool fl = q->format == CKQ_FMT_FLOAT;
         snprintf(name, sizeof name, "%s.weight", base);
-        if ((st = get_typed(ctx, lk, name, MOE_DTYPE_I8, "compressed-tensors int-quantized", &t, &path)) != MOE_OK)
+        if ((st = get_typed(ctx, lk, name, fl ? MOE_DTYPE_F8_E4M3 : MOE_DTYPE_I8,
+                            fl ? "compressed-tensors float-quantized" : "compressed-tensors int-quantized", &t,
+                            &path)) != MOE_OK)
             return st;
         if (!shape_is(&t, 2, N, K)) {
             snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "]", N, K);
@@ -567,7 +671,12 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
     snprintf(name, sizeof name, "%s.weight_scale", base);
     if ((st = lk->get(lk->u, name, &t, &path)) != MOE_OK)
         return st;
-    if (!shape_is(&t, 2, N, G) && !(G == 1 && shape_is(&t, 1, N, 0))) {
+    if (qw->scale == MOE_QSCALE_TENSOR) {
+        /* strategy tensor: one scale, [1] as llm-compressor writes it, [] or [1, 1] accepted */
+        N = 1;
+        if (!(t.ndim == 0 || shape_is(&t, 1, 1, 0) || shape_is(&t, 2, 1, 1)))
+            return bad_shape(ctx, path, name, &t, "[1] (strategy tensor: one scale per matrix)");
+    } else if (!shape_is(&t, 2, N, G) && !(G == 1 && shape_is(&t, 1, N, 0))) {
         snprintf(want, sizeof want, "[%" PRId64 ", %" PRId64 "]", N, G);
         return bad_shape(ctx, path, name, &t, want);
     }
@@ -630,11 +739,12 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
     snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.%s", prefix, e_lo, proj[0],
              q->format == CKQ_FMT_GPTQ ? "qweight" : "weight_packed");
     bool quantized = lk->has(lk->u, name);
-    if (!quantized && q->format == CKQ_FMT_INT) {
+    if (!quantized && (q->format == CKQ_FMT_INT || q->format == CKQ_FMT_FLOAT)) {
         moe_tensor_info t;
         const char *path;
         snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e_lo, proj[0]);
-        quantized = lk->has(lk->u, name) && lk->get(lk->u, name, &t, &path) == MOE_OK && t.dtype == MOE_DTYPE_I8;
+        quantized = lk->has(lk->u, name) && lk->get(lk->u, name, &t, &path) == MOE_OK &&
+                    t.dtype == (q->format == CKQ_FMT_FLOAT ? MOE_DTYPE_F8_E4M3 : MOE_DTYPE_I8);
     }
     if (!quantized)
         return MOE_OK;
@@ -796,8 +906,8 @@ static int list_matches(const json_t *list, const char *name, const char **hit)
 }
 
 /* Which compressed-tensors tensors of linear `base` are present: bit 0 weight_packed, 1
- * weight_scale, 2 weight_shape, 3 weight_zero_point, 4 an I8 `weight` (int-quantized), 5 a
- * float `weight`. */
+ * weight_scale, 2 weight_shape, 3 weight_zero_point, 4 an I8 or F8_E4M3 `weight` (int- /
+ * float-quantized codes), 5 a float (F32 / BF16 / F16) `weight`. */
 static unsigned ct_tensors_present(const moe_ckq_lookup *lk, const char *base)
 {
     static const char *const sfx[4] = {"weight_packed", "weight_scale", "weight_shape", "weight_zero_point"};
@@ -811,7 +921,7 @@ static unsigned ct_tensors_present(const moe_ckq_lookup *lk, const char *base)
     moe_tensor_info t;
     const char *path;
     if (lk->has(lk->u, name) && lk->get(lk->u, name, &t, &path) == MOE_OK)
-        m |= t.dtype == MOE_DTYPE_I8 ? 1u << 4 : 1u << 5;
+        m |= t.dtype == MOE_DTYPE_I8 || t.dtype == MOE_DTYPE_F8_E4M3 ? 1u << 4 : 1u << 5;
     return m;
 }
 
@@ -878,11 +988,14 @@ moe_status moe_ckq_shared_check(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lo
                                      "%s: tensor '%s.%s' is missing: shared expert linear '%s' has '%s.%s', so it is "
                                      "stored quantized (compressed-tensors %s: %s), but incompletely",
                                      dir, base[j], b == 4 ? "weight" : nm[b], base[j], base[j],
-                                     have == 4 ? "weight" : nm[have], packed ? "pack-quantized" : "int-quantized",
+                                     have == 4 ? "weight" : nm[have],
+                                     packed ? "pack-quantized" : q->format == CKQ_FMT_FLOAT ? "float-quantized"
+                                                                                            : "int-quantized",
                                      packed ? (q->quant.w13.has_zero_point
                                                    ? "weight_packed, weight_scale, weight_shape, weight_zero_point"
                                                    : "weight_packed, weight_scale, weight_shape")
-                                            : "I8 weight, weight_scale");
+                                     : q->format == CKQ_FMT_FLOAT ? "F8_E4M3 weight, weight_scale"
+                                                                  : "I8 weight, weight_scale");
             }
     }
     if (nq > 0 && nq < 3)

@@ -272,11 +272,16 @@ static moe_status config_quant(moe_ck_config *c, const json_t *root, const json_
                              "%s: field '%squantization_config.activation_scheme' = %s: only dynamic is supported",
                              c->path, qpre, json_is_string(as) ? json_string_value(as) : moe_io_json_kind(as));
     const json_t *bs = json_object_get(qc, "weight_block_size");
-    if (!bs || json_is_null(bs))
-        return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
-                             "%s: field '%squantization_config.weight_block_size' is absent: only FP8 block "
-                             "checkpoints (weight_block_size [bn, bk]) are supported, not per-tensor FP8",
-                             c->path, qpre);
+    if (!bs || json_is_null(bs)) {
+        /* per-tensor FP8 (FineGrainedFP8Config weight_block_size None): one scalar scale per matrix */
+        c->fp8 = 1;
+        c->fp8_bn = c->fp8_bk = 0;
+        moe_log(c->ctx, MOE_LOG_INFO,
+                "%s: FP8 per-tensor checkpoint (e4m3, weight_block_size %s: one scale per matrix): routed experts "
+                "run weight-only (fp8-tensor) with f32 activations",
+                c->path, bs ? "null" : "absent");
+        return MOE_OK;
+    }
     int64_t b[2] = {0, 0};
     bool ok = json_is_array(bs) && json_array_size(bs) == 2;
     for (size_t i = 0; ok && i < 2; i++) {

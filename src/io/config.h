@@ -24,8 +24,9 @@ typedef struct moe_ck_config {
     moe_layer_desc desc;
 
     /* quantization_config */
-    int fp8;                    /* quant_method fp8 (block scales) */
-    int64_t fp8_bn, fp8_bk;     /* its weight_block_size [out, in] */
+    int fp8;                    /* quant_method fp8 (block scales, or per-tensor) */
+    int64_t fp8_bn, fp8_bk;     /* its weight_block_size [out, in]; 0, 0: per-tensor (weight_block_size
+                                   absent or null: one scalar weight_scale_inv or weight_scale per matrix) */
     int mxfp4;                  /* quant_method mxfp4 (gpt-oss) */
     moe_ckq *ct;                /* quant_method compressed-tensors (src/io/ckpt_ct.c), or NULL */
 

@@ -114,9 +114,11 @@ static json_t *quant_config_json(const qw_job *j)
                          "activation_scheme", "dynamic", "weight_block_size", (json_int_t)qw->block_n,
                          (json_int_t)qw->block_k, "ignored_layers", j->ignore, "modules_to_not_convert", j->ignore);
     const int bits = qw->dtype == MOE_QTYPE_INT4 ? 4 : 8;
-    const char *format = j->q.act == MOE_QACT_TOKEN ? "int-quantized" : "pack-quantized";
-    json_t *w = json_pack("{s:i, s:s, s:b, s:s, s:o, s:b, s:n, s:s}", "num_bits", bits, "type", "int", "symmetric",
-                          !qw->has_zero_point, "strategy", qw->scale == MOE_QSCALE_GROUP ? "group" : "channel",
+    const bool fp8 = qw->dtype == MOE_QTYPE_F8_E4M3; /* fp8-tensor / fp8-channel: float-quantized */
+    const char *format = fp8 ? "float-quantized" : j->q.act == MOE_QACT_TOKEN ? "int-quantized" : "pack-quantized";
+    const char *strategy = qw->scale == MOE_QSCALE_GROUP ? "group" : qw->scale == MOE_QSCALE_TENSOR ? "tensor" : "channel";
+    json_t *w = json_pack("{s:i, s:s, s:b, s:s, s:o, s:b, s:n, s:s}", "num_bits", bits, "type", fp8 ? "float" : "int",
+                          "symmetric", !qw->has_zero_point, "strategy", strategy,
                           "group_size", qw->scale == MOE_QSCALE_GROUP ? json_integer(qw->group_size) : json_null(),
                           "dynamic", 0, "actorder", "observer", "minmax");
     json_t *ia = j->q.act == MOE_QACT_TOKEN
@@ -143,22 +145,20 @@ moe_status moe_checkpoint_quantize(moe_ctx *ctx, const char *in_dir, const char 
     qw_job j = {.ctx = ctx, .opt = opt, .stats = stats};
     if (moe_quant_from_name(opt->scheme, &j.q) != MOE_OK || !moe_quant_active(&j.q))
         return moe_set_error(ctx, MOE_EINVAL,
-                             "unknown quantization scheme '%s' (accepted: fp8-block, int8-channel, int8-w8a8, int4-g32, "
+                             "unknown quantization scheme '%s' (accepted: fp8-block, fp8-tensor, fp8-channel, int8-channel, int8-w8a8, int4-g32, "
                              "int4-g64, int4-g128, int4-g32-zp, int4-g64-zp, int4-g128-zp, mxfp4)",
                              opt->scheme);
 j.mxfp4 = j.q.w13.dtype == MOE_QTYPE_MXFP4;
-    if (j.q.w13.dtype == MOE_QTYPE_F8_E4M3 && j.q.w13.scale != MOE_QSCALE_BLOCK)
-        return moe_set_error(ctx, MOE_EUNSUPPORTED, "scheme '%s': per-tensor / per-channel FP8 checkpoints are not "
-                             "written (the Hugging Face FP8 layout libmoe loads is block-scaled); use fp8-block",
-                             opt->scheme);
-    j.ct = j.q.w13.dtype != MOE_QTYPE_F8_E4M3 && !j.mxfp4;
+    /* fp8-block: the Hugging Face FP8 layout; fp8-tensor / fp8-channel: compressed-tensors
+     * float-quantized (weight F8_E4M3 + weight_scale [1] / [N, 1]) */
+    j.ct = !(j.q.w13.dtype == MOE_QTYPE_F8_E4M3 && j.q.w13.scale == MOE_QSCALE_BLOCK) && !j.mxfp4;
     if (j.q.w13.has_zero_point)
         moe_log(ctx, MOE_LOG_WARN,
                 "scheme %s: zero points (symmetric: false) load in libmoe and compressed-tensors, but vLLM's "
                 "Marlin WNA16 MoE path accepts symmetric int4 only (compressed_tensors_moe.py asserts "
                 "weight_quant.symmetric); use %.*s for vLLM",
                 opt->scheme, (int)(strlen(opt->scheme) - 3), opt->scheme);
-    if (j.q.w13.dtype == MOE_QTYPE_F8_E4M3 && opt->layers && opt->n_layers > 0)
+    if (j.q.w13.dtype == MOE_QTYPE_F8_E4M3 && !j.ct && opt->layers && opt->n_layers > 0)
         return moe_set_error(ctx, MOE_EINVAL, "scheme fp8-block: --layers must be all (FP8 block checkpoints are loaded "
                              "with every MoE layer quantized)");
 

@@ -244,17 +244,19 @@ static moe_status quantize_f32(qw_job *j, qw_shard *s, const char *path, const c
     } else if (qw->scale == MOE_QSCALE_GROUP) {
         rows = N;
         cols = (K + qw->group_size - 1) / qw->group_size;
-    } else {
+    } else if (qw->scale == MOE_QSCALE_CHANNEL) {
         rows = N;
     }
+    const bool fp8 = qw->dtype == MOE_QTYPE_F8_E4M3;
     float *sc = shard_buf(s, sb);
     if (!sc)
         goto done;
     memcpy(sc, scale, sb);
-    if (!j->ct || j->q.act == MOE_QACT_TOKEN) {
+    if (!j->ct || j->q.act == MOE_QACT_TOKEN || fp8) {
         /* FP8 block: weight F8_E4M3 [N, K], weight_scale_inv F32 [ceil(N/bn), ceil(K/bk)];
-         * int-quantized: weight I8 [N, K] (q), weight_scale F32 [N, 1] (channel scales) */
-        const bool fp8 = !j->ct;
+         * compressed-tensors float-quantized: weight F8_E4M3 [N, K], weight_scale F32 [1]
+         * (tensor) or [N, 1] (channel); int-quantized: weight I8 [N, K] (q), weight_scale F32
+         * [N, 1] (channel scales) */
         uint8_t *c = shard_buf(s, cb);
         const char *wn = shard_name(s, base, ".weight");
         if (!c || !wn || !(o = shard_add(s)))
@@ -262,9 +264,11 @@ static moe_status quantize_f32(qw_job *j, qw_shard *s, const char *path, const c
         memcpy(c, codes, cb);
         *o = (moe_tensor_out){.name = wn, .dtype = fp8 ? MOE_DTYPE_F8_E4M3 : MOE_DTYPE_I8, .ndim = 2, .shape = {N, K},
                               .data = c};
-        if (!(o = shard_add(s)) || !(o->name = shard_name(s, base, fp8 ? ".weight_scale_inv" : ".weight_scale")))
+        if (!(o = shard_add(s)) || !(o->name = shard_name(s, base, !j->ct ? ".weight_scale_inv" : ".weight_scale")))
             goto done;
         o->dtype = MOE_DTYPE_F32, o->ndim = 2, o->shape[0] = rows, o->shape[1] = cols, o->data = sc;
+        if (qw->scale == MOE_QSCALE_TENSOR)
+            o->ndim = 1; /* [1], as llm-compressor writes a per-tensor scale */
         j->stats->output_code_bytes += cb;
     } else {
         /* pack-quantized: weight_packed I32 [N, ceil(K / per)], stored q + 2^(b-1), rows padded

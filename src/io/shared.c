@@ -88,8 +88,8 @@ static moe_status shared_fp8(const moe_ck_index *ix, const moe_ck_config *c, con
     const int64_t H = c->desc.hidden_size, Is = c->desc.shared_expert_intermediate_size;
     const int64_t shape[3][2] = {{Is, H}, {Is, H}, {H, Is}}; /* [N, K] per projection */
     const char *const label[3] = {"[I_s, H]", "[I_s, H]", "[H, I_s]"};
-    const moe_qweight qw = {.dtype = MOE_QTYPE_F8_E4M3, .scale = MOE_QSCALE_BLOCK, .block_n = c->fp8_bn,
-                            .block_k = c->fp8_bk};
+    const moe_qweight qw = {.dtype = MOE_QTYPE_F8_E4M3, .scale = c->fp8_bn ? MOE_QSCALE_BLOCK : MOE_QSCALE_TENSOR,
+                            .block_n = c->fp8_bn, .block_k = c->fp8_bk};
     const size_t n1 = (size_t)(Is * H); /* elements per matrix */
     moe_status st = alloc_dequantized(ix, lt, n1, describe, "FP8");
     if (st != MOE_OK)

@@ -80,6 +80,39 @@ moe_status moe_ck_get_checked(const moe_ck_index *ix, const char *name, const ch
     return label ? moe_ck_check_shape(ix, *path, info, label, ndim, want) : MOE_OK;
 }
 
+/* Per-tensor FP8: the scalar `name`_scale_inv or `name`_scale (F32 [] or [1]) of weight `name`. */
+static moe_status get_fp8_tensor_scale(const moe_ck_index *ix, const char *name, const void **scale)
+{
+    char inv[MOE_CK_NAME_LEN], plain[MOE_CK_NAME_LEN];
+    int l1 = snprintf(inv, sizeof inv, "%s_scale_inv", name), l2 = snprintf(plain, sizeof plain, "%s_scale", name);
+    if (l1 < 0 || (size_t)l1 >= sizeof inv || l2 < 0 || (size_t)l2 >= sizeof plain)
+        return moe_set_error(ix->ctx, MOE_EINVAL, "%s: tensor name too long: '%s_scale_inv'", ix->dir, name);
+    const bool has_inv = moe_ck_has(ix, inv), has_plain = moe_ck_has(ix, plain);
+    if (has_inv && has_plain)
+        return moe_set_error(ix->ctx, MOE_EFORMAT,
+                             "%s: tensors '%s' and '%s' are both present: a per-tensor FP8 weight has one scale",
+                             ix->dir, inv, plain);
+    if (!has_inv && !has_plain)
+        return moe_set_error(ix->ctx, MOE_ENOTFOUND,
+                             "%s: tensor '%s' (or '%s') is missing: per-tensor FP8 weight '%s' (quantization_config "
+                             "quant_method fp8 without weight_block_size) needs its scalar scale",
+                             ix->dir, inv, plain, name);
+    const char *sname = has_inv ? inv : plain, *path = NULL;
+    moe_tensor_info info;
+    moe_status st = moe_ck_get_checked(ix, sname, "FP8 per-tensor scales", MOE_DTYPE_F32, NULL, 0, NULL, &info, &path);
+    if (st != MOE_OK)
+        return st;
+    if (!(info.ndim == 0 || (info.ndim == 1 && info.shape[0] == 1))) {
+        char got_s[128];
+        return moe_set_error(ix->ctx, MOE_ESHAPE,
+                             "%s: tensor '%s': FP8 per-tensor scale shape %s, expected [] or [1] (config.json "
+                             "quantization_config has no weight_block_size)",
+                             path, sname, moe_io_format_shape(got_s, sizeof got_s, info.ndim, info.shape));
+    }
+    *scale = info.data;
+    return MOE_OK;
+}
+
 moe_status moe_ck_get_fp8_weight(const moe_ck_index *ix, int64_t bn, int64_t bk, const char *name, const char *label,
                                  const int64_t *want, const void **codes, const void **scale)
 {
@@ -97,6 +130,8 @@ moe_status moe_ck_get_fp8_weight(const moe_ck_index *ix, int64_t bn, int64_t bk,
         return st;
     *codes = info.data;
     char sname[MOE_CK_NAME_LEN];
+    if (bn == 0) /* per-tensor */
+        return get_fp8_tensor_scale(ix, name, scale);
     int len = snprintf(sname, sizeof sname, "%s_scale_inv", name);
     if (len < 0 || (size_t)len >= sizeof sname)
         return moe_set_error(ix->ctx, MOE_EINVAL, "%s: tensor name too long: '%s_scale_inv'", ix->dir, name);

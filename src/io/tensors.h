@@ -82,7 +82,8 @@ moe_status moe_ck_get_checked(const moe_ck_index *ix, const char *name, const ch
 
 /* An FP8 block checkpoint's weight `name` (F8_E4M3 [N, K], N x K = `want`) and its
  * `name`_scale_inv (F32 [ceil(N/bn), ceil(K/bk)], a multiplier): *codes and *scale point into
- * the mapped file. `label` is "[I, H]", "[H, I]" or the shared expert's "[I_s, H]", "[H, I_s]". */
+ * the mapped file. bn = bk = 0: per-tensor FP8, the scale is `name`_scale_inv or `name`_scale
+ * (F32 [] or [1], a multiplier either way; both present is MOE_EFORMAT). `label` is "[I, H]", "[H, I]" or the shared expert's "[I_s, H]", "[H, I_s]". */
 moe_status moe_ck_get_fp8_weight(const moe_ck_index *ix, int64_t bn, int64_t bk, const char *name, const char *label,
                                  const int64_t *want, const void **codes, const void **scale);
 

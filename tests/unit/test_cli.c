@@ -1715,13 +1715,13 @@ static void test_unknown_scheme(void **state)
     (void)state;
     SKIP_WITHOUT_BIN();
     const char *a1[] = {"quantize", "--checkpoint", "a", "--output", "b", "--quant", "int5", NULL};
-    const char *e1[] = {"moe quantize: --quant int5: unknown scheme; accepted: fp8-block, fp8-block-w8a8, "
+    const char *e1[] = {"moe quantize: --quant int5: unknown scheme; accepted: fp8-tensor, fp8-channel, fp8-block, fp8-block-w8a8, "
                         "int8-channel, int8-w8a8, int4-g32, int4-g64, int4-g128, int4-g32-zp, int4-g64-zp, "
                         "int4-g128-zp, mxfp4\n",
                         NULL};
     check_err(a1, 2, e1);
     const char *a2[] = {"quantize", "--checkpoint", "a", "--output", "b", "--quant", "int4-g218", NULL};
-    const char *e2[] = {"--quant int4-g218: unknown scheme; did you mean int4-g128? accepted: fp8-block", NULL};
+    const char *e2[] = {"--quant int4-g218: unknown scheme; did you mean int4-g128? accepted: fp8-tensor, fp8-channel, fp8-block", NULL};
     check_err(a2, 2, e2);
     const char *a3[] = {"plan", "--model", "qwen3-30b-a3b", "--quant", "fp9-block", NULL};
     const char *e3[] = {"moe plan: --quant fp9-block: unknown scheme; did you mean fp8-block? accepted: bf16, f16, "

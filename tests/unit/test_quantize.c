@@ -633,7 +633,6 @@ static void test_errors(void **state)
     expect_error(ctx, quantize(ctx, in, out, "int3", NULL, 0, 0, NULL), MOE_EINVAL, "unknown", "int3");
     expect_error(ctx, quantize(ctx, in, out, "mxfp4", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "mxfp4",
                  "written for gpt_oss only", "for qwen3_moe use int4-g32");
-    expect_error(ctx, quantize(ctx, in, out, "fp8-channel", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "fp8-block");
     expect_error(ctx, quantize(ctx, in, in, "int8-channel", NULL, 0, 0, NULL), MOE_EINVAL, "input");
     tu_join(p, sizeof p, in, "sub");
     expect_error(ctx, quantize(ctx, in, p, "int8-channel", NULL, 0, 1, NULL), MOE_EINVAL, "inside");

@@ -1,0 +1,375 @@
+/* FP8 per-tensor and compressed-tensors FP8 checkpoints (issue 15 item 4). Fixtures
+ * (tests/fixtures/gen_fp8_fixture.py, numpy only, from qwen3_moe_f32: H 40, I 12, E 6, top_k 2,
+ * T 17):
+ *   qwen3_moe_fp8_tensor      HF quant_method fp8, weight_block_size null, weight_scale_inv []
+ *   qwen3_moe_ct_fp8_tensor   compressed-tensors float-quantized, strategy tensor, weight-only
+ *   qwen3_moe_ct_fp8_channel  compressed-tensors FP8_DYNAMIC: channel weights [N, 1] + dynamic
+ *                             per-token FP8 activations (served weight-only, WARNING)
+ * each with expected.safetensors: a float64 numpy forward of the Qwen3-MoE block on the
+ * generator's own e4m3 dequantization (the codes decoded from the format's definition).
+ *
+ * Checked here:
+ *  - each loads as fp8-tensor / fp8-channel (desc.quant), and on every kernel table this CPU
+ *    runs the layer output matches expected within 1e-5 of max |expected| (the weight-only
+ *    bound), bit-identical across tables;
+ *  - the WARNING for dynamic per-token activations;
+ *  - qwen2_moe_ct_fp8_channel_shared (from qwen2_moe_f32: H 32, I 12, I_s 20, E 6): the FP8
+ *    shared expert too (dequantized at load), the same bound;
+ *  - bad input, each error naming the field or tensor: static input activations (input_scale),
+ *    num_bits 4 float weights, an unknown strategy, quant_method fbgemm_fp8, float weights in pack-quantized, a wrong
+ *    weight_scale shape (ct tensor [2], ct channel [N, 2], HF per-tensor [2]), a missing HF
+ *    per-tensor scale, both weight_scale and weight_scale_inv;
+ *  - moe_checkpoint_quantize --quant fp8-tensor / fp8-channel on qwen3_moe_f32 writes exactly
+ *    the tensors (names, dtypes, shapes, bytes) of the generator's independent quantization
+ *    (qwen3_moe_ct_fp8_tensor / _channel), and the output loads as that scheme. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moe.h"
+#include "quant/quant.h" /* moe_quant_equal */
+#include "testutil.h"
+
+enum { H = 40, I = 12, E = 6, K = 2, T = 17 };
+#define PFX "model.layers.0.mlp."
+
+enum { MAXN = 17 * 40 }; /* the largest T * H of the fixtures */
+
+/* tensor `name` of file `dir`/`file` copied into out (n floats; n = 0: any size up to MAXN,
+ * returned) */
+static size_t read_f32(moe_ctx *ctx, const char *dir, const char *file, const char *name, float *out, size_t n)
+{
+    char p[700];
+    tu_join(p, sizeof p, dir, file);
+    moe_safetensors *f;
+    assert_int_equal(moe_safetensors_open(ctx, p, &f), MOE_OK);
+    moe_tensor_info t;
+    assert_int_equal(moe_safetensors_get(f, name, &t), MOE_OK);
+    assert_int_equal(t.dtype, MOE_DTYPE_F32);
+    if (n)
+        assert_int_equal(t.nbytes, n * sizeof(float));
+    assert_true(t.nbytes <= MAXN * sizeof(float));
+    memcpy(out, t.data, t.nbytes);
+    moe_safetensors_free(f);
+    return t.nbytes / sizeof(float);
+}
+
+static moe_ctx *ctx_isa(const char *isa)
+{
+    moe_options o;
+    moe_options_init(&o);
+    o.num_threads = 1;
+    o.isa = isa;
+    moe_ctx *ctx = NULL;
+    char err[512] = "";
+    if (moe_ctx_create(&o, &ctx, err, sizeof err) != MOE_OK)
+        return NULL;
+    return ctx;
+}
+
+static void check_fixture(const char *fxname, const char *scheme)
+{
+    char dir[600];
+    tu_data_path(dir, sizeof dir, fxname);
+    static float x[MAXN], want[MAXN], out[MAXN], first[MAXN];
+    moe_ctx *c0 = tu_ctx();
+    const size_t nx = read_f32(c0, dir, "input.safetensors", "hidden_states", x, 0);
+    read_f32(c0, dir, "expected.safetensors", "output", want, nx);
+    moe_ctx_free(c0);
+    const char *isas[16];
+    size_t n = tu_isa_names(isas, 16);
+    int ran = 0;
+    for (size_t i = 0; i < n; i++) {
+        moe_ctx *ctx = ctx_isa(isas[i]);
+        if (!ctx)
+            continue; /* a table this CPU lacks */
+        moe_layer_desc d;
+        moe_checkpoint *ck = tu_open_layer(ctx, dir, 0, &d);
+        moe_quant_config q;
+        assert_int_equal(moe_quant_from_name(scheme, &q), MOE_OK);
+        if (!moe_quant_equal(&d.quant, &q))
+            fail_msg("%s: loaded as %s, expected %s", fxname, moe_quant_name(&d.quant), scheme);
+        const int64_t Tx = (int64_t)nx / d.hidden_size; /* the fixture's tokens */
+        tu_run_layer_ex(ctx, &d, NULL, ck, 0, NULL, x, MOE_DTYPE_F32, Tx, out, NULL, NULL);
+        const double err = tu_max_abs_diff(out, want, nx), mx = tu_max_abs(want, nx);
+        print_message("%s isa %s: max |out - ref| = %.3g (%.3g of max |ref| %.3g)\n", fxname, isas[i], err, err / mx,
+                      mx);
+        if (!(err <= 1e-5 * mx))
+            fail_msg("%s isa %s: max |out - ref| %.3g > 1e-5 * max |ref| %.3g", fxname, isas[i], err, mx);
+        if (ran++ == 0)
+            memcpy(first, out, sizeof out);
+        else if (!tu_same_bits(out, first, nx))
+            fail_msg("%s isa %s: output bits differ from the first table's", fxname, isas[i]);
+        moe_checkpoint_free(ck);
+        moe_ctx_free(ctx);
+    }
+    assert_true(ran >= 1);
+}
+
+static void test_hf_fp8_tensor(void **s)
+{
+    (void)s;
+    check_fixture("qwen3_moe_fp8_tensor", "fp8-tensor");
+}
+
+static void test_ct_fp8_tensor(void **s)
+{
+    (void)s;
+    check_fixture("qwen3_moe_ct_fp8_tensor", "fp8-tensor");
+}
+
+static void test_ct_fp8_channel_dynamic(void **s)
+{
+    (void)s;
+    check_fixture("qwen3_moe_ct_fp8_channel", "fp8-channel");
+    /* the dynamic per-token activations are served weight-only, and said so */
+    tu_logcap cap = {0};
+    moe_ctx *ctx = tu_ctx_logging(&cap, MOE_LOG_WARN);
+    char dir[600];
+    tu_data_path(dir, sizeof dir, "qwen3_moe_ct_fp8_channel");
+    moe_layer_desc d;
+    moe_checkpoint *ck = tu_open_layer(ctx, dir, 0, &d);
+    if (!strstr(cap.text, "dynamic per-token FP8: served weight-only (fp8-channel) with f32 activations"))
+        fail_msg("no WARNING for the dynamic activations:\n%s", cap.text);
+    moe_checkpoint_free(ck);
+    moe_ctx_free(ctx);
+}
+
+/* ---- bad input: a copy of fixture `src` in a temp folder, config.json and tensors edited ---- */
+
+typedef struct edit {
+    const char *tensor;   /* tensor to change (or drop: ndim < 0), NULL none */
+    int ndim;             /* new shape (its data: zeros of the new size, scale 1.0f) */
+    int64_t shape[2];
+    const char *add;      /* a tensor to add, F32 [] value 1, or NULL */
+} edit;
+
+/* The copy's folder into dir; cfg_edit(root) edits config.json's object. */
+static void make_copy(const char *src, char *dir, size_t n, void (*cfg_edit)(json_t *), const edit *ed)
+{
+    moe_ctx *ctx = tu_ctx();
+    char sdir[600], p[700];
+    tu_data_path(sdir, sizeof sdir, src);
+    tu_tmpdir(dir, n, "fp8v");
+    tu_join(p, sizeof p, sdir, "config.json");
+    json_t *root = json_load_file(p, 0, NULL);
+    assert_non_null(root);
+    if (cfg_edit)
+        cfg_edit(root);
+    tu_join(p, sizeof p, dir, "config.json");
+    assert_int_equal(json_dump_file(root, p, JSON_INDENT(1)), 0);
+    json_decref(root);
+    tu_join(p, sizeof p, sdir, "model.safetensors");
+    moe_safetensors *f;
+    assert_int_equal(moe_safetensors_open(ctx, p, &f), MOE_OK);
+    const size_t cnt = moe_safetensors_count(f);
+    moe_tensor_out *o = calloc(cnt + 1, sizeof *o); /* [cnt + 1] */
+    static float ones[128]; /* [128] f32: the largest edited tensor ([40, 2]) */
+    for (int i = 0; i < 128; i++)
+        ones[i] = 1.0f;
+    size_t m = 0;
+    for (size_t i = 0; i < cnt; i++) {
+        moe_tensor_info t;
+        assert_int_equal(moe_safetensors_at(f, i, &t), MOE_OK);
+        o[m] = (moe_tensor_out){.name = t.name, .dtype = t.dtype, .ndim = t.ndim, .data = t.data};
+        memcpy(o[m].shape, t.shape, sizeof t.shape);
+        if (ed && ed->tensor && strcmp(t.name, ed->tensor) == 0) {
+            if (ed->ndim < 0)
+                continue;
+            o[m].ndim = ed->ndim;
+            o[m].shape[0] = ed->shape[0], o[m].shape[1] = ed->shape[1];
+            o[m].data = ones;
+        }
+        m++;
+    }
+    if (ed && ed->add)
+        o[m++] = (moe_tensor_out){.name = ed->add, .dtype = MOE_DTYPE_F32, .ndim = 0, .data = ones};
+    tu_join(p, sizeof p, dir, "model.safetensors");
+    assert_int_equal(moe_safetensors_write(ctx, p, o, m), MOE_OK);
+    free(o);
+    moe_safetensors_free(f);
+    moe_ctx_free(ctx);
+}
+
+static json_t *group0(json_t *root)
+{
+    return json_object_get(json_object_get(json_object_get(root, "quantization_config"), "config_groups"), "group_0");
+}
+
+static void cfg_static_acts(json_t *root)
+{
+    json_object_set_new(group0(root), "input_activations",
+                        json_pack("{s:i, s:s, s:b, s:s, s:b}", "num_bits", 8, "type", "float", "symmetric", 1,
+                                  "strategy", "tensor", "dynamic", 0));
+}
+
+static void cfg_nb4(json_t *root)
+{
+    json_object_set_new(json_object_get(group0(root), "weights"), "num_bits", json_integer(4));
+}
+
+static void cfg_strategy(json_t *root)
+{
+    json_object_set_new(json_object_get(group0(root), "weights"), "strategy", json_string("diagonal"));
+}
+
+/* transformers' FbgemmFp8Config (per-channel weight_scale [N, 1] + input_scale_ub): not read */
+static void cfg_fbgemm(json_t *root)
+{
+    json_object_set_new(root, "quantization_config",
+                        json_pack("{s:s, s:f, s:[s]}", "quant_method", "fbgemm_fp8", "activation_scale_ub", 1200.0,
+                                  "modules_to_not_convert", "lm_head"));
+}
+
+static void cfg_packed(json_t *root)
+{
+    json_object_set_new(group0(root), "format", json_string("pack-quantized"));
+}
+
+/* open the copy and describe layer 0: the status and the message's substrings */
+static void expect_open(const char *dir, moe_status want, const char *a, const char *b)
+{
+    moe_ctx *ctx = tu_ctx();
+    moe_checkpoint *ck = NULL;
+    moe_status st = moe_checkpoint_open(ctx, dir, &ck);
+    if (st == MOE_OK) {
+        moe_layer_desc d;
+        st = moe_checkpoint_layer_desc(ck, 0, &d);
+    }
+    expect_error(ctx, st, want, a, b);
+    moe_checkpoint_free(ck);
+    moe_ctx_free(ctx);
+}
+
+static void test_ct_fp8_shared(void **s)
+{
+    (void)s;
+    check_fixture("qwen2_moe_ct_fp8_channel_shared", "fp8-channel");
+    /* the FP8 shared expert is dequantized at load: weight_dtype F32 */
+    moe_ctx *ctx = tu_ctx();
+    char dir[600];
+    tu_data_path(dir, sizeof dir, "qwen2_moe_ct_fp8_channel_shared");
+    moe_layer_desc d;
+    moe_checkpoint *ck = tu_open_layer(ctx, dir, 0, &d);
+    assert_int_equal(d.shared_expert_intermediate_size, 20);
+    assert_int_equal(d.weight_dtype, MOE_DTYPE_F32);
+    moe_checkpoint_free(ck);
+    moe_ctx_free(ctx);
+}
+
+static void test_bad_config(void **s)
+{
+    (void)s;
+    char dir[600];
+    make_copy("qwen3_moe_ct_fp8_tensor", dir, sizeof dir, cfg_static_acts, NULL);
+    expect_open(dir, MOE_EUNSUPPORTED, "config_groups.group_0.input_activations.dynamic",
+                "static FP8 activation scales (input_scale)");
+    make_copy("qwen3_moe_ct_fp8_tensor", dir, sizeof dir, cfg_nb4, NULL);
+    expect_open(dir, MOE_EUNSUPPORTED, "config_groups.group_0.weights.num_bits' = 4 with type float",
+                "NVFP4");
+    make_copy("qwen3_moe_ct_fp8_channel", dir, sizeof dir, cfg_strategy, NULL);
+    expect_open(dir, MOE_EUNSUPPORTED, "config_groups.group_0.weights.strategy' = diagonal",
+                "only tensor and channel FP8");
+    make_copy("qwen3_moe_fp8_tensor", dir, sizeof dir, cfg_fbgemm, NULL);
+    expect_open(dir, MOE_EUNSUPPORTED, "quantization_config.quant_method", "fbgemm_fp8");
+    make_copy("qwen3_moe_ct_fp8_tensor", dir, sizeof dir, cfg_packed, NULL);
+    expect_open(dir, MOE_EUNSUPPORTED, "config_groups.group_0.format' = pack-quantized with field",
+                "float-quantized");
+}
+
+static void test_bad_tensors(void **s)
+{
+    (void)s;
+    char dir[600];
+    const edit ct_tensor = {.tensor = PFX "experts.2.up_proj.weight_scale", .ndim = 1, .shape = {2, 0}};
+    make_copy("qwen3_moe_ct_fp8_tensor", dir, sizeof dir, NULL, &ct_tensor);
+    expect_open(dir, MOE_ESHAPE, "'" PFX "experts.2.up_proj.weight_scale': shape [2]", "strategy tensor");
+    const edit ct_channel = {.tensor = PFX "experts.1.down_proj.weight_scale", .ndim = 2, .shape = {H, 2}};
+    make_copy("qwen3_moe_ct_fp8_channel", dir, sizeof dir, NULL, &ct_channel);
+    expect_open(dir, MOE_ESHAPE, "'" PFX "experts.1.down_proj.weight_scale': shape [40, 2]", "expected [40, 1]");
+    const edit hf_shape = {.tensor = PFX "experts.0.gate_proj.weight_scale_inv", .ndim = 1, .shape = {2, 0}};
+    make_copy("qwen3_moe_fp8_tensor", dir, sizeof dir, NULL, &hf_shape);
+    expect_open(dir, MOE_ESHAPE, "'" PFX "experts.0.gate_proj.weight_scale_inv': FP8 per-tensor scale shape [2]",
+                "expected [] or [1]");
+    const edit hf_missing = {.tensor = PFX "experts.3.down_proj.weight_scale_inv", .ndim = -1};
+    make_copy("qwen3_moe_fp8_tensor", dir, sizeof dir, NULL, &hf_missing);
+    expect_open(dir, MOE_ENOTFOUND, "'" PFX "experts.3.down_proj.weight_scale_inv' (or", "is missing");
+    const edit hf_both = {.add = PFX "experts.4.up_proj.weight_scale"};
+    make_copy("qwen3_moe_fp8_tensor", dir, sizeof dir, NULL, &hf_both);
+    expect_open(dir, MOE_EFORMAT, PFX "experts.4.up_proj.weight_scale' are both present", "one scale");
+}
+
+/* every tensor of a/model.safetensors has the name, dtype, shape and bytes of b's, and back */
+static void same_tensors(const char *a, const char *b)
+{
+    moe_ctx *ctx = tu_ctx();
+    char pa[700], pb[700];
+    tu_join(pa, sizeof pa, a, "model.safetensors");
+    tu_join(pb, sizeof pb, b, "model.safetensors");
+    moe_safetensors *fa, *fb;
+    assert_int_equal(moe_safetensors_open(ctx, pa, &fa), MOE_OK);
+    assert_int_equal(moe_safetensors_open(ctx, pb, &fb), MOE_OK);
+    assert_int_equal(moe_safetensors_count(fa), moe_safetensors_count(fb));
+    for (size_t i = 0; i < moe_safetensors_count(fa); i++) {
+        moe_tensor_info ta, tb;
+        assert_int_equal(moe_safetensors_at(fa, i, &ta), MOE_OK);
+        if (moe_safetensors_get(fb, ta.name, &tb) != MOE_OK)
+            fail_msg("%s: tensor '%s' not in %s", pa, ta.name, pb);
+        assert_int_equal(ta.dtype, tb.dtype);
+        assert_int_equal(ta.ndim, tb.ndim);
+        for (int d = 0; d < ta.ndim; d++)
+            assert_int_equal(ta.shape[d], tb.shape[d]);
+        assert_int_equal(ta.nbytes, tb.nbytes);
+        if (memcmp(ta.data, tb.data, ta.nbytes) != 0)
+            fail_msg("tensor '%s': bytes differ from the generator's", ta.name);
+    }
+    moe_safetensors_free(fa);
+    moe_safetensors_free(fb);
+    moe_ctx_free(ctx);
+}
+
+static void test_quantize_writes_ct_fp8(void **s)
+{
+    (void)s;
+    static const char *const schemes[2][2] = {{"fp8-tensor", "qwen3_moe_ct_fp8_tensor"},
+                                              {"fp8-channel", "qwen3_moe_ct_fp8_channel"}};
+    for (int i = 0; i < 2; i++) {
+        moe_ctx *ctx = tu_ctx();
+        char in[600], fx[600], root[600], out[700];
+        tu_data_path(in, sizeof in, "qwen3_moe_f32");
+        tu_data_path(fx, sizeof fx, schemes[i][1]);
+        tu_tmpdir(root, sizeof root, "fp8q");
+        tu_join(out, sizeof out, root, "out");
+        moe_quantize_options o = {.scheme = schemes[i][0]};
+        moe_quantize_stats st;
+        if (moe_checkpoint_quantize(ctx, in, out, &o, &st) != MOE_OK)
+            fail_msg("quantize %s: %s", schemes[i][0], moe_ctx_last_error(ctx));
+        assert_int_equal(st.expert_tensors, 3 * E);
+        same_tensors(out, fx);
+        moe_layer_desc d;
+        moe_checkpoint *ck = tu_open_layer(ctx, out, 0, &d);
+        moe_quant_config q;
+        assert_int_equal(moe_quant_from_name(schemes[i][0], &q), MOE_OK);
+        assert_true(moe_quant_equal(&d.quant, &q));
+        moe_checkpoint_free(ck);
+        moe_ctx_free(ctx);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hf_fp8_tensor),         cmocka_unit_test(test_ct_fp8_tensor),
+        cmocka_unit_test(test_ct_fp8_channel_dynamic), cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_bad_tensors),           cmocka_unit_test(test_quantize_writes_ct_fp8),
+        cmocka_unit_test(test_ct_fp8_shared),
+    };
+    return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);
+}
