@@ -815,6 +815,11 @@ typedef struct moe_exec_args {
                                    aligned is best; may be NULL when that size is 0 */
     size_t workspace_size;      /* bytes available at workspace */
     struct moe_exec_stats *stats; /* optional: what ran (see below), or NULL */
+    int64_t *expert_load;       /* [E] or NULL: expert load, accumulated. Adds to entry e
+                                   the number of this rank's (token, k) rows routed to
+                                   logical expert e by this execute (the caller zeroes it to
+                                   reset; sum over ranks: moe_plan_gather_load). Counted
+                                   after routing, before any dispatch; untouched on error */
 } moe_exec_args;
 
 /* What one moe_plan_execute_ex call ran: the knobs' effect made observable. Names are
