@@ -252,7 +252,8 @@ typedef struct moe_rebalance_report {
  * experts are freed. The rebalance memory peak is the current bytes plus the new experts'.
  * report may be NULL. Errors: MOE_EINVAL (next invalid or differing, weights of another
  * plan), MOE_ENOMEM, MOE_ETIMEOUT, MOE_EMPI, and the errors of moe_weights_create. */
-struct moe_weights;       /* moe.h declares these after including this header */
+/* moe.h defines these after including this header: declared here by tag. */
+struct moe_weights;
 struct moe_weight_source;
 moe_status moe_plan_rebalance(moe_plan *plan, struct moe_weights *weights, const moe_placement *next,
                               const struct moe_weight_source *src, moe_rebalance_report *report);
