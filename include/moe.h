@@ -917,6 +917,11 @@ typedef struct moe_exec_args {
      * cast). The f32 result is computed exactly as for F32 output and then rounded, so the
      * bf16 output equals rounding the F32 output. Other dtypes: MOE_EDTYPE. */
     moe_dtype output_dtype;
+    int64_t *expert_load;       /* [E] or NULL: expert load, accumulated. Adds to entry e
+                                   the number of this rank's (token, k) rows routed to
+                                   logical expert e by this execute (the caller zeroes it to
+                                   reset; sum over ranks: moe_plan_gather_load). Counted
+                                   after routing, before any dispatch; untouched on error */
 } moe_exec_args;
 
 /* What one moe_plan_execute_ex call ran: the knobs' effect made observable. Names are

@@ -133,7 +133,141 @@ typedef struct moe_parallel_config {
     double timeout_s;  /* seconds a collective may wait for the peers before MOE_ETIMEOUT;
                           > 0, default 300 (a peer still packing weights is indistinguishable
                           from a dead one: allow for the slowest load) */
+    const struct moe_placement *placement; /* EP expert placement (see "Expert placement"
+                          below), borrowed during moe_plan_create_ex (the plan copies it);
+                          NULL = contiguous. Needs ep_size > 1 unless it is the identity */
 } moe_parallel_config;
+
+/* ---------------------------------------------------------------------------------------
+ * Expert placement (EP load balance; vLLM's EPLB vocabulary).
+ *
+ * The E experts of the description are the logical experts. A placement lays P >= E
+ * physical experts over the ep_size ranks, P = E + num_redundant_experts: physical experts
+ * are numbered rank by rank, rank r holding the rank_num_physical[r] physical experts that
+ * follow those of ranks 0 .. r-1, and physical expert p holds the weights of logical expert
+ * physical_to_logical[p]. A logical expert with c >= 2 physical experts has c replicas; its
+ * replicas are listed in physical order. On rank r, local expert i is physical expert
+ * (first physical of r) + i.
+ *
+ * Valid (moe_placement_check; plan creation checks the same and names the entry): ep_size
+ * equals parallel.ep_size; num_logical_experts equals the description's num_experts;
+ * E <= P <= E * ep_size; every rank_num_physical[r] >= 0 and they sum to P; every
+ * physical_to_logical[p] in [0, E); every logical expert held at least once; no logical
+ * expert twice on one rank. A rank may hold no expert.
+ *
+ * Replica choice (deterministic, the same on every run): the (token t, slot k) row of a
+ * rank's execute, t counted from 0 over the execute's tokens on that rank, whose logical
+ * expert e has c replicas, goes to replica (t + ep_rank) mod c. Every replica computes a row
+ * with the same kernel in the same order, so with dispatch_dtype F32 the output stays
+ * bit-identical to one process whatever the placement.
+ *
+ * The plan text and hash include a non-contiguous placement (`placement=<hash>;`), so ranks
+ * given different placements fail plan creation together (MOE_EINVAL naming the first
+ * physical expert or rank count that differs, with both values).
+ * ------------------------------------------------------------------------------------- */
+typedef struct moe_placement {
+    int32_t ep_size;               /* ranks the placement spans */
+    int32_t num_logical_experts;   /* E, the description's num_experts */
+    int32_t num_physical_experts;  /* P = E + num_redundant_experts */
+    int32_t *physical_to_logical;  /* [P] logical expert of each physical expert, rank by rank */
+    int32_t *rank_num_physical;    /* [ep_size] physical experts on each rank, sum P */
+} moe_placement;
+
+typedef enum moe_placement_policy {
+    MOE_PLACEMENT_CONTIGUOUS = 0,  /* today's split: rank r holds E / ep_size experts, plus one
+                                      when r < E % ep_size, in id order; no redundancy */
+    MOE_PLACEMENT_ROUND_ROBIN = 1, /* logical expert e on rank e mod ep_size; no redundancy */
+    MOE_PLACEMENT_BALANCED = 2     /* from measured load with num_redundant_experts extra
+                                      physical experts (the scheme DeepSeek's EPLB describes):
+                                      each extra replica goes to the logical expert with the
+                                      highest load per replica (ties to the lower id), then the
+                                      physical experts, heaviest first (load / replicas, ties
+                                      to the lower logical id, then the lower replica), go to
+                                      the rank with the least load so far that has a free slot
+                                      and no replica of that expert (ties to the lower rank);
+                                      rank r has P / ep_size slots, plus one when
+                                      r < P % ep_size */
+} moe_placement_policy;
+
+/* Check a placement against num_experts and ep_size (rules above). Errors: MOE_EINVAL naming
+ * the first offending entry (for example "physical expert 17 (rank 2) repeats logical expert
+ * 5 on that rank"), recorded on ctx (ctx may be NULL: the status only). */
+moe_status moe_placement_check(moe_ctx *ctx, const moe_placement *p, int64_t num_experts,
+                               int ep_size);
+
+/* Build a placement by `policy` into caller arrays: physical_to_logical [E + num_redundant]
+ * and rank_num_physical [ep_size]; out's fields are set to point at them. load [E] (routed
+ * rows per logical expert, each >= 0) is needed for BALANCED and ignored by the others;
+ * num_redundant_experts must be 0 for CONTIGUOUS and ROUND_ROBIN, and in
+ * [0, E * (ep_size - 1)] for BALANCED. Errors: MOE_EINVAL (named argument). */
+moe_status moe_placement_build(moe_ctx *ctx, moe_placement_policy policy, int64_t num_experts,
+                               int ep_size, int64_t num_redundant_experts, const int64_t *load,
+                               int32_t *physical_to_logical, int32_t *rank_num_physical,
+                               moe_placement *out);
+
+/* Rows each rank's experts would run under placement p for a routed load [E] (rows per
+ * logical expert over the whole EP group), replicas splitting their expert's rows as evenly
+ * as the replica rule does in the long run (an expert's rows / c each, the remainder to its
+ * first replicas): out [ep_size]. imbalance = max(out) / mean(out) (1 when all are 0). */
+moe_status moe_placement_rank_rows(moe_ctx *ctx, const moe_placement *p, const int64_t *load,
+                                   int64_t *out, double *imbalance);
+
+/* A placement file (docs/parallel.md): JSON {"ep_size": N, "num_logical_experts": E,
+ * "ranks": [[logical ids of rank 0's physical experts], ...]}. moe_placement_read allocates
+ * out's arrays (free them with moe_placement_clear) and checks the file (moe_placement_check
+ * with its own ep_size and E; the caller compares those with the plan's). Errors: MOE_EIO,
+ * MOE_EFORMAT (bad JSON, a missing or mistyped field, named with its path), MOE_EINVAL,
+ * MOE_ENOMEM. moe_placement_write writes p (atomically: a temporary file renamed). */
+moe_status moe_placement_read(moe_ctx *ctx, const char *path, moe_placement *out);
+moe_status moe_placement_write(moe_ctx *ctx, const char *path, const moe_placement *p);
+void moe_placement_clear(moe_placement *p);
+
+/* A load file: JSON {"num_logical_experts": E, "load": [E non-negative integers]} (moe bench
+ * --ep writes one). Reads into load [num_experts]; a length other than num_experts or a
+ * negative / non-integer count is MOE_EFORMAT naming the entry. */
+moe_status moe_load_read(moe_ctx *ctx, const char *path, int64_t num_experts, int64_t *load);
+moe_status moe_load_write(moe_ctx *ctx, const char *path, const int64_t *load, int64_t num_experts);
+
+/* The plan's placement (the contiguous one built at creation when none was given). Valid
+ * while the plan lives and until the next moe_plan_rebalance. */
+const moe_placement *moe_plan_placement(const moe_plan *plan);
+
+/* Sum per-logical-expert loads [E] (as accumulated in moe_exec_args.expert_load) over the
+ * ranks of this rank's EP group (the ranks with the same tp_rank; a TP group shares its
+ * tokens, so summing over it would count them tp_size times) into total [E], on every rank.
+ * Collective over the plan's ranks, polled against timeout_s. One process: a copy.
+ * Errors: MOE_EINVAL, MOE_ETIMEOUT, MOE_EMPI. */
+moe_status moe_plan_gather_load(const moe_plan *plan, const int64_t *local, int64_t *total);
+
+/* What a rebalance did on this rank. */
+typedef struct moe_rebalance_report {
+    int64_t experts_kept;   /* local physical experts whose packed weights were reused */
+    int64_t experts_packed; /* local physical experts packed anew (the ones that moved here) */
+    int64_t experts_freed;  /* local physical experts dropped */
+    size_t bytes_packed;    /* packed bytes written for the new experts */
+    size_t bytes_resident;  /* expert bytes resident on this rank afterwards */
+    double seconds;         /* wall time on this rank, the agreement included */
+} moe_rebalance_report;
+
+/* Move a parallel plan and its weights to placement `next` between executes, collective over
+ * the plan's ranks (never concurrently with an execute on the plan). Every rank passes the
+ * same `next` (checked by hash: a difference fails every rank, naming the entry) and the
+ * source of the weights again (`src` as for moe_weights_create, indexing experts by logical
+ * id; only the experts that move to this rank are read: the weights are re-read from the
+ * source, not sent rank to rank). Experts this rank already holds keep their packed bytes.
+ * The switch is atomic across ranks: each rank packs what it needs beside the current
+ * weights, the ranks agree, and only then does every rank switch (plan placement, text and
+ * hash, and weights) before returning; if any rank fails, or a rank never arrives within
+ * timeout_s (a rebalance called on one rank only), every rank that returns keeps the old
+ * placement and weights intact (MOE_ETIMEOUT / the peer's error, named) and the staged
+ * experts are freed. The rebalance memory peak is the current bytes plus the new experts'.
+ * report may be NULL. Errors: MOE_EINVAL (next invalid or differing, weights of another
+ * plan), MOE_ENOMEM, MOE_ETIMEOUT, MOE_EMPI, and the errors of moe_weights_create. */
+/* moe.h defines these after including this header: declared here by tag. */
+struct moe_weights;
+struct moe_weight_source;
+moe_status moe_plan_rebalance(moe_plan *plan, struct moe_weights *weights, const moe_placement *next,
+                              const struct moe_weight_source *src, moe_rebalance_report *report);
 
 /* 1 when libmoe was built with MPI (CMake option MOE_WITH_MPI), else 0. */
 MOE_API int moe_mpi_available(void);
@@ -142,8 +276,9 @@ MOE_API int moe_mpi_available(void);
  * coordinates; comm is NULL). Valid while the plan lives. */
 MOE_API const moe_parallel_config *moe_plan_parallel(const moe_plan *plan);
 
-/* Fill out [E] (the description's num_experts) with the local id of each global expert id on
- * this rank, or -1 when another EP rank holds it. One process: the identity.
+/* Fill out [E] (the description's num_experts) with the local id of each logical expert on
+ * this rank (the local physical expert holding it; a rank holds a logical expert at most
+ * once), or -1 when this rank holds none of its replicas. One process: the identity.
  * Errors: MOE_EINVAL (NULL argument). */
 MOE_API moe_status moe_plan_expert_map(const moe_plan *plan, int32_t *out);
 

@@ -54,13 +54,22 @@ static void usage(FILE *f)
           "  --compute C          the expert GEMMs' arithmetic: f32 (default) or bf16 (bf16\n"
           "                       activations, f32 accumulation; moe_plan_config.compute)\n"
           "  --seed N             weights and inputs (default 1)\n"
+          "  --skew HOT:SHARE     skewed routing: router logits (given to the execute) biased so\n"
+          "                       experts 0..HOT-1 take about SHARE of the (token, k) rows, the\n"
+          "                       rest spread evenly; deterministic (e.g. 8:0.5)\n"
+          "  --load-out FILE      write the expert load gathered over the EP group, summed over\n"
+          "                       every timed forward (moe_plan_gather_load; a load file for\n"
+          "                       moe plan --load)\n"
           "  -h, --help           this text\n"
           "\n"
           "Per rank (in rank order): its experts, I shard and resident expert bytes\n"
           "(moe_weights_expert_bytes), and the packing time. Per T: forward ms (median per\n"
           "rank, the slowest rank), dispatch / combine / TP-reduce ms (mean over ranks, per\n"
           "forward, waiting included), and the bytes sent to other ranks per token (dispatch +\n"
-          "combine + TP reduce, summed over ranks, over all ranks' tokens).\n",
+          "combine + TP reduce, summed over ranks, over all ranks' tokens). Under --ep, per T\n"
+          "also the rows each EP rank's experts received per forward, the imbalance (max\n"
+          "rank rows / mean) and the time lost to it: the slowest rank's expert time minus the\n"
+          "mean (expert time: forward minus dispatch, combine and TP reduce, mean per forward).\n",
           f);
 }
 
@@ -109,6 +118,55 @@ static void fill(void *buf, moe_dtype dt, size_t n, uint64_t seed, uint64_t tid,
     }
 }
 
+/* --skew HOT:SHARE: 1 <= HOT < E (checked later), 0 <= SHARE <= 1 */
+static int parse_skew(const char *s, int64_t *hot, double *share)
+{
+    char *end = NULL;
+    long long h = strtoll(s, &end, 10);
+    if (end == s || *end != ':' || h < 1) {
+        cli_err(CMD, "--skew %s: expected HOT:SHARE, e.g. 8:0.5 (HOT >= 1 hottest experts take SHARE of the rows)", s);
+        return -1;
+    }
+    const char *f = end + 1;
+    double v = strtod(f, &end);
+    if (end == f || *end || !(v >= 0 && v <= 1)) {
+        cli_err(CMD, "--skew %s: SHARE must be a number in [0, 1]", s);
+        return -1;
+    }
+    *hot = h;
+    *share = v;
+    return 0;
+}
+
+/* Router logits [T, E] whose top-K sends about `share` of each rank's rows to experts
+ * [0, hot): token t takes h_t of its K experts among the hot ones (h_t by error diffusion, so
+ * the mean is share * K), chosen by a hash of (seed, t), the others by noise in [0, 1). */
+static void skew_logits(float *lg, int64_t T, int64_t E, int64_t K, int64_t hot, double share, uint64_t seed)
+{
+    double acc = 0;
+    for (int64_t t = 0; t < T; t++) {
+        uint64_t z = seed * 0x9E3779B97F4A7C15ull + (uint64_t)t * 0xBF58476D1CE4E5B9ull + 1;
+        float *row = lg + t * E;
+        for (int64_t e = 0; e < E; e++) {
+            z ^= z >> 31;
+            z *= 0x94D049BB133111EBull;
+            z ^= z >> 29;
+            row[e] = (float)((z >> 11) & 0xFFFFF) / (float)(1 << 20); /* noise in [0, 1) */
+        }
+        acc += share * (double)K;
+        int64_t h = (int64_t)acc;
+        acc -= (double)h;
+        if (h > hot)
+            h = hot;
+        for (int64_t j = 0; j < h; j++) /* hot experts (t + j) mod hot: distinct, as h <= hot */
+            row[(t + j) % hot] += 10.0f + (float)j;
+        if (h < K) /* the remaining picks stay off the hot experts */
+            for (int64_t e = 0; e < hot; e++)
+                if (row[e] < 10.0f)
+                    row[e] -= 10.0f;
+    }
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -120,6 +178,9 @@ int cli_bench_parallel(int argc, char **argv)
     const char *model = "qwen3-30b-a3b", *tokens = "1,256";
     int64_t ep = 1, tp = 1, num_experts = 0, threads = 0, iters = 20, capacity = 0, seed = 1;
     int low_latency = 0;
+    const char *skew = NULL, *load_out = NULL;
+    int64_t skew_hot = 0;
+    double skew_share = 0;
     moe_dtype dt = MOE_DTYPE_BF16, ddt = MOE_DTYPE_F32;
     moe_compute compute = MOE_COMPUTE_F32;
     const int64_t big = (int64_t)1 << 30; /* the upper bound of every integer option */
@@ -142,6 +203,9 @@ int cli_bench_parallel(int argc, char **argv)
         /* activations on the wire: f32, fp8 or int8 */
         {.name = "--dispatch-dtype", .kind = CLI_CUSTOM, .dst = &ddt, .parse = parse_dtype},
         {.name = "--seed", .kind = CLI_I64, .dst = &seed, .lo = 0, .hi = big},
+        /* HOT:SHARE, parsed below */
+        {.name = "--skew", .kind = CLI_STR, .dst = &skew},
+        {.name = "--load-out", .kind = CLI_STR, .dst = &load_out},
         /* f32 / bf16 (cli_parse_compute names the accepted values) */
         {.name = "--compute", .kind = CLI_CUSTOM, .dst = &compute, .parse = cli_parse_compute},
     };
@@ -152,9 +216,17 @@ int cli_bench_parallel(int argc, char **argv)
     int nT = 0;
     if (parse_list(tokens, Ts, &nT) != 0)
         return CLI_USAGE;
+    if (skew && parse_skew(skew, &skew_hot, &skew_share) != 0)
+        return CLI_USAGE;
     const cli_model *m = cli_model_find(model);
     if (!m)
         return cli_model_unknown(CMD, model);
+    const int64_t E_arg = num_experts ? num_experts : m->num_experts;
+    if (skew && skew_hot >= E_arg) {
+        cli_err(CMD, "--skew %s: HOT = %lld must be below the %lld experts", skew, (long long)skew_hot,
+                (long long)E_arg);
+        return CLI_USAGE;
+    }
     const int nranks = (int)(ep * tp), rank = cli_mpi_rank();
     if (nranks != cli_mpi_size()) {
         cli_err(CMD, "--ep %lld x --tp %lld = %d ranks, but %d %s running: launch with mpirun -np %d", (long long)ep,
@@ -195,6 +267,9 @@ int cli_bench_parallel(int argc, char **argv)
     moe_weights *w = NULL;
     void *wg = NULL, *wu = NULL, *wd = NULL, *shg = NULL, *shu = NULL, *shd = NULL, *ws = NULL;
     float *router = NULL, *sgate = NULL, *x = NULL, *out = NULL;
+    float *logits = NULL;                    /* --skew: [Tmax, E] router logits */
+    int64_t *load = NULL, *load_all = NULL;  /* [E] this rank's expert load, [E] summed over T (gathered) */
+    int64_t *load_t = NULL;                  /* [E] the EP group's load of one T */
     double *times = NULL; /* [iters] seconds per forward */
     const void **gp = calloc((size_t)E, sizeof(void *)), **up = calloc((size_t)E, sizeof(void *));
     const void **dp = calloc((size_t)E, sizeof(void *));
@@ -317,18 +392,29 @@ int cli_bench_parallel(int argc, char **argv)
     x = malloc(sizeof(float) * (size_t)(Tmax * H));
     out = malloc(sizeof(float) * (size_t)(Tmax * H));
     times = malloc(sizeof(double) * (size_t)iters);
-    if ((ws_size && !ws) || !x || !out || !times) {
+    load = calloc((size_t)E, sizeof *load);
+    load_all = calloc((size_t)E, sizeof *load_all);
+    load_t = calloc((size_t)E, sizeof *load_t);
+    logits = skew ? malloc(sizeof(float) * (size_t)(Tmax * E)) : NULL;
+    if ((ws_size && !ws) || !x || !out || !times || !load || !load_all || !load_t || (skew && !logits)) {
         cli_err(CMD, "out of memory for %lld tokens", (long long)Tmax);
         goto done;
     }
     /* each EP rank's own tokens; a TP group shares them */
     fill(x, MOE_DTYPE_F32, (size_t)(Tmax * H), (uint64_t)seed + 7919u * (uint64_t)(par->ep_rank + 1), 6, 1.0f);
+    if (skew)
+        skew_logits(logits, Tmax, E, K, skew_hot, skew_share, (uint64_t)seed + 7919u * (uint64_t)(par->ep_rank + 1));
+    if (skew && rank == 0)
+        printf("routing skewed (--skew %s): router logits biased so experts 0..%lld take about %.0f%% of the rows\n",
+               skew, (long long)(skew_hot - 1), 100.0 * skew_share);
     if (rank == 0)
         printf("\n%6s %11s %12s %11s %10s %14s %14s %14s\n", "T", "forward ms", "dispatch ms", "combine ms", "tp ms",
                "dispatch B/tok", "combine B/tok", "tp B/tok");
     for (int i = 0; i < nT; i++) {
         const int64_t T = Ts[i];
-        double sum[6] = {0}; /* dispatch s, combine s, tp s, dispatch B, combine B, tp B over the timed runs */
+        double sum[8] = {0}; /* dispatch s, combine s, tp s, dispatch B, combine B, tp B, received rows, forward s
+                                over the timed runs */
+        memset(load, 0, sizeof(int64_t) * (size_t)E);
         for (int64_t it = -2; it < iters; it++) {
             moe_exec_stats st;
             moe_exec_args ea;
@@ -340,6 +426,8 @@ int cli_bench_parallel(int argc, char **argv)
             ea.workspace = ws;
             ea.workspace_size = ws_size;
             ea.stats = &st;
+            ea.router_logits = logits;
+            ea.expert_load = it >= 0 ? load : NULL; /* the timed forwards' routed rows */
             cli_mpi_barrier();
             double t0 = cli_now();
             moe_status s = moe_plan_execute_ex(plan, w, &ea);
@@ -357,35 +445,72 @@ int cli_bench_parallel(int argc, char **argv)
             sum[3] += (double)st.dispatch_bytes;
             sum[4] += (double)st.combine_bytes;
             sum[5] += (double)st.tp_reduce_bytes;
+            sum[6] += (double)st.received_rows;
+            sum[7] += t1 - t0;
         }
+        if (moe_plan_gather_load(plan, load, load_t) != MOE_OK) {
+            cli_err(CMD, "T %lld: %s", (long long)T, moe_ctx_last_error(ctx));
+            goto done;
+        }
+        for (int64_t e = 0; e < E; e++)
+            load_all[e] += load_t[e];
         qsort(times, (size_t)iters, sizeof(double), cmp_double);
-        double mine[7] = {times[iters / 2]};
-        for (int k = 0; k < 6; k++)
+        enum { NV = 9 }; /* median forward s, the 6 sums of sum[] per forward, received rows, expert s */
+        double mine[NV] = {times[iters / 2]};
+        for (int k = 0; k < 7; k++)
             mine[k + 1] = sum[k] / (double)iters;
-        double *all = malloc(sizeof(double) * 7 * (size_t)nranks); /* [nranks][7] */
+        mine[8] = (sum[7] - sum[0] - sum[1] - sum[2]) / (double)iters;
+        double *all = malloc(sizeof(double) * NV * (size_t)nranks); /* [nranks][NV] */
         if (!all) {
             cli_err(CMD, "out of memory");
             goto done;
         }
-        cli_mpi_gather_doubles(mine, 7, all);
+        cli_mpi_gather_doubles(mine, NV, all);
         if (rank == 0) {
             double med = 0, agg[6] = {0};
             for (int q = 0; q < nranks; q++) {
-                med = all[7 * q] > med ? all[7 * q] : med;
+                med = all[NV * q] > med ? all[NV * q] : med;
                 for (int k = 0; k < 6; k++)
-                    agg[k] += all[7 * q + 1 + k];
+                    agg[k] += all[NV * q + 1 + k];
             }
             const double tokens_all = (double)T * (double)ep; /* distinct tokens over all ranks */
             printf("%6lld %11.3f %12.3f %11.3f %10.3f %14.0f %14.0f %14.0f\n", (long long)T, 1e3 * med,
                    1e3 * agg[0] / nranks, 1e3 * agg[1] / nranks, 1e3 * agg[2] / nranks, agg[3] / tokens_all,
                    agg[4] / tokens_all, agg[5] / tokens_all);
+            if (ep > 1) { /* the EP ranks of TP rank 0 (world ranks q with q % tp == 0) */
+                double rmax = 0, rsum = 0, cmax = 0, csum = 0;
+                printf("%6s rows per EP rank per forward:", "");
+                for (int q = 0; q < nranks; q += (int)tp) {
+                    const double rows = all[NV * q + 7], cs = all[NV * q + 8];
+                    printf(" %.0f", rows);
+                    rmax = rows > rmax ? rows : rmax;
+                    cmax = cs > cmax ? cs : cmax;
+                    rsum += rows;
+                    csum += cs;
+                }
+                const double rmean = rsum / (double)ep;
+                printf("; imbalance (max/mean) %.3f; expert time lost to it %.3f ms (slowest rank's %.3f ms minus "
+                       "the mean %.3f ms)\n",
+                       rmean > 0 ? rmax / rmean : 1.0, 1e3 * (cmax - csum / (double)ep), 1e3 * cmax,
+                       1e3 * csum / (double)ep);
+            }
             fflush(stdout);
         }
         free(all);
     }
+    if (load_out && rank == 0 && moe_load_write(ctx, load_out, load_all, E) != MOE_OK) {
+        cli_err(CMD, "--load-out: %s", moe_ctx_last_error(ctx));
+        goto done;
+    }
+    if (load_out && rank == 0)
+        printf("expert load (every timed forward, summed over the EP group) written to %s\n", load_out);
     rc = CLI_OK;
 done:
     free(ws);
+    free(logits);
+    free(load);
+    free(load_all);
+    free(load_t);
     free(x);
     free(out);
     free(times);

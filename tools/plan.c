@@ -58,11 +58,156 @@ static void print_cost(const moe_cost *c)
         printf("%s: %s\n", tag, c->what);
 }
 
+/* "0..21,30,45..47": the logical ids ids [n] (rank order) with consecutive runs collapsed */
+static void print_ranges(const int32_t *ids, int32_t n)
+{
+    for (int32_t i = 0; i < n;) {
+        int32_t j = i;
+        while (j + 1 < n && ids[j + 1] == ids[j] + 1)
+            j++;
+        if (j > i)
+            printf("%s%d..%d", i ? "," : "", ids[i], ids[j]);
+        else
+            printf("%s%d", i ? "," : "", ids[i]);
+        i = j + 1;
+    }
+}
+
+/* The --placement / --load section: each EP rank's physical experts (logical ids), expected
+ * rows per rank from the load and the imbalance, resident expert bytes per rank with the
+ * replicas, and the redundancy's memory as a WARNING line. CLI_OK, or CLI_USAGE after an
+ * error naming the argument. */
+static int plan_placement(moe_ctx *ctx, const moe_layer_desc *d, moe_plan_config *pc, const char *arg,
+                          const char *load_path, int64_t redundant, int print)
+{
+    const int64_t E = d->num_experts;
+    const int ep = pc->parallel.ep_size, tp = pc->parallel.tp_size;
+    const char *name = arg ? arg : "contiguous";
+    int64_t *load = load_path ? malloc(sizeof(int64_t) * (size_t)E) : NULL; /* [E] rows per logical expert */
+    int32_t *p2l = malloc(sizeof(int32_t) * (size_t)(E * ep));              /* [P <= E * ep] */
+    int32_t *rn = malloc(sizeof(int32_t) * (size_t)ep);                      /* [ep] */
+    int64_t *rows = malloc(sizeof(int64_t) * (size_t)ep);                    /* [ep] expected rows */
+    moe_placement pl, file_pl;
+    memset(&file_pl, 0, sizeof file_pl);
+    int rc = CLI_USAGE;
+    if ((load_path && !load) || !p2l || !rn || !rows) {
+        cli_err(CMD, "out of memory");
+        goto out;
+    }
+    if (load_path && moe_load_read(ctx, load_path, E, load) != MOE_OK) {
+        cli_err(CMD, "--load: %s", moe_ctx_last_error(ctx));
+        goto out;
+    }
+    moe_placement_policy pol = MOE_PLACEMENT_CONTIGUOUS;
+    int is_policy = 1;
+    if (!strcmp(name, "round_robin"))
+        pol = MOE_PLACEMENT_ROUND_ROBIN;
+    else if (!strcmp(name, "balanced"))
+        pol = MOE_PLACEMENT_BALANCED;
+    else if (strcmp(name, "contiguous") != 0)
+        is_policy = 0;
+    if (is_policy) {
+        if (moe_placement_build(ctx, pol, E, ep, pol == MOE_PLACEMENT_BALANCED ? redundant : 0, load, p2l, rn, &pl) !=
+            MOE_OK) {
+            cli_err(CMD, "--placement %s: %s", name, moe_ctx_last_error(ctx));
+            goto out;
+        }
+    } else {
+        if (moe_placement_read(ctx, name, &file_pl) != MOE_OK) {
+            cli_err(CMD, "--placement %s: %s (or give contiguous, round_robin or balanced)", name, moe_ctx_last_error(ctx));
+            goto out;
+        }
+        if (file_pl.ep_size != ep || file_pl.num_logical_experts != E) {
+            cli_err(CMD, "--placement %s: the file places %d logical experts on %d ranks, this layout has E %lld on "
+                         "--ep %d",
+                    name, file_pl.num_logical_experts, file_pl.ep_size, (long long)E, ep);
+            goto out;
+        }
+        pl = file_pl;
+    }
+    const int64_t P = pl.num_physical_experts, R = P - E;
+
+    /* bytes of one routed expert on one TP rank, as packed (codes + scales): the library's
+     * report of EP rank 0 divided by its expert count */
+    moe_rank_report r;
+    pc->parallel.ep_rank = 0;
+    pc->parallel.tp_rank = 0;
+    if (moe_plan_report_for(ctx, d, pc, &r) != MOE_OK || r.n_experts < 1) {
+        cli_err(CMD, "%s", moe_ctx_last_error(ctx));
+        goto out;
+    }
+    const double per_expert = (double)(r.code_bytes + r.scale_bytes) / (double)r.n_experts;
+    double imb = 1.0, imb_c = 1.0;
+    if (load) {
+        int32_t *c2l = malloc(sizeof(int32_t) * (size_t)E), *crn = malloc(sizeof(int32_t) * (size_t)ep);
+        int64_t *crows = malloc(sizeof(int64_t) * (size_t)ep);
+        moe_placement cp;
+        moe_status st = !c2l || !crn || !crows ? MOE_ENOMEM
+                        : moe_placement_build(ctx, MOE_PLACEMENT_CONTIGUOUS, E, ep, 0, NULL, c2l, crn, &cp);
+        if (st == MOE_OK)
+            st = moe_placement_rank_rows(ctx, &cp, load, crows, &imb_c);
+        if (st == MOE_OK)
+            st = moe_placement_rank_rows(ctx, &pl, load, rows, &imb);
+        free(c2l);
+        free(crn);
+        free(crows);
+        if (st != MOE_OK) {
+            cli_err(CMD, "--load %s: %s", load_path, moe_ctx_last_error(ctx));
+            goto out;
+        }
+    }
+    if (!print) { /* the check before anything is printed: no partial output on a bad argument */
+        rc = CLI_OK;
+        goto out;
+    }
+    char b[32];
+    printf("\nexpert placement %s: %lld physical experts = %lld logical + %lld redundant on %d EP ranks%s\n", name,
+           (long long)P, (long long)E, (long long)R, ep, tp > 1 ? " (bytes per TP rank of each EP rank)" : "");
+    int64_t total_rows = 0;
+    if (load)
+        for (int i = 0; i < ep; i++)
+            total_rows += rows[i];
+    printf("%5s %8s %16s %14s  %s\n", "ep", "experts", "expert bytes", load ? "rows (share)" : "", "logical experts");
+    int64_t at = 0, max_n = 0;
+    for (int i = 0; i < ep; i++) {
+        char share[48] = "";
+        if (load)
+            snprintf(share, sizeof share, "%lld (%.1f%%)", (long long)rows[i],
+                     total_rows ? 100.0 * (double)rows[i] / (double)total_rows : 0.0);
+        printf("%5d %8d %16.0f %14s  ", i, pl.rank_num_physical[i], per_expert * pl.rank_num_physical[i], share);
+        print_ranges(pl.physical_to_logical + at, pl.rank_num_physical[i]);
+        printf("\n");
+        at += pl.rank_num_physical[i];
+        if (pl.rank_num_physical[i] > max_n)
+            max_n = pl.rank_num_physical[i];
+    }
+    if (load)
+        printf("imbalance (max rank rows / mean) from %s: %.3f with %s; contiguous: %.3f\n", load_path, imb, name,
+               imb_c);
+    if (R > 0) { /* the cost of redundancy, as every cost of moe plan: over all ranks, and the fullest rank's share */
+        char b2[32];
+        const int64_t base = (E + ep - 1) / ep; /* the most experts a rank holds without replicas */
+        printf("WARNING: %lld redundant experts (replicas) add expert weights: %s over all ranks (the fullest EP rank "
+               "holds %lld experts, %s more than contiguous's %lld)\n",
+               (long long)R, cli_fmt_bytes(b, sizeof b, per_expert * (double)R * tp), (long long)max_n,
+               cli_fmt_bytes(b2, sizeof b2, per_expert * (double)(max_n > base ? max_n - base : 0)), (long long)base);
+    }
+    rc = CLI_OK;
+out:
+    moe_placement_clear(&file_pl);
+    free(load);
+    free(p2l);
+    free(rn);
+    free(rows);
+    return rc;
+}
+
 int cli_cmd_plan(int argc, char **argv)
 {
     const char *model = NULL, *ckdir = NULL, *quant = NULL, *tokens = "1,16,256,2048,32768";
-    int64_t tp = 1, ep = 1, layer = -1;
-    int list = 0, have_layer = 0;
+    int64_t tp = 1, ep = 1, layer = -1, redundant = 0;
+    int list = 0, have_layer = 0, have_redundant = 0;
+    const char *placement_arg = NULL, *load_path = NULL;
     moe_compute compute = MOE_COMPUTE_F32;
     moe_checkpoint_options ck_opt;
     moe_checkpoint_options_init(&ck_opt);
@@ -77,6 +222,10 @@ int cli_cmd_plan(int argc, char **argv)
         {.name = "--layer", .kind = CLI_I64, .dst = &layer, .lo = INT64_MIN, .hi = INT64_MAX, .seen = &have_layer},
         {.name = "--tp", .kind = CLI_I64, .dst = &tp, .lo = 1, .hi = 4096},
         {.name = "--ep", .kind = CLI_I64, .dst = &ep, .lo = 1, .hi = 4096},
+        /* a policy name or a placement file, checked below */
+        {.name = "--placement", .kind = CLI_STR, .dst = &placement_arg},
+        {.name = "--redundant", .kind = CLI_I64, .dst = &redundant, .lo = 0, .hi = INT32_MAX, .seen = &have_redundant},
+        {.name = "--load", .kind = CLI_STR, .dst = &load_path},
         /* a dtype or a quantization scheme, checked below */
         {.name = "--quant", .kind = CLI_STR, .dst = &quant},
         /* a comma-separated list of token counts, parsed below */
@@ -104,6 +253,17 @@ int cli_cmd_plan(int argc, char **argv)
     if (!ckdir && (have_ck_opt || have_family)) {
         cli_err(CMD, "%s needs --checkpoint (an embedded --model has no checkpoint to read)",
                 have_ck_opt ? "--strict" : "--family");
+        return CLI_USAGE;
+    }
+    const int policy_balanced = placement_arg && !strcmp(placement_arg, "balanced");
+    if (policy_balanced && !load_path) {
+        cli_err(CMD, "--placement balanced needs --load FILE: the measured expert load it balances (mpirun -np N moe "
+                     "bench --ep N --load-out FILE writes one)");
+        return CLI_USAGE;
+    }
+    if (have_redundant && !policy_balanced) {
+        cli_err(CMD, "--redundant needs --placement balanced (only the balanced policy places replicas; a placement "
+                     "file brings its own)");
         return CLI_USAGE;
     }
     moe_quant_config qarg; /* --quant SCHEME (a moe_quant_from_name name), else unused */
@@ -198,6 +358,10 @@ int cli_cmd_plan(int argc, char **argv)
             rc = CLI_USAGE;
         goto done;
     }
+    if ((placement_arg || load_path) && plan_placement(ctx, &d, &pc, placement_arg, load_path, redundant, 0) != CLI_OK) {
+        rc = CLI_USAGE;
+        goto done;
+    }
     const int qz = r0.quantized;
     char dtbuf[160];
     if (qz)
@@ -287,6 +451,11 @@ int cli_cmd_plan(int argc, char **argv)
     else if (!warned)
         printf("no cost of %.0f%% or more of a rank's expert bytes, no fallback kernels\n",
                100.0 * MOE_REPORT_SMALL_FRACTION);
+
+    if ((placement_arg || load_path) && plan_placement(ctx, &d, &pc, placement_arg, load_path, redundant, 1) != CLI_OK) {
+        rc = CLI_USAGE;
+        goto done;
+    }
 
     /* per token */
     printf("\nper token: %.1f MFLOP (router + %lld experts%s); decode reads %s of expert weights (all ranks)\n",

@@ -37,6 +37,8 @@ typedef struct ws_layout {
     size_t outf;     /* [Tc, H] f32: the chunk's output before rounding (output_dtype BF16) */
     size_t scratch;  /* [threads, moe_gemm_thread_scratch_floats()] f32 */
     size_t par;      /* moe_par_workspace_bytes(plan, Tc): EP buffers, TP gather */
+    size_t load;     /* [E] i64 expert_load of this execute so far, over its chunks (added
+                        to moe_exec_args.expert_load only once every chunk succeeded) */
     size_t total;
 } ws_layout;
 
@@ -81,6 +83,7 @@ static ws_layout layout(const moe_plan *p, int64_t Tc)
     l.outf = take(&c, T * H * 4);
     l.scratch = take(&c, (size_t)st->ctx->num_threads * moe_gemm_thread_scratch_floats() * 4);
     l.par = take(&c, moe_par_workspace_bytes(st, Tc));
+    l.load = take(&c, E * 8);
     l.total = c + 64; /* room to align the caller's pointer up to 64 bytes */
     return l;
 }
@@ -218,6 +221,14 @@ static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const m
             logits = lg;
         }
         moe_route_topk(d, w->sel_bias, logits, Tc, ids, wts, ws + l->scores, (moe_topk_method)kn->topk);
+        /* expert load: this rank's (t, k) rows per logical expert, after routing, before any
+         * dispatch; into the workspace's per-execute counts (see moe_plan_execute_ex) */
+        if (a->expert_load) {
+            int64_t *load = (int64_t *)(ws + l->load); /* [E] */
+            for (int64_t i = 0; i < Tc * K; i++)
+                if (ids[i] >= 0 && ids[i] < E)
+                    load[ids[i]]++;
+        }
     }
 
     /* rows: the chunk's f32 output rows [Tc, H]: the caller's (F32 output) or the staging
@@ -404,6 +415,13 @@ moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
         return MOE_OK;
     ws_layout l = layout(plan, Tc);
     unsigned char *ws = (unsigned char *)(((uintptr_t)a->workspace + 63) & ~(uintptr_t)63);
+    /* expert_load: the chunks count into the workspace's [E] slice, which is added to the
+     * caller's array only after the last chunk succeeded, so an execute that fails (a peer's
+     * error, a timeout) leaves the caller's counts untouched */
+    int64_t *load = (int64_t *)(ws + l.load); /* [E] */
+    const int64_t E = plan->st.desc.num_experts;
+    if (a->expert_load)
+        memset(load, 0, sizeof(int64_t) * (size_t)E);
     for (int64_t c = 0; c < n_chunks; c++) {
         const int64_t t0 = c * Tc;
         const int64_t n = a->n_tokens - t0 < 0 ? 0 : a->n_tokens - t0 < Tc ? a->n_tokens - t0 : Tc;
@@ -413,6 +431,9 @@ moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
         if (n > 0)
             stp->chunks++;
     }
+    if (a->expert_load)
+        for (int64_t e = 0; e < E; e++)
+            a->expert_load[e] += load[e];
     return MOE_OK;
 }
 
@@ -427,4 +448,13 @@ moe_status moe_plan_execute(const moe_plan *plan, const moe_weights *weights, co
     a.workspace = workspace;
     a.workspace_size = workspace_size;
     return moe_plan_execute_ex(plan, weights, &a);
+}
+
+moe_status moe_plan_gather_load(const moe_plan *plan, const int64_t *local, int64_t *total)
+{
+    if (!plan)
+        return MOE_EINVAL;
+    if (!local || !total)
+        return moe_set_error(plan->st.ctx, MOE_EINVAL, "moe_plan_gather_load: %s is NULL", !local ? "local" : "total");
+    return moe_par_gather_load(&plan->st, local, total);
 }

@@ -412,6 +412,31 @@ moe_status moe_par_begin(const moe_stage *p, moe_status local, int64_t n_tokens,
     return MOE_OK;
 }
 
+moe_status moe_par_gather_load(const moe_stage *p, const int64_t *local, int64_t *total)
+{
+    const int64_t E = p->desc.num_experts;
+    moe_par *m = p->mpi;
+    if (!m) { /* a one-process plan: the group is this process */
+        if (total != local)
+            memmove(total, local, sizeof(int64_t) * (size_t)E);
+        return MOE_OK;
+    }
+    moe_status st = moe_par_usable(p);
+    if (st != MOE_OK)
+        return st;
+    if (E > INT32_MAX)
+        return moe_set_error(p->ctx, MOE_EINVAL, "moe_plan_gather_load: num_experts %lld too large for one MPI call",
+                             (long long)E);
+    /* the EP communicator: the ranks with this tp_rank, so each token counts once (the
+     * ranks of a TP group route the same tokens) */
+    MPI_Request req;
+    const void *send = local == total ? MPI_IN_PLACE : (const void *)local;
+    int rc = MPI_Iallreduce(send, total, (int)E, MPI_INT64_T, MPI_SUM, m->ep, &req);
+    if (rc != MPI_SUCCESS)
+        return moe_par_mpi_fail(p, rc, "moe_plan_gather_load");
+    return moe_par_wait(p, &req, "moe_plan_gather_load: summing the expert load over the EP group");
+}
+
 /* acc = ((g_0 + g_1) + g_2) + ... element by element: g [tp][ld] (slices at stride ld),
  * elements [0, n) of each, into out [n]. The same expression on every rank. */
 static void sum_in_rank_order(const float *g, int tp, size_t ld, size_t n, float *out, int threads)

@@ -65,6 +65,13 @@ moe_status moe_par_begin(const moe_stage *p, moe_status local, int64_t n_tokens,
  * n_tokens). */
 moe_status moe_par_tp_reduce(moe_chunk *c, int64_t t0, int64_t T, float *rows);
 
+/* moe_plan_gather_load: sum local [E] (E = p->desc.num_experts, int64 expert load) over the
+ * EP group of this rank (the ranks with its tp_rank) into total [E], on every rank; local
+ * may equal total (in place). One-process plans (p->mpi NULL): a copy. Collective,
+ * nonblocking and polled against timeout_s. Errors recorded on p->ctx: MOE_ETIMEOUT,
+ * MOE_EMPI (a broken plan included), MOE_EINVAL (E too large for one MPI call). */
+moe_status moe_par_gather_load(const moe_stage *p, const int64_t *local, int64_t *total);
+
 /* The rows [*begin, *end) of T whose output this rank writes (moe_plan_tp_rows). */
 void moe_par_tp_rows(const moe_stage *p, int64_t T, int64_t *begin, int64_t *end);
 

@@ -4,6 +4,8 @@
 
 #if !MOE_WITH_MPI
 
+#include <string.h>
+
 int moe_mpi_available(void)
 {
     return 0;
@@ -49,6 +51,14 @@ moe_status moe_par_tp_reduce(moe_chunk *c, int64_t t0, int64_t T, float *output)
     (void)T;
     (void)output;
     return moe_set_error(c->st->ctx, MOE_EUNSUPPORTED, "TP reduction: libmoe was built without MPI (MOE_WITH_MPI=OFF)");
+}
+
+moe_status moe_par_gather_load(const moe_stage *p, const int64_t *local, int64_t *total)
+{
+    /* only one-process plans exist without MPI: the group is this process */
+    if (total != local)
+        memmove(total, local, sizeof(int64_t) * (size_t)p->desc.num_experts);
+    return MOE_OK;
 }
 
 static moe_status no_mpi_prepare(moe_chunk *c, moe_dispatch *d)

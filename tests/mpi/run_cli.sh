@@ -29,4 +29,24 @@ grep -q "launch with mpirun -np 3" "$tmp/bad.log"
 grep -q "rank 1 (ep_rank 1, tp_rank 0): experts 4..7 (4 of 8), I shard 768 of 768, resident expert bytes 37748736" \
   "$tmp/bench.log"
 grep -Eq "^ +8 " "$tmp/bench.log"
+# expert load (issue 18): --skew sends about SHARE of the rows to experts 0..HOT-1, each T
+# prints the rows per EP rank and the imbalance, --load-out writes the gathered load, which
+# moe plan --load reads
+"${mpi[@]}" -np 2 "$moe" bench --ep 2 --num-experts 16 --tokens 8 --iters 2 --threads 1 --skew 4:0.5 \
+  --load-out "$tmp/load.json" | tee "$tmp/skew.log"
+grep -q "rows per EP rank per forward: " "$tmp/skew.log"
+grep -q "imbalance (max/mean)" "$tmp/skew.log"
+# 2 timed forwards x 2 ranks x 8 tokens x K 8 = 256 rows, half of them on experts 0..3
+python3 - "$tmp/load.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+l = d["load"]
+assert d["num_logical_experts"] == 16 and len(l) == 16, d
+assert sum(l) == 2 * 2 * 8 * 8, l
+assert sum(l[:4]) == sum(l) // 2, l
+PY
+if "$moe" bench --ep 1 --skew 8 2>"$tmp/badskew.log"; then
+  echo "run_cli.sh: --skew 8 accepted"; exit 1
+fi
+grep -q "expected HOT:SHARE" "$tmp/badskew.log"
 echo "run_cli.sh: OK"

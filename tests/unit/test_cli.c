@@ -1066,6 +1066,89 @@ static void test_plan_command(void **state)
     result_free(&r);
 }
 
+/* moe plan --placement / --redundant / --load (issue 18): on the issue's skewed load (128
+ * experts, the hottest 8 take half the rows) the imbalance lines are the library's
+ * (moe_placement_rank_rows), the redundancy is a WARNING line sized 8 experts' bf16 bytes
+ * (3 * H * I * 2 each), a placement file is read, and bad arguments exit 2 naming them. */
+static void test_plan_placement(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    char dir[1024], loadf[1100], plf[1100], shortf[1100];
+    tu_tmpdir(dir, sizeof dir, "cli-placement");
+    snprintf(loadf, sizeof loadf, "%s/load.json", dir);
+    snprintf(plf, sizeof plf, "%s/rr.json", dir);
+    snprintf(shortf, sizeof shortf, "%s/short.json", dir);
+    moe_ctx *ctx = tu_ctx();
+    int64_t load[128];
+    for (int e = 0; e < 128; e++)
+        load[e] = e < 8 ? 15000 : 1000;
+    assert_int_equal(moe_load_write(ctx, loadf, load, 128), MOE_OK);
+    assert_int_equal(moe_load_write(ctx, shortf, load, 3), MOE_OK);
+    int32_t p2l[136], rn[2], c2l[128], crn[2];
+    moe_placement bal, con, rr;
+    assert_int_equal(moe_placement_build(ctx, MOE_PLACEMENT_BALANCED, 128, 2, 8, load, p2l, rn, &bal), MOE_OK);
+    assert_int_equal(moe_placement_build(ctx, MOE_PLACEMENT_CONTIGUOUS, 128, 2, 0, NULL, c2l, crn, &con), MOE_OK);
+    int64_t rows[2];
+    double ib, ic;
+    assert_int_equal(moe_placement_rank_rows(ctx, &bal, load, rows, &ib), MOE_OK);
+    assert_int_equal(moe_placement_rank_rows(ctx, &con, load, rows, &ic), MOE_OK);
+    assert_int_equal(moe_placement_build(ctx, MOE_PLACEMENT_ROUND_ROBIN, 128, 2, 0, NULL, c2l, crn, &rr), MOE_OK);
+    assert_int_equal(moe_placement_write(ctx, plf, &rr), MOE_OK);
+    moe_ctx_free(ctx);
+
+    cli_result r;
+    const char *ab[] = {"plan", "--model", "qwen3-30b-a3b", "--ep", "2", "--placement", "balanced",
+                        "--redundant", "8", "--load", loadf, NULL};
+    run_moe(&r, ab);
+    expect(&r, 0, NULL);
+    char want[256];
+    snprintf(want, sizeof want, ": %.3f with balanced; contiguous: %.3f", ib, ic);
+    if (!strstr(r.out, want))
+        fail_msg("'%s' not in:\n%s", want, r.out);
+    assert_true(ib <= 1.15 && ic > 1.4);
+    /* 8 replicas of 3 * 2048 * 768 bf16 values: 75497472 bytes */
+    if (!strstr(r.out, "WARNING: 8 redundant experts (replicas) add expert weights: 75.5 MB over all ranks"))
+        fail_msg("no redundancy WARNING in:\n%s", r.out);
+    assert_non_null(strstr(r.out, "136 physical experts = 128 logical + 8 redundant on 2 EP ranks"));
+    result_free(&r);
+
+    const char *af[] = {"plan", "--model", "qwen3-30b-a3b", "--ep", "2", "--placement", plf, NULL};
+    run_moe(&r, af);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "  0,2,4,6,8,"));
+    assert_null(strstr(r.out, "redundant experts (replicas)"));
+    result_free(&r);
+
+    const char *e1[] = {"--placement balanced needs --load FILE", NULL};
+    const char *b1[] = {"plan", "--model", "qwen3-30b-a3b", "--ep", "2", "--placement", "balanced", NULL};
+    run_moe(&r, b1);
+    expect(&r, 2, e1);
+    result_free(&r);
+    const char *e2[] = {"--redundant needs --placement balanced", NULL};
+    const char *b2[] = {"plan", "--model", "qwen3-30b-a3b", "--ep", "2", "--redundant", "4", NULL};
+    run_moe(&r, b2);
+    expect(&r, 2, e2);
+    result_free(&r);
+    const char *e3[] = {"--load", "short.json", "num_logical_experts = 3", NULL};
+    const char *b3[] = {"plan", "--model", "qwen3-30b-a3b", "--ep", "2", "--load", shortf, NULL};
+    run_moe(&r, b3);
+    expect(&r, 2, e3);
+    assert_null(strstr(r.out, "plan:")); /* nothing printed before the error */
+    result_free(&r);
+    const char *e4[] = {"rr.json", "2 ranks", "--ep 4", NULL};
+    const char *b4[] = {"plan", "--model", "qwen3-30b-a3b", "--ep", "4", "--placement", plf, NULL};
+    run_moe(&r, b4);
+    expect(&r, 2, e4);
+    result_free(&r);
+    const char *e5[] = {"num_redundant_experts = 200", "[0, 128]", NULL};
+    const char *b5[] = {"plan", "--model", "qwen3-30b-a3b", "--ep", "2", "--placement", "balanced",
+                        "--redundant", "200", "--load", loadf, NULL};
+    run_moe(&r, b5);
+    expect(&r, 2, e5);
+    result_free(&r);
+}
+
 /* moe run (one process, no TP) with MOE_TP_REDUCE set: one WARNING on stderr naming it, and
  * none without it. */
 static void test_run_idle_tp_knob(void **state)
@@ -1952,7 +2035,7 @@ int main(void)
         cmocka_unit_test(test_env_command),
         cmocka_unit_test(test_env_inert),
         cmocka_unit_test_setup_teardown(test_run_idle_tp_knob, run_setup, run_teardown),
-        cmocka_unit_test(test_plan_command),
+        cmocka_unit_test(test_plan_command), cmocka_unit_test(test_plan_placement),
         cmocka_unit_test(test_flag_takes_no_value),
         cmocka_unit_test(test_option_errors),
         cmocka_unit_test(test_did_you_mean),

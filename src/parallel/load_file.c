@@ -1,0 +1,137 @@
+/* Load files (docs/parallel.md "Expert load"): JSON {"num_logical_experts": E, "load": [E
+ * non-negative integers]}, the per-logical-expert routed rows that `moe bench --ep
+ * --load-out` writes and `moe plan --load` / the balanced policy read. */
+#include "core/file.h"
+#include "io/fields.h"
+#include "parallel/parallel.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A load file larger than this is refused (E integers of at most 20 digits: 1 MiB holds
+ * 40000 experts). */
+#define MOE_LOAD_MAX_BYTES ((uint64_t)1 << 20)
+
+moe_status moe_load_read(moe_ctx *ctx, const char *path, int64_t num_experts, int64_t *load)
+{
+    if (!path || !load)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_load_read: %s is NULL", !path ? "path" : "load");
+    if (num_experts < 1)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_load_read: num_experts = %lld, need >= 1", (long long)num_experts);
+    json_t *root = NULL;
+    moe_status st = moe_json_load_object(ctx, path, MOE_LOAD_MAX_BYTES, "for a load file", &root);
+    if (st != MOE_OK)
+        return st;
+    const json_t *ne = json_object_get(root, "num_logical_experts");
+    const json_t *arr = json_object_get(root, "load");
+    if (!json_is_integer(ne))
+        st = moe_set_error(ctx, MOE_EFORMAT, "load file %s: field 'num_logical_experts' must be an integer, found %s",
+                           path, moe_io_json_kind(ne));
+    else if (json_integer_value(ne) != num_experts)
+        st = moe_set_error(ctx, MOE_EFORMAT,
+                           "load file %s: num_logical_experts = %lld, the layer has num_experts = %lld (a load file "
+                           "of another model?)",
+                           path, (long long)json_integer_value(ne), (long long)num_experts);
+    else if (!json_is_array(arr))
+        st = moe_set_error(ctx, MOE_EFORMAT, "load file %s: field 'load' must be an array of integers, found %s", path,
+                           moe_io_json_kind(arr));
+    else if ((int64_t)json_array_size(arr) != num_experts)
+        st = moe_set_error(ctx, MOE_EFORMAT, "load file %s: 'load' has %zu entries, num_experts is %lld", path,
+                           json_array_size(arr), (long long)num_experts);
+    for (int64_t e = 0; e < num_experts && st == MOE_OK; e++) {
+        const json_t *v = json_array_get(arr, (size_t)e);
+        if (!json_is_integer(v))
+            st = moe_set_error(ctx, MOE_EFORMAT, "load file %s: load[%lld] must be an integer, found %s", path,
+                               (long long)e, moe_io_json_kind(v));
+        else if (json_integer_value(v) < 0)
+            st = moe_set_error(ctx, MOE_EFORMAT, "load file %s: load[%lld] = %lld: counts must be >= 0", path,
+                               (long long)e, (long long)json_integer_value(v));
+    }
+    if (st == MOE_OK) /* the caller's array only once the whole file checked */
+        for (int64_t e = 0; e < num_experts; e++)
+            load[e] = (int64_t)json_integer_value(json_array_get(arr, (size_t)e));
+    json_decref(root);
+    return st;
+}
+
+moe_status moe_load_write(moe_ctx *ctx, const char *path, const int64_t *load, int64_t num_experts)
+{
+    if (!path || !load)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_load_write: %s is NULL", !path ? "path" : "load");
+    if (num_experts < 1)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_load_write: num_experts = %lld, need >= 1", (long long)num_experts);
+    for (int64_t e = 0; e < num_experts; e++)
+        if (load[e] < 0)
+            return moe_set_error(ctx, MOE_EINVAL, "moe_load_write: load[%lld] = %lld: counts must be >= 0",
+                                 (long long)e, (long long)load[e]);
+    json_t *root = json_object(), *arr = json_array();
+    int bad = !root || !arr;
+    for (int64_t e = 0; e < num_experts && !bad; e++)
+        bad = json_array_append_new(arr, json_integer((json_int_t)load[e])) != 0;
+    if (!bad)
+        bad = json_object_set_new(root, "num_logical_experts", json_integer((json_int_t)num_experts)) != 0 ||
+              json_object_set(root, "load", arr) != 0;
+    char *text = bad ? NULL : json_dumps(root, JSON_COMPACT);
+    json_decref(arr);
+    json_decref(root);
+    if (!text)
+        return moe_set_error(ctx, MOE_ENOMEM, "load file %s: out of memory", path);
+
+    /* a temporary file beside `path` (the same file system), renamed over it */
+    const size_t tmp_len = strlen(path) + sizeof ".tmp.XXXXXX";
+    char *tmp = malloc(tmp_len); /* [tmp_len] the temporary file's name */
+    if (!tmp) {
+        free(text);
+        return moe_set_error(ctx, MOE_ENOMEM, "load file %s: out of memory", path);
+    }
+    snprintf(tmp, tmp_len, "%s.tmp.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        const int e = errno;
+        moe_status st = moe_set_error(ctx, MOE_EIO, "load file %s: cannot create temporary file %s: %s", path, tmp,
+                                      strerror(e));
+        free(tmp);
+        free(text);
+        return st;
+    }
+    int err = 0;
+    const char *what = "write";
+    size_t len = strlen(text), done = 0;
+    while (done < len && !err) {
+        ssize_t w = write(fd, text + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            err = errno;
+        else
+            done += (size_t)w;
+    }
+    if (!err && write(fd, "\n", 1) != 1)
+        err = errno ? errno : EIO;
+    if (!err && fchmod(fd, 0644) != 0) {
+        err = errno;
+        what = "fchmod";
+    }
+    if (close(fd) != 0 && !err) {
+        err = errno;
+        what = "close";
+    }
+    if (!err && rename(tmp, path) != 0) {
+        err = errno;
+        what = "rename";
+    }
+    moe_status st = MOE_OK;
+    if (err) {
+        unlink(tmp);
+        st = moe_set_error(ctx, MOE_EIO, "load file %s: %s of temporary file %s failed: %s", path, what, tmp,
+                           strerror(err));
+    }
+    free(tmp);
+    free(text);
+    return st;
+}
