@@ -192,7 +192,7 @@ typedef enum moe_placement_policy {
 /* Check a placement against num_experts and ep_size (rules above). Errors: MOE_EINVAL naming
  * the first offending entry (for example "physical expert 17 (rank 2) repeats logical expert
  * 5 on that rank"), recorded on ctx (ctx may be NULL: the status only). */
-moe_status moe_placement_check(moe_ctx *ctx, const moe_placement *p, int64_t num_experts,
+MOE_API moe_status moe_placement_check(moe_ctx *ctx, const moe_placement *p, int64_t num_experts,
                                int ep_size);
 
 /* Build a placement by `policy` into caller arrays: physical_to_logical [E + num_redundant]
@@ -200,7 +200,7 @@ moe_status moe_placement_check(moe_ctx *ctx, const moe_placement *p, int64_t num
  * rows per logical expert, each >= 0) is needed for BALANCED and ignored by the others;
  * num_redundant_experts must be 0 for CONTIGUOUS and ROUND_ROBIN, and in
  * [0, E * (ep_size - 1)] for BALANCED. Errors: MOE_EINVAL (named argument). */
-moe_status moe_placement_build(moe_ctx *ctx, moe_placement_policy policy, int64_t num_experts,
+MOE_API moe_status moe_placement_build(moe_ctx *ctx, moe_placement_policy policy, int64_t num_experts,
                                int ep_size, int64_t num_redundant_experts, const int64_t *load,
                                int32_t *physical_to_logical, int32_t *rank_num_physical,
                                moe_placement *out);
@@ -209,7 +209,7 @@ moe_status moe_placement_build(moe_ctx *ctx, moe_placement_policy policy, int64_
  * logical expert over the whole EP group), replicas splitting their expert's rows as evenly
  * as the replica rule does in the long run (an expert's rows / c each, the remainder to its
  * first replicas): out [ep_size]. imbalance = max(out) / mean(out) (1 when all are 0). */
-moe_status moe_placement_rank_rows(moe_ctx *ctx, const moe_placement *p, const int64_t *load,
+MOE_API moe_status moe_placement_rank_rows(moe_ctx *ctx, const moe_placement *p, const int64_t *load,
                                    int64_t *out, double *imbalance);
 
 /* A placement file (docs/parallel.md): JSON {"ep_size": N, "num_logical_experts": E,
@@ -218,26 +218,26 @@ moe_status moe_placement_rank_rows(moe_ctx *ctx, const moe_placement *p, const i
  * with its own ep_size and E; the caller compares those with the plan's). Errors: MOE_EIO,
  * MOE_EFORMAT (bad JSON, a missing or mistyped field, named with its path), MOE_EINVAL,
  * MOE_ENOMEM. moe_placement_write writes p (atomically: a temporary file renamed). */
-moe_status moe_placement_read(moe_ctx *ctx, const char *path, moe_placement *out);
-moe_status moe_placement_write(moe_ctx *ctx, const char *path, const moe_placement *p);
-void moe_placement_clear(moe_placement *p);
+MOE_API moe_status moe_placement_read(moe_ctx *ctx, const char *path, moe_placement *out);
+MOE_API moe_status moe_placement_write(moe_ctx *ctx, const char *path, const moe_placement *p);
+MOE_API void moe_placement_clear(moe_placement *p);
 
 /* A load file: JSON {"num_logical_experts": E, "load": [E non-negative integers]} (moe bench
  * --ep writes one). Reads into load [num_experts]; a length other than num_experts or a
  * negative / non-integer count is MOE_EFORMAT naming the entry. */
-moe_status moe_load_read(moe_ctx *ctx, const char *path, int64_t num_experts, int64_t *load);
-moe_status moe_load_write(moe_ctx *ctx, const char *path, const int64_t *load, int64_t num_experts);
+MOE_API moe_status moe_load_read(moe_ctx *ctx, const char *path, int64_t num_experts, int64_t *load);
+MOE_API moe_status moe_load_write(moe_ctx *ctx, const char *path, const int64_t *load, int64_t num_experts);
 
 /* The plan's placement (the contiguous one built at creation when none was given). Valid
  * while the plan lives and until the next moe_plan_rebalance. */
-const moe_placement *moe_plan_placement(const moe_plan *plan);
+MOE_API const moe_placement *moe_plan_placement(const moe_plan *plan);
 
 /* Sum per-logical-expert loads [E] (as accumulated in moe_exec_args.expert_load) over the
  * ranks of this rank's EP group (the ranks with the same tp_rank; a TP group shares its
  * tokens, so summing over it would count them tp_size times) into total [E], on every rank.
  * Collective over the plan's ranks, polled against timeout_s. One process: a copy.
  * Errors: MOE_EINVAL, MOE_ETIMEOUT, MOE_EMPI. */
-moe_status moe_plan_gather_load(const moe_plan *plan, const int64_t *local, int64_t *total);
+MOE_API moe_status moe_plan_gather_load(const moe_plan *plan, const int64_t *local, int64_t *total);
 
 /* What a rebalance did on this rank. */
 typedef struct moe_rebalance_report {
@@ -266,7 +266,7 @@ typedef struct moe_rebalance_report {
 /* moe.h defines these after including this header: declared here by tag. */
 struct moe_weights;
 struct moe_weight_source;
-moe_status moe_plan_rebalance(moe_plan *plan, struct moe_weights *weights, const moe_placement *next,
+MOE_API moe_status moe_plan_rebalance(moe_plan *plan, struct moe_weights *weights, const moe_placement *next,
                               const struct moe_weight_source *src, moe_rebalance_report *report);
 
 /* 1 when libmoe was built with MPI (CMake option MOE_WITH_MPI), else 0. */
