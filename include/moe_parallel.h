@@ -20,8 +20,11 @@ extern "C" {
  * plan from the same description, knobs and composition, with its own coordinates
  * (ep_rank, tp_rank), and packs only its own share of the weights.
  *
- *  - EP: experts are placed contiguously. EP rank r holds E / ep_size experts, plus one when
- *    r < E % ep_size (128 experts on 6 ranks: 22,22,21,21,21,21), global ids
+ *  - EP: experts are placed contiguously by default (parallel.placement NULL: the
+ *    contiguous placement of "Expert placement" below, which moe_plan_placement returns;
+ *    other placements are validated, but only the contiguous one runs so far: any other is
+ *    MOE_EUNSUPPORTED at plan creation, docs/parallel.md). EP rank r holds E / ep_size
+ *    experts, plus one when r < E % ep_size (128 experts on 6 ranks: 22,22,21,21,21,21), global ids
  *    [first_r, first_r + count_r); moe_plan_expert_map() gives the global -> local map. Each
  *    EP rank brings its own tokens (n_tokens may differ per rank: data-parallel attention
  *    feeding EP is the normal case). A rank routes its tokens (the router is replicated),
