@@ -145,7 +145,8 @@ typedef struct moe_parallel_config {
  * equals parallel.ep_size; num_logical_experts equals the description's num_experts;
  * E <= P <= E * ep_size; every rank_num_physical[r] >= 0 and they sum to P; every
  * physical_to_logical[p] in [0, E); every logical expert held at least once; no logical
- * expert twice on one rank. A rank may hold no expert.
+ * expert twice on one rank. A rank may hold no expert. With ep_size = 1 only the identity
+ * (physical expert p holds logical p) is valid: a one-process plan has one placement.
  *
  * Replica choice (deterministic, the same on every run): the (token t, slot k) row of a
  * rank's execute, t counted from 0 over the execute's tokens on that rank, whose logical
@@ -156,6 +157,12 @@ typedef struct moe_parallel_config {
  * The plan text and hash include a non-contiguous placement (`placement=<hash>;`), so ranks
  * given different placements fail plan creation together (MOE_EINVAL naming the first
  * physical expert or rank count that differs, with both values).
+ *
+ * Status: placements are validated, read and written, and every plan holds one, but only
+ * the contiguous placement runs so far: any other valid placement is MOE_EUNSUPPORTED at
+ * plan creation (and in moe_plan_report_for), naming the first entry that differs; the
+ * placement= text entry and the rank-by-rank comparison come with the dispatch that
+ * follows a placement (docs/parallel.md).
  * ------------------------------------------------------------------------------------- */
 typedef struct moe_placement {
     int32_t ep_size;               /* ranks the placement spans */
@@ -207,7 +214,8 @@ moe_status moe_placement_rank_rows(moe_ctx *ctx, const moe_placement *p, const i
 /* A placement file (docs/parallel.md): JSON {"ep_size": N, "num_logical_experts": E,
  * "ranks": [[logical ids of rank 0's physical experts], ...]}. moe_placement_read allocates
  * out's arrays (free them with moe_placement_clear) and checks the file (moe_placement_check
- * with its own ep_size and E; the caller compares those with the plan's). Errors: MOE_EIO,
+ * with its own ep_size and E; the caller compares those with the plan's). Errors:
+ * MOE_ENOTFOUND (no such file), MOE_EIO,
  * MOE_EFORMAT (bad JSON, a missing or mistyped field, named with its path), MOE_EINVAL,
  * MOE_ENOMEM. moe_placement_write writes p (atomically: a temporary file renamed). */
 moe_status moe_placement_read(moe_ctx *ctx, const char *path, moe_placement *out);
@@ -254,7 +262,10 @@ typedef struct moe_rebalance_report {
  * placement and weights intact (MOE_ETIMEOUT / the peer's error, named) and the staged
  * experts are freed. The rebalance memory peak is the current bytes plus the new experts'.
  * report may be NULL. Errors: MOE_EINVAL (next invalid or differing, weights of another
- * plan), MOE_ENOMEM, MOE_ETIMEOUT, MOE_EMPI, and the errors of moe_weights_create. */
+ * plan), MOE_ENOMEM, MOE_ETIMEOUT, MOE_EMPI, and the errors of moe_weights_create.
+ * Status: a one-process plan's rebalance to the identity is a no-op success (anything else
+ * MOE_EINVAL); a parallel plan's is MOE_EUNSUPPORTED at once on every rank that calls it,
+ * with no collective, the plan and weights unchanged (docs/parallel.md "Rebalance"). */
 /* moe.h defines these after including this header: declared here by tag. */
 struct moe_weights;
 struct moe_weight_source;
