@@ -31,8 +31,11 @@ extern "C" {
  * plan from the same description, knobs and composition, with its own coordinates
  * (ep_rank, tp_rank), and packs only its own share of the weights.
  *
- *  - EP: experts are placed contiguously. EP rank r holds E / ep_size experts, plus one when
- *    r < E % ep_size (128 experts on 6 ranks: 22,22,21,21,21,21), global ids
+ *  - EP: experts are placed contiguously by default (parallel.placement NULL: the
+ *    contiguous placement of "Expert placement" below, which moe_plan_placement returns;
+ *    other placements are validated, but only the contiguous one runs so far: any other is
+ *    MOE_EUNSUPPORTED at plan creation, docs/parallel.md). EP rank r holds E / ep_size
+ *    experts, plus one when r < E % ep_size (128 experts on 6 ranks: 22,22,21,21,21,21), global ids
  *    [first_r, first_r + count_r); moe_plan_expert_map() gives the global -> local map. Each
  *    EP rank brings its own tokens (n_tokens may differ per rank: data-parallel attention
  *    feeding EP is the normal case). A rank routes its tokens (the router is replicated),
@@ -153,7 +156,8 @@ typedef struct moe_parallel_config {
  * equals parallel.ep_size; num_logical_experts equals the description's num_experts;
  * E <= P <= E * ep_size; every rank_num_physical[r] >= 0 and they sum to P; every
  * physical_to_logical[p] in [0, E); every logical expert held at least once; no logical
- * expert twice on one rank. A rank may hold no expert.
+ * expert twice on one rank. A rank may hold no expert. With ep_size = 1 only the identity
+ * (physical expert p holds logical p) is valid: a one-process plan has one placement.
  *
  * Replica choice (deterministic, the same on every run): the (token t, slot k) row of a
  * rank's execute, t counted from 0 over the execute's tokens on that rank, whose logical
@@ -164,6 +168,12 @@ typedef struct moe_parallel_config {
  * The plan text and hash include a non-contiguous placement (`placement=<hash>;`), so ranks
  * given different placements fail plan creation together (MOE_EINVAL naming the first
  * physical expert or rank count that differs, with both values).
+ *
+ * Status: placements are validated, read and written, and every plan holds one, but only
+ * the contiguous placement runs so far: any other valid placement is MOE_EUNSUPPORTED at
+ * plan creation (and in moe_plan_report_for), naming the first entry that differs; the
+ * placement= text entry and the rank-by-rank comparison come with the dispatch that
+ * follows a placement (docs/parallel.md).
  * ------------------------------------------------------------------------------------- */
 typedef struct moe_placement {
     int32_t ep_size;               /* ranks the placement spans */
@@ -215,7 +225,8 @@ MOE_API moe_status moe_placement_rank_rows(moe_ctx *ctx, const moe_placement *p,
 /* A placement file (docs/parallel.md): JSON {"ep_size": N, "num_logical_experts": E,
  * "ranks": [[logical ids of rank 0's physical experts], ...]}. moe_placement_read allocates
  * out's arrays (free them with moe_placement_clear) and checks the file (moe_placement_check
- * with its own ep_size and E; the caller compares those with the plan's). Errors: MOE_EIO,
+ * with its own ep_size and E; the caller compares those with the plan's). Errors:
+ * MOE_ENOTFOUND (no such file), MOE_EIO,
  * MOE_EFORMAT (bad JSON, a missing or mistyped field, named with its path), MOE_EINVAL,
  * MOE_ENOMEM. moe_placement_write writes p (atomically: a temporary file renamed). */
 MOE_API moe_status moe_placement_read(moe_ctx *ctx, const char *path, moe_placement *out);
@@ -262,7 +273,10 @@ typedef struct moe_rebalance_report {
  * placement and weights intact (MOE_ETIMEOUT / the peer's error, named) and the staged
  * experts are freed. The rebalance memory peak is the current bytes plus the new experts'.
  * report may be NULL. Errors: MOE_EINVAL (next invalid or differing, weights of another
- * plan), MOE_ENOMEM, MOE_ETIMEOUT, MOE_EMPI, and the errors of moe_weights_create. */
+ * plan), MOE_ENOMEM, MOE_ETIMEOUT, MOE_EMPI, and the errors of moe_weights_create.
+ * Status: a one-process plan's rebalance to the identity is a no-op success (anything else
+ * MOE_EINVAL); a parallel plan's is MOE_EUNSUPPORTED at once on every rank that calls it,
+ * with no collective, the plan and weights unchanged (docs/parallel.md "Rebalance"). */
 /* moe.h defines these after including this header: declared here by tag. */
 struct moe_weights;
 struct moe_weight_source;

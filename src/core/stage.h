@@ -45,6 +45,9 @@ typedef struct moe_stage {
     moe_parallel_config par;     /* resolved (ranks filled in, comm NULL) */
     int parallel;                /* ep_size * tp_size > 1 */
     moe_shard shard;             /* this rank's share */
+    moe_placement placement;     /* EP expert placement, owned: physical_to_logical [P],
+                                    rank_num_physical [ep_size]; the contiguous one when
+                                    parallel.placement was NULL (moe_parallel.h) */
     int64_t chunk_size;          /* tokens per chunk (the context's, clamped) */
     moe_exec_knobs knobs;        /* the context's knobs (chunk_size as above) */
     moe_exec_knobs tuned[MOE_TUNED_MAX]; /* a tuning file's entries, by ascending tokens */

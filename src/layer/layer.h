@@ -51,6 +51,12 @@ struct moe_weights {
 moe_status moe_weights_check_shard(moe_ctx *ctx, const char *fn, const moe_layer_desc *d, const moe_shard *sh,
                                    int tp_size, int tp_rank, moe_compute compute, moe_qweight *q13, moe_qweight *q2);
 
+/* parallel.placement of a plan config: NULL, or valid for d and par->ep_size (MOE_EINVAL
+ * naming "plan config: parallel.placement" and the entry) and the contiguous placement (any
+ * other is MOE_EUNSUPPORTED naming the first entry that differs: only it runs so far).
+ * moe_plan_create_ex and moe_plan_report_for check this. */
+moe_status moe_plan_check_placement(moe_ctx *ctx, const moe_layer_desc *d, const moe_parallel_config *par);
+
 /* Validate a layer description as moe_plan_create does (the error recorded on ctx). */
 moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d);
 

@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void moe_plan_config_init(moe_plan_config *cfg)
 {
@@ -153,6 +154,73 @@ static const char *format_name(moe_act_format f)
     return f == MOE_FORMAT_BATCHED ? "batched" : "standard";
 }
 
+/* parallel.placement (moe_parallel.h "Expert placement"): NULL or valid for the layer and
+ * ep_size (moe_placement_check, the message prefixed with the field). Only the contiguous
+ * placement runs so far: any other valid one is MOE_EUNSUPPORTED naming the first physical
+ * expert that differs from it, so no plan ever dispatches by a placement its weights and
+ * dispatch do not follow (docs/parallel.md "Placement file"). */
+moe_status moe_plan_check_placement(moe_ctx *ctx, const moe_layer_desc *d, const moe_parallel_config *par)
+{
+    const moe_placement *pl = par->placement;
+    if (!pl)
+        return MOE_OK;
+    const moe_status st = moe_placement_check(ctx, pl, d->num_experts, par->ep_size);
+    if (st != MOE_OK)
+        return moe_set_error(ctx, st, "plan config: parallel.%s", moe_ctx_last_error(ctx));
+    const int64_t E = d->num_experts;
+    if (pl->num_physical_experts != E)
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "plan config: parallel.placement: %lld physical experts for %lld logical ones "
+                             "(num_redundant_experts = %lld): replicas are not supported yet; only the contiguous "
+                             "placement runs",
+                             (long long)pl->num_physical_experts, (long long)E,
+                             (long long)(pl->num_physical_experts - E));
+    for (int r = 0; r < par->ep_size; r++)
+        if (pl->rank_num_physical[r] != moe_split_count(E, par->ep_size, r))
+            return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                                 "plan config: parallel.placement: rank %d holds %d physical experts, the contiguous "
+                                 "placement %lld: only the contiguous placement runs so far",
+                                 r, (int)pl->rank_num_physical[r], (long long)moe_split_count(E, par->ep_size, r));
+    for (int64_t q = 0; q < E; q++)
+        if (pl->physical_to_logical[q] != q)
+            return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                                 "plan config: parallel.placement: physical expert %lld holds logical expert %d, the "
+                                 "contiguous placement %lld: only the contiguous placement runs so far",
+                                 (long long)q, (int)pl->physical_to_logical[q], (long long)q);
+    return MOE_OK;
+}
+
+/* The plan's own placement: the contiguous one (a given placement has passed moe_plan_check_placement,
+ * so it is the same). MOE_ENOMEM recorded on ctx. */
+static moe_status plan_placement_init(moe_ctx *ctx, moe_stage *st)
+{
+    const int64_t E = st->desc.num_experts;
+    const int ep = st->par.ep_size;
+    moe_placement *pl = &st->placement;
+    pl->ep_size = ep;
+    pl->num_logical_experts = (int32_t)E;
+    pl->num_physical_experts = (int32_t)E;
+    pl->physical_to_logical = malloc((size_t)E * sizeof *pl->physical_to_logical);
+    pl->rank_num_physical = malloc((size_t)ep * sizeof *pl->rank_num_physical);
+    if (!pl->physical_to_logical || !pl->rank_num_physical) {
+        moe_placement_clear(pl);
+        return moe_set_error(ctx, MOE_ENOMEM, "moe_plan_create: out of memory for the expert placement");
+    }
+    for (int64_t q = 0; q < E; q++)
+        pl->physical_to_logical[q] = (int32_t)q;
+    for (int r = 0; r < ep; r++)
+        pl->rank_num_physical[r] = (int32_t)moe_split_count(E, ep, r);
+    st->par.placement = pl;
+    return MOE_OK;
+}
+
+/* Free a plan that never reached the caller. */
+static void plan_discard(moe_plan *p)
+{
+    moe_placement_clear(&p->st.placement);
+    free(p);
+}
+
 moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const moe_plan_config *cfg,
                               moe_plan **out)
 {
@@ -179,6 +247,8 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
     if (pst != MOE_OK)
         return pst;
     const moe_parallel_config *par = &c.parallel;
+    if ((pst = moe_plan_check_placement(ctx, d, par)) != MOE_OK)
+        return pst;
     if (d->quant.act == MOE_QACT_TOKEN_GROUP) /* fp8 w8a8: every TP shard must start on a k-block of w2 */
         for (int r = 0; r < par->tp_size; r++) {
             const int64_t i0 = moe_split_first(d->moe_intermediate_size, par->tp_size, r);
@@ -254,6 +324,11 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
     st->compute = c.compute;
     st->par = *par;
     st->par.comm = NULL;
+    st->par.placement = NULL;
+    if (plan_placement_init(ctx, st) != MOE_OK) {
+        free(p);
+        return MOE_ENOMEM;
+    }
     st->parallel = par->ep_size * par->tp_size > 1;
     if (!st->parallel) /* -1 = derived: the only rank */
         st->par.ep_rank = st->par.tp_rank = 0;
@@ -281,7 +356,7 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
                                                                                                : max_chunk;
     moe_status tst = moe_tuning_apply(p, chunk_limit);
     if (tst != MOE_OK) {
-        free(p);
+        plan_discard(p);
         return tst;
     }
     plan_text(p);
@@ -289,7 +364,7 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
         /* collective: every rank checks that every other has the same plan */
         moe_status pst2 = moe_par_create(st, p->text, p->hash, par->comm);
         if (pst2 != MOE_OK) {
-            free(p);
+            plan_discard(p);
             return pst2;
         }
     }
@@ -311,6 +386,7 @@ void moe_plan_free(moe_plan *plan)
     if (!plan)
         return;
     moe_par_free(plan->st.mpi);
+    moe_placement_clear(&plan->st.placement);
     free(plan);
 }
 
@@ -342,6 +418,11 @@ void moe_plan_tp_rows(const moe_plan *plan, int64_t n_tokens, int64_t *begin, in
         *end = e;
 }
 
+const moe_placement *moe_plan_placement(const moe_plan *plan)
+{
+    return plan ? &plan->st.placement : NULL;
+}
+
 const moe_layer_desc *moe_plan_desc(const moe_plan *plan)
 {
     return plan ? &plan->st.desc : NULL;
@@ -362,3 +443,42 @@ uint64_t moe_plan_hash(const moe_plan *plan)
     return plan ? plan->hash : 0;
 }
 
+
+/* moe_parallel.h moe_plan_rebalance. What runs so far: a one-process plan (its only valid
+ * placement is the identity, which it already has: a no-op success, nothing read from src);
+ * a parallel plan is MOE_EUNSUPPORTED until non-contiguous placements run (moe_plan_check_placement),
+ * refused on every rank that calls it without any collective, the weights untouched. */
+moe_status moe_plan_rebalance(moe_plan *plan, struct moe_weights *weights, const moe_placement *next,
+                              const struct moe_weight_source *src, moe_rebalance_report *report)
+{
+    if (!plan)
+        return MOE_EINVAL;
+    moe_ctx *ctx = plan->st.ctx;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (!weights || !next || !src)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_rebalance: %s is NULL",
+                             !weights ? "weights" : !next ? "next" : "src");
+    if (weights->plan != plan)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_rebalance: the weights were created for another plan");
+    moe_status st = moe_placement_check(ctx, next, plan->st.desc.num_experts, plan->st.par.ep_size);
+    if (st != MOE_OK)
+        return moe_set_error(ctx, st, "moe_plan_rebalance: next %s", moe_ctx_last_error(ctx));
+    if (plan->st.parallel)
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "moe_plan_rebalance: a parallel plan (ep_size = %d, tp_size = %d) cannot be rebalanced "
+                             "yet: only the contiguous placement runs; the plan and its weights are unchanged",
+                             plan->st.par.ep_size, plan->st.par.tp_size);
+    /* one process: next passed the check, so it is the identity, the placement already held */
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (report)
+        *report = (moe_rebalance_report){
+            .experts_kept = plan->st.desc.num_experts,
+            .experts_packed = 0,
+            .experts_freed = 0,
+            .bytes_packed = 0,
+            .bytes_resident = weights->expert_bytes,
+            .seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec),
+        };
+    return MOE_OK;
+}

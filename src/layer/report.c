@@ -387,6 +387,9 @@ moe_status moe_plan_report_for(moe_ctx *ctx, const moe_layer_desc *desc, const m
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
                              "moe_plan_report_for: compute bf16 with %s: this scheme quantizes the activations to 8 "
                              "bits; use compute f32", moe_quant_name(&desc->quant));
+    moe_status pst = moe_plan_check_placement(ctx, desc, par);
+    if (pst != MOE_OK)
+        return pst;
     return report(ctx, desc, par, cfg->compute, out);
 }
 

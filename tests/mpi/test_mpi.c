@@ -1527,6 +1527,65 @@ static void mode_placement(void)
             printf(" %lld", counts[i]);
         printf("\n");
     }
+    /* the plan's placement is that contiguous split, as data (moe_plan_placement) */
+    const moe_placement *pl = moe_plan_placement(p);
+    CHECK(pl && pl->ep_size == N && pl->num_logical_experts == 128 && pl->num_physical_experts == 128,
+          "moe_plan_placement: not the contiguous placement of 128 experts on %d ranks", N);
+    for (int r = 0; r < N; r++)
+        CHECK(pl->rank_num_physical[r] == 128 / N + (r < 128 % N ? 1 : 0), "placement: rank %d holds %d", r,
+              (int)pl->rank_num_physical[r]);
+    for (int q = 0; q < 128; q++)
+        CHECK(pl->physical_to_logical[q] == q, "placement: physical expert %d holds %d", q,
+              (int)pl->physical_to_logical[q]);
+    /* the same placement given explicitly: the same plan (text and hash); the plan keeps a copy */
+    int32_t p2l[128], rcounts[64]; /* [P] physical_to_logical, [ep_size] rank_num_physical */
+    memcpy(p2l, pl->physical_to_logical, sizeof(int32_t) * 128);
+    memcpy(rcounts, pl->rank_num_physical, sizeof(int32_t) * (size_t)N);
+    moe_placement given = {.ep_size = N, .num_logical_experts = 128, .num_physical_experts = 128,
+                           .physical_to_logical = p2l, .rank_num_physical = rcounts};
+    moe_plan_config cfg;
+    moe_plan_config_init(&cfg);
+    cfg.parallel.ep_size = N;
+    cfg.parallel.ep_rank = R;
+    cfg.parallel.timeout_s = 30;
+    cfg.parallel.placement = &given;
+    moe_plan *p2 = NULL;
+    OKC(ctx, moe_plan_create_ex(ctx, &L.d, &cfg, &p2));
+    CHECK(moe_plan_hash(p2) == moe_plan_hash(p) && !strcmp(moe_plan_text(p2), moe_plan_text(p)),
+          "the contiguous placement given explicitly changed the plan text");
+    CHECK(moe_plan_placement(p2)->physical_to_logical != p2l, "the plan borrowed the caller's placement");
+    /* rebalance of a parallel plan: refused on every rank at once, the weights untouched */
+    local_src ls;
+    local_src_make(&ls, &L, p2);
+    moe_weights *w = NULL;
+    OKC(ctx, moe_weights_create(p2, &ls.src, &w));
+    const size_t bytes = moe_weights_expert_bytes(w);
+    moe_status st = moe_plan_rebalance(p2, w, &given, &ls.src, NULL);
+    CHECK(st == MOE_EUNSUPPORTED && strstr(moe_ctx_last_error(ctx), "unchanged"), "rebalance: %s (%s)",
+          moe_status_name(st), moe_ctx_last_error(ctx));
+    CHECK(moe_weights_expert_bytes(w) == bytes && moe_plan_hash(p2) == moe_plan_hash(p), "rebalance changed state");
+    moe_weights_free(w);
+    local_src_free(&ls);
+    moe_plan_free(p2);
+    /* an invalid placement fails on every rank, naming the entry, before any collective */
+    p2l[127] = 128;
+    expect_plan_fail(ctx, &L.d, &cfg, MOE_EINVAL, "physical expert 127 holds logical expert 128",
+                     "placement with a logical id out of range");
+    p2l[127] = 0; /* expert 0 on ranks 0 and 5: a replica, and 127 nowhere */
+    expect_plan_fail(ctx, &L.d, &cfg, MOE_EINVAL, "logical expert 127 is held by no physical expert",
+                     "placement missing an expert");
+    p2l[127] = 127;
+    rcounts[N - 1]--;
+    expect_plan_fail(ctx, &L.d, &cfg, MOE_EINVAL, "rank_num_physical sums to 127", "placement with a wrong rank count");
+    rcounts[N - 1]++;
+    /* a valid round-robin placement does not run yet: MOE_EUNSUPPORTED on every rank */
+    for (int r = 0, q = 0; r < N; r++)
+        for (int e = r; e < 128; e += N)
+            p2l[q++] = e;
+    for (int r = 0; r < N; r++)
+        rcounts[r] = (int32_t)((128 - r + N - 1) / N);
+    expect_plan_fail(ctx, &L.d, &cfg, MOE_EUNSUPPORTED, "only the contiguous placement runs",
+                     "round-robin placement");
     moe_plan_free(p);
     moe_ctx_free(ctx);
     /* and bit-identical with uneven placement, both formats */

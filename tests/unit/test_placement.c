@@ -217,6 +217,149 @@ static void test_malformed(void **state)
     moe_ctx_free(ctx);
 }
 
+/* A small f32 layer for the plan tests: no shared expert. */
+enum { H = 16, I = 12, K = 2 };
+static float router[E * H], gw[E][I * H], uw[E][I * H], dw[E][H * I];
+static const void *gp[E], *up[E], *dp[E];
+
+static void small_layer(moe_layer_desc *d, moe_weight_source *src)
+{
+    moe_layer_desc_init(d);
+    d->hidden_size = H;
+    d->moe_intermediate_size = I;
+    d->num_experts = E;
+    d->top_k = K;
+    d->weight_dtype = MOE_DTYPE_F32;
+    tu_fill_uniform(router, E * H, 1, -1, 1);
+    for (int e = 0; e < E; e++) {
+        tu_fill_uniform(gw[e], I * H, 10 + (uint64_t)e, -0.3f, 0.3f);
+        tu_fill_uniform(uw[e], I * H, 40 + (uint64_t)e, -0.3f, 0.3f);
+        tu_fill_uniform(dw[e], H * I, 70 + (uint64_t)e, -0.3f, 0.3f);
+        gp[e] = gw[e];
+        up[e] = uw[e];
+        dp[e] = dw[e];
+    }
+    *src = (moe_weight_source){.router = router, .router_dtype = MOE_DTYPE_F32, .gate_proj = gp, .up_proj = up,
+                               .down_proj = dp};
+}
+
+/* Plan creation: an identity placement is the plan without one (same text and hash); the
+ * plan's placement is the contiguous one; an invalid placement is MOE_EINVAL naming the field
+ * and the entry; a valid non-contiguous one is MOE_EUNSUPPORTED naming the entry (only the
+ * contiguous placement runs so far). */
+static void test_plan(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    moe_layer_desc d;
+    moe_weight_source src;
+    small_layer(&d, &src);
+    moe_plan *ref = NULL, *p = NULL;
+    assert_int_equal(moe_plan_create(ctx, &d, &ref), MOE_OK);
+    const moe_placement *rp = moe_plan_placement(ref);
+    assert_non_null(rp);
+    assert_int_equal(rp->ep_size, 1);
+    assert_int_equal(rp->num_logical_experts, E);
+    assert_int_equal(rp->num_physical_experts, E);
+    assert_int_equal(rp->rank_num_physical[0], E);
+    for (int e = 0; e < E; e++)
+        assert_int_equal(rp->physical_to_logical[e], e);
+    assert_ptr_equal(moe_plan_parallel(ref)->placement, rp);
+
+    pl x;
+    make(&x, 1, (const int32_t[]){E}, (const int32_t[]){0, 1, 2, 3, 4, 5, 6, 7});
+    moe_plan_config c;
+    moe_plan_config_init(&c);
+    c.parallel.placement = &x.p;
+    assert_int_equal(moe_plan_create_ex(ctx, &d, &c, &p), MOE_OK);
+    assert_string_equal(moe_plan_text(p), moe_plan_text(ref));
+    assert_true(moe_plan_hash(p) == moe_plan_hash(ref));
+    assert_ptr_not_equal(moe_plan_placement(p)->physical_to_logical, x.p2l); /* the plan's copy */
+    moe_plan_free(p);
+
+    make(&x, 1, (const int32_t[]){E}, (const int32_t[]){0, 1, 2, 3, 4, 5, 6, 9});
+    p = NULL;
+    expect_error(ctx, moe_plan_create_ex(ctx, &d, &c, &p), MOE_EINVAL, "plan config: parallel.placement",
+                 "physical expert 7", "logical expert 9");
+    assert_null(p);
+    make(&x, 1, (const int32_t[]){E}, (const int32_t[]){1, 0, 2, 3, 4, 5, 6, 7});
+    expect_error(ctx, moe_plan_create_ex(ctx, &d, &c, &p), MOE_EINVAL, "identity", "physical expert 0");
+    make(&x, 2, (const int32_t[]){4, 4}, (const int32_t[]){0, 1, 2, 3, 4, 5, 6, 7});
+    expect_error(ctx, moe_plan_create_ex(ctx, &d, &c, &p), MOE_EINVAL, "placement: ep_size = 2",
+                 "parallel.ep_size = 1");
+    /* ep_size 2 (rank 0 given): round robin is valid but does not run yet */
+    c.parallel.ep_size = 2;
+    c.parallel.ep_rank = 0;
+    make(&x, 2, (const int32_t[]){4, 4}, (const int32_t[]){0, 2, 4, 6, 1, 3, 5, 7});
+    expect_error(ctx, moe_plan_create_ex(ctx, &d, &c, &p), MOE_EUNSUPPORTED, "parallel.placement",
+                 "physical expert 1 holds logical expert 2");
+    moe_rank_report *rr = malloc(sizeof *rr); /* the report of a placement that does not run */
+    assert_non_null(rr);
+    expect_error(ctx, moe_plan_report_for(ctx, &d, &c, rr), MOE_EUNSUPPORTED, "parallel.placement",
+                 "physical expert 1 holds logical expert 2");
+    make(&x, 2, (const int32_t[]){4, 4}, (const int32_t[]){0, 1, 2, 3, 4, 5, 6, 7}); /* = contiguous */
+    assert_int_equal(moe_plan_report_for(ctx, &d, &c, rr), MOE_OK);
+    free(rr);
+    make(&x, 2, (const int32_t[]){5, 4}, (const int32_t[]){0, 1, 2, 3, 4, 4, 5, 6, 7});
+    expect_error(ctx, moe_plan_create_ex(ctx, &d, &c, &p), MOE_EUNSUPPORTED, "num_redundant_experts = 1");
+    make(&x, 2, (const int32_t[]){4, 6}, (const int32_t[]){0, 1, 2, 3, 4, 5, 4, 6, 7, 0});
+    expect_error(ctx, moe_plan_create_ex(ctx, &d, &c, &p), MOE_EINVAL, "physical expert 6 (rank 1)",
+                 "repeats logical expert 4", "already physical expert 4");
+    assert_null(p);
+    moe_plan_free(ref);
+    moe_ctx_free(ctx);
+}
+
+/* One-process rebalance: to the identity a no-op success (every expert kept, nothing packed,
+ * bytes_resident = moe_weights_expert_bytes, the output bits unchanged); anything else
+ * MOE_EINVAL naming the entry, the weights untouched. */
+static void test_rebalance_one_process(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    moe_layer_desc d;
+    moe_weight_source src;
+    small_layer(&d, &src);
+    moe_plan *p = NULL;
+    moe_weights *w = NULL;
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_OK);
+    assert_int_equal(moe_weights_create(p, &src, &w), MOE_OK);
+    enum { T = 5 };
+    float xin[T * H], y0[T * H], y1[T * H];
+    tu_fill_uniform(xin, T * H, 7, -1, 1);
+    size_t wsb = moe_plan_workspace_size(p, T);
+    void *ws = malloc(wsb ? wsb : 1);
+    assert_non_null(ws);
+    assert_int_equal(moe_plan_execute(p, w, xin, T, y0, ws, wsb), MOE_OK);
+
+    pl x;
+    make(&x, 1, (const int32_t[]){E}, (const int32_t[]){0, 1, 2, 3, 4, 5, 6, 7});
+    moe_rebalance_report rep;
+    memset(&rep, 0xff, sizeof rep);
+    assert_int_equal(moe_plan_rebalance(p, w, &x.p, &src, &rep), MOE_OK);
+    assert_int_equal(rep.experts_kept, E);
+    assert_int_equal(rep.experts_packed, 0);
+    assert_int_equal(rep.experts_freed, 0);
+    assert_int_equal(rep.bytes_packed, 0);
+    assert_int_equal(rep.bytes_resident, moe_weights_expert_bytes(w));
+    assert_true(rep.seconds >= 0);
+    assert_int_equal(moe_plan_rebalance(p, w, &x.p, &src, NULL), MOE_OK);
+
+    make(&x, 1, (const int32_t[]){E}, (const int32_t[]){0, 1, 2, 3, 4, 5, 7, 6});
+    expect_error(ctx, moe_plan_rebalance(p, w, &x.p, &src, &rep), MOE_EINVAL, "moe_plan_rebalance",
+                 "identity", "physical expert 6");
+    make(&x, 2, (const int32_t[]){4, 4}, (const int32_t[]){0, 1, 2, 3, 4, 5, 6, 7});
+    expect_error(ctx, moe_plan_rebalance(p, w, &x.p, &src, &rep), MOE_EINVAL, "ep_size = 2");
+    expect_error(ctx, moe_plan_rebalance(p, w, NULL, &src, &rep), MOE_EINVAL, "next is NULL");
+
+    assert_int_equal(moe_plan_execute(p, w, xin, T, y1, ws, wsb), MOE_OK);
+    assert_true(tu_same_bits(y0, y1, T * H));
+    free(ws);
+    moe_weights_free(w);
+    moe_plan_free(p);
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -224,6 +367,8 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_plan),
+        cmocka_unit_test(test_rebalance_one_process),
     };
     return cmocka_run_group_tests_name("placement", tests, tu_group_tmp_setup, tu_group_tmp_teardown);
 }
