@@ -221,14 +221,15 @@ static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const m
             logits = lg;
         }
         moe_route_topk(d, w->sel_bias, logits, Tc, ids, wts, ws + l->scores, (moe_topk_method)kn->topk);
-        /* expert load: this rank's (t, k) rows per logical expert, after routing, before any
-         * dispatch; into the workspace's per-execute counts (see moe_plan_execute_ex) */
-        if (a->expert_load) {
-            int64_t *load = (int64_t *)(ws + l->load); /* [E] */
-            for (int64_t i = 0; i < Tc * K; i++)
-                if (ids[i] >= 0 && ids[i] < E)
-                    load[ids[i]]++;
-        }
+    }
+    /* expert load: this rank's (t, k) rows per logical expert, after routing (libmoe's or the
+     * caller's), before any dispatch; into the workspace's per-execute counts (see
+     * moe_plan_execute_ex) */
+    if (Tc > 0 && a->expert_load) {
+        int64_t *load = (int64_t *)(ws + l->load); /* [E] */
+        for (int64_t i = 0; i < Tc * K; i++)
+            if (ids[i] >= 0 && ids[i] < E)
+                load[ids[i]]++;
     }
 
     /* rows: the chunk's f32 output rows [Tc, H]: the caller's (F32 output) or the staging

@@ -141,6 +141,55 @@ static void test_counts_equal_topk_ids(void **state)
     }
 }
 
+/* Caller-given routing (in_topk_ids / in_topk_weights) is counted like libmoe's own. */
+static void test_given_routing_counted(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = ctx_with(1, 7);
+    moe_plan *p = NULL;
+    assert_int_equal(moe_plan_create(ctx, &D, &p), MOE_OK);
+    const void *g[E], *u[E], *dn[E];
+    for (int e = 0; e < E; e++) {
+        g[e] = w1[e];
+        u[e] = w3[e];
+        dn[e] = w2[e];
+    }
+    moe_weight_source src = {.router = router, .router_dtype = MOE_DTYPE_F32, .gate_proj = g, .up_proj = u,
+                             .down_proj = dn};
+    moe_weights *w = NULL;
+    assert_int_equal(moe_weights_create(p, &src, &w), MOE_OK);
+    const size_t wsn = moe_plan_workspace_size(p, T);
+    void *ws = aligned_alloc(64, (wsn + 63) / 64 * 64);
+    static float out[T * H];
+    static int32_t ids[T * K];   /* [T, K] skewed: token t picks (t % 2, 2 + t % 3, 5 + t % 5) */
+    static float wts[T * K];     /* [T, K] */
+    int64_t count[E] = {0}, load[E] = {0};
+    for (int t = 0; t < T; t++) {
+        const int32_t row[K] = {t % 2, 2 + t % 3, 5 + t % 5};
+        for (int k = 0; k < K; k++) {
+            ids[t * K + k] = row[k];
+            wts[t * K + k] = 1.0f / K;
+            count[row[k]]++;
+        }
+    }
+    moe_exec_args a = {0};
+    a.hidden_states = X[0];
+    a.hidden_dtype = MOE_DTYPE_F32;
+    a.n_tokens = T;
+    a.output = out;
+    a.workspace = ws;
+    a.workspace_size = wsn;
+    a.in_topk_ids = ids;
+    a.in_topk_weights = wts;
+    a.expert_load = load;
+    assert_int_equal(moe_plan_execute_ex(p, w, &a), MOE_OK);
+    assert_memory_equal(load, count, sizeof count);
+    free(ws);
+    moe_weights_free(w);
+    moe_plan_free(p);
+    moe_ctx_free(ctx);
+}
+
 static void test_load_files(void **state)
 {
     (void)state;
@@ -198,6 +247,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counts_equal_topk_ids),
+        cmocka_unit_test(test_given_routing_counted),
         cmocka_unit_test(test_load_files),
     };
     setup(NULL);
