@@ -30,6 +30,11 @@ static inline int64_t moe_split_owner(int64_t n, int64_t parts, int64_t i)
     return rem + (i - rem * (q + 1)) / q;
 }
 
+/* Bounds of a placement (moe_placement_check, the placement file reader): every count stays
+ * in int32 and every array allocation small. */
+#define PLACEMENT_MAX_RANKS 65536
+#define PLACEMENT_MAX_EXPERTS (1 << 20)
+
 /* This rank's share of layer d under `par` (ranks already resolved). */
 void moe_par_shard(const moe_layer_desc *d, const moe_parallel_config *par, moe_shard *out);
 

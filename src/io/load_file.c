@@ -3,7 +3,8 @@
  * --load-out` writes and `moe plan --load` / the balanced policy read. */
 #include "core/file.h"
 #include "io/fields.h"
-#include "parallel/parallel.h"
+#include "core/internal.h"
+#include "moe_parallel.h"
 
 #include <errno.h>
 #include <fcntl.h>
