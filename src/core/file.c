@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -81,4 +82,96 @@ moe_status moe_io_open_regular(moe_ctx *ctx, const char *path, int *fd_out, uint
     *fd_out = fd;
     *size_out = (uint64_t)sb.st_size;
     return MOE_OK;
+}
+
+/* write(2) all of buf, retrying on short writes and EINTR. Returns 0 or an errno value. */
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len > 0) {
+        size_t chunk = len > ((size_t)1 << 30) ? ((size_t)1 << 30) : len;
+        ssize_t w = write(fd, p, chunk);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno;
+        }
+        if (w == 0)
+            return EIO;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* fsync the folder holding `path` so the rename is durable. Best effort. */
+static void fsync_parent_dir(const char *path)
+{
+    char *dir = strdup(path);
+    if (!dir)
+        return;
+    char *slash = strrchr(dir, '/');
+    const char *d = ".";
+    if (slash) {
+        if (slash == dir)
+            slash[1] = '\0';
+        else
+            *slash = '\0';
+        d = dir;
+    }
+    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+    free(dir);
+}
+
+moe_status moe_io_write_atomic(moe_ctx *ctx, const char *label, const char *path, const void *const *data,
+                               const size_t *len, size_t n)
+{
+    /* Temporary file beside `path`: same file system, so rename() is atomic. */
+    const size_t tmp_len = strlen(path) + sizeof ".tmp.XXXXXX";
+    char *tmp = malloc(tmp_len); /* [tmp_len] the temporary file's name */
+    if (!tmp)
+        return moe_set_error(ctx, MOE_ENOMEM, "%s%s: out of memory", label, path);
+    snprintf(tmp, tmp_len, "%s.tmp.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        const int e = errno;
+        moe_status st = moe_set_error(ctx, MOE_EIO, "%s%s: cannot create temporary file %s: %s", label, path, tmp,
+                                      strerror(e));
+        free(tmp);
+        return st;
+    }
+    int err = 0;
+    for (size_t i = 0; i < n && !err; i++)
+        err = write_all(fd, data[i], len[i]);
+    const char *what = "write";
+    if (!err && fchmod(fd, 0644) != 0) {
+        err = errno;
+        what = "fchmod";
+    }
+    if (!err && fsync(fd) != 0) {
+        err = errno;
+        what = "fsync";
+    }
+    if (close(fd) != 0 && !err) {
+        err = errno;
+        what = "close";
+    }
+    if (!err && rename(tmp, path) != 0) {
+        err = errno;
+        what = "rename";
+    }
+    moe_status st = MOE_OK;
+    if (err) {
+        unlink(tmp);
+        st = moe_set_error(ctx, MOE_EIO, "%s%s: %s of temporary file %s failed: %s", label, path, what, tmp,
+                           strerror(err));
+    } else {
+        fsync_parent_dir(path);
+    }
+    free(tmp);
+    return st;
 }

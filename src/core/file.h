@@ -1,5 +1,5 @@
 /* The readers' shared pieces (src/core/file.c): a non-blocking regular-file open, dangling
- * symlinks, JSON type names. Not installed; not API. */
+ * symlinks, JSON type names, the atomic writer. Not installed; not API. */
 #ifndef MOE_CORE_FILE_H
 #define MOE_CORE_FILE_H
 
@@ -25,5 +25,14 @@ const char *moe_io_file_kind(unsigned mode);
 /* 1 when `path` is a symlink whose target (a link in a chain included) does not exist, with
  * the link's own text (readlink, truncated to len - 1 bytes) in target; else 0. */
 int moe_io_dangling_target(const char *path, char *target, size_t len);
+
+/* Write the n byte ranges data[i] [len[i]] one after another to `path`, atomically: a
+ * temporary file path.tmp.XXXXXX beside it (the same file system), written, chmod 0644,
+ * fsynced, closed and renamed over path, then the folder fsynced (best effort). On failure
+ * the temporary file is removed and path is untouched: MOE_EIO naming the step (create,
+ * write, fchmod, fsync, close, rename), both names and strerror; MOE_ENOMEM. Messages start
+ * with label (e.g. "load file ", or "") and path. */
+moe_status moe_io_write_atomic(moe_ctx *ctx, const char *label, const char *path, const void *const *data,
+                               const size_t *len, size_t n);
 
 #endif

@@ -83,56 +83,10 @@ moe_status moe_load_write(moe_ctx *ctx, const char *path, const int64_t *load, i
     if (!text)
         return moe_set_error(ctx, MOE_ENOMEM, "load file %s: out of memory", path);
 
-    /* a temporary file beside `path` (the same file system), renamed over it */
-    const size_t tmp_len = strlen(path) + sizeof ".tmp.XXXXXX";
-    char *tmp = malloc(tmp_len); /* [tmp_len] the temporary file's name */
-    if (!tmp) {
-        free(text);
-        return moe_set_error(ctx, MOE_ENOMEM, "load file %s: out of memory", path);
-    }
-    snprintf(tmp, tmp_len, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        const int e = errno;
-        moe_status st = moe_set_error(ctx, MOE_EIO, "load file %s: cannot create temporary file %s: %s", path, tmp,
-                                      strerror(e));
-        free(tmp);
-        free(text);
-        return st;
-    }
-    int err = 0;
-    const char *what = "write";
-    size_t len = strlen(text), done = 0;
-    while (done < len && !err) {
-        ssize_t w = write(fd, text + done, len - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            err = errno;
-        else
-            done += (size_t)w;
-    }
-    if (!err && write(fd, "\n", 1) != 1)
-        err = errno ? errno : EIO;
-    if (!err && fchmod(fd, 0644) != 0) {
-        err = errno;
-        what = "fchmod";
-    }
-    if (close(fd) != 0 && !err) {
-        err = errno;
-        what = "close";
-    }
-    if (!err && rename(tmp, path) != 0) {
-        err = errno;
-        what = "rename";
-    }
-    moe_status st = MOE_OK;
-    if (err) {
-        unlink(tmp);
-        st = moe_set_error(ctx, MOE_EIO, "load file %s: %s of temporary file %s failed: %s", path, what, tmp,
-                           strerror(err));
-    }
-    free(tmp);
+    /* the text and a newline, written atomically (a temporary file renamed over path) */
+    const void *parts[2] = {text, "\n"};
+    const size_t lens[2] = {strlen(text), 1};
+    moe_status st = moe_io_write_atomic(ctx, "load file ", path, parts, lens, 2);
     free(text);
     return st;
 }

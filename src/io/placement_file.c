@@ -130,29 +130,13 @@ moe_status moe_placement_write(moe_ctx *ctx, const char *path, const moe_placeme
     moe_status st = moe_placement_check(ctx, p, p->num_logical_experts, p->ep_size);
     if (st != MOE_OK)
         return moe_set_error(ctx, st, "%s: not written: %s", path, ctx ? moe_ctx_last_error(ctx) : "");
-    /* Temporary file beside `path`: same file system, so rename() is atomic. */
-    const size_t tmp_len = strlen(path) + sizeof ".tmp.XXXXXX";
-    char *tmp = malloc(tmp_len); /* [tmp_len] the temporary file's name */
-    if (!tmp)
+    /* One line per rank: {"ep_size": N, "num_logical_experts": E, "ranks": [[...], ...]}, built in
+     * memory, then written atomically (a temporary file renamed over path) */
+    char *text = NULL; /* [len] the file's bytes */
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
         return moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory", path);
-    snprintf(tmp, tmp_len, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        const int e = errno;
-        st = moe_set_error(ctx, MOE_EIO, "%s: cannot create temporary file %s: %s", path, tmp, strerror(e));
-        free(tmp);
-        return st;
-    }
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        const int e = errno;
-        close(fd);
-        unlink(tmp);
-        st = moe_set_error(ctx, MOE_EIO, "%s: fdopen of temporary file %s failed: %s", path, tmp, strerror(e));
-        free(tmp);
-        return st;
-    }
-    /* One line per rank: {"ep_size": N, "num_logical_experts": E, "ranks": [[...], ...]} */
     fprintf(f, "{\"ep_size\": %d, \"num_logical_experts\": %d, \"ranks\": [", (int)p->ep_size,
             (int)p->num_logical_experts);
     int64_t q = 0;
@@ -163,30 +147,13 @@ moe_status moe_placement_write(moe_ctx *ctx, const char *path, const moe_placeme
         fputc(']', f);
     }
     fputs("\n]}\n", f);
-    int err = 0;
-    const char *what = "write";
-    if (fflush(f) != 0 || ferror(f))
-        err = errno ? errno : EIO;
-    if (!err && fchmod(fd, 0644) != 0) {
-        err = errno;
-        what = "fchmod";
+    const int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        free(text);
+        return moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory", path);
     }
-    if (!err && fsync(fd) != 0) {
-        err = errno;
-        what = "fsync";
-    }
-    if (fclose(f) != 0 && !err) {
-        err = errno;
-        what = "close";
-    }
-    if (!err && rename(tmp, path) != 0) {
-        err = errno;
-        what = "rename";
-    }
-    if (err) {
-        unlink(tmp);
-        st = moe_set_error(ctx, MOE_EIO, "%s: %s of temporary file %s failed: %s", path, what, tmp, strerror(err));
-    }
-    free(tmp);
+    const void *parts[1] = {text};
+    st = moe_io_write_atomic(ctx, "", path, parts, &len, 1);
+    free(text);
     return st;
 }

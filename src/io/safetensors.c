@@ -559,26 +559,6 @@ moe_status moe_safetensors_get(moe_safetensors *f, const char *name, moe_tensor_
  * Writer
  * ------------------------------------------------------------------------------------ */
 
-/* write(2) all of buf, retrying on short writes and EINTR. Returns 0 or an errno value. */
-static int write_all(int fd, const void *buf, size_t len)
-{
-    const uint8_t *p = buf;
-    while (len > 0) {
-        size_t chunk = len > ((size_t)1 << 30) ? ((size_t)1 << 30) : len;
-        ssize_t w = write(fd, p, chunk);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return errno;
-        }
-        if (w == 0)
-            return EIO;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Check the tensors to write and compute each one's byte size into nbytes [n]. */
 static moe_status check_write_args(moe_ctx *ctx, const char *path, const moe_tensor_out *tensors,
                                    size_t n, size_t *nbytes)
@@ -715,29 +695,6 @@ static char *build_header(moe_ctx *ctx, const char *path, const moe_tensor_out *
     return out;
 }
 
-/* fsync the folder holding `path` so the rename is durable. Best effort. */
-static void fsync_parent_dir(const char *path)
-{
-    char *dir = strdup(path);
-    if (!dir)
-        return;
-    char *slash = strrchr(dir, '/');
-    const char *d = ".";
-    if (slash) {
-        if (slash == dir)
-            slash[1] = '\0';
-        else
-            *slash = '\0';
-        d = dir;
-    }
-    int fd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
-
 moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tensor_out *tensors,
                                  size_t n)
 {
@@ -762,61 +719,33 @@ moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const moe_tenso
         return st;
     }
 
-    /* Temporary file beside `path`: same file system, so rename() is atomic. */
-    size_t tmp_len = strlen(path) + sizeof ".tmp.XXXXXX";
-    char *tmp = malloc(tmp_len);
-    if (!tmp) {
+    /* 8-byte little-endian header length, then the header, then each tensor's bytes, written
+     * atomically (a temporary file beside path, renamed over it) */
+    uint8_t len_bytes[8];
+    for (int b = 0; b < 8; b++)
+        len_bytes[b] = (uint8_t)((uint64_t)hdr_len >> (8 * b));
+    const void **parts = malloc((n + 2) * sizeof *parts); /* [n + 2] the byte ranges in file order */
+    size_t *lens = malloc((n + 2) * sizeof *lens);        /* [n + 2] their sizes */
+    if (!parts || !lens) {
+        free(parts);
+        free(lens);
         free(hdr);
         free(nbytes);
         return moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory", path);
     }
-    snprintf(tmp, tmp_len, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = errno;
-        st = moe_set_error(ctx, MOE_EIO, "%s: cannot create temporary file %s: %s", path, tmp,
-                           strerror(e));
-        free(tmp);
-        free(hdr);
-        free(nbytes);
-        return st;
+    parts[0] = len_bytes;
+    lens[0] = sizeof len_bytes;
+    parts[1] = hdr;
+    lens[1] = hdr_len;
+    for (size_t i = 0; i < n; i++) {
+        parts[2 + i] = tensors[i].data;
+        lens[2 + i] = nbytes[i];
     }
-
-    /* 8-byte little-endian header length, then the header, then each tensor's bytes. */
-    uint8_t len_bytes[8];
-    for (int b = 0; b < 8; b++)
-        len_bytes[b] = (uint8_t)((uint64_t)hdr_len >> (8 * b));
-    int err = write_all(fd, len_bytes, sizeof len_bytes);
-    if (!err)
-        err = write_all(fd, hdr, hdr_len);
-    for (size_t i = 0; i < n && !err; i++)
-        err = write_all(fd, tensors[i].data, nbytes[i]);
-    const char *what = "write";
-    if (!err && fchmod(fd, 0644) != 0) {
-        err = errno;
-        what = "fchmod";
-    }
-    if (!err && fsync(fd) != 0) {
-        err = errno;
-        what = "fsync";
-    }
-    if (close(fd) != 0 && !err) {
-        err = errno;
-        what = "close";
-    }
-    if (!err && rename(tmp, path) != 0) {
-        err = errno;
-        what = "rename";
-    }
-    if (err) {
-        unlink(tmp);
-        st = moe_set_error(ctx, MOE_EIO, "%s: %s of temporary file %s failed: %s", path, what, tmp,
-                           strerror(err));
-    } else {
-        fsync_parent_dir(path);
+    st = moe_io_write_atomic(ctx, "", path, parts, lens, n + 2);
+    if (st == MOE_OK)
         moe_log(ctx, MOE_LOG_DEBUG, "%s: wrote %zu tensors", path, n);
-    }
-    free(tmp);
+    free(parts);
+    free(lens);
     free(hdr);
     free(nbytes);
     return st;
