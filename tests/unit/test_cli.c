@@ -1943,14 +1943,24 @@ static void test_bench_no_progress_without_tty(void **state)
     (void)state;
     SKIP_WITHOUT_BIN();
     cli_result r;
-    const char *a[] = {"bench", "--num-experts", "16", "--tokens", "1,16", "--iters", "3", "--threads", "2", NULL};
-    run_moe(&r, a);
-    expect(&r, 0, NULL);
-    assert_non_null(strstr(r.out, "median ms"));
-    assert_non_null(strstr(r.out, "\n     16     3 "));
-    if (r.err[0])
-        fail_msg("moe bench wrote to a non-terminal stderr:\n%s", r.err);
-    print_message("bench took %.1f s (progress starts after 1 s)\n", r.secs);
+    /* more iterations until the bench runs past the 1 s after which progress would show (a
+     * fast machine does 3 in 0.7 s) */
+    for (int iters = 3;; iters *= 2) {
+        char it[16], row[32];
+        snprintf(it, sizeof it, "%d", iters);
+        snprintf(row, sizeof row, "\n     16 %5d ", iters);
+        const char *a[] = {"bench", "--num-experts", "16", "--tokens", "1,16", "--iters", it, "--threads", "2", NULL};
+        run_moe(&r, a);
+        expect(&r, 0, NULL);
+        assert_non_null(strstr(r.out, "median ms"));
+        assert_non_null(strstr(r.out, row));
+        if (r.err[0])
+            fail_msg("moe bench wrote to a non-terminal stderr:\n%s", r.err);
+        print_message("bench of %d iterations took %.1f s (progress starts after 1 s)\n", iters, r.secs);
+        if (r.secs > 1.0 || iters >= 96)
+            break;
+        result_free(&r);
+    }
     assert_true(r.secs > 1.0); /* long enough that progress would have shown */
     result_free(&r);
 }
