@@ -492,6 +492,13 @@ static void *own(moe_ckq_layer *l, size_t n)
     return b;
 }
 
+const char *moe_ckq_method(const moe_ckq *q)
+{
+    if (q && q->format == CKQ_FMT_GPTQ)
+        return q->gq.awq ? "awq" : "gptq";
+    return "compressed-tensors";
+}
+
 const moe_quant_config *moe_ckq_quant(const moe_ckq *q)
 {
     return &q->quant;

@@ -61,6 +61,8 @@ moe_status moe_ckq_dequant_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_
                                   int64_t N, int64_t K, int describe, float *w, size_t *code_bytes);
 /* q's weight scheme ("int4-g32-zp", ...) and whether it quantizes activations (w8a8). */
 const moe_quant_config *moe_ckq_quant(const moe_ckq *q);
+/* The checkpoint's quant_method as messages name it: "gptq", "awq" or "compressed-tensors". */
+const char *moe_ckq_method(const moe_ckq *q);
 /* 1 when a loaded layer's experts are f32 [N, K] matrices (quant NONE): a GPTQ act-order layer
  * (src/io/ckpt_gptq.c); the codes pointers then point at them. */
 int moe_ckq_layer_f32(const moe_ckq_layer *l);

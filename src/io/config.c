@@ -255,8 +255,8 @@ static moe_status config_quant(moe_ck_config *c, const json_t *root, const json_
     if (!json_is_string(m) || strcmp(json_string_value(m), "fp8") != 0) {
         char fams[256]; /* [256] chars: "gpt_oss", the rows with an MXFP4 layout */
         return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
-                             "%s: field '%squantization_config.quant_method' = '%s': libmoe reads fp8 (block), mxfp4 "
-                             "(%s), compressed-tensors (int8 / int4), gptq and awq (int4) checkpoints; dequantize this one to "
+                             "%s: field '%squantization_config.quant_method' = '%s': libmoe reads fp8 (block, per-tensor), mxfp4 "
+                             "(%s), compressed-tensors (int8 / int4 / fp8), gptq (int4 / int8) and awq (int4) checkpoints; dequantize this one to "
                              "bf16 first or convert a bf16 checkpoint with moe quantize",
                              c->path, qpre, json_is_string(m) ? json_string_value(m) : moe_io_json_kind(m),
                              moe_fam_names_with(MOE_FAM_HAS_MXFP4, ", ", false, fams, sizeof fams));

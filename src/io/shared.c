@@ -49,7 +49,7 @@ static void set_dequantized(moe_ck_layer *lt, int j, int64_t N, int64_t K, float
     lt->weight_dtype = MOE_DTYPE_F32;
 }
 
-/* A compressed-tensors shared expert, base[j] = P<module>.<proj j>. */
+/* A compressed-tensors, GPTQ or AWQ shared expert, base[j] = P<module>.<proj j>. */
 static moe_status shared_ct(const moe_ck_index *ix, const moe_ck_config *c, const char *prefix,
                             const char *const base[3], int describe, moe_ck_layer *lt)
 {
@@ -57,7 +57,7 @@ static moe_status shared_ct(const moe_ck_index *ix, const moe_ck_config *c, cons
     const int64_t rows[3] = {Is, Is, H}, cols[3] = {H, H, Is}; /* [N, K] per projection */
     const size_t n1 = (size_t)(Is * H); /* elements per matrix */
     const moe_ckq_lookup lk = moe_ck_lookup(ix);
-    moe_status st = alloc_dequantized(ix, lt, n1, describe, "compressed-tensors");
+    moe_status st = alloc_dequantized(ix, lt, n1, describe, moe_ckq_method(c->ct));
     if (st != MOE_OK)
         return st;
     size_t code_bytes = 0;
@@ -72,9 +72,9 @@ static moe_status shared_ct(const moe_ck_index *ix, const moe_ck_config *c, cons
     const moe_quant_config *cq = moe_ckq_quant(c->ct);
     if (lt->sh_deq)
         moe_log(ix->ctx, cq->act == MOE_QACT_NONE ? MOE_LOG_INFO : MOE_LOG_WARN,
-                "%s%s: compressed-tensors %s shared expert dequantized to f32 ((v - z) * s, one f32 "
+                "%s%s: %s %s shared expert dequantized to f32 ((v - z) * s, one f32 "
                 "multiply): %zu bytes resident instead of %zu of codes%s",
-                prefix, c->row->shared.module, moe_quant_name(cq), 3 * n1 * sizeof(float), code_bytes,
+                prefix, c->row->shared.module, moe_ckq_method(c->ct), moe_quant_name(cq), 3 * n1 * sizeof(float), code_bytes,
                 cq->act == MOE_QACT_NONE ? ""
                                          : "; it runs with f32 activations (the checkpoint's dynamic int8 "
                                            "activation quantization applies to the routed experts only)");

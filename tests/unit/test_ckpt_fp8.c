@@ -303,7 +303,7 @@ static void test_fp8_errors(void **state)
      * not later as a missing tensor */
     write_ckpt(ctx, &L, 32, 48, M_GPTQ, dir, sizeof dir);
     expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED, "quantization_config.quant_method",
-                 "'bitsandbytes'", "mxfp4 (gpt_oss)", "compressed-tensors", "gptq and awq");
+                 "'bitsandbytes'", "mxfp4 (gpt_oss)", "compressed-tensors", "gptq (int4 / int8) and awq (int4)");
     assert_null(ck);
     tu_rm_tree(dir);
 
