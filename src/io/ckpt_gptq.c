@@ -126,7 +126,7 @@ moe_status moe_gptq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const 
         int desc_act = 0;
         if ((st = get_bool(ctx, cp, qpre, qc, "desc_act", 0, &desc_act)) != MOE_OK)
             return st;
-        (void)desc_act; /* the g_idx tensors decide (act-order: refused at load) */
+        s->desc_act = desc_act; /* the g_idx tensors decide the groups; with desc_act each must exist */
         const json_t *dyn = json_object_get(qc, "dynamic");
         if (!jnull(dyn) && !(json_is_object(dyn) && json_object_size(dyn) == 0))
             return moe_set_error(ctx, MOE_EUNSUPPORTED,
@@ -329,6 +329,12 @@ moe_status moe_gptq_load_linear(moe_ctx *ctx, const moe_gptq_scheme *s, const mo
     /* g_idx (GPTQ): in range, and k / g (else act-order) */
     snprintf(name, sizeof name, "%s.g_idx", base);
     const bool have_g = !s->awq && lk->has(lk->u, name);
+    if (!s->awq && s->desc_act && !have_g)
+        return moe_set_error(ctx, MOE_ENOTFOUND,
+                             "tensor '%s' not found: quantization_config.desc_act is true (act-order), so each "
+                             "quantized linear's input rows may use any group and its g_idx is required (without it "
+                             "the groups k / group_size would be guessed)",
+                             name);
     if (have_g) {
         const char *gpath = NULL;
         if ((st = lk->get(lk->u, name, &tg, &gpath)) != MOE_OK)

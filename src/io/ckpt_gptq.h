@@ -17,6 +17,7 @@ typedef struct moe_gptq_scheme {
     int64_t group_size; /* the checkpoint's input features per scale; -1: one group over K */
     int sym;            /* GPTQ sym: zero point 2^(bits-1) (as vLLM reads it; qzeros validated, not used) */
     int v1;             /* GPTQ checkpoint_format "gptq" (v1): qzeros hold z - 1 */
+    int desc_act;       /* GPTQ desc_act (act-order): every quantized linear must have its g_idx */
 } moe_gptq_scheme;
 
 /* quantization_config `qc` (quant_method "gptq" or "awq") of `config_path` (field prefix

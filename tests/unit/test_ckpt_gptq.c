@@ -209,6 +209,12 @@ static void test_bad_input(void **state)
     variant(ctx, "qwen3_moe_gptq_asym_g32", d, NULL, NULL, nm, NULL, 0, 0, NULL, 0);
     expect_error(ctx, open_desc(ctx, d), MOE_ENOTFOUND, nm);
 
+    /* desc_act true (act-order) with one linear's g_idx missing: refused, never groups k / g guessed */
+    tu_join(d, sizeof d, root, "actorder_no_g_idx");
+    snprintf(nm, sizeof nm, "%sg_idx", e0);
+    variant(ctx, "qwen3_moe_gptq_actorder_g64", d, NULL, NULL, nm, NULL, 0, 0, NULL, 0);
+    expect_error(ctx, open_desc(ctx, d), MOE_ENOTFOUND, nm, "desc_act is true");
+
     /* AWQ gemv */
     tu_join(d, sizeof d, root, "awq_gemv");
     variant(ctx, "qwen3_moe_awq_g128", d, "version", json_string("gemv"), NULL, NULL, 0, 0, NULL, 0);
