@@ -175,6 +175,10 @@ typedef struct moe_parallel_config {
  * placement= text entry and the rank-by-rank comparison come with the dispatch that
  * follows a placement (docs/parallel.md).
  * ------------------------------------------------------------------------------------- */
+/* The largest expert-load count the load functions take (2^40 rows, about 1.1e12): sums over
+ * up to 2^20 experts and products with replica counts then stay inside int64. */
+#define MOE_LOAD_MAX ((int64_t)1 << 40)
+
 typedef struct moe_placement {
     int32_t ep_size;               /* ranks the placement spans */
     int32_t num_logical_experts;   /* E, the description's num_experts */

@@ -49,8 +49,8 @@ moe_status moe_load_read(moe_ctx *ctx, const char *path, int64_t num_experts, in
         if (!json_is_integer(v))
             st = moe_set_error(ctx, MOE_EFORMAT, "load file %s: load[%lld] must be an integer, found %s", path,
                                (long long)e, moe_io_json_kind(v));
-        else if (json_integer_value(v) < 0)
-            st = moe_set_error(ctx, MOE_EFORMAT, "load file %s: load[%lld] = %lld: counts must be >= 0", path,
+        else if (json_integer_value(v) < 0 || json_integer_value(v) > MOE_LOAD_MAX)
+            st = moe_set_error(ctx, MOE_EFORMAT, "load file %s: load[%lld] = %lld: counts must be in [0, 2^40]", path,
                                (long long)e, (long long)json_integer_value(v));
     }
     if (st == MOE_OK) /* the caller's array only once the whole file checked */
@@ -67,8 +67,8 @@ moe_status moe_load_write(moe_ctx *ctx, const char *path, const int64_t *load, i
     if (num_experts < 1)
         return moe_set_error(ctx, MOE_EINVAL, "moe_load_write: num_experts = %lld, need >= 1", (long long)num_experts);
     for (int64_t e = 0; e < num_experts; e++)
-        if (load[e] < 0)
-            return moe_set_error(ctx, MOE_EINVAL, "moe_load_write: load[%lld] = %lld: counts must be >= 0",
+        if (load[e] < 0 || load[e] > MOE_LOAD_MAX)
+            return moe_set_error(ctx, MOE_EINVAL, "moe_load_write: load[%lld] = %lld: counts must be in [0, 2^40]",
                                  (long long)e, (long long)load[e]);
     json_t *root = json_object(), *arr = json_array();
     int bad = !root || !arr;

@@ -223,8 +223,8 @@ moe_status moe_placement_build(moe_ctx *ctx, moe_placement_policy policy, int64_
         if (!load)
             return moe_set_error(ctx, MOE_EINVAL, "moe_placement_build: policy balanced needs load [num_experts], got NULL");
         for (int64_t e = 0; e < E; e++)
-            if (load[e] < 0)
-                return moe_set_error(ctx, MOE_EINVAL, "moe_placement_build: load[%lld] = %lld: counts must be >= 0",
+            if (load[e] < 0 || load[e] > MOE_LOAD_MAX)
+                return moe_set_error(ctx, MOE_EINVAL, "moe_placement_build: load[%lld] = %lld: counts must be in [0, 2^40]",
                                      (long long)e, (long long)load[e]);
     }
 
@@ -281,8 +281,8 @@ moe_status moe_placement_rank_rows(moe_ctx *ctx, const moe_placement *p, const i
                              "moe_placement_rank_rows: rank_num_physical sums to %lld, num_physical_experts is %lld",
                              (long long)sum, (long long)P);
     for (int64_t e = 0; e < E; e++)
-        if (load[e] < 0)
-            return moe_set_error(ctx, MOE_EINVAL, "moe_placement_rank_rows: load[%lld] = %lld: counts must be >= 0",
+        if (load[e] < 0 || load[e] > MOE_LOAD_MAX)
+            return moe_set_error(ctx, MOE_EINVAL, "moe_placement_rank_rows: load[%lld] = %lld: counts must be in [0, 2^40]",
                                  (long long)e, (long long)load[e]);
     int64_t *reps = calloc((size_t)E, sizeof *reps); /* [E] replicas of each logical expert */
     int64_t *seen = calloc((size_t)E, sizeof *seen); /* [E] replicas met so far in physical order */

@@ -199,7 +199,7 @@ static void test_load_files(void **state)
     snprintf(path, sizeof path, "%s/load.json", dir);
     int64_t load[E], back[E];
     for (int e = 0; e < E; e++)
-        load[e] = (int64_t)e * 1000003 + (e == 3 ? ((int64_t)1 << 40) : 0);
+        load[e] = e == 3 ? MOE_LOAD_MAX : (int64_t)e * 1000003; /* the largest count taken, exactly */
     assert_int_equal(moe_load_write(ctx, path, load, E), MOE_OK);
     assert_int_equal(moe_load_read(ctx, path, E, back), MOE_OK);
     assert_memory_equal(back, load, sizeof load);
@@ -213,7 +213,9 @@ static void test_load_files(void **state)
         {"{\"num_logical_experts\": 10, \"load\": [0,1,2,3,4,5,6,7,8]}", MOE_EFORMAT, "has 9 entries",
          "num_experts is 10"},
         {"{\"num_logical_experts\": 10, \"load\": [0,1,2,3,4,5,6,-3,8,9]}", MOE_EFORMAT, "load[7] = -3",
-         "counts must be >= 0"},
+         "counts must be in [0, 2^40]"},
+        {"{\"num_logical_experts\": 10, \"load\": [0,1,2,4611686018427387904,4,5,6,7,8,9]}", MOE_EFORMAT,
+         "load[3] = 4611686018427387904", "counts must be in [0, 2^40]"}, /* 2^62: sums would overflow */
         {"{\"num_logical_experts\": 10, \"load\": [0,1,2,3,4.5,5,6,7,8,9]}", MOE_EFORMAT, "load[4] must be an integer",
          "a real number"},
         {"{\"num_logical_experts\": 12, \"load\": []}", MOE_EFORMAT, "num_logical_experts = 12",

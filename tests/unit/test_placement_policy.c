@@ -251,7 +251,7 @@ static void test_bad_input(void **state)
     moe_placement p;
     load[17] = -3;
     expect_error(ctx, moe_placement_build(ctx, MOE_PLACEMENT_BALANCED, 20, 2, 2, load, p2l, rn, &p), MOE_EINVAL,
-                 "load[17] = -3", "counts must be >= 0");
+                 "load[17] = -3", "counts must be in [0, 2^40]");
     load[17] = 10;
     expect_error(ctx, moe_placement_build(ctx, MOE_PLACEMENT_BALANCED, 20, 2, 21, load, p2l, rn, &p), MOE_EINVAL,
                  "num_redundant_experts = 21", "[0, 20]");
