@@ -130,6 +130,13 @@ static void fsync_parent_dir(const char *path)
 moe_status moe_io_write_atomic(moe_ctx *ctx, const char *label, const char *path, const void *const *data,
                                const size_t *len, size_t n)
 {
+    if (!path[0])
+        return moe_set_error(ctx, MOE_EINVAL, "%s: the output path is empty", label[0] ? label : "write");
+    /* An existing FIFO, device or folder at path is refused, not replaced by the rename */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return moe_set_error(ctx, MOE_EIO, "%s%s: is %s, not a regular file: not replaced", label, path,
+                             moe_io_file_kind(sb.st_mode));
     /* Temporary file beside `path`: same file system, so rename() is atomic. */
     const size_t tmp_len = strlen(path) + sizeof ".tmp.XXXXXX";
     char *tmp = malloc(tmp_len); /* [tmp_len] the temporary file's name */
@@ -139,8 +146,12 @@ moe_status moe_io_write_atomic(moe_ctx *ctx, const char *label, const char *path
     int fd = mkstemp(tmp);
     if (fd < 0) {
         const int e = errno;
-        moe_status st = moe_set_error(ctx, MOE_EIO, "%s%s: cannot create temporary file %s: %s", label, path, tmp,
-                                      strerror(e));
+        moe_status st = e == ENOENT ? moe_set_error(ctx, MOE_EIO,
+                                                    "%s%s: cannot be written: its folder does not exist (temporary "
+                                                    "file %s: %s)",
+                                                    label, path, tmp, strerror(e))
+                                    : moe_set_error(ctx, MOE_EIO, "%s%s: cannot create temporary file %s: %s", label,
+                                                    path, tmp, strerror(e));
         free(tmp);
         return st;
     }

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "moe.h"
 #include "testutil.h"
@@ -241,7 +243,17 @@ static void test_load_files(void **state)
     expect_error(ctx, moe_load_write(ctx, path, load, E), MOE_EINVAL, "load[2] = -1");
     snprintf(missing, sizeof missing, "%s/no/such/dir/load.json", dir);
     load[2] = 2;
-    expect_error(ctx, moe_load_write(ctx, missing, load, E), MOE_EIO, "load.json");
+    expect_error(ctx, moe_load_write(ctx, missing, load, E), MOE_EIO, "load.json", "folder does not exist");
+    /* a FIFO (or any non-regular file) at the path is refused and stays what it was */
+    char fifo[700];
+    snprintf(fifo, sizeof fifo, "%s/fifo.json", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    expect_error(ctx, moe_load_write(ctx, fifo, load, E), MOE_EIO, "fifo.json", "a FIFO, not a regular file");
+    struct stat sb;
+    assert_int_equal(stat(fifo, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    unlink(fifo);
+    expect_error(ctx, moe_load_write(ctx, dir, load, E), MOE_EIO, "a directory, not a regular file");
     moe_ctx_free(ctx);
 }
 

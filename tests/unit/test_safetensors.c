@@ -287,10 +287,10 @@ static void test_write_failure_leaves_nothing(void **state)
     expect_error(ctx, moe_safetensors_write(ctx, path, &t, 1), MOE_EIO, path);
     assert_int_not_equal(stat(path, &sb), 0);
 
-    /* The path is a folder: rename fails, the temporary file is removed, the folder stays. */
+    /* The path is a folder: refused before anything is written, the folder stays. */
     snprintf(path, sizeof path, "%s/adir", dir);
     assert_int_equal(mkdir(path, 0755), 0);
-    expect_error(ctx, moe_safetensors_write(ctx, path, &t, 1), MOE_EIO, path, "rename");
+    expect_error(ctx, moe_safetensors_write(ctx, path, &t, 1), MOE_EIO, path, "is a directory, not a regular file");
     assert_int_equal(stat(path, &sb), 0);
     assert_true(S_ISDIR(sb.st_mode));
     assert_int_equal(count_entries(dir, ".tmp."), 0);
