@@ -54,14 +54,11 @@ static moe_ctx *ctx_with(int threads, int64_t chunk)
     return ctx;
 }
 
-/* Two executes (the second with n_tokens n2) accumulating into load [E]; ids [2][T * K] the
- * topk_ids they returned. */
-static void run_two(int threads, int64_t chunk, int64_t n2, int64_t *load, int32_t ids[2][T * K])
+/* The test layer's plan and packed weights on ctx. */
+static void make_layer(moe_ctx *ctx, moe_plan **p, moe_weights **w)
 {
-    moe_ctx *ctx = ctx_with(threads, chunk);
-    moe_plan *p = NULL;
-    assert_int_equal(moe_plan_create(ctx, &D, &p), MOE_OK);
-    const void *g[E], *u[E], *dn[E];
+    assert_int_equal(moe_plan_create(ctx, &D, p), MOE_OK);
+    const void *g[E], *u[E], *dn[E]; /* E pointers each, [I, H] / [I, H] / [H, I] */
     for (int e = 0; e < E; e++) {
         g[e] = w1[e];
         u[e] = w3[e];
@@ -69,8 +66,17 @@ static void run_two(int threads, int64_t chunk, int64_t n2, int64_t *load, int32
     }
     moe_weight_source src = {.router = router, .router_dtype = MOE_DTYPE_F32, .gate_proj = g, .up_proj = u,
                              .down_proj = dn};
+    assert_int_equal(moe_weights_create(*p, &src, w), MOE_OK);
+}
+
+/* Two executes (the second with n_tokens n2) accumulating into load [E]; ids [2][T * K] the
+ * topk_ids they returned. */
+static void run_two(int threads, int64_t chunk, int64_t n2, int64_t *load, int32_t ids[2][T * K])
+{
+    moe_ctx *ctx = ctx_with(threads, chunk);
+    moe_plan *p = NULL;
     moe_weights *w = NULL;
-    assert_int_equal(moe_weights_create(p, &src, &w), MOE_OK);
+    make_layer(ctx, &p, &w);
     const size_t wsn = moe_plan_workspace_size(p, T);
     void *ws = aligned_alloc(64, (wsn + 63) / 64 * 64);
     static float out[T * H];
@@ -149,17 +155,8 @@ static void test_given_routing_counted(void **state)
     (void)state;
     moe_ctx *ctx = ctx_with(1, 7);
     moe_plan *p = NULL;
-    assert_int_equal(moe_plan_create(ctx, &D, &p), MOE_OK);
-    const void *g[E], *u[E], *dn[E];
-    for (int e = 0; e < E; e++) {
-        g[e] = w1[e];
-        u[e] = w3[e];
-        dn[e] = w2[e];
-    }
-    moe_weight_source src = {.router = router, .router_dtype = MOE_DTYPE_F32, .gate_proj = g, .up_proj = u,
-                             .down_proj = dn};
     moe_weights *w = NULL;
-    assert_int_equal(moe_weights_create(p, &src, &w), MOE_OK);
+    make_layer(ctx, &p, &w);
     const size_t wsn = moe_plan_workspace_size(p, T);
     void *ws = aligned_alloc(64, (wsn + 63) / 64 * 64);
     static float out[T * H];
