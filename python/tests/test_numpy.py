@@ -1,0 +1,110 @@
+"""numpy-only tests of the libmoe package: checkpoint fixtures (transformers-generated,
+tests/fixtures) against their expected.safetensors within the f32 bound (1e-5 * max
+|expected|, the bound of tests/unit/test_fixtures.c), the arrays constructor against the
+checkpoint path, caller-given routing, and bad input raising libmoe.Error subclasses."""
+import json
+
+import numpy as np
+import pytest
+
+import libmoe
+from conftest import FIXTURES, read_safetensors
+
+F32_FIXTURES = sorted(p.name for p in FIXTURES.iterdir()
+                      if (p / "expected.safetensors").exists() and p.name.endswith("_f32")
+                      and (p / "model.safetensors").exists())
+
+
+def load(name):
+    meta = json.loads((FIXTURES / name / "meta.json").read_text())
+    x = read_safetensors(FIXTURES / name / "input.safetensors")[meta["input_tensor"]]
+    exp = read_safetensors(FIXTURES / name / "expected.safetensors")
+    return meta, x, exp
+
+
+@pytest.mark.parametrize("name", F32_FIXTURES)
+def test_from_checkpoint_matches_transformers(name):
+    meta, x, exp = load(name)
+    layer = libmoe.MoELayer.from_checkpoint(FIXTURES / name, meta["layer"], num_threads=1)
+    y = layer(x)
+    assert y.dtype == np.float32 and y.shape == exp["output"].shape
+    bound = 1e-5 * np.abs(exp["output"]).max()
+    assert np.abs(y - exp["output"]).max() <= bound
+
+
+def _stacked(name, layer=0):
+    w = read_safetensors(FIXTURES / name / "model.safetensors")
+    p = "model.layers.%d.mlp." % layer
+    E = 1 + max(int(k[len(p + "experts."):].split(".")[0]) for k in w if k.startswith(p + "experts."))
+    gu = np.stack([np.concatenate([w[p + "experts.%d.gate_proj.weight" % e],
+                                   w[p + "experts.%d.up_proj.weight" % e]]) for e in range(E)])
+    dn = np.stack([w[p + "experts.%d.down_proj.weight" % e] for e in range(E)])
+    return w[p + "gate.weight"], np.ascontiguousarray(gu), np.ascontiguousarray(dn)
+
+
+@pytest.mark.parametrize("name,family", [("qwen3_moe_f32", "qwen3_moe"), ("olmoe_f32", "olmoe")])
+def test_arrays_constructor_equals_checkpoint(name, family):
+    meta, x, exp = load(name)
+    router, gu, dn = _stacked(name)
+    ck = libmoe.MoELayer.from_checkpoint(FIXTURES / name, 0, num_threads=1)
+    arr = libmoe.MoELayer(router, gu, dn, top_k=meta["K"], family=family,
+                          desc={"renormalize": int(meta["renormalize"])}, num_threads=1)
+    y = arr(x)
+    assert np.array_equal(y, ck(x))  # same packed weights, same bits
+    assert np.abs(y - exp["output"]).max() <= 1e-5 * np.abs(exp["output"]).max()
+    # transposed layout ([E, H, 2I], [E, I, H]) packs to the same bits
+    tr = libmoe.MoELayer(router, np.ascontiguousarray(gu.transpose(0, 2, 1)),
+                         np.ascontiguousarray(dn.transpose(0, 2, 1)), top_k=meta["K"],
+                         family=family, is_transposed=True,
+                         desc={"renormalize": int(meta["renormalize"])}, num_threads=1)
+    assert np.array_equal(tr(x), y)
+
+
+def test_given_routing_equals_routed():
+    meta, x, exp = load("qwen3_moe_f32")
+    layer = libmoe.MoELayer.from_checkpoint(FIXTURES / "qwen3_moe_f32", 0, num_threads=1)
+    ids, wts = exp["topk_ids"], exp["topk_weights"]
+    y = layer(x, topk_ids=ids, topk_weights=wts)
+    assert np.abs(y - exp["output"]).max() <= 1e-5 * np.abs(exp["output"]).max()
+    y64 = layer(x, topk_ids=ids.astype(np.int64), topk_weights=wts)  # int64 accepted
+    assert np.array_equal(y, y64)
+
+
+@pytest.fixture(scope="module")
+def layer():
+    return libmoe.MoELayer.from_checkpoint(FIXTURES / "qwen3_moe_f32", 0, num_threads=1)
+
+
+def test_errors(layer):
+    meta, x, exp = load("qwen3_moe_f32")
+    with pytest.raises(libmoe.DtypeError) as e:
+        layer(x.astype(np.float64))
+    assert e.value.status == "MOE_EDTYPE" and "float64" in e.value.message
+    with pytest.raises(libmoe.ShapeError):
+        layer(x[:, :5].copy())
+    with pytest.raises(libmoe.InvalidArgumentError, match="not contiguous"):
+        layer(np.concatenate([x, x])[::2])  # [T, H], every other row
+    with pytest.raises(libmoe.InvalidArgumentError):
+        layer(x.tolist())
+    ids = exp["topk_ids"].copy()
+    ids[3, 1] = meta["E"]
+    with pytest.raises(libmoe.InvalidArgumentError) as e:
+        layer(x, topk_ids=ids, topk_weights=exp["topk_weights"])
+    assert e.value.status == "MOE_EINVAL" and "token 3" in e.value.message
+    ids = exp["topk_ids"].copy()
+    ids[2, 1] = ids[2, 0]
+    with pytest.raises(libmoe.InvalidArgumentError, match="token 2"):
+        layer(x, topk_ids=ids, topk_weights=exp["topk_weights"])
+    with pytest.raises(libmoe.InvalidArgumentError, match="together"):
+        layer(x, topk_ids=exp["topk_ids"])
+    with pytest.raises(libmoe.RangeError) as e:
+        libmoe.MoELayer.from_checkpoint(FIXTURES / "qwen3_moe_f32", 7)
+    assert e.value.status == "MOE_ERANGE" and e.value.message
+    with pytest.raises(libmoe.NotFoundError):
+        libmoe.MoELayer.from_checkpoint(FIXTURES / "no_such_dir", 0)
+    with pytest.raises(libmoe.InvalidArgumentError, match="unknown option"):
+        libmoe.MoELayer.from_checkpoint(FIXTURES / "qwen3_moe_f32", 0, bogus=1)
+    with pytest.raises(libmoe.InvalidArgumentError) as e:
+        libmoe.MoELayer.from_checkpoint(FIXTURES / "qwen3_moe_f32", 0, permute="nope")
+    assert "nope" in e.value.message
+    assert np.array_equal(layer(x[:0].copy()), np.empty((0, meta["H"]), np.float32))
