@@ -21,11 +21,12 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The float64 conformance test reads safetensors from Python (numpy + safetensors only; the
+# The float64 conformance test reads safetensors from Python, and the Python package's numpy
+# tests (python_numpy) run under pytest: numpy + safetensors + pytest only (never torch; the
 # library itself never uses Python).
 PY=${PYTHON:-python3}
-if ! "$PY" -c 'import numpy, safetensors' 2>/dev/null; then
-  echo "install-deps: installing Python packages numpy, safetensors" >&2
-  "$PY" -m pip install -q numpy safetensors 2>/dev/null ||
-    "$PY" -m pip install -q --break-system-packages numpy safetensors
+if ! "$PY" -c 'import numpy, safetensors, pytest' 2>/dev/null; then
+  echo "install-deps: installing Python packages numpy, safetensors, pytest" >&2
+  "$PY" -m pip install -q numpy safetensors pytest 2>/dev/null ||
+    "$PY" -m pip install -q --break-system-packages numpy safetensors pytest
 fi

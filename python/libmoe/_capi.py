@@ -58,7 +58,8 @@ class Options(C.Structure):
     _fields_ = [("num_threads", i32), ("isa", cp), ("chunk_size", i64), ("permute", cp),
                 ("onehot_threshold", i64), ("topk", cp), ("lowtok_threshold", i64),
                 ("small_allreduce", i64), ("tp_reduce", cp), ("tuning_dir", cp),
-                ("log_level", i32), ("log_fn", vp), ("log_user", vp)]
+                ("log_level", i32), ("log_fn", vp), ("log_user", vp),
+                ("pack_progress_fn", vp), ("pack_progress_user", vp)]
 
 
 class QWeight(C.Structure):
@@ -108,7 +109,8 @@ class ExecArgs(C.Structure):
     _fields_ = [("hidden_states", vp), ("hidden_dtype", i32), ("n_tokens", i64),
                 ("router_logits", vp), ("output", vp), ("topk_ids", vp), ("topk_weights", vp),
                 ("workspace", vp), ("workspace_size", sz), ("stats", vp),
-                ("in_topk_ids", vp), ("in_topk_weights", vp), ("output_dtype", i32)]
+                ("in_topk_ids", vp), ("in_topk_weights", vp), ("output_dtype", i32),
+                ("expert_load", vp)]
 
 
 def _sig(name, res, *args):
