@@ -434,8 +434,9 @@ uint64_t moe_plan_hash(const moe_plan *plan)
 
 /* moe_parallel.h moe_plan_rebalance. What runs so far: a one-process plan (its only valid
  * placement is the identity, which it already has: a no-op success, nothing read from src);
- * a parallel plan is MOE_EUNSUPPORTED until non-contiguous placements run (moe_plan_check_placement),
- * refused on every rank that calls it without any collective, the weights untouched. */
+ * a parallel plan is MOE_EUNSUPPORTED (every placement runs from plan creation, but moving
+ * a live plan is not built), refused on every rank that calls it without any collective, the
+ * weights untouched. */
 moe_status moe_plan_rebalance(moe_plan *plan, struct moe_weights *weights, const moe_placement *next,
                               const struct moe_weight_source *src, moe_rebalance_report *report)
 {
@@ -455,7 +456,8 @@ moe_status moe_plan_rebalance(moe_plan *plan, struct moe_weights *weights, const
     if (plan->st.parallel)
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
                              "moe_plan_rebalance: a parallel plan (ep_size = %d, tp_size = %d) cannot be rebalanced "
-                             "yet: only the contiguous placement runs; the plan and its weights are unchanged",
+                             "in place yet: create a plan with parallel.placement and pack its weights instead; the "
+                             "plan and its weights are unchanged",
                              plan->st.par.ep_size, plan->st.par.tp_size);
     /* one process: next passed the check, so it is the identity, the placement already held */
     clock_gettime(CLOCK_MONOTONIC, &t1);
