@@ -35,7 +35,8 @@
  *   eplb       placements (contiguous, round_robin, balanced with redundant experts, a hand-made
  *              one with an empty rank): EP bit-identical to one process, both formats, skewed
  *              and routed, several chunks; validation errors; ranks given different placements
- *              (a physical expert, a rank count, contiguous vs round robin) fail together.
+ *              (a physical expert, a rank count, contiguous vs round robin) fail together; with
+ *              N = 4 also TP 2 x EP 2 with round robin and balanced placements (within 1e-5).
  *   bench      dispatch / combine seconds and bytes per token (printed, not checked).
  *   kill       rank 1 dies (SIGKILL) before an execute: the job must end, not hang (driven by
  *              tests/mpi/kill_rank.sh).
@@ -1777,6 +1778,22 @@ static void mode_eplb(void)
     say("  EP with placements contiguous, round_robin, balanced (%lld redundant; predicted max/mean %.3f vs "
         "contiguous %.3f)%s: bit-identical to one process, both formats, skewed and routed\n",
         (long long)Rr, imb_b, imb_c, n_pl > 3 ? ", hand-made with an empty rank" : "");
+    if (N == 4) {
+        /* TP 2 x EP 2 with round robin and balanced (4 redundant) placements over the EP ranks:
+         * within the TP bound of one process (the TP split changes the down projection's sum) */
+        int32_t t2l[2][32], trn[2][2];
+        moe_placement tpl[2];
+        OKC(ctx, moe_placement_build(ctx, MOE_PLACEMENT_ROUND_ROBIN, E, 2, 0, NULL, t2l[0], trn[0], &tpl[0]));
+        OKC(ctx, moe_placement_build(ctx, MOE_PLACEMENT_BALANCED, E, 2, 4, load, t2l[1], trn[1], &tpl[1]));
+        for (int i = 0; i < 2; i++)
+            for (int fmt = 0; fmt < 2; fmt++) {
+                pcfg c = {.ep = 2, .tp = 2, .ddt = MOE_DTYPE_F32, .low_latency = fmt, .cap = fmt ? 8 : 0,
+                          .pl = &tpl[i]};
+                random_case(i ? "TP 2 x EP 2, balanced placement, skewed" : "TP 2 x EP 2, round robin, skewed", &L,
+                            skew, T, &c, 1e-5, 16);
+            }
+        say("  TP 2 x EP 2 with round robin and balanced placements: within 1e-5 of one process, both formats\n");
+    }
     free(skew);
 
     /* validation: every rank fails alike, naming the entry */
