@@ -117,7 +117,8 @@ typedef struct moe_parallel_config {
                        MOE_PF_LOCAL_BATCHED, with MOE_EXPERTS_BATCHED), whatever
                        prepare_finalize and experts say. Instead of a count exchange plus
                        MPI_Alltoallv, one MPI_Alltoall of fixed-size blocks each way: per
-                       destination cap * min(K, ceil(E / ep_size)) row slots, cap = the
+                       destination cap * min(K, emax) row slots (emax: the most physical
+                       experts one rank holds, ceil(E / ep_size) when contiguous), cap = the
                        execute's longest chunk; the receiver runs the experts on batched
                        slots [E_local, ep_size * cap]. Chunks are cut to batched_capacity
                        tokens, so neither a block nor an expert's slots can overflow (an

@@ -1,9 +1,12 @@
 /* Expert-parallel prepare/finalize over MPI (moe_parallel.h "Parallelism", DESIGN.md sections 6-7).
  *
  * ep_alltoall (standard format, high throughput), per chunk of Tc tokens on this rank:
- *   1. route locally (done by the caller: the router is replicated) and group the T*K rows by
- *      global expert id (MOE_PERMUTE): with contiguous placement this orders them by owning
- *      rank, then local expert, then row id - the send order;
+ *   1. route locally (done by the caller: the router is replicated); each (t, k) row goes to
+ *      one physical expert of its logical expert (replica (t + ep_rank) mod c, moe_parallel.h
+ *      "Expert placement"); group the T*K rows by destination rank - the send order (the
+ *      contiguous placement groups by logical expert id with MOE_PERMUTE, which orders them by
+ *      owning rank, then local expert, then row id; any other placement counts rows per
+ *      destination in row-id order);
  *   2. MPI_Ialltoall of the row counts per destination (-1 flags an expert id outside every
  *      rank's range: every rank then fails, nothing is dropped);
  *   3. MPI_Ialltoallv of the rows as records {int32 local expert id, f32 scale, H activations in
@@ -18,7 +21,8 @@
  *
  * ep_batched (batched format, low latency): no count exchange; one MPI_Ialltoall of
  * fixed-size blocks, one per destination: a header record (the row count), then
- * cap * min(K, emax) row slots (cap = the longest chunk of the execute, at most
+ * cap * min(K, emax) row slots (emax = the most physical experts one rank holds; cap = the
+ * longest chunk of the execute, at most
  * batched_capacity: chunks are cut to it at plan creation). A source chunk of Tc <= cap tokens
  * sends at most Tc * min(K, E_dest) rows to one rank and at most Tc <= cap rows to one expert
  * (a token picks an expert at most once), so neither the block nor an expert's slots can
