@@ -677,7 +677,9 @@ typedef struct moe_rank_report {
     uint64_t total_bytes;         /* all ranks together: codes, scales and shared experts */
     /* this rank (ep_rank, tp_rank) */
     int ep_rank, tp_rank;
-    int64_t expert_first, n_experts; /* global expert ids [first, first + n) */
+    int64_t expert_first, n_experts; /* physical experts [first, first + n) of the placement
+                                        (moe_parallel.h "Expert placement"); with the
+                                        contiguous one also the global expert ids */
     int64_t i_first, i_cols;         /* I columns [first, first + cols) of every expert */
     int64_t shared_i_first, shared_i_cols; /* the shared expert's I_s columns */
     uint64_t code_bytes;          /* routed experts as packed (quantized: the codes) */

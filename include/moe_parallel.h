@@ -32,14 +32,15 @@ extern "C" {
  * (ep_rank, tp_rank), and packs only its own share of the weights.
  *
  *  - EP: experts are placed contiguously by default (parallel.placement NULL: the
- *    contiguous placement of "Expert placement" below, which moe_plan_placement returns;
- *    other placements are validated, but only the contiguous one runs so far: any other is
- *    MOE_EUNSUPPORTED at plan creation, docs/parallel.md). EP rank r holds E / ep_size
- *    experts, plus one when r < E % ep_size (128 experts on 6 ranks: 22,22,21,21,21,21), global ids
- *    [first_r, first_r + count_r); moe_plan_expert_map() gives the global -> local map. Each
+ *    contiguous placement of "Expert placement" below, which moe_plan_placement returns);
+ *    any valid placement runs (replicas included, docs/parallel.md). Contiguous: EP rank r
+ *    holds E / ep_size experts, plus one when r < E % ep_size (128 experts on 6 ranks:
+ *    22,22,21,21,21,21), global ids [first_r, first_r + count_r); in general its physical
+ *    experts; moe_plan_expert_map() gives the logical -> local map. Each
  *    EP rank brings its own tokens (n_tokens may differ per rank: data-parallel attention
  *    feeding EP is the normal case). A rank routes its tokens (the router is replicated),
- *    sends each (token, k) row and the local id of expert ids[t][k] to the rank that holds
+ *    sends each (token, k) row and the local id of its physical expert (the replica rule
+ *    below picks one of logical expert ids[t][k]'s replicas) to the rank that holds
  *    it, runs its experts on the rows it receives (grouped by local expert, stable), sends
  *    the expert outputs back and combines them locally in top-k order. Each row's expert
  *    output is computed by the same kernel in the same order as in one process and the
@@ -116,7 +117,8 @@ typedef struct moe_parallel_config {
                        MOE_PF_LOCAL_BATCHED, with MOE_EXPERTS_BATCHED), whatever
                        prepare_finalize and experts say. Instead of a count exchange plus
                        MPI_Alltoallv, one MPI_Alltoall of fixed-size blocks each way: per
-                       destination cap * min(K, ceil(E / ep_size)) row slots, cap = the
+                       destination cap * min(K, emax) row slots (emax: the most physical
+                       experts one rank holds, ceil(E / ep_size) when contiguous), cap = the
                        execute's longest chunk; the receiver runs the experts on batched
                        slots [E_local, ep_size * cap]. Chunks are cut to batched_capacity
                        tokens, so neither a block nor an expert's slots can overflow (an
@@ -165,15 +167,17 @@ typedef struct moe_parallel_config {
  * with the same kernel in the same order, so with dispatch_dtype F32 the output stays
  * bit-identical to one process whatever the placement.
  *
- * The plan text and hash include a non-contiguous placement (`placement=<hash>;`), so ranks
- * given different placements fail plan creation together (MOE_EINVAL naming the first
- * physical expert or rank count that differs, with both values).
+ * The plan text and hash include a non-contiguous placement (`placement=<hash>;`, the
+ * XXH64 of ep_size, E, P, rank_num_physical and physical_to_logical; the contiguous one adds
+ * nothing, so its plans keep their text), so ranks given different placements fail plan
+ * creation together within timeout_s (MOE_EINVAL naming the first EP rank count or physical
+ * expert that differs between rank 0 and the differing rank, with both values: the ranks
+ * exchange the arrays once the texts show the difference).
  *
- * Status: placements are validated, read and written, and every plan holds one, but only
- * the contiguous placement runs so far: any other valid placement is MOE_EUNSUPPORTED at
- * plan creation (and in moe_plan_report_for), naming the first entry that differs; the
- * placement= text entry and the rank-by-rank comparison come with the dispatch that
- * follows a placement (docs/parallel.md).
+ * Weights: moe_weights_create (and moe_checkpoint_load_weights) read only this rank's
+ * logical experts from the source (indexed by logical id) and pack each physical expert
+ * once: a replica costs one expert's packed bytes on its rank. moe_plan_report_for follows
+ * the configuration's placement (expert_first is then the rank's first physical expert).
  * ------------------------------------------------------------------------------------- */
 /* The largest expert-load count the load functions take (2^40 rows, about 1.1e12): sums over
  * up to 2^20 experts and products with replica counts then stay inside int64. */

@@ -60,6 +60,13 @@ static void usage(FILE *f)
           "  --load-out FILE      write the expert load gathered over the EP group, summed over\n"
           "                       every timed forward (moe_plan_gather_load; a load file for\n"
           "                       moe plan --load)\n"
+          "  --placement LIST     EP expert placements to run, one after the other in this run,\n"
+          "                       comma-separated: contiguous (default), round_robin, balanced,\n"
+          "                       or a placement file (docs/parallel.md); e.g. contiguous,balanced\n"
+          "  --redundant R        with balanced: R redundant experts (replicas), default 0\n"
+          "  --load FILE          with balanced: the expert load to balance (a load file); without\n"
+          "                       it, balanced uses the load measured by the placements before it\n"
+          "                       in the list (the routing does not depend on the placement)\n"
           "  -h, --help           this text\n"
           "\n"
           "Per rank (in rank order): its experts, I shard and resident expert bytes\n"
@@ -69,7 +76,8 @@ static void usage(FILE *f)
           "combine + TP reduce, summed over ranks, over all ranks' tokens). Under --ep, per T\n"
           "also the rows each EP rank's experts received per forward, the imbalance (max\n"
           "rank rows / mean) and the time lost to it: the slowest rank's expert time minus the\n"
-          "mean (expert time: forward minus dispatch, combine and TP reduce, mean per forward).\n",
+          "mean (expert time: forward minus dispatch, combine and TP reduce, mean per forward).\n"
+          "With several placements, a closing table compares them per T.\n",
           f);
 }
 
@@ -173,13 +181,52 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* One placement's run: its plan, weights and workspace. */
+typedef struct bench_run {
+    moe_placement_policy pol;
+    int is_file;
+    moe_placement pl;  /* the placement (arrays p2l / rn, or file's) */
+    moe_placement file;/* a placement file's arrays (owned) */
+    int32_t *p2l;      /* [E * ep] physical_to_logical of a built placement */
+    int32_t *rn;       /* [ep] rank_num_physical */
+    moe_plan *plan;
+    moe_weights *w;
+    void *ws;          /* [ws_size] */
+    size_t ws_size;
+} bench_run;
+
+/* One forward of T tokens on run br (every rank arrives first: cli_mpi_barrier); its seconds
+ * into *sec and stats into *st (both may be NULL); load [E] counts the routed rows when set. */
+static moe_status bench_forward(const bench_run *br, const float *x, int64_t T, float *out, const float *logits,
+                                int64_t *load, moe_exec_stats *st, double *sec)
+{
+    moe_exec_stats local;
+    moe_exec_args ea;
+    memset(&ea, 0, sizeof ea);
+    ea.hidden_states = x;
+    ea.hidden_dtype = MOE_DTYPE_F32;
+    ea.n_tokens = T;
+    ea.output = out;
+    ea.workspace = br->ws;
+    ea.workspace_size = br->ws_size;
+    ea.stats = st ? st : &local;
+    ea.router_logits = logits;
+    ea.expert_load = load;
+    cli_mpi_barrier();
+    const double t0 = cli_now();
+    const moe_status s = moe_plan_execute_ex(br->plan, br->w, &ea);
+    if (sec)
+        *sec = cli_now() - t0;
+    return s;
+}
+
 int cli_bench_parallel(int argc, char **argv)
 {
     const char *model = "qwen3-30b-a3b", *tokens = "1,256";
     int64_t ep = 1, tp = 1, num_experts = 0, threads = 0, iters = 20, capacity = 0, seed = 1;
     int low_latency = 0;
-    const char *skew = NULL, *load_out = NULL;
-    int64_t skew_hot = 0;
+    const char *skew = NULL, *load_out = NULL, *placement_arg = "contiguous", *load_in = NULL;
+    int64_t skew_hot = 0, redundant = 0;
     double skew_share = 0;
     moe_dtype dt = MOE_DTYPE_BF16, ddt = MOE_DTYPE_F32;
     moe_compute compute = MOE_COMPUTE_F32;
@@ -206,6 +253,10 @@ int cli_bench_parallel(int argc, char **argv)
         /* HOT:SHARE, parsed below */
         {.name = "--skew", .kind = CLI_STR, .dst = &skew},
         {.name = "--load-out", .kind = CLI_STR, .dst = &load_out},
+        /* comma-separated policies or placement files, run in order */
+        {.name = "--placement", .kind = CLI_STR, .dst = &placement_arg},
+        {.name = "--redundant", .kind = CLI_I64, .dst = &redundant, .lo = 0, .hi = big},
+        {.name = "--load", .kind = CLI_STR, .dst = &load_in},
         /* f32 / bf16 (cli_parse_compute names the accepted values) */
         {.name = "--compute", .kind = CLI_CUSTOM, .dst = &compute, .parse = cli_parse_compute},
     };
@@ -263,240 +314,385 @@ int cli_bench_parallel(int argc, char **argv)
         return CLI_FAIL;
     }
     int rc = CLI_FAIL;
-    moe_plan *plan = NULL;
-    moe_weights *w = NULL;
-    void *wg = NULL, *wu = NULL, *wd = NULL, *shg = NULL, *shu = NULL, *shd = NULL, *ws = NULL;
+    void *wg = NULL, *wu = NULL, *wd = NULL, *shg = NULL, *shu = NULL, *shd = NULL;
     float *router = NULL, *sgate = NULL, *x = NULL, *out = NULL;
     float *logits = NULL;                    /* --skew: [Tmax, E] router logits */
     int64_t *load = NULL, *load_all = NULL;  /* [E] this rank's expert load, [E] summed over T (gathered) */
     int64_t *load_t = NULL;                  /* [E] the EP group's load of one T */
+    int64_t *load_bal = NULL;                /* [E] the load balanced placements follow */
     double *times = NULL; /* [iters] seconds per forward */
+    char *pl_list = NULL; /* --placement, split at commas */
+    enum { MAX_PL = 8 };
+    const char *pl_names[MAX_PL];
+    int n_pl = 0, have_load = 0;
+    bench_run runs[MAX_PL]; /* every placement's plan, weights and workspace */
+    memset(runs, 0, sizeof runs);
+    double res_fwd[MAX_PL][MAX_T], res_imb[MAX_PL][MAX_T], res_lost[MAX_PL][MAX_T]; /* the closing table */
     const void **gp = calloc((size_t)E, sizeof(void *)), **up = calloc((size_t)E, sizeof(void *));
     const void **dp = calloc((size_t)E, sizeof(void *));
     int32_t *map = malloc(sizeof(int32_t) * (size_t)E);
-    if (!gp || !up || !dp || !map) {
+    pl_list = strdup(placement_arg);
+    load_bal = calloc((size_t)E, sizeof *load_bal);
+    load_all = calloc((size_t)E, sizeof *load_all);
+    if (!gp || !up || !dp || !map || !pl_list || !load_bal || !load_all) {
         cli_err(CMD, "out of memory");
         goto done;
     }
-
-    moe_plan_config cfg;
-    moe_plan_config_init(&cfg);
-    cfg.parallel.ep_size = (int)ep;
-    cfg.parallel.tp_size = (int)tp;
-    cfg.parallel.ep_rank = -1;
-    cfg.parallel.tp_rank = -1;
-    cfg.parallel.low_latency = low_latency;
-    cfg.parallel.dispatch_dtype = ddt;
-    cfg.batched_capacity = capacity ? capacity : (Tmax < 256 ? Tmax : 256);
-    cfg.compute = compute;
-    if (moe_plan_create_ex(ctx, &d, &cfg, &plan) != MOE_OK || moe_plan_expert_map(plan, map) != MOE_OK) {
-        cli_err(CMD, "%s", moe_ctx_last_error(ctx));
-        goto done;
-    }
-    const moe_parallel_config *par = moe_plan_parallel(plan);
-
-    /* the local experts' full matrices (the packer takes the rank's I shard), shared expert and
-     * router on every rank */
-    int64_t El = 0, e0 = -1;
-    for (int64_t e = 0; e < E; e++)
-        if (map[e] >= 0) {
-            e0 = e0 < 0 ? e : e0;
-            El++;
-        }
-    const size_t es = moe_dtype_size(dt), per = (size_t)(I * H);
-    double tg = cli_now();
-    wg = malloc((size_t)El * per * es);
-    wu = malloc((size_t)El * per * es);
-    wd = malloc((size_t)El * per * es);
-    router = malloc(sizeof(float) * (size_t)(E * H));
-    if (!wg || !wu || !wd || !router) {
-        cli_err(CMD, "out of memory generating %lld experts", (long long)El);
-        goto done;
-    }
-    for (int64_t l = 0; l < El; l++) {
-        const int64_t e = e0 + l;
-        gp[e] = (unsigned char *)wg + (size_t)l * per * es;
-        up[e] = (unsigned char *)wu + (size_t)l * per * es;
-        dp[e] = (unsigned char *)wd + (size_t)l * per * es;
-        fill((void *)gp[e], dt, per, (uint64_t)seed, (uint64_t)(10 + 3 * e), 0.05f);
-        fill((void *)up[e], dt, per, (uint64_t)seed, (uint64_t)(11 + 3 * e), 0.05f);
-        fill((void *)dp[e], dt, per, (uint64_t)seed, (uint64_t)(12 + 3 * e), 0.05f);
-    }
-    fill(router, MOE_DTYPE_F32, (size_t)(E * H), (uint64_t)seed, 1, 0.1f);
-    moe_weight_source src;
-    memset(&src, 0, sizeof src);
-    src.router = router;
-    src.router_dtype = MOE_DTYPE_F32;
-    src.gate_proj = gp;
-    src.up_proj = up;
-    src.down_proj = dp;
-    if (Is > 0) {
-        shg = malloc((size_t)(Is * H) * es);
-        shu = malloc((size_t)(Is * H) * es);
-        shd = malloc((size_t)(Is * H) * es);
-        sgate = malloc(sizeof(float) * (size_t)H);
-        if (!shg || !shu || !shd || !sgate) {
-            cli_err(CMD, "out of memory");
+    /* every placement checked before anything runs: a bad one is an error with nothing measured */
+    for (char *tok = strtok(pl_list, ","); tok; tok = strtok(NULL, ",")) {
+        if (n_pl == MAX_PL) {
+            cli_err(CMD, "--placement %s: at most %d placements", placement_arg, MAX_PL);
+            rc = CLI_USAGE;
             goto done;
         }
-        fill(shg, dt, (size_t)(Is * H), (uint64_t)seed, 2, 0.05f);
-        fill(shu, dt, (size_t)(Is * H), (uint64_t)seed, 3, 0.05f);
-        fill(shd, dt, (size_t)(Is * H), (uint64_t)seed, 4, 0.05f);
-        fill(sgate, MOE_DTYPE_F32, (size_t)H, (uint64_t)seed, 5, 0.05f);
-        src.shared_gate_proj = shg;
-        src.shared_up_proj = shu;
-        src.shared_down_proj = shd;
-        src.shared_expert_gate = sgate;
+        pl_names[n_pl++] = tok;
+        const int is_policy = !strcmp(tok, "contiguous") || !strcmp(tok, "round_robin") || !strcmp(tok, "balanced");
+        if (!is_policy) {
+            moe_placement f;
+            if (moe_placement_read(ctx, tok, &f) != MOE_OK) {
+                cli_err(CMD, "--placement %s: %s (or give contiguous, round_robin or balanced)", tok,
+                        moe_ctx_last_error(ctx));
+                rc = CLI_USAGE;
+                goto done;
+            }
+            const int ok = f.ep_size == ep && f.num_logical_experts == E;
+            if (!ok)
+                cli_err(CMD, "--placement %s: the file places %d logical experts on %d ranks, this layout has E %lld "
+                             "on --ep %lld",
+                        tok, f.num_logical_experts, f.ep_size, (long long)E, (long long)ep);
+            moe_placement_clear(&f);
+            if (!ok) {
+                rc = CLI_USAGE;
+                goto done;
+            }
+        }
     }
-    tg = cli_now() - tg;
-    double tp0 = cli_now();
-    if (moe_weights_create(plan, &src, &w) != MOE_OK) {
-        cli_err(CMD, "%s", moe_ctx_last_error(ctx));
+    if (n_pl == 0) {
+        cli_err(CMD, "--placement '%s': no placement named", placement_arg);
+        rc = CLI_USAGE;
         goto done;
     }
-    double tpack = cli_now() - tp0;
-    free(wg);
-    free(wu);
-    free(wd);
-    free(shg);
-    free(shu);
-    free(shd);
-    wg = wu = wd = shg = shu = shd = NULL;
-
-    const size_t ws_size = moe_plan_workspace_size(plan, Tmax);
-    if (rank == 0) {
-        char b1[32];
-        printf("bench (parallel): %s layer H %lld, I %lld, E %lld, K %lld%s, %s weights, compute %s; ep %lld x tp "
-               "%lld = %d rank%s; %s (%s), dispatch %s; %d thread%s per rank, kernel table %s\n",
-               m->display, (long long)H, (long long)I, (long long)E, (long long)K, Is ? ", shared expert" : "",
-               moe_dtype_name(dt), moe_compute_name(compute), (long long)ep, (long long)tp, nranks, nranks > 1 ? "s" : "",
-               low_latency ? "batched format" : "standard format", ep > 1 ? (low_latency ? "ep_batched" : "ep_alltoall")
-                                                                          : (low_latency ? "local_batched" : "local"),
-               moe_dtype_name(ddt), moe_ctx_num_threads(ctx), moe_ctx_num_threads(ctx) > 1 ? "s" : "",
-               moe_ctx_isa(ctx));
-        printf("workspace %s per rank for up to %lld tokens per EP rank\n", cli_fmt_bytes(b1, sizeof b1, (double)ws_size),
-               (long long)Tmax);
+    if (redundant && (redundant > E * (ep - 1))) {
+        cli_err(CMD, "--redundant %lld: must be in [0, E * (ep - 1)] = [0, %lld]", (long long)redundant,
+                (long long)(E * (ep - 1)));
+        rc = CLI_USAGE;
+        goto done;
     }
-    {
-        char line[400], b1[32];
-        snprintf(line, sizeof line,
-                 "rank %d (ep_rank %d, tp_rank %d): experts %lld..%lld (%lld of %lld), I shard %lld of %lld, resident "
-                 "expert bytes %zu (%s); generated in %.2f s, packed in %.2f s\n",
-                 rank, par->ep_rank, par->tp_rank, (long long)e0, (long long)(e0 + El - 1), (long long)El,
-                 (long long)E, (long long)(I / tp + (par->tp_rank < I % tp)), (long long)I, moe_weights_expert_bytes(w),
-                 cli_fmt_bytes(b1, sizeof b1, (double)moe_weights_expert_bytes(w)), tg, tpack);
-        cli_mpi_print_ordered(line);
+    if (load_in) {
+        if (moe_load_read(ctx, load_in, E, load_bal) != MOE_OK) {
+            cli_err(CMD, "--load %s: %s", load_in, moe_ctx_last_error(ctx));
+            rc = CLI_USAGE;
+            goto done;
+        }
+        have_load = 1;
+    }
+    if (!have_load && !strcmp(pl_names[0], "balanced")) {
+        cli_err(CMD, "--placement balanced needs the load: give --load FILE, or run another placement before it "
+                     "(e.g. --placement contiguous,balanced) to measure it");
+        rc = CLI_USAGE;
+        goto done;
     }
 
-    ws = ws_size ? aligned_alloc(64, (ws_size + 63) / 64 * 64) : NULL;
     x = malloc(sizeof(float) * (size_t)(Tmax * H));
     out = malloc(sizeof(float) * (size_t)(Tmax * H));
-    times = malloc(sizeof(double) * (size_t)iters);
+    times = malloc(sizeof(double) * (size_t)iters * MAX_PL);
     load = calloc((size_t)E, sizeof *load);
-    load_all = calloc((size_t)E, sizeof *load_all);
     load_t = calloc((size_t)E, sizeof *load_t);
     logits = skew ? malloc(sizeof(float) * (size_t)(Tmax * E)) : NULL;
-    if ((ws_size && !ws) || !x || !out || !times || !load || !load_all || !load_t || (skew && !logits)) {
+    router = malloc(sizeof(float) * (size_t)(E * H));
+    if (!x || !out || !times || !load || !load_t || (skew && !logits) || !router) {
         cli_err(CMD, "out of memory for %lld tokens", (long long)Tmax);
         goto done;
     }
-    /* each EP rank's own tokens; a TP group shares them */
-    fill(x, MOE_DTYPE_F32, (size_t)(Tmax * H), (uint64_t)seed + 7919u * (uint64_t)(par->ep_rank + 1), 6, 1.0f);
-    if (skew)
-        skew_logits(logits, Tmax, E, K, skew_hot, skew_share, (uint64_t)seed + 7919u * (uint64_t)(par->ep_rank + 1));
+    {
+        /* each EP rank's own tokens (a TP group shares them), and the skewed logits: the same
+         * for every placement, so the routing, the load and the output are too */
+        const int ep_rank = rank / (int)tp;
+        fill(x, MOE_DTYPE_F32, (size_t)(Tmax * H), (uint64_t)seed + 7919u * (uint64_t)(ep_rank + 1), 6, 1.0f);
+        if (skew)
+            skew_logits(logits, Tmax, E, K, skew_hot, skew_share, (uint64_t)seed + 7919u * (uint64_t)(ep_rank + 1));
+        fill(router, MOE_DTYPE_F32, (size_t)(E * H), (uint64_t)seed, 1, 0.1f);
+    }
     if (skew && rank == 0)
         printf("routing skewed (--skew %s): router logits biased so experts 0..%lld take about %.0f%% of the rows\n",
                skew, (long long)(skew_hot - 1), 100.0 * skew_share);
-    if (rank == 0)
-        printf("\n%6s %11s %12s %11s %10s %14s %14s %14s\n", "T", "forward ms", "dispatch ms", "combine ms", "tp ms",
-               "dispatch B/tok", "combine B/tok", "tp B/tok");
-    for (int i = 0; i < nT; i++) {
-        const int64_t T = Ts[i];
-        double sum[8] = {0}; /* dispatch s, combine s, tp s, dispatch B, combine B, tp B, received rows, forward s
-                                over the timed runs */
-        memset(load, 0, sizeof(int64_t) * (size_t)E);
-        for (int64_t it = -2; it < iters; it++) {
-            moe_exec_stats st;
-            moe_exec_args ea;
-            memset(&ea, 0, sizeof ea);
-            ea.hidden_states = x;
-            ea.hidden_dtype = MOE_DTYPE_F32;
-            ea.n_tokens = T;
-            ea.output = out;
-            ea.workspace = ws;
-            ea.workspace_size = ws_size;
-            ea.stats = &st;
-            ea.router_logits = logits;
-            ea.expert_load = it >= 0 ? load : NULL; /* the timed forwards' routed rows */
-            cli_mpi_barrier();
-            double t0 = cli_now();
-            moe_status s = moe_plan_execute_ex(plan, w, &ea);
-            double t1 = cli_now();
-            if (s != MOE_OK) {
-                cli_err(CMD, "T %lld: %s", (long long)T, moe_ctx_last_error(ctx));
+
+    /* Every placement's plan and weights are built first, then the forwards of the placements
+     * alternate within each iteration: on a noisy machine each placement sees the same noise.
+     * A balanced placement without --load follows the load of the first placement's warm-up
+     * forwards (the routing does not depend on the placement). */
+    for (int pi = 0; pi < n_pl; pi++) {
+        bench_run *br = &runs[pi];
+        const char *pname = pl_names[pi];
+        br->pol = MOE_PLACEMENT_CONTIGUOUS;
+        if (!strcmp(pname, "round_robin"))
+            br->pol = MOE_PLACEMENT_ROUND_ROBIN;
+        else if (!strcmp(pname, "balanced"))
+            br->pol = MOE_PLACEMENT_BALANCED;
+        br->is_file = strcmp(pname, "contiguous") && strcmp(pname, "round_robin") && strcmp(pname, "balanced");
+        if (br->pol == MOE_PLACEMENT_BALANCED && !have_load) {
+            /* the warm-up forwards of placement 0 at every T, counted and gathered */
+            memset(load_bal, 0, sizeof(int64_t) * (size_t)E);
+            for (int i = 0; i < nT; i++) {
+                memset(load, 0, sizeof(int64_t) * (size_t)E);
+                if (bench_forward(&runs[0], x, Ts[i], out, logits, load, NULL, NULL) != MOE_OK ||
+                    moe_plan_gather_load(runs[0].plan, load, load_t) != MOE_OK) {
+                    cli_err(CMD, "measuring the load: %s", moe_ctx_last_error(ctx));
+                    goto done;
+                }
+                for (int64_t e = 0; e < E; e++)
+                    load_bal[e] += load_t[e];
+            }
+            have_load = 2; /* measured */
+        }
+        br->p2l = malloc(sizeof(int32_t) * (size_t)(E * ep));
+        br->rn = malloc(sizeof(int32_t) * (size_t)ep);
+        if (!br->p2l || !br->rn) {
+            cli_err(CMD, "out of memory");
+            goto done;
+        }
+        if (!br->is_file) {
+            if (moe_placement_build(ctx, br->pol, E, (int)ep, br->pol == MOE_PLACEMENT_BALANCED ? redundant : 0,
+                                    br->pol == MOE_PLACEMENT_BALANCED ? load_bal : NULL, br->p2l, br->rn, &br->pl) !=
+                MOE_OK) {
+                cli_err(CMD, "--placement %s: %s", pname, moe_ctx_last_error(ctx));
                 goto done;
             }
-            if (it < 0)
-                continue;
-            times[it] = t1 - t0;
-            sum[0] += st.dispatch_seconds;
-            sum[1] += st.combine_seconds;
-            sum[2] += st.tp_reduce_seconds;
-            sum[3] += (double)st.dispatch_bytes;
-            sum[4] += (double)st.combine_bytes;
-            sum[5] += (double)st.tp_reduce_bytes;
-            sum[6] += (double)st.received_rows;
-            sum[7] += t1 - t0;
+        } else {
+            if (moe_placement_read(ctx, pname, &br->file) != MOE_OK) {
+                cli_err(CMD, "--placement %s: %s", pname, moe_ctx_last_error(ctx));
+                goto done;
+            }
+            br->pl = br->file;
         }
-        if (moe_plan_gather_load(plan, load, load_t) != MOE_OK) {
+        moe_plan_config cfg;
+        moe_plan_config_init(&cfg);
+        cfg.parallel.ep_size = (int)ep;
+        cfg.parallel.tp_size = (int)tp;
+        cfg.parallel.ep_rank = -1;
+        cfg.parallel.tp_rank = -1;
+        cfg.parallel.low_latency = low_latency;
+        cfg.parallel.dispatch_dtype = ddt;
+        cfg.parallel.placement = &br->pl;
+        cfg.batched_capacity = capacity ? capacity : (Tmax < 256 ? Tmax : 256);
+        cfg.compute = compute;
+        if (moe_plan_create_ex(ctx, &d, &cfg, &br->plan) != MOE_OK || moe_plan_expert_map(br->plan, map) != MOE_OK) {
+            cli_err(CMD, "%s", moe_ctx_last_error(ctx));
+            goto done;
+        }
+        const moe_parallel_config *par = moe_plan_parallel(br->plan);
+
+        /* the local experts' full matrices (the packer takes the rank's I shard), shared expert
+         * and router on every rank; a logical expert's weights depend on its id only, so its
+         * replicas hold the same expert */
+        int64_t El = 0, p0 = 0;
+        for (int64_t e = 0; e < E; e++)
+            El += map[e] >= 0;
+        for (int r = 0; r < par->ep_rank; r++)
+            p0 += br->pl.rank_num_physical[r];
+        const size_t es = moe_dtype_size(dt), per = (size_t)(I * H);
+        double tg = cli_now();
+        wg = malloc((size_t)(El ? El : 1) * per * es);
+        wu = malloc((size_t)(El ? El : 1) * per * es);
+        wd = malloc((size_t)(El ? El : 1) * per * es);
+        if (!wg || !wu || !wd) {
+            cli_err(CMD, "out of memory generating %lld experts", (long long)El);
+            goto done;
+        }
+        for (int64_t e = 0; e < E; e++) {
+            gp[e] = up[e] = dp[e] = NULL;
+            if (map[e] < 0)
+                continue;
+            const int64_t l = map[e];
+            gp[e] = (unsigned char *)wg + (size_t)l * per * es;
+            up[e] = (unsigned char *)wu + (size_t)l * per * es;
+            dp[e] = (unsigned char *)wd + (size_t)l * per * es;
+            fill((void *)gp[e], dt, per, (uint64_t)seed, (uint64_t)(10 + 3 * e), 0.05f);
+            fill((void *)up[e], dt, per, (uint64_t)seed, (uint64_t)(11 + 3 * e), 0.05f);
+            fill((void *)dp[e], dt, per, (uint64_t)seed, (uint64_t)(12 + 3 * e), 0.05f);
+        }
+        moe_weight_source src;
+        memset(&src, 0, sizeof src);
+        src.router = router;
+        src.router_dtype = MOE_DTYPE_F32;
+        src.gate_proj = gp;
+        src.up_proj = up;
+        src.down_proj = dp;
+        if (Is > 0) {
+            shg = malloc((size_t)(Is * H) * es);
+            shu = malloc((size_t)(Is * H) * es);
+            shd = malloc((size_t)(Is * H) * es);
+            sgate = sgate ? sgate : malloc(sizeof(float) * (size_t)H);
+            if (!shg || !shu || !shd || !sgate) {
+                cli_err(CMD, "out of memory");
+                goto done;
+            }
+            fill(shg, dt, (size_t)(Is * H), (uint64_t)seed, 2, 0.05f);
+            fill(shu, dt, (size_t)(Is * H), (uint64_t)seed, 3, 0.05f);
+            fill(shd, dt, (size_t)(Is * H), (uint64_t)seed, 4, 0.05f);
+            fill(sgate, MOE_DTYPE_F32, (size_t)H, (uint64_t)seed, 5, 0.05f);
+            src.shared_gate_proj = shg;
+            src.shared_up_proj = shu;
+            src.shared_down_proj = shd;
+            src.shared_expert_gate = sgate;
+        }
+        tg = cli_now() - tg;
+        double tp0 = cli_now();
+        if (moe_weights_create(br->plan, &src, &br->w) != MOE_OK) {
+            cli_err(CMD, "%s", moe_ctx_last_error(ctx));
+            goto done;
+        }
+        double tpack = cli_now() - tp0;
+        free(wg);
+        free(wu);
+        free(wd);
+        free(shg);
+        free(shu);
+        free(shd);
+        wg = wu = wd = shg = shu = shd = NULL;
+        br->ws_size = moe_plan_workspace_size(br->plan, Tmax);
+        br->ws = br->ws_size ? aligned_alloc(64, (br->ws_size + 63) / 64 * 64) : NULL;
+        if (br->ws_size && !br->ws) {
+            cli_err(CMD, "out of memory for %lld tokens", (long long)Tmax);
+            goto done;
+        }
+        if (rank == 0) {
+            char b1[32];
+            if (pi == 0)
+                printf("bench (parallel): %s layer H %lld, I %lld, E %lld, K %lld%s, %s weights, compute %s; ep %lld x "
+                       "tp %lld = %d rank%s; %s (%s), dispatch %s; %d thread%s per rank, kernel table %s\n",
+                       m->display, (long long)H, (long long)I, (long long)E, (long long)K, Is ? ", shared expert" : "",
+                       moe_dtype_name(dt), moe_compute_name(compute), (long long)ep, (long long)tp, nranks,
+                       nranks > 1 ? "s" : "", low_latency ? "batched format" : "standard format",
+                       ep > 1 ? (low_latency ? "ep_batched" : "ep_alltoall") : (low_latency ? "local_batched" : "local"),
+                       moe_dtype_name(ddt), moe_ctx_num_threads(ctx), moe_ctx_num_threads(ctx) > 1 ? "s" : "",
+                       moe_ctx_isa(ctx));
+            printf("expert placement %s: %d physical experts = %lld logical + %d redundant%s; workspace %s per rank "
+                   "for up to %lld tokens per EP rank\n",
+                   pname, (int)br->pl.num_physical_experts, (long long)E, (int)(br->pl.num_physical_experts - E),
+                   br->pol != MOE_PLACEMENT_BALANCED ? ""
+                   : have_load == 1                  ? " (balancing --load)"
+                                                     : " (balancing the load of the first placement's warm-up forwards)",
+                   cli_fmt_bytes(b1, sizeof b1, (double)br->ws_size), (long long)Tmax);
+        }
+        {
+            char line[400], b1[32];
+            snprintf(line, sizeof line,
+                     "  rank %d (ep_rank %d, tp_rank %d): physical experts %lld..%lld (%lld of %d), I shard %lld of "
+                     "%lld, resident expert bytes %zu (%s); generated in %.2f s, packed in %.2f s\n",
+                     rank, par->ep_rank, par->tp_rank, (long long)p0, (long long)(p0 + El - 1), (long long)El,
+                     (int)br->pl.num_physical_experts, (long long)(I / tp + (par->tp_rank < I % tp)), (long long)I,
+                     moe_weights_expert_bytes(br->w), cli_fmt_bytes(b1, sizeof b1, (double)moe_weights_expert_bytes(br->w)),
+                     tg, tpack);
+            cli_mpi_print_ordered(line);
+        }
+    }
+
+    for (int i = 0; i < nT; i++) {
+        const int64_t T = Ts[i];
+        double sum[MAX_PL][8]; /* per placement: dispatch s, combine s, tp s, dispatch B, combine B, tp B, received
+                                  rows, forward s over the timed runs */
+        memset(sum, 0, sizeof sum);
+        memset(load, 0, sizeof(int64_t) * (size_t)E);
+        for (int64_t it = -2; it < iters; it++)
+            for (int pi = 0; pi < n_pl; pi++) {
+                moe_exec_stats st;
+                double sec = 0;
+                /* the timed forwards' routed rows, counted once (placement 0's) */
+                if (bench_forward(&runs[pi], x, T, out, logits, it >= 0 && pi == 0 ? load : NULL, &st, &sec) !=
+                    MOE_OK) {
+                    cli_err(CMD, "T %lld, placement %s: %s", (long long)T, pl_names[pi], moe_ctx_last_error(ctx));
+                    goto done;
+                }
+                if (it < 0)
+                    continue;
+                times[pi * iters + it] = sec;
+                sum[pi][0] += st.dispatch_seconds;
+                sum[pi][1] += st.combine_seconds;
+                sum[pi][2] += st.tp_reduce_seconds;
+                sum[pi][3] += (double)st.dispatch_bytes;
+                sum[pi][4] += (double)st.combine_bytes;
+                sum[pi][5] += (double)st.tp_reduce_bytes;
+                sum[pi][6] += (double)st.received_rows;
+                sum[pi][7] += sec;
+            }
+        if (moe_plan_gather_load(runs[0].plan, load, load_t) != MOE_OK) {
             cli_err(CMD, "T %lld: %s", (long long)T, moe_ctx_last_error(ctx));
             goto done;
         }
         for (int64_t e = 0; e < E; e++)
             load_all[e] += load_t[e];
-        qsort(times, (size_t)iters, sizeof(double), cmp_double);
-        enum { NV = 9 }; /* median forward s, the 6 sums of sum[] per forward, received rows, expert s */
-        double mine[NV] = {times[iters / 2]};
-        for (int k = 0; k < 7; k++)
-            mine[k + 1] = sum[k] / (double)iters;
-        mine[8] = (sum[7] - sum[0] - sum[1] - sum[2]) / (double)iters;
-        double *all = malloc(sizeof(double) * NV * (size_t)nranks); /* [nranks][NV] */
-        if (!all) {
-            cli_err(CMD, "out of memory");
-            goto done;
-        }
-        cli_mpi_gather_doubles(mine, NV, all);
-        if (rank == 0) {
-            double med = 0, agg[6] = {0};
-            for (int q = 0; q < nranks; q++) {
-                med = all[NV * q] > med ? all[NV * q] : med;
-                for (int k = 0; k < 6; k++)
-                    agg[k] += all[NV * q + 1 + k];
+        for (int pi = 0; pi < n_pl; pi++) {
+            qsort(times + pi * iters, (size_t)iters, sizeof(double), cmp_double);
+            enum { NV = 9 }; /* median forward s, the 6 sums of sum[] per forward, received rows, expert s */
+            double mine[NV] = {times[pi * iters + iters / 2]};
+            for (int k = 0; k < 7; k++)
+                mine[k + 1] = sum[pi][k] / (double)iters;
+            mine[8] = (sum[pi][7] - sum[pi][0] - sum[pi][1] - sum[pi][2]) / (double)iters;
+            double *all = malloc(sizeof(double) * NV * (size_t)nranks); /* [nranks][NV] */
+            if (!all) {
+                cli_err(CMD, "out of memory");
+                goto done;
             }
-            const double tokens_all = (double)T * (double)ep; /* distinct tokens over all ranks */
-            printf("%6lld %11.3f %12.3f %11.3f %10.3f %14.0f %14.0f %14.0f\n", (long long)T, 1e3 * med,
-                   1e3 * agg[0] / nranks, 1e3 * agg[1] / nranks, 1e3 * agg[2] / nranks, agg[3] / tokens_all,
-                   agg[4] / tokens_all, agg[5] / tokens_all);
-            if (ep > 1) { /* the EP ranks of TP rank 0 (world ranks q with q % tp == 0) */
-                double rmax = 0, rsum = 0, cmax = 0, csum = 0;
-                printf("%6s rows per EP rank per forward:", "");
-                for (int q = 0; q < nranks; q += (int)tp) {
-                    const double rows = all[NV * q + 7], cs = all[NV * q + 8];
-                    printf(" %.0f", rows);
-                    rmax = rows > rmax ? rows : rmax;
-                    cmax = cs > cmax ? cs : cmax;
-                    rsum += rows;
-                    csum += cs;
+            cli_mpi_gather_doubles(mine, NV, all);
+            if (rank == 0) {
+                double med = 0, agg[6] = {0};
+                for (int q = 0; q < nranks; q++) {
+                    med = all[NV * q] > med ? all[NV * q] : med;
+                    for (int k = 0; k < 6; k++)
+                        agg[k] += all[NV * q + 1 + k];
                 }
-                const double rmean = rsum / (double)ep;
-                printf("; imbalance (max/mean) %.3f; expert time lost to it %.3f ms (slowest rank's %.3f ms minus "
-                       "the mean %.3f ms)\n",
-                       rmean > 0 ? rmax / rmean : 1.0, 1e3 * (cmax - csum / (double)ep), 1e3 * cmax,
-                       1e3 * csum / (double)ep);
+                const double tokens_all = (double)T * (double)ep; /* distinct tokens over all ranks */
+                res_fwd[pi][i] = med;
+                res_imb[pi][i] = 1.0;
+                res_lost[pi][i] = 0.0;
+                if (pi == 0)
+                    printf("\n%6s %-12s %11s %12s %11s %10s %14s %14s %14s\n", "T", "placement", "forward ms",
+                           "dispatch ms", "combine ms", "tp ms", "dispatch B/tok", "combine B/tok", "tp B/tok");
+                printf("%6lld %-12.12s %11.3f %12.3f %11.3f %10.3f %14.0f %14.0f %14.0f\n", (long long)T, pl_names[pi],
+                       1e3 * med, 1e3 * agg[0] / nranks, 1e3 * agg[1] / nranks, 1e3 * agg[2] / nranks,
+                       agg[3] / tokens_all, agg[4] / tokens_all, agg[5] / tokens_all);
+                if (ep > 1) { /* the EP ranks of TP rank 0 (world ranks q with q % tp == 0) */
+                    double rmax = 0, rsum = 0, cmax = 0, csum = 0;
+                    printf("%6s %-12s rows per EP rank per forward:", "", "");
+                    for (int q = 0; q < nranks; q += (int)tp) {
+                        const double rows = all[NV * q + 7], cs = all[NV * q + 8];
+                        printf(" %.0f", rows);
+                        rmax = rows > rmax ? rows : rmax;
+                        cmax = cs > cmax ? cs : cmax;
+                        rsum += rows;
+                        csum += cs;
+                    }
+                    const double rmean = rsum / (double)ep;
+                    res_imb[pi][i] = rmean > 0 ? rmax / rmean : 1.0;
+                    res_lost[pi][i] = cmax - csum / (double)ep;
+                    printf("; imbalance (max/mean) %.3f; expert time lost to it %.3f ms (slowest rank's %.3f ms "
+                           "minus the mean %.3f ms)\n",
+                           res_imb[pi][i], 1e3 * res_lost[pi][i], 1e3 * cmax, 1e3 * csum / (double)ep);
+                }
+                fflush(stdout);
             }
-            fflush(stdout);
+            free(all);
         }
-        free(all);
+    }
+    if (n_pl > 1 && rank == 0) {
+        printf("\nplacements side by side, forwards alternating (forward ms: the slowest rank's median of %lld; "
+               "imbalance: max EP rank rows / mean):\n", (long long)iters);
+        printf("%6s", "T");
+        for (int pi = 0; pi < n_pl; pi++)
+            printf("  %26.26s", pl_names[pi]);
+        printf("\n");
+        for (int i = 0; i < nT; i++) {
+            printf("%6lld", (long long)Ts[i]);
+            for (int pi = 0; pi < n_pl; pi++)
+                printf("  %11.3f ms, imb %6.3f", 1e3 * res_fwd[pi][i], res_imb[pi][i]);
+            printf("\n");
+        }
+        for (int i = 0; i < nT; i++)
+            for (int pi = 1; pi < n_pl; pi++)
+                printf("T %lld: %s / %s forward time %.3f (expert time lost to imbalance %.3f ms vs %.3f ms)\n",
+                       (long long)Ts[i], pl_names[pi], pl_names[0], res_fwd[pi][i] / res_fwd[0][i],
+                       1e3 * res_lost[pi][i], 1e3 * res_lost[0][i]);
     }
     if (load_out && rank == 0 && moe_load_write(ctx, load_out, load_all, E) != MOE_OK) {
         cli_err(CMD, "--load-out: %s", moe_ctx_last_error(ctx));
@@ -506,7 +702,6 @@ int cli_bench_parallel(int argc, char **argv)
         printf("expert load (every timed forward, summed over the EP group) written to %s\n", load_out);
     rc = CLI_OK;
 done:
-    free(ws);
     free(logits);
     free(load);
     free(load_all);
@@ -526,8 +721,16 @@ done:
     free(up);
     free(dp);
     free(map);
-    moe_weights_free(w);
-    moe_plan_free(plan);
+    free(pl_list);
+    free(load_bal);
+    for (int pi = 0; pi < MAX_PL; pi++) {
+        free(runs[pi].ws);
+        free(runs[pi].p2l);
+        free(runs[pi].rn);
+        moe_placement_clear(&runs[pi].file);
+        moe_weights_free(runs[pi].w);
+        moe_plan_free(runs[pi].plan);
+    }
     moe_ctx_free(ctx);
     return rc;
 }

@@ -184,18 +184,6 @@ static int plan_placement(moe_ctx *ctx, const moe_layer_desc *d, moe_plan_config
     if (load)
         printf("imbalance (max rank rows / mean) from %s: %.3f with %s; contiguous: %.3f\n", load_path, imb, name,
                imb_c);
-    int contiguous = P == E; /* the placement the plans of this build execute */
-    for (int64_t q = 0, r = 0, in_r = 0; contiguous && q < P; q++, in_r++) {
-        while (r < ep && in_r >= pl.rank_num_physical[r]) {
-            contiguous = in_r == (E / ep + (r < E % ep ? 1 : 0));
-            r++;
-            in_r = 0;
-        }
-        contiguous = contiguous && pl.physical_to_logical[q] == q;
-    }
-    if (!contiguous)
-        printf("WARNING: a prediction: this build executes only the contiguous placement (a plan given this one "
-               "fails with MOE_EUNSUPPORTED until the EP dispatch follows placements; docs/parallel.md)\n");
     if (R > 0) { /* the cost of redundancy, as every cost of moe plan: over all ranks, and the fullest rank's share */
         char b2[32];
         const int64_t base = (E + ep - 1) / ep; /* the most experts a rank holds without replicas */

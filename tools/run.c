@@ -16,7 +16,7 @@ static void run_usage(FILE *f)
 {
     fputs("usage: moe run --checkpoint DIR --layer L --input IN.safetensors\n"
           "               --output OUT.safetensors [--threads N] [--compute f32|bf16]\n"
-          "               [--ep N] [--tp N] [--strict] [--family NAME]\n"
+          "               [--ep N] [--tp N] [--placement FILE] [--strict] [--family NAME]\n"
           "\n"
           "Runs MoE layer L of the Hugging Face checkpoint in DIR (config.json plus\n"
           "model.safetensors or shards) on the tensor `hidden_states` [T, H] (F32 or BF16) of\n"
@@ -48,6 +48,10 @@ static void run_usage(FILE *f)
           "                     more) and brings its own contiguous slice of the T tokens\n"
           "                     (T/N, the first T%N ranks one more); output bit-identical to\n"
           "                     one process\n"
+          "  --placement FILE   with --ep: the expert placement file to run (docs/parallel.md:\n"
+          "                     physical experts per rank, replicas allowed); each rank loads\n"
+          "                     only its physical experts' weights; output bit-identical to one\n"
+          "                     process (default: the contiguous split above)\n"
           "  --tp N             tensor parallelism: each rank holds I/N columns of every expert;\n"
           "                     outputs summed in rank order (within the f32 bound of one\n"
           "                     process; bit-reproducible). Under mpirun -np EP*TP, rank r is\n"
@@ -154,7 +158,7 @@ static void *alloc64(size_t bytes)
 
 int cli_cmd_run(int argc, char **argv)
 {
-    const char *ckdir = NULL, *in_path = NULL, *out_path = NULL;
+    const char *ckdir = NULL, *in_path = NULL, *out_path = NULL, *placement_path = NULL;
     int64_t layer = -1, threads = 0, ep = 1, tp = 1;
     int have_layer = 0;
     moe_checkpoint_options ck_opt;
@@ -172,6 +176,8 @@ int cli_cmd_run(int argc, char **argv)
         /* ep x tp must be the number of MPI ranks (checked below) */
         {.name = "--ep", .kind = CLI_I64, .dst = &ep, .lo = 1, .hi = 4096},
         {.name = "--tp", .kind = CLI_I64, .dst = &tp, .lo = 1, .hi = 4096},
+        /* a placement file (moe_placement_read), checked against --ep and the layer below */
+        {.name = "--placement", .kind = CLI_STR, .dst = &placement_path, .nonempty = 1},
         /* f32 / bf16 (cli_parse_compute names the accepted values) */
         {.name = "--compute", .kind = CLI_CUSTOM, .dst = &compute, .parse = cli_parse_compute},
         /* how the checkpoint is read (moe_checkpoint_options); the family name is checked by
@@ -211,6 +217,8 @@ int cli_cmd_run(int argc, char **argv)
     float *out = NULL, *topk_w = NULL;
     int32_t *topk_ids = NULL;
     void *ws = NULL;
+    moe_placement placement;
+    memset(&placement, 0, sizeof placement);
 
     moe_options o;
     moe_options_init(&o);
@@ -257,6 +265,19 @@ int cli_cmd_run(int argc, char **argv)
      * cover the slowest rank's packing of a large checkpoint before the first collective */
     pcfg.parallel.timeout_s = 3600;
     pcfg.compute = compute;
+    if (placement_path) {
+        if ((st = moe_placement_read(ctx, placement_path, &placement)) != MOE_OK)
+            LIBFAIL();
+        if (placement.ep_size != ep || placement.num_logical_experts != desc.num_experts) {
+            cli_err(CMD, "--placement %s: the file places %d logical experts on %d ranks, but layer %lld has %lld "
+                         "experts on --ep %lld",
+                    placement_path, placement.num_logical_experts, placement.ep_size, (long long)layer,
+                    (long long)desc.num_experts, (long long)ep);
+            rc = CLI_USAGE;
+            goto done;
+        }
+        pcfg.parallel.placement = &placement;
+    }
     if ((st = moe_plan_create_ex(ctx, &desc, &pcfg, &plan)) != MOE_OK) {
         if (st == MOE_EUNSUPPORTED && compute == MOE_COMPUTE_BF16) /* a w8a8 checkpoint */
             rc = CLI_USAGE;
@@ -278,9 +299,14 @@ int cli_cmd_run(int argc, char **argv)
                 }
         free(map);
         char line[256], b1[32];
-        snprintf(line, sizeof line, "moe run: rank %d (ep_rank %d, tp_rank %d): experts %lld..%lld (%lld of %lld), "
+        char which[64]; /* the logical experts held: a range, or how many of a placement's */
+        if (placement_path)
+            snprintf(which, sizeof which, "%lld experts of placement", (long long)ne);
+        else
+            snprintf(which, sizeof which, "experts %lld..%lld", (long long)e0, (long long)(e0 + ne - 1));
+        snprintf(line, sizeof line, "moe run: rank %d (ep_rank %d, tp_rank %d): %s (%lld of %lld), "
                  "I shard %lld of %lld, resident expert bytes %zu (%s)\n", rank, par->ep_rank, par->tp_rank,
-                 (long long)e0, (long long)(e0 + ne - 1), (long long)ne, (long long)desc.num_experts,
+                 which, (long long)ne, (long long)desc.num_experts,
                  (long long)(desc.moe_intermediate_size / tp + (par->tp_rank < desc.moe_intermediate_size % tp)),
                  (long long)desc.moe_intermediate_size, moe_weights_expert_bytes(w),
                  cli_fmt_bytes(b1, sizeof b1, (double)moe_weights_expert_bytes(w)));
@@ -423,6 +449,7 @@ done:
     moe_safetensors_free(in);
     moe_weights_free(w);
     moe_plan_free(plan);
+    moe_placement_clear(&placement);
     moe_checkpoint_free(ck);
     moe_ctx_free(ctx);
     return rc;

@@ -14,13 +14,37 @@
 #define MOE_PLAN_TEXT_LEN 4096
 
 /* This rank's share of a layer (src/parallel/shard.c computes it): one process holds
- * everything (e0 = 0, n_experts = E, i0 = is0 = 0, I = desc I, Is = desc I_s). */
+ * everything (p0 = 0, n_experts = E, logical the identity, i0 = is0 = 0, I = desc I,
+ * Is = desc I_s). */
 typedef struct moe_shard {
-    int64_t e0, n_experts;   /* local experts: global ids [e0, e0 + n_experts) */
+    int64_t p0, n_experts;   /* local experts: physical experts [p0, p0 + n_experts) of the
+                                placement (moe_parallel.h "Expert placement") */
+    const int32_t *logical;  /* [n_experts] the logical expert of each local expert (its
+                                weights), borrowed from the placement (the weights hold their
+                                own copy); NULL = p0 + i (the contiguous placement) */
     int64_t i0, I;           /* columns [i0, i0 + I) of each expert's intermediate dim */
     int64_t is0, Is;         /* columns [is0, is0 + Is) of the shared expert's (Is = 0: none) */
     int down_bias;           /* 1: this rank adds b_d (tp_rank 0) */
 } moe_shard;
+
+/* The logical expert of local expert i of shard sh. */
+static inline int64_t moe_shard_logical(const moe_shard *sh, int64_t i)
+{
+    return sh->logical ? (int64_t)sh->logical[i] : sh->p0 + i;
+}
+
+/* The EP dispatch's view of a placement (src/parallel/placement.c builds it): where each
+ * (token, k) row of a logical expert goes. Replica j of logical expert e is physical expert
+ * replica_phys[replica_off[e] + j] (physical order); physical expert q lives on EP rank
+ * phys_rank[q] as its local expert phys_local[q]. */
+typedef struct moe_ep_map {
+    int32_t *replica_off;  /* [E + 1] */
+    int32_t *replica_phys; /* [P] physical experts grouped by logical expert */
+    int32_t *phys_rank;    /* [P] owning EP rank */
+    int32_t *phys_local;   /* [P] local expert id on that rank */
+    int64_t emax;          /* the most physical experts one rank holds */
+    int contiguous;        /* 1: the contiguous placement (no replicas, id order) */
+} moe_ep_map;
 
 /* The knobs of an execute that never change the output bits (DESIGN.md section 5,
  * docs/tuning.md): the context's (chunk size clamped by the plan), or the entry of a tuning
@@ -55,6 +79,7 @@ typedef struct moe_stage {
     int64_t capacity;            /* batched format: slots per expert (0 otherwise) */
     int batched;                 /* the composition uses the batched activation format */
     moe_compute compute;         /* the expert GEMMs' arithmetic (moe.h moe_compute) */
+    moe_ep_map epmap;            /* EP routing tables of `placement` (ep_size > 1), owned */
     struct moe_par *mpi;         /* MPI state (src/parallel), NULL for one process */
 } moe_stage;
 
@@ -66,6 +91,8 @@ typedef struct moe_chunk {
                                               (src/gemm/grouped.h) */
     const float *x;       /* [Tc, H] f32 hidden states */
     int64_t T;            /* tokens in this chunk, Tc */
+    int64_t t0;           /* the chunk's first token within the execute on this rank (the
+                             EP replica rule counts tokens from the execute's start) */
     const int32_t *ids;   /* [Tc, K] routed expert ids */
     const float *wts;     /* [Tc, K] routing weights */
     float *out;           /* [Tc, H] output rows (hold the shared expert's output on finalize);

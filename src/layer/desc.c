@@ -86,10 +86,8 @@ moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
 }
 
 /* parallel.placement (moe_parallel.h "Expert placement"): NULL or valid for the layer and
- * ep_size (moe_placement_check, the message prefixed with the field). Only the contiguous
- * placement runs so far: any other valid one is MOE_EUNSUPPORTED naming the first physical
- * expert that differs from it, so no plan ever dispatches by a placement its weights and
- * dispatch do not follow (docs/parallel.md "Placement file"). */
+ * ep_size (moe_placement_check, the message prefixed with the field). Every valid placement
+ * runs: the weights pack each rank's physical experts and the EP dispatch follows it. */
 moe_status moe_plan_check_placement(moe_ctx *ctx, const moe_layer_desc *d, const moe_parallel_config *par)
 {
     const moe_placement *pl = par->placement;
@@ -98,25 +96,5 @@ moe_status moe_plan_check_placement(moe_ctx *ctx, const moe_layer_desc *d, const
     const moe_status st = moe_placement_check(ctx, pl, d->num_experts, par->ep_size);
     if (st != MOE_OK)
         return moe_set_error(ctx, st, "plan config: parallel.%s", moe_ctx_last_error(ctx));
-    const int64_t E = d->num_experts;
-    if (pl->num_physical_experts != E)
-        return moe_set_error(ctx, MOE_EUNSUPPORTED,
-                             "plan config: parallel.placement: %lld physical experts for %lld logical ones "
-                             "(num_redundant_experts = %lld): replicas are not supported yet; only the contiguous "
-                             "placement runs",
-                             (long long)pl->num_physical_experts, (long long)E,
-                             (long long)(pl->num_physical_experts - E));
-    for (int r = 0; r < par->ep_size; r++)
-        if (pl->rank_num_physical[r] != moe_split_count(E, par->ep_size, r))
-            return moe_set_error(ctx, MOE_EUNSUPPORTED,
-                                 "plan config: parallel.placement: rank %d holds %d physical experts, the contiguous "
-                                 "placement %lld: only the contiguous placement runs so far",
-                                 r, (int)pl->rank_num_physical[r], (long long)moe_split_count(E, par->ep_size, r));
-    for (int64_t q = 0; q < E; q++)
-        if (pl->physical_to_logical[q] != q)
-            return moe_set_error(ctx, MOE_EUNSUPPORTED,
-                                 "plan config: parallel.placement: physical expert %lld holds logical expert %d, the "
-                                 "contiguous placement %lld: only the contiguous placement runs so far",
-                                 (long long)q, (int)pl->physical_to_logical[q], (long long)q);
     return MOE_OK;
 }

@@ -171,8 +171,13 @@ static moe_status check_packed_for(const moe_plan *wp, const moe_plan *p)
 
 static int same_shard(const moe_shard *a, const moe_shard *b)
 {
-    return a->e0 == b->e0 && a->n_experts == b->n_experts && a->i0 == b->i0 && a->I == b->I && a->is0 == b->is0 &&
-           a->Is == b->Is && a->down_bias == b->down_bias;
+    if (!(a->p0 == b->p0 && a->n_experts == b->n_experts && a->i0 == b->i0 && a->I == b->I && a->is0 == b->is0 &&
+          a->Is == b->Is && a->down_bias == b->down_bias))
+        return 0;
+    for (int64_t i = 0; i < a->n_experts; i++) /* the same logical expert in every local slot */
+        if (moe_shard_logical(a, i) != moe_shard_logical(b, i))
+            return 0;
+    return 1;
 }
 
 /* One chunk: tokens [t0, t0 + Tc): route, shared expert, prepare, experts, finalize (and under
@@ -239,7 +244,7 @@ static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const m
     float *rows = bf16_out ? (float *)(ws + l->outf) : Tc > 0 ? (float *)a->output + t0 * H : NULL;
     float *out = tp ? (float *)(ws + l->partial) : rows;
     moe_chunk c = {
-        .st = st, .knobs = kn, .experts = w->experts, .x = x, .T = Tc, .ids = ids, .wts = wts, .out = out,
+        .st = st, .knobs = kn, .experts = w->experts, .x = x, .T = Tc, .t0 = t0, .ids = ids, .wts = wts, .out = out,
         .has_shared = Is > 0, .sgate = (float *)(ws + l->sgate),
         .offsets = (int64_t *)(ws + l->offsets), .begin = (int64_t *)(ws + l->begin),
         .end = (int64_t *)(ws + l->end), .rows = (int32_t *)(ws + l->rows), .pos = (int32_t *)(ws + l->pos),
@@ -342,12 +347,12 @@ static moe_status check_args(const moe_plan *plan, const moe_weights *weights, c
         return pst;
     if (!same_shard(&weights->shard, &plan->st.shard))
         return moe_set_error(ctx, MOE_EINVAL,
-                             "moe_plan_execute: weights were packed for another share of the layer (experts [%lld, %lld), "
-                             "I columns [%lld, %lld)) than this plan's rank holds (experts [%lld, %lld), I columns "
-                             "[%lld, %lld))",
-                             (long long)weights->shard.e0, (long long)(weights->shard.e0 + weights->shard.n_experts),
+                             "moe_plan_execute: weights were packed for another share of the layer (physical experts "
+                             "[%lld, %lld), I columns [%lld, %lld)) than this plan's rank holds (physical experts [%lld, "
+                             "%lld), I columns [%lld, %lld)), or for another expert placement",
+                             (long long)weights->shard.p0, (long long)(weights->shard.p0 + weights->shard.n_experts),
                              (long long)weights->shard.i0, (long long)(weights->shard.i0 + weights->shard.I),
-                             (long long)plan->st.shard.e0, (long long)(plan->st.shard.e0 + plan->st.shard.n_experts),
+                             (long long)plan->st.shard.p0, (long long)(plan->st.shard.p0 + plan->st.shard.n_experts),
                              (long long)plan->st.shard.i0, (long long)(plan->st.shard.i0 + plan->st.shard.I));
     if (a->n_tokens < 0)
         return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: n_tokens = %lld is negative", (long long)a->n_tokens);

@@ -19,7 +19,9 @@ struct moe_plan {
 
 struct moe_weights {
     const moe_plan *plan;
-    moe_shard shard;          /* the share packed: local experts, I and I_s shards */
+    moe_shard shard;          /* the share packed: local experts, I and I_s shards (shard.logical
+                                 = logical) */
+    int32_t *logical;         /* [shard.n_experts] the logical expert of each local expert, owned */
     moe_dtype dtype;          /* expert weight dtype (the shared expert's) */
     moe_pmat router;          /* [E, H] f32, packed */
     moe_pmat shared_gate;     /* [1, H] f32, packed; data NULL unless gated */
@@ -52,9 +54,8 @@ moe_status moe_weights_check_shard(moe_ctx *ctx, const char *fn, const moe_layer
                                    int tp_size, int tp_rank, moe_compute compute, moe_qweight *q13, moe_qweight *q2);
 
 /* parallel.placement of a plan config: NULL, or valid for d and par->ep_size (MOE_EINVAL
- * naming "plan config: parallel.placement" and the entry) and the contiguous placement (any
- * other is MOE_EUNSUPPORTED naming the first entry that differs: only it runs so far).
- * moe_plan_create_ex and moe_plan_report_for check this. */
+ * naming "plan config: parallel.placement" and the entry). moe_plan_create_ex and
+ * moe_plan_report_for check this. */
 moe_status moe_plan_check_placement(moe_ctx *ctx, const moe_layer_desc *d, const moe_parallel_config *par);
 
 /* Validate a layer description as moe_plan_create does (the error recorded on ctx). */

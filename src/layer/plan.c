@@ -113,6 +113,13 @@ static void plan_text(moe_plan *p)
         size_t used = strlen(p->text);
         snprintf(p->text + used, sizeof p->text - used, "compute=%s;", moe_compute_name(p->st.compute));
     }
+    if (!moe_placement_is_contiguous(&p->st.placement)) {
+        /* a placement other than the default split (moe_parallel.h "Expert placement"); the
+         * contiguous one keeps the text (and hash) plans always had */
+        size_t used = strlen(p->text);
+        snprintf(p->text + used, sizeof p->text - used, "placement=%016llx;",
+                 (unsigned long long)moe_placement_hash(&p->st.placement));
+    }
     if (p->st.ctx->tuning_dir[0]) { /* the tuning file and the entries read (docs/tuning.md) */
         size_t used = strlen(p->text);
         moe_plan_tuning_text(p, p->text + used, sizeof p->text - used);
@@ -154,26 +161,36 @@ static const char *format_name(moe_act_format f)
     return f == MOE_FORMAT_BATCHED ? "batched" : "standard";
 }
 
-/* The plan's own placement: the contiguous one (a given placement has passed moe_plan_check_placement,
- * so it is the same). MOE_ENOMEM recorded on ctx. */
-static moe_status plan_placement_init(moe_ctx *ctx, moe_stage *st)
+/* The plan's own placement: a copy of `given` (valid: moe_plan_check_placement passed), or
+ * the contiguous one when given is NULL; and under EP its routing tables (st->epmap).
+ * MOE_ENOMEM recorded on ctx. */
+static moe_status plan_placement_init(moe_ctx *ctx, moe_stage *st, const moe_placement *given)
 {
     const int64_t E = st->desc.num_experts;
     const int ep = st->par.ep_size;
     moe_placement *pl = &st->placement;
-    pl->ep_size = ep;
-    pl->num_logical_experts = (int32_t)E;
-    pl->num_physical_experts = (int32_t)E;
-    pl->physical_to_logical = malloc((size_t)E * sizeof *pl->physical_to_logical);
-    pl->rank_num_physical = malloc((size_t)ep * sizeof *pl->rank_num_physical);
-    if (!pl->physical_to_logical || !pl->rank_num_physical) {
-        moe_placement_clear(pl);
-        return moe_set_error(ctx, MOE_ENOMEM, "moe_plan_create: out of memory for the expert placement");
+    if (given) {
+        if (moe_placement_copy(pl, given) != 0)
+            return moe_set_error(ctx, MOE_ENOMEM, "moe_plan_create: out of memory for the expert placement");
+    } else {
+        pl->ep_size = ep;
+        pl->num_logical_experts = (int32_t)E;
+        pl->num_physical_experts = (int32_t)E;
+        pl->physical_to_logical = malloc((size_t)E * sizeof *pl->physical_to_logical); /* [E] */
+        pl->rank_num_physical = malloc((size_t)ep * sizeof *pl->rank_num_physical);    /* [ep_size] */
+        if (!pl->physical_to_logical || !pl->rank_num_physical) {
+            moe_placement_clear(pl);
+            return moe_set_error(ctx, MOE_ENOMEM, "moe_plan_create: out of memory for the expert placement");
+        }
+        for (int64_t q = 0; q < E; q++)
+            pl->physical_to_logical[q] = (int32_t)q;
+        for (int r = 0; r < ep; r++)
+            pl->rank_num_physical[r] = (int32_t)moe_split_count(E, ep, r);
     }
-    for (int64_t q = 0; q < E; q++)
-        pl->physical_to_logical[q] = (int32_t)q;
-    for (int r = 0; r < ep; r++)
-        pl->rank_num_physical[r] = (int32_t)moe_split_count(E, ep, r);
+    if (ep > 1 && moe_ep_map_build(pl, &st->epmap) != 0) {
+        moe_placement_clear(pl);
+        return moe_set_error(ctx, MOE_ENOMEM, "moe_plan_create: out of memory for the expert placement's tables");
+    }
     st->par.placement = pl;
     return MOE_OK;
 }
@@ -181,6 +198,7 @@ static moe_status plan_placement_init(moe_ctx *ctx, moe_stage *st)
 /* Free a plan that never reached the caller. */
 static void plan_discard(moe_plan *p)
 {
+    moe_ep_map_free(&p->st.epmap);
     moe_placement_clear(&p->st.placement);
     free(p);
 }
@@ -268,7 +286,10 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
     if (pf == &moe_pf_ep_batched) {
         /* slot blocks are counted in int: [emax][capacity] slots per block, E_local * ep *
          * capacity slots on the receiving side */
-        const int64_t emax = (d->num_experts + par->ep_size - 1) / par->ep_size;
+        int64_t emax = (d->num_experts + par->ep_size - 1) / par->ep_size;
+        for (int r = 0; par->placement && r < par->ep_size; r++)
+            emax = r == 0 || par->placement->rank_num_physical[r] > emax ? par->placement->rank_num_physical[r] : emax;
+        emax = emax > 0 ? emax : 1;
         if (c.batched_capacity > (int64_t)(INT32_MAX / 4) / (emax * par->ep_size))
             return moe_set_error(ctx, MOE_EINVAL,
                                  "plan config: batched_capacity = %lld is too large for %lld experts per rank on %d "
@@ -289,7 +310,7 @@ moe_status moe_plan_create_ex(moe_ctx *ctx, const moe_layer_desc *desc, const mo
     st->par = *par;
     st->par.comm = NULL;
     st->par.placement = NULL;
-    if (plan_placement_init(ctx, st) != MOE_OK) {
+    if (plan_placement_init(ctx, st, par->placement) != MOE_OK) {
         free(p);
         return MOE_ENOMEM;
     }
@@ -350,6 +371,7 @@ void moe_plan_free(moe_plan *plan)
     if (!plan)
         return;
     moe_par_free(plan->st.mpi);
+    moe_ep_map_free(&plan->st.epmap);
     moe_placement_clear(&plan->st.placement);
     free(plan);
 }
@@ -367,7 +389,9 @@ moe_status moe_plan_expert_map(const moe_plan *plan, int32_t *out)
         return moe_set_error(plan->st.ctx, MOE_EINVAL, "moe_plan_expert_map: out is NULL");
     const moe_shard *sh = &plan->st.shard;
     for (int64_t e = 0; e < plan->st.desc.num_experts; e++)
-        out[e] = e >= sh->e0 && e < sh->e0 + sh->n_experts ? (int32_t)(e - sh->e0) : -1;
+        out[e] = -1;
+    for (int64_t i = 0; i < sh->n_experts; i++) /* a rank holds a logical expert at most once */
+        out[moe_shard_logical(sh, i)] = (int32_t)i;
     return MOE_OK;
 }
 
@@ -410,8 +434,9 @@ uint64_t moe_plan_hash(const moe_plan *plan)
 
 /* moe_parallel.h moe_plan_rebalance. What runs so far: a one-process plan (its only valid
  * placement is the identity, which it already has: a no-op success, nothing read from src);
- * a parallel plan is MOE_EUNSUPPORTED until non-contiguous placements run (moe_plan_check_placement),
- * refused on every rank that calls it without any collective, the weights untouched. */
+ * a parallel plan is MOE_EUNSUPPORTED (every placement runs from plan creation, but moving
+ * a live plan is not built), refused on every rank that calls it without any collective, the
+ * weights untouched. */
 moe_status moe_plan_rebalance(moe_plan *plan, struct moe_weights *weights, const moe_placement *next,
                               const struct moe_weight_source *src, moe_rebalance_report *report)
 {
@@ -431,7 +456,8 @@ moe_status moe_plan_rebalance(moe_plan *plan, struct moe_weights *weights, const
     if (plan->st.parallel)
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
                              "moe_plan_rebalance: a parallel plan (ep_size = %d, tp_size = %d) cannot be rebalanced "
-                             "yet: only the contiguous placement runs; the plan and its weights are unchanged",
+                             "in place yet: create a plan with parallel.placement and pack its weights instead; the "
+                             "plan and its weights are unchanged",
                              plan->st.par.ep_size, plan->st.par.tp_size);
     /* one process: next passed the check, so it is the identity, the placement already held */
     clock_gettime(CLOCK_MONOTONIC, &t1);

@@ -222,7 +222,7 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
     const shard_bytes mine = routed_bytes(d, &sh, cm);
     r->ep_rank = par->ep_rank;
     r->tp_rank = par->tp_rank;
-    r->expert_first = sh.e0;
+    r->expert_first = sh.p0;
     r->n_experts = sh.n_experts;
     r->i_first = sh.i0;
     r->i_cols = sh.I;

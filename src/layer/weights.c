@@ -47,7 +47,7 @@ static moe_status check_source(const moe_plan *plan, const moe_weight_source *sr
     moe_ctx *ctx = plan->st.ctx;
     const moe_layer_desc *d = &plan->st.desc;
     const moe_shard sh = plan->st.shard;
-    const int64_t Is = d->shared_expert_intermediate_size, e0 = sh.e0, El = sh.n_experts;
+    const int64_t Is = d->shared_expert_intermediate_size, El = sh.n_experts;
     if (!src->router)
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: src->router is NULL");
     if (!dtype_ok(src->router_dtype))
@@ -56,7 +56,8 @@ static moe_status check_source(const moe_plan *plan, const moe_weight_source *sr
     if (!src->gate_proj || !src->up_proj || !src->down_proj)
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: src->%s is NULL",
                              !src->gate_proj ? "gate_proj" : !src->up_proj ? "up_proj" : "down_proj");
-    for (int64_t e = e0; e < e0 + El; e++) { /* only this rank's experts are read */
+    for (int64_t le = 0; le < El; le++) { /* only this rank's experts are read */
+        const int64_t e = moe_shard_logical(&sh, le);
         if (!src->gate_proj[e] || !src->up_proj[e] || !src->down_proj[e])
             return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: expert %lld: %s pointer is NULL",
                                  (long long)e,
@@ -94,7 +95,8 @@ static moe_status check_source(const moe_plan *plan, const moe_weight_source *sr
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: has_expert_bias is set but src->%s is NULL",
                              !src->gate_bias ? "gate_bias" : !src->up_bias ? "up_bias" : "down_bias");
     if (d->has_expert_bias) {
-        for (int64_t e = e0; e < e0 + El; e++) {
+        for (int64_t le = 0; le < El; le++) {
+            const int64_t e = moe_shard_logical(&sh, le);
             if (!src->gate_bias[e] || !src->up_bias[e] || !src->down_bias[e])
                 return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: expert %lld: %s pointer is NULL",
                                      (long long)e,
@@ -124,7 +126,7 @@ static moe_status check_quant_source(const moe_plan *plan, const moe_weight_sour
     const moe_layer_desc *d = &plan->st.desc;
     const moe_quant_config *qc = &d->quant;
     const moe_shard sh = plan->st.shard;
-    const int64_t e0 = sh.e0, El = sh.n_experts;
+    const int64_t El = sh.n_experts;
     if (src->gate_up_stride_out || src->gate_up_stride_in || src->down_stride_out || src->down_stride_in)
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
                              "moe_weights_create: quantized experts must be row-major (src strides must be 0)");
@@ -136,7 +138,8 @@ static moe_status check_quant_source(const moe_plan *plan, const moe_weight_sour
                              qc->w2.has_zero_point && !src->down_zero ? "down_zero"
                              : !src->gate_zero                        ? "gate_zero"
                                                                       : "up_zero");
-    for (int64_t e = e0; e < e0 + El; e++) { /* only this rank's experts are read */
+    for (int64_t le = 0; le < El; le++) { /* only this rank's experts are read */
+        const int64_t e = moe_shard_logical(&sh, le);
         const char *bad = !src->gate_scale[e] ? "gate_scale" : !src->up_scale[e] ? "up_scale"
                                              : !src->down_scale[e]              ? "down_scale"
                           : (qc->w13.has_zero_point && (!src->gate_zero[e] || !src->up_zero[e])) ? "gate_zero/up_zero"
@@ -236,6 +239,7 @@ void moe_weights_free(moe_weights *w)
     free(w->comps);
     free(w->qm);
     free(w->experts);
+    free(w->logical);
     moe_free_aligned(w->shared_buf);
     moe_free_aligned(w->router_buf);
     moe_free_aligned(w->shared_gate_buf);
@@ -261,7 +265,7 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
     /* H, I, Is the layer's (the source's shapes); El, Il, Isl this rank's share */
     const int64_t H = d->hidden_size, I = d->moe_intermediate_size, E = d->num_experts;
     const int64_t Is = d->shared_expert_intermediate_size;
-    const int64_t e0 = sh.e0, El = sh.n_experts, i0 = sh.i0, Il = sh.I, Isl = sh.Is;
+    const int64_t El = sh.n_experts, i0 = sh.i0, Il = sh.I, Isl = sh.Is;
     const int quant = moe_quant_active(qc);
     moe_status st = check_source(plan, src);
     moe_qweight q13 = qc->w13, q2 = qc->w2; /* the shard's granularity (quantized) */
@@ -306,10 +310,16 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
     w->plan = plan;
     w->shard = sh;
     w->dtype = d->weight_dtype;
+    /* the logical expert of each local expert, owned: the plan's placement may change
+     * (moe_plan_rebalance), the weights keep describing what they hold */
+    w->logical = malloc((size_t)(El > 0 ? El : 1) * sizeof *w->logical); /* [El] */
+    for (int64_t le = 0; w->logical && le < El; le++)
+        w->logical[le] = (int32_t)moe_shard_logical(&sh, le);
+    w->shard.logical = w->logical;
     const int64_t n = 3 * El; /* matrices: gate, up, down per local expert */
     w->experts = calloc((size_t)(El > 0 ? El : 1), sizeof *w->experts); /* [El] */
     w->mats = calloc((size_t)(n > 0 ? n : 1), sizeof *w->mats);           /* [3 El] */
-    int fail = !w->experts || !w->mats;
+    int fail = !w->experts || !w->mats || !w->logical;
     if (quant && !fail) {
         w->scales = calloc((size_t)n, sizeof *w->scales);
         w->zeros = calloc((size_t)n, sizeof *w->zeros);
@@ -388,7 +398,8 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
         }
     }
 
-    /* Experts are independent: pack their matrices in parallel. Local matrix i is expert e0 + i / 3;
+    /* Experts are independent: pack their matrices in parallel. Local matrix i is of the
+     * logical expert that local expert i / 3 holds (a replica is packed once per physical expert);
      * the TP shard is the gate/up rows and the down columns [i0, i0 + Il), cut by the format row
      * (quantized: a block or group cut by the shard boundary is re-expressed with a finer cell
      * that repeats its scale) and then packed like a whole matrix. */
@@ -403,7 +414,7 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
         progress(0, prog_total, ctx->pack_progress_user);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->num_threads)
     for (int64_t i = 0; i < n; i++) {
-        const int64_t e = e0 + i / 3; /* the global expert of local matrix i */
+        const int64_t e = w->logical[i / 3]; /* the logical expert of local matrix i */
         const int mat = (int)(i % 3);
         const moe_format *f = moe_format_row(mat == 2 ? f2 : f13);
         const int64_t N = mat == 2 ? H : I, K = mat == 2 ? I : H;     /* source [N, K] */
@@ -462,7 +473,7 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
     }
     const size_t bes = moe_dtype_size(src->expert_bias_dtype);
     for (int64_t le = 0; w->expert_bias && le < El; le++) {
-        const int64_t e = e0 + le;
+        const int64_t e = w->logical[le];
         float *b = w->expert_bias + (size_t)le * (size_t)(2 * Il + H); /* [2Il + H] */
         const size_t boff = (size_t)(i0 * gub_stride) * bes;
         bias_to_f32(b, (const unsigned char *)src->gate_bias[e] + boff, src->expert_bias_dtype, Il, gub_stride);
@@ -502,19 +513,25 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
                 "resident instead of about %zu",
                 moe_dtype_name(w->dtype), w->expert_bytes,
                 (size_t)((double)w->expert_bytes * (double)es / 2.0));
+    char ids[96]; /* which experts: logical ids (contiguous), or the physical range */
+    if (!sh.logical || (El > 0 && w->logical[El - 1] - w->logical[0] == El - 1 && w->logical[0] == sh.p0))
+        snprintf(ids, sizeof ids, "ids %lld..%lld", (long long)sh.p0, (long long)(sh.p0 + El - 1));
+    else
+        snprintf(ids, sizeof ids, "physical %lld..%lld of the placement, logical ids from %lld", (long long)sh.p0,
+                 (long long)(sh.p0 + El - 1), El > 0 ? (long long)w->logical[0] : -1LL);
     if (!quant) {
         moe_log(ctx, MOE_LOG_INFO,
-                "packed %lld of %lld experts (ids %lld..%lld, I columns %lld..%lld of %lld, %s): %zu bytes of expert "
+                "packed %lld of %lld experts (%s, I columns %lld..%lld of %lld, %s): %zu bytes of expert "
                 "weights, %s",
-                (long long)El, (long long)E, (long long)e0, (long long)(e0 + El - 1), (long long)sh.i0,
+                (long long)El, (long long)E, ids, (long long)sh.i0,
                 (long long)(sh.i0 + Il - 1), (long long)I, pairs ? "bf16 pairs" : moe_dtype_name(w->dtype),
                 w->expert_bytes,
                 pairs && (H % 2 || Il % 2) ? "odd K padded by one +0 per feature (bf16 pairs)" : "no padding");
     } else {
         moe_log(ctx, MOE_LOG_INFO,
-                "packed %lld of %lld experts (ids %lld..%lld, I columns %lld..%lld of %lld, %s): %zu bytes of expert "
+                "packed %lld of %lld experts (%s, I columns %lld..%lld of %lld, %s): %zu bytes of expert "
                 "weights (codes and f32 scales), no code padding",
-                (long long)El, (long long)E, (long long)e0, (long long)(e0 + El - 1), (long long)i0,
+                (long long)El, (long long)E, ids, (long long)i0,
                 (long long)(i0 + Il - 1), (long long)I, moe_quant_name(qc), w->expert_bytes);
         if (Il != I && dup > 0)
             moe_log(ctx, MOE_LOG_INFO,

@@ -1,9 +1,12 @@
 /* Expert-parallel prepare/finalize over MPI (moe_parallel.h "Parallelism", DESIGN.md sections 6-7).
  *
  * ep_alltoall (standard format, high throughput), per chunk of Tc tokens on this rank:
- *   1. route locally (done by the caller: the router is replicated) and group the T*K rows by
- *      global expert id (MOE_PERMUTE): with contiguous placement this orders them by owning
- *      rank, then local expert, then row id - the send order;
+ *   1. route locally (done by the caller: the router is replicated); each (t, k) row goes to
+ *      one physical expert of its logical expert (replica (t + ep_rank) mod c, moe_parallel.h
+ *      "Expert placement"); group the T*K rows by destination rank - the send order (the
+ *      contiguous placement groups by logical expert id with MOE_PERMUTE, which orders them by
+ *      owning rank, then local expert, then row id; any other placement counts rows per
+ *      destination in row-id order);
  *   2. MPI_Ialltoall of the row counts per destination (-1 flags an expert id outside every
  *      rank's range: every rank then fails, nothing is dropped);
  *   3. MPI_Ialltoallv of the rows as records {int32 local expert id, f32 scale, H activations in
@@ -18,7 +21,8 @@
  *
  * ep_batched (batched format, low latency): no count exchange; one MPI_Ialltoall of
  * fixed-size blocks, one per destination: a header record (the row count), then
- * cap * min(K, emax) row slots (cap = the longest chunk of the execute, at most
+ * cap * min(K, emax) row slots (emax = the most physical experts one rank holds; cap = the
+ * longest chunk of the execute, at most
  * batched_capacity: chunks are cut to it at plan creation). A source chunk of Tc <= cap tokens
  * sends at most Tc * min(K, E_dest) rows to one rank and at most Tc <= cap rows to one expert
  * (a token picks an expert at most once), so neither the block nor an expert's slots can
@@ -90,7 +94,10 @@ static size_t ep_layout(const moe_stage *p, int64_t Tc, unsigned char *base, ep_
                               nret * H * 4, pos * 4};
         for (int i = 0; i < 8; i++) {
             off[i] = cur;
-            cur += moe_par_align(sz[i]);
+            cur += moe_par_align(sz[i] ? sz[i] : 1); /* never empty: distinct send and receive
+                                                        buffers even on a rank without experts
+                                                        (an MPI may take sendbuf == recvbuf as
+                                                        in place) */
         }
         if (base) {
             w->send = base + off[0];
@@ -109,7 +116,10 @@ static size_t ep_layout(const moe_stage *p, int64_t Tc, unsigned char *base, ep_
         const size_t sz[7] = {T * K * rb, R * rb, R * H * 4, R * Il * 4, R * H * 4, T * K * H * 4, R * 4};
         for (int i = 0; i < 7; i++) {
             off[i] = cur;
-            cur += moe_par_align(sz[i]);
+            cur += moe_par_align(sz[i] ? sz[i] : 1); /* never empty: distinct send and receive
+                                                        buffers even on a rank without experts
+                                                        (an MPI may take sendbuf == recvbuf as
+                                                        in place) */
         }
         if (base) {
             w->send = base + off[0];
@@ -220,15 +230,58 @@ static int64_t bad_row(const moe_chunk *c)
     return -1;
 }
 
-/* Group this rank's rows by global expert (c->offsets, c->rows, c->pos). */
-static void group_local(moe_chunk *c)
+/* The physical expert that row r (token c->t0 + r / K of the execute, slot r % K) goes to:
+ * replica (t + ep_rank) mod c of its logical expert (moe_parallel.h "Expert placement"). */
+static inline int32_t row_phys(const moe_chunk *c, int64_t r)
 {
-    const int64_t E = c->st->desc.num_experts;
-    if (c->T > 0) {
-        moe_pf_group_rows(c);
-    } else {
-        for (int64_t e = 0; e <= E; e++)
-            c->offsets[e] = 0;
+    const moe_ep_map *mp = &c->st->epmap;
+    const int32_t e = c->ids[r], a = mp->replica_off[e], nrep = mp->replica_off[e + 1] - a;
+    if (nrep == 1)
+        return mp->replica_phys[a];
+    const int64_t t = c->t0 + r / c->st->desc.top_k;
+    return mp->replica_phys[a + (int32_t)((t + c->st->par.ep_rank) % nrep)];
+}
+
+/* Group this rank's rows by destination rank into send order (c->rows [n] row ids by send
+ * index, c->pos [n] the send index of each row) and fill dcount / ddispl [ep] (rows and first
+ * send index per destination). The contiguous placement groups by logical expert
+ * (MOE_PERMUTE: expert order is rank order); any other counts rows per destination, stable
+ * in row-id order. Either way the rows one source sends to one local expert keep row-id
+ * order, so the receiver's grouping (stable in receive order) is the same. */
+static void group_send(moe_chunk *c, int *dcount, int *ddispl)
+{
+    const moe_stage *p = c->st;
+    const moe_ep_map *mp = &p->epmap;
+    const int64_t E = p->desc.num_experts, n = c->T * p->desc.top_k;
+    const int ep = p->par.ep_size;
+    if (mp->contiguous) {
+        if (c->T > 0) {
+            moe_pf_group_rows(c);
+        } else {
+            for (int64_t e = 0; e <= E; e++)
+                c->offsets[e] = 0;
+        }
+        for (int dd = 0; dd < ep; dd++) {
+            const int64_t f = moe_split_first(E, ep, dd), l = f + moe_split_count(E, ep, dd);
+            ddispl[dd] = (int)c->offsets[f];
+            dcount[dd] = (int)(c->offsets[l] - c->offsets[f]);
+        }
+        return;
+    }
+    int64_t *cur = c->offsets; /* [ep + 1] (ep <= E): send cursors per destination */
+    for (int dd = 0; dd <= ep; dd++)
+        cur[dd] = 0;
+    for (int64_t r = 0; r < n; r++)
+        cur[mp->phys_rank[row_phys(c, r)] + 1]++;
+    for (int dd = 0; dd < ep; dd++) {
+        dcount[dd] = (int)cur[dd + 1];
+        cur[dd + 1] += cur[dd];
+        ddispl[dd] = (int)cur[dd];
+    }
+    for (int64_t r = 0; r < n; r++) {
+        const int64_t i = cur[mp->phys_rank[row_phys(c, r)]]++;
+        c->rows[i] = (int32_t)r;
+        c->pos[r] = (int32_t)i;
     }
 }
 
@@ -275,7 +328,7 @@ static moe_status std_prepare(moe_chunk *c, moe_dispatch *d)
     if (st != MOE_OK)
         return st;
     const double t_start = MPI_Wtime();
-    const int64_t K = p->desc.top_k, H = p->desc.hidden_size, E = p->desc.num_experts;
+    const int64_t K = p->desc.top_k, H = p->desc.hidden_size;
     const int64_t El = p->shard.n_experts, n = c->T * K;
     const int ep = m->ep_size, me = m->ep_rank;
     const size_t rb = m->rec_bytes;
@@ -283,14 +336,14 @@ static moe_status std_prepare(moe_chunk *c, moe_dispatch *d)
     ep_ws w;
     ep_layout(p, c->tc_max, c->par_ws + moe_par_tp_bytes(p, c->tc_max), &w);
 
-    /* 1. rows by global expert = by destination; counts per destination */
+    /* 1. rows by destination (each row to its logical expert's replica); counts per
+     *    destination */
     const int64_t bad = bad_row(c);
     if (bad < 0)
-        group_local(c);
-    for (int dd = 0; dd < ep; dd++) {
-        const int64_t f = moe_split_first(E, ep, dd), l = f + moe_split_count(E, ep, dd);
-        m->scount[dd] = bad >= 0 ? -1 : (int)(c->offsets[l] - c->offsets[f]);
-    }
+        group_send(c, m->scount, m->sdispl);
+    else
+        for (int dd = 0; dd < ep; dd++)
+            m->scount[dd] = -1;
     /* 2. counts */
     MPI_Request req;
     int rc = MPI_Ialltoall(m->scount, 1, MPI_INT, m->rcount, 1, MPI_INT, m->ep, &req);
@@ -307,10 +360,6 @@ static moe_status std_prepare(moe_chunk *c, moe_dispatch *d)
         m->rdispl[s] = (int)R;
         R += m->rcount[s];
     }
-    for (int dd = 0, acc = 0; dd < ep; dd++) {
-        m->sdispl[dd] = acc;
-        acc += m->scount[dd];
-    }
     if (R > w.positions)
         return moe_set_error(ctx, MOE_EINVAL, "EP dispatch: %lld rows received, more than the %lld the workspace holds",
                              (long long)R, (long long)w.positions);
@@ -320,9 +369,8 @@ static moe_status std_prepare(moe_chunk *c, moe_dispatch *d)
     const int on_input = p->desc.apply_router_weight_on_input;
 #pragma omp parallel for schedule(static) num_threads(threads) if (n * H > 32768)
     for (int64_t i = 0; i < n; i++) {
-        const int64_t r = c->rows[i], e = c->ids[r];
-        const int64_t owner = moe_split_owner(E, ep, e);
-        const int32_t lid = (int32_t)(e - moe_split_first(E, ep, owner));
+        const int64_t r = c->rows[i];
+        const int32_t lid = p->epmap.phys_local[row_phys(c, r)];
         pack_rec(dt, w.send + (size_t)i * rb, lid, c->x + (r / K) * H, on_input ? &c->wts[r] : NULL, H);
     }
     rc = MPI_Ialltoallv(w.send, m->scount, m->sdispl, m->rec, w.recv, m->rcount, m->rdispl, m->rec, m->ep, &req);
@@ -402,7 +450,7 @@ static moe_status bat_prepare(moe_chunk *c, moe_dispatch *d)
     if (st != MOE_OK)
         return st;
     const double t_start = MPI_Wtime();
-    const int64_t K = p->desc.top_k, H = p->desc.hidden_size, E = p->desc.num_experts;
+    const int64_t K = p->desc.top_k, H = p->desc.hidden_size;
     const int64_t El = p->shard.n_experts, n = c->T * K;
     const int ep = m->ep_size;
     const size_t rb = m->rec_bytes;
@@ -414,20 +462,17 @@ static moe_status bat_prepare(moe_chunk *c, moe_dispatch *d)
     /* 1. header record of each block: its row count (-1: an id outside every range,
      *    -2: more rows than the block or than an expert's slots hold) */
     const int64_t bad = bad_row(c);
+    int *dcount = m->scount, *ddispl = m->sdispl; /* [ep] rows and first send index per destination */
     if (bad < 0)
-        group_local(c);
+        group_send(c, dcount, ddispl);
     int flag = bad >= 0 ? -1 : 0;
-    for (int64_t e = 0; e < E && !flag; e++)
-        if (c->offsets[e + 1] - c->offsets[e] > cap)
-            flag = -2; /* cannot happen: chunks are cut to the capacity */
-    for (int dd = 0; dd < ep && !flag; dd++) {
-        const int64_t f = moe_split_first(E, ep, dd), l = f + moe_split_count(E, ep, dd);
-        if (c->offsets[l] - c->offsets[f] > rows)
+    /* cannot happen (chunks are cut to the capacity; a token sends at most one row per logical
+     * expert, to one replica): an expert's slots overflowing is caught by the receiver */
+    for (int dd = 0; dd < ep && !flag; dd++)
+        if (dcount[dd] > rows)
             flag = -2;
-    }
     for (int dd = 0; dd < ep; dd++) {
-        const int64_t f = moe_split_first(E, ep, dd), l = f + moe_split_count(E, ep, dd);
-        const int32_t count = flag ? flag : (int32_t)(c->offsets[l] - c->offsets[f]);
+        const int32_t count = flag ? flag : (int32_t)dcount[dd];
         memcpy(w.send + (size_t)(dd * blk) * rb, &count, sizeof count);
     }
     /* 2. rows into their block slots, in send order; pos = the row of the returned block */
@@ -436,10 +481,11 @@ static moe_status bat_prepare(moe_chunk *c, moe_dispatch *d)
     if (!flag) {
 #pragma omp parallel for schedule(static) num_threads(threads) if (n * H > 32768)
         for (int64_t i = 0; i < n; i++) {
-            const int64_t r = c->rows[i], e = c->ids[r];
-            const int64_t owner = moe_split_owner(E, ep, e), f = moe_split_first(E, ep, owner);
-            const int64_t j = i - c->offsets[f]; /* row within the block to `owner` */
-            pack_rec(dt, w.send + (size_t)(owner * blk + 1 + j) * rb, (int32_t)(e - f), c->x + (r / K) * H,
+            const int64_t r = c->rows[i];
+            const int32_t q = row_phys(c, r);
+            const int64_t owner = p->epmap.phys_rank[q];
+            const int64_t j = i - ddispl[owner]; /* row within the block to `owner` */
+            pack_rec(dt, w.send + (size_t)(owner * blk + 1 + j) * rb, p->epmap.phys_local[q], c->x + (r / K) * H,
                      on_input ? &c->wts[r] : NULL, H);
             c->pos[r] = (int32_t)(owner * rows + j);
         }

@@ -177,6 +177,84 @@ static moe_status check_ranks(moe_stage *p, const hello_plan *all, int n)
     return st;
 }
 
+/* Ranks whose plans first differ in their placement= entry (found by check_ranks' order: the
+ * first rank i whose text differs from rank 0's, in the key "placement"): exchange the
+ * placements themselves over m->world (every rank takes part, as every rank reached the same
+ * verdict from the same data) and name the first rank count or physical expert that differs
+ * between rank 0 and rank i, with both values. Returns the error (always: the plans differ). */
+static moe_status placement_diff(moe_stage *p, moe_par *m, int i, int size)
+{
+    moe_ctx *ctx = p->ctx;
+    const moe_placement *pl = &p->placement;
+    const int ep = p->par.ep_size; /* equal on every rank: ep_size precedes placement in the text */
+    int32_t *counts = malloc(sizeof(int32_t) * (size_t)ep * (size_t)size); /* [size][ep] */
+    moe_status st = MOE_OK;
+    MPI_Request req;
+    int rc;
+    if (!counts)
+        return moe_set_error(ctx, MOE_ENOMEM, "moe_plan_create: out of memory comparing the placements");
+    if ((rc = MPI_Iallgather(pl->rank_num_physical, ep, MPI_INT32_T, counts, ep, MPI_INT32_T, m->world, &req)) !=
+        MPI_SUCCESS)
+        return moe_par_mpi_fail(p, rc, "moe_plan_create: exchanging the placements");
+    if ((st = moe_par_wait(p, &req, "moe_plan_create: exchanging the placements (rank counts)")) != MOE_OK)
+        return st; /* counts left allocated: MPI may still write into them */
+    /* rank i first, then every other (all must agree before the arrays of P entries are
+     * gathered: the gather needs one P) */
+    for (int k = 0; k < size; k++) {
+        const int j = k == 0 ? i : k == i ? 0 : k;
+        for (int r = 0; j > 0 && r < ep; r++)
+            if (counts[r] != counts[(size_t)j * ep + r]) {
+                st = moe_set_error(ctx, MOE_EINVAL,
+                                   "moe_plan_create: the ranks' expert placements differ (parallel.placement): EP rank "
+                                   "%d holds %d physical experts in rank 0's placement, %d in rank %d's; every rank "
+                                   "must create the plan with the same placement",
+                                   r, (int)counts[r], (int)counts[(size_t)j * ep + r], j);
+                free(counts);
+                return st;
+            }
+    }
+    free(counts);
+    /* the same rank counts, so the same P: compare the physical experts */
+    const int P = pl->num_physical_experts;
+    int32_t *all = malloc(sizeof(int32_t) * (size_t)P * (size_t)size); /* [size][P] */
+    if (!all)
+        return moe_set_error(ctx, MOE_ENOMEM, "moe_plan_create: out of memory comparing the placements");
+    if ((rc = MPI_Iallgather(pl->physical_to_logical, P, MPI_INT32_T, all, P, MPI_INT32_T, m->world, &req)) !=
+        MPI_SUCCESS)
+        return moe_par_mpi_fail(p, rc, "moe_plan_create: exchanging the placements");
+    if ((st = moe_par_wait(p, &req, "moe_plan_create: exchanging the placements (physical experts)")) != MOE_OK)
+        return st;
+    for (int q = 0; q < P; q++)
+        if (all[q] != all[(size_t)i * P + q]) {
+            int r = 0, first = 0; /* the EP rank holding physical expert q */
+            while (r < ep - 1 && q >= first + pl->rank_num_physical[r])
+                first += pl->rank_num_physical[r++];
+            st = moe_set_error(ctx, MOE_EINVAL,
+                               "moe_plan_create: the ranks' expert placements differ (parallel.placement): physical "
+                               "expert %d (EP rank %d's local expert %d) holds logical expert %d in rank 0's placement, "
+                               "%d in rank %d's; every rank must create the plan with the same placement",
+                               q, r, q - first, (int)all[q], (int)all[(size_t)i * P + q], i);
+            free(all);
+            return st;
+        }
+    free(all);
+    return moe_set_error(ctx, MOE_EINVAL,
+                         "moe_plan_create: the ranks' placement hashes differ but their placements agree entry by "
+                         "entry (different libmoe builds?)");
+}
+
+/* The first rank whose plan text differs from rank 0's when the first differing key is
+ * "placement", else -1. */
+static int placement_first_diff(const hello_plan *all, int n)
+{
+    for (int i = 1; i < n; i++) {
+        char key[128], pa[512], pb[512];
+        if (text_diff(all[0].text, all[i].text, key, sizeof key, pa, pb, sizeof pa))
+            return strcmp(key, "placement") == 0 ? i : -1;
+    }
+    return -1;
+}
+
 void moe_par_free(moe_par *m)
 {
     if (!m)
@@ -283,6 +361,15 @@ moe_status moe_par_create(moe_stage *p, const char *text, uint64_t hash, void *u
         p->mpi = NULL; /* `all` and `m` left allocated: MPI may still write into them */
         return st;
     }
+    const int pl_rank = placement_first_diff(all, size);
+    if (pl_rank > 0) {
+        free(all);
+        st = placement_diff(p, m, pl_rank, size);
+        p->mpi = NULL;
+        if (!m->broken)
+            moe_par_free(m);
+        return st;
+    }
     st = check_ranks(p, all, size);
     if (st == MOE_OK) {
         m->coords = malloc(sizeof(int) * 2 * (size_t)size); /* [size][2] */
@@ -322,7 +409,7 @@ moe_status moe_par_create(moe_stage *p, const char *text, uint64_t hash, void *u
     const int64_t H = p->desc.hidden_size, E = p->desc.num_experts;
     const size_t es = moe_dtype_size(m->dispatch_dtype);
     m->rec_bytes = (8 + (size_t)H * es + 7) & ~(size_t)7;
-    m->emax = (E + m->ep_size - 1) / m->ep_size;
+    m->emax = p->epmap.emax > 0 ? p->epmap.emax : (E + m->ep_size - 1) / m->ep_size; /* the fullest rank's physical experts */
     if (m->rec_bytes > (size_t)INT32_MAX || H > INT32_MAX) {
         p->mpi = NULL;
         moe_par_free(m);

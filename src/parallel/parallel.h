@@ -35,8 +35,26 @@ static inline int64_t moe_split_owner(int64_t n, int64_t parts, int64_t i)
 #define PLACEMENT_MAX_RANKS 65536
 #define PLACEMENT_MAX_EXPERTS (1 << 20)
 
-/* This rank's share of layer d under `par` (ranks already resolved). */
+/* This rank's share of layer d under `par` (ranks already resolved): the experts of
+ * par->placement on par->ep_rank (logical pointing into it), or with placement NULL the
+ * contiguous split (logical NULL). */
 void moe_par_shard(const moe_layer_desc *d, const moe_parallel_config *par, moe_shard *out);
+
+/* 1 when placement p (valid) is the contiguous one of its E and ep_size. */
+int moe_placement_is_contiguous(const moe_placement *p);
+
+/* XXH64 of a placement's ep_size, E, P, rank_num_physical and physical_to_logical (the plan
+ * text's placement=<hash>). */
+uint64_t moe_placement_hash(const moe_placement *p);
+
+/* Deep copy of a valid placement src into *dst (arrays malloc'ed; free with
+ * moe_placement_clear). Returns 0, or -1 when out of memory (dst then cleared). */
+int moe_placement_copy(moe_placement *dst, const moe_placement *src);
+
+/* The routing tables of a valid placement (core/stage.h moe_ep_map). Returns 0, or -1 when out
+ * of memory (out then cleared). moe_ep_map_free frees them (twice is harmless). */
+int moe_ep_map_build(const moe_placement *p, moe_ep_map *out);
+void moe_ep_map_free(moe_ep_map *m);
 
 /* Parallel plan creation, collective over the user's communicator `user_comm` (a pointer to
  * an MPI_Comm, NULL = MPI_COMM_WORLD): duplicate it, exchange and compare moe_plan_hash /

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 
 
@@ -108,4 +109,100 @@ void moe_placement_clear(moe_placement *p)
     free(p->physical_to_logical);
     free(p->rank_num_physical);
     memset(p, 0, sizeof *p);
+}
+
+int moe_placement_is_contiguous(const moe_placement *p)
+{
+    const int64_t E = p->num_logical_experts, ep = p->ep_size;
+    if (p->num_physical_experts != E)
+        return 0;
+    for (int64_t r = 0; r < ep; r++)
+        if (p->rank_num_physical[r] != moe_split_count(E, ep, r))
+            return 0;
+    for (int64_t q = 0; q < E; q++)
+        if (p->physical_to_logical[q] != q)
+            return 0;
+    return 1;
+}
+
+uint64_t moe_placement_hash(const moe_placement *p)
+{
+    XXH64_state_t *s = XXH64_createState();
+    if (!s)
+        return 0;
+    XXH64_reset(s, 0);
+    const int32_t head[3] = {p->ep_size, p->num_logical_experts, p->num_physical_experts};
+    XXH64_update(s, head, sizeof head);
+    XXH64_update(s, p->rank_num_physical, sizeof(int32_t) * (size_t)p->ep_size);
+    XXH64_update(s, p->physical_to_logical, sizeof(int32_t) * (size_t)p->num_physical_experts);
+    const uint64_t h = XXH64_digest(s);
+    XXH64_freeState(s);
+    return h;
+}
+
+int moe_placement_copy(moe_placement *dst, const moe_placement *src)
+{
+    memset(dst, 0, sizeof *dst);
+    const size_t P = (size_t)src->num_physical_experts, ep = (size_t)src->ep_size;
+    dst->physical_to_logical = malloc((P ? P : 1) * sizeof(int32_t)); /* [P] */
+    dst->rank_num_physical = malloc((ep ? ep : 1) * sizeof(int32_t)); /* [ep_size] */
+    if (!dst->physical_to_logical || !dst->rank_num_physical) {
+        moe_placement_clear(dst);
+        return -1;
+    }
+    memcpy(dst->physical_to_logical, src->physical_to_logical, P * sizeof(int32_t));
+    memcpy(dst->rank_num_physical, src->rank_num_physical, ep * sizeof(int32_t));
+    dst->ep_size = src->ep_size;
+    dst->num_logical_experts = src->num_logical_experts;
+    dst->num_physical_experts = src->num_physical_experts;
+    return 0;
+}
+
+void moe_ep_map_free(moe_ep_map *m)
+{
+    if (!m)
+        return;
+    free(m->replica_off);
+    free(m->replica_phys);
+    free(m->phys_rank);
+    free(m->phys_local);
+    memset(m, 0, sizeof *m);
+}
+
+int moe_ep_map_build(const moe_placement *p, moe_ep_map *out)
+{
+    memset(out, 0, sizeof *out);
+    const int64_t E = p->num_logical_experts, P = p->num_physical_experts;
+    out->replica_off = calloc((size_t)E + 1, sizeof(int32_t)); /* [E + 1] */
+    out->replica_phys = malloc((size_t)P * sizeof(int32_t));   /* [P] */
+    out->phys_rank = malloc((size_t)P * sizeof(int32_t));      /* [P] */
+    out->phys_local = malloc((size_t)P * sizeof(int32_t));     /* [P] */
+    if (!out->replica_off || !out->replica_phys || !out->phys_rank || !out->phys_local) {
+        moe_ep_map_free(out);
+        return -1;
+    }
+    int64_t q = 0;
+    for (int32_t r = 0; r < p->ep_size; r++) {
+        if (p->rank_num_physical[r] > out->emax)
+            out->emax = p->rank_num_physical[r];
+        for (int32_t i = 0; i < p->rank_num_physical[r]; i++, q++) {
+            out->phys_rank[q] = r;
+            out->phys_local[q] = i;
+            out->replica_off[p->physical_to_logical[q] + 1]++;
+        }
+    }
+    for (int64_t e = 0; e < E; e++)
+        out->replica_off[e + 1] += out->replica_off[e];
+    /* counting sort by logical expert, stable: replicas in physical order */
+    int32_t *cur = malloc((size_t)E * sizeof(int32_t)); /* [E] cursors */
+    if (!cur) {
+        moe_ep_map_free(out);
+        return -1;
+    }
+    memcpy(cur, out->replica_off, (size_t)E * sizeof(int32_t));
+    for (q = 0; q < P; q++)
+        out->replica_phys[cur[p->physical_to_logical[q]]++] = (int32_t)q;
+    free(cur);
+    out->contiguous = moe_placement_is_contiguous(p);
+    return 0;
 }

@@ -30,7 +30,13 @@
  *              fp8-block-w8a8 with top_k 1 and one k-block per shard bit-identical to one
  *              process; fp8-block-w8a8 shards starting inside a k-block and odd int4 shards
  *              refused on every rank / the odd ranks, message checked.
- *   placement  128 experts on N = 6 ranks: 22,22,21,21,21,21, resident bytes, bit-identical.
+ *   placement  128 experts on N = 6 ranks: 22,22,21,21,21,21, resident bytes, bit-identical;
+ *              a round-robin placement runs and is in the plan text.
+ *   eplb       placements (contiguous, round_robin, balanced with redundant experts, a hand-made
+ *              one with an empty rank): EP bit-identical to one process, both formats, skewed
+ *              and routed, several chunks; validation errors; ranks given different placements
+ *              (a physical expert, a rank count, contiguous vs round robin) fail together; with
+ *              N = 4 also TP 2 x EP 2 with round robin and balanced placements (within 1e-5).
  *   bench      dispatch / combine seconds and bytes per token (printed, not checked).
  *   kill       rank 1 dies (SIGKILL) before an execute: the job must end, not hang (driven by
  *              tests/mpi/kill_rank.sh).
@@ -399,6 +405,7 @@ typedef struct pcfg {
     int64_t cap;
     moe_dtype ddt;
     int zero_last;
+    const moe_placement *pl; /* parallel.placement (NULL: contiguous) */
 } pcfg;
 
 /* moe_plan_create_ex for the parallel configuration c. */
@@ -413,6 +420,7 @@ static moe_status par_plan_create(moe_ctx *ctx, const moe_layer_desc *d, const p
     cfg.parallel.low_latency = c->low_latency;
     cfg.parallel.dispatch_dtype = c->ddt;
     cfg.parallel.timeout_s = 60;
+    cfg.parallel.placement = c->pl;
     if (c->cap)
         cfg.batched_capacity = c->cap;
     return moe_plan_create_ex(ctx, d, &cfg, p);
@@ -682,6 +690,17 @@ static void random_case(const char *name, rlayer *L, const float *logits, int64_
     char what[512];
     snprintf(what, sizeof what, "%s (ep %d tp %d %s%s)", name, c->ep, c->tp, c->low_latency ? "batched" : "standard",
              c->zero_last ? ", last rank without tokens" : "");
+    if (c->pl) { /* the resident experts follow the placement: one packed copy per physical expert */
+        int64_t P0 = 0;
+        for (int r = 0; r < R / c->tp; r++)
+            P0 += c->pl->rank_num_physical[r];
+        int32_t *map = xmalloc(sizeof(int32_t) * (size_t)d->num_experts); /* [E] */
+        OKC(ctx, moe_plan_expert_map(pp, map));
+        for (int32_t i = 0; i < c->pl->rank_num_physical[R / c->tp]; i++)
+            CHECK(map[c->pl->physical_to_logical[P0 + i]] == i, "%s: expert map: logical %d is not local %d", what,
+                  (int)c->pl->physical_to_logical[P0 + i], (int)i);
+        free(map);
+    }
     int64_t rb = b, re = e;
     if (c->tp > 1) {
         int64_t o0, o1;
@@ -699,6 +718,36 @@ static void random_case(const char *name, rlayer *L, const float *logits, int64_
     if (c->ep > 1)
         CHECK(all == (long long)(T * K * c->tp), "%s: %lld rows received over all ranks, expected %lld", what, all,
               (long long)(T * K * c->tp));
+    if (c->pl && c->tp == 1) {
+        /* the replica rule, computed here from the one-process topk_ids: rank s's token t
+         * (counted from its first) of logical expert e with c replicas goes to replica
+         * (t + s) mod c in physical order; the rows this rank's experts received must match */
+        const moe_placement *pl = c->pl;
+        long long want = 0;
+        for (int s = 0; s < c->ep; s++) {
+            int64_t bs, es;
+            token_range(T, c->ep, s, c->zero_last, &bs, &es);
+            for (int64_t t = bs; t < es; t++)
+                for (int64_t k = 0; k < K; k++) {
+                    const int32_t e = ref.ids[t * K + k];
+                    int n_rep = 0;
+                    for (int32_t q = 0; q < pl->num_physical_experts; q++)
+                        n_rep += pl->physical_to_logical[q] == e;
+                    const int pick = (int)((t - bs + s) % n_rep);
+                    int seen = 0, owner = -1;
+                    for (int32_t q = 0, r = 0, in_r = 0; q < pl->num_physical_experts; q++, in_r++) {
+                        while (in_r >= pl->rank_num_physical[r]) {
+                            r++;
+                            in_r = 0;
+                        }
+                        if (pl->physical_to_logical[q] == e && seen++ == pick)
+                            owner = r;
+                    }
+                    want += owner == R;
+                }
+        }
+        CHECK(rows == want, "%s: this rank's experts received %lld rows, the replica rule gives %lld", what, rows, want);
+    }
     result_free(&got);
     result_free(&ref);
     moe_weights_free(wp);
@@ -1578,23 +1627,254 @@ static void mode_placement(void)
     rcounts[N - 1]--;
     expect_plan_fail(ctx, &L.d, &cfg, MOE_EINVAL, "rank_num_physical sums to 127", "placement with a wrong rank count");
     rcounts[N - 1]++;
-    /* a valid round-robin placement does not run yet: MOE_EUNSUPPORTED on every rank */
+    /* a round-robin placement runs; its plan text carries placement=<hash> */
     for (int r = 0, q = 0; r < N; r++)
         for (int e = r; e < 128; e += N)
             p2l[q++] = e;
     for (int r = 0; r < N; r++)
         rcounts[r] = (int32_t)((128 - r + N - 1) / N);
-    expect_plan_fail(ctx, &L.d, &cfg, MOE_EUNSUPPORTED, "only the contiguous placement runs",
-                     "round-robin placement");
+    OKC(ctx, moe_plan_create_ex(ctx, &L.d, &cfg, &p2));
+    CHECK(strstr(moe_plan_text(p2), "placement=") && moe_plan_hash(p2) != moe_plan_hash(p),
+          "round robin: the plan text lacks placement=");
+    moe_plan_free(p2);
     moe_plan_free(p);
     moe_ctx_free(ctx);
-    /* and bit-identical with uneven placement, both formats */
+    /* and bit-identical with uneven placement, both formats; and with round robin */
     for (int fmt = 0; fmt < 2; fmt++) {
         c.low_latency = fmt;
         c.cap = fmt ? 8 : 0;
+        c.pl = NULL;
         random_case("128 experts", &L, NULL, 50, &c, -1, 16);
+        c.pl = &given;
+        random_case("128 experts round robin", &L, NULL, 50, &c, -1, 16);
     }
-    say("  128 experts on %d ranks: bit-identical to one process, both formats\n", N);
+    say("  128 experts on %d ranks: bit-identical to one process, both formats, contiguous and round robin\n", N);
+    rlayer_free(&L);
+}
+
+/* ---- placements (EP load balance, moe_parallel.h "Expert placement") -------------------------- */
+
+/* Logits [T, E] sending about `share` of the T*K rows to the experts hot[0 .. n_hot): token t
+ * puts its first min(K, n_hot) slots on hot experts when t % 4 < 4 * share (rotating which),
+ * the others on the cold ones; deterministic noise below. */
+static float *hot_logits(int64_t T, int64_t E, int64_t K, const int *hot, int n_hot, double share, uint64_t seed)
+{
+    float *lg = xmalloc(sizeof(float) * (size_t)(T * E));
+    tu_fill_uniform(lg, (size_t)(T * E), seed, -1.0f, 0.0f);
+    for (int64_t t = 0; t < T; t++) {
+        const int use_hot = (double)(t % 8) < 8.0 * share;
+        for (int64_t k = 0; k < K; k++) {
+            int64_t e;
+            if (use_hot && k < n_hot)
+                e = hot[(t + k) % n_hot];
+            else {
+                e = (t * 7 + k * 5 + 3) % E;
+                for (int tries = 0; tries < E; tries++) { /* a cold expert not picked yet */
+                    int clash = lg[t * E + e] > 2.0f;
+                    for (int h = 0; h < n_hot; h++)
+                        clash |= hot[h] == e;
+                    if (!clash)
+                        break;
+                    e = (e + 1) % E;
+                }
+            }
+            lg[t * E + e] = 8.0f - 0.5f * (float)k;
+        }
+    }
+    return lg;
+}
+
+/* The expert load of routing `lg` [T, E] under d (the one-process plan's topk_ids). */
+static void load_of(moe_ctx *ctx, rlayer *L, const float *lg, int64_t T, int64_t *load)
+{
+    moe_plan *p1 = NULL;
+    moe_weights *w1 = NULL;
+    OKC(ctx, moe_plan_create(ctx, &L->d, &p1));
+    OKC(ctx, moe_weights_create(p1, &L->src, &w1));
+    float *x = xmalloc(sizeof(float) * (size_t)(T * L->d.hidden_size));
+    tu_fill_uniform(x, (size_t)(T * L->d.hidden_size), 5, -1.0f, 1.0f);
+    result r;
+    OKC(ctx, exec_rows(p1, w1, x, MOE_DTYPE_F32, lg, T, 0, T, T, &r));
+    for (int64_t e = 0; e < L->d.num_experts; e++)
+        load[e] = 0;
+    for (int64_t i = 0; i < T * L->d.top_k; i++)
+        load[r.ids[i]]++;
+    result_free(&r);
+    free(x);
+    moe_weights_free(w1);
+    moe_plan_free(p1);
+}
+
+/* Bit-identity of EP with every placement (contiguous, round_robin, balanced with replicas, a
+ * hand-made one with an empty rank when N > 2), both formats, uniform and skewed routing,
+ * several chunks (the replica rule counts tokens over the execute); the validation errors; and
+ * ranks given different placements failing together within the timeout. */
+static void mode_eplb(void)
+{
+    const int64_t E = 16, K = 4, T = 67;
+    rlayer L;
+    rlayer_make(&L, 48, 24, E, K, 16, 1, 0, 0, MOE_DTYPE_F32, 91);
+    moe_ctx *ctx = make_ctx(1024, -1, NULL);
+    const int hot[4] = {0, 1, 2, 5}; /* on ranks 0 (and 1 at 4 ranks) under contiguous */
+    float *skew = hot_logits(T, E, K, hot, 4, 0.75, 17);
+    int64_t load[16];
+    load_of(ctx, &L, skew, T, load);
+    /* placements: [0] contiguous (built), [1] round robin, [2] balanced with R redundant, [3]
+     * hand-made (N > 2: rank 1 holds nothing, expert 0 on every other rank) */
+    const int64_t Rr = N == 2 ? 4 : 6;
+    int32_t p2l[4][64], rn[4][8];
+    moe_placement pls[4];
+    OKC(ctx, moe_placement_build(ctx, MOE_PLACEMENT_CONTIGUOUS, E, N, 0, NULL, p2l[0], rn[0], &pls[0]));
+    OKC(ctx, moe_placement_build(ctx, MOE_PLACEMENT_ROUND_ROBIN, E, N, 0, NULL, p2l[1], rn[1], &pls[1]));
+    OKC(ctx, moe_placement_build(ctx, MOE_PLACEMENT_BALANCED, E, N, Rr, load, p2l[2], rn[2], &pls[2]));
+    int n_pl = 3;
+    if (N > 2) {
+        int q = 0;
+        for (int r = 0; r < N; r++) {
+            rn[3][r] = 0;
+            if (r == 1)
+                continue;
+            p2l[3][q++] = 0; /* expert 0 (hot) on every rank but 1 */
+            rn[3][r]++;
+            for (int64_t e = 1; e < E; e++)
+                if (e % (N - 1) == (r == 0 ? 0 : r - 1)) {
+                    p2l[3][q++] = (int32_t)e;
+                    rn[3][r]++;
+                }
+        }
+        pls[3] = (moe_placement){.ep_size = N, .num_logical_experts = (int32_t)E, .num_physical_experts = q,
+                                 .physical_to_logical = p2l[3], .rank_num_physical = rn[3]};
+        OKC(ctx, moe_placement_check(ctx, &pls[3], E, N));
+        n_pl = 4;
+    }
+    const char *names[4] = {"contiguous", "round_robin", "balanced", "hand-made, rank 1 empty"};
+    /* the balanced placement spreads the skewed load: predicted max/mean below contiguous's */
+    int64_t rows[8];
+    double imb_c, imb_b;
+    OKC(ctx, moe_placement_rank_rows(ctx, &pls[0], load, rows, &imb_c));
+    OKC(ctx, moe_placement_rank_rows(ctx, &pls[2], load, rows, &imb_b));
+    CHECK(imb_b < imb_c, "balanced imbalance %.3f not below contiguous %.3f", imb_b, imb_c);
+    for (int i = 0; i < n_pl; i++) {
+        for (int fmt = 0; fmt < 2; fmt++) {
+            pcfg c = {.ep = N, .tp = 1, .ddt = MOE_DTYPE_F32, .low_latency = fmt, .cap = fmt ? 8 : 0, .pl = &pls[i]};
+            char name[160];
+            snprintf(name, sizeof name, "placement %s, skewed routing", names[i]);
+            random_case(name, &L, skew, T, &c, -1, 16);
+            snprintf(name, sizeof name, "placement %s, routed by the router", names[i]);
+            random_case(name, &L, NULL, T, &c, -1, 16);
+            c.zero_last = 1;
+            snprintf(name, sizeof name, "placement %s, skewed, one chunk", names[i]);
+            random_case(name, &L, skew, T, &c, -1, 1024);
+        }
+        /* a non-contiguous placement is in the plan text and hash */
+        moe_plan *pp = NULL;
+        pcfg c = {.ep = N, .tp = 1, .ddt = MOE_DTYPE_F32, .pl = &pls[i]};
+        OKC(ctx, par_plan_create(ctx, &L.d, &c, &pp));
+        const int has = strstr(moe_plan_text(pp), "placement=") != NULL;
+        const int contiguous = i == 0 || (i == 1 && N >= E); /* round robin = contiguous only when N >= E */
+        CHECK(has == !contiguous, "placement %s: plan text %s placement=", names[i], has ? "has" : "lacks");
+        moe_plan_free(pp);
+    }
+    say("  EP with placements contiguous, round_robin, balanced (%lld redundant; predicted max/mean %.3f vs "
+        "contiguous %.3f)%s: bit-identical to one process, both formats, skewed and routed\n",
+        (long long)Rr, imb_b, imb_c, n_pl > 3 ? ", hand-made with an empty rank" : "");
+    if (N == 4) {
+        /* TP 2 x EP 2 with round robin and balanced (4 redundant) placements over the EP ranks:
+         * within the TP bound of one process (the TP split changes the down projection's sum) */
+        int32_t t2l[2][32], trn[2][2];
+        moe_placement tpl[2];
+        OKC(ctx, moe_placement_build(ctx, MOE_PLACEMENT_ROUND_ROBIN, E, 2, 0, NULL, t2l[0], trn[0], &tpl[0]));
+        OKC(ctx, moe_placement_build(ctx, MOE_PLACEMENT_BALANCED, E, 2, 4, load, t2l[1], trn[1], &tpl[1]));
+        for (int i = 0; i < 2; i++)
+            for (int fmt = 0; fmt < 2; fmt++) {
+                pcfg c = {.ep = 2, .tp = 2, .ddt = MOE_DTYPE_F32, .low_latency = fmt, .cap = fmt ? 8 : 0,
+                          .pl = &tpl[i]};
+                random_case(i ? "TP 2 x EP 2, balanced placement, skewed" : "TP 2 x EP 2, round robin, skewed", &L,
+                            skew, T, &c, 1e-5, 16);
+            }
+        say("  TP 2 x EP 2 with round robin and balanced placements: within 1e-5 of one process, both formats\n");
+    }
+    free(skew);
+
+    /* validation: every rank fails alike, naming the entry */
+    moe_plan_config cfg;
+    moe_plan_config_init(&cfg);
+    cfg.parallel.ep_size = N;
+    cfg.parallel.ep_rank = R;
+    cfg.parallel.timeout_s = 20;
+    int32_t bp2l[64], brn[8];
+    memcpy(bp2l, p2l[2], sizeof bp2l);
+    memcpy(brn, rn[2], sizeof brn);
+    moe_placement bad = pls[2];
+    bad.physical_to_logical = bp2l;
+    bad.rank_num_physical = brn;
+    cfg.parallel.placement = &bad;
+    {
+        bp2l[bad.num_physical_experts - 1] = (int32_t)(E + 3);
+        char needle[96];
+        snprintf(needle, sizeof needle, "physical expert %d holds logical expert %d, out of range",
+                 (int)bad.num_physical_experts - 1, (int)(E + 3));
+        expect_plan_fail(ctx, &L.d, &cfg, MOE_EINVAL, needle, "placement with a logical id out of range");
+    }
+    {
+        /* missing expert: swap the contiguous placement's last expert for expert 0 (rank N-1 lacks 0) */
+        memcpy(bp2l, p2l[0], sizeof(int32_t) * (size_t)E);
+        memcpy(brn, rn[0], sizeof(int32_t) * (size_t)N);
+        bad.num_physical_experts = (int32_t)E;
+        bp2l[E - 1] = 0;
+        char needle[96];
+        snprintf(needle, sizeof needle, "logical expert %d is held by no physical expert", (int)(E - 1));
+        expect_plan_fail(ctx, &L.d, &cfg, MOE_EINVAL, needle, "placement missing an expert");
+        /* duplicate on one rank: rank 0's second expert repeats its first */
+        memcpy(bp2l, p2l[0], sizeof(int32_t) * (size_t)E);
+        bp2l[1] = bp2l[0];
+        expect_plan_fail(ctx, &L.d, &cfg, MOE_EINVAL, "physical expert 1 (rank 0) repeats logical expert 0",
+                         "placement with a duplicate on a rank");
+        /* a placement for more ranks than ep_size (names a rank >= ep_size) */
+        memcpy(bp2l, p2l[0], sizeof(int32_t) * (size_t)E);
+        bad.ep_size = N + 1;
+        char n2[96];
+        snprintf(n2, sizeof n2, "ep_size = %d, but the plan's parallel.ep_size = %d", N + 1, N);
+        expect_plan_fail(ctx, &L.d, &cfg, MOE_EINVAL, n2, "placement over more ranks than ep_size");
+        bad.ep_size = N;
+    }
+
+    /* rank disagreement: rank N-1 swaps two physical experts of round robin (ranks 0 and 1):
+     * every rank fails within the timeout, naming the first physical expert that differs */
+    {
+        memcpy(bp2l, p2l[1], sizeof(int32_t) * (size_t)E);
+        memcpy(brn, rn[1], sizeof(int32_t) * (size_t)N);
+        bad.num_physical_experts = (int32_t)E;
+        const int a = 0, b = rn[1][0]; /* rank 0's first, rank 1's first physical expert */
+        if (R == N - 1) {
+            const int32_t tmp = bp2l[a];
+            bp2l[a] = bp2l[b];
+            bp2l[b] = tmp;
+        }
+        char needle[160];
+        snprintf(needle, sizeof needle, "physical expert %d (EP rank 0's local expert 0) holds logical expert %d in rank "
+                 "0's placement, %d in rank %d's", a, (int)p2l[1][a], (int)p2l[1][b], N - 1);
+        const double t0 = MPI_Wtime();
+        expect_plan_fail(ctx, &L.d, &cfg, MOE_EINVAL, needle, "ranks with different placements");
+        CHECK(MPI_Wtime() - t0 < cfg.parallel.timeout_s, "the disagreement took %.1f s", MPI_Wtime() - t0);
+        /* different rank counts: rank N-1 moves rank 0's last expert to rank 1 */
+        memcpy(bp2l, p2l[0], sizeof(int32_t) * (size_t)E);
+        memcpy(brn, rn[0], sizeof(int32_t) * (size_t)N);
+        if (R == N - 1) {
+            brn[0]--;
+            brn[1]++;
+        }
+        snprintf(needle, sizeof needle, "EP rank 0 holds %d physical experts in rank 0's placement, %d in rank %d's",
+                 (int)rn[0][0], (int)rn[0][0] - 1, N - 1);
+        expect_plan_fail(ctx, &L.d, &cfg, MOE_EINVAL, needle, "ranks with different rank counts");
+        /* one rank contiguous (no placement= entry), another round robin: named as well */
+        if (R == N - 1)
+            memcpy(bp2l, p2l[1], sizeof(int32_t) * (size_t)E), memcpy(brn, rn[1], sizeof(int32_t) * (size_t)N);
+        expect_plan_fail(ctx, &L.d, &cfg, MOE_EINVAL, "the ranks' expert placements differ",
+                         "one rank contiguous, another round robin");
+    }
+    say("  placement errors (out of range, missing, duplicate, ep_size) and disagreeing ranks refused on every rank\n");
+    moe_ctx_free(ctx);
     rlayer_free(&L);
 }
 
@@ -1758,6 +2038,8 @@ int main(int argc, char **argv)
         mode_qexperts();
     else if (!strcmp(g_mode, "placement"))
         mode_placement();
+    else if (!strcmp(g_mode, "eplb"))
+        mode_eplb();
     else if (!strcmp(g_mode, "bench"))
         mode_bench();
     else if (!strcmp(g_mode, "kill"))
@@ -1767,7 +2049,7 @@ int main(int argc, char **argv)
     else if (!strcmp(g_mode, "compare"))
         mode_compare(argc, argv);
     else
-        FAIL("unknown mode '%s' (ep, tp, errors, quant, placement, bench, kill, late)", g_mode);
+        FAIL("unknown mode '%s' (ep, tp, errors, quant, placement, eplb, bench, kill, late)", g_mode);
     MPI_Barrier(MPI_COMM_WORLD);
     say("test_mpi %s on %d ranks: OK (%.1f s)\n", g_mode, N, MPI_Wtime() - t0);
     MPI_Finalize();

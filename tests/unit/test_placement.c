@@ -287,21 +287,31 @@ static void test_plan(void **state)
     make(&x, 2, (const int32_t[]){4, 4}, (const int32_t[]){0, 1, 2, 3, 4, 5, 6, 7});
     expect_error(ctx, moe_plan_create_ex(ctx, &d, &c, &p), MOE_EINVAL, "placement: ep_size = 2",
                  "parallel.ep_size = 1");
-    /* ep_size 2 (rank 0 given): round robin is valid but does not run yet */
+    /* ep_size 2 (rank 0 given): round robin and replicas are valid; the report follows the
+     * placement (rank 0's physical experts and their bytes; the contiguous rank's as reference) */
     c.parallel.ep_size = 2;
     c.parallel.ep_rank = 0;
-    make(&x, 2, (const int32_t[]){4, 4}, (const int32_t[]){0, 2, 4, 6, 1, 3, 5, 7});
-    expect_error(ctx, moe_plan_create_ex(ctx, &d, &c, &p), MOE_EUNSUPPORTED, "parallel.placement",
-                 "physical expert 1 holds logical expert 2");
-    moe_rank_report *rr = malloc(sizeof *rr); /* the report of a placement that does not run */
+    moe_rank_report *rr = malloc(sizeof *rr), *rc = malloc(sizeof *rc);
     assert_non_null(rr);
-    expect_error(ctx, moe_plan_report_for(ctx, &d, &c, rr), MOE_EUNSUPPORTED, "parallel.placement",
-                 "physical expert 1 holds logical expert 2");
+    assert_non_null(rc);
     make(&x, 2, (const int32_t[]){4, 4}, (const int32_t[]){0, 1, 2, 3, 4, 5, 6, 7}); /* = contiguous */
+    assert_int_equal(moe_plan_report_for(ctx, &d, &c, rc), MOE_OK);
+    assert_int_equal(rc->n_experts, 4);
+    make(&x, 2, (const int32_t[]){4, 4}, (const int32_t[]){0, 2, 4, 6, 1, 3, 5, 7});
     assert_int_equal(moe_plan_report_for(ctx, &d, &c, rr), MOE_OK);
+    assert_int_equal(rr->n_experts, 4);
+    assert_true(rr->code_bytes == rc->code_bytes);
+    make(&x, 2, (const int32_t[]){5, 4}, (const int32_t[]){0, 1, 2, 3, 4, 4, 5, 6, 7}); /* logical 4 twice */
+    assert_int_equal(moe_plan_report_for(ctx, &d, &c, rr), MOE_OK);
+    assert_int_equal(rr->n_experts, 5);
+    assert_true(rr->code_bytes * 4 == rc->code_bytes * 5); /* a replica is packed in full */
+    c.parallel.ep_rank = 1;
+    assert_int_equal(moe_plan_report_for(ctx, &d, &c, rr), MOE_OK);
+    assert_int_equal(rr->n_experts, 4);
+    assert_int_equal(rr->expert_first, 5); /* physical experts 5..8 */
+    c.parallel.ep_rank = 0;
     free(rr);
-    make(&x, 2, (const int32_t[]){5, 4}, (const int32_t[]){0, 1, 2, 3, 4, 4, 5, 6, 7});
-    expect_error(ctx, moe_plan_create_ex(ctx, &d, &c, &p), MOE_EUNSUPPORTED, "num_redundant_experts = 1");
+    free(rc);
     make(&x, 2, (const int32_t[]){4, 6}, (const int32_t[]){0, 1, 2, 3, 4, 5, 4, 6, 7, 0});
     expect_error(ctx, moe_plan_create_ex(ctx, &d, &c, &p), MOE_EINVAL, "physical expert 6 (rank 1)",
                  "repeats logical expert 4", "already physical expert 4");
