@@ -456,14 +456,16 @@ typedef enum moe_family {
     MOE_FAMILY_BEAM = 44,          /* BeamForCausalLM: DeepSeek-V3's routing */
     MOE_FAMILY_AFMOE = 48,         /* AfmoeForCausalLM: sigmoid + expert_bias, renormalized */
     MOE_FAMILY_FLINT = 50,         /* FlintForCausalLM: sigmoid top-k, norm_topk_prob */
-    MOE_FAMILY_LARA_MINI = 52      /* LaraMiniForCausalLM: softmax, norm_topk_prob */
+    MOE_FAMILY_GRANITEMOE_SWA = 51, /* GraniteMoeSWAForCausalLM: Granite-MoE's routing */
+    MOE_FAMILY_LARA_MINI = 52,     /* LaraMiniForCausalLM: softmax, norm_topk_prob */
+    MOE_FAMILY_QWEN4_EXP = 53      /* Qwen4ExpForConditionalGeneration, Qwen4ExpForCausalLM (text MoE) */
 } moe_family;
 
 /* Static name of a family (its config `model_type`): "custom", "mixtral", "qwen2_moe",
  * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe",
  * "qwen3_5_moe", "qwen3_next", "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite",
  * "deepseek_v32", "exaone_moe", "mimo_v2_flash", "laguna", "kolibri1", "beam", "afmoe", "flint",
- * "lara_mini"; "?" for an unknown value (the values leave gaps). */
+ * "granitemoe_swa", "lara_mini", "qwen4_exp"; "?" for an unknown value (the values leave gaps). */
 MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */

@@ -425,6 +425,22 @@ static const moe_fam_row fam_rows[] = {
      .prefixes = {"model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 
+    /* GraniteMoeSWAMoE (Granite-MoE with sliding-window attention): Granite-MoE's block
+     * (top-k on the logits, softmax over the k), saved stacked. Its shared_mlp (input_linear
+     * [2 I_s, H] / output_linear) sits beside block_sparse_moe in the decoder layer, outside
+     * the block: a config with shared_intermediate_size > 0 is refused (the class default is
+     * 0) */
+    {.family = MOE_FAMILY_GRANITEMOE_SWA, .name = "granitemoe_swa", .names = {{"GraniteMoeSWAForCausalLM", "granitemoe_swa"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_TOPK_SOFTMAX,
+     .router = {"router.weight", "router.layer.weight"},
+     .refuse = {{"shared_intermediate_size", "the decoder layer's shared_mlp (a fused input_linear [2 I_s, H] "
+                                             "added beside block_sparse_moe, outside the MoE block)"}},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.block_sparse_moe."},
+     .stacked = {{"experts.gate_up_proj", "experts.down_proj"}, {"input_linear.weight", "output_linear.weight"}}},
+
     /* LaraMiniSparseMoeBlock (Lara-Mini; its gated-delta-net layers are attention only):
      * LaraMiniTopKRouter is softmax over the f32 logits, top-k, renormalized when
      * norm_topk_prob (default true); the shared expert added ungated; every layer */
@@ -436,6 +452,22 @@ static const moe_fam_row fam_rows[] = {
      .router = {"gate.weight"},
      .layers = {MOE_FAM_LAYERS_EVERY},
      .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Qwen4ExpTextSparseMoeBlock (Qwen4-Exp's decoder; its hyper-connections, n-gram and PLE
+     * embeddings and indexed attention are outside the block): Qwen4ExpTextTopKRouter is
+     * softmax in f32, top-k, renormalized when norm_topk_prob (default true; no epsilon, as
+     * Laguna); a sigmoid-gated shared expert; every layer. ConditionalGeneration keeps the
+     * decoder under model.language_model. */
+    {.family = MOE_FAMILY_QWEN4_EXP, .name = "qwen4_exp", .text_config = true,
+     .names = {{"Qwen4ExpForConditionalGeneration", "qwen4_exp"}, {"Qwen4ExpForCausalLM", "qwen4_exp_text"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .shared = {MOE_FAM_SHARED_FIELD, "shared_expert_intermediate_size", 0, true, "shared_expert", "shared_expert_gate"},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.language_model.layers.%L.mlp." /* ConditionalGeneration */, "model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])

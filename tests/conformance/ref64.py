@@ -40,6 +40,10 @@ The other families, from transformers 5.24's modeling code (the routing table of
   Flint         s = sigmoid(l); top-k on s; / sum if norm_topk_prob (true); + shared_expert(x);
                 MoE layers as Qwen2-MoE's with mlp_only_layers defaulting to [0, 1]
   Lara-Mini     softmax, / sum if norm_topk_prob (true); + shared_expert(x), ungated
+  Granite-MoE-SWA  Granite-MoE's block (router.weight, stacked experts); its shared_mlp is
+                outside the block (refused here when shared_intermediate_size > 0)
+  Qwen4-Exp     text_config; softmax, / sum if norm_topk_prob (true); sigmoid-gated
+                shared_expert; model.language_model. prefix
 
 Weights of any dtype (F32, BF16, F16) are widened exactly to float64, so the reference uses
 the same rounded weights a bf16/f16 implementation sees. Tensor names: per-expert (what
@@ -149,6 +153,9 @@ _FAMILIES = {
     "AfmoeForCausalLM": "afmoe", "afmoe": "afmoe",
     "FlintForCausalLM": "flint", "flint": "flint",
     "LaraMiniForCausalLM": "lara_mini", "lara_mini": "lara_mini",
+    "GraniteMoeSWAForCausalLM": "granitemoe_swa", "granitemoe_swa": "granitemoe_swa",
+    "Qwen4ExpForConditionalGeneration": "qwen4_exp", "qwen4_exp": "qwen4_exp",
+    "Qwen4ExpForCausalLM": "qwen4_exp", "qwen4_exp_text": "qwen4_exp",
 }
 
 
@@ -164,7 +171,7 @@ def family_of(cfg):
 
 def text_config(cfg, family):
     """The decoder's fields: text_config for the multimodal wrappers."""
-    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe") and isinstance(cfg.get("text_config"), dict):
+    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "qwen4_exp") and isinstance(cfg.get("text_config"), dict):
         return cfg["text_config"]
     return cfg
 
@@ -176,7 +183,7 @@ _V3_LIKE = ("glm4_moe", "dots1") + _MLP_TYPES
 
 def is_moe_layer(cfg, family, layer):
     if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo",
-                  "kolibri1", "lara_mini"):
+                  "kolibri1", "lara_mini", "granitemoe_swa", "qwen4_exp"):
         return True
     if family in ("laguna", "beam"):
         # LagunaConfig / BeamConfig fill an absent mlp_layer_types with 1 / min(3, L) dense layers
@@ -226,11 +233,14 @@ def _prefix(ck, fam, layer):
                    f"model.language_model.layers.{layer}.feed_forward.",
                    f"model.layers.{layer}.feed_forward."],
         "granitemoe": [f"model.layers.{layer}.block_sparse_moe."],
+        "granitemoe_swa": [f"model.layers.{layer}.block_sparse_moe."],
+        "qwen4_exp": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
         "minimax": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
         "qwen3_vl_moe": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
     }.get(fam, [f"model.layers.{layer}.mlp."])
     routers = {"gpt_oss": ["router.weight"], "llama4": ["router.weight"], "afmoe": ["router.gate.weight"],
-               "granitemoe": ["router.layer.weight", "router.weight"]}.get(fam, ["gate.weight"])
+               "granitemoe": ["router.layer.weight", "router.weight"],
+               "granitemoe_swa": ["router.weight"]}.get(fam, ["gate.weight"])
     for c in cands:
         for r in routers:
             if ck.has(c + r):
@@ -307,7 +317,7 @@ def layer_params_new(ck, layer):
         E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
     elif fam in ("qwen3_5_moe", "qwen3_next", "qwen3_vl_moe", "laguna", "kolibri1", "beam", "afmoe", "flint",
-                 "lara_mini"):
+                 "lara_mini", "qwen4_exp"):
         E = int(cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
     else:
@@ -336,8 +346,10 @@ def layer_params_new(ck, layer):
         p["scale"] = float(_get(cfg, "routed_scaling_factor", 1.0))
         if _get(cfg, "topk_method", "greedy") == "group_limited_greedy":
             p.update(n_group=int(cfg["n_group"]), topk_group=int(cfg["topk_group"]))
-    elif fam in ("gpt_oss", "granitemoe"):
+    elif fam in ("gpt_oss", "granitemoe", "granitemoe_swa"):
         p["scoring"] = "topk_softmax"
+        if fam == "granitemoe_swa" and int(cfg.get("shared_intermediate_size") or 0) > 0:
+            raise ValueError("granitemoe_swa: shared_intermediate_size > 0 (shared_mlp outside the block)")
     elif fam == "llama4":
         p.update(scoring="topk_sigmoid", on_input=True)
     elif fam in ("olmoe", "qwen3_next", "flex_olmo"):  # FlexOlmoTopKRouter: as OLMoE's
@@ -355,7 +367,7 @@ def layer_params_new(ck, layer):
                  topk_group=int(_get(cfg, "topk_group", 4)), group_score="top2_sum")
     elif fam == "flint":
         p.update(scoring="sigmoid", renormalize=bool(_get(cfg, "norm_topk_prob", True)))
-    elif fam == "lara_mini":
+    elif fam in ("lara_mini", "qwen4_exp"):
         p["renormalize"] = bool(_get(cfg, "norm_topk_prob", True))
     if fam == "gpt_oss":
         p.update(act="swiglu_oai", alpha=float(_get(cfg, "swiglu_alpha", 1.702)),
@@ -419,7 +431,7 @@ def layer_params_new(ck, layer):
         s = moe + "shared_experts."
     elif fam == "llama4":
         p["Is"], s = I, moe + "shared_expert."
-    elif fam in ("qwen3_5_moe", "qwen3_next"):
+    elif fam in ("qwen3_5_moe", "qwen3_next", "qwen4_exp"):
         p["Is"], s = int(cfg.get("shared_expert_intermediate_size") or 0), moe + "shared_expert."
         p["shared_gated"] = True
     elif fam == "afmoe":

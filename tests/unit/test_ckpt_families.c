@@ -833,6 +833,11 @@ static void test_family_errors(void **state)
     snprintf(buf, sizeof buf, lag,
              ", \"moe_router_logit_softcapping\": 0.0, \"moe_apply_router_weight_on_input\": false");
     expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_ENOTFOUND, "model.layers.0.mlp.gate.weight");
+    const char *swa = "{\"architectures\": [\"GraniteMoeSWAForCausalLM\"], \"hidden_size\": 16,"
+                      " \"num_hidden_layers\": 1, \"intermediate_size\": 8, \"num_local_experts\": 4,"
+                      " \"num_experts_per_tok\": 2, \"shared_intermediate_size\": 16}";
+    expect_error(ctx, open_desc(ctx, dir, swa, tl, 0), MOE_EUNSUPPORTED, cfg, "'shared_intermediate_size' = 16",
+                 "shared_mlp", "granitemoe_swa");
     tl_free(tl);
 
     /* gpt-oss MXFP4 blocks without config.json's quantization_config {quant_method: mxfp4}
