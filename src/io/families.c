@@ -395,6 +395,28 @@ static const moe_fam_row fam_rows[] = {
      .prefixes = {"model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 
+    /* MiniMaxM3VLSparseMoeBlock (MiniMax-M3's text decoder; its block-sparse indexed attention
+     * is not the block): MiniMaxM3VLTopKRouter is sigmoid in f32 + e_score_correction_bias on
+     * the selection, always renormalized (no epsilon, as Laguna); the experts and the shared
+     * expert (MiniMaxM3VLDenseMLP, shared_intermediate_size) use gpt-oss's clamped SwiGLU
+     * (swiglu_alpha, swiglu_limit) on non-interleaved gate / up halves; routed_scaling_factor
+     * (default 2) times the routed sum. Released (and saved: conversion_mapping's reverse)
+     * under language_model.model.layers.L.block_sparse_moe. with w1 / w3 / w2 per expert, the
+     * bias beside the gate and the shared expert's gate_proj / up_proj split; MoE layers by
+     * mlp_layer_types (absent: every layer) */
+    {.family = MOE_FAMILY_MINIMAX_M3_VL, .name = "minimax_m3_vl", .text_config = true,
+     .names = {{"MiniMaxM3SparseForConditionalGeneration", "minimax_m3_vl"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .shared = {MOE_FAM_SHARED_FIELD, "shared_intermediate_size", 0, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .routed_scaling = {"routed_scaling_factor", 2.0},
+     .router = {"gate.weight"}, .selection_bias = "e_score_correction_bias" /* as saved: beside gate. */,
+     .activation = {MOE_FAM_ACT_CLAMPED_SWIGLU, "swiglu_alpha", "swiglu_limit", 1.702, 7.0},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 0, .list_field = "mlp_layer_types"},
+     .prefixes = {"language_model.model.layers.%L.block_sparse_moe." /* as released */},
+     .per_expert = {{"w1", "w3", "w2"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
     /* AfmoeSparseMoeBlock (AFMoE): AfmoeTokenChoiceRouter (router.gate) is sigmoid in f32, the
      * top-k on the scores + the block's expert_bias, always renormalized (+ 1e-20), times
      * route_scale; plus num_shared_experts (default 2) * I ungated shared experts. MoE layers:

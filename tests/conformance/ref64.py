@@ -35,6 +35,11 @@ The other families, from transformers 5.24's modeling code (the routing table of
                 w = sigmoid(l), / sum if norm_topk_prob (false); + shared_experts(x), ungated
   Beam          DeepSeek-V3's router (BeamConfig: 8 groups keep 4, norm true, scale 2.5), no
                 shared expert; MoE layers by mlp_layer_types (absent: layer >= 3)
+  MiniMax-M3    text_config; s = sigmoid(l); top-k on s + e_score_correction_bias (beside the
+                gate, as released); w = s / sum (always); * routed_scaling_factor (2); routed and
+                shared experts (shared_intermediate_size) with gpt-oss's clamped SwiGLU on
+                gate / up halves; released under language_model.model.layers.L.block_sparse_moe.
+                with w1 / w3 / w2; MoE layers by mlp_layer_types (absent: every layer)
   AFMoE         s = sigmoid(l) (router.gate); top-k on s + expert_bias; w = s / (sum + 1e-20)
                 * route_scale; + num_shared_experts * I shared, ungated; layer >= num_dense_layers
   Flint         s = sigmoid(l); top-k on s; / sum if norm_topk_prob (true); + shared_expert(x);
@@ -154,6 +159,7 @@ _FAMILIES = {
     "FlintForCausalLM": "flint", "flint": "flint",
     "LaraMiniForCausalLM": "lara_mini", "lara_mini": "lara_mini",
     "GraniteMoeSWAForCausalLM": "granitemoe_swa", "granitemoe_swa": "granitemoe_swa",
+    "MiniMaxM3SparseForConditionalGeneration": "minimax_m3_vl", "minimax_m3_vl": "minimax_m3_vl",
     "Qwen4ExpForConditionalGeneration": "qwen4_exp", "qwen4_exp": "qwen4_exp",
     "Qwen4ExpForCausalLM": "qwen4_exp", "qwen4_exp_text": "qwen4_exp",
 }
@@ -171,7 +177,7 @@ def family_of(cfg):
 
 def text_config(cfg, family):
     """The decoder's fields: text_config for the multimodal wrappers."""
-    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "qwen4_exp") and isinstance(cfg.get("text_config"), dict):
+    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "qwen4_exp", "minimax_m3_vl") and isinstance(cfg.get("text_config"), dict):
         return cfg["text_config"]
     return cfg
 
@@ -185,12 +191,13 @@ def is_moe_layer(cfg, family, layer):
     if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo",
                   "kolibri1", "lara_mini", "granitemoe_swa", "qwen4_exp"):
         return True
-    if family in ("laguna", "beam"):
-        # LagunaConfig / BeamConfig fill an absent mlp_layer_types with 1 / min(3, L) dense layers
+    if family in ("laguna", "beam", "minimax_m3_vl"):
+        # LagunaConfig / BeamConfig fill an absent mlp_layer_types with 1 / min(3, L) dense
+        # layers, MiniMaxM3VLTextConfig with none
         types = cfg.get("mlp_layer_types")
         if types is not None:
             return types[layer] == "sparse"
-        return layer >= {"laguna": 1, "beam": 3}[family]
+        return layer >= {"laguna": 1, "beam": 3, "minimax_m3_vl": 0}[family]
     if family == "afmoe":
         return layer >= int(_get(cfg, "num_dense_layers", 1))
     if family == "flint":
@@ -234,6 +241,7 @@ def _prefix(ck, fam, layer):
                    f"model.layers.{layer}.feed_forward."],
         "granitemoe": [f"model.layers.{layer}.block_sparse_moe."],
         "granitemoe_swa": [f"model.layers.{layer}.block_sparse_moe."],
+        "minimax_m3_vl": [f"language_model.model.layers.{layer}.block_sparse_moe."],
         "qwen4_exp": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
         "minimax": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
         "qwen3_vl_moe": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
@@ -320,7 +328,7 @@ def layer_params_new(ck, layer):
                  "lara_mini", "qwen4_exp"):
         E = int(cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
-    else:
+    else:  # Mixtral-like sizes (and MiniMax-M3's)
         E = int(cfg.get("num_local_experts") or cfg.get("num_experts"))
         I = int(cfg["intermediate_size"])
     p = {"family": fam, "H": H, "K": K, "E": E, "I": I, "scoring": "softmax", "renormalize": False,
@@ -356,6 +364,8 @@ def layer_params_new(ck, layer):
         p["renormalize"] = bool(_get(cfg, "norm_topk_prob", fam == "qwen3_next"))
     elif fam == "qwen3_5_moe":
         p["renormalize"] = True
+    elif fam == "minimax_m3_vl":
+        p.update(scoring="sigmoid", renormalize=True, scale=float(_get(cfg, "routed_scaling_factor", 2.0)))
     elif fam in ("laguna", "afmoe"):
         key = "moe_routed_scaling_factor" if fam == "laguna" else "route_scale"
         p.update(scoring="sigmoid", renormalize=True, scale=float(_get(cfg, key, 1.0)))
@@ -369,7 +379,7 @@ def layer_params_new(ck, layer):
         p.update(scoring="sigmoid", renormalize=bool(_get(cfg, "norm_topk_prob", True)))
     elif fam in ("lara_mini", "qwen4_exp"):
         p["renormalize"] = bool(_get(cfg, "norm_topk_prob", True))
-    if fam == "gpt_oss":
+    if fam in ("gpt_oss", "minimax_m3_vl"):
         p.update(act="swiglu_oai", alpha=float(_get(cfg, "swiglu_alpha", 1.702)),
                  limit=float(_get(cfg, "swiglu_limit", 7.0)))
     else:
@@ -385,6 +395,8 @@ def layer_params_new(ck, layer):
         p["sel_bias"] = ck.get(bias)
     elif fam == "laguna":
         p["sel_bias"] = ck.get(moe + "experts.e_score_correction_bias")
+    elif fam == "minimax_m3_vl":
+        p["sel_bias"] = ck.get(moe + "e_score_correction_bias")
     elif fam == "afmoe":
         p["sel_bias"] = ck.get(moe + "expert_bias")
     elif fam == "kolibri1":
@@ -415,7 +427,7 @@ def layer_params_new(ck, layer):
         p["w_gate"], p["w_up"] = gu[:, :I, :], gu[:, I:, :]
         p["w_down"] = ck.get(moe + ("output_linear.weight" if inl else "experts.down_proj"))
     else:
-        g, u, dn = ("w1", "w3", "w2") if fam == "minimax" else ("gate_proj", "up_proj", "down_proj")
+        g, u, dn = ("w1", "w3", "w2") if fam in ("minimax", "minimax_m3_vl") else ("gate_proj", "up_proj", "down_proj")
         p["w_gate"] = np.stack([ck.get(f"{moe}experts.{e}.{g}.weight") for e in range(E)])
         p["w_up"] = np.stack([ck.get(f"{moe}experts.{e}.{u}.weight") for e in range(E)])
         p["w_down"] = np.stack([ck.get(f"{moe}experts.{e}.{dn}.weight") for e in range(E)])
@@ -436,6 +448,8 @@ def layer_params_new(ck, layer):
         p["shared_gated"] = True
     elif fam == "afmoe":
         p["Is"], s = int(_get(cfg, "num_shared_experts", 2)) * I, moe + "shared_experts."
+    elif fam == "minimax_m3_vl":
+        p["Is"], s = int(cfg.get("shared_intermediate_size") or 0), moe + "shared_experts."
     elif fam in ("laguna", "kolibri1", "flint", "lara_mini"):
         p["Is"] = int(cfg.get("shared_expert_intermediate_size") or 0)
         s = moe + ("shared_experts." if fam == "kolibri1" else "shared_expert.")
@@ -569,7 +583,12 @@ def moe_forward(p, x):
         gate = 1.0
         if p.get("shared_gated", p.get("family") == "qwen2_moe"):
             gate = 1.0 / (1.0 + np.exp(-(x @ p["s_expert_gate"].T)))  # [T, 1]
-        out += gate * swiglu(x, p["s_gate"], p["s_up"], p["s_down"])
+        if p.get("family") == "minimax_m3_vl":  # MiniMaxM3VLDenseMLP: the experts' clamped SwiGLU
+            sh = {"w_gate": p["s_gate"][None], "w_up": p["s_up"][None], "w_down": p["s_down"][None],
+                  "act": p["act"], "alpha": p["alpha"], "limit": p["limit"]}
+            out += gate * expert(sh, x, 0)
+        else:
+            out += gate * swiglu(x, p["s_gate"], p["s_up"], p["s_down"])
     return {"output": out, "topk_ids": ids.astype(np.int32), "topk_weights": w,
             "router_logits": logits, "probs": probs}
 
