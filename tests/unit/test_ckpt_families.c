@@ -703,6 +703,8 @@ static void test_mlp_layer_types(void **state)
                  "must be \"sparse\" or \"dense\"");
     tl_free(tl);
     free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
 }
 
 /* The family-table pieces the hybrid-decoder rows brought:
