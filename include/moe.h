@@ -375,6 +375,12 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *   gpt-oss       top-k softmax on l = Wr x + router bias; clamped SwiGLU with biases
  *   Llama-4       top-k sigmoid on l, weight applied to the expert input; shared, ungated
  *   Granite-MoE   top-k softmax on l
+ *   Kolibri1      top-k sigmoid on l with a selection bias (l + b_s); renormalize =
+ *                 norm_topk_prob; shared, ungated
+ *   Laguna, AFMoE sigmoid + selection bias, renormalize always; routed_scaling_factor from
+ *                 moe_routed_scaling_factor / route_scale; shared, ungated
+ *   MiniMax-M3    sigmoid + selection bias, renormalize always; routed_scaling_factor; the
+ *                 clamped SwiGLU (swiglu_alpha, swiglu_limit) in the routed and shared experts
  * ------------------------------------------------------------------------------------- */
 
 /* Router scoring: the scores, the selection key and the weights, from the logits l. */
@@ -446,13 +452,24 @@ typedef enum moe_family {
     MOE_FAMILY_GLM4_MOE_LITE = 17, /* Glm4MoeLiteForCausalLM: DeepSeek-V3's routing */
     MOE_FAMILY_DEEPSEEK_V32 = 18,  /* DeepseekV32ForCausalLM: DeepSeek-V3's routing */
     MOE_FAMILY_EXAONE_MOE = 19,    /* ExaoneMoeForCausalLM: DeepSeek-V3's routing */
-    MOE_FAMILY_MIMO_V2_FLASH = 20  /* MiMoV2FlashForCausalLM: DeepSeek-V3's routing */
+    MOE_FAMILY_MIMO_V2_FLASH = 20, /* MiMoV2FlashForCausalLM: DeepSeek-V3's routing */
+    MOE_FAMILY_LAGUNA = 42,        /* LagunaForCausalLM: sigmoid + correction bias, renormalized */
+    MOE_FAMILY_KOLIBRI1 = 43,      /* Kolibri1ForCausalLM: top-k sigmoid on the biased logits */
+    MOE_FAMILY_BEAM = 44,          /* BeamForCausalLM: DeepSeek-V3's routing */
+    MOE_FAMILY_MINIMAX_M3_VL = 47, /* MiniMaxM3SparseForConditionalGeneration (text MoE): sigmoid + bias,
+                                      clamped SwiGLU */
+    MOE_FAMILY_AFMOE = 48,         /* AfmoeForCausalLM: sigmoid + expert_bias, renormalized */
+    MOE_FAMILY_FLINT = 50,         /* FlintForCausalLM: sigmoid top-k, norm_topk_prob */
+    MOE_FAMILY_GRANITEMOE_SWA = 51, /* GraniteMoeSWAForCausalLM: Granite-MoE's routing */
+    MOE_FAMILY_LARA_MINI = 52,     /* LaraMiniForCausalLM: softmax, norm_topk_prob */
+    MOE_FAMILY_QWEN4_EXP = 53      /* Qwen4ExpForConditionalGeneration, Qwen4ExpForCausalLM (text MoE) */
 } moe_family;
 
 /* Static name of a family (its config `model_type`): "custom", "mixtral", "qwen2_moe",
  * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe",
  * "qwen3_5_moe", "qwen3_next", "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite",
- * "deepseek_v32", "exaone_moe", "mimo_v2_flash"; "?" for an unknown value. */
+ * "deepseek_v32", "exaone_moe", "mimo_v2_flash", "laguna", "kolibri1", "beam", "minimax_m3_vl", "afmoe",
+ * "flint", "granitemoe_swa", "lara_mini", "qwen4_exp"; "?" for an unknown value (the values leave gaps). */
 MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */

@@ -142,7 +142,8 @@ typedef struct moe_checkpoint_options {
     /* A family name (moe_family_name: "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2",
      * "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe", "qwen3_5_moe", "qwen3_next",
      * "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite", "deepseek_v32",
-     * "exaone_moe", "mimo_v2_flash";
+     * "exaone_moe", "mimo_v2_flash", "laguna", "kolibri1", "beam", "minimax_m3_vl", "afmoe",
+     * "flint", "granitemoe_swa", "lara_mini", "qwen4_exp";
      * a row's architecture class or model_type is accepted too), or NULL (default): the
      * family of config.json's architectures[0], else model_type. When set, that family's row
      * reads config.json and the tensors whatever config.json names; a WARNING names

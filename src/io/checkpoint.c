@@ -228,7 +228,9 @@ static moe_status resolve_layer(const moe_checkpoint *ck, int64_t layer, moe_ck_
     for (int b = 0; b < 2; b++) {
         if (!bias[b])
             continue;
-        snprintf(name, sizeof name, "%s%s", prefix, bias[b]);
+        if (!moe_fam_tensor_name(bias[b], prefix, layer, name, sizeof name))
+            return moe_set_error(ck->ctx, MOE_EINVAL, "layer %" PRId64 ": tensor name %s%s too long", layer, prefix,
+                                 bias[b]);
         if ((st = moe_ck_get_checked(ix, name, "a bias", MOE_CK_ANY_FLOAT, "[E]", 1, &E, bias_info[b], &path)) != MOE_OK)
             return st;
     }

@@ -110,10 +110,47 @@ static moe_status config_layer_rule(moe_ck_config *c, const moe_cfg_fields *f)
         (st = moe_cfg_int_list(f, row->layers.list_field, &c->layer_list, &c->n_layer_list, &c->have_layer_list)) !=
             MOE_OK)
         return st;
+    if (row->layers.list_field && !c->have_layer_list && row->layers.n_list_default > 0) {
+        /* the config class fills an absent list (FlintConfig: mlp_only_layers [0, 1]) */
+        const size_t n = (size_t)row->layers.n_list_default;
+        if (!(c->layer_list = malloc(n * sizeof *c->layer_list)))
+            return moe_set_error(c->ctx, MOE_ENOMEM, "out of memory reading '%s%s'", c->prefix, row->layers.list_field);
+        memcpy(c->layer_list, row->layers.list_default, n * sizeof *c->layer_list);
+        c->n_layer_list = n;
+        c->have_layer_list = true;
+    }
     /* sorted, so a layer is looked up in log time (listed()): walking the layers to list the
      * MoE ones then costs L log n, not L n */
     if (c->n_layer_list > 1)
         qsort(c->layer_list, c->n_layer_list, sizeof *c->layer_list, cmp_i64);
+    return MOE_OK;
+}
+
+/* The row's refused config values (moe_fam_refuse): a field that is true or a number other
+ * than 0 is MOE_EUNSUPPORTED naming it, its value and what it asks for; absent, null, false
+ * or 0 passes. Another JSON type is MOE_EFORMAT. */
+static moe_status config_refused(const moe_cfg_fields *f, const moe_fam_row *row)
+{
+    for (int i = 0; i < MOE_FAM_MAX_REFUSE && row->refuse[i].field; i++) {
+        const char *key = row->refuse[i].field;
+        const json_t *v = json_object_get(f->obj, key);
+        if (!v || json_is_null(v) || json_is_false(v))
+            continue;
+        if (!json_is_true(v) && !json_is_number(v))
+            return moe_set_error(f->ctx, MOE_EFORMAT, "%s: field '%s%s' must be a number or a boolean", f->path,
+                                 f->prefix, key);
+        if (json_is_number(v) && json_number_value(v) == 0.0)
+            continue;
+        char val[40];
+        if (json_is_true(v))
+            snprintf(val, sizeof val, "true");
+        else
+            snprintf(val, sizeof val, "%.17g", json_number_value(v));
+        return moe_set_error(f->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%s%s' = %s asks for %s, which libmoe does not compute for %s (it reads %s "
+                             "checkpoints with '%s' absent, false or 0)",
+                             f->path, f->prefix, key, val, row->refuse[i].what, row->name, row->name, key);
+    }
     return MOE_OK;
 }
 
@@ -161,6 +198,8 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     case MOE_FAM_SHARED_SAME_AS_I: d->shared_expert_intermediate_size = d->moe_intermediate_size; break;
     }
     d->shared_expert_gated = row->shared.gated && d->shared_expert_intermediate_size > 0;
+    if ((st = config_refused(f, row)) != MOE_OK)
+        return st;
     if (row->routing_hook && (st = row->routing_hook(f, row, &d->n_group, &d->topk_group)) != MOE_OK)
         return st;
     if (d->n_group > 1 && d->num_experts > 0) {

@@ -345,6 +345,152 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 1, .list_field = "mlp_layer_types"},
      .prefixes = {"model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+    /* LagunaSparseMoeBlock (Laguna; sliding-window and per-layer head counts are attention
+     * only): LagunaTopKRouter is sigmoid + e_score_correction_bias on the selection, always
+     * renormalized (no epsilon: identical in f32 to libmoe's + 1e-20 unless the top-k sum is
+     * below ~1e-13); moe_routed_scaling_factor times the routed sum, then the ungated shared
+     * expert. Saved (conversion_mapping's reverse) as experts.e_score_correction_bias and
+     * shared_expert.; MoE layers by mlp_layer_types (absent: every layer but the first) */
+    {.family = MOE_FAMILY_LAGUNA, .name = "laguna", .names = {{"LagunaForCausalLM", "laguna"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .shared = {MOE_FAM_SHARED_FIELD, "shared_expert_intermediate_size", 0, false, "shared_expert"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .routed_scaling = {"moe_routed_scaling_factor", 1.0},
+     .router = {"gate.weight"}, .selection_bias = "experts.e_score_correction_bias" /* as saved */,
+     .refuse = {{"moe_router_logit_softcapping", "tanh soft-capping of the router logits"},
+                {"moe_apply_router_weight_on_input", "the routing weight applied to the expert input (LagunaConfig "
+                                                     "itself refuses it)"}},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Kolibri1SparseMoeBlock (Kolibri1): Kolibri1TopKRouter selects the top-k on the f32
+     * logits + e_score_correction_bias, weights = sigmoid of the selected logits, renormalized
+     * when norm_topk_prob (default false; no epsilon, as Laguna); the ungated shared expert is
+     * added; every layer. Saved with the bias beside the block, model.layers.L.moe.router.
+     * expert_bias (conversion_mapping's reverse) */
+    {.family = MOE_FAMILY_KOLIBRI1, .name = "kolibri1", .names = {{"Kolibri1ForCausalLM", "kolibri1"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .shared = {MOE_FAM_SHARED_FIELD, "shared_expert_intermediate_size", 0, false, "shared_experts"},
+     .scoring = MOE_SCORING_TOPK_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", false},
+     .router = {"gate.weight"}, .selection_bias = "model.layers.%L.moe.router.expert_bias" /* as saved */,
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* BeamMoE (Beam): BeamTopkRouter is DeepSeek-V3's (sigmoid + e_score_correction_bias,
+     * top-2-sum groups, norm_topk_prob with + 1e-20) in f32, routed_scaling_factor on the
+     * routed sum; no shared expert. BeamConfig's defaults: n_group 8, topk_group 4,
+     * norm_topk_prob true, 2.5; MoE layers by mlp_layer_types (absent: the first
+     * min(3, L) dense) */
+    {.family = MOE_FAMILY_BEAM, .name = "beam", .names = {{"BeamForCausalLM", "beam"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 2.5}, .groups = {"n_group", "topk_group", 8, 4, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 3, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* MiniMaxM3VLSparseMoeBlock (MiniMax-M3's text decoder; its block-sparse indexed attention
+     * is not the block): MiniMaxM3VLTopKRouter is sigmoid in f32 + e_score_correction_bias on
+     * the selection, always renormalized (no epsilon, as Laguna); the experts and the shared
+     * expert (MiniMaxM3VLDenseMLP, shared_intermediate_size) use gpt-oss's clamped SwiGLU
+     * (swiglu_alpha, swiglu_limit) on non-interleaved gate / up halves; routed_scaling_factor
+     * (default 2) times the routed sum. Released (and saved: conversion_mapping's reverse)
+     * under language_model.model.layers.L.block_sparse_moe. with w1 / w3 / w2 per expert, the
+     * bias beside the gate and the shared expert's gate_proj / up_proj split; MoE layers by
+     * mlp_layer_types (absent: every layer) */
+    {.family = MOE_FAMILY_MINIMAX_M3_VL, .name = "minimax_m3_vl", .text_config = true,
+     .names = {{"MiniMaxM3SparseForConditionalGeneration", "minimax_m3_vl"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .shared = {MOE_FAM_SHARED_FIELD, "shared_intermediate_size", 0, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .routed_scaling = {"routed_scaling_factor", 2.0},
+     .router = {"gate.weight"}, .selection_bias = "e_score_correction_bias" /* as saved: beside gate. */,
+     .activation = {MOE_FAM_ACT_CLAMPED_SWIGLU, "swiglu_alpha", "swiglu_limit", 1.702, 7.0},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 0, .list_field = "mlp_layer_types"},
+     .prefixes = {"language_model.model.layers.%L.block_sparse_moe." /* as released */},
+     .per_expert = {{"w1", "w3", "w2"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* AfmoeSparseMoeBlock (AFMoE): AfmoeTokenChoiceRouter (router.gate) is sigmoid in f32, the
+     * top-k on the scores + the block's expert_bias, always renormalized (+ 1e-20), times
+     * route_scale; plus num_shared_experts (default 2) * I ungated shared experts. MoE layers:
+     * layer >= num_dense_layers (default 1) */
+    {.family = MOE_FAMILY_AFMOE, .name = "afmoe", .names = {{"AfmoeForCausalLM", "afmoe"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .shared = {MOE_FAM_SHARED_COUNT, "num_shared_experts", 2, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .routed_scaling = {"route_scale", 1.0},
+     .router = {"router.gate.weight"}, .selection_bias = "expert_bias",
+     .layers = {MOE_FAM_LAYERS_DENSE_PREFIX, "num_dense_layers", 1},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* FlintSparseMoeBlock (Flint): FlintTopKRouter is the top-k of the f32 sigmoid scores (no
+     * bias), renormalized when norm_topk_prob (default true; no epsilon, as Laguna); the
+     * shared expert added ungated. MoE layers as Qwen2-MoE's, mlp_only_layers defaulting to
+     * [0, 1] (FlintConfig) */
+    {.family = MOE_FAMILY_FLINT, .name = "flint", .names = {{"FlintForCausalLM", "flint"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_FIELD, "shared_expert_intermediate_size", 0, false, "shared_expert"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_SPARSE_STEP, .step_field = "decoder_sparse_step", .step_default = 1,
+                .list_field = "mlp_only_layers", .list_default = {0, 1}, .n_list_default = 2},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* GraniteMoeSWAMoE (Granite-MoE with sliding-window attention): Granite-MoE's block
+     * (top-k on the logits, softmax over the k), saved stacked. Its shared_mlp (input_linear
+     * [2 I_s, H] / output_linear) sits beside block_sparse_moe in the decoder layer, outside
+     * the block: a config with shared_intermediate_size > 0 is refused (the class default is
+     * 0) */
+    {.family = MOE_FAMILY_GRANITEMOE_SWA, .name = "granitemoe_swa", .names = {{"GraniteMoeSWAForCausalLM", "granitemoe_swa"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_TOPK_SOFTMAX,
+     .router = {"router.weight", "router.layer.weight"},
+     .refuse = {{"shared_intermediate_size", "the decoder layer's shared_mlp (a fused input_linear [2 I_s, H] "
+                                             "added beside block_sparse_moe, outside the MoE block)"}},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.block_sparse_moe."},
+     .stacked = {{"experts.gate_up_proj", "experts.down_proj"}, {"input_linear.weight", "output_linear.weight"}}},
+
+    /* LaraMiniSparseMoeBlock (Lara-Mini; its gated-delta-net layers are attention only):
+     * LaraMiniTopKRouter is softmax over the f32 logits, top-k, renormalized when
+     * norm_topk_prob (default true); the shared expert added ungated; every layer */
+    {.family = MOE_FAMILY_LARA_MINI, .name = "lara_mini", .names = {{"LaraMiniForCausalLM", "lara_mini"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .shared = {MOE_FAM_SHARED_FIELD, "shared_expert_intermediate_size", 0, false, "shared_expert"},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Qwen4ExpTextSparseMoeBlock (Qwen4-Exp's decoder; its hyper-connections, n-gram and PLE
+     * embeddings and indexed attention are outside the block): Qwen4ExpTextTopKRouter is
+     * softmax in f32, top-k, renormalized when norm_topk_prob (default true; no epsilon, as
+     * Laguna); a sigmoid-gated shared expert; every layer. ConditionalGeneration keeps the
+     * decoder under model.language_model. */
+    {.family = MOE_FAMILY_QWEN4_EXP, .name = "qwen4_exp", .text_config = true,
+     .names = {{"Qwen4ExpForConditionalGeneration", "qwen4_exp"}, {"Qwen4ExpForCausalLM", "qwen4_exp_text"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .shared = {MOE_FAM_SHARED_FIELD, "shared_expert_intermediate_size", 0, true, "shared_expert", "shared_expert_gate"},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.language_model.layers.%L.mlp." /* ConditionalGeneration */, "model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 
@@ -408,7 +554,7 @@ const char *moe_fam_suggest(const char *word)
 /* "Arch (model_type), ..." for every name of every row, in row order; built once
  * (pthread_once: two threads reporting a bad checkpoint at the same time must not both write
  * it). An over-long list is cut at the buffer's end. */
-static char fam_supported[2048]; /* [2048] chars, NUL-terminated */
+static char fam_supported[8192]; /* [8192] chars, NUL-terminated */
 static pthread_once_t fam_supported_once = PTHREAD_ONCE_INIT;
 
 static void fam_supported_build(void)
@@ -451,15 +597,25 @@ const char *moe_fam_names_with(moe_fam_layout layout, const char *sep, bool arch
     return out;
 }
 
+/* pat with its first "%L" replaced by the layer, after `lead`, into out [n]. */
+static bool expand_layer(const char *lead, const char *pat, int64_t layer, char *out, size_t n)
+{
+    const char *at = strstr(pat, "%L");
+    int len = at ? snprintf(out, n, "%s%.*s%" PRId64 "%s", lead, (int)(at - pat), pat, layer, at + 2)
+                 : snprintf(out, n, "%s%s", lead, pat);
+    return len >= 0 && (size_t)len < n;
+}
+
 bool moe_fam_prefix(const moe_fam_row *row, int i, int64_t layer, char *out, size_t n)
 {
     if (i < 0 || i >= MOE_FAM_MAX_PREFIXES || !row->prefixes[i])
         return false;
-    const char *pat = row->prefixes[i];
-    const char *at = strstr(pat, "%L");
-    int len = at ? snprintf(out, n, "%.*s%" PRId64 "%s", (int)(at - pat), pat, layer, at + 2)
-                 : snprintf(out, n, "%s", pat);
-    return len >= 0 && (size_t)len < n;
+    return expand_layer("", row->prefixes[i], layer, out, n);
+}
+
+bool moe_fam_tensor_name(const char *name, const char *prefix, int64_t layer, char *out, size_t n)
+{
+    return expand_layer(strstr(name, "%L") ? "" : prefix, name, layer, out, n);
 }
 
 void moe_fam_layer_defaults(const moe_fam_row *row, moe_layer_desc *d)

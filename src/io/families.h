@@ -74,6 +74,17 @@ typedef moe_status (*moe_fam_routing_hook)(const moe_cfg_fields *f, const moe_fa
 #define MOE_FAM_MAX_PREFIXES 3 /* block prefix candidates per family */
 #define MOE_FAM_MAX_ROUTERS 2  /* router name candidates per family */
 #define MOE_FAM_MAX_STACKED 2  /* stacked output-major layouts per family */
+#define MOE_FAM_MAX_REFUSE 2   /* refused config values per family */
+#define MOE_FAM_MAX_LIST_DEFAULT 4 /* entries of a layer list's class default */
+
+/* A config.json field whose non-zero value (true, or a number != 0) asks for maths the row
+ * does not compute (Laguna's moe_router_logit_softcapping): such a config is refused by name,
+ * the field, its value and `what` in the message. Absent, null, false or 0 is read as the row
+ * says. */
+typedef struct moe_fam_refuse {
+    const char *field;
+    const char *what;                      /* what the value turns on, for the message */
+} moe_fam_refuse;
 
 /* One family. A NULL name means "none": the field is not read, the tensor not looked up, the
  * layout not used. Fields are named as config.json names them; tensor names are relative to
@@ -120,7 +131,11 @@ struct moe_fam_row {
     } groups;
     const char *router[MOE_FAM_MAX_ROUTERS]; /* P<router> [E, H]: candidates, in order */
     const char *router_bias;               /* P<router_bias> [E]: has_router_bias */
-    const char *selection_bias;            /* P<selection_bias> [E]: has_selection_bias */
+    const char *selection_bias;            /* P<selection_bias> [E]: has_selection_bias. A bias
+                                              name holding "%L" is the full name of layer L's
+                                              tensor, not relative to P (Kolibri1 saves it
+                                              beside the block: model.layers.%L.moe.router.
+                                              expert_bias); moe_fam_tensor_name spells both */
     bool weight_on_input;                  /* apply_router_weight_on_input */
     struct {
         moe_fam_act rule;
@@ -128,17 +143,23 @@ struct moe_fam_row {
         double alpha, limit;               /* their defaults */
     } activation;
     moe_fam_routing_hook routing_hook;     /* or NULL */
+    moe_fam_refuse refuse[MOE_FAM_MAX_REFUSE]; /* config values refused by name (field NULL: none) */
 
     /* ---- which layers are MoE ---- */
     struct {
         moe_fam_layers rule;
         const char *first_field;           /* DENSE_PREFIX: the first MoE layer */
         int64_t first_default;
-        const char *step_field;            /* every step-th layer */
+        const char *step_field;            /* every step-th layer (DENSE_PREFIX without one:
+                                              every layer from the first) */
         int64_t step_default;
         const char *list_field;            /* SPARSE_STEP: the dense layers; LISTED_ELSE_STEP: the
                                               MoE layers; TYPES_ELSE_PREFIX: "dense" / "sparse"
                                               per layer */
+        int64_t list_default[MOE_FAM_MAX_LIST_DEFAULT]; /* SPARSE_STEP, LISTED_ELSE_STEP: the
+                                              config class's list when list_field is absent or
+                                              null (FlintConfig's mlp_only_layers [0, 1]) ... */
+        int n_list_default;                /* ... of this many entries (0: an empty list) */
     } layers;
 
     /* ---- tensors of layer L ---- */
@@ -202,6 +223,11 @@ const char *moe_fam_names_with(moe_fam_layout layout, const char *sep, bool arch
 /* Block prefix candidate i (< MOE_FAM_MAX_PREFIXES) of layer `layer` into out [n]: false when
  * the row has no candidate i (or it does not fit). */
 bool moe_fam_prefix(const moe_fam_row *row, int i, int64_t layer, char *out, size_t n);
+
+/* The name of layer `layer`'s tensor `name` of the row (a router_bias / selection_bias): a name
+ * holding "%L" is expanded as a prefix pattern is, any other follows the block prefix
+ * `prefix`. Into out [n]; false when it does not fit. */
+bool moe_fam_tensor_name(const char *name, const char *prefix, int64_t layer, char *out, size_t n);
 
 /* Set the routing and expert-math fields of d from the row, as its config class defaults
  * them (moe_family_layer_defaults, moe_checkpoint.h, says which). Sizes stay; d->family is

@@ -28,6 +28,27 @@ The other families, from transformers 5.24's modeling code (the routing table of
   Granite-MoE   top-k on l, softmax of the k
   Qwen3.5-MoE   softmax, always renormalized, sigmoid-gated shared expert
   Qwen3-Next    as Qwen2-MoE with norm_topk_prob defaulting to true
+  Laguna        s = sigmoid(l); top-k on s + e_score_correction_bias (saved as
+                experts.e_score_correction_bias); w = s / sum (always); * moe_routed_scaling_factor;
+                + shared_expert(x), ungated
+  Kolibri1      top-k on l + the bias (saved as model.layers.L.moe.router.expert_bias);
+                w = sigmoid(l), / sum if norm_topk_prob (false); + shared_experts(x), ungated
+  Beam          DeepSeek-V3's router (BeamConfig: 8 groups keep 4, norm true, scale 2.5), no
+                shared expert; MoE layers by mlp_layer_types (absent: layer >= 3)
+  MiniMax-M3    text_config; s = sigmoid(l); top-k on s + e_score_correction_bias (beside the
+                gate, as released); w = s / sum (always); * routed_scaling_factor (2); routed and
+                shared experts (shared_intermediate_size) with gpt-oss's clamped SwiGLU on
+                gate / up halves; released under language_model.model.layers.L.block_sparse_moe.
+                with w1 / w3 / w2; MoE layers by mlp_layer_types (absent: every layer)
+  AFMoE         s = sigmoid(l) (router.gate); top-k on s + expert_bias; w = s / (sum + 1e-20)
+                * route_scale; + num_shared_experts * I shared, ungated; layer >= num_dense_layers
+  Flint         s = sigmoid(l); top-k on s; / sum if norm_topk_prob (true); + shared_expert(x);
+                MoE layers as Qwen2-MoE's with mlp_only_layers defaulting to [0, 1]
+  Lara-Mini     softmax, / sum if norm_topk_prob (true); + shared_expert(x), ungated
+  Granite-MoE-SWA  Granite-MoE's block (router.weight, stacked experts); its shared_mlp is
+                outside the block (refused here when shared_intermediate_size > 0)
+  Qwen4-Exp     text_config; softmax, / sum if norm_topk_prob (true); sigmoid-gated
+                shared_expert; model.language_model. prefix
 
 Weights of any dtype (F32, BF16, F16) are widened exactly to float64, so the reference uses
 the same rounded weights a bf16/f16 implementation sees. Tensor names: per-expert (what
@@ -131,6 +152,16 @@ _FAMILIES = {
     "DeepseekV32ForCausalLM": "deepseek_v32", "deepseek_v32": "deepseek_v32",
     "ExaoneMoeForCausalLM": "exaone_moe", "exaone_moe": "exaone_moe",
     "MiMoV2FlashForCausalLM": "mimo_v2_flash", "mimo_v2_flash": "mimo_v2_flash",
+    "LagunaForCausalLM": "laguna", "laguna": "laguna",
+    "Kolibri1ForCausalLM": "kolibri1", "kolibri1": "kolibri1",
+    "BeamForCausalLM": "beam", "beam": "beam",
+    "AfmoeForCausalLM": "afmoe", "afmoe": "afmoe",
+    "FlintForCausalLM": "flint", "flint": "flint",
+    "LaraMiniForCausalLM": "lara_mini", "lara_mini": "lara_mini",
+    "GraniteMoeSWAForCausalLM": "granitemoe_swa", "granitemoe_swa": "granitemoe_swa",
+    "MiniMaxM3SparseForConditionalGeneration": "minimax_m3_vl", "minimax_m3_vl": "minimax_m3_vl",
+    "Qwen4ExpForConditionalGeneration": "qwen4_exp", "qwen4_exp": "qwen4_exp",
+    "Qwen4ExpForCausalLM": "qwen4_exp", "qwen4_exp_text": "qwen4_exp",
 }
 
 
@@ -146,7 +177,7 @@ def family_of(cfg):
 
 def text_config(cfg, family):
     """The decoder's fields: text_config for the multimodal wrappers."""
-    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe") and isinstance(cfg.get("text_config"), dict):
+    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "qwen4_exp", "minimax_m3_vl") and isinstance(cfg.get("text_config"), dict):
         return cfg["text_config"]
     return cfg
 
@@ -157,8 +188,22 @@ _V3_LIKE = ("glm4_moe", "dots1") + _MLP_TYPES
 
 
 def is_moe_layer(cfg, family, layer):
-    if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo"):
+    if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo",
+                  "kolibri1", "lara_mini", "granitemoe_swa", "qwen4_exp"):
         return True
+    if family in ("laguna", "beam", "minimax_m3_vl"):
+        # LagunaConfig / BeamConfig fill an absent mlp_layer_types with 1 / min(3, L) dense
+        # layers, MiniMaxM3VLTextConfig with none
+        types = cfg.get("mlp_layer_types")
+        if types is not None:
+            return types[layer] == "sparse"
+        return layer >= {"laguna": 1, "beam": 3, "minimax_m3_vl": 0}[family]
+    if family == "afmoe":
+        return layer >= int(_get(cfg, "num_dense_layers", 1))
+    if family == "flint":
+        dense = cfg.get("mlp_only_layers")
+        dense = [0, 1] if dense is None else dense
+        return layer not in dense and (layer + 1) % int(_get(cfg, "decoder_sparse_step", 1)) == 0
     if family in _MLP_TYPES:
         # their DecoderLayers: MoE where config.mlp_layer_types[layer] == "sparse"; the config
         # classes fill an absent list with dense layers first (first_k_dense_replace, or 1)
@@ -195,11 +240,15 @@ def _prefix(ck, fam, layer):
                    f"model.language_model.layers.{layer}.feed_forward.",
                    f"model.layers.{layer}.feed_forward."],
         "granitemoe": [f"model.layers.{layer}.block_sparse_moe."],
+        "granitemoe_swa": [f"model.layers.{layer}.block_sparse_moe."],
+        "minimax_m3_vl": [f"language_model.model.layers.{layer}.block_sparse_moe."],
+        "qwen4_exp": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
         "minimax": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
         "qwen3_vl_moe": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
     }.get(fam, [f"model.layers.{layer}.mlp."])
-    routers = {"gpt_oss": ["router.weight"], "llama4": ["router.weight"],
-               "granitemoe": ["router.layer.weight", "router.weight"]}.get(fam, ["gate.weight"])
+    routers = {"gpt_oss": ["router.weight"], "llama4": ["router.weight"], "afmoe": ["router.gate.weight"],
+               "granitemoe": ["router.layer.weight", "router.weight"],
+               "granitemoe_swa": ["router.weight"]}.get(fam, ["gate.weight"])
     for c in cands:
         for r in routers:
             if ck.has(c + r):
@@ -275,10 +324,11 @@ def layer_params_new(ck, layer):
     if fam in ("deepseek_v2", "deepseek_v3") + _V3_LIKE:
         E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
-    elif fam in ("qwen3_5_moe", "qwen3_next", "qwen3_vl_moe"):
+    elif fam in ("qwen3_5_moe", "qwen3_next", "qwen3_vl_moe", "laguna", "kolibri1", "beam", "afmoe", "flint",
+                 "lara_mini", "qwen4_exp"):
         E = int(cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
-    else:
+    else:  # Mixtral-like sizes (and MiniMax-M3's)
         E = int(cfg.get("num_local_experts") or cfg.get("num_experts"))
         I = int(cfg["intermediate_size"])
     p = {"family": fam, "H": H, "K": K, "E": E, "I": I, "scoring": "softmax", "renormalize": False,
@@ -304,15 +354,32 @@ def layer_params_new(ck, layer):
         p["scale"] = float(_get(cfg, "routed_scaling_factor", 1.0))
         if _get(cfg, "topk_method", "greedy") == "group_limited_greedy":
             p.update(n_group=int(cfg["n_group"]), topk_group=int(cfg["topk_group"]))
-    elif fam in ("gpt_oss", "granitemoe"):
+    elif fam in ("gpt_oss", "granitemoe", "granitemoe_swa"):
         p["scoring"] = "topk_softmax"
+        if fam == "granitemoe_swa" and int(cfg.get("shared_intermediate_size") or 0) > 0:
+            raise ValueError("granitemoe_swa: shared_intermediate_size > 0 (shared_mlp outside the block)")
     elif fam == "llama4":
         p.update(scoring="topk_sigmoid", on_input=True)
     elif fam in ("olmoe", "qwen3_next", "flex_olmo"):  # FlexOlmoTopKRouter: as OLMoE's
         p["renormalize"] = bool(_get(cfg, "norm_topk_prob", fam == "qwen3_next"))
     elif fam == "qwen3_5_moe":
         p["renormalize"] = True
-    if fam == "gpt_oss":
+    elif fam == "minimax_m3_vl":
+        p.update(scoring="sigmoid", renormalize=True, scale=float(_get(cfg, "routed_scaling_factor", 2.0)))
+    elif fam in ("laguna", "afmoe"):
+        key = "moe_routed_scaling_factor" if fam == "laguna" else "route_scale"
+        p.update(scoring="sigmoid", renormalize=True, scale=float(_get(cfg, key, 1.0)))
+    elif fam == "kolibri1":  # top-k on the biased logits, sigmoid of the selected
+        p.update(scoring="topk_sigmoid", renormalize=bool(_get(cfg, "norm_topk_prob", False)))
+    elif fam == "beam":
+        p.update(scoring="sigmoid", renormalize=bool(_get(cfg, "norm_topk_prob", True)),
+                 scale=float(_get(cfg, "routed_scaling_factor", 2.5)), n_group=int(_get(cfg, "n_group", 8)),
+                 topk_group=int(_get(cfg, "topk_group", 4)), group_score="top2_sum")
+    elif fam == "flint":
+        p.update(scoring="sigmoid", renormalize=bool(_get(cfg, "norm_topk_prob", True)))
+    elif fam in ("lara_mini", "qwen4_exp"):
+        p["renormalize"] = bool(_get(cfg, "norm_topk_prob", True))
+    if fam in ("gpt_oss", "minimax_m3_vl"):
         p.update(act="swiglu_oai", alpha=float(_get(cfg, "swiglu_alpha", 1.702)),
                  limit=float(_get(cfg, "swiglu_limit", 7.0)))
     else:
@@ -323,9 +390,17 @@ def layer_params_new(ck, layer):
     p["router"] = ck.get(router_name)
     if fam == "gpt_oss":
         p["router_bias"] = ck.get(moe + "router.bias")
-    if v3:  # K-EXAONE's checkpoints keep it beside the router, not under it
+    if v3 or fam == "beam":  # K-EXAONE's checkpoints keep it beside the router, not under it
         bias = moe + ("e_score_correction_bias" if fam == "exaone_moe" else "gate.e_score_correction_bias")
         p["sel_bias"] = ck.get(bias)
+    elif fam == "laguna":
+        p["sel_bias"] = ck.get(moe + "experts.e_score_correction_bias")
+    elif fam == "minimax_m3_vl":
+        p["sel_bias"] = ck.get(moe + "e_score_correction_bias")
+    elif fam == "afmoe":
+        p["sel_bias"] = ck.get(moe + "expert_bias")
+    elif fam == "kolibri1":
+        p["sel_bias"] = ck.get(f"model.layers.{layer}.moe.router.expert_bias")
     if fam == "gpt_oss" and ck.has(moe + "experts.gate_up_proj_blocks"):
         gu = mxfp4_dequant(ck.get(moe + "experts.gate_up_proj_blocks"),
                            ck.get(moe + "experts.gate_up_proj_scales"))   # [E, 2I, H]
@@ -352,7 +427,7 @@ def layer_params_new(ck, layer):
         p["w_gate"], p["w_up"] = gu[:, :I, :], gu[:, I:, :]
         p["w_down"] = ck.get(moe + ("output_linear.weight" if inl else "experts.down_proj"))
     else:
-        g, u, dn = ("w1", "w3", "w2") if fam == "minimax" else ("gate_proj", "up_proj", "down_proj")
+        g, u, dn = ("w1", "w3", "w2") if fam in ("minimax", "minimax_m3_vl") else ("gate_proj", "up_proj", "down_proj")
         p["w_gate"] = np.stack([ck.get(f"{moe}experts.{e}.{g}.weight") for e in range(E)])
         p["w_up"] = np.stack([ck.get(f"{moe}experts.{e}.{u}.weight") for e in range(E)])
         p["w_down"] = np.stack([ck.get(f"{moe}experts.{e}.{dn}.weight") for e in range(E)])
@@ -368,9 +443,16 @@ def layer_params_new(ck, layer):
         s = moe + "shared_experts."
     elif fam == "llama4":
         p["Is"], s = I, moe + "shared_expert."
-    elif fam in ("qwen3_5_moe", "qwen3_next"):
+    elif fam in ("qwen3_5_moe", "qwen3_next", "qwen4_exp"):
         p["Is"], s = int(cfg.get("shared_expert_intermediate_size") or 0), moe + "shared_expert."
         p["shared_gated"] = True
+    elif fam == "afmoe":
+        p["Is"], s = int(_get(cfg, "num_shared_experts", 2)) * I, moe + "shared_experts."
+    elif fam == "minimax_m3_vl":
+        p["Is"], s = int(cfg.get("shared_intermediate_size") or 0), moe + "shared_experts."
+    elif fam in ("laguna", "kolibri1", "flint", "lara_mini"):
+        p["Is"] = int(cfg.get("shared_expert_intermediate_size") or 0)
+        s = moe + ("shared_experts." if fam == "kolibri1" else "shared_expert.")
     if p["Is"]:
         p["s_gate"] = ck.get(s + "gate_proj.weight")
         p["s_up"] = ck.get(s + "up_proj.weight")
@@ -501,7 +583,12 @@ def moe_forward(p, x):
         gate = 1.0
         if p.get("shared_gated", p.get("family") == "qwen2_moe"):
             gate = 1.0 / (1.0 + np.exp(-(x @ p["s_expert_gate"].T)))  # [T, 1]
-        out += gate * swiglu(x, p["s_gate"], p["s_up"], p["s_down"])
+        if p.get("family") == "minimax_m3_vl":  # MiniMaxM3VLDenseMLP: the experts' clamped SwiGLU
+            sh = {"w_gate": p["s_gate"][None], "w_up": p["s_up"][None], "w_down": p["s_down"][None],
+                  "act": p["act"], "alpha": p["alpha"], "limit": p["limit"]}
+            out += gate * expert(sh, x, 0)
+        else:
+            out += gate * swiglu(x, p["s_gate"], p["s_up"], p["s_down"])
     return {"output": out, "topk_ids": ids.astype(np.int32), "topk_weights": w,
             "router_logits": logits, "probs": probs}
 

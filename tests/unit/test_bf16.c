@@ -581,7 +581,9 @@ static void check_bound(moe_family fam, moe_dtype wdt, double *worst_ratio, doub
 static void test_bound_every_family(void **state)
 {
     (void)state;
-    for (int f = MOE_FAMILY_MIXTRAL; f <= MOE_FAMILY_MIMO_V2_FLASH; f++) {
+    for (int f = MOE_FAMILY_MIXTRAL; f < 128; f++) { /* every row; the values may leave gaps */
+        if (strcmp(moe_family_name((moe_family)f), "?") == 0)
+            continue;
         for (int wi = 0; wi < 2; wi++) {
             const moe_dtype wdt = wi ? MOE_DTYPE_F32 : MOE_DTYPE_BF16;
             double ratio = 0.0, rel = 0.0;

@@ -100,6 +100,8 @@ typedef struct fspec {
     const char *shared;       /* "shared_expert", "shared_experts" or NULL */
     int shared_gated;
     int sel_bias, router_bias;
+    const char *sel_bias_name; /* the selection bias' full name, "%lld" = the layer (NULL:
+                                  P gate.e_score_correction_bias) */
     moe_dtype wdt;
     const char *moe_mask;     /* one char per layer: '1' MoE, '0' dense */
     const char *dense_why;    /* a substring of the first dense layer's EDENSE message */
@@ -170,7 +172,10 @@ static void add_layer(const fspec *s, int64_t layer, const fweights *w, tlist *t
         snprintf(name, sizeof name, "%srouter.bias", p);
         tl_add(tl, name, s->wdt, 1, (int64_t[]){E}, w->rbias);
     }
-    if (s->sel_bias) {
+    if (s->sel_bias && s->sel_bias_name) {
+        snprintf(name, sizeof name, s->sel_bias_name, (long long)layer);
+        tl_add(tl, name, MOE_DTYPE_F32, 1, (int64_t[]){E}, w->sbias);
+    } else if (s->sel_bias) {
         snprintf(name, sizeof name, "%sgate.e_score_correction_bias", p);
         tl_add(tl, name, MOE_DTYPE_F32, 1, (int64_t[]){E}, w->sbias);
     }
@@ -698,6 +703,73 @@ static void test_mlp_layer_types(void **state)
                  "must be \"sparse\" or \"dense\"");
     tl_free(tl);
     free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
+/* The family-table pieces the hybrid-decoder rows brought:
+ *  - a selection bias saved beside the block (a bias name holding %L is a full name):
+ *    Kolibri1's model.layers.L.moe.router.expert_bias, with top-k sigmoid scoring;
+ *  - a layer list's class default (FlintConfig: mlp_only_layers absent = [0, 1]);
+ *  - refused config values (Laguna's moe_router_logit_softcapping, tested in
+ *    test_family_errors). */
+static void test_hybrid_rows(void **state)
+{
+    (void)state;
+    fspec k = {.tag = "ck-kolibri", .family = MOE_FAMILY_KOLIBRI1,
+               .config = "{\"architectures\": [\"Kolibri1ForCausalLM\"], \"hidden_size\": 16,"
+                         " \"num_hidden_layers\": 2, \"moe_intermediate_size\": 8, \"num_local_experts\": 8,"
+                         " \"num_experts_per_tok\": 2, \"shared_expert_intermediate_size\": 12}",
+               .H = 16, .I = 8, .E = 8, .K = 2, .L = 2, .Is = 12, .prefix = "model.layers.%lld.mlp.",
+               .router = "gate.weight", .layout = L_PER_EXPERT, .shared = "shared_experts", .sel_bias = 1,
+               .sel_bias_name = "model.layers.%lld.moe.router.expert_bias", .wdt = MOE_DTYPE_F32, .moe_mask = "11"};
+    k.want = base_desc(MOE_FAMILY_KOLIBRI1, 16, 8, 8, 2, MOE_DTYPE_F32);
+    k.want.scoring_func = MOE_SCORING_TOPK_SIGMOID;
+    k.want.renormalize = 0; /* Kolibri1Config's norm_topk_prob default */
+    k.want.shared_expert_intermediate_size = 12;
+    k.want.has_selection_bias = 1;
+    check_family(&k);
+
+    /* the bias under the block prefix instead is not Kolibri1's name: the missing tensor is
+     * named as the row spells it for the layer */
+    moe_ctx *ctx = tu_ctx();
+    char dir[512];
+    tu_tmpdir(dir, sizeof dir, "ck-kolibrix");
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    k.sel_bias_name = NULL;
+    k.L = 1;
+    fweights w = gen_weights(&k, 0);
+    add_layer(&k, 0, &w, tl);
+    expect_error(ctx, open_desc(ctx, dir, k.config, tl, 0), MOE_ENOTFOUND, "model.layers.0.moe.router.expert_bias");
+    free_weights(&w);
+    tl_free(tl);
+    free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+
+    /* Flint without mlp_only_layers: FlintConfig's [0, 1] are dense */
+    fspec f = {.tag = "ck-flint", .family = MOE_FAMILY_FLINT,
+               .config = "{\"architectures\": [\"FlintForCausalLM\"], \"hidden_size\": 16,"
+                         " \"num_hidden_layers\": 3, \"moe_intermediate_size\": 8, \"num_experts\": 4,"
+                         " \"num_experts_per_tok\": 2, \"shared_expert_intermediate_size\": 8}",
+               .H = 16, .I = 8, .E = 4, .K = 2, .L = 3, .Is = 8, .prefix = "model.layers.%lld.mlp.",
+               .router = "gate.weight", .layout = L_PER_EXPERT, .shared = "shared_expert", .wdt = MOE_DTYPE_F32,
+               .moe_mask = "001", .dense_why = "listed in mlp_only_layers"};
+    f.want = base_desc(MOE_FAMILY_FLINT, 16, 8, 4, 2, MOE_DTYPE_F32);
+    f.want.scoring_func = MOE_SCORING_SIGMOID;
+    f.want.renormalize = 1;
+    f.want.shared_expert_intermediate_size = 8;
+    check_family(&f);
+    /* given, the list is read as written (an empty list: every layer MoE) */
+    f.tag = "ck-flint2";
+    f.config = "{\"architectures\": [\"FlintForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 3,"
+               " \"moe_intermediate_size\": 8, \"num_experts\": 4, \"num_experts_per_tok\": 2,"
+               " \"shared_expert_intermediate_size\": 8, \"mlp_only_layers\": [], \"norm_topk_prob\": false}";
+    f.moe_mask = "111";
+    f.dense_why = NULL;
+    f.want.renormalize = 0;
+    check_family(&f);
 }
 
 static void test_family_errors(void **state)
@@ -747,6 +819,27 @@ static void test_family_errors(void **state)
                       " \"intermediate_size\": 8, \"num_local_experts\": 4, \"num_experts_per_tok\": 2,"
                       " \"swiglu_limit\": -1}";
     expect_error(ctx, open_desc(ctx, dir, oss, tl, 0), MOE_EFORMAT, cfg, "'swiglu_limit'");
+    /* a refused value (moe_fam_refuse) is named with what it asks for; 0 / false pass on to
+     * the next check (here the missing router) */
+    const char *lag = "{\"architectures\": [\"LagunaForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 1,"
+                      " \"moe_intermediate_size\": 8, \"num_experts\": 4, \"num_experts_per_tok\": 2,"
+                      " \"shared_expert_intermediate_size\": 8, \"mlp_layer_types\": [\"sparse\"]%s}";
+    snprintf(buf, sizeof buf, lag, ", \"moe_router_logit_softcapping\": 30.0");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EUNSUPPORTED, cfg, "'moe_router_logit_softcapping' = 30",
+                 "soft-capping", "laguna");
+    snprintf(buf, sizeof buf, lag, ", \"moe_apply_router_weight_on_input\": true");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EUNSUPPORTED, cfg, "'moe_apply_router_weight_on_input' = true");
+    snprintf(buf, sizeof buf, lag, ", \"moe_router_logit_softcapping\": \"30\"");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EFORMAT, cfg, "'moe_router_logit_softcapping'",
+                 "a number or a boolean");
+    snprintf(buf, sizeof buf, lag,
+             ", \"moe_router_logit_softcapping\": 0.0, \"moe_apply_router_weight_on_input\": false");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_ENOTFOUND, "model.layers.0.mlp.gate.weight");
+    const char *swa = "{\"architectures\": [\"GraniteMoeSWAForCausalLM\"], \"hidden_size\": 16,"
+                      " \"num_hidden_layers\": 1, \"intermediate_size\": 8, \"num_local_experts\": 4,"
+                      " \"num_experts_per_tok\": 2, \"shared_intermediate_size\": 16}";
+    expect_error(ctx, open_desc(ctx, dir, swa, tl, 0), MOE_EUNSUPPORTED, cfg, "'shared_intermediate_size' = 16",
+                 "shared_mlp", "granitemoe_swa");
     tl_free(tl);
 
     /* gpt-oss MXFP4 blocks without config.json's quantization_config {quant_method: mxfp4}
@@ -808,6 +901,7 @@ int main(void)
         cmocka_unit_test(test_gpt_oss),       cmocka_unit_test(test_llama4),
         cmocka_unit_test(test_olmoe_granite), cmocka_unit_test(test_qwen35_next),
         cmocka_unit_test(test_gelu_act),      cmocka_unit_test(test_family_errors),
+        cmocka_unit_test(test_hybrid_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -601,10 +601,12 @@ static void test_family_known_architecture(void **state)
 static void test_family_names(void **state)
 {
     (void)state;
-    char names[256];
+    char names[1024];
     moe_fam_row_names(names, sizeof names);
-    for (int f = 1; moe_fam_row_of((moe_family)f); f++) {
+    for (int f = 1; f < 128; f++) { /* the values may leave gaps */
         const moe_fam_row *row = moe_fam_row_of((moe_family)f);
+        if (!row)
+            continue;
         assert_ptr_equal(moe_fam_by_name(row->name), row);
         assert_ptr_equal(moe_fam_by_name(row->names[0].arch), row);
         assert_ptr_equal(moe_fam_by_name(row->names[0].model_type), row);
