@@ -34,7 +34,7 @@ from .layer import MoELayer
 
 log = logging.getLogger("libmoe")
 
-__all__ = ["patch", "memory_report", "experts_forward", "LibmoeSparseMoeBlock"]
+__all__ = ["patch", "pack", "release", "set_options", "memory_report", "experts_forward", "LibmoeSparseMoeBlock"]
 
 # handle (int, baked into traced graphs as a constant) -> MoELayer. A module keeps its
 # handle in `_libmoe_handle`; the layer lives as long as the process (a model's packed
@@ -189,19 +189,43 @@ def set_options(**options):
     _EXPERTS_OPTIONS.update(options)
 
 
+def _check_device(module, x):
+    if x.device.type != "cpu":
+        raise InvalidArgumentError("MOE_EINVAL", "%s: hidden_states is on %s: libmoe runs on the "
+                                   "CPU (move the model and inputs with .cpu())"
+                                   % (type(module).__name__, x.device))
+
+
 def experts_forward(self, hidden_states, top_k_index, top_k_weights):
     """transformers' experts interface (integrations/moe.py): hidden_states [T, H],
     top_k_index [T, K] int64, top_k_weights [T, K] -> [T, H] of hidden_states' dtype."""
+    _check_device(self, hidden_states)
     h = self.__dict__.get("_libmoe_handle")
     if h is None:
-        if hidden_states.device.type != "cpu":
-            raise InvalidArgumentError("MOE_EINVAL", "%s: hidden_states is on %s: libmoe runs "
-                                       "on the CPU" % (type(self).__name__, hidden_states.device))
         h = _build_experts(self, int(top_k_index.shape[-1]), dict(_EXPERTS_OPTIONS))
     return torch.ops.libmoe.experts(hidden_states.contiguous(), top_k_index, top_k_weights, h)
 
 
 ExpertsInterface.register("libmoe", experts_forward)
+
+
+def pack(model, **options):
+    """Pack now every experts module of `model` that experts_implementation="libmoe" would
+    pack on its first call (so no packing happens inside a torch.compile trace or a timed
+    run); top_k from the config's num_experts_per_tok. `options`: moe_options fields.
+    Returns the number of modules packed."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    n = 0
+    for m in model.modules():
+        if hasattr(m, "has_gate") and hasattr(m, "gate_up_proj") and \
+                m.__dict__.get("_libmoe_handle") is None:
+            if getattr(m.config, "_experts_implementation", None) != "libmoe":
+                raise InvalidArgumentError("MOE_EINVAL", "pack: %s runs experts_implementation=%r;"
+                                           " load the model with experts_implementation='libmoe'"
+                                           % (type(m).__name__, m.config._experts_implementation))
+            _build_experts(m, int(cfg.num_experts_per_tok), dict(_EXPERTS_OPTIONS, **options))
+            n += 1
+    return n
 
 
 # ---------------------------------------------------------------------------------------
@@ -249,6 +273,7 @@ class LibmoeSparseMoeBlock(nn.Module):
         self.returns_scores = returns_scores
 
     def forward(self, hidden_states):
+        _check_device(self, hidden_states)
         shape = hidden_states.shape
         x = hidden_states.reshape(-1, shape[-1]).contiguous()
         y = torch.ops.libmoe.experts(x, None, None, self._libmoe_handle).view(shape)
@@ -368,8 +393,9 @@ def release(model):
     """Free the packed libmoe layers of `model` (its libmoe modules stop working)."""
     n = 0
     for m in model.modules():
-        h = m.__dict__.pop("_libmoe_handle", None)
-        if h is not None:
+        h = m.__dict__.get("_libmoe_handle")
+        if h:
+            m._libmoe_handle = 0  # no layer: a later call raises InvalidArgumentError
             lay = _LAYERS.pop(h, None)
             if lay is not None:
                 lay.close()

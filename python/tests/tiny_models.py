@@ -50,4 +50,7 @@ def build(family, seed=0, dtype=torch.float32, experts_implementation="eager", *
                     p.copy_(0.2 * torch.randn(p.shape, generator=g))
     model = model.to(dtype).eval()
     model.set_experts_implementation(experts_implementation)
+    # generate() runs its full length (no end-of-sequence stop in a random model)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
     return model
