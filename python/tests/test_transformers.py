@@ -101,7 +101,7 @@ def test_f32_generate_and_layers(family):
         assert r["original_bytes"] >= r["packed_bytes"]
 
 
-def bf16_bound(experts, x, ids, w):
+def bf16_bound(experts, x, ids, w, routing=None):
     """First-order bound on |libmoe - stock| for one bf16 experts call (same given routing),
     tests/unit/test_fixtures.c's derivation without its routing terms (the routing is the
     model's in both): stock rounds g and v, silu(g), silu(g) v (items 2-5: P), the down output,
@@ -128,6 +128,8 @@ def bf16_bound(experts, x, ids, w):
         Q += wt[:, k, None].abs() * y.abs()
         exact += wt[:, k, None] * y
     c_y = 1 + 1 + (K - 1)
+    if routing is not None:  # [T, 1]: the routing terms (patch: the stock router rounds)
+        c_y = c_y + routing
     return U * (P + (c_y + 1) * Q) * 1.05 + 1e-5 * float(exact.abs().max())
 
 
@@ -147,6 +149,42 @@ def test_bf16_experts_within_derived_bound(family):
         worst = max(worst, float((err / bound).max()))
         assert bool((err <= bound).all()), "%s: worst err/bound %.3f" % (name, float((err / bound).max()))
     print("%s bf16 experts: worst err/bound %.3f" % (family, worst))
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral", "olmoe"])
+def test_bf16_patch_blocks_within_derived_bound(family):
+    """patch() in bf16, per block on the stock model's inputs: the bound of
+    tests/unit/test_fixtures.c with its routing terms (2 L_t for the router logits rounded to
+    bf16; Qwen3 / OLMoE cast the weights to bf16: 1 more), libmoe's final rounding and f32
+    error, on the exact (float64) routing; tokens where the stock router flipped experts
+    (routing_flips) are left out (no bound holds there; test_bf16_logits_near_stock checks
+    them). Families without a shared expert (the bound has no shared-expert terms)."""
+    import copy
+    stock = build(family, dtype=torch.bfloat16)
+    seq = greedy(stock)
+    ref = capture(stock, seq)
+    patched = build(family, dtype=torch.bfloat16)
+    lt.patch(patched)
+    cast = 0 if family == "mixtral" else 1
+    worst, kept = 0.0, 0
+    for name, r in ref.items():
+        blk = stock.get_submodule(name)
+        xb, yb = r["block"]  # [1, T, H]
+        xb, yb = xb.reshape(-1, xb.shape[-1]), yb.reshape(-1, yb.shape[-1])
+        (_, ids, _), _ = r["experts"]
+        router = copy.deepcopy(blk.gate).double()
+        with torch.no_grad():
+            logits, w64, ids64 = router(xb.double())
+        same = torch.tensor([set(a.tolist()) == set(b.tolist()) for a, b in zip(ids, ids64)])
+        L = logits.abs().max(dim=-1, keepdim=True).values
+        bound = bf16_bound(blk.experts, xb, ids64, w64, routing=2 * L + cast)
+        out = patched.get_submodule(name)(xb)
+        err = (out.double() - yb.double()).abs()
+        ratio = (err / bound)[same]
+        kept += int(same.sum())
+        worst = max(worst, float(ratio.max()))
+        assert bool((ratio <= 1).all()), "%s: worst err/bound %.3f" % (name, float(ratio.max()))
+    print("%s bf16 patch blocks: worst err/bound %.3f over %d tokens" % (family, worst, kept))
 
 
 def routing_flips(model, seq):
@@ -237,7 +275,8 @@ def test_memory_logged(caplog):
     m = build("qwen2_moe")
     with caplog.at_level(logging.INFO, logger="libmoe"):
         lt.patch(m)
-        rep = lt.memory_report(m)
+        rep = libmoe.memory_report(m)
+    assert rep == lt.memory_report(m)
     assert "bytes before" in caplog.text and "memory_report" in caplog.text
     assert rep["remaining_original_bytes"] == 0
     assert all(p.numel() == 0 for b in m.modules() if isinstance(b, lt.LibmoeSparseMoeBlock)
