@@ -15,11 +15,11 @@ Measured per mode: prefill of --prefill tokens (one forward, logits of the last 
 only, as generate() asks), then --decode greedy decode steps on the KV cache; tokens/s of
 each, the share of time inside the MoE blocks, RSS (VmRSS, VmHWM) after packing, and the
 bytes of expert weights resident (stock: the parameters; libmoe: memory_report's packed
-bytes). --matrix runs the thread study of docs/python.md instead (patch and experts modes
-under OMP_WAIT_POLICY passive/active, libmoe threads 1/2, torch threads 1/2).
+bytes). --matrix runs the thread study of docs/python.md instead (the modes given under each
+OMP_WAIT_POLICY of --policies, torch threads x libmoe threads of --threads, --rounds times).
 
   python3 bench/bench_e2e.py                 # the four modes
-  python3 bench/bench_e2e.py --matrix        # the thread study
+  python3 bench/bench_e2e.py --matrix --modes patch --policies passive,active,unset
 """
 import argparse
 import json
@@ -152,6 +152,10 @@ def main():
     ap.add_argument("--decode", type=int, default=16)
     ap.add_argument("--reps", type=int, default=2, help="prefill repetitions (best kept)")
     ap.add_argument("--matrix", action="store_true", help="the thread study")
+    ap.add_argument("--policies", default="passive,active",
+                    help="--matrix: OMP_WAIT_POLICY values ('unset': not set)")
+    ap.add_argument("--threads", default="1,2", help="--matrix: torch and libmoe thread counts")
+    ap.add_argument("--rounds", type=int, default=1, help="--matrix: repetitions of the grid")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--mode", help=argparse.SUPPRESS)
     ap.add_argument("--seed", type=int, default=0)
@@ -164,25 +168,34 @@ def main():
         return run_mode(a)
     rows = []
     if a.matrix:
-        hdr = "| mode | OMP_WAIT_POLICY | torch threads | libmoe threads | prefill tok/s | decode tok/s |"
-        print(hdr + "\n|---|---|---|---|---|---|")
-        for mode in a.modes.split(","):
-            for wp in ("passive", "active"):
-                for tt in (1, 2):
-                    for lt_ in (1, 2):
-                        r = child(a, mode, {"OMP_WAIT_POLICY": wp}, torch_threads=tt, libmoe_threads=lt_)
-                        print("| %s | %s | %d | %d | %.1f | %.2f |" % (mode, wp, tt, lt_, r["prefill_tok_s"],
-                                                                       r["decode_tok_s"]), flush=True)
+        # rounds outermost, so a change in the machine's load shows in every configuration
+        hdr = "| round | mode | OMP_WAIT_POLICY | torch threads | libmoe threads | prefill tok/s | decode tok/s |"
+        print(hdr + "\n|---|---|---|---|---|---|---|")
+        threads = [int(t) for t in a.threads.split(",")]
+        for rnd in range(1, a.rounds + 1):
+            for mode in a.modes.split(","):
+                for wp in a.policies.split(","):
+                    for tt in threads:
+                        for lt_ in threads:
+                            env = {"OMP_WAIT_POLICY": wp} if wp != "unset" else {}
+                            r = child(a, mode, env, torch_threads=tt, libmoe_threads=lt_)
+                            print("| %d | %s | %s | %d | %d | %.1f | %.2f |" % (
+                                rnd, mode, wp, tt, lt_, r["prefill_tok_s"], r["decode_tok_s"]),
+                                flush=True)
         return
-    print("| mode | prefill tok/s (MoE share) | decode tok/s (MoE share) | RSS GB | peak RSS GB | expert GB |")
-    print("|---|---|---|---|---|---|")
+    print("OMP_WAIT_POLICY=%s; MoE s / rest s: seconds inside the MoE blocks and outside them "
+          "(the rest is the same work in every mode)" % os.environ.get("OMP_WAIT_POLICY", "unset"))
+    print("| mode | prefill tok/s | prefill MoE s / rest s | decode tok/s | decode MoE ms / rest ms "
+          "per token | RSS GB | peak RSS GB | expert GB |")
+    print("|---|---|---|---|---|---|---|---|")
     for mode in a.modes.split(","):
         r = child(a, mode)
         rows.append(r)
-        print("| %s | %.1f (%.0f%%) | %.2f (%.0f%%) | %.2f | %.2f | %.2f |" % (
-            mode, r["prefill_tok_s"], 100 * r["prefill_moe_share"], r["decode_tok_s"],
-            100 * r["decode_moe_share"], r["rss_bytes"] / 1e9, r["hwm_bytes"] / 1e9,
-            r["expert_bytes"] / 1e9), flush=True)
+        pf, dc = a.prefill / r["prefill_tok_s"], 1000.0 / r["decode_tok_s"]
+        print("| %s | %.1f | %.2f / %.2f | %.2f | %.0f / %.0f | %.2f | %.2f | %.2f |" % (
+            mode, r["prefill_tok_s"], pf * r["prefill_moe_share"], pf * (1 - r["prefill_moe_share"]),
+            r["decode_tok_s"], dc * r["decode_moe_share"], dc * (1 - r["decode_moe_share"]),
+            r["rss_bytes"] / 1e9, r["hwm_bytes"] / 1e9, r["expert_bytes"] / 1e9), flush=True)
 
 
 if __name__ == "__main__":
