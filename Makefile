@@ -8,7 +8,7 @@ CMAKE_FLAGS ?= -DMOE_WERROR=ON -DPython3_EXECUTABLE=$(shell command -v python3)
 # no "Entering/Leaving directory" lines from the sub-makes of cmake --build
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all deps configure build build-tool run test test-fast test-asan test-tsan test-nompi fuzz-build fuzz fuzz-smoke clean
+.PHONY: all deps configure build build-tool run test test-fast test-python test-asan test-tsan test-nompi fuzz-build fuzz fuzz-smoke clean
 
 all: build
 
@@ -36,6 +36,17 @@ test: build
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L fast
+
+# The Python package's torch / transformers tests (ctest label python): a venv with the pinned
+# versions of tests/fixtures/VERSIONS.txt (scripts/install-python-test-deps.sh; torch is ~3 GB),
+# the build configured to run them with it (MOE_PYTHON_TORCH, kept in the cache: a later
+# `make test` runs them too), then `ctest -L python`. `make test` alone needs no torch.
+PYTHON_VENV ?= $(BUILD)/venv-python
+test-python: deps
+	@./scripts/install-python-test-deps.sh $(PYTHON_VENV) >/dev/null
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DMOE_PYTHON_TORCH=$(abspath $(PYTHON_VENV))/bin/python >/dev/null
+	cmake --build $(BUILD) -j$(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -L python
 
 # AddressSanitizer + UndefinedBehaviorSanitizer build, fast tier.
 test-asan: deps
