@@ -375,6 +375,7 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *   gpt-oss       top-k softmax on l = Wr x + router bias; clamped SwiGLU with biases
  *   Llama-4       top-k sigmoid on l, weight applied to the expert input; shared, ungated
  *   Granite-MoE   top-k softmax on l
+ *   Phi-MoE       sparsemixer on l (two rounds of masked softmax), router_jitter_noise
  * ------------------------------------------------------------------------------------- */
 
 /* Router scoring: the scores, the selection key and the weights, from the logits l. */
@@ -393,7 +394,17 @@ typedef enum moe_scoring {
     MOE_SCORING_TOPK_SOFTMAX = 2,
     /* Top-k first, on the logits: select on l (+ b_s); w_k = sigmoid(l[ids[k]]). Llama-4
      * (with apply_router_weight_on_input). */
-    MOE_SCORING_TOPK_SIGMOID = 3
+    MOE_SCORING_TOPK_SIGMOID = 3,
+    /* Phi-3.5-MoE's sparsemixer at inference (transformers 5.24 phimoe/modeling_phimoe.py
+     * `sparsemixer`, training = False; arXiv 2409.12136), on the logits, top_k = 2 only (the
+     * function always returns two experts), no groups, no selection bias. With
+     * eps = sparsemixer_jitter_eps (config `router_jitter_noise`) and thr = 2 eps in f32, for
+     * k = 0, 1: ids[k] = the best logit not yet selected (descending, lower id first, NaN
+     * last), m = l[ids[k]]; expert e is masked when e was selected before or
+     * (m - l[e]) / max(|l[e]|, m) > thr (NaN compares false: kept); w_k = softmax of the
+     * unmasked logits (masked ones -inf), at ids[k]. Jitter and Gumbel sampling are training
+     * only. renormalize (off in Phi-MoE) would divide the two weights by their sum. */
+    MOE_SCORING_SPARSEMIXER = 4
 } moe_scoring;
 
 /* The score of a group of experts in group-limited selection (n_group > 1), from the
@@ -446,13 +457,14 @@ typedef enum moe_family {
     MOE_FAMILY_GLM4_MOE_LITE = 17, /* Glm4MoeLiteForCausalLM: DeepSeek-V3's routing */
     MOE_FAMILY_DEEPSEEK_V32 = 18,  /* DeepseekV32ForCausalLM: DeepSeek-V3's routing */
     MOE_FAMILY_EXAONE_MOE = 19,    /* ExaoneMoeForCausalLM: DeepSeek-V3's routing */
-    MOE_FAMILY_MIMO_V2_FLASH = 20  /* MiMoV2FlashForCausalLM: DeepSeek-V3's routing */
+    MOE_FAMILY_MIMO_V2_FLASH = 20, /* MiMoV2FlashForCausalLM: DeepSeek-V3's routing */
+    MOE_FAMILY_PHIMOE = 81         /* PhimoeForCausalLM (Phi-3.5-MoE): sparsemixer routing */
 } moe_family;
 
 /* Static name of a family (its config `model_type`): "custom", "mixtral", "qwen2_moe",
  * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe",
  * "qwen3_5_moe", "qwen3_next", "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite",
- * "deepseek_v32", "exaone_moe", "mimo_v2_flash"; "?" for an unknown value. */
+ * "deepseek_v32", "exaone_moe", "mimo_v2_flash", "phimoe"; "?" for an unknown value. */
 MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */
@@ -508,11 +520,15 @@ typedef struct moe_layer_desc {
                                       must be > 0 */
     moe_quant_config quant;        /* quantized routed experts (moe_quant.h "Quantized experts");
                                       default all NONE: experts in weight_dtype */
+    float sparsemixer_jitter_eps;  /* MOE_SCORING_SPARSEMIXER: the mask threshold's eps, config
+                                      `router_jitter_noise` (Phi-MoE; PhimoeConfig default
+                                      0.01); finite and >= 0; read by no other mode */
 } moe_layer_desc;
 
 /* Defaults: family custom, softmax, renormalize 0, routed_scaling_factor 1, SwiGLU, no
  * shared expert, weight_dtype BF16, no groups (group score max), no biases, weights applied
- * to the output, swiglu_alpha 1.702, swiglu_limit 7; sizes 0 (must be set). */
+ * to the output, swiglu_alpha 1.702, swiglu_limit 7, sparsemixer_jitter_eps 0.01; sizes 0
+ * (must be set). */
 MOE_API void moe_layer_desc_init(moe_layer_desc *desc);
 
 /* ---------------------------------------------------------------------------------------

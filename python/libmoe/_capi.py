@@ -79,7 +79,8 @@ class LayerDesc(C.Structure):
                 ("weight_dtype", i32), ("n_group", i64), ("topk_group", i64),
                 ("group_score", i32), ("has_selection_bias", i32), ("has_router_bias", i32),
                 ("has_expert_bias", i32), ("apply_router_weight_on_input", i32),
-                ("swiglu_alpha", f32), ("swiglu_limit", f32), ("quant", QuantConfig)]
+                ("swiglu_alpha", f32), ("swiglu_limit", f32), ("quant", QuantConfig),
+                ("sparsemixer_jitter_eps", f32)]
 
 
 PP = C.POINTER(vp)

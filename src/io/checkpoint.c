@@ -456,6 +456,8 @@ static moe_status check_plan_desc(const moe_checkpoint *ck, int64_t layer, const
          want->activation == MOE_ACT_SWIGLU_OAI ? want->swiglu_alpha : 0.0f},
         {"swiglu_limit", want->activation == MOE_ACT_SWIGLU_OAI ? have->swiglu_limit : 0.0f,
          want->activation == MOE_ACT_SWIGLU_OAI ? want->swiglu_limit : 0.0f},
+        {"sparsemixer_jitter_eps", want->scoring_func == MOE_SCORING_SPARSEMIXER ? have->sparsemixer_jitter_eps : 0.0f,
+         want->scoring_func == MOE_SCORING_SPARSEMIXER ? want->sparsemixer_jitter_eps : 0.0f},
     };
     for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
         if (floats[i].h != floats[i].w)

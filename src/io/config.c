@@ -149,6 +149,10 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     if (row->renormalize.rule == MOE_FAM_RENORM_FIELD &&
         (st = moe_cfg_bool(f, row->renormalize.field, row->renormalize.dflt, &d->renormalize)) != MOE_OK)
         return st;
+    if (row->sparsemixer_eps.field &&
+        (st = moe_cfg_float(f, row->sparsemixer_eps.field, row->sparsemixer_eps.dflt, false, 0.0,
+                            &d->sparsemixer_jitter_eps)) != MOE_OK)
+        return st;
     if (row->layers.rule != MOE_FAM_LAYERS_DENSE_PREFIX && (st = config_layer_rule(c, f)) != MOE_OK)
         return st;
     switch (row->shared.rule) {

@@ -345,6 +345,20 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 1, .list_field = "mlp_layer_types"},
      .prefixes = {"model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* PhimoeSparseMoeBlock (Phi-3.5-MoE): PhimoeTopKRouter (mlp.router in memory;
+     * block_sparse_moe.gate as released and as save_pretrained writes it) runs sparsemixer on the
+     * logits with router_jitter_noise (default 0.01), two experts, no renormalization; Mixtral's
+     * experts (w1 / w3 / w2 as released) in every layer; hidden_act (silu). */
+    {.family = MOE_FAMILY_PHIMOE, .name = "phimoe", .names = {{"PhimoeForCausalLM", "phimoe"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_SPARSEMIXER, .renormalize = {MOE_FAM_RENORM_NEVER},
+     .sparsemixer_eps = {"router_jitter_noise", 0.01},
+     .router = {"gate.weight" /* as released and saved */, "router.weight" /* in-memory naming */},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.block_sparse_moe." /* as released and saved */, "model.layers.%L.mlp."},
+     .per_expert = {{"w1", "w3", "w2"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 
@@ -482,6 +496,7 @@ void moe_fam_layer_defaults(const moe_fam_row *row, moe_layer_desc *d)
     d->swiglu_alpha = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? (float)row->activation.alpha : 1.702f;
     d->swiglu_limit = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? (float)row->activation.limit : 7.0f;
     d->shared_expert_gated = row->shared.gated && d->shared_expert_intermediate_size > 0;
+    d->sparsemixer_jitter_eps = row->sparsemixer_eps.field ? (float)row->sparsemixer_eps.dflt : 0.01f;
 }
 
 const char *moe_family_name(moe_family f)

@@ -118,6 +118,10 @@ struct moe_fam_row {
         int64_t n_group, topk_group;       /* with these defaults (0: no group-limited selection) */
         moe_group_score score;
     } groups;
+    struct {
+        const char *field;                 /* MOE_SCORING_SPARSEMIXER: "router_jitter_noise" */
+        double dflt;                       /* the config class's default */
+    } sparsemixer_eps;                     /* moe_layer_desc.sparsemixer_jitter_eps */
     const char *router[MOE_FAM_MAX_ROUTERS]; /* P<router> [E, H]: candidates, in order */
     const char *router_bias;               /* P<router_bias> [E]: has_router_bias */
     const char *selection_bias;            /* P<selection_bias> [E]: has_selection_bias */

@@ -28,6 +28,9 @@ The other families, from transformers 5.24's modeling code (the routing table of
   Granite-MoE   top-k on l, softmax of the k
   Qwen3.5-MoE   softmax, always renormalized, sigmoid-gated shared expert
   Qwen3-Next    as Qwen2-MoE with norm_topk_prob defaulting to true
+  Phi-MoE       sparsemixer (eval): two rounds of "largest remaining logit m, mask every
+                expert with (m - l) / max(|l|, m) > 2 router_jitter_noise, weight = softmax
+                of the unmasked logits at the pick"; no renormalization; Mixtral's experts
 
 Weights of any dtype (F32, BF16, F16) are widened exactly to float64, so the reference uses
 the same rounded weights a bf16/f16 implementation sees. Tensor names: per-expert (what
@@ -131,6 +134,7 @@ _FAMILIES = {
     "DeepseekV32ForCausalLM": "deepseek_v32", "deepseek_v32": "deepseek_v32",
     "ExaoneMoeForCausalLM": "exaone_moe", "exaone_moe": "exaone_moe",
     "MiMoV2FlashForCausalLM": "mimo_v2_flash", "mimo_v2_flash": "mimo_v2_flash",
+    "PhimoeForCausalLM": "phimoe", "phimoe": "phimoe",
 }
 
 
@@ -157,7 +161,8 @@ _V3_LIKE = ("glm4_moe", "dots1") + _MLP_TYPES
 
 
 def is_moe_layer(cfg, family, layer):
-    if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo"):
+    if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo",
+                  "phimoe"):
         return True
     if family in _MLP_TYPES:
         # their DecoderLayers: MoE where config.mlp_layer_types[layer] == "sparse"; the config
@@ -196,10 +201,12 @@ def _prefix(ck, fam, layer):
                    f"model.layers.{layer}.feed_forward."],
         "granitemoe": [f"model.layers.{layer}.block_sparse_moe."],
         "minimax": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
+        "phimoe": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
         "qwen3_vl_moe": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
     }.get(fam, [f"model.layers.{layer}.mlp."])
     routers = {"gpt_oss": ["router.weight"], "llama4": ["router.weight"],
-               "granitemoe": ["router.layer.weight", "router.weight"]}.get(fam, ["gate.weight"])
+               "granitemoe": ["router.layer.weight", "router.weight"],
+               "phimoe": ["gate.weight", "router.weight"]}.get(fam, ["gate.weight"])
     for c in cands:
         for r in routers:
             if ck.has(c + r):
@@ -312,6 +319,9 @@ def layer_params_new(ck, layer):
         p["renormalize"] = bool(_get(cfg, "norm_topk_prob", fam == "qwen3_next"))
     elif fam == "qwen3_5_moe":
         p["renormalize"] = True
+    elif fam == "phimoe":
+        # PhimoeTopKRouter: sparsemixer(router_logits, jitter_eps=router_jitter_noise), eval mode
+        p.update(scoring="sparsemixer", eps=float(_get(cfg, "router_jitter_noise", 0.01)))
     if fam == "gpt_oss":
         p.update(act="swiglu_oai", alpha=float(_get(cfg, "swiglu_alpha", 1.702)),
                  limit=float(_get(cfg, "swiglu_limit", 7.0)))
@@ -352,7 +362,7 @@ def layer_params_new(ck, layer):
         p["w_gate"], p["w_up"] = gu[:, :I, :], gu[:, I:, :]
         p["w_down"] = ck.get(moe + ("output_linear.weight" if inl else "experts.down_proj"))
     else:
-        g, u, dn = ("w1", "w3", "w2") if fam == "minimax" else ("gate_proj", "up_proj", "down_proj")
+        g, u, dn = ("w1", "w3", "w2") if fam in ("minimax", "phimoe") else ("gate_proj", "up_proj", "down_proj")
         p["w_gate"] = np.stack([ck.get(f"{moe}experts.{e}.{g}.weight") for e in range(E)])
         p["w_up"] = np.stack([ck.get(f"{moe}experts.{e}.{u}.weight") for e in range(E)])
         p["w_down"] = np.stack([ck.get(f"{moe}experts.{e}.{dn}.weight") for e in range(E)])
@@ -443,6 +453,30 @@ def topk_lower_id(scores, K):
     return np.argsort(-scores, axis=-1, kind="stable")[:, :K]
 
 
+def sparsemixer(logits, eps):
+    """Phi-MoE's sparsemixer in eval mode (arXiv 2409.12136; transformers' phimoe
+    `sparsemixer`, training False): two rounds; round r takes the largest remaining logit m
+    (ties to the lower id), masks every expert with (m - l) / max(|l|, m) > 2 eps and every
+    expert already taken, and weights the pick by the softmax of the unmasked logits."""
+    T, E = logits.shape
+    ids = np.zeros((T, 2), dtype=np.int64)
+    w = np.zeros((T, 2))
+    for t in range(T):
+        l = logits[t]
+        taken = []
+        for r in range(2):
+            rest = np.array([e not in taken for e in range(E)])
+            cand = np.where(rest, l, -np.inf)
+            best = int(np.argmax(cand))  # first maximum: the lower id
+            m = l[best]
+            masked = ((m - l) / np.maximum(np.abs(l), m) > 2.0 * eps) | ~rest
+            g = np.where(masked, -np.inf, l)
+            ids[t, r] = best
+            w[t, r] = softmax(g[None])[0, best]
+            taken.append(best)
+    return ids, w
+
+
 def route(p, x):
     """-> (logits [T, E], the selection key [T, E] after group masking ("probs" for the
     softmax families), ids [T, K], weights [T, K] before routed_scaling_factor)."""
@@ -450,6 +484,9 @@ def route(p, x):
     if p.get("router_bias") is not None:
         logits = logits + p["router_bias"]
     scoring = p.get("scoring", "softmax")
+    if scoring == "sparsemixer":
+        ids, w = sparsemixer(logits, p["eps"])
+        return logits, logits, ids, w
     if scoring == "softmax":
         scores = softmax(logits)
     elif scoring == "sigmoid":

@@ -104,6 +104,7 @@ static const char *const k_required[] = {
     "olmoe_gelu_f32", "olmoe_gelu_tanh_f32", "gpt_oss_mxfp4",
     "glm4_moe_f32", "dots1_f32", "minimax_f32", "qwen3_vl_moe_f32", "flex_olmo_f32",
     "glm4_moe_lite_f32", "deepseek_v32_f32", "exaone_moe_f32", "mimo_v2_flash_f32",
+    "phimoe_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
@@ -135,12 +136,12 @@ static const char *meta_str(const json_t *m, const char *key)
     return json_string_value(v);
 }
 
-/* The family whose moe_family_name is s: every value after custom, up to the first unnamed
- * one ("?"), so a new family needs no edit here. */
+/* The family whose moe_family_name is s: every named value after custom and below 128 (the
+ * values may have gaps), so a new family needs no edit here. */
 static moe_family family_of(const char *s)
 {
-    for (int f = MOE_FAMILY_CUSTOM + 1; strcmp(moe_family_name((moe_family)f), "?") != 0; f++)
-        if (!strcmp(s, moe_family_name((moe_family)f)))
+    for (int f = MOE_FAMILY_CUSTOM + 1; f < 128; f++)
+        if (strcmp(moe_family_name((moe_family)f), "?") != 0 && !strcmp(s, moe_family_name((moe_family)f)))
             return (moe_family)f;
     fail_msg("meta.json: unknown family %s", s);
     return MOE_FAMILY_CUSTOM;
@@ -256,7 +257,10 @@ static void run_fixture(const fixture *fx, const json_t *meta, int threads, cons
     assert_int_equal(desc.scoring_func, !strcmp(scoring, "sigmoid")        ? MOE_SCORING_SIGMOID
                                         : !strcmp(scoring, "topk_softmax") ? MOE_SCORING_TOPK_SOFTMAX
                                         : !strcmp(scoring, "topk_sigmoid") ? MOE_SCORING_TOPK_SIGMOID
+                                        : !strcmp(scoring, "sparsemixer")  ? MOE_SCORING_SPARSEMIXER
                                                                            : MOE_SCORING_SOFTMAX);
+    if (desc.scoring_func == MOE_SCORING_SPARSEMIXER)
+        assert_true(desc.sparsemixer_jitter_eps == (float)meta_num_or(meta, "sparsemixer_jitter_eps", 0.01));
     assert_int_equal(!!desc.renormalize, json_is_true(json_object_get(meta, "renormalize")));
     assert_true(desc.routed_scaling_factor == (float)meta_num_or(meta, "routed_scaling_factor", 1.0));
     assert_int_equal(desc.shared_expert_intermediate_size,
