@@ -358,6 +358,7 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *   y_k = expert_{ids[k]}(x), or expert_{ids[k]}(w_k * x) with apply_router_weight_on_input
  *   out = routed_scaling_factor * sum_k w_k y_k      (sum_k y_k with apply_router_weight_on_input)
  *         + g_sh * shared(x)                         g_sh = sigmoid(w_sg . x) if gated, else 1
+ *         (+ b_o, has_output_bias)                   JetMoE's block bias [H]
  *
  * Each family, as its checkpoint adapter (moe_checkpoint_layer_desc) sets it, from the
  * config.json fields named (HF transformers 5.24's modeling code is the reference):
@@ -376,6 +377,7 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *   Llama-4       top-k sigmoid on l, weight applied to the expert input; shared, ungated
  *   Granite-MoE   top-k softmax on l
  *   Phi-MoE       sparsemixer on l (two rounds of masked softmax), router_jitter_noise
+ *   JetMoE        top-k softmax on l; output bias [H]
  * ------------------------------------------------------------------------------------- */
 
 /* Router scoring: the scores, the selection key and the weights, from the logits l. */
@@ -458,13 +460,14 @@ typedef enum moe_family {
     MOE_FAMILY_DEEPSEEK_V32 = 18,  /* DeepseekV32ForCausalLM: DeepSeek-V3's routing */
     MOE_FAMILY_EXAONE_MOE = 19,    /* ExaoneMoeForCausalLM: DeepSeek-V3's routing */
     MOE_FAMILY_MIMO_V2_FLASH = 20, /* MiMoV2FlashForCausalLM: DeepSeek-V3's routing */
-    MOE_FAMILY_PHIMOE = 81         /* PhimoeForCausalLM (Phi-3.5-MoE): sparsemixer routing */
+    MOE_FAMILY_PHIMOE = 81,        /* PhimoeForCausalLM (Phi-3.5-MoE): sparsemixer routing */
+    MOE_FAMILY_JETMOE = 82         /* JetMoeForCausalLM: Granite-MoE's routing + output bias */
 } moe_family;
 
 /* Static name of a family (its config `model_type`): "custom", "mixtral", "qwen2_moe",
  * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe",
  * "qwen3_5_moe", "qwen3_next", "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite",
- * "deepseek_v32", "exaone_moe", "mimo_v2_flash", "phimoe"; "?" for an unknown value. */
+ * "deepseek_v32", "exaone_moe", "mimo_v2_flash", "phimoe", "jetmoe"; "?" for an unknown value. */
 MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */
@@ -523,12 +526,16 @@ typedef struct moe_layer_desc {
     float sparsemixer_jitter_eps;  /* MOE_SCORING_SPARSEMIXER: the mask threshold's eps, config
                                       `router_jitter_noise` (Phi-MoE; PhimoeConfig default
                                       0.01); finite and >= 0; read by no other mode */
+    int has_output_bias;           /* out += b_o [H] after the routed sum, its scaling and the
+                                      shared expert, one f32 add per element: JetMoE's
+                                      JetMoeMoE `bias` (layer_output + self.bias, transformers
+                                      5.24 jetmoe/modeling_jetmoe.py). moe_weight_source.output_bias */
 } moe_layer_desc;
 
 /* Defaults: family custom, softmax, renormalize 0, routed_scaling_factor 1, SwiGLU, no
  * shared expert, weight_dtype BF16, no groups (group score max), no biases, weights applied
- * to the output, swiglu_alpha 1.702, swiglu_limit 7, sparsemixer_jitter_eps 0.01; sizes 0
- * (must be set). */
+ * to the output, swiglu_alpha 1.702, swiglu_limit 7, sparsemixer_jitter_eps 0.01, no output
+ * bias; sizes 0 (must be set). */
 MOE_API void moe_layer_desc_init(moe_layer_desc *desc);
 
 /* ---------------------------------------------------------------------------------------
@@ -818,6 +825,9 @@ typedef struct moe_weight_source {
     const uint8_t *const *gate_zero; /* E pointers, INT4 with has_zero_point only */
     const uint8_t *const *up_zero;
     const uint8_t *const *down_zero;
+    const void *output_bias;       /* [H] when desc->has_output_bias (JetMoE mlp.bias), converted
+                                      exactly to f32 at pack time */
+    moe_dtype output_bias_dtype;   /* F32, BF16 or F16 */
 } moe_weight_source;
 
 /* The routed experts as transformers holds them: one stacked tensor per projection, the

@@ -401,8 +401,9 @@ int cli_cmd_plan(int argc, char **argv)
         if (d.n_group > 1)
             printf(", groups %lld keep %lld by %s", (long long)d.n_group, (long long)d.topk_group,
                    d.group_score == MOE_GROUP_SCORE_TOP2_SUM ? "top-2 sum" : "max");
-        printf("%s%s%s; shared expert %s)\n", d.has_selection_bias ? ", selection bias" : "",
-               d.has_router_bias ? ", router bias" : "", d.apply_router_weight_on_input ? ", weight on the input" : "",
+        printf("%s%s%s%s; shared expert %s)\n", d.has_selection_bias ? ", selection bias" : "",
+               d.has_router_bias ? ", router bias" : "", d.has_output_bias ? ", output bias" : "",
+               d.apply_router_weight_on_input ? ", weight on the input" : "",
                Is ? (d.shared_expert_gated ? "gated" : "ungated") : "none");
     }
     printf("ranks: tp %lld x ep %lld = %lld; kernel table %s; compute %s; options hash %016llx\n", (long long)tp,

@@ -196,7 +196,8 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
         return st;
     }
     const char *a = NULL;
-    moe_status st = moe_cfg_str(f, "hidden_act", "silu", &a);
+    const char *field = row->activation.field ? row->activation.field : "hidden_act";
+    moe_status st = moe_cfg_str(f, field, "silu", &a);
     if (st != MOE_OK)
         return st;
     if (strcmp(a, "silu") == 0 || strcmp(a, "swish") == 0)
@@ -207,9 +208,9 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
         d->activation = MOE_ACT_GEGLU_TANH;
     else
         return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
-                             "%s: field '%shidden_act' = \"%s\": libmoe's experts support silu / swish (SwiGLU), "
+                             "%s: field '%s%s' = \"%s\": libmoe's experts support silu / swish (SwiGLU), "
                              "gelu and gelu_pytorch_tanh / gelu_new (GEGLU)",
-                             c->path, c->prefix, a);
+                             c->path, c->prefix, field, a);
     return MOE_OK;
 }
 

@@ -359,6 +359,20 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_EVERY},
      .prefixes = {"model.layers.%L.block_sparse_moe." /* as released and saved */, "model.layers.%L.mlp."},
      .per_expert = {{"w1", "w3", "w2"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* JetMoeMoE (the MLP block; the MoA attention is not it): JetMoeTopKGating is top-k on
+     * the logits then softmax over the k (Granite-MoE's); experts stacked as input_linear
+     * [E, 2I, H] (gate rows, then up) and output_linear [E, H, I]; activation_function (silu)
+     * gates; the block adds its `bias` [H] to the output; every layer. */
+    {.family = MOE_FAMILY_JETMOE, .name = "jetmoe", .names = {{"JetMoeForCausalLM", "jetmoe"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_TOPK_SOFTMAX,
+     .router = {"router.layer.weight"}, .output_bias = "bias",
+     .activation = {MOE_FAM_ACT_HIDDEN_ACT, .field = "activation_function"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.mlp."},
+     .stacked = {{"input_linear.weight", "output_linear.weight"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 
@@ -487,6 +501,7 @@ void moe_fam_layer_defaults(const moe_fam_row *row, moe_layer_desc *d)
     d->topk_group = row->groups.topk_group;
     d->group_score = row->groups.score;
     d->has_selection_bias = row->selection_bias != NULL;
+    d->has_output_bias = row->output_bias != NULL;
     d->has_router_bias = row->router_bias != NULL;
     d->has_expert_bias = row->input_major.gate_up_bias != NULL;
     d->apply_router_weight_on_input = row->weight_on_input;

@@ -125,11 +125,15 @@ struct moe_fam_row {
     const char *router[MOE_FAM_MAX_ROUTERS]; /* P<router> [E, H]: candidates, in order */
     const char *router_bias;               /* P<router_bias> [E]: has_router_bias */
     const char *selection_bias;            /* P<selection_bias> [E]: has_selection_bias */
+    const char *output_bias;               /* P<output_bias> [H], added to the block output:
+                                              has_output_bias (JetMoE "bias") */
     bool weight_on_input;                  /* apply_router_weight_on_input */
     struct {
         moe_fam_act rule;
         const char *alpha_field, *limit_field; /* CLAMPED_SWIGLU: swiglu_alpha, swiglu_limit */
         double alpha, limit;               /* their defaults */
+        const char *field;                 /* HIDDEN_ACT: the ACT2FN name's field; NULL: "hidden_act"
+                                              (JetMoE: "activation_function") */
     } activation;
     moe_fam_routing_hook routing_hook;     /* or NULL */
 

@@ -28,6 +28,8 @@ The other families, from transformers 5.24's modeling code (the routing table of
   Granite-MoE   top-k on l, softmax of the k
   Qwen3.5-MoE   softmax, always renormalized, sigmoid-gated shared expert
   Qwen3-Next    as Qwen2-MoE with norm_topk_prob defaulting to true
+  JetMoE        as Granite-MoE (top-k on l, softmax of the k; input_linear / output_linear),
+                activation from activation_function, plus the block's bias [H] on the output
   Phi-MoE       sparsemixer (eval): two rounds of "largest remaining logit m, mask every
                 expert with (m - l) / max(|l|, m) > 2 router_jitter_noise, weight = softmax
                 of the unmasked logits at the pick"; no renormalization; Mixtral's experts
@@ -135,6 +137,7 @@ _FAMILIES = {
     "ExaoneMoeForCausalLM": "exaone_moe", "exaone_moe": "exaone_moe",
     "MiMoV2FlashForCausalLM": "mimo_v2_flash", "mimo_v2_flash": "mimo_v2_flash",
     "PhimoeForCausalLM": "phimoe", "phimoe": "phimoe",
+    "JetMoeForCausalLM": "jetmoe", "jetmoe": "jetmoe",
 }
 
 
@@ -162,7 +165,7 @@ _V3_LIKE = ("glm4_moe", "dots1") + _MLP_TYPES
 
 def is_moe_layer(cfg, family, layer):
     if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo",
-                  "phimoe"):
+                  "phimoe", "jetmoe"):
         return True
     if family in _MLP_TYPES:
         # their DecoderLayers: MoE where config.mlp_layer_types[layer] == "sparse"; the config
@@ -206,7 +209,8 @@ def _prefix(ck, fam, layer):
     }.get(fam, [f"model.layers.{layer}.mlp."])
     routers = {"gpt_oss": ["router.weight"], "llama4": ["router.weight"],
                "granitemoe": ["router.layer.weight", "router.weight"],
-               "phimoe": ["gate.weight", "router.weight"]}.get(fam, ["gate.weight"])
+               "phimoe": ["gate.weight", "router.weight"],
+               "jetmoe": ["router.layer.weight"]}.get(fam, ["gate.weight"])
     for c in cands:
         for r in routers:
             if ck.has(c + r):
@@ -311,7 +315,7 @@ def layer_params_new(ck, layer):
         p["scale"] = float(_get(cfg, "routed_scaling_factor", 1.0))
         if _get(cfg, "topk_method", "greedy") == "group_limited_greedy":
             p.update(n_group=int(cfg["n_group"]), topk_group=int(cfg["topk_group"]))
-    elif fam in ("gpt_oss", "granitemoe"):
+    elif fam in ("gpt_oss", "granitemoe", "jetmoe"):  # JetMoeTopKGating: logits.topk, softmax of the k
         p["scoring"] = "topk_softmax"
     elif fam == "llama4":
         p.update(scoring="topk_sigmoid", on_input=True)
@@ -326,11 +330,14 @@ def layer_params_new(ck, layer):
         p.update(act="swiglu_oai", alpha=float(_get(cfg, "swiglu_alpha", 1.702)),
                  limit=float(_get(cfg, "swiglu_limit", 7.0)))
     else:
+        act_key = "activation_function" if fam == "jetmoe" else "hidden_act"
         p["act"] = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu_tanh",
-                    "gelu_new": "geglu_tanh"}[_get(cfg, "hidden_act", "silu")]
+                    "gelu_new": "geglu_tanh"}[_get(cfg, act_key, "silu")]
 
     moe, router_name = _prefix(ck, fam, layer)
     p["router"] = ck.get(router_name)
+    if fam == "jetmoe":  # JetMoeMoE: layer_output + self.bias
+        p["out_bias"] = ck.get(moe + "bias")
     if fam == "gpt_oss":
         p["router_bias"] = ck.get(moe + "router.bias")
     if v3:  # K-EXAONE's checkpoints keep it beside the router, not under it
@@ -539,6 +546,8 @@ def moe_forward(p, x):
         if p.get("shared_gated", p.get("family") == "qwen2_moe"):
             gate = 1.0 / (1.0 + np.exp(-(x @ p["s_expert_gate"].T)))  # [T, 1]
         out += gate * swiglu(x, p["s_gate"], p["s_up"], p["s_down"])
+    if p.get("out_bias") is not None:
+        out += p["out_bias"]
     return {"output": out, "topk_ids": ids.astype(np.int32), "topk_weights": w,
             "router_logits": logits, "probs": probs}
 

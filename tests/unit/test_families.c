@@ -43,6 +43,7 @@ typedef struct fam_cfg {
     moe_dtype dt, bias_dt;
     float wscale; /* gate/up weight scale multiplier (reach gpt-oss's clamp) */
     float sm_eps; /* MOE_SCORING_SPARSEMIXER: sparsemixer_jitter_eps */
+    int out_bias; /* has_output_bias (JetMoE), b_o [H] in bias_dt */
 } fam_cfg;
 
 static fam_cfg cfg_default(int64_t H, int64_t I, int64_t E, int64_t K)
@@ -72,6 +73,7 @@ typedef struct fam_layer {
     const void **gp, **upp, **dp;   /* [E] */
     void *sg, *su, *sd, *sgate;
     void *rbias, *sbias;            /* [E] bias_dt */
+    void *obias;                    /* [H] bias_dt */
     void *gub, *db;                 /* gate/up bias [E, 2I] (interleaved or halves), down [E, H] */
     const void **gbp, **ubp, **dbp; /* [E] */
     moe_weight_source src;
@@ -127,6 +129,7 @@ static void layer_build(fam_layer *L, const fam_cfg *c, uint64_t seed)
     L->d.apply_router_weight_on_input = c->on_input;
     if (c->scoring == MOE_SCORING_SPARSEMIXER)
         L->d.sparsemixer_jitter_eps = c->sm_eps;
+    L->d.has_output_bias = c->out_bias;
 
     const float sh = 1.0f / sqrtf((float)H), si = 1.0f / sqrtf((float)I);
     L->router = rand_dt(E * H, c->dt, seed + 1, -4.0f * sh, 4.0f * sh);
@@ -209,6 +212,11 @@ static void layer_build(fam_layer *L, const fam_cfg *c, uint64_t seed)
         L->src.router_bias = L->rbias;
         L->src.router_bias_dtype = c->bias_dt;
     }
+    if (c->out_bias) {
+        L->obias = rand_dt(H, c->bias_dt, seed + 15, -0.7f, 0.7f);
+        L->src.output_bias = L->obias;
+        L->src.output_bias_dtype = c->bias_dt;
+    }
     if (c->sel_bias) {
         L->sbias = rand_dt(E, c->bias_dt, seed + 12, -0.3f, 0.3f);
         L->src.selection_bias = L->sbias;
@@ -270,6 +278,7 @@ static void layer_free(fam_layer *L)
     free(L->sgate);
     free(L->rbias);
     free(L->sbias);
+    free(L->obias);
     free(L->gub);
     free(L->db);
     free(L->gbp);
@@ -640,6 +649,58 @@ static void test_sparsemixer_bits(void **state)
             c.on_input = v == 2;
             check_cfg(&c, 19, 600 + (uint64_t)(3 * i + v));
         }
+    }
+}
+
+/* JetMoE's output bias: the plan gives src/ref's bits in every configuration check_bits runs
+ * (bf16 / f32 bias, with a gated shared expert, scaling, the weight on the input), and src/ref's
+ * output is its output without the bias plus b_o, one f32 add per element; a description
+ * with has_output_bias and no src->output_bias (or a bad dtype) is refused by name. */
+static void test_output_bias(void **state)
+{
+    (void)state;
+    for (int v = 0; v < 3; v++) {
+        fam_cfg c = cfg_default(40, 16, 8, 2);
+        c.scoring = MOE_SCORING_TOPK_SOFTMAX;
+        c.out_bias = 1;
+        c.bias_dt = v == 1 ? MOE_DTYPE_BF16 : MOE_DTYPE_F32;
+        c.Is = v == 2 ? 24 : 0;
+        c.gated = v == 2;
+        c.scale = v == 2 ? 2.5f : 1.0f;
+        c.on_input = v == 1;
+        check_cfg(&c, 13, 700 + (uint64_t)v);
+
+        fam_layer L;
+        layer_build(&L, &c, 710 + (uint64_t)v);
+        const int64_t T = 5, H = c.H;
+        float *x = rand_x(T, H, 711, 1.0f);
+        float *with = malloc(sizeof(float) * (size_t)(T * H)), *without = malloc(sizeof(float) * (size_t)(T * H));
+        assert_int_equal(moe_ref_forward(&L.d, &L.src, x, T, NULL, with, NULL, NULL), MOE_OK);
+        L.d.has_output_bias = 0;
+        assert_int_equal(moe_ref_forward(&L.d, &L.src, x, T, NULL, without, NULL, NULL), MOE_OK);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < H; h++) {
+                const float b = moe_ref_load(L.obias, c.bias_dt, h);
+                assert_true(b != 0.0f);
+                assert_true(with[t * H + h] == without[t * H + h] + b);
+            }
+        L.d.has_output_bias = 1;
+
+        moe_ctx *ctx = tu_ctx();
+        moe_plan *p = NULL;
+        assert_int_equal(moe_plan_create(ctx, &L.d, &p), MOE_OK);
+        moe_weights *w = NULL;
+        L.src.output_bias = NULL;
+        assert_int_equal(moe_weights_create(p, &L.src, &w), MOE_EINVAL);
+        assert_non_null(strstr(moe_ctx_last_error(ctx), "output_bias"));
+        L.src.output_bias = L.obias;
+        L.src.output_bias_dtype = MOE_DTYPE_I32;
+        assert_int_equal(moe_weights_create(p, &L.src, &w), MOE_EDTYPE);
+        assert_non_null(strstr(moe_ctx_last_error(ctx), "output_bias_dtype"));
+        moe_plan_free(p);
+        moe_ctx_free(ctx);
+        free(x), free(with), free(without);
+        layer_free(&L);
     }
 }
 
@@ -1245,7 +1306,7 @@ int main(void)
         cmocka_unit_test(test_r6_groups),         cmocka_unit_test(test_r6_hidden_states),
         cmocka_unit_test(test_r8_scaling_once),   cmocka_unit_test(test_r8_weight_on_input),
         cmocka_unit_test(test_validation),        cmocka_unit_test(test_sparsemixer_bits),
-        cmocka_unit_test(test_hand_sparsemixer),
+        cmocka_unit_test(test_hand_sparsemixer),  cmocka_unit_test(test_output_bias),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

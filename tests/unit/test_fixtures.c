@@ -104,7 +104,7 @@ static const char *const k_required[] = {
     "olmoe_gelu_f32", "olmoe_gelu_tanh_f32", "gpt_oss_mxfp4",
     "glm4_moe_f32", "dots1_f32", "minimax_f32", "qwen3_vl_moe_f32", "flex_olmo_f32",
     "glm4_moe_lite_f32", "deepseek_v32_f32", "exaone_moe_f32", "mimo_v2_flash_f32",
-    "phimoe_f32",
+    "phimoe_f32", "jetmoe_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
@@ -277,6 +277,7 @@ static void run_fixture(const fixture *fx, const json_t *meta, int threads, cons
     assert_int_equal(!!desc.has_router_bias, meta_bool_or(meta, "has_router_bias", 0));
     assert_int_equal(!!desc.has_expert_bias, meta_bool_or(meta, "has_expert_bias", 0));
     assert_int_equal(!!desc.apply_router_weight_on_input, meta_bool_or(meta, "apply_router_weight_on_input", 0));
+    assert_int_equal(!!desc.has_output_bias, meta_bool_or(meta, "has_output_bias", 0));
     const char *act = meta_str_or(meta, "activation", "swiglu");
     assert_int_equal(desc.activation, !strcmp(act, "swiglu_oai")   ? MOE_ACT_SWIGLU_OAI
                                       : !strcmp(act, "geglu")      ? MOE_ACT_GEGLU
