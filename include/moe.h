@@ -461,13 +461,16 @@ typedef enum moe_family {
     MOE_FAMILY_EXAONE_MOE = 19,    /* ExaoneMoeForCausalLM: DeepSeek-V3's routing */
     MOE_FAMILY_MIMO_V2_FLASH = 20, /* MiMoV2FlashForCausalLM: DeepSeek-V3's routing */
     MOE_FAMILY_PHIMOE = 81,        /* PhimoeForCausalLM (Phi-3.5-MoE): sparsemixer routing */
-    MOE_FAMILY_JETMOE = 82         /* JetMoeForCausalLM: Granite-MoE's routing + output bias */
+    MOE_FAMILY_JETMOE = 82,        /* JetMoeForCausalLM: Granite-MoE's routing + output bias */
+    MOE_FAMILY_OPENAI_PRIVACY_FILTER = 83 /* OpenAIPrivacyFilterForTokenClassification: gpt-oss's
+                                      block, gate/up as halves */
 } moe_family;
 
 /* Static name of a family (its config `model_type`): "custom", "mixtral", "qwen2_moe",
  * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe",
  * "qwen3_5_moe", "qwen3_next", "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite",
- * "deepseek_v32", "exaone_moe", "mimo_v2_flash", "phimoe", "jetmoe"; "?" for an unknown value. */
+ * "deepseek_v32", "exaone_moe", "mimo_v2_flash", "phimoe", "jetmoe", "openai_privacy_filter"; "?" for
+ * an unknown value. */
 MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */

@@ -142,7 +142,7 @@ typedef struct moe_checkpoint_options {
     /* A family name (moe_family_name: "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2",
      * "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe", "qwen3_5_moe", "qwen3_next",
      * "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite", "deepseek_v32",
-     * "exaone_moe", "mimo_v2_flash", "phimoe", "jetmoe";
+     * "exaone_moe", "mimo_v2_flash", "phimoe", "jetmoe", "openai_privacy_filter";
      * a row's architecture class or model_type is accepted too), or NULL (default): the
      * family of config.json's architectures[0], else model_type. When set, that family's row
      * reads config.json and the tensors whatever config.json names; a WARNING names
@@ -200,7 +200,8 @@ MOE_API moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer
  * 5.24) defaults them: what moe_checkpoint_layer_desc starts from before config.json's
  * values, and what a preset of a family's shape needs. Sets desc->family and:
  *   scoring_func          MOE_SCORING_SIGMOID for DeepSeek-V3, TOPK_SOFTMAX for gpt-oss and
- *                         Granite-MoE and JetMoE, TOPK_SIGMOID for Llama-4, SPARSEMIXER for Phi-MoE
+ *                         OpenAI Privacy Filter, Granite-MoE and JetMoE, TOPK_SIGMOID for Llama-4,
+ *                         SPARSEMIXER for Phi-MoE
  *                         (sparsemixer_jitter_eps: PhimoeConfig's router_jitter_noise, 0.01),
  *                         SOFTMAX for the others
  *   renormalize           1 for Mixtral and Qwen3.5-MoE (their routers always renormalize);

@@ -373,6 +373,22 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_EVERY},
      .prefixes = {"model.layers.%L.mlp."},
      .stacked = {{"input_linear.weight", "output_linear.weight"}}},
+
+    /* OpenAIPrivacyFilterMLP (a bidirectional token-classification encoder): gpt-oss's block --
+     * OpenAIPrivacyFilterTopKRouter is top-k on l = Wr x + b and softmax over the k (it divides
+     * the weights by top_k and the block multiplies its output by top_k again: the same sum up
+     * to rounding), OpenAIPrivacyFilterExperts the clamped SwiGLU with biases, in f32 -- but
+     * gate_up_proj's columns are halves (chunk(2): gate first), not interleaved; every layer */
+    {.family = MOE_FAMILY_OPENAI_PRIVACY_FILTER, .name = "openai_privacy_filter",
+     .names = {{"OpenAIPrivacyFilterForTokenClassification", "openai_privacy_filter"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_TOPK_SOFTMAX,
+     .router = {"router.weight"}, .router_bias = "router.bias",
+     .activation = {MOE_FAM_ACT_CLAMPED_SWIGLU, "swiglu_alpha", "swiglu_limit", 1.702, 7.0},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.mlp."},
+     .input_major = {"experts.gate_up_proj", "experts.down_proj", false, "experts.gate_up_proj_bias", "experts.down_proj_bias"}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 

@@ -28,6 +28,8 @@ The other families, from transformers 5.24's modeling code (the routing table of
   Granite-MoE   top-k on l, softmax of the k
   Qwen3.5-MoE   softmax, always renormalized, sigmoid-gated shared expert
   Qwen3-Next    as Qwen2-MoE with norm_topk_prob defaulting to true
+  Privacy filter gpt-oss's block (OpenAIPrivacyFilterMLP) with gate/up (and their biases) as
+                halves of gate_up_proj [E, H, 2I]; its / top_k and * top_k cancel
   JetMoE        as Granite-MoE (top-k on l, softmax of the k; input_linear / output_linear),
                 activation from activation_function, plus the block's bias [H] on the output
   Phi-MoE       sparsemixer (eval): two rounds of "largest remaining logit m, mask every
@@ -138,6 +140,8 @@ _FAMILIES = {
     "MiMoV2FlashForCausalLM": "mimo_v2_flash", "mimo_v2_flash": "mimo_v2_flash",
     "PhimoeForCausalLM": "phimoe", "phimoe": "phimoe",
     "JetMoeForCausalLM": "jetmoe", "jetmoe": "jetmoe",
+    "OpenAIPrivacyFilterForTokenClassification": "openai_privacy_filter",
+    "openai_privacy_filter": "openai_privacy_filter",
 }
 
 
@@ -165,7 +169,7 @@ _V3_LIKE = ("glm4_moe", "dots1") + _MLP_TYPES
 
 def is_moe_layer(cfg, family, layer):
     if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo",
-                  "phimoe", "jetmoe"):
+                  "phimoe", "jetmoe", "openai_privacy_filter"):
         return True
     if family in _MLP_TYPES:
         # their DecoderLayers: MoE where config.mlp_layer_types[layer] == "sparse"; the config
@@ -208,6 +212,7 @@ def _prefix(ck, fam, layer):
         "qwen3_vl_moe": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
     }.get(fam, [f"model.layers.{layer}.mlp."])
     routers = {"gpt_oss": ["router.weight"], "llama4": ["router.weight"],
+               "openai_privacy_filter": ["router.weight"],
                "granitemoe": ["router.layer.weight", "router.weight"],
                "phimoe": ["gate.weight", "router.weight"],
                "jetmoe": ["router.layer.weight"]}.get(fam, ["gate.weight"])
@@ -315,7 +320,9 @@ def layer_params_new(ck, layer):
         p["scale"] = float(_get(cfg, "routed_scaling_factor", 1.0))
         if _get(cfg, "topk_method", "greedy") == "group_limited_greedy":
             p.update(n_group=int(cfg["n_group"]), topk_group=int(cfg["topk_group"]))
-    elif fam in ("gpt_oss", "granitemoe", "jetmoe"):  # JetMoeTopKGating: logits.topk, softmax of the k
+    elif fam in ("gpt_oss", "granitemoe", "jetmoe", "openai_privacy_filter"):
+        # JetMoeTopKGating: logits.topk, softmax of the k. OpenAIPrivacyFilterTopKRouter: the same
+        # (with the router bias) divided by top_k, the block's output times top_k: the same sum
         p["scoring"] = "topk_softmax"
     elif fam == "llama4":
         p.update(scoring="topk_sigmoid", on_input=True)
@@ -326,7 +333,7 @@ def layer_params_new(ck, layer):
     elif fam == "phimoe":
         # PhimoeTopKRouter: sparsemixer(router_logits, jitter_eps=router_jitter_noise), eval mode
         p.update(scoring="sparsemixer", eps=float(_get(cfg, "router_jitter_noise", 0.01)))
-    if fam == "gpt_oss":
+    if fam in ("gpt_oss", "openai_privacy_filter"):
         p.update(act="swiglu_oai", alpha=float(_get(cfg, "swiglu_alpha", 1.702)),
                  limit=float(_get(cfg, "swiglu_limit", 7.0)))
     else:
@@ -338,7 +345,7 @@ def layer_params_new(ck, layer):
     p["router"] = ck.get(router_name)
     if fam == "jetmoe":  # JetMoeMoE: layer_output + self.bias
         p["out_bias"] = ck.get(moe + "bias")
-    if fam == "gpt_oss":
+    if fam in ("gpt_oss", "openai_privacy_filter"):
         p["router_bias"] = ck.get(moe + "router.bias")
     if v3:  # K-EXAONE's checkpoints keep it beside the router, not under it
         bias = moe + ("e_score_correction_bias" if fam == "exaone_moe" else "gate.e_score_correction_bias")
@@ -351,7 +358,7 @@ def layer_params_new(ck, layer):
                                     ck.get(moe + "experts.down_proj_scales"))  # [E, H, I]
         b = ck.get(moe + "experts.gate_up_proj_bias")     # [E, 2I]
         p["biases"] = (b[:, 0::2], b[:, 1::2], ck.get(moe + "experts.down_proj_bias"))
-    elif fam in ("gpt_oss", "llama4"):
+    elif fam in ("gpt_oss", "llama4", "openai_privacy_filter"):
         gu = ck.get(moe + "experts.gate_up_proj")            # [E, H, 2I]
         dn = ck.get(moe + "experts.down_proj")                # [E, I, H]
         if fam == "gpt_oss":
@@ -359,9 +366,12 @@ def layer_params_new(ck, layer):
             p["w_up"] = np.transpose(gu[:, :, 1::2], (0, 2, 1))
             b = ck.get(moe + "experts.gate_up_proj_bias")     # [E, 2I]
             p["biases"] = (b[:, 0::2], b[:, 1::2], ck.get(moe + "experts.down_proj_bias"))
-        else:
+        else:  # Llama-4, the privacy filter: gate_up.chunk(2) -- gate the first I columns
             p["w_gate"] = np.transpose(gu[:, :, :I], (0, 2, 1))
             p["w_up"] = np.transpose(gu[:, :, I:], (0, 2, 1))
+            if fam == "openai_privacy_filter":
+                b = ck.get(moe + "experts.gate_up_proj_bias")  # [E, 2I], halves
+                p["biases"] = (b[:, :I], b[:, I:], ck.get(moe + "experts.down_proj_bias"))
         p["w_down"] = np.transpose(dn, (0, 2, 1))
     elif ck.has(moe + "experts.gate_up_proj") or ck.has(moe + "input_linear.weight"):
         inl = ck.has(moe + "input_linear.weight") and not ck.has(moe + "experts.gate_up_proj")

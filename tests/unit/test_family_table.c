@@ -151,6 +151,8 @@ static const struct {
      MOE_ACT_SWIGLU},
     {MOE_FAMILY_PHIMOE, MOE_SCORING_SPARSEMIXER, 0, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
     {MOE_FAMILY_JETMOE, MOE_SCORING_TOPK_SOFTMAX, 0, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_OPENAI_PRIVACY_FILTER, MOE_SCORING_TOPK_SOFTMAX, 0, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 1, 1, 0, 0,
+     MOE_ACT_SWIGLU_OAI},
 };
 
 /* The families whose block adds an output bias [H] (has_output_bias; the row's output_bias). */
