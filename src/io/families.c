@@ -481,7 +481,10 @@ const char *moe_fam_names_with(moe_fam_layout layout, const char *sep, bool arch
     out[0] = '\0';
     for (size_t i = 0; i < FAM_N_ROWS && used < n; i++) {
         const moe_fam_row *r = &fam_rows[i];
-        const bool has = layout == MOE_FAM_HAS_MXFP4 ? r->mxfp4.gate_up_blocks != NULL : r->input_major.gate_up != NULL;
+        const bool has = layout == MOE_FAM_HAS_MXFP4         ? r->mxfp4.gate_up_blocks != NULL
+                         : layout == MOE_FAM_HAS_INPUT_MAJOR ? r->input_major.gate_up != NULL
+                                                             : r->input_major.gate_up != NULL &&
+                                                                   (!r->input_major.gate_up_bias || r->mxfp4.gate_up_blocks);
         if (!has)
             continue;
         int len = archs && r->names[0].arch

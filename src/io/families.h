@@ -199,7 +199,9 @@ const char *moe_fam_supported_list(void);
 /* Which rows store a layout, for messages that name the families a rule applies to. */
 typedef enum moe_fam_layout {
     MOE_FAM_HAS_MXFP4,      /* mxfp4.gate_up_blocks: MXFP4 checkpoints are read (and written) */
-    MOE_FAM_HAS_INPUT_MAJOR /* input_major.gate_up: stacked input-major experts */
+    MOE_FAM_HAS_INPUT_MAJOR, /* input_major.gate_up: stacked input-major experts */
+    MOE_FAM_QUANTIZES_INPUT_MAJOR /* input-major experts moe quantize writes: without expert
+                                     biases (per-expert codes), or with an MXFP4 layout */
 } moe_fam_layout;
 
 /* The names (moe_family_name) of the rows that store `layout`, in table order, joined by sep,
