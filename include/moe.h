@@ -358,6 +358,7 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *   y_k = expert_{ids[k]}(x), or expert_{ids[k]}(w_k * x) with apply_router_weight_on_input
  *   out = routed_scaling_factor * sum_k w_k y_k      (sum_k y_k with apply_router_weight_on_input)
  *         + g_sh * shared(x)                         g_sh = sigmoid(w_sg . x) if gated, else 1
+ *         (+ b_o, has_output_bias)                   JetMoE's block bias [H]
  *
  * Each family, as its checkpoint adapter (moe_checkpoint_layer_desc) sets it, from the
  * config.json fields named (HF transformers 5.24's modeling code is the reference):
@@ -381,6 +382,8 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *                 moe_routed_scaling_factor / route_scale; shared, ungated
  *   MiniMax-M3    sigmoid + selection bias, renormalize always; routed_scaling_factor; the
  *                 clamped SwiGLU (swiglu_alpha, swiglu_limit) in the routed and shared experts
+ *   Phi-MoE       sparsemixer on l (two rounds of masked softmax), router_jitter_noise
+ *   JetMoE        top-k softmax on l; output bias [H]
  * ------------------------------------------------------------------------------------- */
 
 /* Router scoring: the scores, the selection key and the weights, from the logits l. */
@@ -399,7 +402,17 @@ typedef enum moe_scoring {
     MOE_SCORING_TOPK_SOFTMAX = 2,
     /* Top-k first, on the logits: select on l (+ b_s); w_k = sigmoid(l[ids[k]]). Llama-4
      * (with apply_router_weight_on_input). */
-    MOE_SCORING_TOPK_SIGMOID = 3
+    MOE_SCORING_TOPK_SIGMOID = 3,
+    /* Phi-3.5-MoE's sparsemixer at inference (transformers 5.24 phimoe/modeling_phimoe.py
+     * `sparsemixer`, training = False; arXiv 2409.12136), on the logits, top_k = 2 only (the
+     * function always returns two experts), no groups, no selection bias. With
+     * eps = sparsemixer_jitter_eps (config `router_jitter_noise`) and thr = 2 eps in f32, for
+     * k = 0, 1: ids[k] = the best logit not yet selected (descending, lower id first, NaN
+     * last), m = l[ids[k]]; expert e is masked when e was selected before or
+     * (m - l[e]) / max(|l[e]|, m) > thr (NaN compares false: kept); w_k = softmax of the
+     * unmasked logits (masked ones -inf), at ids[k]. Jitter and Gumbel sampling are training
+     * only. renormalize (off in Phi-MoE) would divide the two weights by their sum. */
+    MOE_SCORING_SPARSEMIXER = 4
 } moe_scoring;
 
 /* The score of a group of experts in group-limited selection (n_group > 1), from the
@@ -462,14 +475,19 @@ typedef enum moe_family {
     MOE_FAMILY_FLINT = 50,         /* FlintForCausalLM: sigmoid top-k, norm_topk_prob */
     MOE_FAMILY_GRANITEMOE_SWA = 51, /* GraniteMoeSWAForCausalLM: Granite-MoE's routing */
     MOE_FAMILY_LARA_MINI = 52,     /* LaraMiniForCausalLM: softmax, norm_topk_prob */
-    MOE_FAMILY_QWEN4_EXP = 53      /* Qwen4ExpForConditionalGeneration, Qwen4ExpForCausalLM (text MoE) */
+    MOE_FAMILY_QWEN4_EXP = 53,     /* Qwen4ExpForConditionalGeneration, Qwen4ExpForCausalLM (text MoE) */
+    MOE_FAMILY_PHIMOE = 81,        /* PhimoeForCausalLM (Phi-3.5-MoE): sparsemixer routing */
+    MOE_FAMILY_JETMOE = 82,        /* JetMoeForCausalLM: Granite-MoE's routing + output bias */
+    MOE_FAMILY_OPENAI_PRIVACY_FILTER = 83 /* OpenAIPrivacyFilterForTokenClassification: gpt-oss's
+                                      block, gate/up as halves */
 } moe_family;
 
 /* Static name of a family (its config `model_type`): "custom", "mixtral", "qwen2_moe",
  * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe",
  * "qwen3_5_moe", "qwen3_next", "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite",
  * "deepseek_v32", "exaone_moe", "mimo_v2_flash", "laguna", "kolibri1", "beam", "minimax_m3_vl", "afmoe",
- * "flint", "granitemoe_swa", "lara_mini", "qwen4_exp"; "?" for an unknown value (the values leave gaps). */
+ * "flint", "granitemoe_swa", "lara_mini", "qwen4_exp", "phimoe", "jetmoe", "openai_privacy_filter"; "?"
+ * for an unknown value (the values leave gaps). */
 MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */
@@ -525,11 +543,19 @@ typedef struct moe_layer_desc {
                                       must be > 0 */
     moe_quant_config quant;        /* quantized routed experts (moe_quant.h "Quantized experts");
                                       default all NONE: experts in weight_dtype */
+    float sparsemixer_jitter_eps;  /* MOE_SCORING_SPARSEMIXER: the mask threshold's eps, config
+                                      `router_jitter_noise` (Phi-MoE; PhimoeConfig default
+                                      0.01); finite and >= 0; read by no other mode */
+    int has_output_bias;           /* out += b_o [H] after the routed sum, its scaling and the
+                                      shared expert, one f32 add per element: JetMoE's
+                                      JetMoeMoE `bias` (layer_output + self.bias, transformers
+                                      5.24 jetmoe/modeling_jetmoe.py). moe_weight_source.output_bias */
 } moe_layer_desc;
 
 /* Defaults: family custom, softmax, renormalize 0, routed_scaling_factor 1, SwiGLU, no
  * shared expert, weight_dtype BF16, no groups (group score max), no biases, weights applied
- * to the output, swiglu_alpha 1.702, swiglu_limit 7; sizes 0 (must be set). */
+ * to the output, swiglu_alpha 1.702, swiglu_limit 7, sparsemixer_jitter_eps 0.01, no output
+ * bias; sizes 0 (must be set). */
 MOE_API void moe_layer_desc_init(moe_layer_desc *desc);
 
 /* ---------------------------------------------------------------------------------------
@@ -821,6 +847,9 @@ typedef struct moe_weight_source {
     const uint8_t *const *gate_zero; /* E pointers, INT4 with has_zero_point only */
     const uint8_t *const *up_zero;
     const uint8_t *const *down_zero;
+    const void *output_bias;       /* [H] when desc->has_output_bias (JetMoE mlp.bias), converted
+                                      exactly to f32 at pack time */
+    moe_dtype output_bias_dtype;   /* F32, BF16 or F16 */
 } moe_weight_source;
 
 /* The routed experts as transformers holds them: one stacked tensor per projection, the

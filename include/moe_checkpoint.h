@@ -143,7 +143,7 @@ typedef struct moe_checkpoint_options {
      * "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe", "qwen3_5_moe", "qwen3_next",
      * "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite", "deepseek_v32",
      * "exaone_moe", "mimo_v2_flash", "laguna", "kolibri1", "beam", "minimax_m3_vl", "afmoe",
-     * "flint", "granitemoe_swa", "lara_mini", "qwen4_exp";
+     * "flint", "granitemoe_swa", "lara_mini", "qwen4_exp", "phimoe", "jetmoe", "openai_privacy_filter";
      * a row's architecture class or model_type is accepted too), or NULL (default): the
      * family of config.json's architectures[0], else model_type. When set, that family's row
      * reads config.json and the tensors whatever config.json names; a WARNING names
@@ -201,7 +201,10 @@ MOE_API moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer
  * 5.24) defaults them: what moe_checkpoint_layer_desc starts from before config.json's
  * values, and what a preset of a family's shape needs. Sets desc->family and:
  *   scoring_func          MOE_SCORING_SIGMOID for DeepSeek-V3, TOPK_SOFTMAX for gpt-oss and
- *                         Granite-MoE, TOPK_SIGMOID for Llama-4, SOFTMAX for the others
+ *                         OpenAI Privacy Filter, Granite-MoE and JetMoE, TOPK_SIGMOID for Llama-4,
+ *                         SPARSEMIXER for Phi-MoE
+ *                         (sparsemixer_jitter_eps: PhimoeConfig's router_jitter_noise, 0.01),
+ *                         SOFTMAX for the others
  *   renormalize           1 for Mixtral and Qwen3.5-MoE (their routers always renormalize);
  *                         the config class's `norm_topk_prob` for Qwen2-MoE (false), Qwen3-MoE
  *                         (false; the released Qwen3 models set true), Qwen3-Next (true), OLMoE
@@ -217,6 +220,7 @@ MOE_API moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer
  *   has_router_bias       1 for gpt-oss (router.bias), else 0
  *   has_expert_bias       1 for gpt-oss (gate_up_proj_bias, down_proj_bias), else 0
  *   apply_router_weight_on_input  1 for Llama-4, else 0
+ *   has_output_bias       1 for JetMoE (the block's `bias` [H]), else 0
  *   activation            MOE_ACT_SWIGLU_OAI for gpt-oss, else MOE_ACT_SWIGLU (`hidden_act`'s
  *                         default "silu")
  *   swiglu_alpha, swiglu_limit  1.702 and 7 (GptOssConfig's defaults; the other families do

@@ -141,6 +141,7 @@ const char *cli_scoring_name(const moe_layer_desc *d)
     const char *base = d->scoring_func == MOE_SCORING_SIGMOID        ? "sigmoid"
                        : d->scoring_func == MOE_SCORING_TOPK_SOFTMAX ? "topk_softmax"
                        : d->scoring_func == MOE_SCORING_TOPK_SIGMOID ? "topk_sigmoid"
+                       : d->scoring_func == MOE_SCORING_SPARSEMIXER  ? "sparsemixer"
                                                                      : "softmax";
     snprintf(buf, sizeof buf, "%s%s%s", base, d->n_group > 1 ? "+groups" : "",
              d->apply_router_weight_on_input ? "+weight_on_input" : "");

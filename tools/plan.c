@@ -381,7 +381,7 @@ int cli_cmd_plan(int argc, char **argv)
     printf(", weights %s\n", dtname);
     if (ckdir) {
         /* the family row the checkpoint was read with (docs/families.md) and the routing it gave */
-        static const char *const scoring[] = {"softmax", "sigmoid", "topk_softmax", "topk_sigmoid"};
+        static const char *const scoring[] = {"softmax", "sigmoid", "topk_softmax", "topk_sigmoid", "sparsemixer"};
         const unsigned sc = (unsigned)d.scoring_func;
         printf("family: %s (scoring %s, renormalize %s, routed_scaling_factor %g", moe_family_name(d.family),
                sc < sizeof scoring / sizeof scoring[0] ? scoring[sc] : "?", d.renormalize ? "yes" : "no",
@@ -389,8 +389,9 @@ int cli_cmd_plan(int argc, char **argv)
         if (d.n_group > 1)
             printf(", groups %lld keep %lld by %s", (long long)d.n_group, (long long)d.topk_group,
                    d.group_score == MOE_GROUP_SCORE_TOP2_SUM ? "top-2 sum" : "max");
-        printf("%s%s%s; shared expert %s)\n", d.has_selection_bias ? ", selection bias" : "",
-               d.has_router_bias ? ", router bias" : "", d.apply_router_weight_on_input ? ", weight on the input" : "",
+        printf("%s%s%s%s; shared expert %s)\n", d.has_selection_bias ? ", selection bias" : "",
+               d.has_router_bias ? ", router bias" : "", d.has_output_bias ? ", output bias" : "",
+               d.apply_router_weight_on_input ? ", weight on the input" : "",
                Is ? (d.shared_expert_gated ? "gated" : "ungated") : "none");
     }
     printf("ranks: tp %lld x ep %lld = %lld; kernel table %s; compute %s; options hash %016llx\n", (long long)tp,

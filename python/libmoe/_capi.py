@@ -79,7 +79,8 @@ class LayerDesc(C.Structure):
                 ("weight_dtype", i32), ("n_group", i64), ("topk_group", i64),
                 ("group_score", i32), ("has_selection_bias", i32), ("has_router_bias", i32),
                 ("has_expert_bias", i32), ("apply_router_weight_on_input", i32),
-                ("swiglu_alpha", f32), ("swiglu_limit", f32), ("quant", QuantConfig)]
+                ("swiglu_alpha", f32), ("swiglu_limit", f32), ("quant", QuantConfig),
+                ("sparsemixer_jitter_eps", f32), ("has_output_bias", i32)]
 
 
 PP = C.POINTER(vp)
@@ -96,7 +97,8 @@ class WeightSource(C.Structure):
                 ("gate_bias", PP), ("up_bias", PP), ("down_bias", PP),
                 ("expert_bias_dtype", i32), ("gate_up_bias_stride", i64),
                 ("gate_scale", PP), ("up_scale", PP), ("down_scale", PP),
-                ("gate_zero", PP), ("up_zero", PP), ("down_zero", PP)]
+                ("gate_zero", PP), ("up_zero", PP), ("down_zero", PP),
+                ("output_bias", vp), ("output_bias_dtype", i32)]
 
 
 class StackedExperts(C.Structure):

@@ -234,6 +234,12 @@ static moe_status resolve_layer(const moe_checkpoint *ck, int64_t layer, moe_ck_
         if ((st = moe_ck_get_checked(ix, name, "a bias", MOE_CK_ANY_FLOAT, "[E]", 1, &E, bias_info[b], &path)) != MOE_OK)
             return st;
     }
+    if (row->output_bias) {
+        snprintf(name, sizeof name, "%s%s", prefix, row->output_bias);
+        if ((st = moe_ck_get_checked(ix, name, "the output bias", MOE_CK_ANY_FLOAT, "[H]", 1, &H, &lt->out_bias,
+                                     &path)) != MOE_OK)
+            return st;
+    }
     if ((st = moe_ck_experts_resolve(ix, c, layer, prefix, describe, lt)) != MOE_OK)
         return st;
     if (c->desc.shared_expert_intermediate_size > 0 &&
@@ -430,6 +436,7 @@ static moe_status check_plan_desc(const moe_checkpoint *ck, int64_t layer, const
         {"has_router_bias", !!have->has_router_bias, want->has_router_bias},
         {"has_expert_bias", !!have->has_expert_bias, want->has_expert_bias},
         {"apply_router_weight_on_input", !!have->apply_router_weight_on_input, want->apply_router_weight_on_input},
+        {"has_output_bias", !!have->has_output_bias, want->has_output_bias},
         {"quant.w13.dtype", have->quant.w13.dtype, want->quant.w13.dtype},
         {"quant.w13.scale", have->quant.w13.scale, want->quant.w13.scale},
         {"quant.w13.block_n", want->quant.w13.dtype ? have->quant.w13.block_n : 0, want->quant.w13.block_n},
@@ -458,6 +465,8 @@ static moe_status check_plan_desc(const moe_checkpoint *ck, int64_t layer, const
          want->activation == MOE_ACT_SWIGLU_OAI ? want->swiglu_alpha : 0.0f},
         {"swiglu_limit", want->activation == MOE_ACT_SWIGLU_OAI ? have->swiglu_limit : 0.0f,
          want->activation == MOE_ACT_SWIGLU_OAI ? want->swiglu_limit : 0.0f},
+        {"sparsemixer_jitter_eps", want->scoring_func == MOE_SCORING_SPARSEMIXER ? have->sparsemixer_jitter_eps : 0.0f,
+         want->scoring_func == MOE_SCORING_SPARSEMIXER ? want->sparsemixer_jitter_eps : 0.0f},
     };
     for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
         if (floats[i].h != floats[i].w)
@@ -538,6 +547,10 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
         if (want.has_selection_bias) {
             src.selection_bias = lt.sel_bias.data;      /* [E] */
             src.selection_bias_dtype = lt.sel_bias.dtype;
+        }
+        if (want.has_output_bias) {
+            src.output_bias = lt.out_bias.data;         /* [H] */
+            src.output_bias_dtype = lt.out_bias.dtype;
         }
         if (want.has_expert_bias) {
             src.gate_bias = lt.gate_bias;               /* E x [I], every gate_up_bias_stride-th */

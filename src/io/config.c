@@ -186,6 +186,10 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     if (row->renormalize.rule == MOE_FAM_RENORM_FIELD &&
         (st = moe_cfg_bool(f, row->renormalize.field, row->renormalize.dflt, &d->renormalize)) != MOE_OK)
         return st;
+    if (row->sparsemixer_eps.field &&
+        (st = moe_cfg_float(f, row->sparsemixer_eps.field, row->sparsemixer_eps.dflt, false, 0.0,
+                            &d->sparsemixer_jitter_eps)) != MOE_OK)
+        return st;
     if (row->layers.rule != MOE_FAM_LAYERS_DENSE_PREFIX && (st = config_layer_rule(c, f)) != MOE_OK)
         return st;
     switch (row->shared.rule) {
@@ -231,7 +235,8 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
         return st;
     }
     const char *a = NULL;
-    moe_status st = moe_cfg_str(f, "hidden_act", "silu", &a);
+    const char *field = row->activation.field ? row->activation.field : "hidden_act";
+    moe_status st = moe_cfg_str(f, field, "silu", &a);
     if (st != MOE_OK)
         return st;
     if (strcmp(a, "silu") == 0 || strcmp(a, "swish") == 0)
@@ -242,9 +247,9 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
         d->activation = MOE_ACT_GEGLU_TANH;
     else
         return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
-                             "%s: field '%shidden_act' = \"%s\": libmoe's experts support silu / swish (SwiGLU), "
+                             "%s: field '%s%s' = \"%s\": libmoe's experts support silu / swish (SwiGLU), "
                              "gelu and gelu_pytorch_tanh / gelu_new (GEGLU)",
-                             c->path, c->prefix, a);
+                             c->path, c->prefix, field, a);
     return MOE_OK;
 }
 

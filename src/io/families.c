@@ -491,6 +491,50 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_EVERY},
      .prefixes = {"model.language_model.layers.%L.mlp." /* ConditionalGeneration */, "model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* PhimoeSparseMoeBlock (Phi-3.5-MoE): PhimoeTopKRouter (mlp.router in memory;
+     * block_sparse_moe.gate as released and as save_pretrained writes it) runs sparsemixer on the
+     * logits with router_jitter_noise (default 0.01), two experts, no renormalization; Mixtral's
+     * experts (w1 / w3 / w2 as released) in every layer; hidden_act (silu). */
+    {.family = MOE_FAMILY_PHIMOE, .name = "phimoe", .names = {{"PhimoeForCausalLM", "phimoe"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_SPARSEMIXER, .renormalize = {MOE_FAM_RENORM_NEVER},
+     .sparsemixer_eps = {"router_jitter_noise", 0.01},
+     .router = {"gate.weight" /* as released and saved */, "router.weight" /* in-memory naming */},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.block_sparse_moe." /* as released and saved */, "model.layers.%L.mlp."},
+     .per_expert = {{"w1", "w3", "w2"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* JetMoeMoE (the MLP block; the MoA attention is not it): JetMoeTopKGating is top-k on
+     * the logits then softmax over the k (Granite-MoE's); experts stacked as input_linear
+     * [E, 2I, H] (gate rows, then up) and output_linear [E, H, I]; activation_function (silu)
+     * gates; the block adds its `bias` [H] to the output; every layer. */
+    {.family = MOE_FAMILY_JETMOE, .name = "jetmoe", .names = {{"JetMoeForCausalLM", "jetmoe"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_TOPK_SOFTMAX,
+     .router = {"router.layer.weight"}, .output_bias = "bias",
+     .activation = {MOE_FAM_ACT_HIDDEN_ACT, .field = "activation_function"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.mlp."},
+     .stacked = {{"input_linear.weight", "output_linear.weight"}}},
+
+    /* OpenAIPrivacyFilterMLP (a bidirectional token-classification encoder): gpt-oss's block --
+     * OpenAIPrivacyFilterTopKRouter is top-k on l = Wr x + b and softmax over the k (it divides
+     * the weights by top_k and the block multiplies its output by top_k again: the same sum up
+     * to rounding), OpenAIPrivacyFilterExperts the clamped SwiGLU with biases, in f32 -- but
+     * gate_up_proj's columns are halves (chunk(2): gate first), not interleaved; every layer */
+    {.family = MOE_FAMILY_OPENAI_PRIVACY_FILTER, .name = "openai_privacy_filter",
+     .names = {{"OpenAIPrivacyFilterForTokenClassification", "openai_privacy_filter"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_TOPK_SOFTMAX,
+     .router = {"router.weight"}, .router_bias = "router.bias",
+     .activation = {MOE_FAM_ACT_CLAMPED_SWIGLU, "swiglu_alpha", "swiglu_limit", 1.702, 7.0},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.mlp."},
+     .input_major = {"experts.gate_up_proj", "experts.down_proj", false, "experts.gate_up_proj_bias", "experts.down_proj_bias"}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 
@@ -583,7 +627,10 @@ const char *moe_fam_names_with(moe_fam_layout layout, const char *sep, bool arch
     out[0] = '\0';
     for (size_t i = 0; i < FAM_N_ROWS && used < n; i++) {
         const moe_fam_row *r = &fam_rows[i];
-        const bool has = layout == MOE_FAM_HAS_MXFP4 ? r->mxfp4.gate_up_blocks != NULL : r->input_major.gate_up != NULL;
+        const bool has = layout == MOE_FAM_HAS_MXFP4         ? r->mxfp4.gate_up_blocks != NULL
+                         : layout == MOE_FAM_HAS_INPUT_MAJOR ? r->input_major.gate_up != NULL
+                                                             : r->input_major.gate_up != NULL &&
+                                                                   (!r->input_major.gate_up_bias || r->mxfp4.gate_up_blocks);
         if (!has)
             continue;
         int len = archs && r->names[0].arch
@@ -629,6 +676,7 @@ void moe_fam_layer_defaults(const moe_fam_row *row, moe_layer_desc *d)
     d->topk_group = row->groups.topk_group;
     d->group_score = row->groups.score;
     d->has_selection_bias = row->selection_bias != NULL;
+    d->has_output_bias = row->output_bias != NULL;
     d->has_router_bias = row->router_bias != NULL;
     d->has_expert_bias = row->input_major.gate_up_bias != NULL;
     d->apply_router_weight_on_input = row->weight_on_input;
@@ -638,6 +686,7 @@ void moe_fam_layer_defaults(const moe_fam_row *row, moe_layer_desc *d)
     d->swiglu_alpha = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? (float)row->activation.alpha : 1.702f;
     d->swiglu_limit = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? (float)row->activation.limit : 7.0f;
     d->shared_expert_gated = row->shared.gated && d->shared_expert_intermediate_size > 0;
+    d->sparsemixer_jitter_eps = row->sparsemixer_eps.field ? (float)row->sparsemixer_eps.dflt : 0.01f;
 }
 
 const char *moe_family_name(moe_family f)

@@ -129,6 +129,10 @@ struct moe_fam_row {
         int64_t n_group, topk_group;       /* with these defaults (0: no group-limited selection) */
         moe_group_score score;
     } groups;
+    struct {
+        const char *field;                 /* MOE_SCORING_SPARSEMIXER: "router_jitter_noise" */
+        double dflt;                       /* the config class's default */
+    } sparsemixer_eps;                     /* moe_layer_desc.sparsemixer_jitter_eps */
     const char *router[MOE_FAM_MAX_ROUTERS]; /* P<router> [E, H]: candidates, in order */
     const char *router_bias;               /* P<router_bias> [E]: has_router_bias */
     const char *selection_bias;            /* P<selection_bias> [E]: has_selection_bias. A bias
@@ -136,11 +140,15 @@ struct moe_fam_row {
                                               tensor, not relative to P (Kolibri1 saves it
                                               beside the block: model.layers.%L.moe.router.
                                               expert_bias); moe_fam_tensor_name spells both */
+    const char *output_bias;               /* P<output_bias> [H], added to the block output:
+                                              has_output_bias (JetMoE "bias") */
     bool weight_on_input;                  /* apply_router_weight_on_input */
     struct {
         moe_fam_act rule;
         const char *alpha_field, *limit_field; /* CLAMPED_SWIGLU: swiglu_alpha, swiglu_limit */
         double alpha, limit;               /* their defaults */
+        const char *field;                 /* HIDDEN_ACT: the ACT2FN name's field; NULL: "hidden_act"
+                                              (JetMoE: "activation_function") */
     } activation;
     moe_fam_routing_hook routing_hook;     /* or NULL */
     moe_fam_refuse refuse[MOE_FAM_MAX_REFUSE]; /* config values refused by name (field NULL: none) */
@@ -212,7 +220,9 @@ const char *moe_fam_supported_list(void);
 /* Which rows store a layout, for messages that name the families a rule applies to. */
 typedef enum moe_fam_layout {
     MOE_FAM_HAS_MXFP4,      /* mxfp4.gate_up_blocks: MXFP4 checkpoints are read (and written) */
-    MOE_FAM_HAS_INPUT_MAJOR /* input_major.gate_up: stacked input-major experts */
+    MOE_FAM_HAS_INPUT_MAJOR, /* input_major.gate_up: stacked input-major experts */
+    MOE_FAM_QUANTIZES_INPUT_MAJOR /* input-major experts moe quantize writes: without expert
+                                     biases (per-expert codes), or with an MXFP4 layout */
 } moe_fam_layout;
 
 /* The names (moe_family_name) of the rows that store `layout`, in table order, joined by sep,

@@ -254,7 +254,17 @@ j.mxfp4 = j.q.w13.dtype == MOE_QTYPE_MXFP4;
         st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: %s stores its experts stacked (%s / %s); "
                            "moe quantize writes %s and the per-expert layout (experts.<e>.<proj>.weight) only",
                            in_dir, j.row->name, sk->gate_up ? sk->gate_up : "?", sk->down ? sk->down : "?",
-                           moe_fam_names_with(MOE_FAM_HAS_INPUT_MAJOR, ", ", false, fams, sizeof fams));
+                           moe_fam_names_with(MOE_FAM_QUANTIZES_INPUT_MAJOR, ", ", false, fams, sizeof fams));
+        goto out;
+    }
+    if (j.row && j.row->input_major.gate_up_bias && !writes_mxfp4) {
+        /* input-major experts with biases and no MXFP4 layout (openai_privacy_filter): the
+         * per-expert quantized formats have no place for the gate_up / down biases */
+        st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: %s's experts have biases (%s, %s): no quantized checkpoint "
+                           "format libmoe writes carries them; moe quantize writes %s and the per-expert layout",
+                           in_dir, j.row->name, j.row->input_major.gate_up_bias,
+                           j.row->input_major.down_bias ? j.row->input_major.down_bias : "?",
+                           moe_fam_names_with(MOE_FAM_QUANTIZES_INPUT_MAJOR, ", ", false, fams, sizeof fams));
         goto out;
     }
     if (writes_mxfp4 && !j.mxfp4) {
@@ -358,7 +368,7 @@ j.mxfp4 = j.q.w13.dtype == MOE_QTYPE_MXFP4;
         st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: no expert weights in the selected MoE layers "
                            "(<prefix>experts.<e>.<proj>.weight, or %s's experts.gate_up_proj and "
                            "down_proj): other stacked expert layouts are not written", in_dir,
-                           moe_fam_names_with(MOE_FAM_HAS_INPUT_MAJOR, " / ", false, fams, sizeof fams));
+                           moe_fam_names_with(MOE_FAM_QUANTIZES_INPUT_MAJOR, " / ", false, fams, sizeof fams));
         goto out;
     }
     /* config.json with quantization_config; the index with the new names */

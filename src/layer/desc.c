@@ -25,6 +25,7 @@ void moe_layer_desc_init(moe_layer_desc *d)
     d->group_score = MOE_GROUP_SCORE_MAX;
     d->swiglu_alpha = 1.702f;
     d->swiglu_limit = 7.0f;
+    d->sparsemixer_jitter_eps = 0.01f;
 }
 
 moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
@@ -56,7 +57,8 @@ moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
         return moe_set_error(ctx, MOE_EINVAL, "layer description: routed_scaling_factor = %g, must be finite and > 0",
                              (double)d->routed_scaling_factor);
     if (d->scoring_func != MOE_SCORING_SOFTMAX && d->scoring_func != MOE_SCORING_SIGMOID &&
-        d->scoring_func != MOE_SCORING_TOPK_SOFTMAX && d->scoring_func != MOE_SCORING_TOPK_SIGMOID)
+        d->scoring_func != MOE_SCORING_TOPK_SOFTMAX && d->scoring_func != MOE_SCORING_TOPK_SIGMOID &&
+        d->scoring_func != MOE_SCORING_SPARSEMIXER)
         return moe_set_error(ctx, MOE_EINVAL, "layer description: scoring_func = %d is not a moe_scoring value",
                              (int)d->scoring_func);
     if (d->activation != MOE_ACT_SWIGLU && d->activation != MOE_ACT_GEGLU && d->activation != MOE_ACT_GEGLU_TANH &&

@@ -120,7 +120,7 @@ static int same_desc(const moe_layer_desc *a, const moe_layer_desc *b)
            a->shared_expert_intermediate_size == b->shared_expert_intermediate_size &&
            a->shared_expert_gated == b->shared_expert_gated && a->weight_dtype == b->weight_dtype &&
            a->has_selection_bias == b->has_selection_bias && a->has_router_bias == b->has_router_bias &&
-           a->has_expert_bias == b->has_expert_bias;
+           a->has_expert_bias == b->has_expert_bias && a->has_output_bias == b->has_output_bias;
 }
 
 /* The quantization config's identity: "none", or the canonical text (moe_quant_text) of an
@@ -281,6 +281,16 @@ static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const m
         return rst;
     if (tp && Tc > 0 && (rst = moe_par_tp_reduce(&c, t0, a->n_tokens, rows)) != MOE_OK)
         return rst;
+    if (w->output_bias && Tc > 0) {
+        /* JetMoE's block bias [H], last, on the rows this rank writes (as below) */
+        int64_t g0, g1;
+        moe_par_tp_rows(st, a->n_tokens, &g0, &g1);
+        const int64_t r0 = g0 - t0 < 0 ? 0 : g0 - t0 > Tc ? Tc : g0 - t0;
+        const int64_t r1 = g1 - t0 < 0 ? 0 : g1 - t0 > Tc ? Tc : g1 - t0;
+        for (int64_t t = r0; t < r1; t++)
+            for (int64_t k = 0; k < H; k++)
+                rows[t * H + k] = rows[t * H + k] + w->output_bias[k];
+    }
     if (bf16_out && Tc > 0) {
         /* round the rows this rank wrote: all Tc, or under TP reduce_scatter the rows of the
          * chunk this rank owns (moe_plan_tp_rows: the split of T over the TP ranks) */

@@ -109,6 +109,15 @@ static void plan_text(moe_plan *p)
         size_t used = strlen(p->text);
         moe_quant_text(&d->quant, p->text + used, sizeof p->text - used);
     }
+    if (d->has_output_bias) { /* descriptions without it keep their text and hash */
+        size_t used = strlen(p->text);
+        snprintf(p->text + used, sizeof p->text - used, "has_output_bias=1;");
+    }
+    if (d->scoring_func == MOE_SCORING_SPARSEMIXER) { /* the other modes keep their text and hash */
+        size_t used = strlen(p->text);
+        snprintf(p->text + used, sizeof p->text - used, "sparsemixer_jitter_eps=%.9g;",
+                 (double)d->sparsemixer_jitter_eps);
+    }
     if (p->st.compute != MOE_COMPUTE_F32) { /* f32 plans keep the text (and hash) they always had */
         size_t used = strlen(p->text);
         snprintf(p->text + used, sizeof p->text - used, "compute=%s;", moe_compute_name(p->st.compute));

@@ -88,6 +88,8 @@ static moe_status check_source(const moe_plan *plan, const moe_weight_source *sr
                              (long long)src->gate_up_bias_stride);
     if (d->has_router_bias && !src->router_bias)
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: has_router_bias is set but src->router_bias is NULL");
+    if (d->has_output_bias && !src->output_bias)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: has_output_bias is set but src->output_bias is NULL");
     if (d->has_selection_bias && !src->selection_bias)
         return moe_set_error(ctx, MOE_EINVAL,
                              "moe_weights_create: has_selection_bias is set but src->selection_bias is NULL");
@@ -109,8 +111,9 @@ static moe_status check_source(const moe_plan *plan, const moe_weight_source *sr
         moe_dtype dt;
     } bias_dts[] = {{"router_bias_dtype", d->has_router_bias, src->router_bias_dtype},
                     {"selection_bias_dtype", d->has_selection_bias, src->selection_bias_dtype},
-                    {"expert_bias_dtype", d->has_expert_bias, src->expert_bias_dtype}};
-    for (size_t i = 0; i < 3; i++) {
+                    {"expert_bias_dtype", d->has_expert_bias, src->expert_bias_dtype},
+                    {"output_bias_dtype", d->has_output_bias, src->output_bias_dtype}};
+    for (size_t i = 0; i < 4; i++) {
         if (bias_dts[i].used && !dtype_ok(bias_dts[i].dt))
             return moe_set_error(ctx, MOE_EDTYPE, "moe_weights_create: src->%s is %s, expected F32, BF16 or F16",
                                  bias_dts[i].name, moe_dtype_name(bias_dts[i].dt));
@@ -245,6 +248,7 @@ void moe_weights_free(moe_weights *w)
     moe_free_aligned(w->shared_gate_buf);
     free(w->router_bias);
     free(w->sel_bias);
+    free(w->output_bias);
     free(w->expert_bias);
     free(w);
 }
@@ -287,7 +291,8 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
     /* Every byte packed below, summed before anything is allocated: a layer that cannot fit is
      * refused with the sizes (core/mem.c), not failed half-way or killed by the OOM killer. */
     uint64_t need = (uint64_t)shared_bytes + sizeof(float) * (uint64_t)(E * H + (d->shared_expert_gated ? H : 0));
-    need += sizeof(float) * (uint64_t)((d->has_router_bias ? E : 0) + (d->has_selection_bias ? E : 0));
+    need += sizeof(float) * (uint64_t)((d->has_router_bias ? E : 0) + (d->has_selection_bias ? E : 0) +
+                                       (d->has_output_bias ? d->hidden_size : 0));
     need += d->has_expert_bias ? sizeof(float) * (uint64_t)El * (uint64_t)(2 * Il + H) : 0;
     for (int64_t i = 0; i < 3 * El; i++) {
         const int mat = (int)(i % 3);
@@ -364,10 +369,13 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
         w->router_bias = malloc(sizeof(float) * (size_t)E); /* [E] */
     if (d->has_selection_bias)
         w->sel_bias = malloc(sizeof(float) * (size_t)E); /* [E] */
+    if (d->has_output_bias)
+        w->output_bias = malloc(sizeof(float) * (size_t)H); /* [H] */
     if (d->has_expert_bias)
         w->expert_bias = malloc(sizeof(float) * (size_t)El * (size_t)(2 * Il + H)); /* [El, 2Il + H] */
     if (fail || !w->router_buf || (Is > 0 && !w->shared_buf) || (Is > 0 && d->shared_expert_gated && !w->shared_gate_buf) ||
         (d->has_router_bias && !w->router_bias) || (d->has_selection_bias && !w->sel_bias) ||
+        (d->has_output_bias && !w->output_bias) ||
         (d->has_expert_bias && !w->expert_bias)) {
         moe_weights_free(w);
         if (quant)
@@ -484,6 +492,8 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
         bias_to_f32(w->router_bias, src->router_bias, src->router_bias_dtype, E, 1);
     if (w->sel_bias)
         bias_to_f32(w->sel_bias, src->selection_bias, src->selection_bias_dtype, E, 1);
+    if (w->output_bias)
+        bias_to_f32(w->output_bias, src->output_bias, src->output_bias_dtype, H, 1);
     if (Is > 0) {
         /* the shared expert's TP shard (row-major, in weight_dtype): gate/up rows and down
          * columns [is0, is0 + Isl) */

@@ -131,6 +131,10 @@ routed:
 
     /* finalize */
     moe_ref_finalize(desc, T, weights, y, shared_y, shared_scale, out);
+    if (desc->has_output_bias) /* JetMoE: the block's bias [H], last, one f32 add */
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t k = 0; k < H; k++)
+                out[t * H + k] = out[t * H + k] + moe_ref_load(src->output_bias, src->output_bias_dtype, k);
     if (ids_out)
         memcpy(ids_out, ids, sizeof(int32_t) * (size_t)(T * K));
     if (weights_out)

@@ -105,6 +105,29 @@ static void route_token(const moe_layer_desc *d, const void *bias, moe_dtype bia
 {
     const int64_t E = d->num_experts, K = d->top_k;
 
+    /* sparsemixer (Phi-MoE, top_k 2, no groups, no selection bias): per round, the best
+     * logit not yet selected, then the softmax of the logits its threshold keeps */
+    if (d->scoring_func == MOE_SCORING_SPARSEMIXER) {
+        const float thr = 2.0f * d->sparsemixer_jitter_eps;
+        for (int64_t e = 0; e < E; e++)
+            taken[e] = false;
+        for (int64_t k = 0; k < K; k++) {
+            int64_t best = row_max(l, E, taken);
+            taken[best] = true;
+            ids[k] = (int32_t)best;
+            const float m = l[best];
+            for (int64_t e = 0; e < E; e++) {
+                float a = fabsf(l[e]);
+                float factor = isnan(a) ? a : (a < m ? m : a); /* |l| clamped below at m */
+                bool masked = ((m - l[e]) / factor) > thr;
+                c[e] = (masked || (taken[e] && e != best)) ? -INFINITY : l[e];
+            }
+            moe_ref_softmax(c, E, s);
+            w[k] = s[best];
+        }
+        goto renormalize;
+    }
+
     /* 1. scores */
     if (d->scoring_func == MOE_SCORING_SOFTMAX) {
         moe_ref_softmax(l, E, s);
@@ -168,6 +191,7 @@ static void route_token(const moe_layer_desc *d, const void *bias, moe_dtype bia
     }
 
     /* 6. renormalize, summing in top-k order */
+renormalize:
     if (d->renormalize) {
         float sum = 0.0f;
         for (int64_t k = 0; k < K; k++)

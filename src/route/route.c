@@ -143,6 +143,21 @@ moe_status moe_route_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
             return moe_set_error(ctx, MOE_EINVAL, "layer description: group_score = %d is not a moe_group_score value",
                                  (int)d->group_score);
     }
+    if (d->scoring_func == MOE_SCORING_SPARSEMIXER) {
+        if (K != 2)
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "layer description: top_k = %lld with scoring_func sparsemixer, which selects exactly 2 "
+                                 "experts (Phi-MoE's sparsemixer)",
+                                 K);
+        if (G > 1 || d->has_selection_bias)
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "layer description: scoring_func sparsemixer selects on the logits alone: %s is not "
+                                 "supported with it",
+                                 G > 1 ? "n_group > 1" : "has_selection_bias");
+        if (!(d->sparsemixer_jitter_eps >= 0.0f) || isinf(d->sparsemixer_jitter_eps))
+            return moe_set_error(ctx, MOE_EINVAL, "layer description: sparsemixer_jitter_eps = %g, must be finite and >= 0",
+                                 (double)d->sparsemixer_jitter_eps);
+    }
     if (d->activation == MOE_ACT_SWIGLU_OAI) {
         if (!(d->swiglu_limit > 0.0f))
             return moe_set_error(ctx, MOE_EINVAL, "layer description: swiglu_limit = %g, must be > 0",
@@ -181,6 +196,37 @@ void moe_route_topk(const moe_layer_desc *desc, const float *sel_bias, const flo
         const float *l = logits + t * E; /* [E] */
         int32_t *id = ids + t * K;       /* [K] */
         float *w = weights + t * K;      /* [K] */
+
+        /* sparsemixer (Phi-MoE): K rounds (K = 2, moe_route_check_desc) of the best logit not
+         * yet selected, its threshold mask, and the softmax of what the mask keeps; src/ref's
+         * operations in src/ref's order */
+        if (sf == MOE_SCORING_SPARSEMIXER) {
+            const float thr = 2.0f * desc->sparsemixer_jitter_eps;
+            for (int64_t k = 0; k < K; k++) {
+                int32_t best = -1;
+                for (int32_t e = 0; e < (int32_t)E; e++) {
+                    int taken = 0;
+                    for (int64_t j = 0; j < k; j++)
+                        taken |= (id[j] == e);
+                    if (!taken && (best < 0 || before(l[e], e, l[best], best)))
+                        best = e;
+                }
+                id[k] = best;
+                const float m = l[best];
+                for (int64_t e = 0; e < E; e++) {
+                    int taken = 0;
+                    for (int64_t j = 0; j < k; j++)
+                        taken |= (id[j] == e);
+                    float a = fabsf(l[e]);
+                    float factor = isnan(a) ? a : (a < m ? m : a); /* |l| clamped below at m */
+                    bool masked = ((m - l[e]) / factor) > thr;
+                    c[e] = (masked || taken) ? -INFINITY : l[e];
+                }
+                softmax_row(c, E, s);
+                w[k] = s[best];
+            }
+            goto renormalize;
+        }
 
         /* scores and selection keys */
         if (sf == MOE_SCORING_SOFTMAX) {
@@ -238,6 +284,7 @@ void moe_route_topk(const moe_layer_desc *desc, const float *sel_bias, const flo
             for (int64_t k = 0; k < K; k++)
                 w[k] = s[id[k]];
         }
+    renormalize:
         if (desc->renormalize) {
             float sum = 0.0f;
             for (int64_t k = 0; k < K; k++)

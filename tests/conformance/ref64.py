@@ -49,6 +49,13 @@ The other families, from transformers 5.24's modeling code (the routing table of
                 outside the block (refused here when shared_intermediate_size > 0)
   Qwen4-Exp     text_config; softmax, / sum if norm_topk_prob (true); sigmoid-gated
                 shared_expert; model.language_model. prefix
+  Privacy filter gpt-oss's block (OpenAIPrivacyFilterMLP) with gate/up (and their biases) as
+                halves of gate_up_proj [E, H, 2I]; its / top_k and * top_k cancel
+  JetMoE        as Granite-MoE (top-k on l, softmax of the k; input_linear / output_linear),
+                activation from activation_function, plus the block's bias [H] on the output
+  Phi-MoE       sparsemixer (eval): two rounds of "largest remaining logit m, mask every
+                expert with (m - l) / max(|l|, m) > 2 router_jitter_noise, weight = softmax
+                of the unmasked logits at the pick"; no renormalization; Mixtral's experts
 
 Weights of any dtype (F32, BF16, F16) are widened exactly to float64, so the reference uses
 the same rounded weights a bf16/f16 implementation sees. Tensor names: per-expert (what
@@ -162,6 +169,10 @@ _FAMILIES = {
     "MiniMaxM3SparseForConditionalGeneration": "minimax_m3_vl", "minimax_m3_vl": "minimax_m3_vl",
     "Qwen4ExpForConditionalGeneration": "qwen4_exp", "qwen4_exp": "qwen4_exp",
     "Qwen4ExpForCausalLM": "qwen4_exp", "qwen4_exp_text": "qwen4_exp",
+    "PhimoeForCausalLM": "phimoe", "phimoe": "phimoe",
+    "JetMoeForCausalLM": "jetmoe", "jetmoe": "jetmoe",
+    "OpenAIPrivacyFilterForTokenClassification": "openai_privacy_filter",
+    "openai_privacy_filter": "openai_privacy_filter",
 }
 
 
@@ -189,7 +200,8 @@ _V3_LIKE = ("glm4_moe", "dots1") + _MLP_TYPES
 
 def is_moe_layer(cfg, family, layer):
     if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo",
-                  "kolibri1", "lara_mini", "granitemoe_swa", "qwen4_exp"):
+                  "kolibri1", "lara_mini", "granitemoe_swa", "qwen4_exp", "phimoe", "jetmoe",
+                  "openai_privacy_filter"):
         return True
     if family in ("laguna", "beam", "minimax_m3_vl"):
         # LagunaConfig / BeamConfig fill an absent mlp_layer_types with 1 / min(3, L) dense
@@ -244,11 +256,15 @@ def _prefix(ck, fam, layer):
         "minimax_m3_vl": [f"language_model.model.layers.{layer}.block_sparse_moe."],
         "qwen4_exp": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
         "minimax": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
+        "phimoe": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
         "qwen3_vl_moe": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
     }.get(fam, [f"model.layers.{layer}.mlp."])
     routers = {"gpt_oss": ["router.weight"], "llama4": ["router.weight"], "afmoe": ["router.gate.weight"],
+               "granitemoe_swa": ["router.weight"],
+               "openai_privacy_filter": ["router.weight"],
                "granitemoe": ["router.layer.weight", "router.weight"],
-               "granitemoe_swa": ["router.weight"]}.get(fam, ["gate.weight"])
+               "phimoe": ["gate.weight", "router.weight"],
+               "jetmoe": ["router.layer.weight"]}.get(fam, ["gate.weight"])
     for c in cands:
         for r in routers:
             if ck.has(c + r):
@@ -354,7 +370,9 @@ def layer_params_new(ck, layer):
         p["scale"] = float(_get(cfg, "routed_scaling_factor", 1.0))
         if _get(cfg, "topk_method", "greedy") == "group_limited_greedy":
             p.update(n_group=int(cfg["n_group"]), topk_group=int(cfg["topk_group"]))
-    elif fam in ("gpt_oss", "granitemoe", "granitemoe_swa"):
+    elif fam in ("gpt_oss", "granitemoe", "granitemoe_swa", "jetmoe", "openai_privacy_filter"):
+        # JetMoeTopKGating: logits.topk, softmax of the k. OpenAIPrivacyFilterTopKRouter: the same
+        # (with the router bias) divided by top_k, the block's output times top_k: the same sum
         p["scoring"] = "topk_softmax"
         if fam == "granitemoe_swa" and int(cfg.get("shared_intermediate_size") or 0) > 0:
             raise ValueError("granitemoe_swa: shared_intermediate_size > 0 (shared_mlp outside the block)")
@@ -379,16 +397,22 @@ def layer_params_new(ck, layer):
         p.update(scoring="sigmoid", renormalize=bool(_get(cfg, "norm_topk_prob", True)))
     elif fam in ("lara_mini", "qwen4_exp"):
         p["renormalize"] = bool(_get(cfg, "norm_topk_prob", True))
-    if fam in ("gpt_oss", "minimax_m3_vl"):
+    elif fam == "phimoe":
+        # PhimoeTopKRouter: sparsemixer(router_logits, jitter_eps=router_jitter_noise), eval mode
+        p.update(scoring="sparsemixer", eps=float(_get(cfg, "router_jitter_noise", 0.01)))
+    if fam in ("gpt_oss", "minimax_m3_vl", "openai_privacy_filter"):
         p.update(act="swiglu_oai", alpha=float(_get(cfg, "swiglu_alpha", 1.702)),
                  limit=float(_get(cfg, "swiglu_limit", 7.0)))
     else:
+        act_key = "activation_function" if fam == "jetmoe" else "hidden_act"
         p["act"] = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu_tanh",
-                    "gelu_new": "geglu_tanh"}[_get(cfg, "hidden_act", "silu")]
+                    "gelu_new": "geglu_tanh"}[_get(cfg, act_key, "silu")]
 
     moe, router_name = _prefix(ck, fam, layer)
     p["router"] = ck.get(router_name)
-    if fam == "gpt_oss":
+    if fam == "jetmoe":  # JetMoeMoE: layer_output + self.bias
+        p["out_bias"] = ck.get(moe + "bias")
+    if fam in ("gpt_oss", "openai_privacy_filter"):
         p["router_bias"] = ck.get(moe + "router.bias")
     if v3 or fam == "beam":  # K-EXAONE's checkpoints keep it beside the router, not under it
         bias = moe + ("e_score_correction_bias" if fam == "exaone_moe" else "gate.e_score_correction_bias")
@@ -409,7 +433,7 @@ def layer_params_new(ck, layer):
                                     ck.get(moe + "experts.down_proj_scales"))  # [E, H, I]
         b = ck.get(moe + "experts.gate_up_proj_bias")     # [E, 2I]
         p["biases"] = (b[:, 0::2], b[:, 1::2], ck.get(moe + "experts.down_proj_bias"))
-    elif fam in ("gpt_oss", "llama4"):
+    elif fam in ("gpt_oss", "llama4", "openai_privacy_filter"):
         gu = ck.get(moe + "experts.gate_up_proj")            # [E, H, 2I]
         dn = ck.get(moe + "experts.down_proj")                # [E, I, H]
         if fam == "gpt_oss":
@@ -417,9 +441,12 @@ def layer_params_new(ck, layer):
             p["w_up"] = np.transpose(gu[:, :, 1::2], (0, 2, 1))
             b = ck.get(moe + "experts.gate_up_proj_bias")     # [E, 2I]
             p["biases"] = (b[:, 0::2], b[:, 1::2], ck.get(moe + "experts.down_proj_bias"))
-        else:
+        else:  # Llama-4, the privacy filter: gate_up.chunk(2) -- gate the first I columns
             p["w_gate"] = np.transpose(gu[:, :, :I], (0, 2, 1))
             p["w_up"] = np.transpose(gu[:, :, I:], (0, 2, 1))
+            if fam == "openai_privacy_filter":
+                b = ck.get(moe + "experts.gate_up_proj_bias")  # [E, 2I], halves
+                p["biases"] = (b[:, :I], b[:, I:], ck.get(moe + "experts.down_proj_bias"))
         p["w_down"] = np.transpose(dn, (0, 2, 1))
     elif ck.has(moe + "experts.gate_up_proj") or ck.has(moe + "input_linear.weight"):
         inl = ck.has(moe + "input_linear.weight") and not ck.has(moe + "experts.gate_up_proj")
@@ -427,7 +454,7 @@ def layer_params_new(ck, layer):
         p["w_gate"], p["w_up"] = gu[:, :I, :], gu[:, I:, :]
         p["w_down"] = ck.get(moe + ("output_linear.weight" if inl else "experts.down_proj"))
     else:
-        g, u, dn = ("w1", "w3", "w2") if fam in ("minimax", "minimax_m3_vl") else ("gate_proj", "up_proj", "down_proj")
+        g, u, dn = ("w1", "w3", "w2") if fam in ("minimax", "minimax_m3_vl", "phimoe") else ("gate_proj", "up_proj", "down_proj")
         p["w_gate"] = np.stack([ck.get(f"{moe}experts.{e}.{g}.weight") for e in range(E)])
         p["w_up"] = np.stack([ck.get(f"{moe}experts.{e}.{u}.weight") for e in range(E)])
         p["w_down"] = np.stack([ck.get(f"{moe}experts.{e}.{dn}.weight") for e in range(E)])
@@ -525,6 +552,30 @@ def topk_lower_id(scores, K):
     return np.argsort(-scores, axis=-1, kind="stable")[:, :K]
 
 
+def sparsemixer(logits, eps):
+    """Phi-MoE's sparsemixer in eval mode (arXiv 2409.12136; transformers' phimoe
+    `sparsemixer`, training False): two rounds; round r takes the largest remaining logit m
+    (ties to the lower id), masks every expert with (m - l) / max(|l|, m) > 2 eps and every
+    expert already taken, and weights the pick by the softmax of the unmasked logits."""
+    T, E = logits.shape
+    ids = np.zeros((T, 2), dtype=np.int64)
+    w = np.zeros((T, 2))
+    for t in range(T):
+        l = logits[t]
+        taken = []
+        for r in range(2):
+            rest = np.array([e not in taken for e in range(E)])
+            cand = np.where(rest, l, -np.inf)
+            best = int(np.argmax(cand))  # first maximum: the lower id
+            m = l[best]
+            masked = ((m - l) / np.maximum(np.abs(l), m) > 2.0 * eps) | ~rest
+            g = np.where(masked, -np.inf, l)
+            ids[t, r] = best
+            w[t, r] = softmax(g[None])[0, best]
+            taken.append(best)
+    return ids, w
+
+
 def route(p, x):
     """-> (logits [T, E], the selection key [T, E] after group masking ("probs" for the
     softmax families), ids [T, K], weights [T, K] before routed_scaling_factor)."""
@@ -532,6 +583,9 @@ def route(p, x):
     if p.get("router_bias") is not None:
         logits = logits + p["router_bias"]
     scoring = p.get("scoring", "softmax")
+    if scoring == "sparsemixer":
+        ids, w = sparsemixer(logits, p["eps"])
+        return logits, logits, ids, w
     if scoring == "softmax":
         scores = softmax(logits)
     elif scoring == "sigmoid":
@@ -589,6 +643,8 @@ def moe_forward(p, x):
             out += gate * expert(sh, x, 0)
         else:
             out += gate * swiglu(x, p["s_gate"], p["s_up"], p["s_down"])
+    if p.get("out_bias") is not None:
+        out += p["out_bias"]
     return {"output": out, "topk_ids": ids.astype(np.int32), "topk_weights": w,
             "router_logits": logits, "probs": probs}
 

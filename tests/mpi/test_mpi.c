@@ -153,6 +153,7 @@ typedef struct rlayer {
     void *shg, *shu, *shd;         /* [Is, H], [Is, H], [H, Is] */
     float *sg;                     /* [1, H] */
     float *gb, *ub, *db;           /* [E][I], [E][I], [E][H] expert biases */
+    float *ob;                     /* [H] output bias (with the expert biases) */
     const void **gp, **up, **dp;   /* [E] */
     const void **gbp, **ubp, **dbp;/* [E] */
     moe_weight_source src;
@@ -237,6 +238,11 @@ static void rlayer_make(rlayer *L, int64_t H, int64_t I, int64_t E, int64_t K, i
         L->src.up_bias = L->ubp;
         L->src.down_bias = L->dbp;
         L->src.expert_bias_dtype = MOE_DTYPE_F32;
+        /* and JetMoE's output bias, added once per token on the rank that writes its row */
+        L->d.has_output_bias = 1;
+        L->ob = make_weights((size_t)H, MOE_DTYPE_F32, seed + 12, 0.5f);
+        L->src.output_bias = L->ob;
+        L->src.output_bias_dtype = MOE_DTYPE_F32;
     }
 }
 
@@ -253,6 +259,7 @@ static void rlayer_free(rlayer *L)
     free(L->gb);
     free(L->ub);
     free(L->db);
+    free(L->ob);
     free(L->gp);
     free(L->up);
     free(L->dp);
@@ -780,12 +787,13 @@ static void random_suite(const pcfg *base, double tol)
                 free(lg);
                 rlayer_free(&L);
             }
-            /* 2. E = 8, K = 2, skewed first choice, bf16 weights, gpt-oss biases and activation */
+            /* 2. E = 8, K = 2, skewed first choice, bf16 weights, gpt-oss biases and activation,
+             *    an output bias */
             {
                 const int64_t E = 8, T = 70;
                 rlayer_make(&L, 32, 22, E, 2, 0, 0, 1, 0, MOE_DTYPE_BF16, 21);
                 float *lg = skewed_logits(T, E, 2, 6);
-                random_case("skewed E=8 K=2 bf16 biases", &L, lg, T, &c, tol, 13);
+                random_case("skewed E=8 K=2 bf16 biases + output bias", &L, lg, T, &c, tol, 13);
                 free(lg);
                 rlayer_free(&L);
             }

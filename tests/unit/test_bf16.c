@@ -303,6 +303,7 @@ typedef struct bound_layer {
     void *g_src, *u_src, *d_src;         /* the same in weight_dtype (bf16-exact values when BF16) */
     float *bg, *bu, *bd;                 /* biases [E][I], [E][I], [E][H] */
     float *sg, *su, *sd, *sgate;         /* shared [Is][H], [Is][H], [H][Is], gate [H] */
+    float *obias;                        /* output bias [H] (has_output_bias) */
     void *sg_src, *su_src, *sd_src;
 } bound_layer;
 
@@ -423,7 +424,8 @@ static void expert64(const moe_layer_desc *d, int64_t H, int64_t I, const double
  * weights. */
 static void check_bound(moe_family fam, moe_dtype wdt, double *worst_ratio, double *worst_rel)
 {
-    const int64_t H = 45, I = 23, E = 16, K = 4, T = 9;
+    const int64_t H = 45, I = 23, E = 16, T = 9;
+    int64_t K = 4; /* 2 for sparsemixer, which selects exactly 2 (moe_route_check_desc) */
     const int shared = fam == MOE_FAMILY_QWEN2_MOE || fam == MOE_FAMILY_DEEPSEEK_V2 ||
                        fam == MOE_FAMILY_DEEPSEEK_V3 || fam == MOE_FAMILY_LLAMA4 || fam == MOE_FAMILY_QWEN3_NEXT ||
                        fam == MOE_FAMILY_QWEN3_5_MOE || fam == MOE_FAMILY_GLM4_MOE || fam == MOE_FAMILY_DOTS1 ||
@@ -440,6 +442,8 @@ static void check_bound(moe_family fam, moe_dtype wdt, double *worst_ratio, doub
     d->shared_expert_intermediate_size = Is;
     d->weight_dtype = wdt;
     assert_int_equal(moe_family_layer_defaults(fam, d), MOE_OK);
+    if (d->scoring_func == MOE_SCORING_SPARSEMIXER)
+        K = d->top_k = 2;
     const int bx = wdt == MOE_DTYPE_BF16;
     L.router = rand_f32((size_t)(E * H), 0.5f, 0);
     L.rbias = rand_f32((size_t)E, 0.1f, 0);
@@ -472,6 +476,10 @@ static void check_bound(moe_family fam, moe_dtype wdt, double *worst_ratio, doub
         src.selection_bias = L.sbias, src.selection_bias_dtype = MOE_DTYPE_F32;
     if (d->has_expert_bias)
         src.gate_bias = bgp, src.up_bias = bup, src.down_bias = bdp, src.expert_bias_dtype = MOE_DTYPE_F32;
+    if (d->has_output_bias) {
+        L.obias = rand_f32((size_t)H, 0.2f, 0);
+        src.output_bias = L.obias, src.output_bias_dtype = MOE_DTYPE_F32;
+    }
     if (Is) {
         L.sg = rand_f32((size_t)(Is * H), 2.0f * sh, bx);
         L.su = rand_f32((size_t)(Is * H), 2.0f * sh, bx);
@@ -497,7 +505,8 @@ static void check_bound(moe_family fam, moe_dtype wdt, double *worst_ratio, doub
         cfg.compute = c ? MOE_COMPUTE_BF16 : MOE_COMPUTE_F32;
         moe_plan *p = NULL;
         moe_weights *w = NULL;
-        assert_int_equal(moe_plan_create_ex(ctx, d, &cfg, &p), MOE_OK);
+        if (moe_plan_create_ex(ctx, d, &cfg, &p) != MOE_OK)
+            fail_msg("%s: %s", moe_family_name(fam), moe_ctx_last_error(ctx));
         if (moe_weights_create(p, &src, &w) != MOE_OK)
             fail_msg("%s: %s", moe_family_name(fam), moe_ctx_last_error(ctx));
         const size_t ws = moe_plan_workspace_size(p, T);
@@ -511,8 +520,8 @@ static void check_bound(moe_family fam, moe_dtype wdt, double *worst_ratio, doub
     }
     moe_ctx_free(ctx);
     /* routing is f32 in both modes */
-    assert_memory_equal(ids[0], ids[1], sizeof ids[0]);
-    assert_memory_equal(wts[0], wts[1], sizeof wts[0]);
+    assert_memory_equal(ids[0], ids[1], sizeof(int32_t) * (size_t)(T * K));
+    assert_memory_equal(wts[0], wts[1], sizeof(float) * (size_t)(T * K));
     assert_true(memcmp(out[0], out[1], sizeof out[0]) != 0); /* the mode is not a no-op */
 
     const double b = 0x1p-9, u = 0x1p-24, bw = wdt == MOE_DTYPE_BF16 ? 0.0 : b;
@@ -561,6 +570,11 @@ static void check_bound(moe_family fam, moe_dtype wdt, double *worst_ratio, doub
                 mag[j] += (s + ds) * (fabs(y[j]) + ey[j]);
             }
         }
+        if (L.obias) /* added last, one f32 add (moe.h: after the routed sum and the shared expert) */
+            for (int64_t j = 0; j < H; j++) {
+                acc[j] += L.obias[j];
+                mag[j] += fabs(L.obias[j]);
+            }
         for (int64_t j = 0; j < H; j++) {
             const double bound = eacc[j] + gamma_n((double)(K + 3)) * mag[j];
             const double err = fabs((double)out[1][t * H + j] - acc[j]);
@@ -575,7 +589,7 @@ static void check_bound(moe_family fam, moe_dtype wdt, double *worst_ratio, doub
     free(xin), free(y), free(ey), free(acc), free(eacc), free(mag), free(x);
     free(L.router), free(L.rbias), free(L.sbias), free(L.wg), free(L.wu), free(L.wd), free(L.g_src);
     free(L.u_src), free(L.d_src), free(L.bg), free(L.bu), free(L.bd), free(L.sg), free(L.su), free(L.sd);
-    free(L.sgate), free(L.sg_src), free(L.su_src), free(L.sd_src);
+    free(L.sgate), free(L.sg_src), free(L.su_src), free(L.sd_src), free(L.obias);
 }
 
 static void test_bound_every_family(void **state)

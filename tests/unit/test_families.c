@@ -42,6 +42,8 @@ typedef struct fam_cfg {
     int layout;
     moe_dtype dt, bias_dt;
     float wscale; /* gate/up weight scale multiplier (reach gpt-oss's clamp) */
+    float sm_eps; /* MOE_SCORING_SPARSEMIXER: sparsemixer_jitter_eps */
+    int out_bias; /* has_output_bias (JetMoE), b_o [H] in bias_dt */
 } fam_cfg;
 
 static fam_cfg cfg_default(int64_t H, int64_t I, int64_t E, int64_t K)
@@ -71,6 +73,7 @@ typedef struct fam_layer {
     const void **gp, **upp, **dp;   /* [E] */
     void *sg, *su, *sd, *sgate;
     void *rbias, *sbias;            /* [E] bias_dt */
+    void *obias;                    /* [H] bias_dt */
     void *gub, *db;                 /* gate/up bias [E, 2I] (interleaved or halves), down [E, H] */
     const void **gbp, **ubp, **dbp; /* [E] */
     moe_weight_source src;
@@ -124,6 +127,9 @@ static void layer_build(fam_layer *L, const fam_cfg *c, uint64_t seed)
     L->d.has_router_bias = c->router_bias;
     L->d.has_expert_bias = c->expert_bias;
     L->d.apply_router_weight_on_input = c->on_input;
+    if (c->scoring == MOE_SCORING_SPARSEMIXER)
+        L->d.sparsemixer_jitter_eps = c->sm_eps;
+    L->d.has_output_bias = c->out_bias;
 
     const float sh = 1.0f / sqrtf((float)H), si = 1.0f / sqrtf((float)I);
     L->router = rand_dt(E * H, c->dt, seed + 1, -4.0f * sh, 4.0f * sh);
@@ -206,6 +212,11 @@ static void layer_build(fam_layer *L, const fam_cfg *c, uint64_t seed)
         L->src.router_bias = L->rbias;
         L->src.router_bias_dtype = c->bias_dt;
     }
+    if (c->out_bias) {
+        L->obias = rand_dt(H, c->bias_dt, seed + 15, -0.7f, 0.7f);
+        L->src.output_bias = L->obias;
+        L->src.output_bias_dtype = c->bias_dt;
+    }
     if (c->sel_bias) {
         L->sbias = rand_dt(E, c->bias_dt, seed + 12, -0.3f, 0.3f);
         L->src.selection_bias = L->sbias;
@@ -267,6 +278,7 @@ static void layer_free(fam_layer *L)
     free(L->sgate);
     free(L->rbias);
     free(L->sbias);
+    free(L->obias);
     free(L->gub);
     free(L->db);
     free(L->gbp);
@@ -617,6 +629,170 @@ static void set_sel_bias(fam_layer *L, const float *b)
 static double sig(double v)
 {
     return 1.0 / (1.0 + exp(-v));
+}
+
+/* Phi-MoE's sparsemixer: the plan gives src/ref's bits in every table / thread / chunk /
+ * top-k method / format (check_bits), with and without renormalization, a shared expert and
+ * the weight on the input, for eps 0 (only ties kept), the PhimoeConfig default 0.01 and a
+ * wide 0.4 that keeps several experts in each softmax. */
+static void test_sparsemixer_bits(void **state)
+{
+    (void)state;
+    const float eps[] = {0.0f, 0.01f, 0.4f};
+    for (int i = 0; i < 3; i++) {
+        for (int v = 0; v < 3; v++) {
+            fam_cfg c = cfg_default(24, 16, 8, 2);
+            c.scoring = MOE_SCORING_SPARSEMIXER;
+            c.sm_eps = eps[i];
+            c.renorm = v == 1;
+            c.Is = v == 2 ? 12 : 0;
+            c.on_input = v == 2;
+            check_cfg(&c, 19, 600 + (uint64_t)(3 * i + v));
+        }
+    }
+}
+
+/* JetMoE's output bias: the plan gives src/ref's bits in every configuration check_bits runs
+ * (bf16 / f32 bias, with a gated shared expert, scaling, the weight on the input), and src/ref's
+ * output is its output without the bias plus b_o, one f32 add per element; a description
+ * with has_output_bias and no src->output_bias (or a bad dtype) is refused by name. */
+static void test_output_bias(void **state)
+{
+    (void)state;
+    for (int v = 0; v < 3; v++) {
+        fam_cfg c = cfg_default(40, 16, 8, 2);
+        c.scoring = MOE_SCORING_TOPK_SOFTMAX;
+        c.out_bias = 1;
+        c.bias_dt = v == 1 ? MOE_DTYPE_BF16 : MOE_DTYPE_F32;
+        c.Is = v == 2 ? 24 : 0;
+        c.gated = v == 2;
+        c.scale = v == 2 ? 2.5f : 1.0f;
+        c.on_input = v == 1;
+        check_cfg(&c, 13, 700 + (uint64_t)v);
+
+        fam_layer L;
+        layer_build(&L, &c, 710 + (uint64_t)v);
+        const int64_t T = 5, H = c.H;
+        float *x = rand_x(T, H, 711, 1.0f);
+        float *with = malloc(sizeof(float) * (size_t)(T * H)), *without = malloc(sizeof(float) * (size_t)(T * H));
+        assert_int_equal(moe_ref_forward(&L.d, &L.src, x, T, NULL, with, NULL, NULL), MOE_OK);
+        L.d.has_output_bias = 0;
+        assert_int_equal(moe_ref_forward(&L.d, &L.src, x, T, NULL, without, NULL, NULL), MOE_OK);
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < H; h++) {
+                const float b = moe_ref_load(L.obias, c.bias_dt, h);
+                assert_true(b != 0.0f);
+                assert_true(with[t * H + h] == without[t * H + h] + b);
+            }
+        L.d.has_output_bias = 1;
+
+        moe_ctx *ctx = tu_ctx();
+        moe_plan *p = NULL;
+        assert_int_equal(moe_plan_create(ctx, &L.d, &p), MOE_OK);
+        moe_weights *w = NULL;
+        L.src.output_bias = NULL;
+        assert_int_equal(moe_weights_create(p, &L.src, &w), MOE_EINVAL);
+        assert_non_null(strstr(moe_ctx_last_error(ctx), "output_bias"));
+        L.src.output_bias = L.obias;
+        L.src.output_bias_dtype = MOE_DTYPE_I32;
+        assert_int_equal(moe_weights_create(p, &L.src, &w), MOE_EDTYPE);
+        assert_non_null(strstr(moe_ctx_last_error(ctx), "output_bias_dtype"));
+        moe_plan_free(p);
+        moe_ctx_free(ctx);
+        free(x), free(with), free(without);
+        layer_free(&L);
+    }
+}
+
+/* The sparsemixer weights against the definition computed here in double (moe.h
+ * MOE_SCORING_SPARSEMIXER, from transformers' phimoe `sparsemixer` in eval mode), on random
+ * logit rows; rows where a ratio lies within 1e-4 of the threshold are skipped (ambiguous in
+ * f32). Also: the threshold masks something on some row, and keeps several experts on some. */
+static void test_hand_sparsemixer(void **state)
+{
+    (void)state;
+    const int64_t E = 8;
+    fam_cfg c = cfg_default(8, 4, E, 2);
+    c.scoring = MOE_SCORING_SPARSEMIXER;
+    c.sm_eps = 0.25f;
+    fam_layer *L = tiny(c);
+    const double thr = 2.0 * (double)c.sm_eps;
+    int checked = 0, masked_some = 0, kept_many = 0;
+    for (uint64_t r = 0; r < 64; r++) {
+        float l[8];
+        tu_fill_uniform(l, (size_t)E, 1000 + r, -3.0f, 3.0f);
+        int want[2] = {-1, -1};
+        double ww[2];
+        int ambiguous = 0;
+        for (int k = 0; k < 2; k++) {
+            int best = -1;
+            for (int e = 0; e < E; e++)
+                if (e != want[0] && (best < 0 || l[e] > l[best]))
+                    best = e;
+            want[k] = best;
+            const double m = l[best];
+            double num = 0.0, den = 0.0;
+            int kept = 0;
+            for (int e = 0; e < E; e++) {
+                const double ratio = (m - l[e]) / fmax(fabs((double)l[e]), m);
+                if (fabs(ratio - thr) < 1e-4)
+                    ambiguous = 1;
+                if ((k == 1 && e == want[0]) || ratio > thr) {
+                    masked_some |= ratio > thr;
+                    continue;
+                }
+                kept++;
+                den += exp(l[e] - m);
+                if (e == best)
+                    num = exp(l[e] - m);
+            }
+            kept_many |= kept > 1;
+            ww[k] = num / den;
+        }
+        if (ambiguous)
+            continue;
+        int32_t ids[2];
+        float w[2];
+        route_row(L, l, ids, w);
+        for (int k = 0; k < 2; k++) {
+            assert_int_equal(ids[k], want[k]);
+            assert_true(fabs(w[k] - ww[k]) <= 1e-6 * ww[k]);
+        }
+        checked++;
+    }
+    assert_true(checked >= 48);
+    assert_true(masked_some && kept_many);
+    tiny_free(L);
+
+    /* descriptions sparsemixer cannot run: top_k != 2, groups, a selection bias, a bad eps */
+    moe_ctx *ctx = tu_ctx();
+    moe_layer_desc d;
+    moe_layer_desc_init(&d);
+    d.hidden_size = 8, d.moe_intermediate_size = 4, d.num_experts = 8, d.top_k = 2;
+    d.scoring_func = MOE_SCORING_SPARSEMIXER;
+    moe_plan *p = NULL;
+    assert_true(d.sparsemixer_jitter_eps == 0.01f);
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_OK);
+    moe_plan_free(p);
+    d.top_k = 3;
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EINVAL);
+    assert_non_null(strstr(moe_ctx_last_error(ctx), "top_k"));
+    d.top_k = 2;
+    d.n_group = 2, d.topk_group = 1;
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EINVAL);
+    assert_non_null(strstr(moe_ctx_last_error(ctx), "n_group"));
+    d.n_group = 0, d.topk_group = 0;
+    d.has_selection_bias = 1;
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EINVAL);
+    assert_non_null(strstr(moe_ctx_last_error(ctx), "has_selection_bias"));
+    d.has_selection_bias = 0;
+    const float bad[] = {NAN, -0.1f, INFINITY};
+    for (int i = 0; i < 3; i++) {
+        d.sparsemixer_jitter_eps = bad[i];
+        assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EINVAL);
+        assert_non_null(strstr(moe_ctx_last_error(ctx), "sparsemixer_jitter_eps"));
+    }
+    moe_ctx_free(ctx);
 }
 
 static void test_hand_sigmoid(void **state)
@@ -1129,7 +1305,8 @@ int main(void)
         cmocka_unit_test(test_hand_activations),  cmocka_unit_test(test_r6_r7_every_mode),
         cmocka_unit_test(test_r6_groups),         cmocka_unit_test(test_r6_hidden_states),
         cmocka_unit_test(test_r8_scaling_once),   cmocka_unit_test(test_r8_weight_on_input),
-        cmocka_unit_test(test_validation),
+        cmocka_unit_test(test_validation),        cmocka_unit_test(test_sparsemixer_bits),
+        cmocka_unit_test(test_hand_sparsemixer),  cmocka_unit_test(test_output_bias),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -160,7 +160,22 @@ static const struct {
      MOE_ACT_SWIGLU},
     {MOE_FAMILY_LARA_MINI, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
     {MOE_FAMILY_QWEN4_EXP, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 1, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_PHIMOE, MOE_SCORING_SPARSEMIXER, 0, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_JETMOE, MOE_SCORING_TOPK_SOFTMAX, 0, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_OPENAI_PRIVACY_FILTER, MOE_SCORING_TOPK_SOFTMAX, 0, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 1, 1, 0, 0,
+     MOE_ACT_SWIGLU_OAI},
 };
+
+/* The families whose block adds an output bias [H] (has_output_bias; the row's output_bias). */
+static const moe_family k_output_bias[] = {MOE_FAMILY_JETMOE};
+
+static int has_output_bias(moe_family f)
+{
+    for (size_t i = 0; i < sizeof k_output_bias / sizeof k_output_bias[0]; i++)
+        if (k_output_bias[i] == f)
+            return 1;
+    return 0;
+}
 
 static void test_layer_defaults(void **state)
 {
@@ -186,6 +201,7 @@ static void test_layer_defaults(void **state)
         assert_int_equal(d.apply_router_weight_on_input, expect[i].on_input);
         assert_int_equal(d.shared_expert_gated, expect[i].gated);
         assert_int_equal(d.activation, expect[i].act);
+        assert_int_equal(d.has_output_bias, has_output_bias(expect[i].family));
         assert_true(d.swiglu_alpha == 1.702f && d.swiglu_limit == 7.0f);
         /* sizes, dtype and quant untouched */
         assert_int_equal(d.hidden_size, 64);
@@ -288,6 +304,8 @@ static void *tensor_copy(moe_safetensors *f, const char *file, const char *name,
  *   hidden_act              the gate function, for a family whose defaults give the SwiGLU that
  *                           hidden_act's default "silu" selects (the clamped SwiGLU ignores it)
  *   swiglu_alpha / _limit   the clamped SwiGLU's constants
+ *   router_jitter_noise     sparsemixer's eps (Phi-MoE)
+ *   activation_function     JetMoE's name for hidden_act
  *   quantization_config     quant_method "mxfp4": the routed experts' scheme
  * The decoder's fields of a multimodal wrapper are in config.json text_config. */
 static void preset_desc(const char *dir, const json_t *meta, moe_layer_desc *d)
@@ -327,7 +345,8 @@ static void preset_desc(const char *dir, const json_t *meta, moe_layer_desc *d)
         if ((v = json_object_get(cfg, "topk_group")))
             d->topk_group = json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
     }
-    if ((v = json_object_get(cfg, "hidden_act")) && d->activation == MOE_ACT_SWIGLU) {
+    if (((v = json_object_get(cfg, "hidden_act")) || (v = json_object_get(cfg, "activation_function"))) &&
+        d->activation == MOE_ACT_SWIGLU) {
         const char *act = json_is_string(v) ? json_string_value(v) : "?";
         if (!strcmp(act, "silu"))
             d->activation = MOE_ACT_SWIGLU;
@@ -342,6 +361,9 @@ static void preset_desc(const char *dir, const json_t *meta, moe_layer_desc *d)
         d->swiglu_alpha = (float)json_number_value(v);
     if ((v = json_object_get(cfg, "swiglu_limit")) && json_is_number(v))
         d->swiglu_limit = (float)json_number_value(v);
+    if ((v = json_object_get(cfg, "router_jitter_noise")) && json_is_number(v) &&
+        d->scoring_func == MOE_SCORING_SPARSEMIXER)
+        d->sparsemixer_jitter_eps = (float)json_number_value(v);
     const json_t *qc = json_object_get(root, "quantization_config");
     if (qc && !json_is_null(qc)) {
         const char *m = json_str_field(path, qc, "quant_method");

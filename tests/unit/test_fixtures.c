@@ -106,6 +106,7 @@ static const char *const k_required[] = {
     "glm4_moe_lite_f32", "deepseek_v32_f32", "exaone_moe_f32", "mimo_v2_flash_f32",
     "laguna_f32", "kolibri1_f32", "beam_f32", "minimax_m3_vl_f32", "afmoe_f32", "flint_f32", "granitemoe_swa_f32",
     "lara_mini_f32", "qwen4_exp_f32",
+    "phimoe_f32", "jetmoe_f32", "openai_privacy_filter_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
@@ -258,7 +259,10 @@ static void run_fixture(const fixture *fx, const json_t *meta, int threads, cons
     assert_int_equal(desc.scoring_func, !strcmp(scoring, "sigmoid")        ? MOE_SCORING_SIGMOID
                                         : !strcmp(scoring, "topk_softmax") ? MOE_SCORING_TOPK_SOFTMAX
                                         : !strcmp(scoring, "topk_sigmoid") ? MOE_SCORING_TOPK_SIGMOID
+                                        : !strcmp(scoring, "sparsemixer")  ? MOE_SCORING_SPARSEMIXER
                                                                            : MOE_SCORING_SOFTMAX);
+    if (desc.scoring_func == MOE_SCORING_SPARSEMIXER)
+        assert_true(desc.sparsemixer_jitter_eps == (float)meta_num_or(meta, "sparsemixer_jitter_eps", 0.01));
     assert_int_equal(!!desc.renormalize, json_is_true(json_object_get(meta, "renormalize")));
     assert_true(desc.routed_scaling_factor == (float)meta_num_or(meta, "routed_scaling_factor", 1.0));
     assert_int_equal(desc.shared_expert_intermediate_size,
@@ -275,6 +279,7 @@ static void run_fixture(const fixture *fx, const json_t *meta, int threads, cons
     assert_int_equal(!!desc.has_router_bias, meta_bool_or(meta, "has_router_bias", 0));
     assert_int_equal(!!desc.has_expert_bias, meta_bool_or(meta, "has_expert_bias", 0));
     assert_int_equal(!!desc.apply_router_weight_on_input, meta_bool_or(meta, "apply_router_weight_on_input", 0));
+    assert_int_equal(!!desc.has_output_bias, meta_bool_or(meta, "has_output_bias", 0));
     const char *act = meta_str_or(meta, "activation", "swiglu");
     assert_int_equal(desc.activation, !strcmp(act, "swiglu_oai")   ? MOE_ACT_SWIGLU_OAI
                                       : !strcmp(act, "geglu")      ? MOE_ACT_GEGLU

@@ -650,6 +650,13 @@ static void test_errors(void **state)
     expect_error(ctx, quantize(ctx, granite, out, "int8-channel", NULL, 0, 0, NULL), MOE_EUNSUPPORTED,
                  "granitemoe stores its experts stacked (input_linear.weight / output_linear.weight)",
                  "writes gpt_oss, llama4 and the per-expert layout");
+    /* input-major experts with biases and no MXFP4 layout (openai_privacy_filter): refused up
+     * front, naming the biases (no quantized format carries them) */
+    char opf[600];
+    tu_data_path(opf, sizeof opf, "openai_privacy_filter_f32");
+    expect_error(ctx, quantize(ctx, opf, out, "int8-channel", NULL, 0, 0, NULL), MOE_EUNSUPPORTED,
+                 "openai_privacy_filter's experts have biases (experts.gate_up_proj_bias, experts.down_proj_bias)",
+                 "writes gpt_oss, llama4 and the per-expert layout");
     char ct[600];
     tu_data_path(ct, sizeof ct, "qwen3_moe_ct_w4a16_zp");
     expect_error(ctx, quantize(ctx, ct, out, "int8-channel", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "already quantized");
