@@ -76,13 +76,8 @@ struct moe_ckq_layer {
     void **owned;              /* [n_owned] converted buffers */
     size_t n_owned, cap_owned;
     size_t owned_bytes;
-    /* weight_scale values that are NaN, infinite, zero or negative (loaded as they are; warned
-     * once) */
-    int64_t bad_nan, bad_inf, bad_zero, bad_neg, bad_total;
-    int bad_tensors;
     int act_order;             /* GPTQ: a g_idx of this layer is act-order */
     int f32;                   /* GPTQ act-order: the experts are f32 [N, K] dequantizations, quant NONE */
-    char bad_first[320];       /* the first tensor with one */
 };
 
 /* A config value as the messages below show it: a string's text, true / false, or the
@@ -524,45 +519,6 @@ void moe_ckq_layer_source(const moe_ckq_layer *l, moe_weight_source *src)
     src->down_zero = l->zero[2];
 }
 
-/* Count the NaN, zero and negative values of scale tensor `name` (f32 [n], possibly unaligned)
- * into l: llm-compressor never writes them (a zero scale would make every weight of its group
- * zero, a NaN poisons the whole output row), so they are a corrupt or hand-edited checkpoint;
- * the load goes on and computes what the maths gives, with a WARNING
- * (warn_scales). */
-static void scan_scales(moe_ckq_layer *l, const char *name, const void *scale, int64_t n)
-{
-    int64_t nan = 0, inf = 0, zero = 0, neg = 0;
-    const unsigned char *p = scale;
-    for (int64_t i = 0; i < n; i++) {
-        float s;
-        memcpy(&s, p + 4 * i, 4);
-        nan += s != s;
-        inf += isinf(s) != 0;
-        zero += s == 0.0f;
-        neg += s < 0.0f;
-    }
-    l->bad_total += n;
-    if (nan + inf + zero + neg == 0)
-        return;
-    if (l->bad_tensors++ == 0)
-        snprintf(l->bad_first, sizeof l->bad_first, "%s", name);
-    l->bad_nan += nan;
-    l->bad_inf += inf;
-    l->bad_zero += zero;
-    l->bad_neg += neg;
-}
-
-static void warn_scales(moe_ctx *ctx, const moe_ckq_layer *l, const char *what)
-{
-    if (l->bad_tensors)
-        moe_log(ctx, MOE_LOG_WARN,
-                "%s: %" PRId64 " NaN, %" PRId64 " infinite, %" PRId64 " zero and %" PRId64
-                " negative weight_scale values (of %" PRId64 ") in %d tensor(s), the first '%s': loaded as they "
-                "are, so the output follows (v - z) * s (a NaN or infinite scale makes the rows that use it NaN "
-                "or infinite, a zero one their weights zero)",
-                what, l->bad_nan, l->bad_inf, l->bad_zero, l->bad_neg, l->bad_total, l->bad_tensors, l->bad_first);
-}
-
 static bool shape_is(const moe_tensor_info *t, int nd, int64_t a, int64_t b)
 {
     return t->ndim == nd && t->shape[0] == a && (nd < 2 || t->shape[1] == b);
@@ -604,13 +560,9 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
     moe_status st;
     const moe_qweight *qw = &q->quant.w13;
     if (q->format == CKQ_FMT_GPTQ) {
-        st = moe_gptq_load_linear(ctx, &q->gq, qw, lk, base, N, K, describe, l->f32, &l->act_order, own_u, l, codes,
-                                  scale, zero);
-        if (st == MOE_OK && !describe && !l->f32) {
-            snprintf(name, sizeof name, "%s.scales", base);
-            scan_scales(l, name, *scale, qw->scale == MOE_QSCALE_CHANNEL ? N : N * ((K + qw->group_size - 1) / qw->group_size));
-        }
-        return st;
+        /* the scales' values are checked there (moe_io_check_scales), at load */
+        return moe_gptq_load_linear(ctx, &q->gq, qw, lk, base, N, K, describe, l->f32, &l->act_order, own_u, l, codes,
+                                    scale, zero);
     }
     if (q->format == CKQ_FMT_INT || q->format == CKQ_FMT_FLOAT) {
         const bool fl = q->format == CKQ_FMT_FLOAT;
@@ -706,8 +658,12 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
         return moe_set_error(ctx, MOE_EDTYPE, "%s: tensor '%s': dtype %s, expected F32, BF16 or F16", path, name,
                              moe_dtype_name(t.dtype));
     }
-    if (!describe)
-        scan_scales(l, name, *scale, N * G);
+    /* a NaN, infinite, zero or negative scale is refused (checked at load, on the stored values) */
+    if (!describe && (st = moe_io_check_scales(ctx, path, name, t.dtype, t.data, N,
+                                               qw->scale == MOE_QSCALE_TENSOR ? 0 : G,
+                                               q->is_float ? "compressed-tensors FP8 weight_scale"
+                                                           : "compressed-tensors weight_scale")) != MOE_OK)
+        return st;
     if (!qw->has_zero_point)
         return MOE_OK;
     snprintf(name, sizeof name, "%s.weight_zero_point", base);
@@ -753,6 +709,18 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
         quantized = lk->has(lk->u, name) && lk->get(lk->u, name, &t, &path) == MOE_OK &&
                     t.dtype == (q->format == CKQ_FMT_FLOAT ? MOE_DTYPE_F8_E4M3 : MOE_DTYPE_I8);
     }
+    if (!quantized && (q->format == CKQ_FMT_GPTQ || q->format == CKQ_FMT_PACKED)) {
+        /* neither the quantized codes nor the float weight of a layer left unquantized: name
+         * the tensor the config's format stores (the float path would name '.weight') */
+        char fl[320];
+        snprintf(fl, sizeof fl, "%sexperts.%" PRId64 ".%s.weight", prefix, e_lo, proj[0]);
+        if (!lk->has(lk->u, fl))
+            return moe_set_error(ctx, MOE_ENOTFOUND,
+                                 "tensor '%s' not found: quantization_config quant_method %s stores each expert "
+                                 "linear as %s (and no float '%s' of a layer left unquantized is there either)",
+                                 name, moe_ckq_method(q), q->format == CKQ_FMT_GPTQ ? "qweight, qzeros, scales (and "
+                                 "g_idx)" : "weight_packed, weight_scale, weight_shape", fl);
+    }
     if (!quantized)
         return MOE_OK;
     moe_ckq_layer *l = calloc(1, sizeof *l);
@@ -795,9 +763,6 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
             free(l->zero[j]);
             l->zero[j] = NULL;
         }
-    char what[320];
-    snprintf(what, sizeof what, "%sexperts", prefix);
-    warn_scales(ctx, l, what);
     if (l->f32 && !describe)
         moe_log(ctx, MOE_LOG_INFO,
                 "%sexperts: GPTQ act-order layer: experts [%" PRId64 ", %" PRId64 ") dequantized exactly to f32 "
@@ -1053,7 +1018,6 @@ moe_status moe_ckq_dequant_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_
         memcpy(w, codes, sizeof(float) * (size_t)(N * K));
     } else if (st == MOE_OK && w) {
         moe_quant_dequant_source(&q->quant.w13, codes, scale, zero, N, K, w);
-        warn_scales(ctx, l, base);
     }
     if (code_bytes)
         *code_bytes = (size_t)(N * K) * (size_t)q->num_bits / 8;

@@ -376,6 +376,11 @@ moe_status moe_gptq_load_linear(moe_ctx *ctx, const moe_gptq_scheme *s, const mo
     }
     if (describe)
         return MOE_OK;
+    /* a NaN, infinite, zero or negative scale is refused, naming its [group, out] entry */
+    snprintf(name, sizeof name, "%s.scales", base);
+    if ((st = moe_io_check_scales(ctx, spath, name, ts.dtype, ts.data, Gc, N, s->awq ? "AWQ scale" : "GPTQ scale")) !=
+        MOE_OK)
+        return st;
     if (to_f32)
         return dequant_f32(ctx, s, asym, have_g ? &tg : NULL, &tw, &ts, have_z ? &tz : NULL, base, N, K, alloc, u,
                            codes);

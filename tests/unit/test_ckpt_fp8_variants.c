@@ -149,6 +149,9 @@ typedef struct edit {
     int ndim;             /* new shape (its data: zeros of the new size, scale 1.0f) */
     int64_t shape[2];
     const char *add;      /* a tensor to add, F32 [] value 1, or NULL */
+    int poke;             /* 1: `tensor` keeps its shape, its F32 element `at` set to `value` */
+    int64_t at;
+    float value;
 } edit;
 
 /* The copy's folder into dir; cfg_edit(root) edits config.json's object. */
@@ -172,6 +175,7 @@ static void make_copy(const char *src, char *dir, size_t n, void (*cfg_edit)(jso
     const size_t cnt = moe_safetensors_count(f);
     moe_tensor_out *o = calloc(cnt + 1, sizeof *o); /* [cnt + 1] */
     static float ones[128]; /* [128] f32: the largest edited tensor ([40, 2]) */
+    static float poked[128]; /* [128] f32: a poked scale tensor (at most [40, 1]) */
     for (int i = 0; i < 128; i++)
         ones[i] = 1.0f;
     size_t m = 0;
@@ -180,6 +184,14 @@ static void make_copy(const char *src, char *dir, size_t n, void (*cfg_edit)(jso
         assert_int_equal(moe_safetensors_at(f, i, &t), MOE_OK);
         o[m] = (moe_tensor_out){.name = t.name, .dtype = t.dtype, .ndim = t.ndim, .data = t.data};
         memcpy(o[m].shape, t.shape, sizeof t.shape);
+        if (ed && ed->poke && strcmp(t.name, ed->tensor) == 0) {
+            assert_int_equal(t.dtype, MOE_DTYPE_F32);
+            assert_true((size_t)ed->at < t.nbytes / 4 && t.nbytes <= sizeof poked);
+            memcpy(poked, t.data, t.nbytes);
+            poked[ed->at] = ed->value;
+            o[m++].data = poked;
+            continue;
+        }
         if (ed && ed->tensor && strcmp(t.name, ed->tensor) == 0) {
             if (ed->ndim < 0)
                 continue;
@@ -306,6 +318,46 @@ static void test_bad_tensors(void **s)
     expect_open(dir, MOE_EFORMAT, PFX "experts.4.up_proj.weight_scale' are both present", "one scale");
 }
 
+/* weight_scale (compressed-tensors) / weight_scale_inv (HF per-tensor) values that are NaN,
+ * infinite, zero or negative: refused with MOE_EFORMAT naming the tensor and the entry (the HF
+ * per-tensor scalar when the layer is described; the compressed-tensors scales at load, where
+ * their values are read) */
+static void test_bad_scale_values(void **s)
+{
+    (void)s;
+    char dir[600];
+    const struct {
+        const char *fx;
+        edit ed;
+        int at_load;
+        const char *want;
+    } cases[] = {
+        {"qwen3_moe_fp8_tensor", {.tensor = PFX "experts.3.up_proj.weight_scale_inv", .poke = 1, .value = 0.0f}, 0,
+         "tensor '" PFX "experts.3.up_proj.weight_scale_inv': entry [0] = 0 is zero"},
+        {"qwen3_moe_fp8_tensor", {.tensor = PFX "experts.0.down_proj.weight_scale_inv", .poke = 1, .value = INFINITY},
+         0, "tensor '" PFX "experts.0.down_proj.weight_scale_inv': entry [0] = inf is infinite"},
+        {"qwen3_moe_ct_fp8_tensor", {.tensor = PFX "experts.5.gate_proj.weight_scale", .poke = 1, .value = NAN}, 1,
+         "tensor '" PFX "experts.5.gate_proj.weight_scale': entry [0] = nan is NaN"},
+        {"qwen3_moe_ct_fp8_channel",
+         {.tensor = PFX "experts.2.down_proj.weight_scale", .poke = 1, .at = 7, .value = -0.5f}, 1,
+         "tensor '" PFX "experts.2.down_proj.weight_scale': entry [7, 0] = -0.5 is negative"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        make_copy(cases[i].fx, dir, sizeof dir, NULL, &cases[i].ed);
+        moe_ctx *ctx = tu_ctx();
+        if (cases[i].at_load) {
+            moe_checkpoint *ck = NULL;
+            moe_layer_desc d;
+            assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_OK);
+            assert_int_equal(moe_checkpoint_layer_desc(ck, 0, &d), MOE_OK);
+            moe_checkpoint_free(ck);
+        }
+        expect_error(ctx, tu_load_layer_status(ctx, dir, 0), MOE_EFORMAT, cases[i].want, "finite and positive");
+        moe_ctx_free(ctx);
+        tu_rm_tree(dir);
+    }
+}
+
 /* every tensor of a/model.safetensors has the name, dtype, shape and bytes of b's, and back */
 static void same_tensors(const char *a, const char *b)
 {
@@ -369,7 +421,7 @@ int main(void)
         cmocka_unit_test(test_hf_fp8_tensor),         cmocka_unit_test(test_ct_fp8_tensor),
         cmocka_unit_test(test_ct_fp8_channel_dynamic), cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_bad_tensors),           cmocka_unit_test(test_quantize_writes_ct_fp8),
-        cmocka_unit_test(test_ct_fp8_shared),
+        cmocka_unit_test(test_ct_fp8_shared),         cmocka_unit_test(test_bad_scale_values),
     };
     return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);
 }

@@ -245,6 +245,38 @@ static void test_bad_input(void **state)
     moe_plan_free(plan);
     moe_checkpoint_free(ck);
 
+    /* scales that are zero, NaN or negative: refused at load (describe reads no values), naming the
+     * tensor and the first [group, out] entry; the int4 group, the AWQ and the act-order (f32)
+     * paths alike. The I32 poke writes the first two F16 scales. */
+    const struct {
+        const char *fx, *proj;
+        int32_t v;
+        const char *entry;
+    } sc[] = {
+        {"qwen3_moe_gptq_sym_g128", "experts.2.down_proj", 0, "entry [0, 0] = 0 is zero"},
+        {"qwen3_moe_awq_g128", "experts.0.gate_proj", -1, "entry [0, 0] = nan is NaN"},
+        {"qwen3_moe_gptq_actorder_g64", "experts.3.up_proj", (int32_t)0xBC00BC00u, "entry [0, 0] = -1 is negative"},
+    };
+    for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) {
+        char sd[64];
+        snprintf(sd, sizeof sd, "scales_%zu", i);
+        tu_join(d, sizeof d, root, sd);
+        snprintf(nm, sizeof nm, "model.layers.0.mlp.%s.scales", sc[i].proj);
+        variant(ctx, sc[i].fx, d, NULL, NULL, NULL, NULL, 0, 0, nm, sc[i].v);
+        assert_int_equal(open_desc(ctx, d), MOE_OK);
+        char want[300];
+        snprintf(want, sizeof want, "tensor '%s': %s", nm, sc[i].entry);
+        expect_error(ctx, tu_load_layer_status(ctx, d, 0), MOE_EFORMAT, want, "2 of its", "finite and positive");
+    }
+
+    /* the first expert's qweight missing: named as '<prefix>.qweight' (what a GPTQ linear
+     * stores), not as the float '.weight' of an unquantized layer */
+    tu_join(d, sizeof d, root, "no_qweight");
+    snprintf(nm, sizeof nm, "model.layers.0.mlp.experts.0.gate_proj.qweight");
+    variant(ctx, "qwen3_moe_gptq_sym_g128", d, NULL, NULL, nm, NULL, 0, 0, NULL, 0);
+    expect_error(ctx, open_desc(ctx, d), MOE_ENOTFOUND, "tensor 'model.layers.0.mlp.experts.0.gate_proj.qweight' not found",
+                 "quant_method gptq");
+
     tu_rm_tree(root);
     moe_ctx_free(ctx);
 }
