@@ -80,17 +80,6 @@ struct moe_ckq_layer {
     int f32;                   /* GPTQ act-order: the experts are f32 [N, K] dequantizations, quant NONE */
 };
 
-/* A config value as the messages below show it: a string's text, true / false, or the
- * value's kind (the shared moe_io_json_kind: "absent", "an object", "an integer", ...). */
-static const char *jvalue(const json_t *v)
-{
-    if (json_is_string(v))
-        return json_string_value(v);
-    if (json_is_boolean(v))
-        return json_is_true(v) ? "true" : "false";
-    return moe_io_json_kind(v);
-}
-
 static bool jstr_is(const json_t *v, const char *s)
 {
     return v && json_is_string(v) && strcmp(json_string_value(v), s) == 0;
@@ -99,6 +88,52 @@ static bool jstr_is(const json_t *v, const char *s)
 static bool jnull(const json_t *v)
 {
     return !v || json_is_null(v);
+}
+
+/* A config value as the messages below show it after "= ": a string's text, a number as
+ * written, true / false, or the value's kind ("absent", "an object", ...). Only for values
+ * whose JSON type was checked (check_arg_types) or whose kind is the point. */
+static const char *jvalue(const json_t *v)
+{
+    if (json_is_string(v))
+        return json_string_value(v);
+    return moe_io_json_value(v);
+}
+
+/* The JSON types compressed-tensors' QuantizationArgs (quantization/quant_args.py) takes for
+ * each field; null is accepted for every one (the default). */
+enum { JT_INT = 1, JT_BOOL = 2, JT_STR = 4, JT_ARR = 8 };
+static const struct {
+    const char *key;
+    unsigned types;
+    const char *want;
+} arg_types[] = {
+    {"num_bits", JT_INT, "an integer"},
+    {"group_size", JT_INT, "an integer"},
+    {"symmetric", JT_BOOL, "true or false"},
+    {"dynamic", JT_BOOL | JT_STR, "true, false or \"local\""},
+    {"type", JT_STR, "a string (\"int\" or \"float\")"},
+    {"strategy", JT_STR, "a string"},
+    {"actorder", JT_STR | JT_BOOL, "a string or a boolean"},
+    {"block_structure", JT_ARR, "an array of 2 integers"},
+};
+
+/* MOE_EFORMAT naming the first field of QuantizationArgs object `a` (field prefix `f`) whose
+ * JSON type is not the one the package takes ("found a string (\"4\")"). */
+static moe_status check_arg_types(moe_ctx *ctx, const char *cp, const char *f, const json_t *a)
+{
+    for (size_t i = 0; i < sizeof arg_types / sizeof arg_types[0]; i++) {
+        const json_t *v = json_object_get(a, arg_types[i].key);
+        if (jnull(v))
+            continue;
+        const unsigned t = arg_types[i].types;
+        if (((t & JT_INT) && json_is_integer(v)) || ((t & JT_BOOL) && json_is_boolean(v)) ||
+            ((t & JT_STR) && json_is_string(v)) || ((t & JT_ARR) && json_is_array(v)))
+            continue;
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s.%s' must be %s, found %s", cp, f, arg_types[i].key,
+                             arg_types[i].want, moe_io_json_found(v));
+    }
+    return MOE_OK;
 }
 
 void moe_ckq_free(moe_ckq *q)
@@ -120,7 +155,7 @@ static moe_status check_str_array(moe_ctx *ctx, const char *cp, const char *fiel
         ok = json_is_string(json_array_get(v, i));
     return ok ? MOE_OK
               : moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s' must be a list of strings (module names, \"re:\" "
-                              "patterns or class names), found %s", cp, field, jvalue(v));
+                              "patterns or class names), found %s", cp, field, moe_io_json_found(v));
 }
 
 /* Float weights (type "float") of one config group: FP8 e4m3 (num_bits 8), strategy tensor or
@@ -168,9 +203,17 @@ static moe_status parse_float_weights(moe_ctx *ctx, const char *cp, const char *
 /* weights of one config group into q. `f` is the group's field prefix for messages. */
 static moe_status parse_weights(moe_ctx *ctx, const char *cp, const char *f, const json_t *w, moe_ckq *q)
 {
+    if (w && !json_is_object(w) && !json_is_null(w))
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s.weights' must be an object (QuantizationArgs), found %s",
+                             cp, f, moe_io_json_found(w));
     if (!w || !json_is_object(w))
         return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights' is %s: libmoe loads weight quantization only",
                              cp, f, jvalue(w));
+    char wf[200];
+    snprintf(wf, sizeof wf, "%s.weights", f);
+    moe_status tst = check_arg_types(ctx, cp, wf, w);
+    if (tst != MOE_OK)
+        return tst;
     const json_t *type = json_object_get(w, "type"), *nb = json_object_get(w, "num_bits");
     const json_t *sym = json_object_get(w, "symmetric"), *strat = json_object_get(w, "strategy");
     const json_t *gs = json_object_get(w, "group_size"), *dyn = json_object_get(w, "dynamic");
@@ -279,7 +322,13 @@ static moe_status parse_acts(moe_ctx *ctx, const char *cp, const char *f, const 
     if (jnull(ia))
         return MOE_OK;
     if (!json_is_object(ia))
-        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s.input_activations' must be an object or null", cp, f);
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s.input_activations' must be an object or null, found %s",
+                             cp, f, moe_io_json_found(ia));
+    char af[200];
+    snprintf(af, sizeof af, "%s.input_activations", f);
+    moe_status tst = check_arg_types(ctx, cp, af, ia);
+    if (tst != MOE_OK)
+        return tst;
     const json_t *type = json_object_get(ia, "type"), *nb = json_object_get(ia, "num_bits");
     const json_t *sym = json_object_get(ia, "symmetric"), *strat = json_object_get(ia, "strategy");
     const json_t *dyn = json_object_get(ia, "dynamic");

@@ -222,6 +222,16 @@ static void cfg_static_acts(json_t *root)
                                   "strategy", "tensor", "dynamic", 0));
 }
 
+static void cfg_nb_str(json_t *root)
+{
+    json_object_set_new(json_object_get(group0(root), "weights"), "num_bits", json_string("8"));
+}
+
+static void cfg_sym_str(json_t *root)
+{
+    json_object_set_new(json_object_get(group0(root), "weights"), "symmetric", json_string("true"));
+}
+
 static void cfg_nb4(json_t *root)
 {
     json_object_set_new(json_object_get(group0(root), "weights"), "num_bits", json_integer(4));
@@ -283,6 +293,10 @@ static void test_bad_config(void **s)
     make_copy("qwen3_moe_ct_fp8_tensor", dir, sizeof dir, cfg_static_acts, NULL);
     expect_open(dir, MOE_EUNSUPPORTED, "config_groups.group_0.input_activations.dynamic",
                 "static FP8 activation scales (input_scale)");
+    make_copy("qwen3_moe_ct_fp8_tensor", dir, sizeof dir, cfg_nb_str, NULL);
+    expect_open(dir, MOE_EFORMAT, "group_0.weights.num_bits' must be an integer", "found a string (\"8\")");
+    make_copy("qwen3_moe_ct_fp8_tensor", dir, sizeof dir, cfg_sym_str, NULL);
+    expect_open(dir, MOE_EFORMAT, "group_0.weights.symmetric' must be true or false", "found a string (\"true\")");
     make_copy("qwen3_moe_ct_fp8_tensor", dir, sizeof dir, cfg_nb4, NULL);
     expect_open(dir, MOE_EUNSUPPORTED, "config_groups.group_0.weights.num_bits' = 4 with type float",
                 "NVFP4");

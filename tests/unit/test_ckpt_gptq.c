@@ -198,6 +198,20 @@ static void test_bad_input(void **state)
     variant(ctx, "qwen3_moe_gptq_asym_g32", d, NULL, NULL, NULL, NULL, 0, 0, nm, 9);
     expect_error(ctx, open_desc(ctx, d), MOE_EFORMAT, nm, "entry 0 = 9", "[0, 4)");
 
+    /* bits given as a string: a type error naming what was found */
+    tu_join(d, sizeof d, root, "bits_str");
+    variant(ctx, "qwen3_moe_gptq_asym_g32", d, "bits", json_string("4"), NULL, NULL, 0, 0, NULL, 0);
+    expect_error(ctx, open_desc(ctx, d), MOE_EFORMAT, "quantization_config.bits' must be an integer",
+                 "found a string (\"4\")");
+    tu_join(d, sizeof d, root, "sym_str");
+    variant(ctx, "qwen3_moe_gptq_asym_g32", d, "sym", json_string("false"), NULL, NULL, 0, 0, NULL, 0);
+    expect_error(ctx, open_desc(ctx, d), MOE_EFORMAT, "quantization_config.sym' must be true or false",
+                 "found a string (\"false\")");
+    /* checkpoint_format in upper case loads (transformers' GPTQConfig lowercases it) */
+    tu_join(d, sizeof d, root, "fmt_upper");
+    variant(ctx, "qwen3_moe_gptq_sym_g128", d, "checkpoint_format", json_string("GPTQ"), NULL, NULL, 0, 0, NULL, 0);
+    assert_int_equal(tu_load_layer_status(ctx, d, 0), MOE_OK);
+
     /* bits 3 */
     tu_join(d, sizeof d, root, "bits3");
     variant(ctx, "qwen3_moe_gptq_asym_g32", d, "bits", json_integer(3), NULL, NULL, 0, 0, NULL, 0);
