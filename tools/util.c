@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -299,6 +300,10 @@ int cli_parse_double(const char *cmd, const char *opt, const char *s, double lo,
     double v = strtod(s, &end);
     if (end == s || *end != '\0') {
         cli_err(cmd, "%s: '%s' is not a number", opt, s);
+        return -1;
+    }
+    if (errno == ERANGE && fabs(v) <= DBL_MIN) { /* underflow: strtod gave 0 or a subnormal */
+        cli_err(cmd, "%s: %s underflows (its magnitude is below %g, the smallest normal double)", opt, s, DBL_MIN);
         return -1;
     }
     if (errno == ERANGE || !isfinite(v) || v < lo || v > hi) {
