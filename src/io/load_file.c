@@ -28,6 +28,18 @@ moe_status moe_load_read(moe_ctx *ctx, const char *path, int64_t num_experts, in
     moe_status st = moe_json_load_object(ctx, path, MOE_LOAD_MAX_BYTES, "for a load file", &root);
     if (st != MOE_OK)
         return st;
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val)
+    {
+        if (strcmp(key, "num_logical_experts") != 0 && strcmp(key, "load") != 0) {
+            st = moe_set_error(ctx, MOE_EFORMAT,
+                               "load file %s: unknown field \"%.60s\" (a load file has num_logical_experts, load)",
+                               path, key);
+            json_decref(root);
+            return st;
+        }
+    }
     const json_t *ne = json_object_get(root, "num_logical_experts");
     const json_t *arr = json_object_get(root, "load");
     if (!json_is_integer(ne))

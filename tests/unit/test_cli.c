@@ -1173,6 +1173,29 @@ static void test_plan_placement(void **state)
     run_moe(&r, b4);
     expect(&r, 2, e4);
     result_free(&r);
+    /* empty values, a mistyped policy, and file-content errors (no policy hint on those) */
+    char badpl[1100];
+    snprintf(badpl, sizeof badpl, "%s/extra.json", dir);
+    const char *extra = "{\"ep_size\": 2, \"num_logical_experts\": 128, \"ranks\": [[0], [1]], \"rank\": 1}";
+    assert_int_equal(tu_write_file(badpl, extra, strlen(extra)), 0);
+    static const char *const pcases[][3] = {
+        {"--placement", "", "moe plan: --placement: an empty value; give a policy (contiguous, round_robin or balanced)"},
+        {"--placement", "balance", "--placement balance: balance: not found; it is not a policy name either (did you "
+                                   "mean balanced?)"},
+        {"--placement", NULL, "moe plan: --placement: "},
+        {"--load", "", "moe plan: --load: an empty value; give the path of a load file"},
+    };
+    for (size_t i = 0; i < sizeof pcases / sizeof pcases[0]; i++) {
+        const char *bx[] = {"plan", "--model", "qwen3-30b-a3b", "--ep", "2", "--placement", "contiguous",
+                            pcases[i][0], pcases[i][1] ? pcases[i][1] : badpl, NULL};
+        const char *ex[] = {pcases[i][2], NULL};
+        run_moe(&r, bx);
+        expect(&r, 2, ex);
+        if (!pcases[i][1] && (!strstr(r.err, "extra.json: unknown field \"rank\"") || strstr(r.err, "or give")))
+            fail_msg("placement file error: %s", r.err);
+        assert_string_equal(r.out, "");
+        result_free(&r);
+    }
     const char *e5[] = {"num_redundant_experts = 200", "[0, 128]", NULL};
     const char *b5[] = {"plan", "--model", "qwen3-30b-a3b", "--ep", "2", "--placement", "balanced",
                         "--redundant", "200", "--load", loadf, NULL};
