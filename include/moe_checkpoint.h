@@ -254,7 +254,14 @@ typedef struct moe_quantize_options {
     const int64_t *layers;     /* [n_layers] MoE layers to quantize; NULL or 0 = all
                                   (fp8-block: all only) */
     size_t n_layers;
-    int force;                 /* 1: replace an existing non-empty out_dir */
+    int force;                 /* 1: replace an existing non-empty out_dir, only when it looks
+                                  like a checkpoint: it holds a config.json and only regular
+                                  files with a checkpoint's names (*.safetensors, *.json,
+                                  *.jinja, *.model, *.tiktoken, *.py, vocab.txt, merges.txt,
+                                  .gitattributes, README*, LICENSE*, NOTICE*, USE_POLICY*), and
+                                  not the current folder nor the input; else MOE_EINVAL naming
+                                  the reason, nothing touched. 0: a non-empty out_dir is
+                                  MOE_EINVAL */
     moe_progress_fn progress;  /* or NULL */
     void *progress_user;
     const volatile int *cancel;/* or NULL: when *cancel becomes nonzero (a signal handler may set
