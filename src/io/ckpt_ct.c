@@ -29,7 +29,9 @@
  *   format "float-quantized" (type float, num_bits 8: FP8 e4m3, e.g. llm-compressor's FP8 and
  *     FP8_DYNAMIC schemes; naive-quantized with float weights is the same bytes): <module>.weight
  *     F8_E4M3 [N, K] holding the codes, <module>.weight_scale [1] (strategy tensor) or [N, 1]
- *     (channel): w = q * s; input_activations dynamic per-token FP8 are served weight-only.
+ *     (channel): w = q * s; input_activations dynamic per-token FP8, and static per-tensor FP8
+ *     (<module>.input_scale [1] per linear: read and checked, not applied), are served
+ *     weight-only.
  * libmoe's source layout (moe_quant.h "Quantized experts") is reached with
  *   int4 symmetric:  nibble = stored ^ 8 (two's complement q), [N, K/2] bytes, low nibble k even
  *   int4 zero point: v = stored nibble (q + 8), z = stored zero nibble (zp + 8): w = (v - z) s
@@ -63,6 +65,8 @@ struct moe_ckq {
     int symmetric;
     int is_float;          /* weights type float (FP8 e4m3) */
     int act_dynamic_fp8;   /* input_activations dynamic per-token FP8: served weight-only (logged) */
+    int act_static_fp8;    /* input_activations static per-tensor FP8 (input_scale per linear):
+                              served weight-only, the scales validated and named (logged) */
     moe_quant_config quant;/* w13 = w2 = the weight scheme, act */
     json_t *targets;       /* the config groups' targets (strings), or NULL when a group has none */
     json_t *ignore;        /* quantization_config.ignore (strings), or NULL */
@@ -295,12 +299,22 @@ static moe_status parse_float_acts(moe_ctx *ctx, const char *cp, const char *f, 
                              "%s: field '%s.input_activations': type %s, num_bits %s: with FP8 weights only FP8 "
                              "(type float, num_bits 8) activations are loaded",
                              cp, f, jvalue(type), json_is_integer(nb) ? "not 8" : jvalue(nb));
-    if (json_is_false(dyn) || jnull(dyn))
-        return moe_set_error(ctx, MOE_EUNSUPPORTED,
-                             "%s: field '%s.input_activations.dynamic' = %s: static FP8 activation scales "
-                             "(input_scale) are not loaded yet; only dynamic per-token FP8 activations (served "
-                             "weight-only) or none",
-                             cp, f, jvalue(dyn));
+    if (json_is_false(dyn) || jnull(dyn)) {
+        /* static (QuantizationArgs.dynamic defaults to false): one input_scale per linear, which
+         * only strategy tensor has (llm-compressor's FP8 static scheme) */
+        const json_t *sym = json_object_get(ia, "symmetric");
+        if (!jstr_is(strat, "tensor"))
+            return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%s.input_activations.strategy' = %s with dynamic %s: static FP8 "
+                                 "activations are loaded with strategy tensor (one input_scale per linear) only",
+                                 cp, f, jvalue(strat), jvalue(dyn));
+        if (!jnull(sym) && !json_is_true(sym))
+            return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.input_activations.symmetric' = %s: static "
+                                 "FP8 activations are loaded symmetric only", cp, f, jvalue(sym));
+        q->act_static_fp8 = 1;
+        q->quant.act = MOE_QACT_NONE;
+        return MOE_OK;
+    }
     if (!json_is_true(dyn) || !jstr_is(strat, "token"))
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
                              "%s: field '%s.input_activations': dynamic %s, strategy %s: only dynamic per-token "
@@ -457,7 +471,7 @@ moe_status moe_ckq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const j
             break;
         }
         if (!first && (one.format != q->format || one.num_bits != q->num_bits || one.symmetric != q->symmetric ||
-                       one.act_dynamic_fp8 != q->act_dynamic_fp8 ||
+                       one.act_dynamic_fp8 != q->act_dynamic_fp8 || one.act_static_fp8 != q->act_static_fp8 ||
                        !moe_quant_equal(&one.quant, &q->quant))) {
             st = moe_set_error(ctx, MOE_EUNSUPPORTED,
                                "%s: field '%s': config groups with different schemes are not loaded (libmoe needs one "
@@ -496,6 +510,14 @@ moe_status moe_ckq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const j
                 "%s: compressed-tensors input_activations dynamic per-token FP8: served weight-only (%s) with f32 "
                 "activations (libmoe has no per-token FP8 activation kernel); outputs are more exact than the "
                 "fp8 x fp8 products the checkpoint was calibrated for (docs/numerics.md)",
+                cp, moe_quant_name(&q->quant));
+    if (q->act_static_fp8)
+        moe_log(ctx, MOE_LOG_WARN,
+                "%s: compressed-tensors input_activations static per-tensor FP8 (an input_scale per linear): "
+                "served weight-only (%s) with f32 activations; the input_scale tensors are read and checked but "
+                "not applied (libmoe has no static FP8 activation kernel: its fp8 w8a8 is dynamic per token group "
+                "with block weights), so outputs are those of the dequantized weights, without the fp8 rounding "
+                "and the clipping above 448 * input_scale the checkpoint was calibrated for (docs/checkpoints.md)",
                 cp, moe_quant_name(&q->quant));
     *out = q;
     return MOE_OK;
@@ -739,6 +761,80 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
     return MOE_OK;
 }
 
+/* Static FP8 activations (moe_ckq.act_static_fp8): linear `base`'s input_scale, one scale ([1]
+ * as llm-compressor writes it; [] or [1, 1] accepted), F32 / BF16 / F16. Looked up even when
+ * describing (so the unread-tensor check counts it read); at load (describe 0) its value must
+ * be finite and positive and goes to *v. */
+static moe_status get_input_scale(moe_ctx *ctx, const moe_ckq_lookup *lk, const char *base, int describe, float *v)
+{
+    char name[320];
+    snprintf(name, sizeof name, "%s.input_scale", base);
+    *v = 0.0f;
+    if (!lk->has(lk->u, name))
+        return moe_set_error(ctx, MOE_ENOTFOUND,
+                             "tensor '%s' not found: config_groups input_activations are static FP8 (dynamic false, "
+                             "strategy tensor), so each quantized linear stores its input_scale",
+                             name);
+    moe_tensor_info t;
+    const char *path = NULL;
+    moe_status st = lk->get(lk->u, name, &t, &path);
+    if (st != MOE_OK)
+        return st;
+    if (t.dtype != MOE_DTYPE_F32 && t.dtype != MOE_DTYPE_BF16 && t.dtype != MOE_DTYPE_F16)
+        return moe_set_error(ctx, MOE_EDTYPE, "%s: tensor '%s': dtype %s, expected F32, BF16 or F16", path, name,
+                             moe_dtype_name(t.dtype));
+    if (!(t.ndim == 0 || shape_is(&t, 1, 1, 0) || shape_is(&t, 2, 1, 1)))
+        return bad_shape(ctx, path, name, &t, "[1] (static strategy tensor: one input scale per linear)");
+    if (describe)
+        return MOE_OK;
+    if ((st = moe_io_check_scales(ctx, path, name, t.dtype, t.data, 1, 0, "static FP8 input_scale")) != MOE_OK)
+        return st;
+    if (t.dtype == MOE_DTYPE_F32) {
+        memcpy(v, t.data, 4);
+    } else {
+        uint16_t h;
+        memcpy(&h, t.data, 2);
+        *v = t.dtype == MOE_DTYPE_BF16 ? moe_bf16_to_f32(h) : moe_f16_to_f32(h);
+    }
+    return MOE_OK;
+}
+
+/* The input_scale of every expert linear of [e_lo, e_hi) (static FP8 activations), and at load
+ * the WARNING naming what is not applied: per projection the largest over the experts, which is
+ * what vLLM applies (compressed_tensors_moe.py process_weights_after_loading takes
+ * w13_input_scale.max() and w2_input_scale.max() over the experts, and its weight loader
+ * requires gate_proj's and up_proj's to agree). */
+static moe_status load_input_scales(moe_ctx *ctx, const moe_ckq_lookup *lk, const char *prefix,
+                                    const char *const proj[3], int64_t e_lo, int64_t e_hi, int describe)
+{
+    char base[300];
+    float mx[3] = {0, 0, 0}, mn[3] = {0, 0, 0};
+    int64_t differ = 0; /* experts whose gate_proj and up_proj input_scale differ */
+    for (int64_t e = e_lo; e < e_hi; e++) {
+        float v[3];
+        for (int j = 0; j < 3; j++) {
+            snprintf(base, sizeof base, "%sexperts.%" PRId64 ".%s", prefix, e, proj[j]);
+            moe_status st = get_input_scale(ctx, lk, base, describe, &v[j]);
+            if (st != MOE_OK)
+                return st;
+            if (e == e_lo || v[j] > mx[j])
+                mx[j] = v[j];
+            if (e == e_lo || v[j] < mn[j])
+                mn[j] = v[j];
+        }
+        differ += v[0] != v[1];
+    }
+    if (!describe && e_lo < e_hi)
+        moe_log(ctx, MOE_LOG_WARN,
+                "%sexperts: static FP8 input_scale NOT applied (weight-only, f32 activations): experts [%" PRId64
+                ", %" PRId64 ") %s.input_scale %g .. %g, %s.input_scale %g .. %g, %s.input_scale %g .. %g; vLLM "
+                "would quantize the w13 input with %g and the w2 input with %g (the maxima over the experts)%s",
+                prefix, e_lo, e_hi, proj[0], (double)mn[0], (double)mx[0], proj[1], (double)mn[1], (double)mx[1],
+                proj[2], (double)mn[2], (double)mx[2], (double)(mx[0] > mx[1] ? mx[0] : mx[1]), (double)mx[2],
+                differ ? "; gate and up input_scale differ in some experts, which vLLM's loader refuses" : "");
+    return MOE_OK;
+}
+
 moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, const char *prefix,
                               const char *const proj[3], int64_t e_lo, int64_t e_hi, int64_t E, int64_t I, int64_t H,
                               int describe, const void **codes[3], moe_ckq_layer **out)
@@ -803,6 +899,8 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
             st = load_linear(ctx, q, lk, l, base, j == 2 ? H : I, j == 2 ? I : H, describe, &codes[j][e], &l->scale[j][e],
                              &l->zero[j][e]);
         }
+    if (st == MOE_OK && q->act_static_fp8)
+        st = load_input_scales(ctx, lk, prefix, proj, e_lo, e_hi, describe);
     if (st != MOE_OK) {
         moe_ckq_layer_free(l);
         return st;
@@ -1063,6 +1161,12 @@ moe_status moe_ckq_dequant_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_
     const uint8_t *zero = NULL;
     l->f32 = q->format == CKQ_FMT_GPTQ; /* GPTQ / AWQ: the exact f32 dequantization, act-order or not */
     moe_status st = load_linear(ctx, q, lk, l, base, N, K, describe, &codes, &scale, &zero);
+    float in_scale = 0.0f; /* static FP8 activations: checked, not applied (weight-only) */
+    if (st == MOE_OK && q->act_static_fp8)
+        st = get_input_scale(ctx, lk, base, describe, &in_scale);
+    if (st == MOE_OK && q->act_static_fp8 && !describe)
+        moe_log(ctx, MOE_LOG_INFO, "%s.input_scale = %g: NOT applied (the shared expert runs in f32)", base,
+                (double)in_scale);
     if (st == MOE_OK && w && l->f32) {
         memcpy(w, codes, sizeof(float) * (size_t)(N * K));
     } else if (st == MOE_OK && w) {
