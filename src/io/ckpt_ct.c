@@ -289,7 +289,8 @@ static moe_status parse_weights(moe_ctx *ctx, const char *cp, const char *f, con
 /* input_activations of an FP8-weight group (object ia): dynamic per-token FP8 (FP8_DYNAMIC,
  * Llama-4 Maverick FP8) is served weight-only (libmoe has no per-token FP8 activation kernel,
  * only per-token-group with block weights): f32 activations, logged at load. Static
- * activation scales (input_scale) are refused. */
+ * per-tensor FP8 activations (input_scale per linear) are served weight-only too, the scales
+ * required and checked at layer load (load_input_scales); other static strategies are refused. */
 static moe_status parse_float_acts(moe_ctx *ctx, const char *cp, const char *f, const json_t *ia, moe_ckq *q)
 {
     const json_t *type = json_object_get(ia, "type"), *nb = json_object_get(ia, "num_bits");
