@@ -300,7 +300,7 @@ static void test_bad_input(void **state)
 static void test_act_order_logged(void **state)
 {
     (void)state;
-    tu_logcap cap;
+    tu_logcap cap = {0};
     moe_ctx *ctx = tu_ctx_logging(&cap, MOE_LOG_INFO);
     char dir[600];
     tu_data_path(dir, sizeof dir, "qwen3_moe_gptq_actorder_g64");
