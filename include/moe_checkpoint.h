@@ -89,9 +89,15 @@ MOE_API moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const m
  *     layout is MOE_EUNSUPPORTED.
  *   gpt-oss MXFP4: H or I not a multiple of 32, or *_blocks without quantization_config
  *     mxfp4, is MOE_EFORMAT; scale bytes 255 (NaN) load with a WARNING naming the tensor.
+ *   Every other format's scales (compressed-tensors weight_scale, GPTQ / AWQ scales, FP8
+ *     weight_scale_inv / weight_scale): a NaN, infinite, zero or negative value is MOE_EFORMAT
+ *     naming the tensor and the entry (at load; FP8 HF scales when the layer is described).
  *   compressed-tensors: int 4-bit (channel or group 32/64/128, with or without zero points)
- *     and int 8-bit (channel or group) weights, weight-only or dynamic int8 per token; other
- *     num_bits, float types, static activations, actorder "group" (g_idx), tensor / block
+ *     and int 8-bit (channel or group) weights, weight-only or dynamic int8 per token; FP8
+ *     (float-quantized, tensor or channel) weight-only, with dynamic per-token or static
+ *     per-tensor FP8 activations served weight-only (a WARNING; static: each linear's
+ *     input_scale required and checked, not applied); other num_bits, float types, static
+ *     int activations, actorder "group" (g_idx), tensor / block
  *     strategies, sparsity or several groups are MOE_EUNSUPPORTED naming the field; a
  *     weight_shape that is not an integer vector, or a quantized shared expert inconsistent
  *     with itself or config.json (a missing tensor, mixed quantized and float projections,
@@ -259,7 +265,14 @@ typedef struct moe_quantize_options {
     const int64_t *layers;     /* [n_layers] MoE layers to quantize; NULL or 0 = all
                                   (fp8-block: all only) */
     size_t n_layers;
-    int force;                 /* 1: replace an existing non-empty out_dir */
+    int force;                 /* 1: replace an existing non-empty out_dir, only when it looks
+                                  like a checkpoint: it holds a config.json and only regular
+                                  files with a checkpoint's names (*.safetensors, *.json,
+                                  *.jinja, *.model, *.tiktoken, *.py, vocab.txt, merges.txt,
+                                  .gitattributes, README*, LICENSE*, NOTICE*, USE_POLICY*), and
+                                  not the current folder nor the input; else MOE_EINVAL naming
+                                  the reason, nothing touched. 0: a non-empty out_dir is
+                                  MOE_EINVAL */
     moe_progress_fn progress;  /* or NULL */
     void *progress_user;
     const volatile int *cancel;/* or NULL: when *cancel becomes nonzero (a signal handler may set

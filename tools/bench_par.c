@@ -56,7 +56,8 @@ static void usage(FILE *f)
           "  --seed N             weights and inputs (default 1)\n"
           "  --skew HOT:SHARE     skewed routing: router logits (given to the execute) biased so\n"
           "                       experts 0..HOT-1 take about SHARE of the (token, k) rows, the\n"
-          "                       rest spread evenly; deterministic (e.g. 8:0.5)\n"
+          "                       rest spread evenly; deterministic (e.g. 8:0.5); 1 <= HOT < E,\n"
+          "                       0 <= SHARE <= HOT / top_k\n"
           "  --load-out FILE      write the expert load gathered over the EP group, summed over\n"
           "                       every timed forward (moe_plan_gather_load; a load file for\n"
           "                       moe plan --load)\n"
@@ -126,23 +127,23 @@ static void fill(void *buf, moe_dtype dt, size_t n, uint64_t seed, uint64_t tid,
     }
 }
 
-/* --skew HOT:SHARE: 1 <= HOT < E (checked later), 0 <= SHARE <= 1 */
+/* --skew HOT:SHARE: HOT an integer >= 1 (below E and at least SHARE * K: checked once the
+ * model is known), SHARE a number in [0, 1]; each part as strict as the integer and number
+ * options (no leading space, no overflow or underflow: cli_parse_i64 / cli_parse_double). */
 static int parse_skew(const char *s, int64_t *hot, double *share)
 {
-    char *end = NULL;
-    long long h = strtoll(s, &end, 10);
-    if (end == s || *end != ':' || h < 1) {
-        cli_err(CMD, "--skew %s: expected HOT:SHARE, e.g. 8:0.5 (HOT >= 1 hottest experts take SHARE of the rows)", s);
+    const char *colon = strchr(s, ':');
+    char h[32];
+    if (!colon || colon == s || !colon[1] || (size_t)(colon - s) >= sizeof h || strchr(colon + 1, ':')) {
+        cli_err(CMD, "--skew '%s': expected HOT:SHARE, e.g. 8:0.5 (the HOT >= 1 hottest experts take SHARE of the rows)",
+                s);
         return -1;
     }
-    const char *f = end + 1;
-    double v = strtod(f, &end);
-    if (end == f || *end || !(v >= 0 && v <= 1)) {
-        cli_err(CMD, "--skew %s: SHARE must be a number in [0, 1]", s);
+    memcpy(h, s, (size_t)(colon - s));
+    h[colon - s] = '\0';
+    if (cli_parse_i64(CMD, "--skew HOT", h, 1, (int64_t)1 << 30, hot) != 0 ||
+        cli_parse_double(CMD, "--skew SHARE", colon + 1, 0.0, 1.0, share) != 0)
         return -1;
-    }
-    *hot = h;
-    *share = v;
     return 0;
 }
 
@@ -274,8 +275,16 @@ int cli_bench_parallel(int argc, char **argv)
         return cli_model_unknown(CMD, model);
     const int64_t E_arg = num_experts ? num_experts : m->num_experts;
     if (skew && skew_hot >= E_arg) {
-        cli_err(CMD, "--skew %s: HOT = %lld must be below the %lld experts", skew, (long long)skew_hot,
-                (long long)E_arg);
+        cli_err(CMD, "--skew %s: HOT = %lld must be below the %lld experts (with every expert hot the routing is not "
+                "skewed)", skew, (long long)skew_hot, (long long)E_arg);
+        return CLI_USAGE;
+    }
+    /* a token picks K distinct experts, at most HOT of them hot: the hot share is at most HOT / K */
+    if (skew && skew_share * (double)m->top_k > (double)skew_hot + 1e-9) {
+        cli_err(CMD, "--skew %s: %lld hot expert(s) can take at most %.4g of the rows (each token picks top_k = %lld "
+                "distinct experts, at most %lld of them hot): give SHARE <= %.4g or HOT >= %.4g",
+                skew, (long long)skew_hot, (double)skew_hot / (double)m->top_k, (long long)m->top_k,
+                (long long)skew_hot, (double)skew_hot / (double)m->top_k, ceil(skew_share * (double)m->top_k));
         return CLI_USAGE;
     }
     const int nranks = (int)(ep * tp), rank = cli_mpi_rank();

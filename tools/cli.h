@@ -136,6 +136,15 @@ int cli_mpi_rank(void); /* 0 without MPI */
 int cli_mpi_size(void); /* 1 without MPI */
 /* End the whole job with `code` (MPI_Abort) when running on several ranks; else return. */
 void cli_mpi_abort(int code);
+/* On a multi-rank run, hold back an error line (cli_err's) for cli_mpi_exit: 1 when held, 0 when
+ * the caller prints it now (one process). */
+int cli_mpi_defer_err(const char *line);
+/* The end of a command: on a multi-rank run the ranks agree on the worst exit status (on a
+ * communicator of their own), rank 0 prints the held-back error lines once when every rank has
+ * the same, else each with "rank N: ", and the job ends with MPI_Finalize and that status; a
+ * failing rank whose peers do not arrive within 10 s (stuck in a collective) prints its own
+ * lines and ends the job with MPI_Abort. Returns the exit status. */
+int cli_mpi_exit(int rc);
 void cli_mpi_barrier(void);
 /* Rank 0 gets every rank's n doubles in rank order (all: [size, n]); one process: a copy. */
 void cli_mpi_gather_doubles(const double *v, int n, double *all);

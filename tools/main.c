@@ -115,9 +115,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "moe: writing standard output failed\n");
         rc = CLI_FAIL;
     }
-    /* one rank's failure must not leave its peers waiting in a collective: end the job */
-    if (rc != CLI_OK)
-        cli_mpi_abort(rc);
+    /* the ranks agree on the exit status and end with MPI_Finalize; a failing rank whose peers
+     * wait in a collective for it ends the job with MPI_Abort (cli_mpi_exit) */
+    rc = cli_mpi_exit(rc);
     cli_mpi_finalize();
     return rc;
 }

@@ -7,12 +7,27 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #if MOE_WITH_MPI
 #include <mpi.h>
 #endif
 
 static int g_active, g_rank, g_size = 1;
+#if MOE_WITH_MPI
+static MPI_Comm g_exit_comm = MPI_COMM_NULL; /* a duplicate of MPI_COMM_WORLD for cli_mpi_exit only */
+#endif
+
+/* Error lines of cli_err held back on a multi-rank run (cli_mpi_defer_err) until cli_mpi_exit
+ * decides who prints them; the rest of a long one is cut. */
+enum { ERR_BYTES = 1024 };
+static char g_err[ERR_BYTES];
+static size_t g_err_len;
+
+/* How long a failing rank waits at exit for the others to reach it too (so the job can end
+ * with MPI_Finalize) before it ends the job with MPI_Abort: a peer still waiting in a
+ * collective for the failed rank never arrives. */
+#define EXIT_AGREE_S 10.0
 
 /* "--ep N" / "--ep=N" / "--tp ..." with N > 1 among argv. */
 static int wants_parallel(int argc, char **argv)
@@ -47,6 +62,8 @@ int cli_mpi_init(int *argc, char ***argv)
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &g_exit_comm) != MPI_SUCCESS)
+        g_exit_comm = MPI_COMM_NULL;
     g_active = 1;
     return 0;
 #else
@@ -62,10 +79,108 @@ int cli_mpi_init(int *argc, char ***argv)
 void cli_mpi_finalize(void)
 {
 #if MOE_WITH_MPI
-    if (g_active)
+    if (g_active) {
+        if (g_exit_comm != MPI_COMM_NULL)
+            MPI_Comm_free(&g_exit_comm);
         MPI_Finalize();
+    }
 #endif
     g_active = 0;
+}
+
+int cli_mpi_defer_err(const char *line)
+{
+#if MOE_WITH_MPI
+    if (g_active && g_size > 1 && g_exit_comm != MPI_COMM_NULL) {
+        const size_t n = strlen(line);
+        const size_t room = sizeof g_err - 1 - g_err_len;
+        memcpy(g_err + g_err_len, line, n < room ? n : room);
+        g_err_len += n < room ? n : room;
+        g_err[g_err_len] = '\0';
+        return 1;
+    }
+#endif
+    (void)line;
+    return 0;
+}
+
+/* This rank's held-back lines on stderr, each with a "rank N: " prefix. */
+static void print_own_errors(void)
+{
+    const char *p = g_err;
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        const size_t n = nl ? (size_t)(nl - p) : strlen(p);
+        fprintf(stderr, "rank %d: %.*s\n", g_rank, (int)n, p);
+        p += n + (nl != NULL);
+    }
+    g_err_len = 0;
+    g_err[0] = '\0';
+}
+
+int cli_mpi_exit(int rc)
+{
+    fflush(stdout);
+#if MOE_WITH_MPI
+    if (g_active && g_size > 1 && g_exit_comm != MPI_COMM_NULL) {
+        /* agree on the worst exit status over every rank, on a communicator no other collective
+         * uses: a failing rank waits at most EXIT_AGREE_S for the others (a peer blocked in a
+         * collective for it never comes), a succeeding one as long as it takes */
+        int mine = rc, worst = 0, done = 0;
+        MPI_Request req;
+        MPI_Iallreduce(&mine, &worst, 1, MPI_INT, MPI_MAX, g_exit_comm, &req);
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (;;) {
+            MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+            if (done)
+                break;
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if (rc != 0 && (double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec) > EXIT_AGREE_S) {
+                print_own_errors();
+                fprintf(stderr, "rank %d: the other ranks did not reach the exit within %.0f s (waiting in a "
+                        "collective for this rank?); ending the job (MPI_Abort)\n", g_rank, EXIT_AGREE_S);
+                cli_mpi_abort(rc);
+                return rc;
+            }
+            struct timespec ms = {0, 1000000};
+            nanosleep(&ms, NULL);
+        }
+        /* every rank is here: rank 0 prints the held-back lines, once when every rank has the
+         * same ones, else each rank's with its "rank N: " prefix, in rank order */
+        char *all = g_rank == 0 ? malloc((size_t)g_size * sizeof g_err) : NULL; /* [size][ERR_BYTES] */
+        MPI_Gather(g_err, (int)sizeof g_err, MPI_CHAR, all, (int)sizeof g_err, MPI_CHAR, 0, g_exit_comm);
+        if (g_rank == 0 && all) {
+            int same = 1;
+            for (int r = 1; r < g_size && same; r++)
+                same = strcmp(all + (size_t)r * sizeof g_err, all) == 0;
+            for (int r = 0; r < (same ? 1 : g_size); r++) {
+                const char *p = all + (size_t)r * sizeof g_err;
+                while (*p) {
+                    const char *nl = strchr(p, '\n');
+                    const size_t n = nl ? (size_t)(nl - p) : strlen(p);
+                    if (same)
+                        fprintf(stderr, "%.*s\n", (int)n, p);
+                    else
+                        fprintf(stderr, "rank %d: %.*s\n", r, (int)n, p);
+                    p += n + (nl != NULL);
+                }
+            }
+            fflush(stderr);
+        } else if (g_rank == 0) {
+            print_own_errors();
+        }
+        free(all);
+        g_err_len = 0;
+        g_err[0] = '\0';
+        return worst;
+    }
+#endif
+    if (g_err_len) /* held back but no exit agreement possible: print them here */
+        print_own_errors();
+    if (rc != 0)
+        cli_mpi_abort(rc);
+    return rc;
 }
 
 int cli_mpi_rank(void)

@@ -94,8 +94,17 @@ static int plan_placement(moe_ctx *ctx, const moe_layer_desc *d, moe_plan_config
         cli_err(CMD, "out of memory");
         goto out;
     }
+    if (load_path && !*load_path) {
+        cli_err(CMD, "--load: an empty value; give the path of a load file (moe bench --ep N --load-out FILE writes one)");
+        goto out;
+    }
     if (load_path && moe_load_read(ctx, load_path, E, load) != MOE_OK) {
         cli_err(CMD, "--load: %s", moe_ctx_last_error(ctx));
+        goto out;
+    }
+    if (!*name) {
+        cli_err(CMD, "--placement: an empty value; give a policy (contiguous, round_robin or balanced) or the path "
+                     "of a placement file");
         goto out;
     }
     moe_placement_policy pol = MOE_PLACEMENT_CONTIGUOUS;
@@ -113,8 +122,17 @@ static int plan_placement(moe_ctx *ctx, const moe_layer_desc *d, moe_plan_config
             goto out;
         }
     } else {
-        if (moe_placement_read(ctx, name, &file_pl) != MOE_OK) {
-            cli_err(CMD, "--placement %s: %s (or give contiguous, round_robin or balanced)", name, moe_ctx_last_error(ctx));
+        const moe_status rst = moe_placement_read(ctx, name, &file_pl);
+        if (rst == MOE_ENOTFOUND) {
+            /* no such file: perhaps a policy name mistyped */
+            static const char *const policies[] = {"contiguous", "round_robin", "balanced"};
+            const char *near = moe_suggest(name, strlen(name), policies, 3);
+            cli_err(CMD, "--placement %s: %s; it is not a policy name either (did you mean %s?)", name,
+                    moe_ctx_last_error(ctx), near ? near : "contiguous, round_robin or balanced");
+            goto out;
+        }
+        if (rst != MOE_OK) { /* the file's own error, which names it */
+            cli_err(CMD, "--placement: %s", moe_ctx_last_error(ctx));
             goto out;
         }
         if (file_pl.ep_size != ep || file_pl.num_logical_experts != E) {

@@ -59,95 +59,6 @@ static void show_progress(const char *msg, void *user)
     fflush(stdout);
 }
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
-/* A file name a checkpoint folder holds (what moe quantize copies from a Hugging Face
- * checkpoint or writes): weights, configs, tokenizer files, model cards, licenses. */
-static int checkpoint_file_name(const char *n)
-{
-    static const char *const suffixes[] = {".safetensors", ".json", ".jinja", ".model", ".tiktoken", ".py"};
-    static const char *const names[] = {"vocab.txt", "merges.txt", ".gitattributes"};
-    static const char *const prefixes[] = {"README", "LICENSE", "NOTICE", "USE_POLICY"};
-    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++)
-        if (ends_with(n, suffixes[i]))
-            return 1;
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(n, names[i]))
-            return 1;
-    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
-        if (!strncmp(n, prefixes[i], strlen(prefixes[i])))
-            return 1;
-    return 0;
-}
-
-/* 1 when the absolute path `inner` is `outer` or inside it. */
-static int path_within(const char *inner, const char *outer)
-{
-    size_t n = strlen(outer);
-    if (n == 1 && outer[0] == '/')
-        return 1;
-    return strncmp(inner, outer, n) == 0 && (inner[n] == '/' || inner[n] == '\0');
-}
-
-/* --force deletes OUT: allowed only for a folder that looks like a checkpoint libmoe could
- * have written and that holds neither the current folder nor IN. 0: OUT may be replaced (or
- * needs no replacing: absent, not a folder, empty; the library refuses what it must); -1:
- * refused, the reason printed. */
-static int force_allowed(const char *out, const char *in)
-{
-    char out_real[PATH_MAX], other[PATH_MAX];
-    struct stat sb;
-    if (lstat(out, &sb) != 0 || !S_ISDIR(sb.st_mode) || !realpath(out, out_real))
-        return 0;
-    DIR *d = opendir(out);
-    if (!d) {
-        cli_err(CMD, "--force: cannot list %s: %s; refusing to replace it", out, strerror(errno));
-        return -1;
-    }
-    char foreign[NAME_MAX + 1] = ""; /* the first (by name) entry a checkpoint does not hold */
-    int entries = 0, config = 0;
-    for (struct dirent *de = readdir(d); de; de = readdir(d)) {
-        const char *n = de->d_name;
-        if (!strcmp(n, ".") || !strcmp(n, ".."))
-            continue;
-        entries++;
-        char p[PATH_MAX + NAME_MAX + 2];
-        snprintf(p, sizeof p, "%s/%s", out, n);
-        struct stat fs;
-        const int regular = lstat(p, &fs) == 0 && S_ISREG(fs.st_mode);
-        if (regular && !strcmp(n, "config.json"))
-            config = 1;
-        if ((!regular || !checkpoint_file_name(n)) && (!foreign[0] || strcmp(n, foreign) < 0))
-            snprintf(foreign, sizeof foreign, "%s", n);
-    }
-    closedir(d);
-    if (entries == 0)
-        return 0;
-    if (getcwd(other, sizeof other) && path_within(other, out_real)) {
-        cli_err(CMD, "--force: %s holds the current folder %s; refusing to delete it", out, other);
-        return -1;
-    }
-    if (realpath(in, other) && path_within(other, out_real)) {
-        cli_err(CMD, "--force: %s holds the --checkpoint folder %s; refusing to delete it", out, in);
-        return -1;
-    }
-    if (!config) {
-        cli_err(CMD, "--force: %s does not look like a checkpoint (no config.json); refusing to delete it "
-                "(remove it yourself or choose another --output)", out);
-        return -1;
-    }
-    if (foreign[0]) {
-        cli_err(CMD, "--force: %s holds '%s', which is not a checkpoint file (see 'moe quantize --help'); "
-                "refusing to delete it (remove it yourself or choose another --output)", out, foreign);
-        return -1;
-    }
-    return 0;
-}
-
 /* The schemes moe_checkpoint_quantize writes: every named one (fp8-tensor / fp8-channel as
  * compressed-tensors float-quantized). */
 static int written(const char *scheme)
@@ -196,8 +107,8 @@ int cli_cmd_quantize(int argc, char **argv)
                     return CLI_USAGE;
                 }
     }
-    if (force && force_allowed(out, in) != 0)
-        return CLI_FAIL;
+    /* --force: the library checks that OUT looks like a checkpoint before replacing it
+     * (moe_quantize_options.force) */
     moe_ctx *ctx = NULL;
     char err[512] = "";
     moe_status st = moe_ctx_create(NULL, &ctx, err, sizeof err);

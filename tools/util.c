@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -15,14 +16,21 @@
 
 void cli_err(const char *cmd, const char *fmt, ...)
 {
+    char line[1024];
+    int n = snprintf(line, sizeof line, "%s: ", cmd);
     va_list ap;
-    if (cli_mpi_size() > 1)
-        fprintf(stderr, "[rank %d] ", cli_mpi_rank());
-    fprintf(stderr, "%s: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    if (n >= 0 && (size_t)n < sizeof line)
+        vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    /* under mpirun the line waits for cli_mpi_exit, which prints it once (or per rank) */
+    const size_t len = strlen(line);
+    if (len + 1 < sizeof line) {
+        line[len] = '\n';
+        line[len + 1] = '\0';
+    }
+    if (!cli_mpi_defer_err(line))
+        fputs(line, stderr);
 }
 
 int cli_parse_family(const char *cmd, const char *name, const char *value, void *dst)
@@ -301,6 +309,10 @@ int cli_parse_double(const char *cmd, const char *opt, const char *s, double lo,
     double v = strtod(s, &end);
     if (end == s || *end != '\0') {
         cli_err(cmd, "%s: '%s' is not a number", opt, s);
+        return -1;
+    }
+    if (errno == ERANGE && fabs(v) <= DBL_MIN) { /* underflow: strtod gave 0 or a subnormal */
+        cli_err(cmd, "%s: %s underflows (its magnitude is below %g, the smallest normal double)", opt, s, DBL_MIN);
         return -1;
     }
     if (errno == ERANGE || !isfinite(v) || v < lo || v > hi) {

@@ -108,3 +108,31 @@ def test_errors(layer):
         libmoe.MoELayer.from_checkpoint(FIXTURES / "qwen3_moe_f32", 0, permute="nope")
     assert "nope" in e.value.message
     assert np.array_equal(layer(x[:0].copy()), np.empty((0, meta["H"]), np.float32))
+
+
+# The ctypes mirrors (python/libmoe/_capi.py) against the C layout as the compiler gives it
+# (tests/util/abi_layout.c, built by CMake; ctest's python_numpy sets LIBMOE_ABI_LAYOUT): the
+# same size, the same fields in the same order at the same offsets. Run outside ctest without
+# the program, it is skipped.
+def test_ctypes_mirrors_match_c():
+    import ctypes
+    import os
+    import subprocess
+
+    prog = os.environ.get("LIBMOE_ABI_LAYOUT")
+    if not prog:
+        pytest.skip("LIBMOE_ABI_LAYOUT (the abi_layout program of the build) is not set")
+    c = json.loads(subprocess.run([prog], check=True, capture_output=True, text=True).stdout)
+    from libmoe import _capi
+
+    mirrors = {"moe_options": _capi.Options, "moe_qweight": _capi.QWeight,
+               "moe_quant_config": _capi.QuantConfig, "moe_layer_desc": _capi.LayerDesc,
+               "moe_weight_source": _capi.WeightSource, "moe_stacked_experts": _capi.StackedExperts,
+               "moe_exec_args": _capi.ExecArgs}
+    assert sorted(c) == sorted(mirrors)
+    for name, cls in mirrors.items():
+        py = [(f[0], getattr(cls, f[0]).offset) for f in cls._fields_]
+        want = [tuple(f) for f in c[name]["fields"]]
+        assert py == want, f"{name}: ctypes fields {py} != C {want}"
+        assert ctypes.sizeof(cls) == c[name]["size"], \
+            f"{name}: ctypes.sizeof {ctypes.sizeof(cls)} != C sizeof {c[name]['size']}"

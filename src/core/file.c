@@ -29,6 +29,52 @@ const char *moe_io_json_kind(const json_t *v)
     return "?";
 }
 
+/* The per-thread ring of message buffers of moe_io_json_found / moe_io_json_value. */
+static char *json_msg_buf(void)
+{
+    static _Thread_local char ring[8][112];
+    static _Thread_local unsigned next;
+    return ring[next++ % 8];
+}
+
+/* `v`'s scalar value into b (96 bytes): strings quoted and cut at 60 bytes. */
+static void json_scalar(char *b, const json_t *v)
+{
+    if (json_is_string(v)) {
+        const char *t = json_string_value(v);
+        const size_t n = strlen(t);
+        snprintf(b, 96, "\"%.60s%s\"", t, n > 60 ? "..." : "");
+    } else if (json_is_integer(v)) {
+        snprintf(b, 96, "%lld", (long long)json_integer_value(v));
+    } else if (json_is_real(v)) {
+        snprintf(b, 96, "%.17g", json_real_value(v));
+    } else if (json_is_boolean(v)) {
+        snprintf(b, 96, "%s", json_is_true(v) ? "true" : "false");
+    } else {
+        snprintf(b, 96, "%s", moe_io_json_kind(v));
+    }
+}
+
+const char *moe_io_json_found(const json_t *v)
+{
+    char *b = json_msg_buf();
+    if (!v || json_is_object(v) || json_is_array(v) || json_is_null(v)) {
+        snprintf(b, 96, "%s", moe_io_json_kind(v));
+        return b;
+    }
+    char val[96];
+    json_scalar(val, v);
+    snprintf(b, 112, "%s (%.80s)", moe_io_json_kind(v), val);
+    return b;
+}
+
+const char *moe_io_json_value(const json_t *v)
+{
+    char *b = json_msg_buf();
+    json_scalar(b, v);
+    return b;
+}
+
 int moe_io_dangling_target(const char *path, char *target, size_t len)
 {
     struct stat sb;

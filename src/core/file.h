@@ -14,6 +14,17 @@
  * integer", "a real number", "a boolean", "null"; "absent" for NULL (a missing field). */
 const char *moe_io_json_kind(const json_t *v);
 
+/* For messages saying what a field holds: `v`'s kind with its value when it is a scalar --
+ * "a string (\"4\")", "an integer (4)", "a real number (6.5)", "a boolean (true)" -- else the
+ * kind alone ("an array", "an object", "null", "absent"). Long strings are cut at 60 bytes
+ * ("..."). The text lives in a per-thread ring of 8 buffers: valid until 8 more calls on the
+ * same thread (enough for one message). */
+const char *moe_io_json_found(const json_t *v);
+
+/* A config value as a message shows it after "= ": a string quoted ("\"diagonal\""), a number
+ * as written, true / false, else its kind ("an array", "absent", ...). Same ring as above. */
+const char *moe_io_json_value(const json_t *v);
+
 /* Open `path` read-only without blocking (O_NONBLOCK, cleared once open: a FIFO never
  * hangs the reader) and fstat it: *fd_out and its size, or MOE_ENOTFOUND (ENOENT; a dangling
  * symlink is named as one, with its target) / MOE_EIO

@@ -29,7 +29,9 @@
  *   format "float-quantized" (type float, num_bits 8: FP8 e4m3, e.g. llm-compressor's FP8 and
  *     FP8_DYNAMIC schemes; naive-quantized with float weights is the same bytes): <module>.weight
  *     F8_E4M3 [N, K] holding the codes, <module>.weight_scale [1] (strategy tensor) or [N, 1]
- *     (channel): w = q * s; input_activations dynamic per-token FP8 are served weight-only.
+ *     (channel): w = q * s; input_activations dynamic per-token FP8, and static per-tensor FP8
+ *     (<module>.input_scale [1] per linear: read and checked, not applied), are served
+ *     weight-only.
  * libmoe's source layout (moe_quant.h "Quantized experts") is reached with
  *   int4 symmetric:  nibble = stored ^ 8 (two's complement q), [N, K/2] bytes, low nibble k even
  *   int4 zero point: v = stored nibble (q + 8), z = stored zero nibble (zp + 8): w = (v - z) s
@@ -63,6 +65,8 @@ struct moe_ckq {
     int symmetric;
     int is_float;          /* weights type float (FP8 e4m3) */
     int act_dynamic_fp8;   /* input_activations dynamic per-token FP8: served weight-only (logged) */
+    int act_static_fp8;    /* input_activations static per-tensor FP8 (input_scale per linear):
+                              served weight-only, the scales validated and named (logged) */
     moe_quant_config quant;/* w13 = w2 = the weight scheme, act */
     json_t *targets;       /* the config groups' targets (strings), or NULL when a group has none */
     json_t *ignore;        /* quantization_config.ignore (strings), or NULL */
@@ -76,25 +80,9 @@ struct moe_ckq_layer {
     void **owned;              /* [n_owned] converted buffers */
     size_t n_owned, cap_owned;
     size_t owned_bytes;
-    /* weight_scale values that are NaN, infinite, zero or negative (loaded as they are; warned
-     * once) */
-    int64_t bad_nan, bad_inf, bad_zero, bad_neg, bad_total;
-    int bad_tensors;
     int act_order;             /* GPTQ: a g_idx of this layer is act-order */
     int f32;                   /* GPTQ act-order: the experts are f32 [N, K] dequantizations, quant NONE */
-    char bad_first[320];       /* the first tensor with one */
 };
-
-/* A config value as the messages below show it: a string's text, true / false, or the
- * value's kind (the shared moe_io_json_kind: "absent", "an object", "an integer", ...). */
-static const char *jvalue(const json_t *v)
-{
-    if (json_is_string(v))
-        return json_string_value(v);
-    if (json_is_boolean(v))
-        return json_is_true(v) ? "true" : "false";
-    return moe_io_json_kind(v);
-}
 
 static bool jstr_is(const json_t *v, const char *s)
 {
@@ -104,6 +92,52 @@ static bool jstr_is(const json_t *v, const char *s)
 static bool jnull(const json_t *v)
 {
     return !v || json_is_null(v);
+}
+
+/* A config value as the messages below show it after "= ": a string's text, a number as
+ * written, true / false, or the value's kind ("absent", "an object", ...). Only for values
+ * whose JSON type was checked (check_arg_types) or whose kind is the point. */
+static const char *jvalue(const json_t *v)
+{
+    if (json_is_string(v))
+        return json_string_value(v);
+    return moe_io_json_value(v);
+}
+
+/* The JSON types compressed-tensors' QuantizationArgs (quantization/quant_args.py) takes for
+ * each field; null is accepted for every one (the default). */
+enum { JT_INT = 1, JT_BOOL = 2, JT_STR = 4, JT_ARR = 8 };
+static const struct {
+    const char *key;
+    unsigned types;
+    const char *want;
+} arg_types[] = {
+    {"num_bits", JT_INT, "an integer"},
+    {"group_size", JT_INT, "an integer"},
+    {"symmetric", JT_BOOL, "true or false"},
+    {"dynamic", JT_BOOL | JT_STR, "true, false or \"local\""},
+    {"type", JT_STR, "a string (\"int\" or \"float\")"},
+    {"strategy", JT_STR, "a string"},
+    {"actorder", JT_STR | JT_BOOL, "a string or a boolean"},
+    {"block_structure", JT_ARR, "an array of 2 integers"},
+};
+
+/* MOE_EFORMAT naming the first field of QuantizationArgs object `a` (field prefix `f`) whose
+ * JSON type is not the one the package takes ("found a string (\"4\")"). */
+static moe_status check_arg_types(moe_ctx *ctx, const char *cp, const char *f, const json_t *a)
+{
+    for (size_t i = 0; i < sizeof arg_types / sizeof arg_types[0]; i++) {
+        const json_t *v = json_object_get(a, arg_types[i].key);
+        if (jnull(v))
+            continue;
+        const unsigned t = arg_types[i].types;
+        if (((t & JT_INT) && json_is_integer(v)) || ((t & JT_BOOL) && json_is_boolean(v)) ||
+            ((t & JT_STR) && json_is_string(v)) || ((t & JT_ARR) && json_is_array(v)))
+            continue;
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s.%s' must be %s, found %s", cp, f, arg_types[i].key,
+                             arg_types[i].want, moe_io_json_found(v));
+    }
+    return MOE_OK;
 }
 
 void moe_ckq_free(moe_ckq *q)
@@ -125,7 +159,7 @@ static moe_status check_str_array(moe_ctx *ctx, const char *cp, const char *fiel
         ok = json_is_string(json_array_get(v, i));
     return ok ? MOE_OK
               : moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s' must be a list of strings (module names, \"re:\" "
-                              "patterns or class names), found %s", cp, field, jvalue(v));
+                              "patterns or class names), found %s", cp, field, moe_io_json_found(v));
 }
 
 /* Float weights (type "float") of one config group: FP8 e4m3 (num_bits 8), strategy tensor or
@@ -173,9 +207,17 @@ static moe_status parse_float_weights(moe_ctx *ctx, const char *cp, const char *
 /* weights of one config group into q. `f` is the group's field prefix for messages. */
 static moe_status parse_weights(moe_ctx *ctx, const char *cp, const char *f, const json_t *w, moe_ckq *q)
 {
+    if (w && !json_is_object(w) && !json_is_null(w))
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s.weights' must be an object (QuantizationArgs), found %s",
+                             cp, f, moe_io_json_found(w));
     if (!w || !json_is_object(w))
         return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.weights' is %s: libmoe loads weight quantization only",
                              cp, f, jvalue(w));
+    char wf[200];
+    snprintf(wf, sizeof wf, "%s.weights", f);
+    moe_status tst = check_arg_types(ctx, cp, wf, w);
+    if (tst != MOE_OK)
+        return tst;
     const json_t *type = json_object_get(w, "type"), *nb = json_object_get(w, "num_bits");
     const json_t *sym = json_object_get(w, "symmetric"), *strat = json_object_get(w, "strategy");
     const json_t *gs = json_object_get(w, "group_size"), *dyn = json_object_get(w, "dynamic");
@@ -247,7 +289,8 @@ static moe_status parse_weights(moe_ctx *ctx, const char *cp, const char *f, con
 /* input_activations of an FP8-weight group (object ia): dynamic per-token FP8 (FP8_DYNAMIC,
  * Llama-4 Maverick FP8) is served weight-only (libmoe has no per-token FP8 activation kernel,
  * only per-token-group with block weights): f32 activations, logged at load. Static
- * activation scales (input_scale) are refused. */
+ * per-tensor FP8 activations (input_scale per linear) are served weight-only too, the scales
+ * required and checked at layer load (load_input_scales); other static strategies are refused. */
 static moe_status parse_float_acts(moe_ctx *ctx, const char *cp, const char *f, const json_t *ia, moe_ckq *q)
 {
     const json_t *type = json_object_get(ia, "type"), *nb = json_object_get(ia, "num_bits");
@@ -257,12 +300,22 @@ static moe_status parse_float_acts(moe_ctx *ctx, const char *cp, const char *f, 
                              "%s: field '%s.input_activations': type %s, num_bits %s: with FP8 weights only FP8 "
                              "(type float, num_bits 8) activations are loaded",
                              cp, f, jvalue(type), json_is_integer(nb) ? "not 8" : jvalue(nb));
-    if (json_is_false(dyn) || jnull(dyn))
-        return moe_set_error(ctx, MOE_EUNSUPPORTED,
-                             "%s: field '%s.input_activations.dynamic' = %s: static FP8 activation scales "
-                             "(input_scale) are not loaded yet; only dynamic per-token FP8 activations (served "
-                             "weight-only) or none",
-                             cp, f, jvalue(dyn));
+    if (json_is_false(dyn) || jnull(dyn)) {
+        /* static (QuantizationArgs.dynamic defaults to false): one input_scale per linear, which
+         * only strategy tensor has (llm-compressor's FP8 static scheme) */
+        const json_t *sym = json_object_get(ia, "symmetric");
+        if (!jstr_is(strat, "tensor"))
+            return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%s.input_activations.strategy' = %s with dynamic %s: static FP8 "
+                                 "activations are loaded with strategy tensor (one input_scale per linear) only",
+                                 cp, f, jvalue(strat), jvalue(dyn));
+        if (!jnull(sym) && !json_is_true(sym))
+            return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.input_activations.symmetric' = %s: static "
+                                 "FP8 activations are loaded symmetric only", cp, f, jvalue(sym));
+        q->act_static_fp8 = 1;
+        q->quant.act = MOE_QACT_NONE;
+        return MOE_OK;
+    }
     if (!json_is_true(dyn) || !jstr_is(strat, "token"))
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
                              "%s: field '%s.input_activations': dynamic %s, strategy %s: only dynamic per-token "
@@ -284,7 +337,13 @@ static moe_status parse_acts(moe_ctx *ctx, const char *cp, const char *f, const 
     if (jnull(ia))
         return MOE_OK;
     if (!json_is_object(ia))
-        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s.input_activations' must be an object or null", cp, f);
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s.input_activations' must be an object or null, found %s",
+                             cp, f, moe_io_json_found(ia));
+    char af[200];
+    snprintf(af, sizeof af, "%s.input_activations", f);
+    moe_status tst = check_arg_types(ctx, cp, af, ia);
+    if (tst != MOE_OK)
+        return tst;
     const json_t *type = json_object_get(ia, "type"), *nb = json_object_get(ia, "num_bits");
     const json_t *sym = json_object_get(ia, "symmetric"), *strat = json_object_get(ia, "strategy");
     const json_t *dyn = json_object_get(ia, "dynamic");
@@ -413,7 +472,7 @@ moe_status moe_ckq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const j
             break;
         }
         if (!first && (one.format != q->format || one.num_bits != q->num_bits || one.symmetric != q->symmetric ||
-                       one.act_dynamic_fp8 != q->act_dynamic_fp8 ||
+                       one.act_dynamic_fp8 != q->act_dynamic_fp8 || one.act_static_fp8 != q->act_static_fp8 ||
                        !moe_quant_equal(&one.quant, &q->quant))) {
             st = moe_set_error(ctx, MOE_EUNSUPPORTED,
                                "%s: field '%s': config groups with different schemes are not loaded (libmoe needs one "
@@ -452,6 +511,14 @@ moe_status moe_ckq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const j
                 "%s: compressed-tensors input_activations dynamic per-token FP8: served weight-only (%s) with f32 "
                 "activations (libmoe has no per-token FP8 activation kernel); outputs are more exact than the "
                 "fp8 x fp8 products the checkpoint was calibrated for (docs/numerics.md)",
+                cp, moe_quant_name(&q->quant));
+    if (q->act_static_fp8)
+        moe_log(ctx, MOE_LOG_WARN,
+                "%s: compressed-tensors input_activations static per-tensor FP8 (an input_scale per linear): "
+                "served weight-only (%s) with f32 activations; the input_scale tensors are read and checked but "
+                "not applied (libmoe has no static FP8 activation kernel: its fp8 w8a8 is dynamic per token group "
+                "with block weights), so outputs are those of the dequantized weights, without the fp8 rounding "
+                "and the clipping above 448 * input_scale the checkpoint was calibrated for (docs/checkpoints.md)",
                 cp, moe_quant_name(&q->quant));
     *out = q;
     return MOE_OK;
@@ -524,45 +591,6 @@ void moe_ckq_layer_source(const moe_ckq_layer *l, moe_weight_source *src)
     src->down_zero = l->zero[2];
 }
 
-/* Count the NaN, zero and negative values of scale tensor `name` (f32 [n], possibly unaligned)
- * into l: llm-compressor never writes them (a zero scale would make every weight of its group
- * zero, a NaN poisons the whole output row), so they are a corrupt or hand-edited checkpoint;
- * the load goes on and computes what the maths gives, with a WARNING
- * (warn_scales). */
-static void scan_scales(moe_ckq_layer *l, const char *name, const void *scale, int64_t n)
-{
-    int64_t nan = 0, inf = 0, zero = 0, neg = 0;
-    const unsigned char *p = scale;
-    for (int64_t i = 0; i < n; i++) {
-        float s;
-        memcpy(&s, p + 4 * i, 4);
-        nan += s != s;
-        inf += isinf(s) != 0;
-        zero += s == 0.0f;
-        neg += s < 0.0f;
-    }
-    l->bad_total += n;
-    if (nan + inf + zero + neg == 0)
-        return;
-    if (l->bad_tensors++ == 0)
-        snprintf(l->bad_first, sizeof l->bad_first, "%s", name);
-    l->bad_nan += nan;
-    l->bad_inf += inf;
-    l->bad_zero += zero;
-    l->bad_neg += neg;
-}
-
-static void warn_scales(moe_ctx *ctx, const moe_ckq_layer *l, const char *what)
-{
-    if (l->bad_tensors)
-        moe_log(ctx, MOE_LOG_WARN,
-                "%s: %" PRId64 " NaN, %" PRId64 " infinite, %" PRId64 " zero and %" PRId64
-                " negative weight_scale values (of %" PRId64 ") in %d tensor(s), the first '%s': loaded as they "
-                "are, so the output follows (v - z) * s (a NaN or infinite scale makes the rows that use it NaN "
-                "or infinite, a zero one their weights zero)",
-                what, l->bad_nan, l->bad_inf, l->bad_zero, l->bad_neg, l->bad_total, l->bad_tensors, l->bad_first);
-}
-
 static bool shape_is(const moe_tensor_info *t, int nd, int64_t a, int64_t b)
 {
     return t->ndim == nd && t->shape[0] == a && (nd < 2 || t->shape[1] == b);
@@ -604,13 +632,9 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
     moe_status st;
     const moe_qweight *qw = &q->quant.w13;
     if (q->format == CKQ_FMT_GPTQ) {
-        st = moe_gptq_load_linear(ctx, &q->gq, qw, lk, base, N, K, describe, l->f32, &l->act_order, own_u, l, codes,
-                                  scale, zero);
-        if (st == MOE_OK && !describe && !l->f32) {
-            snprintf(name, sizeof name, "%s.scales", base);
-            scan_scales(l, name, *scale, qw->scale == MOE_QSCALE_CHANNEL ? N : N * ((K + qw->group_size - 1) / qw->group_size));
-        }
-        return st;
+        /* the scales' values are checked there (moe_io_check_scales), at load */
+        return moe_gptq_load_linear(ctx, &q->gq, qw, lk, base, N, K, describe, l->f32, &l->act_order, own_u, l, codes,
+                                    scale, zero);
     }
     if (q->format == CKQ_FMT_INT || q->format == CKQ_FMT_FLOAT) {
         const bool fl = q->format == CKQ_FMT_FLOAT;
@@ -706,8 +730,12 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
         return moe_set_error(ctx, MOE_EDTYPE, "%s: tensor '%s': dtype %s, expected F32, BF16 or F16", path, name,
                              moe_dtype_name(t.dtype));
     }
-    if (!describe)
-        scan_scales(l, name, *scale, N * G);
+    /* a NaN, infinite, zero or negative scale is refused (checked at load, on the stored values) */
+    if (!describe && (st = moe_io_check_scales(ctx, path, name, t.dtype, t.data, N,
+                                               qw->scale == MOE_QSCALE_TENSOR ? 0 : G,
+                                               q->is_float ? "compressed-tensors FP8 weight_scale"
+                                                           : "compressed-tensors weight_scale")) != MOE_OK)
+        return st;
     if (!qw->has_zero_point)
         return MOE_OK;
     snprintf(name, sizeof name, "%s.weight_zero_point", base);
@@ -734,6 +762,80 @@ static moe_status load_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
     return MOE_OK;
 }
 
+/* Static FP8 activations (moe_ckq.act_static_fp8): linear `base`'s input_scale, one scale ([1]
+ * as llm-compressor writes it; [] or [1, 1] accepted), F32 / BF16 / F16. Looked up even when
+ * describing (so the unread-tensor check counts it read); at load (describe 0) its value must
+ * be finite and positive and goes to *v. */
+static moe_status get_input_scale(moe_ctx *ctx, const moe_ckq_lookup *lk, const char *base, int describe, float *v)
+{
+    char name[320];
+    snprintf(name, sizeof name, "%s.input_scale", base);
+    *v = 0.0f;
+    if (!lk->has(lk->u, name))
+        return moe_set_error(ctx, MOE_ENOTFOUND,
+                             "tensor '%s' not found: config_groups input_activations are static FP8 (dynamic false, "
+                             "strategy tensor), so each quantized linear stores its input_scale",
+                             name);
+    moe_tensor_info t;
+    const char *path = NULL;
+    moe_status st = lk->get(lk->u, name, &t, &path);
+    if (st != MOE_OK)
+        return st;
+    if (t.dtype != MOE_DTYPE_F32 && t.dtype != MOE_DTYPE_BF16 && t.dtype != MOE_DTYPE_F16)
+        return moe_set_error(ctx, MOE_EDTYPE, "%s: tensor '%s': dtype %s, expected F32, BF16 or F16", path, name,
+                             moe_dtype_name(t.dtype));
+    if (!(t.ndim == 0 || shape_is(&t, 1, 1, 0) || shape_is(&t, 2, 1, 1)))
+        return bad_shape(ctx, path, name, &t, "[1] (static strategy tensor: one input scale per linear)");
+    if (describe)
+        return MOE_OK;
+    if ((st = moe_io_check_scales(ctx, path, name, t.dtype, t.data, 1, 0, "static FP8 input_scale")) != MOE_OK)
+        return st;
+    if (t.dtype == MOE_DTYPE_F32) {
+        memcpy(v, t.data, 4);
+    } else {
+        uint16_t h;
+        memcpy(&h, t.data, 2);
+        *v = t.dtype == MOE_DTYPE_BF16 ? moe_bf16_to_f32(h) : moe_f16_to_f32(h);
+    }
+    return MOE_OK;
+}
+
+/* The input_scale of every expert linear of [e_lo, e_hi) (static FP8 activations), and at load
+ * the WARNING naming what is not applied: per projection the largest over the experts, which is
+ * what vLLM applies (compressed_tensors_moe.py process_weights_after_loading takes
+ * w13_input_scale.max() and w2_input_scale.max() over the experts, and its weight loader
+ * requires gate_proj's and up_proj's to agree). */
+static moe_status load_input_scales(moe_ctx *ctx, const moe_ckq_lookup *lk, const char *prefix,
+                                    const char *const proj[3], int64_t e_lo, int64_t e_hi, int describe)
+{
+    char base[300];
+    float mx[3] = {0, 0, 0}, mn[3] = {0, 0, 0};
+    int64_t differ = 0; /* experts whose gate_proj and up_proj input_scale differ */
+    for (int64_t e = e_lo; e < e_hi; e++) {
+        float v[3];
+        for (int j = 0; j < 3; j++) {
+            snprintf(base, sizeof base, "%sexperts.%" PRId64 ".%s", prefix, e, proj[j]);
+            moe_status st = get_input_scale(ctx, lk, base, describe, &v[j]);
+            if (st != MOE_OK)
+                return st;
+            if (e == e_lo || v[j] > mx[j])
+                mx[j] = v[j];
+            if (e == e_lo || v[j] < mn[j])
+                mn[j] = v[j];
+        }
+        differ += v[0] != v[1];
+    }
+    if (!describe && e_lo < e_hi)
+        moe_log(ctx, MOE_LOG_WARN,
+                "%sexperts: static FP8 input_scale NOT applied (weight-only, f32 activations): experts [%" PRId64
+                ", %" PRId64 ") %s.input_scale %g .. %g, %s.input_scale %g .. %g, %s.input_scale %g .. %g; vLLM "
+                "would quantize the w13 input with %g and the w2 input with %g (the maxima over the experts)%s",
+                prefix, e_lo, e_hi, proj[0], (double)mn[0], (double)mx[0], proj[1], (double)mn[1], (double)mx[1],
+                proj[2], (double)mn[2], (double)mx[2], (double)(mx[0] > mx[1] ? mx[0] : mx[1]), (double)mx[2],
+                differ ? "; gate and up input_scale differ in some experts, which vLLM's loader refuses" : "");
+    return MOE_OK;
+}
+
 moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_lookup *lk, const char *prefix,
                               const char *const proj[3], int64_t e_lo, int64_t e_hi, int64_t E, int64_t I, int64_t H,
                               int describe, const void **codes[3], moe_ckq_layer **out)
@@ -752,6 +854,18 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
         snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e_lo, proj[0]);
         quantized = lk->has(lk->u, name) && lk->get(lk->u, name, &t, &path) == MOE_OK &&
                     t.dtype == (q->format == CKQ_FMT_FLOAT ? MOE_DTYPE_F8_E4M3 : MOE_DTYPE_I8);
+    }
+    if (!quantized && (q->format == CKQ_FMT_GPTQ || q->format == CKQ_FMT_PACKED)) {
+        /* neither the quantized codes nor the float weight of a layer left unquantized: name
+         * the tensor the config's format stores (the float path would name '.weight') */
+        char fl[320];
+        snprintf(fl, sizeof fl, "%sexperts.%" PRId64 ".%s.weight", prefix, e_lo, proj[0]);
+        if (!lk->has(lk->u, fl))
+            return moe_set_error(ctx, MOE_ENOTFOUND,
+                                 "tensor '%s' not found: quantization_config quant_method %s stores each expert "
+                                 "linear as %s (and no float '%s' of a layer left unquantized is there either)",
+                                 name, moe_ckq_method(q), q->format == CKQ_FMT_GPTQ ? "qweight, qzeros, scales (and "
+                                 "g_idx)" : "weight_packed, weight_scale, weight_shape", fl);
     }
     if (!quantized)
         return MOE_OK;
@@ -786,6 +900,8 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
             st = load_linear(ctx, q, lk, l, base, j == 2 ? H : I, j == 2 ? I : H, describe, &codes[j][e], &l->scale[j][e],
                              &l->zero[j][e]);
         }
+    if (st == MOE_OK && q->act_static_fp8)
+        st = load_input_scales(ctx, lk, prefix, proj, e_lo, e_hi, describe);
     if (st != MOE_OK) {
         moe_ckq_layer_free(l);
         return st;
@@ -795,9 +911,6 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
             free(l->zero[j]);
             l->zero[j] = NULL;
         }
-    char what[320];
-    snprintf(what, sizeof what, "%sexperts", prefix);
-    warn_scales(ctx, l, what);
     if (l->f32 && !describe)
         moe_log(ctx, MOE_LOG_INFO,
                 "%sexperts: GPTQ act-order layer: experts [%" PRId64 ", %" PRId64 ") dequantized exactly to f32 "
@@ -1049,11 +1162,16 @@ moe_status moe_ckq_dequant_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_
     const uint8_t *zero = NULL;
     l->f32 = q->format == CKQ_FMT_GPTQ; /* GPTQ / AWQ: the exact f32 dequantization, act-order or not */
     moe_status st = load_linear(ctx, q, lk, l, base, N, K, describe, &codes, &scale, &zero);
+    float in_scale = 0.0f; /* static FP8 activations: checked, not applied (weight-only) */
+    if (st == MOE_OK && q->act_static_fp8)
+        st = get_input_scale(ctx, lk, base, describe, &in_scale);
+    if (st == MOE_OK && q->act_static_fp8 && !describe)
+        moe_log(ctx, MOE_LOG_INFO, "%s.input_scale = %g: NOT applied (the shared expert runs in f32)", base,
+                (double)in_scale);
     if (st == MOE_OK && w && l->f32) {
         memcpy(w, codes, sizeof(float) * (size_t)(N * K));
     } else if (st == MOE_OK && w) {
         moe_quant_dequant_source(&q->quant.w13, codes, scale, zero, N, K, w);
-        warn_scales(ctx, l, base);
     }
     if (code_bytes)
         *code_bytes = (size_t)(N * K) * (size_t)q->num_bits / 8;

@@ -63,7 +63,7 @@ static moe_status get_bool(moe_ctx *ctx, const char *cp, const char *qpre, const
     }
     if (!json_is_boolean(v))
         return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%squantization_config.%s' must be true or false, found %s",
-                             cp, qpre, key, jtext(v));
+                             cp, qpre, key, moe_io_json_found(v));
     *out = json_is_true(v);
     return MOE_OK;
 }
@@ -78,8 +78,8 @@ moe_status moe_gptq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const 
     const char *what = s->awq ? "AWQ" : "GPTQ";
     const json_t *b = json_object_get(qc, s->awq && !json_object_get(qc, "bits") ? "w_bit" : "bits");
     if (!json_is_integer(b))
-        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%squantization_config.bits' must be an integer, found %s",
-                             cp, qpre, jtext(b));
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%squantization_config.%s' must be an integer, found %s",
+                             cp, qpre, s->awq && !json_object_get(qc, "bits") ? "w_bit" : "bits", moe_io_json_found(b));
     const json_int_t bits = json_integer_value(b);
     if (bits != 4 && !(bits == 8 && !s->awq))
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
@@ -92,12 +92,15 @@ moe_status moe_gptq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const 
     if (!json_is_integer(g) || (json_integer_value(g) < 1 && json_integer_value(g) != -1))
         return moe_set_error(ctx, MOE_EFORMAT,
                              "%s: field '%squantization_config.group_size' must be a positive integer or -1, found %s",
-                             cp, qpre, json_is_integer(g) ? "a value below 1" : jtext(g));
+                             cp, qpre, moe_io_json_found(g));
     s->group_size = (int64_t)json_integer_value(g);
     moe_status st;
     if (s->awq) {
         const json_t *ver = json_object_get(qc, "version");
-        if (!jnull(ver) && !(json_is_string(ver) && strcasecmp(json_string_value(ver), "gemm") == 0))
+        if (!jnull(ver) && !json_is_string(ver))
+            return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%squantization_config.version' must be a string "
+                                 "(\"gemm\"), found %s", cp, qpre, moe_io_json_found(ver));
+        if (!jnull(ver) && strcasecmp(json_string_value(ver), "gemm") != 0)
             return moe_set_error(ctx, MOE_EUNSUPPORTED,
                                  "%s: field '%squantization_config.version' = %s: AutoAWQ's %s layout is not loaded "
                                  "(its words pack codes in another order); libmoe reads version \"gemm\" (nearest: "
@@ -113,9 +116,12 @@ moe_status moe_gptq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const 
                                  cp, qpre);
     } else {
         const json_t *fmt = json_object_get(qc, "checkpoint_format");
-        if (jnull(fmt) || (json_is_string(fmt) && strcmp(json_string_value(fmt), "gptq") == 0))
+        if (jnull(fmt) || (json_is_string(fmt) && strcasecmp(json_string_value(fmt), "gptq") == 0))
             s->v1 = 1;
-        else if (!(json_is_string(fmt) && strcmp(json_string_value(fmt), "gptq_v2") == 0))
+        else if (!json_is_string(fmt))
+            return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%squantization_config.checkpoint_format' must be a "
+                                 "string (\"gptq\" or \"gptq_v2\"), found %s", cp, qpre, moe_io_json_found(fmt));
+        else if (strcasecmp(json_string_value(fmt), "gptq_v2") != 0)
             return moe_set_error(ctx, MOE_EUNSUPPORTED,
                                  "%s: field '%squantization_config.checkpoint_format' = %s: the %s layout (a kernel's "
                                  "repacked tiles) is not loaded; libmoe reads \"gptq\" and \"gptq_v2\" (nearest: the "
@@ -376,6 +382,11 @@ moe_status moe_gptq_load_linear(moe_ctx *ctx, const moe_gptq_scheme *s, const mo
     }
     if (describe)
         return MOE_OK;
+    /* a NaN, infinite, zero or negative scale is refused, naming its [group, out] entry */
+    snprintf(name, sizeof name, "%s.scales", base);
+    if ((st = moe_io_check_scales(ctx, spath, name, ts.dtype, ts.data, Gc, N, s->awq ? "AWQ scale" : "GPTQ scale")) !=
+        MOE_OK)
+        return st;
     if (to_f32)
         return dequant_f32(ctx, s, asym, have_g ? &tg : NULL, &tw, &ts, have_z ? &tz : NULL, base, N, K, alloc, u,
                            codes);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* Decide the family from "architectures"[0], falling back to "model_type" when the
  * architecture is absent or not one of ours (e.g. a *ForSequenceClassification head over the
@@ -27,12 +28,12 @@ static moe_status config_family(moe_ck_config *c, const json_t *root, const char
     if (archs && !json_is_null(archs)) {
         if (!json_is_array(archs))
             return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field 'architectures' must be an array, found %s", c->path,
-                                 moe_io_json_kind(archs));
+                                 moe_io_json_found(archs));
         if (json_array_size(archs) > 0) {
             const json_t *a0 = json_array_get(archs, 0);
             if (!json_is_string(a0))
                 return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field 'architectures'[0] must be a string, found %s",
-                                     c->path, moe_io_json_kind(a0));
+                                     c->path, moe_io_json_found(a0));
             arch = json_string_value(a0);
         }
     }
@@ -269,7 +270,7 @@ static moe_status config_quant(moe_ck_config *c, const json_t *root, const json_
         return MOE_OK;
     if (!json_is_object(qc))
         return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field '%squantization_config' must be an object, found %s",
-                             c->path, qpre, moe_io_json_kind(qc));
+                             c->path, qpre, moe_io_json_found(qc));
     const json_t *m = json_object_get(qc, "quant_method");
     if (m && json_is_string(m) && strcmp(json_string_value(m), "mxfp4") == 0) {
         /* transformers' Mxfp4Config: {quant_method, modules_to_not_convert}; which layers are
@@ -296,25 +297,42 @@ static moe_status config_quant(moe_ck_config *c, const json_t *root, const json_
         return moe_ckq_parse(c->ctx, c->path, qpre, qc, &c->ct);
     if (!m || json_is_null(m))
         return MOE_OK; /* no method: nothing quantized */
-    if (!json_is_string(m) || strcmp(json_string_value(m), "fp8") != 0) {
+    if (!json_is_string(m))
+        return moe_set_error(c->ctx, MOE_EFORMAT,
+                             "%s: field '%squantization_config.quant_method' must be a string (\"fp8\", \"gptq\", ...), "
+                             "found %s",
+                             c->path, qpre, moe_io_json_found(m));
+    if (strcmp(json_string_value(m), "fp8") != 0) {
         char fams[256]; /* [256] chars: "gpt_oss", the rows with an MXFP4 layout */
+        /* transformers matches quant_method exactly (quantizers/auto.py looks it up in
+         * AUTO_QUANTIZATION_CONFIG_MAPPING as written), so "GPTQ" or "Fp8" is refused there
+         * too: libmoe refuses it the same way and names the spelling meant */
+        static const char *const methods[] = {"fp8", "mxfp4", "compressed-tensors", "gptq", "awq"};
+        const char *mv = json_string_value(m);
+        const char *near = moe_suggest(mv, strlen(mv), methods, sizeof methods / sizeof methods[0]);
+        char hint[160] = "";
+        if (near)
+            snprintf(hint, sizeof hint, " (did you mean '%s'? quant_method is matched exactly, as transformers' "
+                     "quantizers/auto.py does)", near);
         return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
-                             "%s: field '%squantization_config.quant_method' = '%s': libmoe reads fp8 (block, per-tensor), mxfp4 "
+                             "%s: field '%squantization_config.quant_method' = '%s'%s: libmoe reads fp8 (block, per-tensor), mxfp4 "
                              "(%s), compressed-tensors (int8 / int4 / fp8), gptq (int4 / int8) and awq (int4) checkpoints; dequantize this one to "
                              "bf16 first or convert a bf16 checkpoint with moe quantize",
-                             c->path, qpre, json_is_string(m) ? json_string_value(m) : moe_io_json_kind(m),
+                             c->path, qpre, mv, hint,
                              moe_fam_names_with(MOE_FAM_HAS_MXFP4, ", ", false, fams, sizeof fams));
     }
     const json_t *fmt = json_object_get(qc, "fmt");
     if (fmt && !json_is_null(fmt) && (!json_is_string(fmt) || strcmp(json_string_value(fmt), "e4m3") != 0))
         return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
                              "%s: field '%squantization_config.fmt' = %s: only e4m3 FP8 checkpoints are supported",
-                             c->path, qpre, json_is_string(fmt) ? json_string_value(fmt) : moe_io_json_kind(fmt));
+                             c->path, qpre, json_is_string(fmt) ? json_string_value(fmt) : moe_io_json_found(fmt));
     const json_t *as = json_object_get(qc, "activation_scheme");
-    if (as && !json_is_null(as) && (!json_is_string(as) || strcmp(json_string_value(as), "dynamic") != 0))
+    if (as && !json_is_null(as) && (!json_is_string(as) || strcasecmp(json_string_value(as), "dynamic") != 0))
         return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
-                             "%s: field '%squantization_config.activation_scheme' = %s: only dynamic is supported",
-                             c->path, qpre, json_is_string(as) ? json_string_value(as) : moe_io_json_kind(as));
+                             "%s: field '%squantization_config.activation_scheme' = %s: only dynamic is supported (static "
+                             "FP8 activation scales, transformers' activation_scale / vLLM's input_scale tensors, are "
+                             "not read for quant_method fp8; compressed-tensors static FP8 loads, served weight-only)",
+                             c->path, qpre, json_is_string(as) ? json_string_value(as) : moe_io_json_found(as));
     const json_t *bs = json_object_get(qc, "weight_block_size");
     if (!bs || json_is_null(bs)) {
         /* per-tensor FP8 (FineGrainedFP8Config weight_block_size None): one scalar scale per matrix */

@@ -47,7 +47,7 @@ void moe_cfg_note_default(const moe_cfg_fields *f, const char *key, const char *
 static moe_status wrong_type(const moe_cfg_fields *f, const char *key, const char *expected, const json_t *v)
 {
     return moe_set_error(f->ctx, MOE_EFORMAT, "%s: field '%s%s' must be %s, found %s", f->path, f->prefix, key,
-                         expected, moe_io_json_kind(v));
+                         expected, moe_io_json_found(v));
 }
 
 moe_status moe_cfg_int(const moe_cfg_fields *f, const char *key, bool required, int64_t dflt, int64_t min,
@@ -142,7 +142,7 @@ moe_status moe_cfg_int_list(const moe_cfg_fields *f, const char *key, int64_t **
         if (!json_is_integer(x)) {
             free(a);
             return moe_set_error(f->ctx, MOE_EFORMAT, "%s: field '%s%s'[%zu] must be an integer, found %s",
-                                 f->path, f->prefix, key, i, moe_io_json_kind(x));
+                                 f->path, f->prefix, key, i, moe_io_json_found(x));
         }
         a[i] = (int64_t)json_integer_value(x);
     }
@@ -177,7 +177,7 @@ moe_status moe_cfg_index_list_of(const moe_cfg_fields *f, const char *key, const
             free(a);
             if (!s)
                 return moe_set_error(f->ctx, MOE_EFORMAT, "%s: field '%s%s'[%zu] must be a string, found %s", f->path,
-                                     f->prefix, key, i, moe_io_json_kind(x));
+                                     f->prefix, key, i, moe_io_json_found(x));
             return moe_set_error(f->ctx, MOE_EFORMAT, "%s: field '%s%s'[%zu] = \"%s\": must be \"%s\" or \"%s\"",
                                  f->path, f->prefix, key, i, s, match, other);
         }
@@ -235,7 +235,7 @@ moe_status moe_json_load_object(moe_ctx *ctx, const char *path, uint64_t max_byt
         return moe_set_error(ctx, MOE_EFORMAT, "%s: not valid JSON: %s (line %d, column %d)", path, jerr.text,
                              jerr.line, jerr.column);
     if (!json_is_object(root)) {
-        st = moe_set_error(ctx, MOE_EFORMAT, "%s: must be a JSON object, found %s", path, moe_io_json_kind(root));
+        st = moe_set_error(ctx, MOE_EFORMAT, "%s: must be a JSON object, found %s", path, moe_io_json_found(root));
         json_decref(root);
         return st;
     }

@@ -56,7 +56,7 @@ static moe_status open_sharded(moe_ck_index *ix)
         return moe_set_error(ix->ctx, MOE_ENOTFOUND, "%s: field 'weight_map' is missing", ix->index_path);
     if (!json_is_object(wm))
         return moe_set_error(ix->ctx, MOE_EFORMAT, "%s: field 'weight_map' must be an object, found %s",
-                             ix->index_path, moe_io_json_kind(wm));
+                             ix->index_path, moe_io_json_found(wm));
 
     size_t n = json_object_size(wm);
     ix->map = calloc(n ? n : 1, sizeof *ix->map);               /* [n] */
@@ -72,7 +72,7 @@ static moe_status open_sharded(moe_ck_index *ix)
         if (!json_is_string(val)) {
             free(shards);
             return moe_set_error(ix->ctx, MOE_EFORMAT, "%s: weight_map entry '%s' must be a file name string, found %s",
-                                 ix->index_path, key, moe_io_json_kind(val));
+                                 ix->index_path, key, moe_io_json_found(val));
         }
         const char *file = json_string_value(val);
         if (file[0] == '\0' || strchr(file, '/') || strcmp(file, ".") == 0 || strcmp(file, "..") == 0) {

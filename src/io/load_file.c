@@ -28,11 +28,23 @@ moe_status moe_load_read(moe_ctx *ctx, const char *path, int64_t num_experts, in
     moe_status st = moe_json_load_object(ctx, path, MOE_LOAD_MAX_BYTES, "for a load file", &root);
     if (st != MOE_OK)
         return st;
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val)
+    {
+        if (strcmp(key, "num_logical_experts") != 0 && strcmp(key, "load") != 0) {
+            st = moe_set_error(ctx, MOE_EFORMAT,
+                               "load file %s: unknown field \"%.60s\" (a load file has num_logical_experts, load)",
+                               path, key);
+            json_decref(root);
+            return st;
+        }
+    }
     const json_t *ne = json_object_get(root, "num_logical_experts");
     const json_t *arr = json_object_get(root, "load");
     if (!json_is_integer(ne))
         st = moe_set_error(ctx, MOE_EFORMAT, "load file %s: field 'num_logical_experts' must be an integer, found %s",
-                           path, moe_io_json_kind(ne));
+                           path, moe_io_json_found(ne));
     else if (json_integer_value(ne) != num_experts)
         st = moe_set_error(ctx, MOE_EFORMAT,
                            "load file %s: num_logical_experts = %lld, the layer has num_experts = %lld (a load file "
@@ -40,7 +52,7 @@ moe_status moe_load_read(moe_ctx *ctx, const char *path, int64_t num_experts, in
                            path, (long long)json_integer_value(ne), (long long)num_experts);
     else if (!json_is_array(arr))
         st = moe_set_error(ctx, MOE_EFORMAT, "load file %s: field 'load' must be an array of integers, found %s", path,
-                           moe_io_json_kind(arr));
+                           moe_io_json_found(arr));
     else if ((int64_t)json_array_size(arr) != num_experts)
         st = moe_set_error(ctx, MOE_EFORMAT, "load file %s: 'load' has %zu entries, num_experts is %lld", path,
                            json_array_size(arr), (long long)num_experts);
@@ -48,7 +60,7 @@ moe_status moe_load_read(moe_ctx *ctx, const char *path, int64_t num_experts, in
         const json_t *v = json_array_get(arr, (size_t)e);
         if (!json_is_integer(v))
             st = moe_set_error(ctx, MOE_EFORMAT, "load file %s: load[%lld] must be an integer, found %s", path,
-                               (long long)e, moe_io_json_kind(v));
+                               (long long)e, moe_io_json_found(v));
         else if (json_integer_value(v) < 0 || json_integer_value(v) > MOE_LOAD_MAX)
             st = moe_set_error(ctx, MOE_EFORMAT, "load file %s: load[%lld] = %lld: counts must be in [0, 2^40]", path,
                                (long long)e, (long long)json_integer_value(v));

@@ -28,7 +28,7 @@ static moe_status read_int(moe_ctx *ctx, const char *path, json_t *root, const c
 {
     json_t *v = json_object_get(root, key);
     if (!json_is_integer(v))
-        return moe_set_error(ctx, MOE_EFORMAT, "%s: %s must be an integer, found %s", path, key, moe_io_json_kind(v));
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: %s must be an integer, found %s", path, key, moe_io_json_found(v));
     const json_int_t x = json_integer_value(v);
     if (x < lo || x > hi)
         return moe_set_error(ctx, MOE_EFORMAT, "%s: %s = %lld, must be in [%lld, %lld]", path, key, (long long)x,
@@ -57,7 +57,7 @@ static moe_status parse(moe_ctx *ctx, const char *path, json_t *root, moe_placem
     json_t *ranks = json_object_get(root, "ranks");
     if (!json_is_array(ranks))
         return moe_set_error(ctx, MOE_EFORMAT, "%s: ranks must be an array (one per rank), found %s", path,
-                             moe_io_json_kind(ranks));
+                             moe_io_json_found(ranks));
     if (json_array_size(ranks) != (size_t)out->ep_size)
         return moe_set_error(ctx, MOE_EFORMAT, "%s: ranks has %zu entries, but ep_size = %d", path,
                              json_array_size(ranks), (int)out->ep_size);
@@ -68,7 +68,7 @@ static moe_status parse(moe_ctx *ctx, const char *path, json_t *root, moe_placem
         if (!json_is_array(list))
             return moe_set_error(ctx, MOE_EFORMAT,
                                  "%s: ranks[%zu] must be an array of logical expert ids, found %s", path, r,
-                                 moe_io_json_kind(list));
+                                 moe_io_json_found(list));
         P += (int64_t)json_array_size(list);
         if (P > pmax)
             return moe_set_error(ctx, MOE_EINVAL,
@@ -90,7 +90,7 @@ static moe_status parse(moe_ctx *ctx, const char *path, json_t *root, moe_placem
             json_t *v = json_array_get(list, i);
             if (!json_is_integer(v))
                 return moe_set_error(ctx, MOE_EFORMAT, "%s: ranks[%zu][%zu] must be an integer, found %s", path, r,
-                                     i, moe_io_json_kind(v));
+                                     i, moe_io_json_found(v));
             const json_int_t e = json_integer_value(v);
             if (e < 0 || e >= E)
                 return moe_set_error(ctx, MOE_EINVAL,

@@ -132,6 +132,86 @@ static json_t *quant_config_json(const qw_job *j)
                      "kv_cache_scheme", "sparsity_config");
 }
 
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* A file name a checkpoint folder holds (what moe quantize copies from a Hugging Face
+ * checkpoint or writes): weights, configs, tokenizer files, model cards, licenses. */
+static int checkpoint_file_name(const char *n)
+{
+    static const char *const suffixes[] = {".safetensors", ".json", ".jinja", ".model", ".tiktoken", ".py"};
+    static const char *const names[] = {"vocab.txt", "merges.txt", ".gitattributes"};
+    static const char *const prefixes[] = {"README", "LICENSE", "NOTICE", "USE_POLICY"};
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++)
+        if (ends_with(n, suffixes[i]))
+            return 1;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(n, names[i]))
+            return 1;
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+        if (!strncmp(n, prefixes[i], strlen(prefixes[i])))
+            return 1;
+    return 0;
+}
+
+/* 1 when the absolute path `inner` is `outer` or inside it. */
+static int path_within(const char *inner, const char *outer)
+{
+    size_t n = strlen(outer);
+    if (n == 1 && outer[0] == '/')
+        return 1;
+    return strncmp(inner, outer, n) == 0 && (inner[n] == '/' || inner[n] == '\0');
+}
+
+/* moe_quantize_options.force deletes out_dir (`out_abs`, an existing non-empty folder): allowed
+ * only when it looks like a checkpoint libmoe could have written -- a config.json, and only
+ * regular files with a checkpoint's names (checkpoint_file_name) -- and it does not hold the
+ * current folder (the input is checked before). MOE_EINVAL naming the reason otherwise
+ * (nothing touched). */
+static moe_status force_allowed(moe_ctx *ctx, const char *out_dir, const char *out_abs)
+{
+    char out_real[PATH_MAX], cwd[PATH_MAX];
+    if (!realpath(out_abs, out_real))
+        return moe_set_error(ctx, MOE_EINVAL, "%s: force: cannot resolve it: %s; refusing to replace it", out_dir,
+                             strerror(errno));
+    DIR *d = opendir(out_abs);
+    if (!d)
+        return moe_set_error(ctx, MOE_EINVAL, "%s: force: cannot list it: %s; refusing to replace it", out_dir,
+                             strerror(errno));
+    char foreign[NAME_MAX + 1] = ""; /* the first (by name) entry a checkpoint does not hold */
+    int config = 0;
+    for (struct dirent *de = readdir(d); de; de = readdir(d)) {
+        const char *n = de->d_name;
+        if (!strcmp(n, ".") || !strcmp(n, ".."))
+            continue;
+        char p[PATH_MAX + NAME_MAX + 2];
+        snprintf(p, sizeof p, "%s/%s", out_abs, n);
+        struct stat fs;
+        const int regular = lstat(p, &fs) == 0 && S_ISREG(fs.st_mode);
+        if (regular && !strcmp(n, "config.json"))
+            config = 1;
+        if ((!regular || !checkpoint_file_name(n)) && (!foreign[0] || strcmp(n, foreign) < 0))
+            snprintf(foreign, sizeof foreign, "%s", n);
+    }
+    closedir(d);
+    if (getcwd(cwd, sizeof cwd) && path_within(cwd, out_real))
+        return moe_set_error(ctx, MOE_EINVAL, "%s: force: it holds the current folder %s; refusing to delete it",
+                             out_dir, cwd);
+    if (!config)
+        return moe_set_error(ctx, MOE_EINVAL, "%s: force: it does not look like a checkpoint (no config.json); "
+                             "refusing to delete it (remove it yourself or choose another output)", out_dir);
+    if (foreign[0])
+        return moe_set_error(ctx, MOE_EINVAL, "%s: force: it holds '%s', which is not a checkpoint file (a "
+                             "checkpoint holds regular files named *.safetensors, *.json, *.jinja, *.model, "
+                             "*.tiktoken, *.py, vocab.txt, merges.txt, .gitattributes, README*, LICENSE*, NOTICE*, "
+                             "USE_POLICY*); refusing to delete it (remove it yourself or choose another output)",
+                             out_dir, foreign);
+    return MOE_OK;
+}
+
 moe_status moe_checkpoint_quantize(moe_ctx *ctx, const char *in_dir, const char *out_dir,
                                    const moe_quantize_options *opt, moe_quantize_stats *stats)
 {
@@ -214,7 +294,11 @@ j.mxfp4 = j.q.w13.dtype == MOE_QTYPE_MXFP4;
         if (!S_ISDIR(sb.st_mode))
             return moe_set_error(ctx, MOE_EINVAL, "%s: exists and is not a folder", out_dir);
         if (!empty && !opt->force)
-            return moe_set_error(ctx, MOE_EINVAL, "%s: exists and is not empty (--force replaces it)", out_dir);
+            return moe_set_error(ctx, MOE_EINVAL, "%s: exists and is not empty (force / --force replaces it when it "
+                                 "looks like a checkpoint)", out_dir);
+        moe_status fst;
+        if (!empty && (fst = force_allowed(ctx, out_dir, out_abs)) != MOE_OK)
+            return fst;
     }
 
     moe_checkpoint *ck = NULL;

@@ -12,12 +12,14 @@
  * handed out, so a truncated or hostile file is an error, never a read out of bounds.
  */
 #include "io/safetensors.h"
+#include "quant/convert.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +96,50 @@ char *moe_io_format_shape(char *buf, size_t len, int ndim, const int64_t *shape)
     if (used < len)
         snprintf(buf + used, len - used, "]");
     return buf;
+}
+
+moe_status moe_io_check_scales(moe_ctx *ctx, const char *path, const char *name, moe_dtype dt, const void *data,
+                               int64_t rows, int64_t cols, const char *what)
+{
+    const size_t es = dt == MOE_DTYPE_F32 ? 4 : (dt == MOE_DTYPE_BF16 || dt == MOE_DTYPE_F16) ? 2 : 0;
+    if (!es || !data)
+        return MOE_OK;
+    const int64_t n = rows * (cols > 0 ? cols : 1);
+    const unsigned char *p = data;
+    int64_t bad = 0, first = -1;
+    float first_v = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float s;
+        if (es == 4) {
+            memcpy(&s, p + 4 * i, 4);
+        } else {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            s = dt == MOE_DTYPE_BF16 ? moe_bf16_to_f32(h) : moe_f16_to_f32(h);
+        }
+        if (!(s > 0.0f) || s - s != 0.0f) { /* NaN, <= 0, or infinite */
+            if (first < 0) {
+                first = i;
+                first_v = s;
+            }
+            bad++;
+        }
+    }
+    if (first < 0)
+        return MOE_OK;
+    char at[64];
+    if (cols > 0)
+        snprintf(at, sizeof at, "[%" PRId64 ", %" PRId64 "]", first / cols, first % cols);
+    else
+        snprintf(at, sizeof at, "[%" PRId64 "]", first);
+    const char *kind = first_v != first_v ? "NaN" : first_v - first_v != 0.0f ? "infinite" : first_v == 0.0f ? "zero"
+                                                                                                           : "negative";
+    return moe_set_error(ctx, MOE_EFORMAT,
+                         "%s: tensor '%s': entry %s = %g is %s (%" PRId64 " of its %" PRId64 " values are NaN, "
+                         "infinite, zero or negative): every %s value must be finite and positive (quantizers "
+                         "clamp them above zero); a corrupt or edited checkpoint, refused",
+                         path, name, at, first_v != first_v ? (double)fabsf(first_v) : (double)first_v, kind, bad, n,
+                         what);
 }
 
 /* --------------------------------------------------------------------------------------

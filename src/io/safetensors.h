@@ -20,4 +20,15 @@ const char *moe_st_path(const moe_safetensors *f);
 /* Write "[d0, d1, ...]" for a shape into buf (always NUL-terminated). Returns buf. */
 char *moe_io_format_shape(char *buf, size_t len, int ndim, const int64_t *shape);
 
+/* Refuse a weight-scale tensor holding a value that is NaN, infinite, zero or negative: every
+ * quantizer that writes these formats (llm-compressor / compressed-tensors, transformers' and
+ * vLLM's FP8, AutoGPTQ / GPTQModel, AutoAWQ) writes finite scales clamped above zero, so such a
+ * value is a corrupt or hand-edited checkpoint, and loading it would silently give NaN, infinite
+ * or zero rows. `data` is `rows * cols` values of dtype `dt` (F32, BF16 or F16; any other dtype
+ * is not checked), row-major as stored (possibly unaligned). MOE_EFORMAT naming `path`, tensor
+ * `name`, the first bad entry as [r, c] (or [i] when cols is 0: a vector), its value and the
+ * count of bad entries; `what` names the format (e.g. "compressed-tensors weight_scale"). */
+moe_status moe_io_check_scales(moe_ctx *ctx, const char *path, const char *name, moe_dtype dt, const void *data,
+                               int64_t rows, int64_t cols, const char *what);
+
 #endif

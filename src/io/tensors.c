@@ -109,6 +109,8 @@ static moe_status get_fp8_tensor_scale(const moe_ck_index *ix, const char *name,
                              "quantization_config has no weight_block_size)",
                              path, sname, moe_io_format_shape(got_s, sizeof got_s, info.ndim, info.shape));
     }
+    if ((st = moe_io_check_scales(ix->ctx, path, sname, info.dtype, info.data, 1, 0, "FP8 per-tensor scale")) != MOE_OK)
+        return st;
     *scale = info.data;
     return MOE_OK;
 }
@@ -149,6 +151,9 @@ moe_status moe_ck_get_fp8_weight(const moe_ck_index *ix, int64_t bn, int64_t bk,
                              moe_io_format_shape(want_s, sizeof want_s, 2, grid), bn, bk,
                              moe_io_format_shape(got_s, sizeof got_s, info.ndim, info.shape));
     }
+    if ((st = moe_io_check_scales(ix->ctx, path, sname, info.dtype, info.data, grid[0], grid[1],
+                                  "FP8 block scale (weight_scale_inv)")) != MOE_OK)
+        return st;
     *scale = info.data;
     return MOE_OK;
 }

@@ -39,6 +39,12 @@ if "${mpi[@]}" -np 2 "$moe" run --ep 3 --checkpoint "$fx" --layer 0 --input "$fx
   echo "run_cli.sh: --ep 3 on 2 ranks succeeded"; exit 1
 fi
 grep -q "launch with mpirun -np 3" "$tmp/bad.log"
+# every rank fails with the same message: printed once, by rank 0, without a rank prefix, and
+# the job ends with MPI_Finalize and the status (no MPI_Abort)
+test "$(grep -c "launch with mpirun -np 3" "$tmp/bad.log")" = 1
+if grep -q "MPI_ABORT\|\[rank \|^rank " "$tmp/bad.log"; then
+  echo "run_cli.sh: --ep 3 on 2 ranks: per-rank copies or MPI_Abort noise:"; cat "$tmp/bad.log"; exit 1
+fi
 "${mpi[@]}" -np 2 "$moe" bench --ep 2 --num-experts 8 --tokens 1,8 --iters 2 --threads 1 | tee "$tmp/bench.log"
 # 4 experts x 3 x 2048 x 768 bf16 = 37748736 bytes resident on each rank
 grep -q "rank 1 (ep_rank 1, tp_rank 0): physical experts 4..7 (4 of 8), I shard 768 of 768, resident expert bytes 37748736" \

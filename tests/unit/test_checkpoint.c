@@ -916,7 +916,8 @@ static void test_config_errors(void **state)
     expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED, cfg, "'jamba'", "DeepseekV3ForCausalLM",
                  "GptOssForCausalLM", "Llama4ForConditionalGeneration", "GraniteMoeForCausalLM");
     write_text(dir, "config.json", "{\"architectures\": \"MixtralForCausalLM\"}");
-    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "'architectures'");
+    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "'architectures' must be an array",
+                 "found a string (\"MixtralForCausalLM\")");
 
     /* An activation the experts do not compute is refused by name, never computed as silu. */
     write_text(dir, "config.json",
@@ -926,7 +927,8 @@ static void test_config_errors(void **state)
     write_text(dir, "config.json",
                "{\"architectures\": [\"MixtralForCausalLM\"], \"hidden_size\": 16, \"intermediate_size\": 8,"
                " \"num_local_experts\": 4, \"num_experts_per_tok\": 2, \"num_hidden_layers\": 2, \"hidden_act\": 3}");
-    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "'hidden_act'");
+    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "'hidden_act' must be a string",
+                 "found an integer (3)");
 
     /* Missing and mistyped fields, each named. */
     write_text(dir, "config.json",
@@ -936,7 +938,8 @@ static void test_config_errors(void **state)
     write_text(dir, "config.json",
                "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"hidden_size\": \"16\", \"moe_intermediate_size\": 8,"
                " \"num_experts\": 4, \"num_experts_per_tok\": 2, \"num_hidden_layers\": 2}");
-    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "'hidden_size'", "a string");
+    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "'hidden_size' must be an integer",
+                 "found a string (\"16\")");
     write_text(dir, "config.json",
                "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"hidden_size\": 16, \"intermediate_size\": 8,"
                " \"num_experts\": 4, \"num_experts_per_tok\": 2, \"num_hidden_layers\": 2}");
@@ -944,7 +947,8 @@ static void test_config_errors(void **state)
     write_text(dir, "config.json",
                "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"hidden_size\": 16, \"moe_intermediate_size\": 8,"
                " \"num_experts\": 4, \"num_experts_per_tok\": 2, \"num_hidden_layers\": 2, \"norm_topk_prob\": 1}");
-    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "'norm_topk_prob'");
+    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "'norm_topk_prob' must be true or false",
+                 "found an integer (1)");
     write_text(dir, "config.json",
                "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"hidden_size\": 16, \"moe_intermediate_size\": 8,"
                " \"num_experts\": 4, \"num_experts_per_tok\": 2, \"num_hidden_layers\": 2, \"decoder_sparse_step\": 0}");
@@ -952,7 +956,32 @@ static void test_config_errors(void **state)
     write_text(dir, "config.json",
                "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"hidden_size\": 16, \"moe_intermediate_size\": 8,"
                " \"num_experts\": 4, \"num_experts_per_tok\": 2, \"num_hidden_layers\": 2, \"mlp_only_layers\": [\"1\"]}");
-    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "'mlp_only_layers'[0]");
+    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "'mlp_only_layers'[0]",
+                 "found a string (\"1\")");
+    write_text(dir, "config.json",
+               "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"hidden_size\": 16, \"moe_intermediate_size\": 8,"
+               " \"num_experts\": 4, \"num_experts_per_tok\": [2], \"num_hidden_layers\": 2}");
+    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "'num_experts_per_tok' must be an integer",
+                 "found an array");
+    /* quant_method in another case: refused as transformers refuses it (quantizers/auto.py
+     * matches it exactly), naming the spelling meant */
+    write_text(dir, "config.json",
+               "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"hidden_size\": 16, \"moe_intermediate_size\": 8,"
+               " \"num_experts\": 4, \"num_experts_per_tok\": 2, \"num_hidden_layers\": 2,"
+               " \"quantization_config\": {\"quant_method\": \"GPTQ\", \"bits\": 4}}");
+    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED, cfg, "quant_method' = 'GPTQ'",
+                 "did you mean 'gptq'?");
+    write_text(dir, "config.json",
+               "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"hidden_size\": 16, \"moe_intermediate_size\": 8,"
+               " \"num_experts\": 4, \"num_experts_per_tok\": 2, \"num_hidden_layers\": 2,"
+               " \"quantization_config\": {\"quant_method\": \"Fp8\"}}");
+    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED, cfg, "did you mean 'fp8'?");
+    write_text(dir, "config.json",
+               "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"hidden_size\": 16, \"moe_intermediate_size\": 8,"
+               " \"num_experts\": 4, \"num_experts_per_tok\": 2, \"num_hidden_layers\": 2,"
+               " \"quantization_config\": {\"quant_method\": 4}}");
+    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "quant_method' must be a string",
+                 "found an integer (4)");
     write_text(dir, "config.json",
                "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"hidden_size\": 16, \"moe_intermediate_size\": 8,"
                " \"num_experts\": 4, \"num_experts_per_tok\": 5, \"num_hidden_layers\": 2}");

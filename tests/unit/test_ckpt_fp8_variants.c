@@ -149,6 +149,9 @@ typedef struct edit {
     int ndim;             /* new shape (its data: zeros of the new size, scale 1.0f) */
     int64_t shape[2];
     const char *add;      /* a tensor to add, F32 [] value 1, or NULL */
+    int poke;             /* 1: `tensor` keeps its shape, its F32 element `at` set to `value` */
+    int64_t at;
+    float value;
 } edit;
 
 /* The copy's folder into dir; cfg_edit(root) edits config.json's object. */
@@ -172,6 +175,7 @@ static void make_copy(const char *src, char *dir, size_t n, void (*cfg_edit)(jso
     const size_t cnt = moe_safetensors_count(f);
     moe_tensor_out *o = calloc(cnt + 1, sizeof *o); /* [cnt + 1] */
     static float ones[128]; /* [128] f32: the largest edited tensor ([40, 2]) */
+    static float poked[128]; /* [128] f32: a poked scale tensor (at most [40, 1]) */
     for (int i = 0; i < 128; i++)
         ones[i] = 1.0f;
     size_t m = 0;
@@ -180,6 +184,14 @@ static void make_copy(const char *src, char *dir, size_t n, void (*cfg_edit)(jso
         assert_int_equal(moe_safetensors_at(f, i, &t), MOE_OK);
         o[m] = (moe_tensor_out){.name = t.name, .dtype = t.dtype, .ndim = t.ndim, .data = t.data};
         memcpy(o[m].shape, t.shape, sizeof t.shape);
+        if (ed && ed->poke && strcmp(t.name, ed->tensor) == 0) {
+            assert_int_equal(t.dtype, MOE_DTYPE_F32);
+            assert_true((size_t)ed->at < t.nbytes / 4 && t.nbytes <= sizeof poked);
+            memcpy(poked, t.data, t.nbytes);
+            poked[ed->at] = ed->value;
+            o[m++].data = poked;
+            continue;
+        }
         if (ed && ed->tensor && strcmp(t.name, ed->tensor) == 0) {
             if (ed->ndim < 0)
                 continue;
@@ -208,6 +220,21 @@ static void cfg_static_acts(json_t *root)
     json_object_set_new(group0(root), "input_activations",
                         json_pack("{s:i, s:s, s:b, s:s, s:b}", "num_bits", 8, "type", "float", "symmetric", 1,
                                   "strategy", "tensor", "dynamic", 0));
+}
+
+static void cfg_static_token(json_t *root)
+{
+    json_object_set_new(json_object_get(group0(root), "input_activations"), "strategy", json_string("token"));
+}
+
+static void cfg_nb_str(json_t *root)
+{
+    json_object_set_new(json_object_get(group0(root), "weights"), "num_bits", json_string("8"));
+}
+
+static void cfg_sym_str(json_t *root)
+{
+    json_object_set_new(json_object_get(group0(root), "weights"), "symmetric", json_string("true"));
 }
 
 static void cfg_nb4(json_t *root)
@@ -268,9 +295,17 @@ static void test_bad_config(void **s)
 {
     (void)s;
     char dir[600];
+    /* static activations on a checkpoint without input_scale tensors: the first one named */
     make_copy("qwen3_moe_ct_fp8_tensor", dir, sizeof dir, cfg_static_acts, NULL);
-    expect_open(dir, MOE_EUNSUPPORTED, "config_groups.group_0.input_activations.dynamic",
-                "static FP8 activation scales (input_scale)");
+    expect_open(dir, MOE_ENOTFOUND, "tensor '" PFX "experts.0.gate_proj.input_scale' not found",
+                "static FP8 (dynamic false, strategy tensor)");
+    make_copy("qwen3_moe_ct_fp8_static", dir, sizeof dir, cfg_static_token, NULL);
+    expect_open(dir, MOE_EUNSUPPORTED, "group_0.input_activations.strategy' = token with dynamic false",
+                "strategy tensor (one input_scale per linear) only");
+    make_copy("qwen3_moe_ct_fp8_tensor", dir, sizeof dir, cfg_nb_str, NULL);
+    expect_open(dir, MOE_EFORMAT, "group_0.weights.num_bits' must be an integer", "found a string (\"8\")");
+    make_copy("qwen3_moe_ct_fp8_tensor", dir, sizeof dir, cfg_sym_str, NULL);
+    expect_open(dir, MOE_EFORMAT, "group_0.weights.symmetric' must be true or false", "found a string (\"true\")");
     make_copy("qwen3_moe_ct_fp8_tensor", dir, sizeof dir, cfg_nb4, NULL);
     expect_open(dir, MOE_EUNSUPPORTED, "config_groups.group_0.weights.num_bits' = 4 with type float",
                 "NVFP4");
@@ -304,6 +339,119 @@ static void test_bad_tensors(void **s)
     const edit hf_both = {.add = PFX "experts.4.up_proj.weight_scale"};
     make_copy("qwen3_moe_fp8_tensor", dir, sizeof dir, NULL, &hf_both);
     expect_open(dir, MOE_EFORMAT, PFX "experts.4.up_proj.weight_scale' are both present", "one scale");
+}
+
+/* compressed-tensors FP8 with static per-tensor activations (input_scale per linear; fixture
+ * qwen3_moe_ct_fp8_static): served weight-only, matching the weight-only forward on every table
+ * within 1e-5 of max; the open WARNING says so, the load WARNING names each projection's
+ * input_scale range and the maxima vLLM would apply (computed here from the file's tensors);
+ * the distance to the forward with activations quantized as vLLM would is printed, for the
+ * record. A missing, misshapen or zero input_scale is refused naming it. */
+static void test_ct_fp8_static(void **s)
+{
+    (void)s;
+    check_fixture("qwen3_moe_ct_fp8_static", "fp8-tensor");
+    char dir[600], p[700];
+    tu_data_path(dir, sizeof dir, "qwen3_moe_ct_fp8_static");
+    tu_logcap cap = {0};
+    moe_ctx *ctx = tu_ctx_logging(&cap, MOE_LOG_WARN);
+    /* the maxima over the experts, from the file */
+    tu_join(p, sizeof p, dir, "model.safetensors");
+    moe_safetensors *f;
+    assert_int_equal(moe_safetensors_open(ctx, p, &f), MOE_OK);
+    float mx13 = 0, mx2 = 0;
+    for (int e = 0; e < E; e++)
+        for (int j = 0; j < 3; j++) {
+            static const char *const pr[3] = {"gate_proj", "up_proj", "down_proj"};
+            char nm[200];
+            snprintf(nm, sizeof nm, PFX "experts.%d.%s.input_scale", e, pr[j]);
+            moe_tensor_info t;
+            assert_int_equal(moe_safetensors_get(f, nm, &t), MOE_OK);
+            float v;
+            memcpy(&v, t.data, 4);
+            assert_true(v > 0);
+            float *m = j < 2 ? &mx13 : &mx2;
+            if (v > *m)
+                *m = v;
+        }
+    moe_safetensors_free(f);
+    assert_int_equal(tu_load_layer_status(ctx, dir, 0), MOE_OK);
+    char want[300];
+    snprintf(want, sizeof want, "would quantize the w13 input with %g and the w2 input with %g", (double)mx13,
+             (double)mx2);
+    const char *subs[] = {"input_activations static per-tensor FP8", "served weight-only (fp8-tensor)",
+                          PFX "experts: static FP8 input_scale NOT applied", want};
+    for (size_t i = 0; i < 4; i++)
+        if (!strstr(cap.text, subs[i]))
+            fail_msg("log lacks \"%s\":\n%s", subs[i], cap.text);
+    moe_ctx_free(ctx);
+    /* for the record: libmoe's weight-only output against the static-FP8-activation forward */
+    static float x[MAXN], act[MAXN], out[MAXN];
+    ctx = tu_ctx();
+    const size_t nx = read_f32(ctx, dir, "input.safetensors", "hidden_states", x, 0);
+    read_f32(ctx, dir, "expected_fp8_act.safetensors", "output", act, nx);
+    moe_layer_desc d;
+    moe_checkpoint *ck = tu_open_layer(ctx, dir, 0, &d);
+    tu_run_layer_ex(ctx, &d, NULL, ck, 0, NULL, x, MOE_DTYPE_F32, (int64_t)nx / d.hidden_size, out, NULL, NULL);
+    print_message("qwen3_moe_ct_fp8_static: weight-only output vs the static FP8 activation forward: %.3g of max "
+                  "|output| (not applied, WARNING)\n",
+                  tu_max_abs_diff(out, act, nx) / tu_max_abs(act, nx));
+    moe_checkpoint_free(ck);
+    moe_ctx_free(ctx);
+    /* bad input_scale tensors */
+    char bad[600];
+    const edit drop = {.tensor = PFX "experts.4.down_proj.input_scale", .ndim = -1};
+    make_copy("qwen3_moe_ct_fp8_static", bad, sizeof bad, NULL, &drop);
+    expect_open(bad, MOE_ENOTFOUND, "tensor '" PFX "experts.4.down_proj.input_scale' not found", "static FP8");
+    const edit shape = {.tensor = PFX "experts.1.up_proj.input_scale", .ndim = 1, .shape = {2, 0}};
+    make_copy("qwen3_moe_ct_fp8_static", bad, sizeof bad, NULL, &shape);
+    expect_open(bad, MOE_ESHAPE, "'" PFX "experts.1.up_proj.input_scale': shape [2]", "one input scale per linear");
+    const edit zero = {.tensor = PFX "experts.2.gate_proj.input_scale", .poke = 1, .value = 0.0f};
+    make_copy("qwen3_moe_ct_fp8_static", bad, sizeof bad, NULL, &zero);
+    ctx = tu_ctx();
+    expect_error(ctx, tu_load_layer_status(ctx, bad, 0), MOE_EFORMAT,
+                 "tensor '" PFX "experts.2.gate_proj.input_scale': entry [0] = 0 is zero", "static FP8 input_scale");
+    moe_ctx_free(ctx);
+}
+
+/* weight_scale (compressed-tensors) / weight_scale_inv (HF per-tensor) values that are NaN,
+ * infinite, zero or negative: refused with MOE_EFORMAT naming the tensor and the entry (the HF
+ * per-tensor scalar when the layer is described; the compressed-tensors scales at load, where
+ * their values are read) */
+static void test_bad_scale_values(void **s)
+{
+    (void)s;
+    char dir[600];
+    const struct {
+        const char *fx;
+        edit ed;
+        int at_load;
+        const char *want;
+    } cases[] = {
+        {"qwen3_moe_fp8_tensor", {.tensor = PFX "experts.3.up_proj.weight_scale_inv", .poke = 1, .value = 0.0f}, 0,
+         "tensor '" PFX "experts.3.up_proj.weight_scale_inv': entry [0] = 0 is zero"},
+        {"qwen3_moe_fp8_tensor", {.tensor = PFX "experts.0.down_proj.weight_scale_inv", .poke = 1, .value = INFINITY},
+         0, "tensor '" PFX "experts.0.down_proj.weight_scale_inv': entry [0] = inf is infinite"},
+        {"qwen3_moe_ct_fp8_tensor", {.tensor = PFX "experts.5.gate_proj.weight_scale", .poke = 1, .value = NAN}, 1,
+         "tensor '" PFX "experts.5.gate_proj.weight_scale': entry [0] = nan is NaN"},
+        {"qwen3_moe_ct_fp8_channel",
+         {.tensor = PFX "experts.2.down_proj.weight_scale", .poke = 1, .at = 7, .value = -0.5f}, 1,
+         "tensor '" PFX "experts.2.down_proj.weight_scale': entry [7, 0] = -0.5 is negative"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        make_copy(cases[i].fx, dir, sizeof dir, NULL, &cases[i].ed);
+        moe_ctx *ctx = tu_ctx();
+        if (cases[i].at_load) {
+            moe_checkpoint *ck = NULL;
+            moe_layer_desc d;
+            assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_OK);
+            assert_int_equal(moe_checkpoint_layer_desc(ck, 0, &d), MOE_OK);
+            moe_checkpoint_free(ck);
+        }
+        expect_error(ctx, tu_load_layer_status(ctx, dir, 0), MOE_EFORMAT, cases[i].want, "finite and positive");
+        moe_ctx_free(ctx);
+        tu_rm_tree(dir);
+    }
 }
 
 /* every tensor of a/model.safetensors has the name, dtype, shape and bytes of b's, and back */
@@ -369,7 +517,8 @@ int main(void)
         cmocka_unit_test(test_hf_fp8_tensor),         cmocka_unit_test(test_ct_fp8_tensor),
         cmocka_unit_test(test_ct_fp8_channel_dynamic), cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_bad_tensors),           cmocka_unit_test(test_quantize_writes_ct_fp8),
-        cmocka_unit_test(test_ct_fp8_shared),
+        cmocka_unit_test(test_ct_fp8_shared),         cmocka_unit_test(test_bad_scale_values),
+        cmocka_unit_test(test_ct_fp8_static),
     };
     return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);
 }

@@ -198,6 +198,20 @@ static void test_bad_input(void **state)
     variant(ctx, "qwen3_moe_gptq_asym_g32", d, NULL, NULL, NULL, NULL, 0, 0, nm, 9);
     expect_error(ctx, open_desc(ctx, d), MOE_EFORMAT, nm, "entry 0 = 9", "[0, 4)");
 
+    /* bits given as a string: a type error naming what was found */
+    tu_join(d, sizeof d, root, "bits_str");
+    variant(ctx, "qwen3_moe_gptq_asym_g32", d, "bits", json_string("4"), NULL, NULL, 0, 0, NULL, 0);
+    expect_error(ctx, open_desc(ctx, d), MOE_EFORMAT, "quantization_config.bits' must be an integer",
+                 "found a string (\"4\")");
+    tu_join(d, sizeof d, root, "sym_str");
+    variant(ctx, "qwen3_moe_gptq_asym_g32", d, "sym", json_string("false"), NULL, NULL, 0, 0, NULL, 0);
+    expect_error(ctx, open_desc(ctx, d), MOE_EFORMAT, "quantization_config.sym' must be true or false",
+                 "found a string (\"false\")");
+    /* checkpoint_format in upper case loads (transformers' GPTQConfig lowercases it) */
+    tu_join(d, sizeof d, root, "fmt_upper");
+    variant(ctx, "qwen3_moe_gptq_sym_g128", d, "checkpoint_format", json_string("GPTQ"), NULL, NULL, 0, 0, NULL, 0);
+    assert_int_equal(tu_load_layer_status(ctx, d, 0), MOE_OK);
+
     /* bits 3 */
     tu_join(d, sizeof d, root, "bits3");
     variant(ctx, "qwen3_moe_gptq_asym_g32", d, "bits", json_integer(3), NULL, NULL, 0, 0, NULL, 0);
@@ -245,6 +259,38 @@ static void test_bad_input(void **state)
     moe_plan_free(plan);
     moe_checkpoint_free(ck);
 
+    /* scales that are zero, NaN or negative: refused at load (describe reads no values), naming the
+     * tensor and the first [group, out] entry; the int4 group, the AWQ and the act-order (f32)
+     * paths alike. The I32 poke writes the first two F16 scales. */
+    const struct {
+        const char *fx, *proj;
+        int32_t v;
+        const char *entry;
+    } sc[] = {
+        {"qwen3_moe_gptq_sym_g128", "experts.2.down_proj", 0, "entry [0, 0] = 0 is zero"},
+        {"qwen3_moe_awq_g128", "experts.0.gate_proj", -1, "entry [0, 0] = nan is NaN"},
+        {"qwen3_moe_gptq_actorder_g64", "experts.3.up_proj", (int32_t)0xBC00BC00u, "entry [0, 0] = -1 is negative"},
+    };
+    for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) {
+        char sd[64];
+        snprintf(sd, sizeof sd, "scales_%zu", i);
+        tu_join(d, sizeof d, root, sd);
+        snprintf(nm, sizeof nm, "model.layers.0.mlp.%s.scales", sc[i].proj);
+        variant(ctx, sc[i].fx, d, NULL, NULL, NULL, NULL, 0, 0, nm, sc[i].v);
+        assert_int_equal(open_desc(ctx, d), MOE_OK);
+        char want[300];
+        snprintf(want, sizeof want, "tensor '%s': %s", nm, sc[i].entry);
+        expect_error(ctx, tu_load_layer_status(ctx, d, 0), MOE_EFORMAT, want, "2 of its", "finite and positive");
+    }
+
+    /* the first expert's qweight missing: named as '<prefix>.qweight' (what a GPTQ linear
+     * stores), not as the float '.weight' of an unquantized layer */
+    tu_join(d, sizeof d, root, "no_qweight");
+    snprintf(nm, sizeof nm, "model.layers.0.mlp.experts.0.gate_proj.qweight");
+    variant(ctx, "qwen3_moe_gptq_sym_g128", d, NULL, NULL, nm, NULL, 0, 0, NULL, 0);
+    expect_error(ctx, open_desc(ctx, d), MOE_ENOTFOUND, "tensor 'model.layers.0.mlp.experts.0.gate_proj.qweight' not found",
+                 "quant_method gptq");
+
     tu_rm_tree(root);
     moe_ctx_free(ctx);
 }
@@ -254,7 +300,7 @@ static void test_bad_input(void **state)
 static void test_act_order_logged(void **state)
 {
     (void)state;
-    tu_logcap cap;
+    tu_logcap cap = {0};
     moe_ctx *ctx = tu_ctx_logging(&cap, MOE_LOG_INFO);
     char dir[600];
     tu_data_path(dir, sizeof dir, "qwen3_moe_gptq_actorder_g64");

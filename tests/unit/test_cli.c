@@ -610,6 +610,38 @@ static void test_compute_refusals(void **state)
     }
 }
 
+/* moe bench --ep 1 --skew HOT:SHARE: each part as strict as the number options (no leading
+ * space, no overflow or underflow), the value named; HOT reported as given and refused when it
+ * is not below E or too few for SHARE (a token picks top_k = 8 distinct experts of
+ * qwen3-30b-a3b's 128), never clamped; nothing on stdout, exit 2 (usage). */
+static void test_skew_refusals(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    static const char *const cases[][2] = {
+        {" 8:0.5", "moe bench: --skew HOT: ' 8' is not an integer"},
+        {"8: 0.5", "moe bench: --skew SHARE: ' 0.5' is not a number"},
+        {"8:1e-400", "moe bench: --skew SHARE: 1e-400 underflows"},
+        {"8:1.5", "moe bench: --skew SHARE: 1.5 is out of range [0, 1]"},
+        {"99999999999999999999:0.5", "moe bench: --skew HOT: 99999999999999999999 is out of range"},
+        {"0:0.5", "moe bench: --skew HOT: 0 is out of range [1, "},
+        {"129:0.5", "--skew 129:0.5: HOT = 129 must be below the 128 experts"},
+        {"1:1", "--skew 1:1: 1 hot expert(s) can take at most 0.125 of the rows"},
+        {"8:0.5:1", "--skew '8:0.5:1': expected HOT:SHARE"},
+        {"8", "--skew '8': expected HOT:SHARE"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cli_result r;
+        const char *a[] = {"bench", "--ep", "1", "--model", "qwen3-30b-a3b", "--skew", cases[i][0], "--tokens", "1",
+                           "--iters", "1", NULL};
+        const char *e[] = {cases[i][1], NULL};
+        run_moe(&r, a);
+        expect(&r, 2, e);
+        assert_string_equal(r.out, "");
+        result_free(&r);
+    }
+}
+
 /* ---- moe run failures --------------------------------------------------------------- */
 
 typedef struct run_fixture {
@@ -1141,6 +1173,29 @@ static void test_plan_placement(void **state)
     run_moe(&r, b4);
     expect(&r, 2, e4);
     result_free(&r);
+    /* empty values, a mistyped policy, and file-content errors (no policy hint on those) */
+    char badpl[1100];
+    snprintf(badpl, sizeof badpl, "%s/extra.json", dir);
+    const char *extra = "{\"ep_size\": 2, \"num_logical_experts\": 128, \"ranks\": [[0], [1]], \"rank\": 1}";
+    assert_int_equal(tu_write_file(badpl, extra, strlen(extra)), 0);
+    static const char *const pcases[][3] = {
+        {"--placement", "", "moe plan: --placement: an empty value; give a policy (contiguous, round_robin or balanced)"},
+        {"--placement", "balance", "--placement balance: balance: not found; it is not a policy name either (did you "
+                                   "mean balanced?)"},
+        {"--placement", NULL, "moe plan: --placement: "},
+        {"--load", "", "moe plan: --load: an empty value; give the path of a load file"},
+    };
+    for (size_t i = 0; i < sizeof pcases / sizeof pcases[0]; i++) {
+        const char *bx[] = {"plan", "--model", "qwen3-30b-a3b", "--ep", "2", "--placement", "contiguous",
+                            pcases[i][0], pcases[i][1] ? pcases[i][1] : badpl, NULL};
+        const char *ex[] = {pcases[i][2], NULL};
+        run_moe(&r, bx);
+        expect(&r, 2, ex);
+        if (!pcases[i][1] && (!strstr(r.err, "extra.json: unknown field \"rank\"") || strstr(r.err, "or give")))
+            fail_msg("placement file error: %s", r.err);
+        assert_string_equal(r.out, "");
+        result_free(&r);
+    }
     const char *e5[] = {"num_redundant_experts = 200", "[0, 128]", NULL};
     const char *b5[] = {"plan", "--model", "qwen3-30b-a3b", "--ep", "2", "--placement", "balanced",
                         "--redundant", "200", "--load", loadf, NULL};
@@ -2055,6 +2110,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_input_keys_named, run_setup, run_teardown),
         cmocka_unit_test_setup_teardown(test_pickle_checkpoint_hint, run_setup, run_teardown),
         cmocka_unit_test(test_help_layout),
+        cmocka_unit_test(test_skew_refusals),
         cmocka_unit_test(test_bench_no_progress_without_tty),
         cmocka_unit_test(test_plan_small_costs_info),
     };

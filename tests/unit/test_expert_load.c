@@ -222,6 +222,8 @@ static void test_load_files(void **state)
         {"{\"load\": [0,1,2,3,4,5,6,7,8,9]}", MOE_EFORMAT, "'num_logical_experts' must be an integer", "absent"},
         {"{\"num_logical_experts\": 10, \"load\": \"x\"}", MOE_EFORMAT, "'load' must be an array", "a string"},
         {"[1, 2]", MOE_EFORMAT, "must be a JSON object", "an array"},
+        {"{\"num_logical_experts\": 10, \"load\": [0,1,2,3,4,5,6,7,8,9], \"laod\": []}", MOE_EFORMAT,
+         "unknown field \"laod\"", "a load file has num_logical_experts, load"},
         {"{\"num_logical_experts\": 10,", MOE_EFORMAT, "not valid JSON", "load.json"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -693,9 +693,12 @@ static void test_errors(void **state)
     expect_error(ctx, quantize(ctx, bad, out, "int8-channel", NULL, 0, 0, NULL), MOE_EFORMAT, "model.safetensors");
     assert_int_equal(tu_dir_entries(root), with_bad);
 
-    /* an existing non-empty output: refused, untouched; --force replaces it */
+    /* an existing non-empty output: refused, untouched; force replaces it (it looks like a
+     * checkpoint: test_lib_force_refusals has the folders it does not replace) */
     assert_int_equal(mkdir(out, 0755), 0);
-    tu_join(p, sizeof p, out, "keep.txt");
+    tu_join(p, sizeof p, out, "config.json");
+    assert_int_equal(tu_write_file(p, "x", 1), 0);
+    tu_join(p, sizeof p, out, "keep.json");
     assert_int_equal(tu_write_file(p, "x", 1), 0);
     expect_error(ctx, quantize(ctx, in, out, "int8-channel", NULL, 0, 0, NULL), MOE_EINVAL, "not empty", "--force");
     assert_int_equal(access(p, F_OK), 0);
@@ -884,6 +887,40 @@ static void touch(const char *dir, const char *name)
     assert_int_equal(tu_write_file(p, "{}\n", 3), 0);
 }
 
+/* moe_quantize_options.force in the library (not only the command line) replaces out_dir only
+ * when it looks like a checkpoint: a folder without config.json, or with a foreign file, is
+ * MOE_EINVAL naming the reason and left as it was; a folder of checkpoint files is replaced. */
+static void test_lib_force_refusals(void **state)
+{
+    (void)state;
+    char root[512], in[600], out[700], p[800];
+    tu_tmpdir(root, sizeof root, "quantize_libforce");
+    tu_data_path(in, sizeof in, "qwen3_moe_f32");
+    tu_join(out, sizeof out, root, "home");
+    assert_int_equal(mkdir(out, 0700), 0);
+    touch(out, "notes.txt");
+    moe_ctx *ctx = tu_ctx();
+    moe_quantize_options o = {.scheme = "int8-channel", .force = 1};
+    expect_error(ctx, moe_checkpoint_quantize(ctx, in, out, &o, NULL), MOE_EINVAL, "force:",
+                 "does not look like a checkpoint (no config.json)");
+    touch(out, "config.json");
+    expect_error(ctx, moe_checkpoint_quantize(ctx, in, out, &o, NULL), MOE_EINVAL,
+                 "holds 'notes.txt', which is not a checkpoint file");
+    tu_join(p, sizeof p, out, "notes.txt");
+    assert_int_equal(access(p, F_OK), 0); /* untouched */
+    o.force = 0;
+    expect_error(ctx, moe_checkpoint_quantize(ctx, in, out, &o, NULL), MOE_EINVAL, "exists and is not empty");
+    assert_int_equal(unlink(p), 0);
+    touch(out, "model.safetensors.index.json");
+    o.force = 1;
+    if (moe_checkpoint_quantize(ctx, in, out, &o, NULL) != MOE_OK)
+        fail_msg("a checkpoint-like folder: %s", moe_ctx_last_error(ctx));
+    tu_join(p, sizeof p, out, "model.safetensors.index.json");
+    assert_int_not_equal(access(p, F_OK), 0); /* replaced by the new output */
+    moe_ctx_free(ctx);
+    tu_rm_tree(root);
+}
+
 /* --force replaces an existing OUT only when it looks like a checkpoint and holds neither the
  * current folder nor IN; each refusal (exit 1) names its reason and leaves OUT as it was. */
 static void test_cli_force_refusals(void **state)
@@ -946,7 +983,7 @@ static void test_cli_force_refusals(void **state)
     touch(out, "config.json");
     const char *const args_ck[] = {"--checkpoint", ck, "--output", out, "--quant", "int8-channel", "--force", NULL};
     rc = run_cli(o, sizeof o, e, sizeof e, args_ck);
-    if (rc != 1 || !strstr(e, "holds the --checkpoint folder"))
+    if (rc != 1 || !strstr(e, "the output is the input checkpoint") || !strstr(e, "or holds it"))
         fail_msg("IN inside OUT: exit %d, stderr:\n%s", rc, e);
     tu_join(b, sizeof b, ck, "model.safetensors");
     assert_int_equal(access(b, F_OK), 0);
@@ -987,6 +1024,7 @@ int main(void)
         cmocka_unit_test(test_nonfinite_weight),
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_cli_force_refusals),
+        cmocka_unit_test(test_lib_force_refusals),
     };
     return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);
 }

@@ -149,6 +149,25 @@ moe_checkpoint *tu_open_layer(moe_ctx *ctx, const char *dir, int64_t layer, moe_
     return ck;
 }
 
+moe_status tu_load_layer_status(moe_ctx *ctx, const char *dir, int64_t layer)
+{
+    moe_checkpoint *ck = NULL;
+    moe_plan *plan = NULL;
+    moe_weights *w = NULL;
+    moe_layer_desc d;
+    moe_status st = moe_checkpoint_open(ctx, dir, &ck);
+    if (st == MOE_OK)
+        st = moe_checkpoint_layer_desc(ck, layer, &d);
+    if (st == MOE_OK)
+        st = moe_plan_create(ctx, &d, &plan);
+    if (st == MOE_OK)
+        st = moe_checkpoint_load_weights(ck, layer, plan, &w);
+    moe_weights_free(w);
+    moe_plan_free(plan);
+    moe_checkpoint_free(ck);
+    return st;
+}
+
 void tu_join(char *buf, size_t n, const char *a, const char *b)
 {
     if ((size_t)snprintf(buf, n, "%s/%s", a, b) >= n)

@@ -54,6 +54,10 @@ int tu_table_ok(const struct moe_kernels *t);
 /* moe_checkpoint_open(dir) and moe_checkpoint_layer_desc(layer) into *d; fails the test with
  * the library's message on error. */
 moe_checkpoint *tu_open_layer(moe_ctx *ctx, const char *dir, int64_t layer, moe_layer_desc *d);
+/* moe_checkpoint_open(dir), moe_checkpoint_layer_desc(layer), moe_plan_create and
+ * moe_checkpoint_load_weights: the first status that is not MOE_OK (the message stays in ctx),
+ * else MOE_OK; everything created is freed. */
+moe_status tu_load_layer_status(moe_ctx *ctx, const char *dir, int64_t layer);
 /* buf = a "/" b; fails the test when it does not fit. */
 void tu_join(char *buf, size_t n, const char *a, const char *b);
 /* Number of entries of folder d (without . and ..); -1 if it cannot be opened. */
