@@ -142,7 +142,7 @@ typedef struct moe_checkpoint_options {
     /* A family name (moe_family_name: "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2",
      * "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe", "qwen3_5_moe", "qwen3_next",
      * "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite", "deepseek_v32",
-     * "exaone_moe", "mimo_v2_flash";
+     * "exaone_moe", "mimo_v2_flash", "qwen3_omni_moe";
      * a row's architecture class or model_type is accepted too), or NULL (default): the
      * family of config.json's architectures[0], else model_type. When set, that family's row
      * reads config.json and the tensors whatever config.json names; a WARNING names
@@ -164,7 +164,7 @@ MOE_API moe_status moe_checkpoint_open_opts(moe_ctx *ctx, const char *dir, const
 MOE_API moe_family moe_checkpoint_family(const moe_checkpoint *ck);
 /* config `num_hidden_layers`. */
 MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
-/* 1 if layer `layer` is an MoE layer, else 0. Qwen2/3-MoE, Qwen3-Next: not in
+/* 1 if layer `layer` is an MoE layer, else 0. Qwen2/3-MoE, Qwen3-Next, Qwen3-Omni: not in
  * mlp_only_layers and (layer + 1) % decoder_sparse_step == 0; DeepSeek-V2/V3: layer >=
  * first_k_dense_replace and layer % moe_layer_freq == 0 (the published code's rule;
  * transformers, which has no moe_layer_freq, agrees for the released value 1); Llama-4:

@@ -33,8 +33,10 @@ int cli_parse_family(const char *cmd, const char *name, const char *value, void 
     }
     char list[512] = ""; /* the family table's names but custom, in enum order */
     size_t used = 0;
-    for (int f = 1; strcmp(moe_family_name((moe_family)f), "?") != 0; f++) {
-        int n = snprintf(list + used, sizeof list - used, "%s%s", f > 1 ? ", " : "", moe_family_name((moe_family)f));
+    for (int f = 1; f < 256; f++) { /* every moe_family value is below 256; there may be gaps */
+        if (strcmp(moe_family_name((moe_family)f), "?") == 0)
+            continue;
+        int n = snprintf(list + used, sizeof list - used, "%s%s", used ? ", " : "", moe_family_name((moe_family)f));
         if (n < 0 || (size_t)n >= sizeof list - used)
             break;
         used += (size_t)n;

@@ -4,7 +4,8 @@
  *
  * Multimodal wrappers (Llama4ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration)
  * keep the decoder's fields in "text_config"; those are read from there, and messages name
- * them "text_config.<field>". */
+ * them "text_config.<field>". A row's config_path reaches deeper wrappers the same way
+ * (Qwen3-Omni: "thinker_config.text_config.<field>"). */
 #include "io/config.h"
 #include "io/safetensors.h"
 
@@ -309,6 +310,23 @@ static moe_status config_quant(moe_ck_config *c, const json_t *root, const json_
     return MOE_OK;
 }
 
+/* The object at `path` ("a.b.", each key followed by a dot) under root, or NULL when path is
+ * NULL or one of its keys is absent or not an object. */
+static const json_t *config_nested(const json_t *root, const char *path)
+{
+    const json_t *o = root;
+    char key[64];
+    for (const char *p = path, *dot; p && *p; p = dot + 1) {
+        if (!(dot = strchr(p, '.')) || (size_t)(dot - p) >= sizeof key)
+            return NULL;
+        memcpy(key, p, (size_t)(dot - p));
+        key[dot - p] = '\0';
+        if (!(o = json_object_get(o, key)) || !json_is_object(o))
+            return NULL;
+    }
+    return path && *path ? o : NULL;
+}
+
 /* The WARNING of a checkpoint read as family c->row although config.json names `arch` /
  * `model_type` (family `named`, or none libmoe knows): both, and the defaults assumed. */
 static void warn_family(const moe_ck_config *c, const char *arch, const char *model_type, const moe_fam_row *named,
@@ -344,7 +362,11 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
     const bool forced = family && named != c->row;
     const json_t *cfg = root;
     const json_t *tc = json_object_get(root, "text_config");
-    if (tc && json_is_object(tc) && c->row->text_config) {
+    const json_t *nested = config_nested(root, c->row->config_path);
+    if (nested) {
+        cfg = nested;
+        c->prefix = c->row->config_path;
+    } else if (tc && json_is_object(tc) && c->row->text_config) {
         cfg = tc;
         c->prefix = "text_config.";
     }

@@ -345,6 +345,27 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 1, .list_field = "mlp_layer_types"},
      .prefixes = {"model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Qwen3OmniMoeThinkerTextSparseMoeBlock (Qwen3-Omni's thinker; its talker's MoE is another
+     * decoder): Qwen3-MoE's router (softmax, norm_topk_prob, default true), no shared expert;
+     * decoder_sparse_step / mlp_only_layers. The full model keeps the decoder's fields two
+     * levels down (thinker_config.text_config) and saves its tensors under thinker.model.; the
+     * thinker alone one level down (text_config), under model. (model.language_model. in
+     * memory) */
+    {.family = MOE_FAMILY_QWEN3_OMNI_MOE, .name = "qwen3_omni_moe", .text_config = true,
+     .config_path = "thinker_config.text_config.",
+     .names = {{"Qwen3OmniMoeForConditionalGeneration", "qwen3_omni_moe"},
+               {"Qwen3OmniMoeThinkerForConditionalGeneration", "qwen3_omni_moe_thinker"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_SPARSE_STEP, .step_field = "decoder_sparse_step", .step_default = 1, .list_field = "mlp_only_layers"},
+     .prefixes = {"thinker.model.layers.%L.mlp." /* as saved and released */,
+                  "thinker.model.language_model.layers.%L.mlp." /* save_original_format=False */,
+                  "model.layers.%L.mlp." /* the thinker alone, as saved */,
+                  "model.language_model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 

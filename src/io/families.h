@@ -71,7 +71,7 @@ typedef moe_status (*moe_fam_routing_hook)(const moe_cfg_fields *f, const moe_fa
                                            int64_t *topk_group);
 
 #define MOE_FAM_MAX_NAMES 2    /* architecture classes per family */
-#define MOE_FAM_MAX_PREFIXES 3 /* block prefix candidates per family */
+#define MOE_FAM_MAX_PREFIXES 4 /* block prefix candidates per family */
 #define MOE_FAM_MAX_ROUTERS 2  /* router name candidates per family */
 #define MOE_FAM_MAX_STACKED 2  /* stacked output-major layouts per family */
 
@@ -85,6 +85,11 @@ struct moe_fam_row {
                                               else model_type (in table order) */
     bool text_config;                      /* a multimodal wrapper: the decoder's fields are in
                                               config `text_config` when that is an object */
+    const char *config_path;               /* a wrapper nested deeper: the dotted path of the
+                                              object holding the decoder's fields, with a trailing
+                                              dot ("thinker_config.text_config."), tried first;
+                                              when it does not lead to an object, text_config
+                                              applies (NULL: text_config only) */
 
     /* ---- sizes ---- */
     const char *intermediate_field;        /* I: "moe_intermediate_size" or "intermediate_size" */

@@ -24,7 +24,8 @@ typedef struct moe_cfg_assumed {
 typedef struct moe_cfg_fields {
     moe_ctx *ctx;          /* errors go here */
     const char *path;      /* the file, for messages */
-    const char *prefix;    /* "" or "text_config.": how messages spell the fields */
+    const char *prefix;    /* "", "text_config." or a row's config_path: how messages spell the
+                              fields */
     const json_t *obj;     /* the object the fields are read from */
     moe_cfg_assumed *assumed; /* or NULL: each optional field below that takes its default is
                                  appended here */

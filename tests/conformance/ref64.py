@@ -28,6 +28,8 @@ The other families, from transformers 5.24's modeling code (the routing table of
   Granite-MoE   top-k on l, softmax of the k
   Qwen3.5-MoE   softmax, always renormalized, sigmoid-gated shared expert
   Qwen3-Next    as Qwen2-MoE with norm_topk_prob defaulting to true
+  Qwen3-Omni    the thinker's text MoE: Qwen3-MoE's router, norm_topk_prob defaulting to true;
+                fields in config thinker_config.text_config (the thinker alone: text_config)
 
 Weights of any dtype (F32, BF16, F16) are widened exactly to float64, so the reference uses
 the same rounded weights a bf16/f16 implementation sees. Tensor names: per-expert (what
@@ -131,6 +133,9 @@ _FAMILIES = {
     "DeepseekV32ForCausalLM": "deepseek_v32", "deepseek_v32": "deepseek_v32",
     "ExaoneMoeForCausalLM": "exaone_moe", "exaone_moe": "exaone_moe",
     "MiMoV2FlashForCausalLM": "mimo_v2_flash", "mimo_v2_flash": "mimo_v2_flash",
+    "Qwen3OmniMoeForConditionalGeneration": "qwen3_omni_moe", "qwen3_omni_moe": "qwen3_omni_moe",
+    "Qwen3OmniMoeThinkerForConditionalGeneration": "qwen3_omni_moe",
+    "qwen3_omni_moe_thinker": "qwen3_omni_moe",
 }
 
 
@@ -146,7 +151,9 @@ def family_of(cfg):
 
 def text_config(cfg, family):
     """The decoder's fields: text_config for the multimodal wrappers."""
-    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe") and isinstance(cfg.get("text_config"), dict):
+    if family == "qwen3_omni_moe" and isinstance((cfg.get("thinker_config") or {}).get("text_config"), dict):
+        return cfg["thinker_config"]["text_config"]  # Qwen3OmniMoeConfig: the thinker's text model
+    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "qwen3_omni_moe") and isinstance(cfg.get("text_config"), dict):
         return cfg["text_config"]
     return cfg
 
@@ -197,6 +204,10 @@ def _prefix(ck, fam, layer):
         "granitemoe": [f"model.layers.{layer}.block_sparse_moe."],
         "minimax": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
         "qwen3_vl_moe": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
+        # Qwen3OmniMoeForConditionalGeneration saves the thinker's decoder as thinker.model.layers
+        # (transformers' conversion mapping undoes model.language_model); the thinker alone, model.
+        "qwen3_omni_moe": [f"thinker.model.layers.{layer}.mlp.", f"thinker.model.language_model.layers.{layer}.mlp.",
+                           f"model.layers.{layer}.mlp.", f"model.language_model.layers.{layer}.mlp."],
     }.get(fam, [f"model.layers.{layer}.mlp."])
     routers = {"gpt_oss": ["router.weight"], "llama4": ["router.weight"],
                "granitemoe": ["router.layer.weight", "router.weight"]}.get(fam, ["gate.weight"])
@@ -275,7 +286,7 @@ def layer_params_new(ck, layer):
     if fam in ("deepseek_v2", "deepseek_v3") + _V3_LIKE:
         E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
-    elif fam in ("qwen3_5_moe", "qwen3_next", "qwen3_vl_moe"):
+    elif fam in ("qwen3_5_moe", "qwen3_next", "qwen3_vl_moe", "qwen3_omni_moe"):
         E = int(cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
     else:
@@ -308,8 +319,9 @@ def layer_params_new(ck, layer):
         p["scoring"] = "topk_softmax"
     elif fam == "llama4":
         p.update(scoring="topk_sigmoid", on_input=True)
-    elif fam in ("olmoe", "qwen3_next", "flex_olmo"):  # FlexOlmoTopKRouter: as OLMoE's
-        p["renormalize"] = bool(_get(cfg, "norm_topk_prob", fam == "qwen3_next"))
+    elif fam in ("olmoe", "qwen3_next", "flex_olmo", "qwen3_omni_moe"):  # FlexOlmoTopKRouter: as OLMoE's
+        # Qwen3OmniMoeThinkerTextTopKRouter: Qwen3-MoE's; Qwen3OmniMoeTextConfig defaults it true
+        p["renormalize"] = bool(_get(cfg, "norm_topk_prob", fam in ("qwen3_next", "qwen3_omni_moe")))
     elif fam == "qwen3_5_moe":
         p["renormalize"] = True
     if fam == "gpt_oss":

@@ -607,6 +607,34 @@ static void test_qwen35_next(void **state)
     n.want.shared_expert_intermediate_size = 8;
     n.want.shared_expert_gated = 1;
     check_family(&n);
+
+    /* Qwen3-Omni as released: the decoder's fields two levels down (config_path
+     * thinker_config.text_config), a text_config beside them that is not the decoder's (the
+     * talker's config has one too), tensors under thinker.model.layers. */
+    fspec o = {.tag = "ck-qomni", .family = MOE_FAMILY_QWEN3_OMNI_MOE,
+               .config = "{\"architectures\": [\"Qwen3OmniMoeForConditionalGeneration\"], \"model_type\": \"qwen3_omni_moe\","
+                         " \"talker_config\": {\"text_config\": {\"hidden_size\": 99, \"num_experts\": 3}},"
+                         " \"thinker_config\": {\"text_config\": {\"hidden_size\": 16, \"num_hidden_layers\": 2,"
+                         " \"moe_intermediate_size\": 8, \"num_experts\": 8, \"num_experts_per_tok\": 2,"
+                         " \"norm_topk_prob\": false, \"mlp_only_layers\": [0]}}}",
+               .H = 16, .I = 8, .E = 8, .K = 2, .L = 2, .prefix = "thinker.model.layers.%lld.mlp.",
+               .router = "gate.weight", .layout = L_PER_EXPERT, .wdt = MOE_DTYPE_BF16, .moe_mask = "01",
+               .dense_why = "thinker_config.text_config.mlp_only_layers"};
+    o.want = base_desc(MOE_FAMILY_QWEN3_OMNI_MOE, 16, 8, 8, 2, MOE_DTYPE_BF16);
+    o.want.renormalize = 0; /* read from thinker_config.text_config (the class default is true) */
+    check_family(&o);
+    /* the thinker alone (Qwen3OmniMoeThinkerForConditionalGeneration): one level, text_config;
+     * norm_topk_prob absent: Qwen3OmniMoeTextConfig's true */
+    fspec t = {.tag = "ck-qthink", .family = MOE_FAMILY_QWEN3_OMNI_MOE,
+               .config = "{\"architectures\": [\"Qwen3OmniMoeThinkerForConditionalGeneration\"],"
+                         " \"model_type\": \"qwen3_omni_moe_thinker\", \"text_config\": {\"hidden_size\": 16,"
+                         " \"num_hidden_layers\": 1, \"moe_intermediate_size\": 8, \"num_experts\": 8,"
+                         " \"num_experts_per_tok\": 2}}",
+               .H = 16, .I = 8, .E = 8, .K = 2, .L = 1, .prefix = "model.layers.%lld.mlp.",
+               .router = "gate.weight", .layout = L_STACKED, .wdt = MOE_DTYPE_F32, .moe_mask = "1"};
+    t.want = base_desc(MOE_FAMILY_QWEN3_OMNI_MOE, 16, 8, 8, 2, MOE_DTYPE_F32);
+    t.want.renormalize = 1;
+    check_family(&t);
 }
 
 /* hidden_act picks the gate function: gelu and gelu_pytorch_tanh give the GELU gates. */
@@ -743,6 +771,10 @@ static void test_family_errors(void **state)
     const char *l4 = "{\"architectures\": [\"Llama4ForConditionalGeneration\"], \"text_config\": {\"num_hidden_layers\": 2,"
                      " \"intermediate_size\": 8, \"num_local_experts\": 4, \"num_experts_per_tok\": 1}}";
     expect_error(ctx, open_desc(ctx, dir, l4, tl, 0), MOE_ENOTFOUND, cfg, "'text_config.hidden_size'");
+    const char *omni = "{\"architectures\": [\"Qwen3OmniMoeForConditionalGeneration\"], \"thinker_config\":"
+                       " {\"text_config\": {\"num_hidden_layers\": 2, \"moe_intermediate_size\": 8, \"num_experts\": 4,"
+                       " \"num_experts_per_tok\": 1}}}";
+    expect_error(ctx, open_desc(ctx, dir, omni, tl, 0), MOE_ENOTFOUND, cfg, "'thinker_config.text_config.hidden_size'");
     const char *oss = "{\"architectures\": [\"GptOssForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 1,"
                       " \"intermediate_size\": 8, \"num_local_experts\": 4, \"num_experts_per_tok\": 2,"
                       " \"swiglu_limit\": -1}";

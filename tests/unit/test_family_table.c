@@ -25,12 +25,16 @@
 #include "moe.h"
 #include "testutil.h"
 
-/* The families with a row: 1 .. n_families() (moe_family values are consecutive). */
+/* moe_family values are below FAM_END; the families with a row are some of 1 .. FAM_END - 1
+ * (the values may have gaps). */
+#define FAM_END 256
+
+/* How many values have a row. */
 static int n_families(void)
 {
     int n = 0;
-    while (moe_fam_row_of((moe_family)(n + 1)))
-        n++;
+    for (int f = 1; f < FAM_END; f++)
+        n += moe_fam_row_of((moe_family)f) != NULL;
     return n;
 }
 
@@ -40,10 +44,13 @@ static void test_rows_complete(void **state)
     assert_null(moe_fam_row_of(MOE_FAMILY_CUSTOM));
     const int n_rows = n_families();
     assert_true(n_rows >= 11);
-    assert_string_equal(moe_family_name((moe_family)(n_rows + 1)), "?");
-    for (int f = 1; f <= n_rows; f++) {
+    assert_string_equal(moe_family_name((moe_family)FAM_END), "?");
+    for (int f = 1; f < FAM_END; f++) {
         const moe_fam_row *row = moe_fam_row_of((moe_family)f);
-        assert_non_null(row);
+        if (!row) {
+            assert_string_equal(moe_family_name((moe_family)f), "?");
+            continue;
+        }
         assert_int_equal(row->family, f);
         assert_string_equal(moe_family_name((moe_family)f), row->name);
         assert_non_null(row->names[0].arch);
@@ -144,6 +151,7 @@ static const struct {
      MOE_ACT_SWIGLU},
     {MOE_FAMILY_MIMO_V2_FLASH, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
      MOE_ACT_SWIGLU},
+    {MOE_FAMILY_QWEN3_OMNI_MOE, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
 };
 
 static void test_layer_defaults(void **state)
@@ -236,8 +244,8 @@ static moe_dtype dtype_field(const char *file, const json_t *o, const char *key)
 /* The family whose moe_family_name is s (meta.json "family"). */
 static moe_family family_named(const char *file, const char *s)
 {
-    for (int f = 1; f <= n_families(); f++)
-        if (!strcmp(s, moe_family_name((moe_family)f)))
+    for (int f = 1; f < FAM_END; f++)
+        if (moe_fam_row_of((moe_family)f) && !strcmp(s, moe_family_name((moe_family)f)))
             return (moe_family)f;
     fail_msg("%s: unknown family %s", file, s);
     return MOE_FAMILY_CUSTOM;
@@ -272,13 +280,16 @@ static void *tensor_copy(moe_safetensors *f, const char *file, const char *name,
  *                           hidden_act's default "silu" selects (the clamped SwiGLU ignores it)
  *   swiglu_alpha / _limit   the clamped SwiGLU's constants
  *   quantization_config     quant_method "mxfp4": the routed experts' scheme
- * The decoder's fields of a multimodal wrapper are in config.json text_config. */
+ * The decoder's fields of a multimodal wrapper are in config.json text_config (Qwen3-Omni's:
+ * thinker_config.text_config). */
 static void preset_desc(const char *dir, const json_t *meta, moe_layer_desc *d)
 {
     char path[2200];
     tu_join(path, sizeof path, dir, "config.json");
     json_t *root = load_json(path);
-    const json_t *cfg = json_object_get(root, "text_config");
+    const json_t *cfg = json_object_get(json_object_get(root, "thinker_config"), "text_config");
+    if (!json_is_object(cfg))
+        cfg = json_object_get(root, "text_config");
     if (!json_is_object(cfg))
         cfg = root;
     moe_layer_desc_init(d);
@@ -347,9 +358,7 @@ static void test_fixtures_match_defaults(void **state)
     DIR *dir = opendir(root);
     assert_non_null(dir);
     moe_ctx *ctx = tu_ctx();
-    const int n_fam = n_families();
-    int seen[64] = {0}; /* [family] fixtures checked per moe_family value */
-    assert_true(n_fam < 64);
+    int seen[FAM_END] = {0}; /* [family] fixtures checked per moe_family value */
     for (struct dirent *de = readdir(dir); de; de = readdir(dir)) {
         char d[2048], cfg_p[2200], meta_p[2200], exp_p[2200], in_p[2200];
         if (de->d_name[0] == '.')
@@ -427,7 +436,9 @@ static void test_fixtures_match_defaults(void **state)
     closedir(dir);
     moe_ctx_free(ctx);
     /* distinct families, not folders: each row is checked by a fixture of its own */
-    for (int f = 1; f <= n_fam; f++) {
+    for (int f = 1; f < FAM_END; f++) {
+        if (!moe_fam_row_of((moe_family)f))
+            continue;
         int exempt = 0;
         for (size_t i = 0; i < sizeof k_no_fixture / sizeof k_no_fixture[0]; i++)
             exempt |= k_no_fixture[i] == (moe_family)f;

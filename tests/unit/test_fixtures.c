@@ -104,7 +104,7 @@ static const char *const k_required[] = {
     "olmoe_gelu_f32", "olmoe_gelu_tanh_f32", "gpt_oss_mxfp4",
     "glm4_moe_f32", "dots1_f32", "minimax_f32", "qwen3_vl_moe_f32", "flex_olmo_f32",
     "glm4_moe_lite_f32", "deepseek_v32_f32", "exaone_moe_f32", "mimo_v2_flash_f32",
-    "qwen3_next_f32",
+    "qwen3_next_f32", "qwen3_omni_moe_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
@@ -136,11 +136,11 @@ static const char *meta_str(const json_t *m, const char *key)
     return json_string_value(v);
 }
 
-/* The family whose moe_family_name is s: every value after custom, up to the first unnamed
- * one ("?"), so a new family needs no edit here. */
+/* The family whose moe_family_name is s: every named value after custom (all are below 256;
+ * there may be gaps), so a new family needs no edit here. */
 static moe_family family_of(const char *s)
 {
-    for (int f = MOE_FAMILY_CUSTOM + 1; strcmp(moe_family_name((moe_family)f), "?") != 0; f++)
+    for (int f = MOE_FAMILY_CUSTOM + 1; f < 256; f++)
         if (!strcmp(s, moe_family_name((moe_family)f)))
             return (moe_family)f;
     fail_msg("meta.json: unknown family %s", s);
