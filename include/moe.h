@@ -447,15 +447,20 @@ typedef enum moe_family {
     MOE_FAMILY_DEEPSEEK_V32 = 18,  /* DeepseekV32ForCausalLM: DeepSeek-V3's routing */
     MOE_FAMILY_EXAONE_MOE = 19,    /* ExaoneMoeForCausalLM: DeepSeek-V3's routing */
     MOE_FAMILY_MIMO_V2_FLASH = 20, /* MiMoV2FlashForCausalLM: DeepSeek-V3's routing */
-    MOE_FAMILY_QWEN3_OMNI_MOE = 61 /* Qwen3OmniMoeForConditionalGeneration,
-                                      Qwen3OmniMoeThinkerForConditionalGeneration (the thinker's
-                                      text MoE): Qwen3-MoE's routing */
+    MOE_FAMILY_QWEN3_OMNI_MOE = 61, /* Qwen3OmniMoeForConditionalGeneration,
+                                       Qwen3OmniMoeThinkerForConditionalGeneration (the thinker's
+                                       text MoE): Qwen3-MoE's routing */
+    MOE_FAMILY_GRANITE_MOE_SHARED = 62, /* GraniteMoeSharedForCausalLM: Granite-MoE's routing, plus
+                                           the decoder layer's shared MLP */
+    MOE_FAMILY_GRANITE_MOE_HYBRID = 63  /* GraniteMoeHybridForCausalLM (Granite 4.0; its Mamba
+                                           layers are not the block): as granitemoeshared */
 } moe_family;
 
 /* Static name of a family (its config `model_type`): "custom", "mixtral", "qwen2_moe",
  * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe",
  * "qwen3_5_moe", "qwen3_next", "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite",
- * "deepseek_v32", "exaone_moe", "mimo_v2_flash", "qwen3_omni_moe"; "?" for an unknown value. */
+ * "deepseek_v32", "exaone_moe", "mimo_v2_flash", "qwen3_omni_moe", "granitemoeshared",
+ * "granitemoehybrid"; "?" for an unknown value. */
 MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */

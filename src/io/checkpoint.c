@@ -235,7 +235,7 @@ static moe_status resolve_layer(const moe_checkpoint *ck, int64_t layer, moe_ck_
     if ((st = moe_ck_experts_resolve(ix, c, layer, prefix, describe, lt)) != MOE_OK)
         return st;
     if (c->desc.shared_expert_intermediate_size > 0 &&
-        (st = moe_ck_shared_resolve(ix, c, prefix, describe, lt)) != MOE_OK)
+        (st = moe_ck_shared_resolve(ix, c, layer, prefix, describe, lt)) != MOE_OK)
         return st;
     if ((c->fp8 || lt->mxfp4 || lt->ckq) && !lt->have_weight_dtype) {
         /* FP8 / MXFP4 / compressed-tensors routed experts and no shared expert: weight_dtype

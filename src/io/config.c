@@ -155,7 +155,8 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     switch (row->shared.rule) {
     case MOE_FAM_SHARED_NONE: d->shared_expert_intermediate_size = 0; break;
     case MOE_FAM_SHARED_FIELD:
-        if ((st = moe_cfg_int(f, row->shared.field, true, 0, 0, &d->shared_expert_intermediate_size)) != MOE_OK)
+        if ((st = moe_cfg_int(f, row->shared.field, !row->shared.field_optional, row->shared.field_default, 0,
+                              &d->shared_expert_intermediate_size)) != MOE_OK)
             return st;
         break;
     case MOE_FAM_SHARED_COUNT: d->shared_expert_intermediate_size = n_shared * d->moe_intermediate_size; break;

@@ -366,6 +366,38 @@ static const moe_fam_row fam_rows[] = {
                   "model.layers.%L.mlp." /* the thinker alone, as saved */,
                   "model.language_model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* GraniteMoeSharedMoE: Granite-MoE's router (top-k on the logits, softmax of the k) in
+     * every layer; the decoder layer adds its shared_mlp (ungated, input_linear [2 I_s, H]
+     * chunked gate then up, output_linear [H, I_s], hidden_act) to the block's output, on the
+     * same input: the block's shared expert here. shared_intermediate_size defaults to 0 (none) */
+    {.family = MOE_FAMILY_GRANITE_MOE_SHARED, .name = "granitemoeshared",
+     .names = {{"GraniteMoeSharedForCausalLM", "granitemoeshared"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .shared = {MOE_FAM_SHARED_FIELD, "shared_intermediate_size", .field_optional = true, .field_default = 0,
+                .module = "shared_mlp", .prefix = "model.layers.%L.", .fused_gate_up = "input_linear",
+                .fused_down = "output_linear"},
+     .scoring = MOE_SCORING_TOPK_SOFTMAX,
+     .router = {"router.layer.weight" /* as released */, "router.weight"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.block_sparse_moe."},
+     .stacked = {{"experts.gate_up_proj", "experts.down_proj"}, {"input_linear.weight", "output_linear.weight"}}},
+    /* GraniteMoeHybridMoE (Granite 4.0): the same block and shared_mlp in every layer, Mamba or
+     * attention alike; shared_intermediate_size defaults to 1024; num_local_experts 0 (the
+     * dense Granite 4.0 models): no MoE layer */
+    {.family = MOE_FAMILY_GRANITE_MOE_HYBRID, .name = "granitemoehybrid",
+     .names = {{"GraniteMoeHybridForCausalLM", "granitemoehybrid"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_FIELD, "shared_intermediate_size", .field_optional = true, .field_default = 1024,
+                .module = "shared_mlp", .prefix = "model.layers.%L.", .fused_gate_up = "input_linear",
+                .fused_down = "output_linear"},
+     .scoring = MOE_SCORING_TOPK_SOFTMAX,
+     .router = {"router.layer.weight" /* as released */, "router.weight"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.block_sparse_moe."},
+     .stacked = {{"experts.gate_up_proj", "experts.down_proj"}, {"input_linear.weight", "output_linear.weight"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 
@@ -476,7 +508,11 @@ bool moe_fam_prefix(const moe_fam_row *row, int i, int64_t layer, char *out, siz
 {
     if (i < 0 || i >= MOE_FAM_MAX_PREFIXES || !row->prefixes[i])
         return false;
-    const char *pat = row->prefixes[i];
+    return moe_fam_pattern(row->prefixes[i], layer, out, n);
+}
+
+bool moe_fam_pattern(const char *pat, int64_t layer, char *out, size_t n)
+{
     const char *at = strstr(pat, "%L");
     int len = at ? snprintf(out, n, "%.*s%" PRId64 "%s", (int)(at - pat), pat, layer, at + 2)
                  : snprintf(out, n, "%s", pat);

@@ -43,7 +43,7 @@ typedef enum moe_fam_layers {
 /* How config.json gives I_s, the shared expert's intermediate size (0: none). */
 typedef enum moe_fam_shared_size {
     MOE_FAM_SHARED_NONE = 0, /* no shared expert */
-    MOE_FAM_SHARED_FIELD,    /* I_s = the field (required) */
+    MOE_FAM_SHARED_FIELD,    /* I_s = the field (required unless the row's field_optional) */
     MOE_FAM_SHARED_COUNT,    /* I_s = the field (a count of shared experts) * I; absent: the config
                                 class's count, null: none */
     MOE_FAM_SHARED_SAME_AS_I /* I_s = I (one shared expert as wide as a routed one) */
@@ -103,6 +103,16 @@ struct moe_fam_row {
         bool gated;                        /* out += sigmoid(w_sg . x) * shared(x) when I_s > 0 */
         const char *module;                /* P<module>.{gate,up,down}_proj.weight */
         const char *gate;                  /* P<gate>.weight [1, H] when gated */
+        const char *prefix;                /* instead of P, this ("%L" = the layer): a shared MLP
+                                              beside the block in the decoder layer (Granite's
+                                              "model.layers.%L.", module "shared_mlp"); NULL: P */
+        const char *fused_gate_up;         /* instead of {gate,up}_proj: <module>.<fused_gate_up>
+                                              .weight [2 I_s, H], the gate's rows then the up's
+                                              (Granite's input_linear), ... */
+        const char *fused_down;            /* ... and <module>.<fused_down>.weight [H, I_s]
+                                              (output_linear); both or neither; float only */
+        bool field_optional;               /* FIELD: absent is not an error but ... */
+        int64_t field_default;             /* ... the config class's I_s (0: none) */
     } shared;
 
     /* ---- routing and expert math (moe.h "Layer description") ---- */
@@ -207,6 +217,9 @@ const char *moe_fam_names_with(moe_fam_layout layout, const char *sep, bool arch
 /* Block prefix candidate i (< MOE_FAM_MAX_PREFIXES) of layer `layer` into out [n]: false when
  * the row has no candidate i (or it does not fit). */
 bool moe_fam_prefix(const moe_fam_row *row, int i, int64_t layer, char *out, size_t n);
+/* A name pattern ("%L" = the layer, at most once) of layer `layer` into out [n]: false when it
+ * does not fit. */
+bool moe_fam_pattern(const char *pat, int64_t layer, char *out, size_t n);
 
 /* Set the routing and expert-math fields of d from the row, as its config class defaults
  * them (moe_family_layer_defaults, moe_checkpoint.h, says which). Sizes stay; d->family is

@@ -28,6 +28,10 @@ The other families, from transformers 5.24's modeling code (the routing table of
   Granite-MoE   top-k on l, softmax of the k
   Qwen3.5-MoE   softmax, always renormalized, sigmoid-gated shared expert
   Qwen3-Next    as Qwen2-MoE with norm_topk_prob defaulting to true
+  Granite-MoE-Shared, Granite-MoE-Hybrid (Granite 4.0)
+                Granite-MoE's router and experts, plus the decoder layer's shared_mlp on the same
+                input: model.layers.L.shared_mlp.input_linear [2 I_s, H] (act(first half) * second
+                half), output_linear [H, I_s]; I_s = shared_intermediate_size (absent: 0 / 1024)
   Qwen3-Omni    the thinker's text MoE: Qwen3-MoE's router, norm_topk_prob defaulting to true;
                 fields in config thinker_config.text_config (the thinker alone: text_config)
 
@@ -136,6 +140,8 @@ _FAMILIES = {
     "Qwen3OmniMoeForConditionalGeneration": "qwen3_omni_moe", "qwen3_omni_moe": "qwen3_omni_moe",
     "Qwen3OmniMoeThinkerForConditionalGeneration": "qwen3_omni_moe",
     "qwen3_omni_moe_thinker": "qwen3_omni_moe",
+    "GraniteMoeSharedForCausalLM": "granitemoeshared", "granitemoeshared": "granitemoeshared",
+    "GraniteMoeHybridForCausalLM": "granitemoehybrid", "granitemoehybrid": "granitemoehybrid",
 }
 
 
@@ -164,7 +170,8 @@ _V3_LIKE = ("glm4_moe", "dots1") + _MLP_TYPES
 
 
 def is_moe_layer(cfg, family, layer):
-    if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo"):
+    if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo",
+                  "granitemoeshared", "granitemoehybrid"):
         return True
     if family in _MLP_TYPES:
         # their DecoderLayers: MoE where config.mlp_layer_types[layer] == "sparse"; the config
@@ -202,6 +209,8 @@ def _prefix(ck, fam, layer):
                    f"model.language_model.layers.{layer}.feed_forward.",
                    f"model.layers.{layer}.feed_forward."],
         "granitemoe": [f"model.layers.{layer}.block_sparse_moe."],
+        "granitemoeshared": [f"model.layers.{layer}.block_sparse_moe."],
+        "granitemoehybrid": [f"model.layers.{layer}.block_sparse_moe."],
         "minimax": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
         "qwen3_vl_moe": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
         # Qwen3OmniMoeForConditionalGeneration saves the thinker's decoder as thinker.model.layers
@@ -210,7 +219,9 @@ def _prefix(ck, fam, layer):
                            f"model.layers.{layer}.mlp.", f"model.language_model.layers.{layer}.mlp."],
     }.get(fam, [f"model.layers.{layer}.mlp."])
     routers = {"gpt_oss": ["router.weight"], "llama4": ["router.weight"],
-               "granitemoe": ["router.layer.weight", "router.weight"]}.get(fam, ["gate.weight"])
+               "granitemoe": ["router.layer.weight", "router.weight"],
+               "granitemoeshared": ["router.layer.weight", "router.weight"],
+               "granitemoehybrid": ["router.layer.weight", "router.weight"]}.get(fam, ["gate.weight"])
     for c in cands:
         for r in routers:
             if ck.has(c + r):
@@ -315,7 +326,7 @@ def layer_params_new(ck, layer):
         p["scale"] = float(_get(cfg, "routed_scaling_factor", 1.0))
         if _get(cfg, "topk_method", "greedy") == "group_limited_greedy":
             p.update(n_group=int(cfg["n_group"]), topk_group=int(cfg["topk_group"]))
-    elif fam in ("gpt_oss", "granitemoe"):
+    elif fam in ("gpt_oss", "granitemoe", "granitemoeshared", "granitemoehybrid"):
         p["scoring"] = "topk_softmax"
     elif fam == "llama4":
         p.update(scoring="topk_sigmoid", on_input=True)
@@ -383,6 +394,15 @@ def layer_params_new(ck, layer):
     elif fam in ("qwen3_5_moe", "qwen3_next"):
         p["Is"], s = int(cfg.get("shared_expert_intermediate_size") or 0), moe + "shared_expert."
         p["shared_gated"] = True
+    elif fam in ("granitemoeshared", "granitemoehybrid"):
+        # GraniteMoeSharedDecoderLayer: block_sparse_moe(x) + shared_mlp(x); the MLP's
+        # input_linear output is chunked in two: act(first half) * second half
+        Is = int(_get(cfg, "shared_intermediate_size", 0 if fam == "granitemoeshared" else 1024))
+        if Is:
+            base = f"model.layers.{layer}.shared_mlp."
+            gu = ck.get(base + "input_linear.weight")  # [2 I_s, H]
+            p.update(Is=Is, s_gate=gu[:Is], s_up=gu[Is:], s_down=ck.get(base + "output_linear.weight"))
+        return p
     if p["Is"]:
         p["s_gate"] = ck.get(s + "gate_proj.weight")
         p["s_up"] = ck.get(s + "up_proj.weight")

@@ -832,6 +832,70 @@ static void test_family_errors(void **state)
     moe_ctx_free(ctx);
 }
 
+/* Granite-MoE-Shared / -Hybrid: the shared expert is the decoder layer's shared_mlp, outside
+ * the block prefix, with a fused input_linear [2 I_s, H] (gate rows, then up rows): an absent
+ * shared_intermediate_size is the config class's (0: none; Hybrid's 1024, whose tensors must
+ * then be there), a wrong shape or a quantized fused tensor is refused by name. (The maths is
+ * checked against transformers on the granitemoeshared_f32 / granitemoehybrid_f32 fixtures.) */
+static void test_granite_shared_mlp(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    char dir[512], cfg[700];
+    tu_tmpdir(dir, sizeof dir, "ck-gshared");
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    const int64_t H = 16, I = 8, E = 4, Is = 6;
+    float *v = rounded((size_t)(E * 2 * I * H), 901, 0.5f, MOE_DTYPE_F32); /* the largest tensor's values */
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    tl_add(tl, "model.layers.0.block_sparse_moe.router.layer.weight", MOE_DTYPE_F32, 2, (int64_t[]){E, H}, v);
+    tl_add(tl, "model.layers.0.block_sparse_moe.input_linear.weight", MOE_DTYPE_F32, 3, (int64_t[]){E, 2 * I, H}, v);
+    tl_add(tl, "model.layers.0.block_sparse_moe.output_linear.weight", MOE_DTYPE_F32, 3, (int64_t[]){E, H, I}, v);
+    const char *shared_cfg = "{\"architectures\": [\"GraniteMoeSharedForCausalLM\"], \"hidden_size\": 16,"
+                             " \"num_hidden_layers\": 1, \"intermediate_size\": 8, \"num_local_experts\": 4,"
+                             " \"num_experts_per_tok\": 2%s}";
+    const char *hybrid_cfg = "{\"architectures\": [\"GraniteMoeHybridForCausalLM\"], \"hidden_size\": 16,"
+                             " \"num_hidden_layers\": 1, \"intermediate_size\": 8, \"num_local_experts\": 4,"
+                             " \"num_experts_per_tok\": 2}";
+    char buf[600];
+    moe_checkpoint *ck = NULL;
+    moe_layer_desc d;
+    /* GraniteMoeSharedConfig's shared_intermediate_size default 0: no shared expert, none read */
+    snprintf(buf, sizeof buf, shared_cfg, "");
+    assert_int_equal(open_desc(ctx, dir, buf, tl, 0), MOE_OK);
+    assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_OK);
+    assert_int_equal(moe_checkpoint_layer_desc(ck, 0, &d), MOE_OK);
+    assert_int_equal(d.shared_expert_intermediate_size, 0);
+    assert_int_equal(d.scoring_func, MOE_SCORING_TOPK_SOFTMAX);
+    moe_checkpoint_free(ck);
+    /* GraniteMoeHybridConfig's default 1024: its shared_mlp must be there */
+    expect_error(ctx, open_desc(ctx, dir, hybrid_cfg, tl, 0), MOE_ENOTFOUND, "model.layers.0.shared_mlp.input_linear.weight");
+    /* given: read beside the block, gate and up the two halves of input_linear */
+    snprintf(buf, sizeof buf, shared_cfg, ", \"shared_intermediate_size\": 6");
+    tl_add(tl, "model.layers.0.shared_mlp.input_linear.weight", MOE_DTYPE_F32, 2, (int64_t[]){2 * Is, H}, v);
+    tl_add(tl, "model.layers.0.shared_mlp.output_linear.weight", MOE_DTYPE_F32, 2, (int64_t[]){H, Is}, v);
+    assert_int_equal(open_desc(ctx, dir, buf, tl, 0), MOE_OK);
+    assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_OK);
+    assert_int_equal(moe_checkpoint_layer_desc(ck, 0, &d), MOE_OK);
+    assert_int_equal(d.shared_expert_intermediate_size, Is);
+    assert_int_equal(d.shared_expert_gated, 0);
+    moe_checkpoint_free(ck);
+    /* input_linear [I_s, H]: not the fused [2 I_s, H] */
+    moe_tensor_out *gu = &tl->t[tl->n - 2];
+    gu->shape[0] = Is;
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_ESHAPE, "shared_mlp.input_linear.weight", "[2 I_s, H]");
+    /* stored quantized (I8): refused by name */
+    gu->shape[0] = 2 * Is;
+    gu->dtype = MOE_DTYPE_I8;
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EUNSUPPORTED, "shared_mlp.input_linear.weight", "I8",
+                 "fused shared MLP");
+    free(v);
+    tl_free(tl);
+    free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -840,6 +904,7 @@ int main(void)
         cmocka_unit_test(test_gpt_oss),       cmocka_unit_test(test_llama4),
         cmocka_unit_test(test_olmoe_granite), cmocka_unit_test(test_qwen35_next),
         cmocka_unit_test(test_gelu_act),      cmocka_unit_test(test_family_errors),
+        cmocka_unit_test(test_granite_shared_mlp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -81,6 +81,9 @@ static void test_rows_complete(void **state)
             assert_non_null(row->shared.module);
         if (row->shared.gated)
             assert_non_null(row->shared.gate);
+        assert_true(!row->shared.fused_gate_up == !row->shared.fused_down);
+        if (row->shared.prefix)
+            assert_non_null(strstr(row->shared.prefix, "%L"));
         if (row->shared.rule == MOE_FAM_SHARED_FIELD || row->shared.rule == MOE_FAM_SHARED_COUNT)
             assert_non_null(row->shared.field);
         if (row->renormalize.rule == MOE_FAM_RENORM_FIELD)
@@ -152,6 +155,10 @@ static const struct {
     {MOE_FAMILY_MIMO_V2_FLASH, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
      MOE_ACT_SWIGLU},
     {MOE_FAMILY_QWEN3_OMNI_MOE, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_GRANITE_MOE_SHARED, MOE_SCORING_TOPK_SOFTMAX, 0, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
+    {MOE_FAMILY_GRANITE_MOE_HYBRID, MOE_SCORING_TOPK_SOFTMAX, 0, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
 };
 
 static void test_layer_defaults(void **state)
