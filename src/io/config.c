@@ -129,7 +129,10 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     moe_status st;
     int64_t n_shared = 0;
     if ((st = moe_cfg_int(f, row->intermediate_field, true, 0, 1, &d->moe_intermediate_size)) != MOE_OK ||
-        (st = moe_cfg_int_alias(f, row->experts_field, row->experts_alias, row->experts_min, &d->num_experts)) != MOE_OK)
+        (st = row->per_layer_lists
+                  ? moe_cfg_int_uniform(f, row->experts_field, row->experts_alias, row->experts_min, &d->num_experts)
+                  : moe_cfg_int_alias(f, row->experts_field, row->experts_alias, row->experts_min, &d->num_experts)) !=
+            MOE_OK)
         return st;
     if (row->shared.rule == MOE_FAM_SHARED_COUNT) {
         /* the class default when absent; null means none, as the published code's "if
@@ -384,13 +387,20 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
                              "%s: field '%snum_hidden_layers' = %" PRId64 " exceeds libmoe's limit of %" PRId64
                              " layers (MOE_MAX_LAYERS, 2^20)",
                              path, c->prefix, c->num_layers, MOE_MAX_LAYERS);
-    if ((st = moe_cfg_int(&f, "num_experts_per_tok", true, 0, 1, &d->top_k)) != MOE_OK ||
-        (st = config_decoder(c, &f)) != MOE_OK || (st = config_activation(c, &f)) != MOE_OK ||
+    /* K: num_experts_per_tok, or the row's own field (num_experts_per_tok then its alias) */
+    const char *k_field = c->row->top_k_field ? c->row->top_k_field : "num_experts_per_tok";
+    const char *k_alias = c->row->top_k_field ? "num_experts_per_tok" : NULL;
+    if (c->row->top_k_field && !json_object_get(cfg, k_field) && json_object_get(cfg, k_alias))
+        k_field = k_alias;
+    st = c->row->per_layer_lists ? moe_cfg_int_uniform(&f, k_field, k_alias, 1, &d->top_k)
+         : k_alias              ? moe_cfg_int_alias(&f, k_field, k_alias, 1, &d->top_k)
+                                : moe_cfg_int(&f, k_field, true, 0, 1, &d->top_k);
+    if (st != MOE_OK || (st = config_decoder(c, &f)) != MOE_OK || (st = config_activation(c, &f)) != MOE_OK ||
         (st = config_quant(c, root, cfg)) != MOE_OK)
         return st;
     if (d->num_experts > 0 && d->top_k > d->num_experts)
-        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%snum_experts_per_tok' = %" PRId64 " exceeds the %" PRId64 " experts",
-                             path, c->prefix, d->top_k, d->num_experts);
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s%s' = %" PRId64 " exceeds the %" PRId64 " experts", path,
+                             c->prefix, k_field, d->top_k, d->num_experts);
     if (forced)
         warn_family(c, arch, model_type, named, &assumed);
     return MOE_OK;

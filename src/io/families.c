@@ -398,6 +398,21 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_EVERY},
      .prefixes = {"model.layers.%L.block_sparse_moe."},
      .stacked = {{"experts.gate_up_proj", "experts.down_proj"}, {"input_linear.weight", "output_linear.weight"}}},
+
+    /* HunYuanMoEV1Moe (Hunyuan-A13B): HunYuanMoEV1Gate is softmax, top-k, always renormalized
+     * (no epsilon), its gate.wg in float32; plus shared_mlp (ungated, intermediate_size wide, as
+     * the experts) in every layer. K is moe_topk (num_experts_per_tok is its alias); moe_topk
+     * and num_experts may be per-layer lists */
+    {.family = MOE_FAMILY_HUNYUAN_V1_MOE, .name = "hunyuan_v1_moe", .names = {{"HunYuanMoEV1ForCausalLM", "hunyuan_v1_moe"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .top_k_field = "moe_topk", .per_layer_lists = true,
+     .shared = {MOE_FAM_SHARED_SAME_AS_I, .module = "shared_mlp"},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .router = {"gate.wg.weight"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 

@@ -96,6 +96,11 @@ struct moe_fam_row {
     const char *experts_field;             /* E ... */
     const char *experts_alias;             /* ... or this when experts_field is absent */
     int64_t experts_min;                   /* 0: a config may have no experts (no MoE layer) */
+    const char *top_k_field;               /* K: NULL = "num_experts_per_tok"; else this field, or
+                                              num_experts_per_tok when it is absent (Hunyuan's
+                                              moe_topk) */
+    bool per_layer_lists;                  /* E and K may be per-layer lists (Hunyuan): read when
+                                              every entry is equal, else refused by name */
     struct {
         moe_fam_shared_size rule;
         const char *field;                 /* FIELD, COUNT */

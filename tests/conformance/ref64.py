@@ -32,6 +32,8 @@ The other families, from transformers 5.24's modeling code (the routing table of
                 Granite-MoE's router and experts, plus the decoder layer's shared_mlp on the same
                 input: model.layers.L.shared_mlp.input_linear [2 I_s, H] (act(first half) * second
                 half), output_linear [H, I_s]; I_s = shared_intermediate_size (absent: 0 / 1024)
+  Hunyuan-MoE   softmax, top-k (config moe_topk, maybe a per-layer list), always renormalized;
+                router gate.wg; + shared_mlp (ungated, intermediate_size wide)
   Qwen3-Omni    the thinker's text MoE: Qwen3-MoE's router, norm_topk_prob defaulting to true;
                 fields in config thinker_config.text_config (the thinker alone: text_config)
 
@@ -142,6 +144,7 @@ _FAMILIES = {
     "qwen3_omni_moe_thinker": "qwen3_omni_moe",
     "GraniteMoeSharedForCausalLM": "granitemoeshared", "granitemoeshared": "granitemoeshared",
     "GraniteMoeHybridForCausalLM": "granitemoehybrid", "granitemoehybrid": "granitemoehybrid",
+    "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe", "hunyuan_v1_moe": "hunyuan_v1_moe",
 }
 
 
@@ -171,7 +174,7 @@ _V3_LIKE = ("glm4_moe", "dots1") + _MLP_TYPES
 
 def is_moe_layer(cfg, family, layer):
     if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo",
-                  "granitemoeshared", "granitemoehybrid"):
+                  "granitemoeshared", "granitemoehybrid", "hunyuan_v1_moe"):
         return True
     if family in _MLP_TYPES:
         # their DecoderLayers: MoE where config.mlp_layer_types[layer] == "sparse"; the config
@@ -221,7 +224,8 @@ def _prefix(ck, fam, layer):
     routers = {"gpt_oss": ["router.weight"], "llama4": ["router.weight"],
                "granitemoe": ["router.layer.weight", "router.weight"],
                "granitemoeshared": ["router.layer.weight", "router.weight"],
-               "granitemoehybrid": ["router.layer.weight", "router.weight"]}.get(fam, ["gate.weight"])
+               "granitemoehybrid": ["router.layer.weight", "router.weight"],
+               "hunyuan_v1_moe": ["gate.wg.weight"]}.get(fam, ["gate.weight"])
     for c in cands:
         for r in routers:
             if ck.has(c + r):
@@ -292,7 +296,13 @@ def layer_params_new(ck, layer):
         raise IndexError(f"layer {layer} outside [0, {nl})")
     if not is_moe_layer(cfg, fam, layer):
         raise ValueError(f"layer {layer} is a dense layer")
-    H, K = int(cfg["hidden_size"]), int(cfg["num_experts_per_tok"])
+    H = int(cfg["hidden_size"])
+    if fam == "hunyuan_v1_moe":
+        # HunYuanMoEV1Config: moe_topk (num_experts_per_tok maps onto it), an int or per layer
+        K = cfg.get("moe_topk", cfg.get("num_experts_per_tok"))
+        K = int(K[layer] if isinstance(K, list) else K)
+    else:
+        K = int(cfg["num_experts_per_tok"])
     v3 = fam == "deepseek_v3" or fam in _V3_LIKE  # sigmoid + e_score_correction_bias
     if fam in ("deepseek_v2", "deepseek_v3") + _V3_LIKE:
         E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
@@ -320,7 +330,7 @@ def layer_params_new(ck, layer):
         p.update(scoring="sigmoid", renormalize=bool(_get(cfg, "norm_topk_prob", fam != "dots1")),
                  scale=float(_get(cfg, "routed_scaling_factor", scale0)), n_group=int(_get(cfg, "n_group", g)),
                  topk_group=int(_get(cfg, "topk_group", k)), group_score="top2_sum")
-    elif fam in ("minimax", "qwen3_vl_moe"):
+    elif fam in ("minimax", "qwen3_vl_moe", "hunyuan_v1_moe"):
         p["renormalize"] = True  # their TopKRouters divide by the top-k sum unconditionally
     elif fam == "deepseek_v2":
         p["scale"] = float(_get(cfg, "routed_scaling_factor", 1.0))
@@ -391,6 +401,8 @@ def layer_params_new(ck, layer):
         s = moe + "shared_experts."
     elif fam == "llama4":
         p["Is"], s = I, moe + "shared_expert."
+    elif fam == "hunyuan_v1_moe":
+        p["Is"], s = I, moe + "shared_mlp."  # HunYuanMoEV1MLP: intermediate_size, as the experts
     elif fam in ("qwen3_5_moe", "qwen3_next"):
         p["Is"], s = int(cfg.get("shared_expert_intermediate_size") or 0), moe + "shared_expert."
         p["shared_gated"] = True

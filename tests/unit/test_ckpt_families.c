@@ -896,6 +896,55 @@ static void test_granite_shared_mlp(void **state)
     moe_ctx_free(ctx);
 }
 
+/* Hunyuan-MoE: K is moe_topk (num_experts_per_tok its alias), which like num_experts may be a
+ * per-layer list: equal entries read as the one value, differing ones refused by name; the
+ * shared_mlp is as wide as an expert (I_s = I) and ungated. */
+static void test_hunyuan(void **state)
+{
+    (void)state;
+    fspec h = {.tag = "ck-hunyuan", .family = MOE_FAMILY_HUNYUAN_V1_MOE,
+               .config = "{\"architectures\": [\"HunYuanMoEV1ForCausalLM\"], \"hidden_size\": 16,"
+                         " \"num_hidden_layers\": 2, \"intermediate_size\": 8, \"num_experts\": [8, 8],"
+                         " \"moe_topk\": [3, 3]}",
+               .H = 16, .I = 8, .E = 8, .K = 3, .L = 2, .Is = 8, .prefix = "model.layers.%lld.mlp.",
+               .router = "gate.wg.weight", .layout = L_PER_EXPERT, .shared = "shared_mlp",
+               .wdt = MOE_DTYPE_BF16, .moe_mask = "11"};
+    h.want = base_desc(MOE_FAMILY_HUNYUAN_V1_MOE, 16, 8, 8, 3, MOE_DTYPE_BF16);
+    h.want.renormalize = 1;
+    h.want.shared_expert_intermediate_size = 8;
+    check_family(&h);
+    /* the attribute map's other name for K */
+    fspec a = h;
+    a.tag = "ck-hunyuan-a";
+    a.config = "{\"architectures\": [\"HunYuanMoEV1ForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 2,"
+               " \"intermediate_size\": 8, \"num_experts\": 8, \"num_experts_per_tok\": 3}";
+    check_family(&a);
+
+    moe_ctx *ctx = tu_ctx();
+    char dir[512], cfg[700];
+    tu_tmpdir(dir, sizeof dir, "ck-hunyuan-x");
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    float dummy[4] = {0};
+    tl_add(tl, "model.norm.weight", MOE_DTYPE_F32, 1, (int64_t[]){4}, dummy);
+    const char *differ = "{\"architectures\": [\"HunYuanMoEV1ForCausalLM\"], \"hidden_size\": 16,"
+                         " \"num_hidden_layers\": 2, \"intermediate_size\": 8, \"num_experts\": 8,"
+                         " \"moe_topk\": [2, 4]}";
+    expect_error(ctx, open_desc(ctx, dir, differ, tl, 0), MOE_EUNSUPPORTED, cfg, "'moe_topk'", "[1] = 4");
+    const char *experts = "{\"architectures\": [\"HunYuanMoEV1ForCausalLM\"], \"hidden_size\": 16,"
+                          " \"num_hidden_layers\": 2, \"intermediate_size\": 8, \"num_experts\": [8, 16],"
+                          " \"moe_topk\": 2}";
+    expect_error(ctx, open_desc(ctx, dir, experts, tl, 0), MOE_EUNSUPPORTED, cfg, "'num_experts'", "per-layer");
+    const char *none = "{\"architectures\": [\"HunYuanMoEV1ForCausalLM\"], \"hidden_size\": 16,"
+                       " \"num_hidden_layers\": 2, \"intermediate_size\": 8, \"num_experts\": 8}";
+    expect_error(ctx, open_desc(ctx, dir, none, tl, 0), MOE_ENOTFOUND, cfg, "'moe_topk'", "'num_experts_per_tok'");
+    tl_free(tl);
+    free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -905,6 +954,7 @@ int main(void)
         cmocka_unit_test(test_olmoe_granite), cmocka_unit_test(test_qwen35_next),
         cmocka_unit_test(test_gelu_act),      cmocka_unit_test(test_family_errors),
         cmocka_unit_test(test_granite_shared_mlp),
+        cmocka_unit_test(test_hunyuan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

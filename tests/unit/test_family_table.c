@@ -159,6 +159,7 @@ static const struct {
      MOE_ACT_SWIGLU},
     {MOE_FAMILY_GRANITE_MOE_HYBRID, MOE_SCORING_TOPK_SOFTMAX, 0, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0,
      MOE_ACT_SWIGLU},
+    {MOE_FAMILY_HUNYUAN_V1_MOE, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
 };
 
 static void test_layer_defaults(void **state)
