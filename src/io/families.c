@@ -413,6 +413,18 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_EVERY},
      .prefixes = {"model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* MellumSparseMoeBlock (JetBrains Mellum): Qwen3-MoE's router (softmax, norm_topk_prob,
+     * default true), no shared expert; MoE layers by mlp_layer_types (absent: MellumConfig
+     * makes every layer "sparse"); its MTP layers are outside num_hidden_layers */
+    {.family = MOE_FAMILY_MELLUM, .name = "mellum", .names = {{"MellumForCausalLM", "mellum"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 0, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 

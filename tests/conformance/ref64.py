@@ -34,6 +34,8 @@ The other families, from transformers 5.24's modeling code (the routing table of
                 half), output_linear [H, I_s]; I_s = shared_intermediate_size (absent: 0 / 1024)
   Hunyuan-MoE   softmax, top-k (config moe_topk, maybe a per-layer list), always renormalized;
                 router gate.wg; + shared_mlp (ungated, intermediate_size wide)
+  Mellum        Qwen3-MoE's router (norm_topk_prob default true); MoE where mlp_layer_types[L]
+                is "sparse" (absent: every layer)
   Qwen3-Omni    the thinker's text MoE: Qwen3-MoE's router, norm_topk_prob defaulting to true;
                 fields in config thinker_config.text_config (the thinker alone: text_config)
 
@@ -145,6 +147,7 @@ _FAMILIES = {
     "GraniteMoeSharedForCausalLM": "granitemoeshared", "granitemoeshared": "granitemoeshared",
     "GraniteMoeHybridForCausalLM": "granitemoehybrid", "granitemoehybrid": "granitemoehybrid",
     "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe", "hunyuan_v1_moe": "hunyuan_v1_moe",
+    "MellumForCausalLM": "mellum", "mellum": "mellum",
 }
 
 
@@ -176,6 +179,9 @@ def is_moe_layer(cfg, family, layer):
     if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo",
                   "granitemoeshared", "granitemoehybrid", "hunyuan_v1_moe"):
         return True
+    if family == "mellum":  # MellumDecoderLayer; MellumConfig fills an absent list with "sparse"
+        types = cfg.get("mlp_layer_types")
+        return types is None or types[layer] == "sparse"
     if family in _MLP_TYPES:
         # their DecoderLayers: MoE where config.mlp_layer_types[layer] == "sparse"; the config
         # classes fill an absent list with dense layers first (first_k_dense_replace, or 1)
@@ -307,7 +313,7 @@ def layer_params_new(ck, layer):
     if fam in ("deepseek_v2", "deepseek_v3") + _V3_LIKE:
         E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
-    elif fam in ("qwen3_5_moe", "qwen3_next", "qwen3_vl_moe", "qwen3_omni_moe"):
+    elif fam in ("qwen3_5_moe", "qwen3_next", "qwen3_vl_moe", "qwen3_omni_moe", "mellum"):
         E = int(cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
     else:
@@ -340,9 +346,9 @@ def layer_params_new(ck, layer):
         p["scoring"] = "topk_softmax"
     elif fam == "llama4":
         p.update(scoring="topk_sigmoid", on_input=True)
-    elif fam in ("olmoe", "qwen3_next", "flex_olmo", "qwen3_omni_moe"):  # FlexOlmoTopKRouter: as OLMoE's
-        # Qwen3OmniMoeThinkerTextTopKRouter: Qwen3-MoE's; Qwen3OmniMoeTextConfig defaults it true
-        p["renormalize"] = bool(_get(cfg, "norm_topk_prob", fam in ("qwen3_next", "qwen3_omni_moe")))
+    elif fam in ("olmoe", "qwen3_next", "flex_olmo", "qwen3_omni_moe", "mellum"):  # FlexOlmoTopKRouter: as OLMoE's
+        # Qwen3OmniMoeThinkerTextTopKRouter, MellumTopKRouter: Qwen3-MoE's; their configs default it true
+        p["renormalize"] = bool(_get(cfg, "norm_topk_prob", fam in ("qwen3_next", "qwen3_omni_moe", "mellum")))
     elif fam == "qwen3_5_moe":
         p["renormalize"] = True
     if fam == "gpt_oss":
