@@ -99,6 +99,10 @@ static moe_status config_layer_rule(moe_ck_config *c, const moe_cfg_fields *f)
     if (row->layers.step_field &&
         (st = moe_cfg_int(f, row->layers.step_field, false, row->layers.step_default, 1, &c->layer_step)) != MOE_OK)
         return st;
+    if (row->layers.rule == MOE_FAM_LAYERS_PERIOD_OFFSET && c->layer_first >= c->layer_step)
+        return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field '%s%s' = %" PRId64 " must be < '%s%s' = %" PRId64, c->path,
+                             c->prefix, row->layers.first_field, c->layer_first, c->prefix, row->layers.step_field,
+                             c->layer_step);
     if (row->layers.rule == MOE_FAM_LAYERS_TYPES_ELSE_PREFIX) {
         c->layer_first = row->layers.first_default;
         if (row->layers.first_field &&
@@ -433,6 +437,7 @@ int moe_ck_config_is_moe_layer(const moe_ck_config *c, int64_t layer)
     case MOE_FAM_LAYERS_LISTED_ELSE_STEP:
         return c->have_layer_list ? listed(c, layer) : (layer + 1) % c->layer_step == 0;
     case MOE_FAM_LAYERS_TYPES_ELSE_PREFIX: return c->have_layer_list ? listed(c, layer) : layer >= c->layer_first;
+    case MOE_FAM_LAYERS_PERIOD_OFFSET: return c->desc.num_experts > 1 && layer % c->layer_step == c->layer_first;
     }
     return 0;
 }
@@ -450,6 +455,12 @@ void moe_ck_config_dense_reason(const moe_ck_config *c, int64_t layer, char *why
         else
             snprintf(why, n, "layer %" PRId64 " %% %s%s = %" PRId64 " != 0", layer, pre, row->layers.step_field,
                      c->layer_step);
+    } else if (row->layers.rule == MOE_FAM_LAYERS_PERIOD_OFFSET) {
+        if (c->desc.num_experts == 1)
+            snprintf(why, n, "%s%s is 1 (one expert is a dense MLP)", pre, row->experts_field);
+        else
+            snprintf(why, n, "layer %" PRId64 " %% %s%s = %" PRId64 " != %s%s = %" PRId64, layer, pre,
+                     row->layers.step_field, layer % c->layer_step, pre, row->layers.first_field, c->layer_first);
     } else if (row->layers.rule == MOE_FAM_LAYERS_TYPES_ELSE_PREFIX) {
         if (c->have_layer_list)
             snprintf(why, n, "%s%s[%" PRId64 "] is not \"sparse\"", pre, row->layers.list_field, layer);

@@ -425,6 +425,18 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 0, .list_field = "mlp_layer_types"},
      .prefixes = {"model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* JambaSparseMoeBlock: JambaTopKRouter is softmax then top-k, never renormalized; no
+     * shared expert; MoE where layer % expert_layer_period (2) == expert_layer_offset (1) and
+     * num_experts > 1, in Mamba and attention layers alike (the mixer is not the block) */
+    {.family = MOE_FAMILY_JAMBA, .name = "jamba", .names = {{"JambaForCausalLM", "jamba"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_NEVER},
+     .router = {"router.weight"},
+     .layers = {MOE_FAM_LAYERS_PERIOD_OFFSET, "expert_layer_offset", 1, "expert_layer_period", 2},
+     .prefixes = {"model.layers.%L.feed_forward."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 

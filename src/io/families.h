@@ -34,10 +34,14 @@ typedef enum moe_fam_layers {
     MOE_FAM_LAYERS_DENSE_PREFIX,    /* layer >= first_field and layer % step_field == 0 */
     MOE_FAM_LAYERS_LISTED_ELSE_STEP, /* listed in list_field when it is given, else
                                        (layer + 1) % step_field == 0 */
-    MOE_FAM_LAYERS_TYPES_ELSE_PREFIX /* list_field (mlp_layer_types) [L] == "sparse" when it is
+    MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, /* list_field (mlp_layer_types) [L] == "sparse" when it is
                                         given (every entry "dense" or "sparse"), else layer >=
                                         first_field (first_default when the row has no
                                         first_field or config.json lacks it) */
+    MOE_FAM_LAYERS_PERIOD_OFFSET     /* layer % step_field == first_field (the offset, < the
+                                        period), and more than one expert (Jamba:
+                                        expert_layer_period / expert_layer_offset; one expert is
+                                        its dense MLP) */
 } moe_fam_layers;
 
 /* How config.json gives I_s, the shared expert's intermediate size (0: none). */

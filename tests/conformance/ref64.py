@@ -36,6 +36,8 @@ The other families, from transformers 5.24's modeling code (the routing table of
                 router gate.wg; + shared_mlp (ungated, intermediate_size wide)
   Mellum        Qwen3-MoE's router (norm_topk_prob default true); MoE where mlp_layer_types[L]
                 is "sparse" (absent: every layer)
+  Jamba         softmax, top-k, not renormalized; router feed_forward.router; MoE where
+                L % expert_layer_period (2) == expert_layer_offset (1) and num_experts > 1
   Qwen3-Omni    the thinker's text MoE: Qwen3-MoE's router, norm_topk_prob defaulting to true;
                 fields in config thinker_config.text_config (the thinker alone: text_config)
 
@@ -148,6 +150,7 @@ _FAMILIES = {
     "GraniteMoeHybridForCausalLM": "granitemoehybrid", "granitemoehybrid": "granitemoehybrid",
     "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe", "hunyuan_v1_moe": "hunyuan_v1_moe",
     "MellumForCausalLM": "mellum", "mellum": "mellum",
+    "JambaForCausalLM": "jamba", "jamba": "jamba",
 }
 
 
@@ -179,6 +182,9 @@ def is_moe_layer(cfg, family, layer):
     if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo",
                   "granitemoeshared", "granitemoehybrid", "hunyuan_v1_moe"):
         return True
+    if family == "jamba":  # JambaConfig.layers_num_experts; one expert builds JambaMLP
+        period, offset = int(_get(cfg, "expert_layer_period", 2)), int(_get(cfg, "expert_layer_offset", 1))
+        return int(cfg.get("num_experts") or cfg.get("num_local_experts") or 16) > 1 and layer % period == offset
     if family == "mellum":  # MellumDecoderLayer; MellumConfig fills an absent list with "sparse"
         types = cfg.get("mlp_layer_types")
         return types is None or types[layer] == "sparse"
@@ -218,6 +224,7 @@ def _prefix(ck, fam, layer):
                    f"model.language_model.layers.{layer}.feed_forward.",
                    f"model.layers.{layer}.feed_forward."],
         "granitemoe": [f"model.layers.{layer}.block_sparse_moe."],
+        "jamba": [f"model.layers.{layer}.feed_forward."],
         "granitemoeshared": [f"model.layers.{layer}.block_sparse_moe."],
         "granitemoehybrid": [f"model.layers.{layer}.block_sparse_moe."],
         "minimax": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
@@ -231,7 +238,7 @@ def _prefix(ck, fam, layer):
                "granitemoe": ["router.layer.weight", "router.weight"],
                "granitemoeshared": ["router.layer.weight", "router.weight"],
                "granitemoehybrid": ["router.layer.weight", "router.weight"],
-               "hunyuan_v1_moe": ["gate.wg.weight"]}.get(fam, ["gate.weight"])
+               "hunyuan_v1_moe": ["gate.wg.weight"], "jamba": ["router.weight"]}.get(fam, ["gate.weight"])
     for c in cands:
         for r in routers:
             if ck.has(c + r):

@@ -945,6 +945,41 @@ static void test_hunyuan(void **state)
     moe_ctx_free(ctx);
 }
 
+/* Jamba's MoE layers: layer % expert_layer_period == expert_layer_offset (defaults 2, 1), none
+ * with a single expert (JambaMLP), an offset not below the period refused. */
+static void test_jamba_layers(void **state)
+{
+    (void)state;
+    fspec j = {.tag = "ck-jamba", .family = MOE_FAMILY_JAMBA,
+               .config = "{\"architectures\": [\"JambaForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 4,"
+                         " \"intermediate_size\": 8, \"num_experts\": 4, \"num_experts_per_tok\": 2}",
+               .H = 16, .I = 8, .E = 4, .K = 2, .L = 4, .prefix = "model.layers.%lld.feed_forward.",
+               .router = "router.weight", .layout = L_PER_EXPERT, .wdt = MOE_DTYPE_F32, .moe_mask = "0101",
+               .dense_why = "layer 0 % expert_layer_period = 0 != expert_layer_offset = 1"};
+    j.want = base_desc(MOE_FAMILY_JAMBA, 16, 8, 4, 2, MOE_DTYPE_F32);
+    check_family(&j);
+
+    moe_ctx *ctx = tu_ctx();
+    char dir[512], cfg[700];
+    tu_tmpdir(dir, sizeof dir, "ck-jamba-x");
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    float dummy[4] = {0};
+    tl_add(tl, "model.norm.weight", MOE_DTYPE_F32, 1, (int64_t[]){4}, dummy);
+    const char *one = "{\"architectures\": [\"JambaForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 2,"
+                      " \"intermediate_size\": 8, \"num_experts\": 1, \"num_experts_per_tok\": 1}";
+    expect_error(ctx, open_desc(ctx, dir, one, tl, 1), MOE_EDENSE, "num_experts is 1");
+    const char *bad = "{\"architectures\": [\"JambaForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 2,"
+                      " \"intermediate_size\": 8, \"num_experts\": 4, \"num_experts_per_tok\": 2,"
+                      " \"expert_layer_period\": 2, \"expert_layer_offset\": 2}";
+    expect_error(ctx, open_desc(ctx, dir, bad, tl, 1), MOE_EFORMAT, cfg, "'expert_layer_offset' = 2", "'expert_layer_period'");
+    tl_free(tl);
+    free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -955,6 +990,7 @@ int main(void)
         cmocka_unit_test(test_gelu_act),      cmocka_unit_test(test_family_errors),
         cmocka_unit_test(test_granite_shared_mlp),
         cmocka_unit_test(test_hunyuan),
+        cmocka_unit_test(test_jamba_layers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
