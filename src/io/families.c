@@ -437,6 +437,23 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_PERIOD_OFFSET, "expert_layer_offset", 1, "expert_layer_period", 2},
      .prefixes = {"model.layers.%L.feed_forward."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Mistral4MoE (Mistral Small 4): Mistral4TopkRouter takes the softmax scores, groups them
+     * by the sum of their two best (masking the others to 0), top-k, renormalizes (+1e-20)
+     * when norm_topk_prob (default true), times routed_scaling_factor (1); Mistral4Config's
+     * n_group / topk_group default 1 (no groups; read by sigmoid_groups_routing, which only
+     * reads the group fields); n_shared_experts (1) * I shared, ungated; MoE from
+     * first_k_dense_replace (0) */
+    {.family = MOE_FAMILY_MISTRAL4, .name = "mistral4", .names = {{"Mistral4ForCausalLM", "mistral4"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_DENSE_PREFIX, "first_k_dense_replace", 0, "moe_layer_freq", 1},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 

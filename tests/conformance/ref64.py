@@ -38,6 +38,9 @@ The other families, from transformers 5.24's modeling code (the routing table of
                 is "sparse" (absent: every layer)
   Jamba         softmax, top-k, not renormalized; router feed_forward.router; MoE where
                 L % expert_layer_period (2) == expert_layer_offset (1) and num_experts > 1
+  Mistral-4     s = softmax(l); groups: score = sum of the two best s, keep topk_group (others
+                0); top-k on s; weights s, / (sum + 1e-20) if norm_topk_prob (true); *
+                routed_scaling_factor (1); n_shared_experts (1) * I shared; L >= first_k_dense_replace
   Qwen3-Omni    the thinker's text MoE: Qwen3-MoE's router, norm_topk_prob defaulting to true;
                 fields in config thinker_config.text_config (the thinker alone: text_config)
 
@@ -151,6 +154,7 @@ _FAMILIES = {
     "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe", "hunyuan_v1_moe": "hunyuan_v1_moe",
     "MellumForCausalLM": "mellum", "mellum": "mellum",
     "JambaForCausalLM": "jamba", "jamba": "jamba",
+    "Mistral4ForCausalLM": "mistral4", "mistral4": "mistral4",
 }
 
 
@@ -196,7 +200,7 @@ def is_moe_layer(cfg, family, layer):
             return types[layer] == "sparse"
         first = cfg.get("first_k_dense_replace")
         return layer >= ({"deepseek_v32": 3}.get(family, 1) if first is None else int(first))
-    if family in ("deepseek_v2", "deepseek_v3", "glm4_moe", "dots1"):
+    if family in ("deepseek_v2", "deepseek_v3", "glm4_moe", "dots1", "mistral4"):
         # Glm4MoeDecoderLayer / Dots1DecoderLayer: layer_idx >= first_k_dense_replace (1 / 0)
         first = cfg.get("first_k_dense_replace")
         first = {"deepseek_v3": 3, "glm4_moe": 1}.get(family, 0) if first is None else int(first)
@@ -317,7 +321,7 @@ def layer_params_new(ck, layer):
     else:
         K = int(cfg["num_experts_per_tok"])
     v3 = fam == "deepseek_v3" or fam in _V3_LIKE  # sigmoid + e_score_correction_bias
-    if fam in ("deepseek_v2", "deepseek_v3") + _V3_LIKE:
+    if fam in ("deepseek_v2", "deepseek_v3", "mistral4") + _V3_LIKE:
         E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
     elif fam in ("qwen3_5_moe", "qwen3_next", "qwen3_vl_moe", "qwen3_omni_moe", "mellum"):
@@ -343,6 +347,11 @@ def layer_params_new(ck, layer):
         p.update(scoring="sigmoid", renormalize=bool(_get(cfg, "norm_topk_prob", fam != "dots1")),
                  scale=float(_get(cfg, "routed_scaling_factor", scale0)), n_group=int(_get(cfg, "n_group", g)),
                  topk_group=int(_get(cfg, "topk_group", k)), group_score="top2_sum")
+    elif fam == "mistral4":
+        # Mistral4TopkRouter: softmax scores, DeepSeek-V3's top-2-sum groups without a bias
+        p.update(renormalize=bool(_get(cfg, "norm_topk_prob", True)),
+                 scale=float(_get(cfg, "routed_scaling_factor", 1.0)), n_group=int(_get(cfg, "n_group", 1)),
+                 topk_group=int(_get(cfg, "topk_group", 1)), group_score="top2_sum")
     elif fam in ("minimax", "qwen3_vl_moe", "hunyuan_v1_moe"):
         p["renormalize"] = True  # their TopKRouters divide by the top-k sum unconditionally
     elif fam == "deepseek_v2":
@@ -407,7 +416,7 @@ def layer_params_new(ck, layer):
         if tuple(p[k].shape) != shape:
             raise ValueError(f"layer {layer}: {k} has shape {p[k].shape}, expected {shape}")
 
-    if fam in ("deepseek_v2", "deepseek_v3") + _V3_LIKE:
+    if fam in ("deepseek_v2", "deepseek_v3", "mistral4") + _V3_LIKE:
         key = "num_shared_experts" if fam == "exaone_moe" else "n_shared_experts"
         ns = cfg.get(key, {"deepseek_v2": 2, "dots1": 0, "mimo_v2_flash": 0}.get(fam, 1))
         p["Is"] = int(ns or 0) * I
