@@ -143,7 +143,7 @@ typedef struct moe_checkpoint_options {
      * "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe", "qwen3_5_moe", "qwen3_next",
      * "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite", "deepseek_v32",
      * "exaone_moe", "mimo_v2_flash", "qwen3_omni_moe", "granitemoeshared", "granitemoehybrid",
-     * "hunyuan_v1_moe", "mellum", "jamba", "mistral4";
+     * "hunyuan_v1_moe", "mellum", "jamba", "mistral4", "aria";
      * a row's architecture class or model_type is accepted too), or NULL (default): the
      * family of config.json's architectures[0], else model_type. When set, that family's row
      * reads config.json and the tensors whatever config.json names; a WARNING names

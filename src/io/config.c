@@ -172,6 +172,16 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     d->shared_expert_gated = row->shared.gated && d->shared_expert_intermediate_size > 0;
     if (row->routing_hook && (st = row->routing_hook(f, row, &d->n_group, &d->topk_group)) != MOE_OK)
         return st;
+    if (row->false_field) {
+        int on = 0;
+        if ((st = moe_cfg_bool(f, row->false_field, 0, &on)) != MOE_OK)
+            return st;
+        if (on)
+            return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%s%s' is true: family %s's MLPs then carry biases, which libmoe's shared "
+                                 "expert does not have",
+                                 c->path, c->prefix, row->false_field, row->name);
+    }
     if (d->n_group > 1 && d->num_experts > 0) {
         const int64_t E = d->num_experts, G = d->n_group;
         if (E % G != 0)
@@ -204,6 +214,12 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
     moe_status st = moe_cfg_str(f, "hidden_act", "silu", &a);
     if (st != MOE_OK)
         return st;
+    if (row->activation.rule == MOE_FAM_ACT_SILU_ONLY && strcmp(a, "silu") != 0 && strcmp(a, "swish") != 0)
+        return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%shidden_act' = \"%s\": family %s's routed experts are always SiLU-gated "
+                             "while its shared expert follows hidden_act; libmoe runs both with one activation, so "
+                             "only silu is read",
+                             c->path, c->prefix, a, row->name);
     if (strcmp(a, "silu") == 0 || strcmp(a, "swish") == 0)
         d->activation = MOE_ACT_SWIGLU;
     else if (strcmp(a, "gelu") == 0)

@@ -454,6 +454,25 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_DENSE_PREFIX, "first_k_dense_replace", 0, "moe_layer_freq", 1},
      .prefixes = {"model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* AriaTextMoELayer: AriaTextTopKRouter is top-k on the logits, softmax of the k (Granite's);
+     * moe_num_shared_experts (2) * I shared, ungated, with hidden_act, while AriaExperts are
+     * always SiLU-gated; mlp_bias would give the shared MLP biases; every layer MoE. K is
+     * moe_topk. Experts as saved: input-major experts.fc1.weight [E, H, 2I] (chunked gate
+     * then up) and experts.fc2.weight [E, I, H]; released under language_model.model. */
+    {.family = MOE_FAMILY_ARIA, .name = "aria", .text_config = true,
+     .names = {{"AriaForConditionalGeneration", "aria"}, {"AriaTextForCausalLM", "aria_text"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "moe_num_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .top_k_field = "moe_topk",
+     .shared = {MOE_FAM_SHARED_COUNT, "moe_num_shared_experts", 2, false, "shared_experts"},
+     .scoring = MOE_SCORING_TOPK_SOFTMAX,
+     .router = {"router.weight"},
+     .activation = {MOE_FAM_ACT_SILU_ONLY}, .false_field = "mlp_bias",
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"language_model.model.layers.%L.mlp." /* as saved and released */,
+                  "model.language_model.layers.%L.mlp.", "model.layers.%L.mlp." /* AriaTextForCausalLM */},
+     .input_major = {"experts.fc1.weight", "experts.fc2.weight", false}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 

@@ -23,8 +23,11 @@ typedef enum moe_fam_renorm {
 /* How the expert activation is chosen (moe_layer_desc.activation). */
 typedef enum moe_fam_act {
     MOE_FAM_ACT_HIDDEN_ACT = 0, /* config `hidden_act` (absent: "silu") picks the gate function */
-    MOE_FAM_ACT_CLAMPED_SWIGLU  /* always MOE_ACT_SWIGLU_OAI, alpha and limit from two fields
+    MOE_FAM_ACT_CLAMPED_SWIGLU, /* always MOE_ACT_SWIGLU_OAI, alpha and limit from two fields
                                    (gpt-oss; hidden_act is not read) */
+    MOE_FAM_ACT_SILU_ONLY       /* the routed experts are always SiLU-gated and the shared
+                                   expert follows hidden_act (Aria): SwiGLU, any other
+                                   hidden_act refused by name */
 } moe_fam_act;
 
 /* Which decoder layers hold an MoE block, from the fields of moe_fam_row.layers. */
@@ -152,6 +155,9 @@ struct moe_fam_row {
         double alpha, limit;               /* their defaults */
     } activation;
     moe_fam_routing_hook routing_hook;     /* or NULL */
+    const char *false_field;               /* a boolean field libmoe reads only when false (absent:
+                                              false): Aria's mlp_bias, biases on the shared
+                                              expert; true is refused by name */
 
     /* ---- which layers are MoE ---- */
     struct {

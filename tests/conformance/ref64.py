@@ -41,6 +41,9 @@ The other families, from transformers 5.24's modeling code (the routing table of
   Mistral-4     s = softmax(l); groups: score = sum of the two best s, keep topk_group (others
                 0); top-k on s; weights s, / (sum + 1e-20) if norm_topk_prob (true); *
                 routed_scaling_factor (1); n_shared_experts (1) * I shared; L >= first_k_dense_replace
+  Aria          top-k on l, softmax of the k (AriaTextTopKRouter); input-major experts.fc1
+                [E, H, 2I] (gate = first I columns) and experts.fc2 [E, I, H]; + shared_experts
+                (moe_num_shared_experts (2) * I); K = moe_topk, E = moe_num_experts
   Qwen3-Omni    the thinker's text MoE: Qwen3-MoE's router, norm_topk_prob defaulting to true;
                 fields in config thinker_config.text_config (the thinker alone: text_config)
 
@@ -155,6 +158,7 @@ _FAMILIES = {
     "MellumForCausalLM": "mellum", "mellum": "mellum",
     "JambaForCausalLM": "jamba", "jamba": "jamba",
     "Mistral4ForCausalLM": "mistral4", "mistral4": "mistral4",
+    "AriaForConditionalGeneration": "aria", "aria": "aria", "AriaTextForCausalLM": "aria", "aria_text": "aria",
 }
 
 
@@ -172,7 +176,7 @@ def text_config(cfg, family):
     """The decoder's fields: text_config for the multimodal wrappers."""
     if family == "qwen3_omni_moe" and isinstance((cfg.get("thinker_config") or {}).get("text_config"), dict):
         return cfg["thinker_config"]["text_config"]  # Qwen3OmniMoeConfig: the thinker's text model
-    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "qwen3_omni_moe") and isinstance(cfg.get("text_config"), dict):
+    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "qwen3_omni_moe", "aria") and isinstance(cfg.get("text_config"), dict):
         return cfg["text_config"]
     return cfg
 
@@ -184,7 +188,7 @@ _V3_LIKE = ("glm4_moe", "dots1") + _MLP_TYPES
 
 def is_moe_layer(cfg, family, layer):
     if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo",
-                  "granitemoeshared", "granitemoehybrid", "hunyuan_v1_moe"):
+                  "granitemoeshared", "granitemoehybrid", "hunyuan_v1_moe", "aria"):
         return True
     if family == "jamba":  # JambaConfig.layers_num_experts; one expert builds JambaMLP
         period, offset = int(_get(cfg, "expert_layer_period", 2)), int(_get(cfg, "expert_layer_offset", 1))
@@ -229,6 +233,8 @@ def _prefix(ck, fam, layer):
                    f"model.layers.{layer}.feed_forward."],
         "granitemoe": [f"model.layers.{layer}.block_sparse_moe."],
         "jamba": [f"model.layers.{layer}.feed_forward."],
+        "aria": [f"language_model.model.layers.{layer}.mlp.", f"model.language_model.layers.{layer}.mlp.",
+                 f"model.layers.{layer}.mlp."],
         "granitemoeshared": [f"model.layers.{layer}.block_sparse_moe."],
         "granitemoehybrid": [f"model.layers.{layer}.block_sparse_moe."],
         "minimax": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
@@ -242,7 +248,8 @@ def _prefix(ck, fam, layer):
                "granitemoe": ["router.layer.weight", "router.weight"],
                "granitemoeshared": ["router.layer.weight", "router.weight"],
                "granitemoehybrid": ["router.layer.weight", "router.weight"],
-               "hunyuan_v1_moe": ["gate.wg.weight"], "jamba": ["router.weight"]}.get(fam, ["gate.weight"])
+               "hunyuan_v1_moe": ["gate.wg.weight"], "jamba": ["router.weight"],
+               "aria": ["router.weight"]}.get(fam, ["gate.weight"])
     for c in cands:
         for r in routers:
             if ck.has(c + r):
@@ -314,8 +321,8 @@ def layer_params_new(ck, layer):
     if not is_moe_layer(cfg, fam, layer):
         raise ValueError(f"layer {layer} is a dense layer")
     H = int(cfg["hidden_size"])
-    if fam == "hunyuan_v1_moe":
-        # HunYuanMoEV1Config: moe_topk (num_experts_per_tok maps onto it), an int or per layer
+    if fam in ("hunyuan_v1_moe", "aria"):
+        # HunYuanMoEV1Config, AriaTextConfig: moe_topk (num_experts_per_tok maps onto it), an int or per layer
         K = cfg.get("moe_topk", cfg.get("num_experts_per_tok"))
         K = int(K[layer] if isinstance(K, list) else K)
     else:
@@ -328,7 +335,7 @@ def layer_params_new(ck, layer):
         E = int(cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
     else:
-        E = int(cfg.get("num_local_experts") or cfg.get("num_experts"))
+        E = int(cfg.get("moe_num_experts") or cfg.get("num_local_experts") or cfg.get("num_experts"))
         I = int(cfg["intermediate_size"])
     p = {"family": fam, "H": H, "K": K, "E": E, "I": I, "scoring": "softmax", "renormalize": False,
          "scale": 1.0, "n_group": 1, "topk_group": 1, "group_score": "max", "sel_bias": None,
@@ -358,7 +365,7 @@ def layer_params_new(ck, layer):
         p["scale"] = float(_get(cfg, "routed_scaling_factor", 1.0))
         if _get(cfg, "topk_method", "greedy") == "group_limited_greedy":
             p.update(n_group=int(cfg["n_group"]), topk_group=int(cfg["topk_group"]))
-    elif fam in ("gpt_oss", "granitemoe", "granitemoeshared", "granitemoehybrid"):
+    elif fam in ("gpt_oss", "granitemoe", "granitemoeshared", "granitemoehybrid", "aria"):
         p["scoring"] = "topk_softmax"
     elif fam == "llama4":
         p.update(scoring="topk_sigmoid", on_input=True)
@@ -389,9 +396,10 @@ def layer_params_new(ck, layer):
                                     ck.get(moe + "experts.down_proj_scales"))  # [E, H, I]
         b = ck.get(moe + "experts.gate_up_proj_bias")     # [E, 2I]
         p["biases"] = (b[:, 0::2], b[:, 1::2], ck.get(moe + "experts.down_proj_bias"))
-    elif fam in ("gpt_oss", "llama4"):
-        gu = ck.get(moe + "experts.gate_up_proj")            # [E, H, 2I]
-        dn = ck.get(moe + "experts.down_proj")                # [E, I, H]
+    elif fam in ("gpt_oss", "llama4", "aria"):
+        fc = fam == "aria"  # AriaExperts as saved: fc1 / fc2, chunked like Llama-4's halves
+        gu = ck.get(moe + ("experts.fc1.weight" if fc else "experts.gate_up_proj"))  # [E, H, 2I]
+        dn = ck.get(moe + ("experts.fc2.weight" if fc else "experts.down_proj"))     # [E, I, H]
         if fam == "gpt_oss":
             p["w_gate"] = np.transpose(gu[:, :, 0::2], (0, 2, 1))
             p["w_up"] = np.transpose(gu[:, :, 1::2], (0, 2, 1))
@@ -424,7 +432,9 @@ def layer_params_new(ck, layer):
     elif fam == "llama4":
         p["Is"], s = I, moe + "shared_expert."
     elif fam == "hunyuan_v1_moe":
-        p["Is"], s = I, moe + "shared_mlp."  # HunYuanMoEV1MLP: intermediate_size, as the experts
+        p["Is"], s = I, moe + "shared_mlp."
+    elif fam == "aria":  # AriaSharedExpertsMLP: intermediate_size * moe_num_shared_experts
+        p["Is"], s = int(_get(cfg, "moe_num_shared_experts", 2)) * I, moe + "shared_experts."  # HunYuanMoEV1MLP: intermediate_size, as the experts
     elif fam in ("qwen3_5_moe", "qwen3_next"):
         p["Is"], s = int(cfg.get("shared_expert_intermediate_size") or 0), moe + "shared_expert."
         p["shared_gated"] = True

@@ -980,6 +980,35 @@ static void test_jamba_layers(void **state)
     moe_ctx_free(ctx);
 }
 
+/* Aria: the routed experts are always SiLU-gated and the shared expert follows hidden_act, so
+ * another hidden_act is refused by name, as is mlp_bias (a biased shared expert). (The maths is
+ * checked against transformers on aria_f32.) */
+static void test_aria_refusals(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    char dir[512], cfg[700];
+    tu_tmpdir(dir, sizeof dir, "ck-aria-x");
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    float dummy[4] = {0};
+    tl_add(tl, "model.norm.weight", MOE_DTYPE_F32, 1, (int64_t[]){4}, dummy);
+    const char *aria = "{\"architectures\": [\"AriaForConditionalGeneration\"], \"text_config\": {\"hidden_size\": 16,"
+                       " \"num_hidden_layers\": 1, \"intermediate_size\": 8, \"moe_num_experts\": 4%s}}";
+    char buf[600];
+    snprintf(buf, sizeof buf, aria, ", \"moe_topk\": 2, \"hidden_act\": \"gelu\"");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EUNSUPPORTED, cfg, "'text_config.hidden_act'", "SiLU");
+    snprintf(buf, sizeof buf, aria, ", \"moe_topk\": 2, \"mlp_bias\": true");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EUNSUPPORTED, cfg, "'text_config.mlp_bias'", "biases");
+    snprintf(buf, sizeof buf, aria, ", \"moe_topk\": 5");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EFORMAT, cfg, "'text_config.moe_topk' = 5");
+    tl_free(tl);
+    free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -991,6 +1020,7 @@ int main(void)
         cmocka_unit_test(test_granite_shared_mlp),
         cmocka_unit_test(test_hunyuan),
         cmocka_unit_test(test_jamba_layers),
+        cmocka_unit_test(test_aria_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
