@@ -460,16 +460,18 @@ typedef enum moe_family {
     MOE_FAMILY_JAMBA = 66,              /* JambaForCausalLM: softmax top-k, not renormalized */
     MOE_FAMILY_MISTRAL4 = 67,           /* Mistral4ForCausalLM: softmax scores, DeepSeek-V3's
                                            top-2-sum groups (no bias), scaled, shared experts */
-    MOE_FAMILY_ARIA = 68                /* AriaForConditionalGeneration, AriaTextForCausalLM:
+    MOE_FAMILY_ARIA = 68,               /* AriaForConditionalGeneration, AriaTextForCausalLM:
                                            Granite-MoE's routing, shared experts */
+    MOE_FAMILY_ERNIE4_5_MOE = 69        /* Ernie4_5_MoeForCausalLM: softmax selected with a
+                                           correction bias, renormalized, shared experts */
 } moe_family;
 
 /* Static name of a family (its config `model_type`): "custom", "mixtral", "qwen2_moe",
  * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe",
  * "qwen3_5_moe", "qwen3_next", "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite",
  * "deepseek_v32", "exaone_moe", "mimo_v2_flash", "qwen3_omni_moe", "granitemoeshared",
- * "granitemoehybrid", "hunyuan_v1_moe", "mellum", "jamba", "mistral4", "aria"; "?" for an unknown
- * value. */
+ * "granitemoehybrid", "hunyuan_v1_moe", "mellum", "jamba", "mistral4", "aria", "ernie4_5_moe"; "?"
+ * for an unknown value. */
 MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */

@@ -143,7 +143,7 @@ typedef struct moe_checkpoint_options {
      * "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe", "qwen3_5_moe", "qwen3_next",
      * "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite", "deepseek_v32",
      * "exaone_moe", "mimo_v2_flash", "qwen3_omni_moe", "granitemoeshared", "granitemoehybrid",
-     * "hunyuan_v1_moe", "mellum", "jamba", "mistral4", "aria";
+     * "hunyuan_v1_moe", "mellum", "jamba", "mistral4", "aria", "ernie4_5_moe";
      * a row's architecture class or model_type is accepted too), or NULL (default): the
      * family of config.json's architectures[0], else model_type. When set, that family's row
      * reads config.json and the tensors whatever config.json names; a WARNING names
@@ -172,7 +172,8 @@ MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
  * listed in moe_layers, else (layer + 1) % interleave_moe_layer_step == 0; Mixtral, OLMoE,
  * Granite-MoE (-Shared, -Hybrid), gpt-oss, Qwen3.5-MoE, Hunyuan-MoE: every layer. No layer is MoE when the
  * expert count is 0. Jamba: layer % expert_layer_period == expert_layer_offset, with more
- * than one expert. */
+ * than one expert. ERNIE-4.5-MoE: (layer + 1) % moe_layer_interval == 0 and
+ * moe_layer_start_index <= layer <= moe_layer_end_index (-1: the last). */
 MOE_API int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
 
 /* The layer description of MoE layer `layer`, from config.json and the tensors' dtype (moe.h

@@ -229,8 +229,18 @@ static moe_status resolve_layer(const moe_checkpoint *ck, int64_t layer, moe_ck_
         if (!bias[b])
             continue;
         snprintf(name, sizeof name, "%s%s", prefix, bias[b]);
-        if ((st = moe_ck_get_checked(ix, name, "a bias", MOE_CK_ANY_FLOAT, "[E]", 1, &E, bias_info[b], &path)) != MOE_OK)
+        if ((st = moe_ck_get_checked(ix, name, "a bias", MOE_CK_ANY_FLOAT, NULL, 0, NULL, bias_info[b], &path)) != MOE_OK)
             return st;
+        const int64_t one_by_e[2] = {1, E};
+        if (bias_info[b]->ndim == 2 && bias_info[b]->shape[0] == 1) { /* [1, E] (ERNIE-4.5's moe_statics): as [E] */
+            if ((st = moe_ck_check_shape(ix, path, bias_info[b], "[1, E]", 2, one_by_e)) != MOE_OK)
+                return st;
+            bias_info[b]->ndim = 1;
+            bias_info[b]->shape[0] = E;
+            bias_info[b]->shape[1] = 0;
+        } else if ((st = moe_ck_check_shape(ix, path, bias_info[b], "[E]", 1, &E)) != MOE_OK) {
+            return st;
+        }
     }
     if ((st = moe_ck_experts_resolve(ix, c, layer, prefix, describe, lt)) != MOE_OK)
         return st;

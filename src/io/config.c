@@ -99,6 +99,12 @@ static moe_status config_layer_rule(moe_ck_config *c, const moe_cfg_fields *f)
     if (row->layers.step_field &&
         (st = moe_cfg_int(f, row->layers.step_field, false, row->layers.step_default, 1, &c->layer_step)) != MOE_OK)
         return st;
+    if (row->layers.last_field) {
+        if ((st = moe_cfg_int(f, row->layers.last_field, false, -1, -1, &c->layer_last)) != MOE_OK)
+            return st;
+        if (c->layer_last < 0)
+            c->layer_last = c->num_layers - 1;
+    }
     if (row->layers.rule == MOE_FAM_LAYERS_PERIOD_OFFSET && c->layer_first >= c->layer_step)
         return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field '%s%s' = %" PRId64 " must be < '%s%s' = %" PRId64, c->path,
                              c->prefix, row->layers.first_field, c->layer_first, c->prefix, row->layers.step_field,
@@ -172,6 +178,17 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     d->shared_expert_gated = row->shared.gated && d->shared_expert_intermediate_size > 0;
     if (row->routing_hook && (st = row->routing_hook(f, row, &d->n_group, &d->topk_group)) != MOE_OK)
         return st;
+    if (row->renorm_min_field && d->num_experts > 0) {
+        float m = 0.0f;
+        if ((st = moe_cfg_float(f, row->renorm_min_field, row->renorm_min, false, 0.0, &m)) != MOE_OK)
+            return st;
+        if (m > 1.0 / (double)d->num_experts)
+            return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%s%s' = %g exceeds 1 / %s = %g: the router's clamp of the top-k sum "
+                                 "could then bind, which libmoe's renormalization (sum + 1e-20) does not do",
+                                 c->path, c->prefix, row->renorm_min_field, m, row->experts_field,
+                                 1.0 / (double)d->num_experts);
+    }
     if (row->false_field) {
         int on = 0;
         if ((st = moe_cfg_bool(f, row->false_field, 0, &on)) != MOE_OK)
@@ -454,6 +471,8 @@ int moe_ck_config_is_moe_layer(const moe_ck_config *c, int64_t layer)
         return c->have_layer_list ? listed(c, layer) : (layer + 1) % c->layer_step == 0;
     case MOE_FAM_LAYERS_TYPES_ELSE_PREFIX: return c->have_layer_list ? listed(c, layer) : layer >= c->layer_first;
     case MOE_FAM_LAYERS_PERIOD_OFFSET: return c->desc.num_experts > 1 && layer % c->layer_step == c->layer_first;
+    case MOE_FAM_LAYERS_INTERVAL_RANGE:
+        return (layer + 1) % c->layer_step == 0 && layer >= c->layer_first && layer <= c->layer_last;
     }
     return 0;
 }
@@ -471,6 +490,14 @@ void moe_ck_config_dense_reason(const moe_ck_config *c, int64_t layer, char *why
         else
             snprintf(why, n, "layer %" PRId64 " %% %s%s = %" PRId64 " != 0", layer, pre, row->layers.step_field,
                      c->layer_step);
+    } else if (row->layers.rule == MOE_FAM_LAYERS_INTERVAL_RANGE) {
+        if (layer < c->layer_first)
+            snprintf(why, n, "layer %" PRId64 " < %s%s = %" PRId64, layer, pre, row->layers.first_field, c->layer_first);
+        else if (layer > c->layer_last)
+            snprintf(why, n, "layer %" PRId64 " > %s%s = %" PRId64, layer, pre, row->layers.last_field, c->layer_last);
+        else
+            snprintf(why, n, "(layer + 1) %% %s%s = (%" PRId64 " + 1) %% %" PRId64 " != 0", pre, row->layers.step_field,
+                     layer, c->layer_step);
     } else if (row->layers.rule == MOE_FAM_LAYERS_PERIOD_OFFSET) {
         if (c->desc.num_experts == 1)
             snprintf(why, n, "%s%s is 1 (one expert is a dense MLP)", pre, row->experts_field);

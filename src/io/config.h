@@ -34,6 +34,7 @@ typedef struct moe_ck_config {
     /* which layers are MoE: row->layers.rule over these */
     int64_t layer_first;        /* row->layers.first_field */
     int64_t layer_step;         /* row->layers.step_field */
+    int64_t layer_last;         /* row->layers.last_field (-1 resolved to the last layer) */
     int64_t *layer_list;        /* [n_layer_list] row->layers.list_field */
     size_t n_layer_list;
     bool have_layer_list;       /* the list was given (not absent or null) */

@@ -473,6 +473,24 @@ static const moe_fam_row fam_rows[] = {
      .prefixes = {"language_model.model.layers.%L.mlp." /* as saved and released */,
                   "model.language_model.layers.%L.mlp.", "model.layers.%L.mlp." /* AriaTextForCausalLM */},
      .input_major = {"experts.fc1.weight", "experts.fc2.weight", false}},
+
+    /* Ernie4_5_MoeSparseMoeBlock (ERNIE-4.5-MoE): Ernie4_5_MoeTopKRouter in f32: softmax, top-k
+     * on the scores plus moe_statics.e_score_correction_bias ([1, E]), weights the unbiased
+     * scores / clamp(sum, moe_norm_min); moe_num_shared_experts (2) * I shared, ungated; MoE
+     * where (L + 1) % moe_layer_interval (1) == 0 and moe_layer_start_index (1) <= L <=
+     * moe_layer_end_index (-1: the last); K is moe_k; use_bias would bias the MLPs */
+    {.family = MOE_FAMILY_ERNIE4_5_MOE, .name = "ernie4_5_moe", .names = {{"Ernie4_5_MoeForCausalLM", "ernie4_5_moe"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "moe_num_experts", .experts_alias = "num_experts", .experts_min = 0,
+     .top_k_field = "moe_k",
+     .shared = {MOE_FAM_SHARED_COUNT, "moe_num_shared_experts", 2, false, "shared_experts"},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .router = {"gate.weight"}, .selection_bias = "moe_statics.e_score_correction_bias",
+     .renorm_min_field = "moe_norm_min", .renorm_min = 1e-12, .false_field = "use_bias",
+     .layers = {MOE_FAM_LAYERS_INTERVAL_RANGE, "moe_layer_start_index", 1, "moe_layer_interval", 1,
+                .last_field = "moe_layer_end_index"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 

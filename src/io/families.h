@@ -41,10 +41,13 @@ typedef enum moe_fam_layers {
                                         given (every entry "dense" or "sparse"), else layer >=
                                         first_field (first_default when the row has no
                                         first_field or config.json lacks it) */
-    MOE_FAM_LAYERS_PERIOD_OFFSET     /* layer % step_field == first_field (the offset, < the
+    MOE_FAM_LAYERS_PERIOD_OFFSET,    /* layer % step_field == first_field (the offset, < the
                                         period), and more than one expert (Jamba:
                                         expert_layer_period / expert_layer_offset; one expert is
                                         its dense MLP) */
+    MOE_FAM_LAYERS_INTERVAL_RANGE    /* (layer + 1) % step_field == 0 and first_field <= layer
+                                        <= last_field (-1 or absent: the last layer): ERNIE-4.5's
+                                        moe_layer_interval / start_index / end_index */
 } moe_fam_layers;
 
 /* How config.json gives I_s, the shared expert's intermediate size (0: none). */
@@ -155,6 +158,11 @@ struct moe_fam_row {
         double alpha, limit;               /* their defaults */
     } activation;
     moe_fam_routing_hook routing_hook;     /* or NULL */
+    const char *renorm_min_field;          /* the router divides by max(sum, this field) (ERNIE's
+                                              moe_norm_min, default renorm_min): equal to libmoe's
+                                              sum + 1e-20 when it is <= 1/E (a top-k sum is >= 1/E);
+                                              a larger value is refused by name */
+    double renorm_min;
     const char *false_field;               /* a boolean field libmoe reads only when false (absent:
                                               false): Aria's mlp_bias, biases on the shared
                                               expert; true is refused by name */
@@ -169,6 +177,7 @@ struct moe_fam_row {
         const char *list_field;            /* SPARSE_STEP: the dense layers; LISTED_ELSE_STEP: the
                                               MoE layers; TYPES_ELSE_PREFIX: "dense" / "sparse"
                                               per layer */
+        const char *last_field;            /* INTERVAL_RANGE: the last MoE layer (-1: the last) */
     } layers;
 
     /* ---- tensors of layer L ---- */

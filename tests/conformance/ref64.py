@@ -44,6 +44,9 @@ The other families, from transformers 5.24's modeling code (the routing table of
   Aria          top-k on l, softmax of the k (AriaTextTopKRouter); input-major experts.fc1
                 [E, H, 2I] (gate = first I columns) and experts.fc2 [E, I, H]; + shared_experts
                 (moe_num_shared_experts (2) * I); K = moe_topk, E = moe_num_experts
+  ERNIE-4.5-MoE s = softmax(l); top-k on s + moe_statics.e_score_correction_bias [1, E]; weights
+                s / max(sum, moe_norm_min); moe_num_shared_experts (2) * I shared; K = moe_k;
+                MoE where (L + 1) % moe_layer_interval == 0, start_index <= L <= end_index
   Qwen3-Omni    the thinker's text MoE: Qwen3-MoE's router, norm_topk_prob defaulting to true;
                 fields in config thinker_config.text_config (the thinker alone: text_config)
 
@@ -159,6 +162,7 @@ _FAMILIES = {
     "JambaForCausalLM": "jamba", "jamba": "jamba",
     "Mistral4ForCausalLM": "mistral4", "mistral4": "mistral4",
     "AriaForConditionalGeneration": "aria", "aria": "aria", "AriaTextForCausalLM": "aria", "aria_text": "aria",
+    "Ernie4_5_MoeForCausalLM": "ernie4_5_moe", "ernie4_5_moe": "ernie4_5_moe",
 }
 
 
@@ -190,6 +194,11 @@ def is_moe_layer(cfg, family, layer):
     if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo",
                   "granitemoeshared", "granitemoehybrid", "hunyuan_v1_moe", "aria"):
         return True
+    if family == "ernie4_5_moe":  # Ernie4_5_MoeDecoderLayer
+        end = int(_get(cfg, "moe_layer_end_index", -1))
+        end = int(cfg["num_hidden_layers"]) - 1 if end == -1 else end
+        return ((layer + 1) % int(_get(cfg, "moe_layer_interval", 1)) == 0
+                and int(_get(cfg, "moe_layer_start_index", 1)) <= layer <= end)
     if family == "jamba":  # JambaConfig.layers_num_experts; one expert builds JambaMLP
         period, offset = int(_get(cfg, "expert_layer_period", 2)), int(_get(cfg, "expert_layer_offset", 1))
         return int(cfg.get("num_experts") or cfg.get("num_local_experts") or 16) > 1 and layer % period == offset
@@ -321,7 +330,9 @@ def layer_params_new(ck, layer):
     if not is_moe_layer(cfg, fam, layer):
         raise ValueError(f"layer {layer} is a dense layer")
     H = int(cfg["hidden_size"])
-    if fam in ("hunyuan_v1_moe", "aria"):
+    if fam == "ernie4_5_moe":
+        K = int(cfg.get("moe_k", cfg.get("num_experts_per_tok")))
+    elif fam in ("hunyuan_v1_moe", "aria"):
         # HunYuanMoEV1Config, AriaTextConfig: moe_topk (num_experts_per_tok maps onto it), an int or per layer
         K = cfg.get("moe_topk", cfg.get("num_experts_per_tok"))
         K = int(K[layer] if isinstance(K, list) else K)
@@ -330,6 +341,9 @@ def layer_params_new(ck, layer):
     v3 = fam == "deepseek_v3" or fam in _V3_LIKE  # sigmoid + e_score_correction_bias
     if fam in ("deepseek_v2", "deepseek_v3", "mistral4") + _V3_LIKE:
         E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
+        I = int(cfg["moe_intermediate_size"])
+    elif fam == "ernie4_5_moe":
+        E = int(cfg.get("moe_num_experts") or cfg.get("num_experts"))
         I = int(cfg["moe_intermediate_size"])
     elif fam in ("qwen3_5_moe", "qwen3_next", "qwen3_vl_moe", "qwen3_omni_moe", "mellum"):
         E = int(cfg.get("num_experts") or cfg.get("num_local_experts"))
@@ -359,6 +373,11 @@ def layer_params_new(ck, layer):
         p.update(renormalize=bool(_get(cfg, "norm_topk_prob", True)),
                  scale=float(_get(cfg, "routed_scaling_factor", 1.0)), n_group=int(_get(cfg, "n_group", 1)),
                  topk_group=int(_get(cfg, "topk_group", 1)), group_score="top2_sum")
+    elif fam == "ernie4_5_moe":
+        # Ernie4_5_MoeTopKRouter: / clamp(sum, moe_norm_min): the sum itself for any norm_min <= 1/E
+        if float(_get(cfg, "moe_norm_min", 1e-12)) > 1.0 / E:
+            raise ValueError("moe_norm_min > 1/E: the clamp may bind; not modelled here")
+        p["renormalize"] = True
     elif fam in ("minimax", "qwen3_vl_moe", "hunyuan_v1_moe"):
         p["renormalize"] = True  # their TopKRouters divide by the top-k sum unconditionally
     elif fam == "deepseek_v2":
@@ -385,6 +404,8 @@ def layer_params_new(ck, layer):
     p["router"] = ck.get(router_name)
     if fam == "gpt_oss":
         p["router_bias"] = ck.get(moe + "router.bias")
+    if fam == "ernie4_5_moe":
+        p["sel_bias"] = ck.get(moe + "moe_statics.e_score_correction_bias").reshape(-1)  # [1, E] -> [E]
     if v3:  # K-EXAONE's checkpoints keep it beside the router, not under it
         bias = moe + ("e_score_correction_bias" if fam == "exaone_moe" else "gate.e_score_correction_bias")
         p["sel_bias"] = ck.get(bias)
@@ -433,6 +454,8 @@ def layer_params_new(ck, layer):
         p["Is"], s = I, moe + "shared_expert."
     elif fam == "hunyuan_v1_moe":
         p["Is"], s = I, moe + "shared_mlp."
+    elif fam == "ernie4_5_moe":
+        p["Is"], s = int(_get(cfg, "moe_num_shared_experts", 2)) * I, moe + "shared_experts."
     elif fam == "aria":  # AriaSharedExpertsMLP: intermediate_size * moe_num_shared_experts
         p["Is"], s = int(_get(cfg, "moe_num_shared_experts", 2)) * I, moe + "shared_experts."  # HunYuanMoEV1MLP: intermediate_size, as the experts
     elif fam in ("qwen3_5_moe", "qwen3_next"):

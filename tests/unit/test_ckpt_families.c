@@ -1009,6 +1009,41 @@ static void test_aria_refusals(void **state)
     moe_ctx_free(ctx);
 }
 
+/* ERNIE-4.5-MoE: MoE layers by moe_layer_interval / start_index / end_index (-1: the last); a
+ * moe_norm_min above 1/E (the clamp could bind) and use_bias are refused by name. (The maths,
+ * with its [1, E] correction bias, is checked against transformers on ernie4_5_moe_f32.) */
+static void test_ernie_layers(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    char dir[512], cfg[700];
+    tu_tmpdir(dir, sizeof dir, "ck-ernie-x");
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    float dummy[4] = {0};
+    tl_add(tl, "model.norm.weight", MOE_DTYPE_F32, 1, (int64_t[]){4}, dummy);
+    const char *ernie = "{\"architectures\": [\"Ernie4_5_MoeForCausalLM\"], \"hidden_size\": 16,"
+                        " \"num_hidden_layers\": 6, \"moe_intermediate_size\": 8, \"moe_num_experts\": 8,"
+                        " \"moe_k\": 2%s}";
+    char buf[600];
+    snprintf(buf, sizeof buf, ernie, "");
+    /* defaults: start 1, interval 1, end -1 = layer 5 */
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EDENSE, "layer 0 < moe_layer_start_index = 1",
+                 "MoE layers (5): 1, 2, 3, 4, 5");
+    snprintf(buf, sizeof buf, ernie, ", \"moe_layer_interval\": 2, \"moe_layer_end_index\": 3");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 2), MOE_EDENSE, "(layer + 1) % moe_layer_interval", "1, 3");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 5), MOE_EDENSE, "layer 5 > moe_layer_end_index = 3");
+    snprintf(buf, sizeof buf, ernie, ", \"moe_norm_min\": 0.5");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 1), MOE_EUNSUPPORTED, cfg, "'moe_norm_min'", "1 / moe_num_experts");
+    snprintf(buf, sizeof buf, ernie, ", \"use_bias\": true");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 1), MOE_EUNSUPPORTED, cfg, "'use_bias'");
+    tl_free(tl);
+    free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1021,6 +1056,7 @@ int main(void)
         cmocka_unit_test(test_hunyuan),
         cmocka_unit_test(test_jamba_layers),
         cmocka_unit_test(test_aria_refusals),
+        cmocka_unit_test(test_ernie_layers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -97,6 +97,9 @@ static void test_rows_complete(void **state)
         case MOE_FAM_LAYERS_DENSE_PREFIX: assert_true(row->layers.first_field && row->layers.step_field); break;
         case MOE_FAM_LAYERS_TYPES_ELSE_PREFIX: assert_non_null(row->layers.list_field); break;
         case MOE_FAM_LAYERS_PERIOD_OFFSET: assert_true(row->layers.first_field && row->layers.step_field); break;
+        case MOE_FAM_LAYERS_INTERVAL_RANGE:
+            assert_true(row->layers.first_field && row->layers.step_field && row->layers.last_field);
+            break;
         }
         if (row->groups.n_group > 1 || row->routing_hook)
             assert_true(row->groups.n_group_field && row->groups.topk_group_field);
@@ -165,6 +168,7 @@ static const struct {
     {MOE_FAMILY_JAMBA, MOE_SCORING_SOFTMAX, 0, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
     {MOE_FAMILY_MISTRAL4, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
     {MOE_FAMILY_ARIA, MOE_SCORING_TOPK_SOFTMAX, 0, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_ERNIE4_5_MOE, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
 };
 
 static void test_layer_defaults(void **state)

@@ -106,6 +106,7 @@ static const char *const k_required[] = {
     "glm4_moe_lite_f32", "deepseek_v32_f32", "exaone_moe_f32", "mimo_v2_flash_f32",
     "qwen3_next_f32", "qwen3_omni_moe_f32", "granitemoeshared_f32", "granitemoehybrid_f32",
     "hunyuan_v1_moe_f32", "mellum_f32", "jamba_f32", "mistral4_f32", "aria_f32",
+    "ernie4_5_moe_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
