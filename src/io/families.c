@@ -583,7 +583,9 @@ const char *moe_fam_names_with(moe_fam_layout layout, const char *sep, bool arch
     out[0] = '\0';
     for (size_t i = 0; i < FAM_N_ROWS && used < n; i++) {
         const moe_fam_row *r = &fam_rows[i];
-        const bool has = layout == MOE_FAM_HAS_MXFP4 ? r->mxfp4.gate_up_blocks != NULL : r->input_major.gate_up != NULL;
+        const bool has = layout == MOE_FAM_HAS_MXFP4         ? r->mxfp4.gate_up_blocks != NULL
+                         : layout == MOE_FAM_HAS_INPUT_MAJOR ? r->input_major.gate_up != NULL
+                                                             : moe_fam_quantize_input_major(r);
         if (!has)
             continue;
         int len = archs && r->names[0].arch
@@ -595,6 +597,12 @@ const char *moe_fam_names_with(moe_fam_layout layout, const char *sep, bool arch
     if (used == 0)
         snprintf(out, n, "no family");
     return out;
+}
+
+bool moe_fam_quantize_input_major(const moe_fam_row *row)
+{
+    return row->input_major.gate_up && strcmp(row->input_major.gate_up, "experts.gate_up_proj") == 0 &&
+           row->input_major.down && strcmp(row->input_major.down, "experts.down_proj") == 0;
 }
 
 bool moe_fam_prefix(const moe_fam_row *row, int i, int64_t layer, char *out, size_t n)

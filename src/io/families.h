@@ -229,8 +229,11 @@ const char *moe_fam_supported_list(void);
 
 /* Which rows store a layout, for messages that name the families a rule applies to. */
 typedef enum moe_fam_layout {
-    MOE_FAM_HAS_MXFP4,      /* mxfp4.gate_up_blocks: MXFP4 checkpoints are read (and written) */
-    MOE_FAM_HAS_INPUT_MAJOR /* input_major.gate_up: stacked input-major experts */
+    MOE_FAM_HAS_MXFP4,       /* mxfp4.gate_up_blocks: MXFP4 checkpoints are read (and written) */
+    MOE_FAM_HAS_INPUT_MAJOR, /* input_major.gate_up: stacked input-major experts */
+    MOE_FAM_QUANTIZE_INPUT_MAJOR /* input_major.gate_up named experts.gate_up_proj (with
+                                    experts.down_proj): the input-major tensors moe quantize
+                                    rewrites (gpt-oss, Llama-4; not Aria's experts.fc1.weight) */
 } moe_fam_layout;
 
 /* The names (moe_family_name) of the rows that store `layout`, in table order, joined by sep,
@@ -238,6 +241,9 @@ typedef enum moe_fam_layout {
  * (truncated to fit); "no family" when no row does. Returns out. */
 const char *moe_fam_names_with(moe_fam_layout layout, const char *sep, bool archs, char *out, size_t n);
 
+/* true when the row's input-major layout is named experts.gate_up_proj / experts.down_proj, the
+ * stacked tensors moe quantize recognizes (MOE_FAM_QUANTIZE_INPUT_MAJOR). */
+bool moe_fam_quantize_input_major(const moe_fam_row *row);
 /* Block prefix candidate i (< MOE_FAM_MAX_PREFIXES) of layer `layer` into out [n]: false when
  * the row has no candidate i (or it does not fit). */
 bool moe_fam_prefix(const moe_fam_row *row, int i, int64_t layer, char *out, size_t n);
