@@ -466,28 +466,43 @@ typedef enum moe_family {
     MOE_FAMILY_DEEPSEEK_V32 = 18,  /* DeepseekV32ForCausalLM: DeepSeek-V3's routing */
     MOE_FAMILY_EXAONE_MOE = 19,    /* ExaoneMoeForCausalLM: DeepSeek-V3's routing */
     MOE_FAMILY_MIMO_V2_FLASH = 20, /* MiMoV2FlashForCausalLM: DeepSeek-V3's routing */
-    MOE_FAMILY_LAGUNA = 42,        /* LagunaForCausalLM: sigmoid + correction bias, renormalized */
-    MOE_FAMILY_KOLIBRI1 = 43,      /* Kolibri1ForCausalLM: top-k sigmoid on the biased logits */
-    MOE_FAMILY_BEAM = 44,          /* BeamForCausalLM: DeepSeek-V3's routing */
-    MOE_FAMILY_MINIMAX_M3_VL = 47, /* MiniMaxM3SparseForConditionalGeneration (text MoE): sigmoid + bias,
+    MOE_FAMILY_LAGUNA = 21,        /* LagunaForCausalLM: sigmoid + correction bias, renormalized */
+    MOE_FAMILY_KOLIBRI1 = 22,      /* Kolibri1ForCausalLM: top-k sigmoid on the biased logits */
+    MOE_FAMILY_BEAM = 23,          /* BeamForCausalLM: DeepSeek-V3's routing */
+    MOE_FAMILY_MINIMAX_M3_VL = 24, /* MiniMaxM3SparseForConditionalGeneration (text MoE): sigmoid + bias,
                                       clamped SwiGLU */
-    MOE_FAMILY_AFMOE = 48,         /* AfmoeForCausalLM: sigmoid + expert_bias, renormalized */
-    MOE_FAMILY_FLINT = 50,         /* FlintForCausalLM: sigmoid top-k, norm_topk_prob */
-    MOE_FAMILY_GRANITEMOE_SWA = 51, /* GraniteMoeSWAForCausalLM: Granite-MoE's routing */
-    MOE_FAMILY_LARA_MINI = 52,     /* LaraMiniForCausalLM: softmax, norm_topk_prob */
-    MOE_FAMILY_QWEN4_EXP = 53,     /* Qwen4ExpForConditionalGeneration, Qwen4ExpForCausalLM (text MoE) */
-    MOE_FAMILY_PHIMOE = 81,        /* PhimoeForCausalLM (Phi-3.5-MoE): sparsemixer routing */
-    MOE_FAMILY_JETMOE = 82,        /* JetMoeForCausalLM: Granite-MoE's routing + output bias */
-    MOE_FAMILY_OPENAI_PRIVACY_FILTER = 83 /* OpenAIPrivacyFilterForTokenClassification: gpt-oss's
+    MOE_FAMILY_AFMOE = 25,         /* AfmoeForCausalLM: sigmoid + expert_bias, renormalized */
+    MOE_FAMILY_FLINT = 26,         /* FlintForCausalLM: sigmoid top-k, norm_topk_prob */
+    MOE_FAMILY_GRANITEMOE_SWA = 27, /* GraniteMoeSWAForCausalLM: Granite-MoE's routing */
+    MOE_FAMILY_LARA_MINI = 28,     /* LaraMiniForCausalLM: softmax, norm_topk_prob */
+    MOE_FAMILY_QWEN4_EXP = 29,     /* Qwen4ExpForConditionalGeneration, Qwen4ExpForCausalLM (text MoE) */
+    MOE_FAMILY_PHIMOE = 30,        /* PhimoeForCausalLM (Phi-3.5-MoE): sparsemixer routing */
+    MOE_FAMILY_JETMOE = 31,        /* JetMoeForCausalLM: Granite-MoE's routing + output bias */
+    MOE_FAMILY_OPENAI_PRIVACY_FILTER = 32, /* OpenAIPrivacyFilterForTokenClassification: gpt-oss's
                                       block, gate/up as halves */
+    MOE_FAMILY_QWEN3_OMNI_MOE = 33, /* Qwen3OmniMoeForConditionalGeneration,
+                                       Qwen3OmniMoeThinkerForConditionalGeneration (the thinker's
+                                       text MoE): Qwen3-MoE's routing */
+    MOE_FAMILY_GRANITE_MOE_SHARED = 34, /* GraniteMoeSharedForCausalLM: Granite-MoE's routing, plus
+                                           the decoder layer's shared MLP */
+    MOE_FAMILY_GRANITE_MOE_HYBRID = 35, /* GraniteMoeHybridForCausalLM (Granite 4.0; its Mamba
+                                           layers are not the block): as granitemoeshared */
+    MOE_FAMILY_HUNYUAN_V1_MOE = 36,     /* HunYuanMoEV1ForCausalLM: Mixtral's routing plus an
+                                           ungated shared MLP */
+    MOE_FAMILY_MELLUM = 37,             /* MellumForCausalLM: Qwen3-MoE's routing */
+    MOE_FAMILY_JAMBA = 38,              /* JambaForCausalLM: softmax top-k, not renormalized */
+    MOE_FAMILY_MISTRAL4 = 39,           /* Mistral4ForCausalLM: softmax scores, DeepSeek-V3's
+                                           top-2-sum groups (no bias), scaled, shared experts */
+    MOE_FAMILY_ARIA = 40,               /* AriaForConditionalGeneration, AriaTextForCausalLM:
+                                           Granite-MoE's routing, shared experts */
+    MOE_FAMILY_ERNIE4_5_MOE = 41        /* Ernie4_5_MoeForCausalLM: softmax selected with a
+                                           correction bias, renormalized, shared experts */
 } moe_family;
 
-/* Static name of a family (its config `model_type`): "custom", "mixtral", "qwen2_moe",
- * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe",
- * "qwen3_5_moe", "qwen3_next", "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite",
- * "deepseek_v32", "exaone_moe", "mimo_v2_flash", "laguna", "kolibri1", "beam", "minimax_m3_vl", "afmoe",
- * "flint", "granitemoe_swa", "lara_mini", "qwen4_exp", "phimoe", "jetmoe", "openai_privacy_filter"; "?"
- * for an unknown value (the values leave gaps). */
+/* Static name of a family: "custom" for MOE_FAMILY_CUSTOM, else its row's name, the config
+ * `model_type` of its first architecture ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
+ * "gpt_oss", ...: docs/families.md "Supported" lists every one); "?" for a value without a row.
+ * The values are dense from 1 to the last enumerator. */
 MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */

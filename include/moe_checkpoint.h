@@ -145,11 +145,8 @@ typedef struct moe_checkpoint_options {
      * MOE_EFORMAT and the same message. Tensors outside the MoE blocks (attention, norms,
      * embeddings, dense layers) are not examined. */
     int strict;
-    /* A family name (moe_family_name: "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2",
-     * "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe", "qwen3_5_moe", "qwen3_next",
-     * "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite", "deepseek_v32",
-     * "exaone_moe", "mimo_v2_flash", "laguna", "kolibri1", "beam", "minimax_m3_vl", "afmoe",
-     * "flint", "granitemoe_swa", "lara_mini", "qwen4_exp", "phimoe", "jetmoe", "openai_privacy_filter";
+    /* A family name (moe_family_name: "mixtral", "qwen3_moe", "deepseek_v3", ...: every row of
+     * docs/families.md "Supported"; `moe run --family` lists them;
      * a row's architecture class or model_type is accepted too), or NULL (default): the
      * family of config.json's architectures[0], else model_type. When set, that family's row
      * reads config.json and the tensors whatever config.json names; a WARNING names
@@ -171,12 +168,15 @@ MOE_API moe_status moe_checkpoint_open_opts(moe_ctx *ctx, const char *dir, const
 MOE_API moe_family moe_checkpoint_family(const moe_checkpoint *ck);
 /* config `num_hidden_layers`. */
 MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
-/* 1 if layer `layer` is an MoE layer, else 0. Qwen2/3-MoE, Qwen3-Next: not in
+/* 1 if layer `layer` is an MoE layer, else 0. Qwen2/3-MoE, Qwen3-Next, Qwen3-Omni: not in
  * mlp_only_layers and (layer + 1) % decoder_sparse_step == 0; DeepSeek-V2/V3: layer >=
  * first_k_dense_replace and layer % moe_layer_freq == 0 (the published code's rule;
  * transformers, which has no moe_layer_freq, agrees for the released value 1); Llama-4:
  * listed in moe_layers, else (layer + 1) % interleave_moe_layer_step == 0; Mixtral, OLMoE,
- * Granite-MoE, gpt-oss, Qwen3.5-MoE: every layer. No layer is MoE when the expert count is 0. */
+ * Granite-MoE (-Shared, -Hybrid), gpt-oss, Qwen3.5-MoE, Hunyuan-MoE: every layer. No layer is MoE when the
+ * expert count is 0. Jamba: layer % expert_layer_period == expert_layer_offset, with more
+ * than one expert. ERNIE-4.5-MoE: (layer + 1) % moe_layer_interval == 0 and
+ * moe_layer_start_index <= layer <= moe_layer_end_index (-1: the last). */
 MOE_API int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
 
 /* The layer description of MoE layer `layer`, from config.json and the tensors' dtype (moe.h

@@ -41,7 +41,7 @@ int cli_parse_family(const char *cmd, const char *name, const char *value, void 
     }
     char list[2048] = ""; /* the family table's names but custom, in enum order */
     size_t used = 0;
-    for (int f = 1; f < 128; f++) { /* the values may leave gaps: an unnamed one is "?" */
+    for (int f = 1; f < 256; f++) { /* every moe_family value is below 256; there may be gaps */
         if (strcmp(moe_family_name((moe_family)f), "?") == 0)
             continue;
         int n = snprintf(list + used, sizeof list - used, "%s%s", used ? ", " : "", moe_family_name((moe_family)f));

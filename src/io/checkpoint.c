@@ -231,8 +231,18 @@ static moe_status resolve_layer(const moe_checkpoint *ck, int64_t layer, moe_ck_
         if (!moe_fam_tensor_name(bias[b], prefix, layer, name, sizeof name))
             return moe_set_error(ck->ctx, MOE_EINVAL, "layer %" PRId64 ": tensor name %s%s too long", layer, prefix,
                                  bias[b]);
-        if ((st = moe_ck_get_checked(ix, name, "a bias", MOE_CK_ANY_FLOAT, "[E]", 1, &E, bias_info[b], &path)) != MOE_OK)
+        if ((st = moe_ck_get_checked(ix, name, "a bias", MOE_CK_ANY_FLOAT, NULL, 0, NULL, bias_info[b], &path)) != MOE_OK)
             return st;
+        const int64_t one_by_e[2] = {1, E};
+        if (bias_info[b]->ndim == 2 && bias_info[b]->shape[0] == 1) { /* [1, E] (ERNIE-4.5's moe_statics): as [E] */
+            if ((st = moe_ck_check_shape(ix, path, bias_info[b], "[1, E]", 2, one_by_e)) != MOE_OK)
+                return st;
+            bias_info[b]->ndim = 1;
+            bias_info[b]->shape[0] = E;
+            bias_info[b]->shape[1] = 0;
+        } else if ((st = moe_ck_check_shape(ix, path, bias_info[b], "[E]", 1, &E)) != MOE_OK) {
+            return st;
+        }
     }
     if (row->output_bias) {
         snprintf(name, sizeof name, "%s%s", prefix, row->output_bias);
@@ -243,7 +253,7 @@ static moe_status resolve_layer(const moe_checkpoint *ck, int64_t layer, moe_ck_
     if ((st = moe_ck_experts_resolve(ix, c, layer, prefix, describe, lt)) != MOE_OK)
         return st;
     if (c->desc.shared_expert_intermediate_size > 0 &&
-        (st = moe_ck_shared_resolve(ix, c, prefix, describe, lt)) != MOE_OK)
+        (st = moe_ck_shared_resolve(ix, c, layer, prefix, describe, lt)) != MOE_OK)
         return st;
     if ((c->fp8 || lt->mxfp4 || lt->ckq) && !lt->have_weight_dtype) {
         /* FP8 / MXFP4 / compressed-tensors routed experts and no shared expert: weight_dtype

@@ -4,7 +4,8 @@
  *
  * Multimodal wrappers (Llama4ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration)
  * keep the decoder's fields in "text_config"; those are read from there, and messages name
- * them "text_config.<field>". */
+ * them "text_config.<field>". A row's config_path reaches deeper wrappers the same way
+ * (Qwen3-Omni: "thinker_config.text_config.<field>"). */
 #include "io/config.h"
 #include "io/safetensors.h"
 
@@ -99,6 +100,16 @@ static moe_status config_layer_rule(moe_ck_config *c, const moe_cfg_fields *f)
     if (row->layers.step_field &&
         (st = moe_cfg_int(f, row->layers.step_field, false, row->layers.step_default, 1, &c->layer_step)) != MOE_OK)
         return st;
+    if (row->layers.last_field) {
+        if ((st = moe_cfg_int(f, row->layers.last_field, false, -1, -1, &c->layer_last)) != MOE_OK)
+            return st;
+        if (c->layer_last < 0)
+            c->layer_last = c->num_layers - 1;
+    }
+    if (row->layers.rule == MOE_FAM_LAYERS_PERIOD_OFFSET && c->layer_first >= c->layer_step)
+        return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field '%s%s' = %" PRId64 " must be < '%s%s' = %" PRId64, c->path,
+                             c->prefix, row->layers.first_field, c->layer_first, c->prefix, row->layers.step_field,
+                             c->layer_step);
     if (row->layers.rule == MOE_FAM_LAYERS_TYPES_ELSE_PREFIX) {
         c->layer_first = row->layers.first_default;
         if (row->layers.first_field &&
@@ -166,7 +177,10 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     moe_status st;
     int64_t n_shared = 0;
     if ((st = moe_cfg_int(f, row->intermediate_field, true, 0, 1, &d->moe_intermediate_size)) != MOE_OK ||
-        (st = moe_cfg_int_alias(f, row->experts_field, row->experts_alias, row->experts_min, &d->num_experts)) != MOE_OK)
+        (st = row->per_layer_lists
+                  ? moe_cfg_int_uniform(f, row->experts_field, row->experts_alias, row->experts_min, &d->num_experts)
+                  : moe_cfg_int_alias(f, row->experts_field, row->experts_alias, row->experts_min, &d->num_experts)) !=
+            MOE_OK)
         return st;
     if (row->shared.rule == MOE_FAM_SHARED_COUNT) {
         /* the class default when absent; null means none, as the published code's "if
@@ -196,7 +210,8 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     switch (row->shared.rule) {
     case MOE_FAM_SHARED_NONE: d->shared_expert_intermediate_size = 0; break;
     case MOE_FAM_SHARED_FIELD:
-        if ((st = moe_cfg_int(f, row->shared.field, true, 0, 0, &d->shared_expert_intermediate_size)) != MOE_OK)
+        if ((st = moe_cfg_int(f, row->shared.field, !row->shared.field_optional, row->shared.field_default, 0,
+                              &d->shared_expert_intermediate_size)) != MOE_OK)
             return st;
         break;
     case MOE_FAM_SHARED_COUNT: d->shared_expert_intermediate_size = n_shared * d->moe_intermediate_size; break;
@@ -207,6 +222,27 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
         return st;
     if (row->routing_hook && (st = row->routing_hook(f, row, &d->n_group, &d->topk_group)) != MOE_OK)
         return st;
+    if (row->renorm_min_field && d->num_experts > 0) {
+        float m = 0.0f;
+        if ((st = moe_cfg_float(f, row->renorm_min_field, row->renorm_min, false, 0.0, &m)) != MOE_OK)
+            return st;
+        if (m > 1.0 / (double)d->num_experts)
+            return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%s%s' = %g exceeds 1 / %s = %g: the router's clamp of the top-k sum "
+                                 "could then bind, which libmoe's renormalization (sum + 1e-20) does not do",
+                                 c->path, c->prefix, row->renorm_min_field, m, row->experts_field,
+                                 1.0 / (double)d->num_experts);
+    }
+    if (row->false_field) {
+        int on = 0;
+        if ((st = moe_cfg_bool(f, row->false_field, 0, &on)) != MOE_OK)
+            return st;
+        if (on)
+            return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%s%s' is true: family %s's MLPs then carry biases, which libmoe's shared "
+                                 "expert does not have",
+                                 c->path, c->prefix, row->false_field, row->name);
+    }
     if (d->n_group > 1 && d->num_experts > 0) {
         const int64_t E = d->num_experts, G = d->n_group;
         if (E % G != 0)
@@ -240,6 +276,12 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
     moe_status st = moe_cfg_str(f, field, "silu", &a);
     if (st != MOE_OK)
         return st;
+    if (row->activation.rule == MOE_FAM_ACT_SILU_ONLY && strcmp(a, "silu") != 0 && strcmp(a, "swish") != 0)
+        return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%shidden_act' = \"%s\": family %s's routed experts are always SiLU-gated "
+                             "while its shared expert follows hidden_act; libmoe runs both with one activation, so "
+                             "only silu is read",
+                             c->path, c->prefix, a, row->name);
     if (strcmp(a, "silu") == 0 || strcmp(a, "swish") == 0)
         d->activation = MOE_ACT_SWIGLU;
     else if (strcmp(a, "gelu") == 0)
@@ -371,6 +413,23 @@ static moe_status config_quant(moe_ck_config *c, const json_t *root, const json_
     return MOE_OK;
 }
 
+/* The object at `path` ("a.b.", each key followed by a dot) under root, or NULL when path is
+ * NULL or one of its keys is absent or not an object. */
+static const json_t *config_nested(const json_t *root, const char *path)
+{
+    const json_t *o = root;
+    char key[64];
+    for (const char *p = path, *dot; p && *p; p = dot + 1) {
+        if (!(dot = strchr(p, '.')) || (size_t)(dot - p) >= sizeof key)
+            return NULL;
+        memcpy(key, p, (size_t)(dot - p));
+        key[dot - p] = '\0';
+        if (!(o = json_object_get(o, key)) || !json_is_object(o))
+            return NULL;
+    }
+    return path && *path ? o : NULL;
+}
+
 /* The WARNING of a checkpoint read as family c->row although config.json names `arch` /
  * `model_type` (family `named`, or none libmoe knows): both, and the defaults assumed. */
 static void warn_family(const moe_ck_config *c, const char *arch, const char *model_type, const moe_fam_row *named,
@@ -406,7 +465,11 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
     const bool forced = family && named != c->row;
     const json_t *cfg = root;
     const json_t *tc = json_object_get(root, "text_config");
-    if (tc && json_is_object(tc) && c->row->text_config) {
+    const json_t *nested = config_nested(root, c->row->config_path);
+    if (nested) {
+        cfg = nested;
+        c->prefix = c->row->config_path;
+    } else if (tc && json_is_object(tc) && c->row->text_config) {
         cfg = tc;
         c->prefix = "text_config.";
     }
@@ -423,13 +486,20 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
                              "%s: field '%snum_hidden_layers' = %" PRId64 " exceeds libmoe's limit of %" PRId64
                              " layers (MOE_MAX_LAYERS, 2^20)",
                              path, c->prefix, c->num_layers, MOE_MAX_LAYERS);
-    if ((st = moe_cfg_int(&f, "num_experts_per_tok", true, 0, 1, &d->top_k)) != MOE_OK ||
-        (st = config_decoder(c, &f)) != MOE_OK || (st = config_activation(c, &f)) != MOE_OK ||
+    /* K: num_experts_per_tok, or the row's own field (num_experts_per_tok then its alias) */
+    const char *k_field = c->row->top_k_field ? c->row->top_k_field : "num_experts_per_tok";
+    const char *k_alias = c->row->top_k_field ? "num_experts_per_tok" : NULL;
+    if (c->row->top_k_field && !json_object_get(cfg, k_field) && json_object_get(cfg, k_alias))
+        k_field = k_alias;
+    st = c->row->per_layer_lists ? moe_cfg_int_uniform(&f, k_field, k_alias, 1, &d->top_k)
+         : k_alias              ? moe_cfg_int_alias(&f, k_field, k_alias, 1, &d->top_k)
+                                : moe_cfg_int(&f, k_field, true, 0, 1, &d->top_k);
+    if (st != MOE_OK || (st = config_decoder(c, &f)) != MOE_OK || (st = config_activation(c, &f)) != MOE_OK ||
         (st = config_quant(c, root, cfg)) != MOE_OK)
         return st;
     if (d->num_experts > 0 && d->top_k > d->num_experts)
-        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%snum_experts_per_tok' = %" PRId64 " exceeds the %" PRId64 " experts",
-                             path, c->prefix, d->top_k, d->num_experts);
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s%s' = %" PRId64 " exceeds the %" PRId64 " experts", path,
+                             c->prefix, k_field, d->top_k, d->num_experts);
     if (forced)
         warn_family(c, arch, model_type, named, &assumed);
     return MOE_OK;
@@ -462,6 +532,9 @@ int moe_ck_config_is_moe_layer(const moe_ck_config *c, int64_t layer)
     case MOE_FAM_LAYERS_LISTED_ELSE_STEP:
         return c->have_layer_list ? listed(c, layer) : (layer + 1) % c->layer_step == 0;
     case MOE_FAM_LAYERS_TYPES_ELSE_PREFIX: return c->have_layer_list ? listed(c, layer) : layer >= c->layer_first;
+    case MOE_FAM_LAYERS_PERIOD_OFFSET: return c->desc.num_experts > 1 && layer % c->layer_step == c->layer_first;
+    case MOE_FAM_LAYERS_INTERVAL_RANGE:
+        return (layer + 1) % c->layer_step == 0 && layer >= c->layer_first && layer <= c->layer_last;
     }
     return 0;
 }
@@ -479,6 +552,20 @@ void moe_ck_config_dense_reason(const moe_ck_config *c, int64_t layer, char *why
         else
             snprintf(why, n, "layer %" PRId64 " %% %s%s = %" PRId64 " != 0", layer, pre, row->layers.step_field,
                      c->layer_step);
+    } else if (row->layers.rule == MOE_FAM_LAYERS_INTERVAL_RANGE) {
+        if (layer < c->layer_first)
+            snprintf(why, n, "layer %" PRId64 " < %s%s = %" PRId64, layer, pre, row->layers.first_field, c->layer_first);
+        else if (layer > c->layer_last)
+            snprintf(why, n, "layer %" PRId64 " > %s%s = %" PRId64, layer, pre, row->layers.last_field, c->layer_last);
+        else
+            snprintf(why, n, "(layer + 1) %% %s%s = (%" PRId64 " + 1) %% %" PRId64 " != 0", pre, row->layers.step_field,
+                     layer, c->layer_step);
+    } else if (row->layers.rule == MOE_FAM_LAYERS_PERIOD_OFFSET) {
+        if (c->desc.num_experts == 1)
+            snprintf(why, n, "%s%s is 1 (one expert is a dense MLP)", pre, row->experts_field);
+        else
+            snprintf(why, n, "layer %" PRId64 " %% %s%s = %" PRId64 " != %s%s = %" PRId64, layer, pre,
+                     row->layers.step_field, layer % c->layer_step, pre, row->layers.first_field, c->layer_first);
     } else if (row->layers.rule == MOE_FAM_LAYERS_TYPES_ELSE_PREFIX) {
         if (c->have_layer_list)
             snprintf(why, n, "%s%s[%" PRId64 "] is not \"sparse\"", pre, row->layers.list_field, layer);

@@ -15,7 +15,8 @@
 typedef struct moe_ck_config {
     moe_ctx *ctx;               /* borrowed */
     const char *path;           /* the config.json read (borrowed), for messages */
-    const char *prefix;         /* "" or "text_config." (static): where the decoder fields were read */
+    const char *prefix;         /* "", "text_config." or the row's config_path (static): where the
+                                   decoder fields were read */
     const moe_fam_row *row;     /* the family */
     int64_t num_layers;         /* num_hidden_layers */
     /* Every MoE layer's description as config.json gives it: family, H, I, E, K, I_s and
@@ -33,6 +34,7 @@ typedef struct moe_ck_config {
     /* which layers are MoE: row->layers.rule over these */
     int64_t layer_first;        /* row->layers.first_field */
     int64_t layer_step;         /* row->layers.step_field */
+    int64_t layer_last;         /* row->layers.last_field (-1 resolved to the last layer) */
     int64_t *layer_list;        /* [n_layer_list] row->layers.list_field */
     size_t n_layer_list;
     bool have_layer_list;       /* the list was given (not absent or null) */

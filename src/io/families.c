@@ -463,6 +463,59 @@ static const moe_fam_row fam_rows[] = {
      .prefixes = {"model.layers.%L.block_sparse_moe."},
      .stacked = {{"experts.gate_up_proj", "experts.down_proj"}, {"input_linear.weight", "output_linear.weight"}}},
 
+    /* Qwen3OmniMoeThinkerTextSparseMoeBlock (Qwen3-Omni's thinker; its talker's MoE is another
+     * decoder): Qwen3-MoE's router (softmax, norm_topk_prob, default true), no shared expert;
+     * decoder_sparse_step / mlp_only_layers. The full model keeps the decoder's fields two
+     * levels down (thinker_config.text_config) and saves its tensors under thinker.model.; the
+     * thinker alone one level down (text_config), under model. (model.language_model. in
+     * memory) */
+    {.family = MOE_FAMILY_QWEN3_OMNI_MOE, .name = "qwen3_omni_moe", .text_config = true,
+     .config_path = "thinker_config.text_config.",
+     .names = {{"Qwen3OmniMoeForConditionalGeneration", "qwen3_omni_moe"},
+               {"Qwen3OmniMoeThinkerForConditionalGeneration", "qwen3_omni_moe_thinker"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_SPARSE_STEP, .step_field = "decoder_sparse_step", .step_default = 1, .list_field = "mlp_only_layers"},
+     .prefixes = {"thinker.model.layers.%L.mlp." /* as saved and released */,
+                  "thinker.model.language_model.layers.%L.mlp." /* save_original_format=False */,
+                  "model.layers.%L.mlp." /* the thinker alone, as saved */,
+                  "model.language_model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* GraniteMoeSharedMoE: Granite-MoE's router (top-k on the logits, softmax of the k) in
+     * every layer; the decoder layer adds its shared_mlp (ungated, input_linear [2 I_s, H]
+     * chunked gate then up, output_linear [H, I_s], hidden_act) to the block's output, on the
+     * same input: the block's shared expert here. shared_intermediate_size defaults to 0 (none) */
+    {.family = MOE_FAMILY_GRANITE_MOE_SHARED, .name = "granitemoeshared",
+     .names = {{"GraniteMoeSharedForCausalLM", "granitemoeshared"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .shared = {MOE_FAM_SHARED_FIELD, "shared_intermediate_size", .field_optional = true, .field_default = 0,
+                .module = "shared_mlp", .prefix = "model.layers.%L.", .fused_gate_up = "input_linear",
+                .fused_down = "output_linear"},
+     .scoring = MOE_SCORING_TOPK_SOFTMAX,
+     .router = {"router.layer.weight" /* as released */, "router.weight"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.block_sparse_moe."},
+     .stacked = {{"experts.gate_up_proj", "experts.down_proj"}, {"input_linear.weight", "output_linear.weight"}}},
+    /* GraniteMoeHybridMoE (Granite 4.0): the same block and shared_mlp in every layer, Mamba or
+     * attention alike; shared_intermediate_size defaults to 1024; num_local_experts 0 (the
+     * dense Granite 4.0 models): no MoE layer */
+    {.family = MOE_FAMILY_GRANITE_MOE_HYBRID, .name = "granitemoehybrid",
+     .names = {{"GraniteMoeHybridForCausalLM", "granitemoehybrid"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_FIELD, "shared_intermediate_size", .field_optional = true, .field_default = 1024,
+                .module = "shared_mlp", .prefix = "model.layers.%L.", .fused_gate_up = "input_linear",
+                .fused_down = "output_linear"},
+     .scoring = MOE_SCORING_TOPK_SOFTMAX,
+     .router = {"router.layer.weight" /* as released */, "router.weight"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.block_sparse_moe."},
+     .stacked = {{"experts.gate_up_proj", "experts.down_proj"}, {"input_linear.weight", "output_linear.weight"}}},
+
     /* LaraMiniSparseMoeBlock (Lara-Mini; its gated-delta-net layers are attention only):
      * LaraMiniTopKRouter is softmax over the f32 logits, top-k, renormalized when
      * norm_topk_prob (default true); the shared expert added ungated; every layer */
@@ -472,6 +525,21 @@ static const moe_fam_row fam_rows[] = {
      .shared = {MOE_FAM_SHARED_FIELD, "shared_expert_intermediate_size", 0, false, "shared_expert"},
      .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
      .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* HunYuanMoEV1Moe (Hunyuan-A13B): HunYuanMoEV1Gate is softmax, top-k, always renormalized
+     * (no epsilon), its gate.wg in float32; plus shared_mlp (ungated, intermediate_size wide, as
+     * the experts) in every layer. K is moe_topk (num_experts_per_tok is its alias); moe_topk
+     * and num_experts may be per-layer lists */
+    {.family = MOE_FAMILY_HUNYUAN_V1_MOE, .name = "hunyuan_v1_moe", .names = {{"HunYuanMoEV1ForCausalLM", "hunyuan_v1_moe"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .top_k_field = "moe_topk", .per_layer_lists = true,
+     .shared = {MOE_FAM_SHARED_SAME_AS_I, .module = "shared_mlp"},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .router = {"gate.wg.weight"},
      .layers = {MOE_FAM_LAYERS_EVERY},
      .prefixes = {"model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
@@ -535,6 +603,83 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_EVERY},
      .prefixes = {"model.layers.%L.mlp."},
      .input_major = {"experts.gate_up_proj", "experts.down_proj", false, "experts.gate_up_proj_bias", "experts.down_proj_bias"}},
+    /* MellumSparseMoeBlock (JetBrains Mellum): Qwen3-MoE's router (softmax, norm_topk_prob,
+     * default true), no shared expert; MoE layers by mlp_layer_types (absent: MellumConfig
+     * makes every layer "sparse"); its MTP layers are outside num_hidden_layers */
+    {.family = MOE_FAMILY_MELLUM, .name = "mellum", .names = {{"MellumForCausalLM", "mellum"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 0, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* JambaSparseMoeBlock: JambaTopKRouter is softmax then top-k, never renormalized; no
+     * shared expert; MoE where layer % expert_layer_period (2) == expert_layer_offset (1) and
+     * num_experts > 1, in Mamba and attention layers alike (the mixer is not the block) */
+    {.family = MOE_FAMILY_JAMBA, .name = "jamba", .names = {{"JambaForCausalLM", "jamba"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_NEVER},
+     .router = {"router.weight"},
+     .layers = {MOE_FAM_LAYERS_PERIOD_OFFSET, "expert_layer_offset", 1, "expert_layer_period", 2},
+     .prefixes = {"model.layers.%L.feed_forward."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Mistral4MoE (Mistral Small 4): Mistral4TopkRouter takes the softmax scores, groups them
+     * by the sum of their two best (masking the others to 0), top-k, renormalizes (+1e-20)
+     * when norm_topk_prob (default true), times routed_scaling_factor (1); Mistral4Config's
+     * n_group / topk_group default 1 (no groups; read by sigmoid_groups_routing, which only
+     * reads the group fields); n_shared_experts (1) * I shared, ungated; MoE from
+     * first_k_dense_replace (0) */
+    {.family = MOE_FAMILY_MISTRAL4, .name = "mistral4", .names = {{"Mistral4ForCausalLM", "mistral4"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_DENSE_PREFIX, "first_k_dense_replace", 0, "moe_layer_freq", 1},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* AriaTextMoELayer: AriaTextTopKRouter is top-k on the logits, softmax of the k (Granite's);
+     * moe_num_shared_experts (2) * I shared, ungated, with hidden_act, while AriaExperts are
+     * always SiLU-gated; mlp_bias would give the shared MLP biases; every layer MoE. K is
+     * moe_topk. Experts as saved: input-major experts.fc1.weight [E, H, 2I] (chunked gate
+     * then up) and experts.fc2.weight [E, I, H]; released under language_model.model. */
+    {.family = MOE_FAMILY_ARIA, .name = "aria", .text_config = true,
+     .names = {{"AriaForConditionalGeneration", "aria"}, {"AriaTextForCausalLM", "aria_text"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "moe_num_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .top_k_field = "moe_topk",
+     .shared = {MOE_FAM_SHARED_COUNT, "moe_num_shared_experts", 2, false, "shared_experts"},
+     .scoring = MOE_SCORING_TOPK_SOFTMAX,
+     .router = {"router.weight"},
+     .activation = {MOE_FAM_ACT_SILU_ONLY}, .false_field = "mlp_bias",
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"language_model.model.layers.%L.mlp." /* as saved and released */,
+                  "model.language_model.layers.%L.mlp.", "model.layers.%L.mlp." /* AriaTextForCausalLM */},
+     .input_major = {"experts.fc1.weight", "experts.fc2.weight", false}},
+
+    /* Ernie4_5_MoeSparseMoeBlock (ERNIE-4.5-MoE): Ernie4_5_MoeTopKRouter in f32: softmax, top-k
+     * on the scores plus moe_statics.e_score_correction_bias ([1, E]), weights the unbiased
+     * scores / clamp(sum, moe_norm_min); moe_num_shared_experts (2) * I shared, ungated; MoE
+     * where (L + 1) % moe_layer_interval (1) == 0 and moe_layer_start_index (1) <= L <=
+     * moe_layer_end_index (-1: the last); K is moe_k; use_bias would bias the MLPs */
+    {.family = MOE_FAMILY_ERNIE4_5_MOE, .name = "ernie4_5_moe", .names = {{"Ernie4_5_MoeForCausalLM", "ernie4_5_moe"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "moe_num_experts", .experts_alias = "num_experts", .experts_min = 0,
+     .top_k_field = "moe_k",
+     .shared = {MOE_FAM_SHARED_COUNT, "moe_num_shared_experts", 2, false, "shared_experts"},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .router = {"gate.weight"}, .selection_bias = "moe_statics.e_score_correction_bias",
+     .renorm_min_field = "moe_norm_min", .renorm_min = 1e-12, .false_field = "use_bias",
+     .layers = {MOE_FAM_LAYERS_INTERVAL_RANGE, "moe_layer_start_index", 1, "moe_layer_interval", 1,
+                .last_field = "moe_layer_end_index"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 
@@ -629,8 +774,7 @@ const char *moe_fam_names_with(moe_fam_layout layout, const char *sep, bool arch
         const moe_fam_row *r = &fam_rows[i];
         const bool has = layout == MOE_FAM_HAS_MXFP4         ? r->mxfp4.gate_up_blocks != NULL
                          : layout == MOE_FAM_HAS_INPUT_MAJOR ? r->input_major.gate_up != NULL
-                                                             : r->input_major.gate_up != NULL &&
-                                                                   (!r->input_major.gate_up_bias || r->mxfp4.gate_up_blocks);
+                                                             : moe_fam_quantize_input_major(r);
         if (!has)
             continue;
         int len = archs && r->names[0].arch
@@ -653,11 +797,25 @@ static bool expand_layer(const char *lead, const char *pat, int64_t layer, char 
     return len >= 0 && (size_t)len < n;
 }
 
+bool moe_fam_quantize_input_major(const moe_fam_row *row)
+{
+    /* the names moe quantize rewrites, and a quantized form for the expert biases if any (only
+     * MXFP4's layout carries them: the per-expert formats have no place for them) */
+    return row->input_major.gate_up && strcmp(row->input_major.gate_up, "experts.gate_up_proj") == 0 &&
+           row->input_major.down && strcmp(row->input_major.down, "experts.down_proj") == 0 &&
+           (!row->input_major.gate_up_bias || row->mxfp4.gate_up_blocks);
+}
+
 bool moe_fam_prefix(const moe_fam_row *row, int i, int64_t layer, char *out, size_t n)
 {
     if (i < 0 || i >= MOE_FAM_MAX_PREFIXES || !row->prefixes[i])
         return false;
     return expand_layer("", row->prefixes[i], layer, out, n);
+}
+
+bool moe_fam_pattern(const char *pat, int64_t layer, char *out, size_t n)
+{
+    return expand_layer("", pat, layer, out, n);
 }
 
 bool moe_fam_tensor_name(const char *name, const char *prefix, int64_t layer, char *out, size_t n)

@@ -23,8 +23,11 @@ typedef enum moe_fam_renorm {
 /* How the expert activation is chosen (moe_layer_desc.activation). */
 typedef enum moe_fam_act {
     MOE_FAM_ACT_HIDDEN_ACT = 0, /* config `hidden_act` (absent: "silu") picks the gate function */
-    MOE_FAM_ACT_CLAMPED_SWIGLU  /* always MOE_ACT_SWIGLU_OAI, alpha and limit from two fields
+    MOE_FAM_ACT_CLAMPED_SWIGLU, /* always MOE_ACT_SWIGLU_OAI, alpha and limit from two fields
                                    (gpt-oss; hidden_act is not read) */
+    MOE_FAM_ACT_SILU_ONLY       /* the routed experts are always SiLU-gated and the shared
+                                   expert follows hidden_act (Aria): SwiGLU, any other
+                                   hidden_act refused by name */
 } moe_fam_act;
 
 /* Which decoder layers hold an MoE block, from the fields of moe_fam_row.layers. */
@@ -34,16 +37,23 @@ typedef enum moe_fam_layers {
     MOE_FAM_LAYERS_DENSE_PREFIX,    /* layer >= first_field and layer % step_field == 0 */
     MOE_FAM_LAYERS_LISTED_ELSE_STEP, /* listed in list_field when it is given, else
                                        (layer + 1) % step_field == 0 */
-    MOE_FAM_LAYERS_TYPES_ELSE_PREFIX /* list_field (mlp_layer_types) [L] == "sparse" when it is
+    MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, /* list_field (mlp_layer_types) [L] == "sparse" when it is
                                         given (every entry "dense" or "sparse"), else layer >=
                                         first_field (first_default when the row has no
                                         first_field or config.json lacks it) */
+    MOE_FAM_LAYERS_PERIOD_OFFSET,    /* layer % step_field == first_field (the offset, < the
+                                        period), and more than one expert (Jamba:
+                                        expert_layer_period / expert_layer_offset; one expert is
+                                        its dense MLP) */
+    MOE_FAM_LAYERS_INTERVAL_RANGE    /* (layer + 1) % step_field == 0 and first_field <= layer
+                                        <= last_field (-1 or absent: the last layer): ERNIE-4.5's
+                                        moe_layer_interval / start_index / end_index */
 } moe_fam_layers;
 
 /* How config.json gives I_s, the shared expert's intermediate size (0: none). */
 typedef enum moe_fam_shared_size {
     MOE_FAM_SHARED_NONE = 0, /* no shared expert */
-    MOE_FAM_SHARED_FIELD,    /* I_s = the field (required) */
+    MOE_FAM_SHARED_FIELD,    /* I_s = the field (required unless the row's field_optional) */
     MOE_FAM_SHARED_COUNT,    /* I_s = the field (a count of shared experts) * I; absent: the config
                                 class's count, null: none */
     MOE_FAM_SHARED_SAME_AS_I /* I_s = I (one shared expert as wide as a routed one) */
@@ -71,7 +81,7 @@ typedef moe_status (*moe_fam_routing_hook)(const moe_cfg_fields *f, const moe_fa
                                            int64_t *topk_group);
 
 #define MOE_FAM_MAX_NAMES 2    /* architecture classes per family */
-#define MOE_FAM_MAX_PREFIXES 3 /* block prefix candidates per family */
+#define MOE_FAM_MAX_PREFIXES 4 /* block prefix candidates per family */
 #define MOE_FAM_MAX_ROUTERS 2  /* router name candidates per family */
 #define MOE_FAM_MAX_STACKED 2  /* stacked output-major layouts per family */
 #define MOE_FAM_MAX_REFUSE 2   /* refused config values per family */
@@ -96,12 +106,22 @@ struct moe_fam_row {
                                               else model_type (in table order) */
     bool text_config;                      /* a multimodal wrapper: the decoder's fields are in
                                               config `text_config` when that is an object */
+    const char *config_path;               /* a wrapper nested deeper: the dotted path of the
+                                              object holding the decoder's fields, with a trailing
+                                              dot ("thinker_config.text_config."), tried first;
+                                              when it does not lead to an object, text_config
+                                              applies (NULL: text_config only) */
 
     /* ---- sizes ---- */
     const char *intermediate_field;        /* I: "moe_intermediate_size" or "intermediate_size" */
     const char *experts_field;             /* E ... */
     const char *experts_alias;             /* ... or this when experts_field is absent */
     int64_t experts_min;                   /* 0: a config may have no experts (no MoE layer) */
+    const char *top_k_field;               /* K: NULL = "num_experts_per_tok"; else this field, or
+                                              num_experts_per_tok when it is absent (Hunyuan's
+                                              moe_topk) */
+    bool per_layer_lists;                  /* E and K may be per-layer lists (Hunyuan): read when
+                                              every entry is equal, else refused by name */
     struct {
         moe_fam_shared_size rule;
         const char *field;                 /* FIELD, COUNT */
@@ -109,6 +129,16 @@ struct moe_fam_row {
         bool gated;                        /* out += sigmoid(w_sg . x) * shared(x) when I_s > 0 */
         const char *module;                /* P<module>.{gate,up,down}_proj.weight */
         const char *gate;                  /* P<gate>.weight [1, H] when gated */
+        const char *prefix;                /* instead of P, this ("%L" = the layer): a shared MLP
+                                              beside the block in the decoder layer (Granite's
+                                              "model.layers.%L.", module "shared_mlp"); NULL: P */
+        const char *fused_gate_up;         /* instead of {gate,up}_proj: <module>.<fused_gate_up>
+                                              .weight [2 I_s, H], the gate's rows then the up's
+                                              (Granite's input_linear), ... */
+        const char *fused_down;            /* ... and <module>.<fused_down>.weight [H, I_s]
+                                              (output_linear); both or neither; float only */
+        bool field_optional;               /* FIELD: absent is not an error but ... */
+        int64_t field_default;             /* ... the config class's I_s (0: none) */
     } shared;
 
     /* ---- routing and expert math (moe.h "Layer description") ---- */
@@ -152,6 +182,14 @@ struct moe_fam_row {
     } activation;
     moe_fam_routing_hook routing_hook;     /* or NULL */
     moe_fam_refuse refuse[MOE_FAM_MAX_REFUSE]; /* config values refused by name (field NULL: none) */
+    const char *renorm_min_field;          /* the router divides by max(sum, this field) (ERNIE's
+                                              moe_norm_min, default renorm_min): equal to libmoe's
+                                              sum + 1e-20 when it is <= 1/E (a top-k sum is >= 1/E);
+                                              a larger value is refused by name */
+    double renorm_min;
+    const char *false_field;               /* a boolean field libmoe reads only when false (absent:
+                                              false): Aria's mlp_bias, biases on the shared
+                                              expert; true is refused by name */
 
     /* ---- which layers are MoE ---- */
     struct {
@@ -168,6 +206,7 @@ struct moe_fam_row {
                                               config class's list when list_field is absent or
                                               null (FlintConfig's mlp_only_layers [0, 1]) ... */
         int n_list_default;                /* ... of this many entries (0: an empty list) */
+        const char *last_field;            /* INTERVAL_RANGE: the last MoE layer (-1: the last) */
     } layers;
 
     /* ---- tensors of layer L ---- */
@@ -221,8 +260,11 @@ const char *moe_fam_supported_list(void);
 typedef enum moe_fam_layout {
     MOE_FAM_HAS_MXFP4,      /* mxfp4.gate_up_blocks: MXFP4 checkpoints are read (and written) */
     MOE_FAM_HAS_INPUT_MAJOR, /* input_major.gate_up: stacked input-major experts */
-    MOE_FAM_QUANTIZES_INPUT_MAJOR /* input-major experts moe quantize writes: without expert
-                                     biases (per-expert codes), or with an MXFP4 layout */
+    MOE_FAM_QUANTIZE_INPUT_MAJOR /* input_major.gate_up named experts.gate_up_proj (with
+                                    experts.down_proj), without expert biases or with an MXFP4
+                                    layout: the input-major tensors moe quantize rewrites
+                                    (gpt-oss, Llama-4; not Aria's experts.fc1.weight, not the
+                                    privacy filter's biased halves) */
 } moe_fam_layout;
 
 /* The names (moe_family_name) of the rows that store `layout`, in table order, joined by sep,
@@ -230,9 +272,16 @@ typedef enum moe_fam_layout {
  * (truncated to fit); "no family" when no row does. Returns out. */
 const char *moe_fam_names_with(moe_fam_layout layout, const char *sep, bool archs, char *out, size_t n);
 
+/* true when the row's input-major layout is named experts.gate_up_proj / experts.down_proj, the
+ * stacked tensors moe quantize recognizes, and has no expert biases unless the row also has an
+ * MXFP4 layout, which carries them (MOE_FAM_QUANTIZE_INPUT_MAJOR). */
+bool moe_fam_quantize_input_major(const moe_fam_row *row);
 /* Block prefix candidate i (< MOE_FAM_MAX_PREFIXES) of layer `layer` into out [n]: false when
  * the row has no candidate i (or it does not fit). */
 bool moe_fam_prefix(const moe_fam_row *row, int i, int64_t layer, char *out, size_t n);
+/* A name pattern ("%L" = the layer, at most once) of layer `layer` into out [n]: false when it
+ * does not fit. */
+bool moe_fam_pattern(const char *pat, int64_t layer, char *out, size_t n);
 
 /* The name of layer `layer`'s tensor `name` of the row (a router_bias / selection_bias): a name
  * holding "%L" is expanded as a prefix pattern is, any other follows the block prefix

@@ -82,6 +82,36 @@ moe_status moe_cfg_int_alias(const moe_cfg_fields *f, const char *key, const cha
     return moe_cfg_int(f, key, true, 0, min, out);
 }
 
+moe_status moe_cfg_int_uniform(const moe_cfg_fields *f, const char *key, const char *alias, int64_t min,
+                               int64_t *out)
+{
+    if (alias && !json_object_get(f->obj, key) && json_object_get(f->obj, alias))
+        key = alias;
+    const json_t *v = json_object_get(f->obj, key);
+    if (!json_is_array(v))
+        return alias ? moe_cfg_int_alias(f, key, alias, min, out) : moe_cfg_int(f, key, true, 0, min, out);
+    const size_t n = json_array_size(v);
+    if (n == 0)
+        return moe_set_error(f->ctx, MOE_EFORMAT, "%s: field '%s%s' is an empty list", f->path, f->prefix, key);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(v, i);
+        if (!json_is_integer(e))
+            return moe_set_error(f->ctx, MOE_EFORMAT, "%s: field '%s%s'[%zu] must be an integer, found %s", f->path,
+                                 f->prefix, key, i, moe_io_json_kind(e));
+        const json_int_t x = json_integer_value(e);
+        if (x < min)
+            return moe_set_error(f->ctx, MOE_EFORMAT, "%s: field '%s%s'[%zu] = %lld must be >= %lld", f->path,
+                                 f->prefix, key, i, (long long)x, (long long)min);
+        if (i > 0 && x != (json_int_t)*out)
+            return moe_set_error(f->ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%s%s' is a per-layer list whose entries differ ([0] = %lld, [%zu] = "
+                                 "%lld): libmoe describes every MoE layer of a checkpoint with one value",
+                                 f->path, f->prefix, key, (long long)*out, i, (long long)x);
+        *out = (int64_t)x;
+    }
+    return MOE_OK;
+}
+
 moe_status moe_cfg_bool(const moe_cfg_fields *f, const char *key, int dflt, int *out)
 {
     const json_t *v = given(f, key);

@@ -24,7 +24,8 @@ typedef struct moe_cfg_assumed {
 typedef struct moe_cfg_fields {
     moe_ctx *ctx;          /* errors go here */
     const char *path;      /* the file, for messages */
-    const char *prefix;    /* "" or "text_config.": how messages spell the fields */
+    const char *prefix;    /* "", "text_config." or a row's config_path: how messages spell the
+                              fields */
     const json_t *obj;     /* the object the fields are read from */
     moe_cfg_assumed *assumed; /* or NULL: each optional field below that takes its default is
                                  appended here */
@@ -46,6 +47,12 @@ moe_status moe_cfg_int(const moe_cfg_fields *f, const char *key, bool required, 
  * accepts num_experts for num_local_experts). MOE_ENOTFOUND names both when neither is there. */
 moe_status moe_cfg_int_alias(const moe_cfg_fields *f, const char *key, const char *alias, int64_t min,
                              int64_t *out);
+/* moe_cfg_int_alias (alias NULL: `key` only), where the field may also be a per-layer list
+ * (Hunyuan's moe_topk): a list of equal integers gives that integer; a list whose entries
+ * differ is MOE_EUNSUPPORTED naming the first that differs (libmoe describes every MoE layer
+ * of a checkpoint with one value). */
+moe_status moe_cfg_int_uniform(const moe_cfg_fields *f, const char *key, const char *alias, int64_t min,
+                               int64_t *out);
 /* Optional boolean field `key` (absent or null: `dflt`). */
 moe_status moe_cfg_bool(const moe_cfg_fields *f, const char *key, int dflt, int *out);
 /* Optional number field `key` (integer or real; absent or null: `dflt`); it must be finite (as

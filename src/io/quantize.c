@@ -330,17 +330,6 @@ j.mxfp4 = j.q.w13.dtype == MOE_QTYPE_MXFP4;
     j.row = moe_fam_row_of(fam);
     const bool writes_mxfp4 = j.row && j.row->mxfp4.gate_up_blocks;
     char fams[256]; /* [256] chars: the names of the rows a refusal below applies to */
-    if (j.row && !j.row->per_expert.proj[0] && !j.row->input_major.gate_up) {
-        /* the layout read without per_expert is the row's last stacked one (families.h) */
-        const moe_fam_stacked *sk = &j.row->stacked[0];
-        for (int i = 1; i < MOE_FAM_MAX_STACKED && j.row->stacked[i].gate_up; i++)
-            sk = &j.row->stacked[i];
-        st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: %s stores its experts stacked (%s / %s); "
-                           "moe quantize writes %s and the per-expert layout (experts.<e>.<proj>.weight) only",
-                           in_dir, j.row->name, sk->gate_up ? sk->gate_up : "?", sk->down ? sk->down : "?",
-                           moe_fam_names_with(MOE_FAM_QUANTIZES_INPUT_MAJOR, ", ", false, fams, sizeof fams));
-        goto out;
-    }
     if (j.row && j.row->input_major.gate_up_bias && !writes_mxfp4) {
         /* input-major experts with biases and no MXFP4 layout (openai_privacy_filter): the
          * per-expert quantized formats have no place for the gate_up / down biases */
@@ -348,7 +337,22 @@ j.mxfp4 = j.q.w13.dtype == MOE_QTYPE_MXFP4;
                            "format libmoe writes carries them; moe quantize writes %s and the per-expert layout",
                            in_dir, j.row->name, j.row->input_major.gate_up_bias,
                            j.row->input_major.down_bias ? j.row->input_major.down_bias : "?",
-                           moe_fam_names_with(MOE_FAM_QUANTIZES_INPUT_MAJOR, ", ", false, fams, sizeof fams));
+                           moe_fam_names_with(MOE_FAM_QUANTIZE_INPUT_MAJOR, ", ", false, fams, sizeof fams));
+        goto out;
+    }
+    if (j.row && !j.row->per_expert.proj[0] && !moe_fam_quantize_input_major(j.row)) {
+        /* the layout read without per_expert is the row's input-major one, else its last
+         * stacked one (families.h) */
+        const moe_fam_stacked *sk = &j.row->stacked[0];
+        for (int i = 1; i < MOE_FAM_MAX_STACKED && j.row->stacked[i].gate_up; i++)
+            sk = &j.row->stacked[i];
+        const bool im = j.row->input_major.gate_up != NULL;
+        st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: %s stores its experts %s (%s / %s); "
+                           "moe quantize writes %s and the per-expert layout (experts.<e>.<proj>.weight) only",
+                           in_dir, j.row->name, im ? "input-major" : "stacked",
+                           im ? j.row->input_major.gate_up : sk->gate_up ? sk->gate_up : "?",
+                           im ? j.row->input_major.down : sk->down ? sk->down : "?",
+                           moe_fam_names_with(MOE_FAM_QUANTIZE_INPUT_MAJOR, ", ", false, fams, sizeof fams));
         goto out;
     }
     if (writes_mxfp4 && !j.mxfp4) {
@@ -452,7 +456,7 @@ j.mxfp4 = j.q.w13.dtype == MOE_QTYPE_MXFP4;
         st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: no expert weights in the selected MoE layers "
                            "(<prefix>experts.<e>.<proj>.weight, or %s's experts.gate_up_proj and "
                            "down_proj): other stacked expert layouts are not written", in_dir,
-                           moe_fam_names_with(MOE_FAM_QUANTIZES_INPUT_MAJOR, " / ", false, fams, sizeof fams));
+                           moe_fam_names_with(MOE_FAM_QUANTIZE_INPUT_MAJOR, " / ", false, fams, sizeof fams));
         goto out;
     }
     /* config.json with quantization_config; the index with the new names */

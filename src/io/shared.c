@@ -139,11 +139,61 @@ static moe_status shared_gate(const moe_ck_index *ix, const moe_ck_config *c, co
     return moe_ck_check_shape(ix, path, &lt->sh_gate_w, "[1, H]", 2, gw_shape);
 }
 
-moe_status moe_ck_shared_resolve(const moe_ck_index *ix, const moe_ck_config *c, const char *prefix, int describe,
-                                 moe_ck_layer *lt)
+/* A fused shared MLP (the row's shared.fused_gate_up / fused_down, under prefix `sp`): gate_up
+ * [2 I_s, H] read as the views gate = rows [0, I_s), up = rows [I_s, 2 I_s); down [H, I_s].
+ * Float weights only. */
+static moe_status shared_fused(const moe_ck_index *ix, const moe_ck_config *c, const char *sp, moe_ck_layer *lt)
+{
+    const moe_fam_row *row = c->row;
+    const int64_t H = c->desc.hidden_size, Is = c->desc.shared_expert_intermediate_size;
+    const int64_t gu_shape[2] = {2 * Is, H}, down_shape[2] = {H, Is};
+    const char *const part[2] = {row->shared.fused_gate_up, row->shared.fused_down};
+    const int64_t *shape[2] = {gu_shape, down_shape};
+    const char *const label[2] = {"[2 I_s, H]", "[H, I_s]"};
+    moe_tensor_info t[2];
+    char name[MOE_CK_NAME_LEN];
+    const char *path = NULL;
+    for (int j = 0; j < 2; j++) {
+        snprintf(name, sizeof name, "%s%s.%s.weight", sp, row->shared.module, part[j]);
+        moe_status st = moe_ck_get(ix, name, &t[j], &path);
+        if (st != MOE_OK)
+            return st;
+        if (!moe_ck_is_float_dtype(t[j].dtype))
+            return moe_set_error(ix->ctx, MOE_EUNSUPPORTED,
+                                 "%s: tensor '%s' is %s: libmoe reads the fused shared MLP (%s.%s / %s) in F32, BF16 "
+                                 "or F16 only",
+                                 path, name, moe_dtype_name(t[j].dtype), row->shared.module, part[0], part[1]);
+        if ((st = moe_ck_get_weight(ix, lt, name, label[j], 2, shape[j], &t[j])) != MOE_OK)
+            return st;
+    }
+    const size_t half = t[0].nbytes / 2; /* bytes of one [I_s, H] half */
+    lt->sh_gate = t[0];
+    lt->sh_gate.shape[0] = Is;
+    lt->sh_gate.nbytes = half;
+    lt->sh_up = lt->sh_gate;
+    lt->sh_up.data = (const char *)t[0].data + half;
+    lt->sh_down = t[1];
+    return MOE_OK;
+}
+
+moe_status moe_ck_shared_resolve(const moe_ck_index *ix, const moe_ck_config *c, int64_t layer, const char *prefix,
+                                 int describe, moe_ck_layer *lt)
 {
     const int64_t H = c->desc.hidden_size, Is = c->desc.shared_expert_intermediate_size;
     const char *sh = c->row->shared.module;
+    char sp_buf[MOE_CK_PREFIX_LEN]; /* the shared MLP's own prefix, when the row gives one */
+    if (c->row->shared.prefix) {
+        if (!moe_fam_pattern(c->row->shared.prefix, layer, sp_buf, sizeof sp_buf))
+            return moe_set_error(ix->ctx, MOE_EINVAL, "layer %" PRId64 ": the shared MLP's prefix does not fit", layer);
+        prefix = sp_buf;
+    }
+    if (c->row->shared.fused_gate_up) {
+        lt->has_shared = true;
+        moe_status st = shared_fused(ix, c, prefix, lt);
+        if (st == MOE_OK && c->desc.shared_expert_gated)
+            st = shared_gate(ix, c, prefix, lt);
+        return st;
+    }
     const int64_t in_shape[2] = {Is, H};
     const int64_t out_shape[2] = {H, Is};
     const int64_t *shape[3] = {in_shape, in_shape, out_shape};

@@ -56,6 +56,27 @@ The other families, from transformers 5.24's modeling code (the routing table of
   Phi-MoE       sparsemixer (eval): two rounds of "largest remaining logit m, mask every
                 expert with (m - l) / max(|l|, m) > 2 router_jitter_noise, weight = softmax
                 of the unmasked logits at the pick"; no renormalization; Mixtral's experts
+  Granite-MoE-Shared, Granite-MoE-Hybrid (Granite 4.0)
+                Granite-MoE's router and experts, plus the decoder layer's shared_mlp on the same
+                input: model.layers.L.shared_mlp.input_linear [2 I_s, H] (act(first half) * second
+                half), output_linear [H, I_s]; I_s = shared_intermediate_size (absent: 0 / 1024)
+  Hunyuan-MoE   softmax, top-k (config moe_topk, maybe a per-layer list), always renormalized;
+                router gate.wg; + shared_mlp (ungated, intermediate_size wide)
+  Mellum        Qwen3-MoE's router (norm_topk_prob default true); MoE where mlp_layer_types[L]
+                is "sparse" (absent: every layer)
+  Jamba         softmax, top-k, not renormalized; router feed_forward.router; MoE where
+                L % expert_layer_period (2) == expert_layer_offset (1) and num_experts > 1
+  Mistral-4     s = softmax(l); groups: score = sum of the two best s, keep topk_group (others
+                0); top-k on s; weights s, / (sum + 1e-20) if norm_topk_prob (true); *
+                routed_scaling_factor (1); n_shared_experts (1) * I shared; L >= first_k_dense_replace
+  Aria          top-k on l, softmax of the k (AriaTextTopKRouter); input-major experts.fc1
+                [E, H, 2I] (gate = first I columns) and experts.fc2 [E, I, H]; + shared_experts
+                (moe_num_shared_experts (2) * I); K = moe_topk, E = moe_num_experts
+  ERNIE-4.5-MoE s = softmax(l); top-k on s + moe_statics.e_score_correction_bias [1, E]; weights
+                s / max(sum, moe_norm_min); moe_num_shared_experts (2) * I shared; K = moe_k;
+                MoE where (L + 1) % moe_layer_interval == 0, start_index <= L <= end_index
+  Qwen3-Omni    the thinker's text MoE: Qwen3-MoE's router, norm_topk_prob defaulting to true;
+                fields in config thinker_config.text_config (the thinker alone: text_config)
 
 Weights of any dtype (F32, BF16, F16) are widened exactly to float64, so the reference uses
 the same rounded weights a bf16/f16 implementation sees. Tensor names: per-expert (what
@@ -173,6 +194,17 @@ _FAMILIES = {
     "JetMoeForCausalLM": "jetmoe", "jetmoe": "jetmoe",
     "OpenAIPrivacyFilterForTokenClassification": "openai_privacy_filter",
     "openai_privacy_filter": "openai_privacy_filter",
+    "Qwen3OmniMoeForConditionalGeneration": "qwen3_omni_moe", "qwen3_omni_moe": "qwen3_omni_moe",
+    "Qwen3OmniMoeThinkerForConditionalGeneration": "qwen3_omni_moe",
+    "qwen3_omni_moe_thinker": "qwen3_omni_moe",
+    "GraniteMoeSharedForCausalLM": "granitemoeshared", "granitemoeshared": "granitemoeshared",
+    "GraniteMoeHybridForCausalLM": "granitemoehybrid", "granitemoehybrid": "granitemoehybrid",
+    "HunYuanMoEV1ForCausalLM": "hunyuan_v1_moe", "hunyuan_v1_moe": "hunyuan_v1_moe",
+    "MellumForCausalLM": "mellum", "mellum": "mellum",
+    "JambaForCausalLM": "jamba", "jamba": "jamba",
+    "Mistral4ForCausalLM": "mistral4", "mistral4": "mistral4",
+    "AriaForConditionalGeneration": "aria", "aria": "aria", "AriaTextForCausalLM": "aria", "aria_text": "aria",
+    "Ernie4_5_MoeForCausalLM": "ernie4_5_moe", "ernie4_5_moe": "ernie4_5_moe",
 }
 
 
@@ -188,7 +220,9 @@ def family_of(cfg):
 
 def text_config(cfg, family):
     """The decoder's fields: text_config for the multimodal wrappers."""
-    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "qwen4_exp", "minimax_m3_vl") and isinstance(cfg.get("text_config"), dict):
+    if family == "qwen3_omni_moe" and isinstance((cfg.get("thinker_config") or {}).get("text_config"), dict):
+        return cfg["thinker_config"]["text_config"]  # Qwen3OmniMoeConfig: the thinker's text model
+    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "qwen4_exp", "minimax_m3_vl", "qwen3_omni_moe", "aria") and isinstance(cfg.get("text_config"), dict):
         return cfg["text_config"]
     return cfg
 
@@ -201,7 +235,7 @@ _V3_LIKE = ("glm4_moe", "dots1") + _MLP_TYPES
 def is_moe_layer(cfg, family, layer):
     if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo",
                   "kolibri1", "lara_mini", "granitemoe_swa", "qwen4_exp", "phimoe", "jetmoe",
-                  "openai_privacy_filter"):
+                  "openai_privacy_filter", "granitemoeshared", "granitemoehybrid", "hunyuan_v1_moe", "aria"):
         return True
     if family in ("laguna", "beam", "minimax_m3_vl"):
         # LagunaConfig / BeamConfig fill an absent mlp_layer_types with 1 / min(3, L) dense
@@ -216,6 +250,17 @@ def is_moe_layer(cfg, family, layer):
         dense = cfg.get("mlp_only_layers")
         dense = [0, 1] if dense is None else dense
         return layer not in dense and (layer + 1) % int(_get(cfg, "decoder_sparse_step", 1)) == 0
+    if family == "ernie4_5_moe":  # Ernie4_5_MoeDecoderLayer
+        end = int(_get(cfg, "moe_layer_end_index", -1))
+        end = int(cfg["num_hidden_layers"]) - 1 if end == -1 else end
+        return ((layer + 1) % int(_get(cfg, "moe_layer_interval", 1)) == 0
+                and int(_get(cfg, "moe_layer_start_index", 1)) <= layer <= end)
+    if family == "jamba":  # JambaConfig.layers_num_experts; one expert builds JambaMLP
+        period, offset = int(_get(cfg, "expert_layer_period", 2)), int(_get(cfg, "expert_layer_offset", 1))
+        return int(cfg.get("num_experts") or cfg.get("num_local_experts") or 16) > 1 and layer % period == offset
+    if family == "mellum":  # MellumDecoderLayer; MellumConfig fills an absent list with "sparse"
+        types = cfg.get("mlp_layer_types")
+        return types is None or types[layer] == "sparse"
     if family in _MLP_TYPES:
         # their DecoderLayers: MoE where config.mlp_layer_types[layer] == "sparse"; the config
         # classes fill an absent list with dense layers first (first_k_dense_replace, or 1)
@@ -224,7 +269,7 @@ def is_moe_layer(cfg, family, layer):
             return types[layer] == "sparse"
         first = cfg.get("first_k_dense_replace")
         return layer >= ({"deepseek_v32": 3}.get(family, 1) if first is None else int(first))
-    if family in ("deepseek_v2", "deepseek_v3", "glm4_moe", "dots1"):
+    if family in ("deepseek_v2", "deepseek_v3", "glm4_moe", "dots1", "mistral4"):
         # Glm4MoeDecoderLayer / Dots1DecoderLayer: layer_idx >= first_k_dense_replace (1 / 0)
         first = cfg.get("first_k_dense_replace")
         first = {"deepseek_v3": 3, "glm4_moe": 1}.get(family, 0) if first is None else int(first)
@@ -255,16 +300,29 @@ def _prefix(ck, fam, layer):
         "granitemoe_swa": [f"model.layers.{layer}.block_sparse_moe."],
         "minimax_m3_vl": [f"language_model.model.layers.{layer}.block_sparse_moe."],
         "qwen4_exp": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
+        "jamba": [f"model.layers.{layer}.feed_forward."],
+        "aria": [f"language_model.model.layers.{layer}.mlp.", f"model.language_model.layers.{layer}.mlp.",
+                 f"model.layers.{layer}.mlp."],
+        "granitemoeshared": [f"model.layers.{layer}.block_sparse_moe."],
+        "granitemoehybrid": [f"model.layers.{layer}.block_sparse_moe."],
         "minimax": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
         "phimoe": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
         "qwen3_vl_moe": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
+        # Qwen3OmniMoeForConditionalGeneration saves the thinker's decoder as thinker.model.layers
+        # (transformers' conversion mapping undoes model.language_model); the thinker alone, model.
+        "qwen3_omni_moe": [f"thinker.model.layers.{layer}.mlp.", f"thinker.model.language_model.layers.{layer}.mlp.",
+                           f"model.layers.{layer}.mlp.", f"model.language_model.layers.{layer}.mlp."],
     }.get(fam, [f"model.layers.{layer}.mlp."])
     routers = {"gpt_oss": ["router.weight"], "llama4": ["router.weight"], "afmoe": ["router.gate.weight"],
                "granitemoe_swa": ["router.weight"],
                "openai_privacy_filter": ["router.weight"],
                "granitemoe": ["router.layer.weight", "router.weight"],
                "phimoe": ["gate.weight", "router.weight"],
-               "jetmoe": ["router.layer.weight"]}.get(fam, ["gate.weight"])
+               "jetmoe": ["router.layer.weight"],
+               "granitemoeshared": ["router.layer.weight", "router.weight"],
+               "granitemoehybrid": ["router.layer.weight", "router.weight"],
+               "hunyuan_v1_moe": ["gate.wg.weight"], "jamba": ["router.weight"],
+               "aria": ["router.weight"]}.get(fam, ["gate.weight"])
     for c in cands:
         for r in routers:
             if ck.has(c + r):
@@ -335,17 +393,28 @@ def layer_params_new(ck, layer):
         raise IndexError(f"layer {layer} outside [0, {nl})")
     if not is_moe_layer(cfg, fam, layer):
         raise ValueError(f"layer {layer} is a dense layer")
-    H, K = int(cfg["hidden_size"]), int(cfg["num_experts_per_tok"])
+    H = int(cfg["hidden_size"])
+    if fam == "ernie4_5_moe":
+        K = int(cfg.get("moe_k", cfg.get("num_experts_per_tok")))
+    elif fam in ("hunyuan_v1_moe", "aria"):
+        # HunYuanMoEV1Config, AriaTextConfig: moe_topk (num_experts_per_tok maps onto it), an int or per layer
+        K = cfg.get("moe_topk", cfg.get("num_experts_per_tok"))
+        K = int(K[layer] if isinstance(K, list) else K)
+    else:
+        K = int(cfg["num_experts_per_tok"])
     v3 = fam == "deepseek_v3" or fam in _V3_LIKE  # sigmoid + e_score_correction_bias
-    if fam in ("deepseek_v2", "deepseek_v3") + _V3_LIKE:
+    if fam in ("deepseek_v2", "deepseek_v3", "mistral4") + _V3_LIKE:
         E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
-    elif fam in ("qwen3_5_moe", "qwen3_next", "qwen3_vl_moe", "laguna", "kolibri1", "beam", "afmoe", "flint",
-                 "lara_mini", "qwen4_exp"):
+    elif fam == "ernie4_5_moe":
+        E = int(cfg.get("moe_num_experts") or cfg.get("num_experts"))
+        I = int(cfg["moe_intermediate_size"])
+    elif fam in ("qwen3_5_moe", "qwen3_next", "qwen3_vl_moe", "qwen3_omni_moe", "mellum", "laguna", "kolibri1",
+                 "beam", "afmoe", "flint", "lara_mini", "qwen4_exp"):
         E = int(cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
-    else:  # Mixtral-like sizes (and MiniMax-M3's)
-        E = int(cfg.get("num_local_experts") or cfg.get("num_experts"))
+    else:  # Mixtral-like sizes (and MiniMax-M3's; Aria's moe_num_experts)
+        E = int(cfg.get("moe_num_experts") or cfg.get("num_local_experts") or cfg.get("num_experts"))
         I = int(cfg["intermediate_size"])
     p = {"family": fam, "H": H, "K": K, "E": E, "I": I, "scoring": "softmax", "renormalize": False,
          "scale": 1.0, "n_group": 1, "topk_group": 1, "group_score": "max", "sel_bias": None,
@@ -364,13 +433,24 @@ def layer_params_new(ck, layer):
         p.update(scoring="sigmoid", renormalize=bool(_get(cfg, "norm_topk_prob", fam != "dots1")),
                  scale=float(_get(cfg, "routed_scaling_factor", scale0)), n_group=int(_get(cfg, "n_group", g)),
                  topk_group=int(_get(cfg, "topk_group", k)), group_score="top2_sum")
-    elif fam in ("minimax", "qwen3_vl_moe"):
+    elif fam == "mistral4":
+        # Mistral4TopkRouter: softmax scores, DeepSeek-V3's top-2-sum groups without a bias
+        p.update(renormalize=bool(_get(cfg, "norm_topk_prob", True)),
+                 scale=float(_get(cfg, "routed_scaling_factor", 1.0)), n_group=int(_get(cfg, "n_group", 1)),
+                 topk_group=int(_get(cfg, "topk_group", 1)), group_score="top2_sum")
+    elif fam == "ernie4_5_moe":
+        # Ernie4_5_MoeTopKRouter: / clamp(sum, moe_norm_min): the sum itself for any norm_min <= 1/E
+        if float(_get(cfg, "moe_norm_min", 1e-12)) > 1.0 / E:
+            raise ValueError("moe_norm_min > 1/E: the clamp may bind; not modelled here")
+        p["renormalize"] = True
+    elif fam in ("minimax", "qwen3_vl_moe", "hunyuan_v1_moe"):
         p["renormalize"] = True  # their TopKRouters divide by the top-k sum unconditionally
     elif fam == "deepseek_v2":
         p["scale"] = float(_get(cfg, "routed_scaling_factor", 1.0))
         if _get(cfg, "topk_method", "greedy") == "group_limited_greedy":
             p.update(n_group=int(cfg["n_group"]), topk_group=int(cfg["topk_group"]))
-    elif fam in ("gpt_oss", "granitemoe", "granitemoe_swa", "jetmoe", "openai_privacy_filter"):
+    elif fam in ("gpt_oss", "granitemoe", "granitemoe_swa", "jetmoe", "openai_privacy_filter", "granitemoeshared",
+                 "granitemoehybrid", "aria"):
         # JetMoeTopKGating: logits.topk, softmax of the k. OpenAIPrivacyFilterTopKRouter: the same
         # (with the router bias) divided by top_k, the block's output times top_k: the same sum
         p["scoring"] = "topk_softmax"
@@ -378,8 +458,9 @@ def layer_params_new(ck, layer):
             raise ValueError("granitemoe_swa: shared_intermediate_size > 0 (shared_mlp outside the block)")
     elif fam == "llama4":
         p.update(scoring="topk_sigmoid", on_input=True)
-    elif fam in ("olmoe", "qwen3_next", "flex_olmo"):  # FlexOlmoTopKRouter: as OLMoE's
-        p["renormalize"] = bool(_get(cfg, "norm_topk_prob", fam == "qwen3_next"))
+    elif fam in ("olmoe", "qwen3_next", "flex_olmo", "qwen3_omni_moe", "mellum"):  # FlexOlmoTopKRouter: as OLMoE's
+        # Qwen3OmniMoeThinkerTextTopKRouter, MellumTopKRouter: Qwen3-MoE's; their configs default it true
+        p["renormalize"] = bool(_get(cfg, "norm_topk_prob", fam in ("qwen3_next", "qwen3_omni_moe", "mellum")))
     elif fam == "qwen3_5_moe":
         p["renormalize"] = True
     elif fam == "minimax_m3_vl":
@@ -414,6 +495,8 @@ def layer_params_new(ck, layer):
         p["out_bias"] = ck.get(moe + "bias")
     if fam in ("gpt_oss", "openai_privacy_filter"):
         p["router_bias"] = ck.get(moe + "router.bias")
+    if fam == "ernie4_5_moe":
+        p["sel_bias"] = ck.get(moe + "moe_statics.e_score_correction_bias").reshape(-1)  # [1, E] -> [E]
     if v3 or fam == "beam":  # K-EXAONE's checkpoints keep it beside the router, not under it
         bias = moe + ("e_score_correction_bias" if fam == "exaone_moe" else "gate.e_score_correction_bias")
         p["sel_bias"] = ck.get(bias)
@@ -433,9 +516,10 @@ def layer_params_new(ck, layer):
                                     ck.get(moe + "experts.down_proj_scales"))  # [E, H, I]
         b = ck.get(moe + "experts.gate_up_proj_bias")     # [E, 2I]
         p["biases"] = (b[:, 0::2], b[:, 1::2], ck.get(moe + "experts.down_proj_bias"))
-    elif fam in ("gpt_oss", "llama4", "openai_privacy_filter"):
-        gu = ck.get(moe + "experts.gate_up_proj")            # [E, H, 2I]
-        dn = ck.get(moe + "experts.down_proj")                # [E, I, H]
+    elif fam in ("gpt_oss", "llama4", "openai_privacy_filter", "aria"):
+        fc = fam == "aria"  # AriaExperts as saved: fc1 / fc2, chunked like Llama-4's halves
+        gu = ck.get(moe + ("experts.fc1.weight" if fc else "experts.gate_up_proj"))  # [E, H, 2I]
+        dn = ck.get(moe + ("experts.fc2.weight" if fc else "experts.down_proj"))     # [E, I, H]
         if fam == "gpt_oss":
             p["w_gate"] = np.transpose(gu[:, :, 0::2], (0, 2, 1))
             p["w_up"] = np.transpose(gu[:, :, 1::2], (0, 2, 1))
@@ -463,13 +547,19 @@ def layer_params_new(ck, layer):
         if tuple(p[k].shape) != shape:
             raise ValueError(f"layer {layer}: {k} has shape {p[k].shape}, expected {shape}")
 
-    if fam in ("deepseek_v2", "deepseek_v3") + _V3_LIKE:
+    if fam in ("deepseek_v2", "deepseek_v3", "mistral4") + _V3_LIKE:
         key = "num_shared_experts" if fam == "exaone_moe" else "n_shared_experts"
         ns = cfg.get(key, {"deepseek_v2": 2, "dots1": 0, "mimo_v2_flash": 0}.get(fam, 1))
         p["Is"] = int(ns or 0) * I
         s = moe + "shared_experts."
     elif fam == "llama4":
         p["Is"], s = I, moe + "shared_expert."
+    elif fam == "hunyuan_v1_moe":
+        p["Is"], s = I, moe + "shared_mlp."
+    elif fam == "ernie4_5_moe":
+        p["Is"], s = int(_get(cfg, "moe_num_shared_experts", 2)) * I, moe + "shared_experts."
+    elif fam == "aria":  # AriaSharedExpertsMLP: intermediate_size * moe_num_shared_experts
+        p["Is"], s = int(_get(cfg, "moe_num_shared_experts", 2)) * I, moe + "shared_experts."  # HunYuanMoEV1MLP: intermediate_size, as the experts
     elif fam in ("qwen3_5_moe", "qwen3_next", "qwen4_exp"):
         p["Is"], s = int(cfg.get("shared_expert_intermediate_size") or 0), moe + "shared_expert."
         p["shared_gated"] = True
@@ -480,6 +570,15 @@ def layer_params_new(ck, layer):
     elif fam in ("laguna", "kolibri1", "flint", "lara_mini"):
         p["Is"] = int(cfg.get("shared_expert_intermediate_size") or 0)
         s = moe + ("shared_experts." if fam == "kolibri1" else "shared_expert.")
+    elif fam in ("granitemoeshared", "granitemoehybrid"):
+        # GraniteMoeSharedDecoderLayer: block_sparse_moe(x) + shared_mlp(x); the MLP's
+        # input_linear output is chunked in two: act(first half) * second half
+        Is = int(_get(cfg, "shared_intermediate_size", 0 if fam == "granitemoeshared" else 1024))
+        if Is:
+            base = f"model.layers.{layer}.shared_mlp."
+            gu = ck.get(base + "input_linear.weight")  # [2 I_s, H]
+            p.update(Is=Is, s_gate=gu[:Is], s_up=gu[Is:], s_down=ck.get(base + "output_linear.weight"))
+        return p
     if p["Is"]:
         p["s_gate"] = ck.get(s + "gate_proj.weight")
         p["s_up"] = ck.get(s + "up_proj.weight")

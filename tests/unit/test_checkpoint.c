@@ -912,8 +912,8 @@ static void test_config_errors(void **state)
                "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 16}");
     expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED, cfg, "'LlamaForCausalLM'",
                  "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM");
-    write_text(dir, "config.json", "{\"model_type\": \"jamba\", \"hidden_size\": 16}");
-    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED, cfg, "'jamba'", "DeepseekV3ForCausalLM",
+    write_text(dir, "config.json", "{\"model_type\": \"dbrx\", \"hidden_size\": 16}");
+    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED, cfg, "'dbrx'", "DeepseekV3ForCausalLM",
                  "GptOssForCausalLM", "Llama4ForConditionalGeneration", "GraniteMoeForCausalLM");
     write_text(dir, "config.json", "{\"architectures\": \"MixtralForCausalLM\"}");
     expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "'architectures' must be an array",

@@ -612,6 +612,34 @@ static void test_qwen35_next(void **state)
     n.want.shared_expert_intermediate_size = 8;
     n.want.shared_expert_gated = 1;
     check_family(&n);
+
+    /* Qwen3-Omni as released: the decoder's fields two levels down (config_path
+     * thinker_config.text_config), a text_config beside them that is not the decoder's (the
+     * talker's config has one too), tensors under thinker.model.layers. */
+    fspec o = {.tag = "ck-qomni", .family = MOE_FAMILY_QWEN3_OMNI_MOE,
+               .config = "{\"architectures\": [\"Qwen3OmniMoeForConditionalGeneration\"], \"model_type\": \"qwen3_omni_moe\","
+                         " \"talker_config\": {\"text_config\": {\"hidden_size\": 99, \"num_experts\": 3}},"
+                         " \"thinker_config\": {\"text_config\": {\"hidden_size\": 16, \"num_hidden_layers\": 2,"
+                         " \"moe_intermediate_size\": 8, \"num_experts\": 8, \"num_experts_per_tok\": 2,"
+                         " \"norm_topk_prob\": false, \"mlp_only_layers\": [0]}}}",
+               .H = 16, .I = 8, .E = 8, .K = 2, .L = 2, .prefix = "thinker.model.layers.%lld.mlp.",
+               .router = "gate.weight", .layout = L_PER_EXPERT, .wdt = MOE_DTYPE_BF16, .moe_mask = "01",
+               .dense_why = "thinker_config.text_config.mlp_only_layers"};
+    o.want = base_desc(MOE_FAMILY_QWEN3_OMNI_MOE, 16, 8, 8, 2, MOE_DTYPE_BF16);
+    o.want.renormalize = 0; /* read from thinker_config.text_config (the class default is true) */
+    check_family(&o);
+    /* the thinker alone (Qwen3OmniMoeThinkerForConditionalGeneration): one level, text_config;
+     * norm_topk_prob absent: Qwen3OmniMoeTextConfig's true */
+    fspec t = {.tag = "ck-qthink", .family = MOE_FAMILY_QWEN3_OMNI_MOE,
+               .config = "{\"architectures\": [\"Qwen3OmniMoeThinkerForConditionalGeneration\"],"
+                         " \"model_type\": \"qwen3_omni_moe_thinker\", \"text_config\": {\"hidden_size\": 16,"
+                         " \"num_hidden_layers\": 1, \"moe_intermediate_size\": 8, \"num_experts\": 8,"
+                         " \"num_experts_per_tok\": 2}}",
+               .H = 16, .I = 8, .E = 8, .K = 2, .L = 1, .prefix = "model.layers.%lld.mlp.",
+               .router = "gate.weight", .layout = L_STACKED, .wdt = MOE_DTYPE_F32, .moe_mask = "1"};
+    t.want = base_desc(MOE_FAMILY_QWEN3_OMNI_MOE, 16, 8, 8, 2, MOE_DTYPE_F32);
+    t.want.renormalize = 1;
+    check_family(&t);
 }
 
 /* hidden_act picks the gate function: gelu and gelu_pytorch_tanh give the GELU gates. */
@@ -815,6 +843,10 @@ static void test_family_errors(void **state)
     const char *l4 = "{\"architectures\": [\"Llama4ForConditionalGeneration\"], \"text_config\": {\"num_hidden_layers\": 2,"
                      " \"intermediate_size\": 8, \"num_local_experts\": 4, \"num_experts_per_tok\": 1}}";
     expect_error(ctx, open_desc(ctx, dir, l4, tl, 0), MOE_ENOTFOUND, cfg, "'text_config.hidden_size'");
+    const char *omni = "{\"architectures\": [\"Qwen3OmniMoeForConditionalGeneration\"], \"thinker_config\":"
+                       " {\"text_config\": {\"num_hidden_layers\": 2, \"moe_intermediate_size\": 8, \"num_experts\": 4,"
+                       " \"num_experts_per_tok\": 1}}}";
+    expect_error(ctx, open_desc(ctx, dir, omni, tl, 0), MOE_ENOTFOUND, cfg, "'thinker_config.text_config.hidden_size'");
     const char *oss = "{\"architectures\": [\"GptOssForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 1,"
                       " \"intermediate_size\": 8, \"num_local_experts\": 4, \"num_experts_per_tok\": 2,"
                       " \"swiglu_limit\": -1}";
@@ -893,6 +925,218 @@ static void test_family_errors(void **state)
     moe_ctx_free(ctx);
 }
 
+/* Granite-MoE-Shared / -Hybrid: the shared expert is the decoder layer's shared_mlp, outside
+ * the block prefix, with a fused input_linear [2 I_s, H] (gate rows, then up rows): an absent
+ * shared_intermediate_size is the config class's (0: none; Hybrid's 1024, whose tensors must
+ * then be there), a wrong shape or a quantized fused tensor is refused by name. (The maths is
+ * checked against transformers on the granitemoeshared_f32 / granitemoehybrid_f32 fixtures.) */
+static void test_granite_shared_mlp(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    char dir[512], cfg[700];
+    tu_tmpdir(dir, sizeof dir, "ck-gshared");
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    const int64_t H = 16, I = 8, E = 4, Is = 6;
+    float *v = rounded((size_t)(E * 2 * I * H), 901, 0.5f, MOE_DTYPE_F32); /* the largest tensor's values */
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    tl_add(tl, "model.layers.0.block_sparse_moe.router.layer.weight", MOE_DTYPE_F32, 2, (int64_t[]){E, H}, v);
+    tl_add(tl, "model.layers.0.block_sparse_moe.input_linear.weight", MOE_DTYPE_F32, 3, (int64_t[]){E, 2 * I, H}, v);
+    tl_add(tl, "model.layers.0.block_sparse_moe.output_linear.weight", MOE_DTYPE_F32, 3, (int64_t[]){E, H, I}, v);
+    const char *shared_cfg = "{\"architectures\": [\"GraniteMoeSharedForCausalLM\"], \"hidden_size\": 16,"
+                             " \"num_hidden_layers\": 1, \"intermediate_size\": 8, \"num_local_experts\": 4,"
+                             " \"num_experts_per_tok\": 2%s}";
+    const char *hybrid_cfg = "{\"architectures\": [\"GraniteMoeHybridForCausalLM\"], \"hidden_size\": 16,"
+                             " \"num_hidden_layers\": 1, \"intermediate_size\": 8, \"num_local_experts\": 4,"
+                             " \"num_experts_per_tok\": 2}";
+    char buf[600];
+    moe_checkpoint *ck = NULL;
+    moe_layer_desc d;
+    /* GraniteMoeSharedConfig's shared_intermediate_size default 0: no shared expert, none read */
+    snprintf(buf, sizeof buf, shared_cfg, "");
+    assert_int_equal(open_desc(ctx, dir, buf, tl, 0), MOE_OK);
+    assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_OK);
+    assert_int_equal(moe_checkpoint_layer_desc(ck, 0, &d), MOE_OK);
+    assert_int_equal(d.shared_expert_intermediate_size, 0);
+    assert_int_equal(d.scoring_func, MOE_SCORING_TOPK_SOFTMAX);
+    moe_checkpoint_free(ck);
+    /* GraniteMoeHybridConfig's default 1024: its shared_mlp must be there */
+    expect_error(ctx, open_desc(ctx, dir, hybrid_cfg, tl, 0), MOE_ENOTFOUND, "model.layers.0.shared_mlp.input_linear.weight");
+    /* given: read beside the block, gate and up the two halves of input_linear */
+    snprintf(buf, sizeof buf, shared_cfg, ", \"shared_intermediate_size\": 6");
+    tl_add(tl, "model.layers.0.shared_mlp.input_linear.weight", MOE_DTYPE_F32, 2, (int64_t[]){2 * Is, H}, v);
+    tl_add(tl, "model.layers.0.shared_mlp.output_linear.weight", MOE_DTYPE_F32, 2, (int64_t[]){H, Is}, v);
+    assert_int_equal(open_desc(ctx, dir, buf, tl, 0), MOE_OK);
+    assert_int_equal(moe_checkpoint_open(ctx, dir, &ck), MOE_OK);
+    assert_int_equal(moe_checkpoint_layer_desc(ck, 0, &d), MOE_OK);
+    assert_int_equal(d.shared_expert_intermediate_size, Is);
+    assert_int_equal(d.shared_expert_gated, 0);
+    moe_checkpoint_free(ck);
+    /* input_linear [I_s, H]: not the fused [2 I_s, H] */
+    moe_tensor_out *gu = &tl->t[tl->n - 2];
+    gu->shape[0] = Is;
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_ESHAPE, "shared_mlp.input_linear.weight", "[2 I_s, H]");
+    /* stored quantized (I8): refused by name */
+    gu->shape[0] = 2 * Is;
+    gu->dtype = MOE_DTYPE_I8;
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EUNSUPPORTED, "shared_mlp.input_linear.weight", "I8",
+                 "fused shared MLP");
+    free(v);
+    tl_free(tl);
+    free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
+/* Hunyuan-MoE: K is moe_topk (num_experts_per_tok its alias), which like num_experts may be a
+ * per-layer list: equal entries read as the one value, differing ones refused by name; the
+ * shared_mlp is as wide as an expert (I_s = I) and ungated. */
+static void test_hunyuan(void **state)
+{
+    (void)state;
+    fspec h = {.tag = "ck-hunyuan", .family = MOE_FAMILY_HUNYUAN_V1_MOE,
+               .config = "{\"architectures\": [\"HunYuanMoEV1ForCausalLM\"], \"hidden_size\": 16,"
+                         " \"num_hidden_layers\": 2, \"intermediate_size\": 8, \"num_experts\": [8, 8],"
+                         " \"moe_topk\": [3, 3]}",
+               .H = 16, .I = 8, .E = 8, .K = 3, .L = 2, .Is = 8, .prefix = "model.layers.%lld.mlp.",
+               .router = "gate.wg.weight", .layout = L_PER_EXPERT, .shared = "shared_mlp",
+               .wdt = MOE_DTYPE_BF16, .moe_mask = "11"};
+    h.want = base_desc(MOE_FAMILY_HUNYUAN_V1_MOE, 16, 8, 8, 3, MOE_DTYPE_BF16);
+    h.want.renormalize = 1;
+    h.want.shared_expert_intermediate_size = 8;
+    check_family(&h);
+    /* the attribute map's other name for K */
+    fspec a = h;
+    a.tag = "ck-hunyuan-a";
+    a.config = "{\"architectures\": [\"HunYuanMoEV1ForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 2,"
+               " \"intermediate_size\": 8, \"num_experts\": 8, \"num_experts_per_tok\": 3}";
+    check_family(&a);
+
+    moe_ctx *ctx = tu_ctx();
+    char dir[512], cfg[700];
+    tu_tmpdir(dir, sizeof dir, "ck-hunyuan-x");
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    float dummy[4] = {0};
+    tl_add(tl, "model.norm.weight", MOE_DTYPE_F32, 1, (int64_t[]){4}, dummy);
+    const char *differ = "{\"architectures\": [\"HunYuanMoEV1ForCausalLM\"], \"hidden_size\": 16,"
+                         " \"num_hidden_layers\": 2, \"intermediate_size\": 8, \"num_experts\": 8,"
+                         " \"moe_topk\": [2, 4]}";
+    expect_error(ctx, open_desc(ctx, dir, differ, tl, 0), MOE_EUNSUPPORTED, cfg, "'moe_topk'", "[1] = 4");
+    const char *experts = "{\"architectures\": [\"HunYuanMoEV1ForCausalLM\"], \"hidden_size\": 16,"
+                          " \"num_hidden_layers\": 2, \"intermediate_size\": 8, \"num_experts\": [8, 16],"
+                          " \"moe_topk\": 2}";
+    expect_error(ctx, open_desc(ctx, dir, experts, tl, 0), MOE_EUNSUPPORTED, cfg, "'num_experts'", "per-layer");
+    const char *none = "{\"architectures\": [\"HunYuanMoEV1ForCausalLM\"], \"hidden_size\": 16,"
+                       " \"num_hidden_layers\": 2, \"intermediate_size\": 8, \"num_experts\": 8}";
+    expect_error(ctx, open_desc(ctx, dir, none, tl, 0), MOE_ENOTFOUND, cfg, "'moe_topk'", "'num_experts_per_tok'");
+    tl_free(tl);
+    free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
+/* Jamba's MoE layers: layer % expert_layer_period == expert_layer_offset (defaults 2, 1), none
+ * with a single expert (JambaMLP), an offset not below the period refused. */
+static void test_jamba_layers(void **state)
+{
+    (void)state;
+    fspec j = {.tag = "ck-jamba", .family = MOE_FAMILY_JAMBA,
+               .config = "{\"architectures\": [\"JambaForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 4,"
+                         " \"intermediate_size\": 8, \"num_experts\": 4, \"num_experts_per_tok\": 2}",
+               .H = 16, .I = 8, .E = 4, .K = 2, .L = 4, .prefix = "model.layers.%lld.feed_forward.",
+               .router = "router.weight", .layout = L_PER_EXPERT, .wdt = MOE_DTYPE_F32, .moe_mask = "0101",
+               .dense_why = "layer 0 % expert_layer_period = 0 != expert_layer_offset = 1"};
+    j.want = base_desc(MOE_FAMILY_JAMBA, 16, 8, 4, 2, MOE_DTYPE_F32);
+    check_family(&j);
+
+    moe_ctx *ctx = tu_ctx();
+    char dir[512], cfg[700];
+    tu_tmpdir(dir, sizeof dir, "ck-jamba-x");
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    float dummy[4] = {0};
+    tl_add(tl, "model.norm.weight", MOE_DTYPE_F32, 1, (int64_t[]){4}, dummy);
+    const char *one = "{\"architectures\": [\"JambaForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 2,"
+                      " \"intermediate_size\": 8, \"num_experts\": 1, \"num_experts_per_tok\": 1}";
+    expect_error(ctx, open_desc(ctx, dir, one, tl, 1), MOE_EDENSE, "num_experts is 1");
+    const char *bad = "{\"architectures\": [\"JambaForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 2,"
+                      " \"intermediate_size\": 8, \"num_experts\": 4, \"num_experts_per_tok\": 2,"
+                      " \"expert_layer_period\": 2, \"expert_layer_offset\": 2}";
+    expect_error(ctx, open_desc(ctx, dir, bad, tl, 1), MOE_EFORMAT, cfg, "'expert_layer_offset' = 2", "'expert_layer_period'");
+    tl_free(tl);
+    free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
+/* Aria: the routed experts are always SiLU-gated and the shared expert follows hidden_act, so
+ * another hidden_act is refused by name, as is mlp_bias (a biased shared expert). (The maths is
+ * checked against transformers on aria_f32.) */
+static void test_aria_refusals(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    char dir[512], cfg[700];
+    tu_tmpdir(dir, sizeof dir, "ck-aria-x");
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    float dummy[4] = {0};
+    tl_add(tl, "model.norm.weight", MOE_DTYPE_F32, 1, (int64_t[]){4}, dummy);
+    const char *aria = "{\"architectures\": [\"AriaForConditionalGeneration\"], \"text_config\": {\"hidden_size\": 16,"
+                       " \"num_hidden_layers\": 1, \"intermediate_size\": 8, \"moe_num_experts\": 4%s}}";
+    char buf[600];
+    snprintf(buf, sizeof buf, aria, ", \"moe_topk\": 2, \"hidden_act\": \"gelu\"");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EUNSUPPORTED, cfg, "'text_config.hidden_act'", "SiLU");
+    snprintf(buf, sizeof buf, aria, ", \"moe_topk\": 2, \"mlp_bias\": true");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EUNSUPPORTED, cfg, "'text_config.mlp_bias'", "biases");
+    snprintf(buf, sizeof buf, aria, ", \"moe_topk\": 5");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EFORMAT, cfg, "'text_config.moe_topk' = 5");
+    tl_free(tl);
+    free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
+/* ERNIE-4.5-MoE: MoE layers by moe_layer_interval / start_index / end_index (-1: the last); a
+ * moe_norm_min above 1/E (the clamp could bind) and use_bias are refused by name. (The maths,
+ * with its [1, E] correction bias, is checked against transformers on ernie4_5_moe_f32.) */
+static void test_ernie_layers(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    char dir[512], cfg[700];
+    tu_tmpdir(dir, sizeof dir, "ck-ernie-x");
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    float dummy[4] = {0};
+    tl_add(tl, "model.norm.weight", MOE_DTYPE_F32, 1, (int64_t[]){4}, dummy);
+    const char *ernie = "{\"architectures\": [\"Ernie4_5_MoeForCausalLM\"], \"hidden_size\": 16,"
+                        " \"num_hidden_layers\": 6, \"moe_intermediate_size\": 8, \"moe_num_experts\": 8,"
+                        " \"moe_k\": 2%s}";
+    char buf[600];
+    snprintf(buf, sizeof buf, ernie, "");
+    /* defaults: start 1, interval 1, end -1 = layer 5 */
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EDENSE, "layer 0 < moe_layer_start_index = 1",
+                 "MoE layers (5): 1, 2, 3, 4, 5");
+    snprintf(buf, sizeof buf, ernie, ", \"moe_layer_interval\": 2, \"moe_layer_end_index\": 3");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 2), MOE_EDENSE, "(layer + 1) % moe_layer_interval", "1, 3");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 5), MOE_EDENSE, "layer 5 > moe_layer_end_index = 3");
+    snprintf(buf, sizeof buf, ernie, ", \"moe_norm_min\": 0.5");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 1), MOE_EUNSUPPORTED, cfg, "'moe_norm_min'", "1 / moe_num_experts");
+    snprintf(buf, sizeof buf, ernie, ", \"use_bias\": true");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 1), MOE_EUNSUPPORTED, cfg, "'use_bias'");
+    tl_free(tl);
+    free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -902,6 +1146,11 @@ int main(void)
         cmocka_unit_test(test_olmoe_granite), cmocka_unit_test(test_qwen35_next),
         cmocka_unit_test(test_gelu_act),      cmocka_unit_test(test_family_errors),
         cmocka_unit_test(test_hybrid_rows),
+        cmocka_unit_test(test_granite_shared_mlp),
+        cmocka_unit_test(test_hunyuan),
+        cmocka_unit_test(test_jamba_layers),
+        cmocka_unit_test(test_aria_refusals),
+        cmocka_unit_test(test_ernie_layers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -107,6 +107,9 @@ static const char *const k_required[] = {
     "laguna_f32", "kolibri1_f32", "beam_f32", "minimax_m3_vl_f32", "afmoe_f32", "flint_f32", "granitemoe_swa_f32",
     "lara_mini_f32", "qwen4_exp_f32",
     "phimoe_f32", "jetmoe_f32", "openai_privacy_filter_f32",
+    "qwen3_next_f32", "qwen3_omni_moe_f32", "granitemoeshared_f32", "granitemoehybrid_f32",
+    "hunyuan_v1_moe_f32", "mellum_f32", "jamba_f32", "mistral4_f32", "aria_f32",
+    "ernie4_5_moe_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
@@ -138,11 +141,11 @@ static const char *meta_str(const json_t *m, const char *key)
     return json_string_value(v);
 }
 
-/* The family whose moe_family_name is s: every value after custom below 128 (the values may
- * leave gaps: unnamed ones are "?"), so a new family needs no edit here. */
+/* The family whose moe_family_name is s: every named value after custom (all are below 256;
+ * there may be gaps), so a new family needs no edit here. */
 static moe_family family_of(const char *s)
 {
-    for (int f = MOE_FAMILY_CUSTOM + 1; f < 128; f++)
+    for (int f = MOE_FAMILY_CUSTOM + 1; f < 256; f++)
         if (!strcmp(s, moe_family_name((moe_family)f)))
             return (moe_family)f;
     fail_msg("meta.json: unknown family %s", s);

@@ -657,6 +657,13 @@ static void test_errors(void **state)
     expect_error(ctx, quantize(ctx, opf, out, "int8-channel", NULL, 0, 0, NULL), MOE_EUNSUPPORTED,
                  "openai_privacy_filter's experts have biases (experts.gate_up_proj_bias, experts.down_proj_bias)",
                  "writes gpt_oss, llama4 and the per-expert layout");
+    /* an input-major layout under other names than the ones the writer rewrites (Aria's
+     * experts.fc1.weight / fc2.weight): refused up front the same way */
+    char aria[600];
+    tu_data_path(aria, sizeof aria, "aria_f32");
+    expect_error(ctx, quantize(ctx, aria, out, "int8-channel", NULL, 0, 0, NULL), MOE_EUNSUPPORTED,
+                 "aria stores its experts input-major (experts.fc1.weight / experts.fc2.weight)",
+                 "writes gpt_oss, llama4 and the per-expert layout");
     char ct[600];
     tu_data_path(ct, sizeof ct, "qwen3_moe_ct_w4a16_zp");
     expect_error(ctx, quantize(ctx, ct, out, "int8-channel", NULL, 0, 0, NULL), MOE_EUNSUPPORTED, "already quantized");

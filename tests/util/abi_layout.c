@@ -72,6 +72,8 @@ int main(void)
     FIELD(moe_layer_desc, swiglu_alpha, 0);
     FIELD(moe_layer_desc, swiglu_limit, 0);
     FIELD(moe_layer_desc, quant, 0);
+    FIELD(moe_layer_desc, sparsemixer_jitter_eps, 0);
+    FIELD(moe_layer_desc, has_output_bias, 0);
     printf("]}");
     printf(", \"moe_weight_source\": {\"size\": %zu, \"fields\": [", sizeof(moe_weight_source));
     FIELD(moe_weight_source, router, 1);
@@ -102,6 +104,8 @@ int main(void)
     FIELD(moe_weight_source, gate_zero, 0);
     FIELD(moe_weight_source, up_zero, 0);
     FIELD(moe_weight_source, down_zero, 0);
+    FIELD(moe_weight_source, output_bias, 0);
+    FIELD(moe_weight_source, output_bias_dtype, 0);
     printf("]}");
     printf(", \"moe_stacked_experts\": {\"size\": %zu, \"fields\": [", sizeof(moe_stacked_experts));
     FIELD(moe_stacked_experts, gate_up_proj, 1);
