@@ -384,7 +384,7 @@ typedef enum moe_scoring {
      * "softmax"). */
     MOE_SCORING_SOFTMAX = 0,
     /* s = sigmoid(l) = 1 / (1 + exp(-l)) elementwise; select on s (+ b_s); w_k = s[ids[k]].
-     * DeepSeek-V3/R1, Kimi-K2 (`scoring_func` "sigmoid"). */
+     * DeepSeek-V3/R1, Kimi-K2 (`scoring_func` "sigmoid"); MiniMax-M2, Hunyuan-V3 (no groups). */
     MOE_SCORING_SIGMOID = 1,
     /* Top-k first, on the logits: select on l (+ b_s); w = softmax over the K selected logits
      * l[ids[0..K-1]] (max and sum in top-k order). Granite-MoE; gpt-oss (its l includes the
@@ -446,13 +446,21 @@ typedef enum moe_family {
     MOE_FAMILY_GLM4_MOE_LITE = 17, /* Glm4MoeLiteForCausalLM: DeepSeek-V3's routing */
     MOE_FAMILY_DEEPSEEK_V32 = 18,  /* DeepseekV32ForCausalLM: DeepSeek-V3's routing */
     MOE_FAMILY_EXAONE_MOE = 19,    /* ExaoneMoeForCausalLM: DeepSeek-V3's routing */
-    MOE_FAMILY_MIMO_V2_FLASH = 20  /* MiMoV2FlashForCausalLM: DeepSeek-V3's routing */
+    MOE_FAMILY_MIMO_V2_FLASH = 20, /* MiMoV2FlashForCausalLM: DeepSeek-V3's routing */
+    MOE_FAMILY_GLM_MOE_DSA = 21,   /* GlmMoeDsaForCausalLM (GLM-5): DeepSeek-V3's routing */
+    MOE_FAMILY_SOLAR_OPEN = 22,    /* SolarOpenForCausalLM: DeepSeek-V3's routing */
+    MOE_FAMILY_GLM4V_MOE = 23,     /* Glm4vMoeForConditionalGeneration (GLM-4.5V text MoE): DeepSeek-V3's routing */
+    MOE_FAMILY_KIMI_LINEAR = 24,   /* KimiLinearForCausalLM: DeepSeek-V3's routing */
+    MOE_FAMILY_BAILING_HYBRID = 25, /* BailingHybridForCausalLM: DeepSeek-V3's routing */
+    MOE_FAMILY_MINIMAX_M2 = 26,    /* MiniMaxM2ForCausalLM: sigmoid + correction bias, no groups */
+    MOE_FAMILY_HY_V3 = 27          /* HYV3ForCausalLM: sigmoid + correction bias, no groups */
 } moe_family;
 
 /* Static name of a family (its config `model_type`): "custom", "mixtral", "qwen2_moe",
  * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe",
  * "qwen3_5_moe", "qwen3_next", "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite",
- * "deepseek_v32", "exaone_moe", "mimo_v2_flash"; "?" for an unknown value. */
+ * "deepseek_v32", "exaone_moe", "mimo_v2_flash", "glm_moe_dsa", "solar_open", "glm4v_moe", "kimi_linear",
+ * "bailing_hybrid", "minimax_m2", "hy_v3"; "?" for an unknown value. */
 MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */

@@ -142,7 +142,8 @@ typedef struct moe_checkpoint_options {
     /* A family name (moe_family_name: "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2",
      * "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe", "qwen3_5_moe", "qwen3_next",
      * "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite", "deepseek_v32",
-     * "exaone_moe", "mimo_v2_flash";
+     * "exaone_moe", "mimo_v2_flash", "glm_moe_dsa", "solar_open", "glm4v_moe", "kimi_linear",
+     * "bailing_hybrid", "minimax_m2", "hy_v3";
      * a row's architecture class or model_type is accepted too), or NULL (default): the
      * family of config.json's architectures[0], else model_type. When set, that family's row
      * reads config.json and the tensors whatever config.json names; a WARNING names
@@ -169,7 +170,11 @@ MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
  * first_k_dense_replace and layer % moe_layer_freq == 0 (the published code's rule;
  * transformers, which has no moe_layer_freq, agrees for the released value 1); Llama-4:
  * listed in moe_layers, else (layer + 1) % interleave_moe_layer_step == 0; Mixtral, OLMoE,
- * Granite-MoE, gpt-oss, Qwen3.5-MoE: every layer. No layer is MoE when the expert count is 0. */
+ * Granite-MoE, gpt-oss, Qwen3.5-MoE: every layer. GLM-5 (glm_moe_dsa), Kimi-Linear, Ling hybrid
+ * (bailing_hybrid), Hunyuan-V3 (hy_v3): mlp_layer_types[layer] == "sparse", else layer >=
+ * first_k_dense_replace (3, 1, 2; Hunyuan-V3: 1); GLM-4.5V (glm4v_moe): layer >=
+ * first_k_dense_replace (1); Solar-Open, MiniMax-M2: every layer. No layer is MoE when the expert
+ * count is 0. */
 MOE_API int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
 
 /* The layer description of MoE layer `layer`, from config.json and the tensors' dtype (moe.h

@@ -163,6 +163,14 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     d->shared_expert_gated = row->shared.gated && d->shared_expert_intermediate_size > 0;
     if (row->routing_hook && (st = row->routing_hook(f, row, &d->n_group, &d->topk_group)) != MOE_OK)
         return st;
+    if (row->refuse_true.field) {
+        int on = 0;
+        if ((st = moe_cfg_bool(f, row->refuse_true.field, 0, &on)) != MOE_OK)
+            return st;
+        if (on)
+            return moe_set_error(c->ctx, MOE_EUNSUPPORTED, "%s: field '%s%s' is true: %s, which libmoe does not compute",
+                                 c->path, c->prefix, row->refuse_true.field, row->refuse_true.what);
+    }
     if (d->n_group > 1 && d->num_experts > 0) {
         const int64_t E = d->num_experts, G = d->n_group;
         if (E % G != 0)
@@ -171,9 +179,10 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
         if (d->topk_group > G || d->topk_group * (E / G) < d->top_k)
             return moe_set_error(c->ctx, MOE_EFORMAT,
                                  "%s: field '%s%s' = %" PRId64 ": must be <= %s = %" PRId64
-                                 " and keep at least num_experts_per_tok = %" PRId64 " experts (%" PRId64 " per group)",
+                                 " and keep at least %s = %" PRId64 " experts (%" PRId64 " per group)",
                                  c->path, c->prefix, row->groups.topk_group_field, d->topk_group,
-                                 row->groups.n_group_field, G, d->top_k, E / G);
+                                 row->groups.n_group_field, G, row->topk_field ? row->topk_field : "num_experts_per_tok",
+                                 d->top_k, E / G);
     }
     return MOE_OK;
 }
@@ -361,13 +370,16 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
                              "%s: field '%snum_hidden_layers' = %" PRId64 " exceeds libmoe's limit of %" PRId64
                              " layers (MOE_MAX_LAYERS, 2^20)",
                              path, c->prefix, c->num_layers, MOE_MAX_LAYERS);
-    if ((st = moe_cfg_int(&f, "num_experts_per_tok", true, 0, 1, &d->top_k)) != MOE_OK ||
+    const char *topk_field = c->row->topk_field ? c->row->topk_field : "num_experts_per_tok";
+    if ((st = c->row->topk_alias ? moe_cfg_int_alias(&f, topk_field, c->row->topk_alias, 1, &d->top_k)
+                                 : moe_cfg_int(&f, topk_field, true, 0, 1, &d->top_k)) != MOE_OK ||
         (st = config_decoder(c, &f)) != MOE_OK || (st = config_activation(c, &f)) != MOE_OK ||
         (st = config_quant(c, root, cfg)) != MOE_OK)
         return st;
     if (d->num_experts > 0 && d->top_k > d->num_experts)
-        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%snum_experts_per_tok' = %" PRId64 " exceeds the %" PRId64 " experts",
-                             path, c->prefix, d->top_k, d->num_experts);
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s%s' = %" PRId64 " exceeds the %" PRId64 " experts",
+                             path, c->prefix, json_object_get(cfg, topk_field) || !c->row->topk_alias ? topk_field : c->row->topk_alias,
+                             d->top_k, d->num_experts);
     if (forced)
         warn_family(c, arch, model_type, named, &assumed);
     return MOE_OK;

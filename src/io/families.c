@@ -345,6 +345,122 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 1, .list_field = "mlp_layer_types"},
      .prefixes = {"model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* GlmMoeDsaMoE (GLM-5; its DSA indexed attention is not the block): DeepseekV32MoE line for
+     * line (router, experts, block); GlmMoeDsaConfig's defaults: n_group 1, norm_topk_prob true,
+     * routed_scaling_factor 2.5, one shared expert; MoE layers by mlp_layer_types (absent: layer
+     * >= first_k_dense_replace, default 3) */
+    {.family = MOE_FAMILY_GLM_MOE_DSA, .name = "glm_moe_dsa", .names = {{"GlmMoeDsaForCausalLM", "glm_moe_dsa"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 2.5}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 3, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* SolarOpenMoE (Solar-Open): Glm4Moe's router, experts and block; SolarOpenConfig's
+     * defaults: n_group 1, norm_topk_prob true, routed_scaling_factor 1, one shared expert; every
+     * layer MoE */
+    {.family = MOE_FAMILY_SOLAR_OPEN, .name = "solar_open", .names = {{"SolarOpenForCausalLM", "solar_open"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Glm4vMoeTextMoE (GLM-4.5V's decoder): Glm4Moe's router, experts and block under the
+     * multimodal wrapper (text_config, model.language_model.); Glm4vMoeTextConfig's defaults:
+     * n_group 1, norm_topk_prob true, routed_scaling_factor 1, one shared expert,
+     * first_k_dense_replace 1 (Glm4vMoeTextDecoderLayer: layer >= first_k_dense_replace; the
+     * class has no moe_layer_freq, whose default 1 keeps that rule) */
+    {.family = MOE_FAMILY_GLM4V_MOE, .name = "glm4v_moe", .text_config = true,
+     .names = {{"Glm4vMoeForConditionalGeneration", "glm4v_moe"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_DENSE_PREFIX, "first_k_dense_replace", 1, "moe_layer_freq", 1},
+     .prefixes = {"model.language_model.layers.%L.mlp." /* ConditionalGeneration */, "model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* KimiLinearMoE (Kimi-Linear; its KDA linear attention is not the block): Glm4Moe's router,
+     * experts and block. KimiLinearConfig's attribute_map writes config.json as num_experts,
+     * num_experts_per_token, moe_renormalize, num_expert_group, num_shared_experts; defaults:
+     * one group, renormalized, routed_scaling_factor 2.446, one shared expert; MoE layers by
+     * mlp_layer_types (absent: layer >= first_k_dense_replace, default 1). save_pretrained
+     * writes the block under block_sparse_moe. with w1 / w3 / w2 (its conversion mapping) */
+    {.family = MOE_FAMILY_KIMI_LINEAR, .name = "kimi_linear", .names = {{"KimiLinearForCausalLM", "kimi_linear"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .topk_field = "num_experts_per_token", .topk_alias = "num_experts_per_tok",
+     .shared = {MOE_FAM_SHARED_COUNT, "num_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "moe_renormalize", true},
+     .routed_scaling = {"routed_scaling_factor", 2.446},
+     .groups = {"num_expert_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.block_sparse_moe." /* as saved */, "model.layers.%L.mlp."},
+     .per_expert = {{"w1", "w3", "w2"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* BailingHybridMoE (Ling / Ring hybrid linear; the linear attention is not the block):
+     * Glm4Moe's router, experts and block, under Kimi-Linear's config names; defaults: 8 groups
+     * keep 4, renormalized, routed_scaling_factor 2.5, one shared expert; MoE layers by
+     * mlp_layer_types (absent: layer >= first_k_dense_replace, default 2). save_pretrained
+     * writes the selection bias as gate.expert_bias (its conversion mapping) */
+    {.family = MOE_FAMILY_BAILING_HYBRID, .name = "bailing_hybrid",
+     .names = {{"BailingHybridForCausalLM", "bailing_hybrid"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .topk_field = "num_experts_per_token", .topk_alias = "num_experts_per_tok",
+     .shared = {MOE_FAM_SHARED_COUNT, "num_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "moe_renormalize", true},
+     .routed_scaling = {"routed_scaling_factor", 2.5},
+     .groups = {"num_expert_group", "topk_group", 8, 4, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.expert_bias" /* as saved */,
+     .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 2, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* MiniMaxM2SparseMoeBlock (MiniMax-M2): MiniMaxM2TopKRouter, sigmoid + the block's
+     * e_score_correction_bias, top-k without groups, always renormalized (no epsilon), no
+     * scaling, no shared expert; every layer. Saved as Mixtral is (block_sparse_moe., w1 / w3 /
+     * w2), the bias beside the gate */
+    {.family = MOE_FAMILY_MINIMAX_M2, .name = "minimax_m2", .names = {{"MiniMaxM2ForCausalLM", "minimax_m2"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .router = {"gate.weight"}, .selection_bias = "e_score_correction_bias",
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.block_sparse_moe." /* as saved */, "model.layers.%L.mlp."},
+     .per_expert = {{"w1", "w3", "w2"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* HYV3MoE (Hunyuan-V3): HYV3TopKRouter, sigmoid + the block's e_score_correction_bias, top-k
+     * without groups, always renormalized, times router_scaling_factor (default 2.826);
+     * num_shared_experts (default 1) ungated shared experts; MoE layers by mlp_layer_types
+     * (absent: every layer but the first). Saved (its conversion mapping) with the router as
+     * router.gate.weight, the bias as expert_bias and the shared expert as shared_mlp. With
+     * mlp_bias true the shared expert (HYV3MLP) gets biases, which is refused */
+    {.family = MOE_FAMILY_HY_V3, .name = "hy_v3", .names = {{"HYV3ForCausalLM", "hy_v3"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "num_shared_experts", 1, false, "shared_mlp" /* as saved */},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .routed_scaling = {"router_scaling_factor", 2.826},
+     .router = {"router.gate.weight" /* as saved */, "gate.weight"}, .selection_bias = "expert_bias" /* as saved */,
+     .refuse_true = {"mlp_bias", "the shared expert's projections (HYV3MLP) get biases"},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 

@@ -91,6 +91,9 @@ struct moe_fam_row {
     const char *experts_field;             /* E ... */
     const char *experts_alias;             /* ... or this when experts_field is absent */
     int64_t experts_min;                   /* 0: a config may have no experts (no MoE layer) */
+    const char *topk_field;                /* K: NULL means "num_experts_per_tok" ... */
+    const char *topk_alias;                /* ... or this when topk_field is absent (Kimi-Linear's
+                                              num_experts_per_token, num_experts_per_tok) */
     struct {
         moe_fam_shared_size rule;
         const char *field;                 /* FIELD, COUNT */
@@ -128,6 +131,12 @@ struct moe_fam_row {
         double alpha, limit;               /* their defaults */
     } activation;
     moe_fam_routing_hook routing_hook;     /* or NULL */
+    struct {                               /* a boolean config field (absent: false) that, true,
+                                              asks for math libmoe does not compute: refused,
+                                              naming `what` (Hunyuan-V3's mlp_bias) */
+        const char *field;
+        const char *what;
+    } refuse_true;
 
     /* ---- which layers are MoE ---- */
     struct {

@@ -131,6 +131,13 @@ _FAMILIES = {
     "DeepseekV32ForCausalLM": "deepseek_v32", "deepseek_v32": "deepseek_v32",
     "ExaoneMoeForCausalLM": "exaone_moe", "exaone_moe": "exaone_moe",
     "MiMoV2FlashForCausalLM": "mimo_v2_flash", "mimo_v2_flash": "mimo_v2_flash",
+    "GlmMoeDsaForCausalLM": "glm_moe_dsa", "glm_moe_dsa": "glm_moe_dsa",
+    "SolarOpenForCausalLM": "solar_open", "solar_open": "solar_open",
+    "Glm4vMoeForConditionalGeneration": "glm4v_moe", "glm4v_moe": "glm4v_moe",
+    "KimiLinearForCausalLM": "kimi_linear", "kimi_linear": "kimi_linear",
+    "BailingHybridForCausalLM": "bailing_hybrid", "bailing_hybrid": "bailing_hybrid",
+    "MiniMaxM2ForCausalLM": "minimax_m2", "minimax_m2": "minimax_m2",
+    "HYV3ForCausalLM": "hy_v3", "hy_v3": "hy_v3",
 }
 
 
@@ -146,7 +153,7 @@ def family_of(cfg):
 
 def text_config(cfg, family):
     """The decoder's fields: text_config for the multimodal wrappers."""
-    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe") and isinstance(cfg.get("text_config"), dict):
+    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "glm4v_moe") and isinstance(cfg.get("text_config"), dict):
         return cfg["text_config"]
     return cfg
 
@@ -154,11 +161,30 @@ def text_config(cfg, family):
 _MLP_TYPES = ("glm4_moe_lite", "deepseek_v32", "exaone_moe", "mimo_v2_flash")
 # DeepSeek-V3's router maths (sigmoid, e_score_correction_bias, top-2-sum groups) under other names
 _V3_LIKE = ("glm4_moe", "dots1") + _MLP_TYPES
+# More of them (their modeling files: GlmMoeDsaTopkRouter, SolarOpenTopkRouter,
+# Glm4vMoeTextTopkRouter, KimiLinearTopkRouter, BailingHybridTopkRouter; MiniMaxM2TopKRouter and
+# HYV3TopKRouter without groups, always dividing by the top-k sum); _TYPES_A: MoE layers by
+# mlp_layer_types, the config classes filling an absent list from first_k_dense_replace (GLM-5:
+# 3, Kimi-Linear: 1, Bailing: 2) or, Hunyuan-V3, with one dense layer first.
+_FAM_A = ("glm_moe_dsa", "solar_open", "glm4v_moe", "kimi_linear", "bailing_hybrid", "minimax_m2", "hy_v3")
+_TYPES_A = {"glm_moe_dsa": 3, "kimi_linear": 1, "bailing_hybrid": 2, "hy_v3": 1}
+# config.json names that their config classes' attribute_map writes (Kimi-Linear, Bailing)
+_KIMI_NAMES = ("kimi_linear", "bailing_hybrid")
 
 
 def is_moe_layer(cfg, family, layer):
     if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo"):
         return True
+    if family in ("solar_open", "minimax_m2"):
+        return True
+    if family in _TYPES_A:
+        types = cfg.get("mlp_layer_types")
+        if types is not None:
+            return types[layer] == "sparse"
+        first = None if family == "hy_v3" else cfg.get("first_k_dense_replace")
+        return layer >= (_TYPES_A[family] if first is None else int(first))
+    if family == "glm4v_moe":  # Glm4vMoeTextDecoderLayer: layer_idx >= first_k_dense_replace (1)
+        return layer >= int(_get(cfg, "first_k_dense_replace", 1))
     if family in _MLP_TYPES:
         # their DecoderLayers: MoE where config.mlp_layer_types[layer] == "sparse"; the config
         # classes fill an absent list with dense layers first (first_k_dense_replace, or 1)
@@ -197,9 +223,14 @@ def _prefix(ck, fam, layer):
         "granitemoe": [f"model.layers.{layer}.block_sparse_moe."],
         "minimax": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
         "qwen3_vl_moe": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
+        "glm4v_moe": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
+        # transformers' conversion mappings save these under Mixtral's old block name
+        "kimi_linear": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
+        "minimax_m2": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
     }.get(fam, [f"model.layers.{layer}.mlp."])
     routers = {"gpt_oss": ["router.weight"], "llama4": ["router.weight"],
-               "granitemoe": ["router.layer.weight", "router.weight"]}.get(fam, ["gate.weight"])
+               "granitemoe": ["router.layer.weight", "router.weight"],
+               "hy_v3": ["router.gate.weight", "gate.weight"]}.get(fam, ["gate.weight"])
     for c in cands:
         for r in routers:
             if ck.has(c + r):
@@ -270,9 +301,14 @@ def layer_params_new(ck, layer):
         raise IndexError(f"layer {layer} outside [0, {nl})")
     if not is_moe_layer(cfg, fam, layer):
         raise ValueError(f"layer {layer} is a dense layer")
-    H, K = int(cfg["hidden_size"]), int(cfg["num_experts_per_tok"])
+    H = int(cfg["hidden_size"])
+    K = int(cfg["num_experts_per_token"] if fam in _KIMI_NAMES and "num_experts_per_token" in cfg
+            else cfg["num_experts_per_tok"])
     v3 = fam == "deepseek_v3" or fam in _V3_LIKE  # sigmoid + e_score_correction_bias
-    if fam in ("deepseek_v2", "deepseek_v3") + _V3_LIKE:
+    if fam in _FAM_A:
+        E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
+        I = int(cfg["intermediate_size" if fam == "minimax_m2" else "moe_intermediate_size"])
+    elif fam in ("deepseek_v2", "deepseek_v3") + _V3_LIKE:
         E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
     elif fam in ("qwen3_5_moe", "qwen3_next", "qwen3_vl_moe"):
@@ -285,7 +321,20 @@ def layer_params_new(ck, layer):
          "scale": 1.0, "n_group": 1, "topk_group": 1, "group_score": "max", "sel_bias": None,
          "router_bias": None, "act": "swiglu", "on_input": False, "Is": 0, "shared_gated": False,
          "biases": None}
-    if fam == "deepseek_v3":
+    if fam in _FAM_A:
+        if fam in ("minimax_m2", "hy_v3"):  # no groups; always w / (sum w + 1e-20)
+            p.update(scoring="sigmoid", renormalize=True,
+                     scale=float(_get(cfg, "router_scaling_factor", 2.826)) if fam == "hy_v3" else 1.0)
+        else:
+            kimi = fam in _KIMI_NAMES
+            g, k = (8, 4) if fam == "bailing_hybrid" else (1, 1)
+            scale0 = {"glm_moe_dsa": 2.5, "kimi_linear": 2.446, "bailing_hybrid": 2.5}.get(fam, 1.0)
+            p.update(scoring="sigmoid",
+                     renormalize=bool(_get(cfg, "moe_renormalize" if kimi else "norm_topk_prob", True)),
+                     scale=float(_get(cfg, "routed_scaling_factor", scale0)),
+                     n_group=int(_get(cfg, "num_expert_group" if kimi else "n_group", g)),
+                     topk_group=int(_get(cfg, "topk_group", k)), group_score="top2_sum")
+    elif fam == "deepseek_v3":
         p.update(scoring="sigmoid", renormalize=bool(_get(cfg, "norm_topk_prob", True)),
                  scale=float(_get(cfg, "routed_scaling_factor", 2.5)), n_group=int(_get(cfg, "n_group", 8)),
                  topk_group=int(_get(cfg, "topk_group", 4)), group_score="top2_sum")
@@ -323,8 +372,10 @@ def layer_params_new(ck, layer):
     p["router"] = ck.get(router_name)
     if fam == "gpt_oss":
         p["router_bias"] = ck.get(moe + "router.bias")
-    if v3:  # K-EXAONE's checkpoints keep it beside the router, not under it
-        bias = moe + ("e_score_correction_bias" if fam == "exaone_moe" else "gate.e_score_correction_bias")
+    if v3 or fam in _FAM_A:  # K-EXAONE's checkpoints keep it beside the router, not under it
+        bias = moe + ("e_score_correction_bias" if fam in ("exaone_moe", "minimax_m2") else
+                      "expert_bias" if fam == "hy_v3" else "gate.expert_bias" if fam == "bailing_hybrid"
+                      else "gate.e_score_correction_bias")
         p["sel_bias"] = ck.get(bias)
     if fam == "gpt_oss" and ck.has(moe + "experts.gate_up_proj_blocks"):
         gu = mxfp4_dequant(ck.get(moe + "experts.gate_up_proj_blocks"),
@@ -352,7 +403,8 @@ def layer_params_new(ck, layer):
         p["w_gate"], p["w_up"] = gu[:, :I, :], gu[:, I:, :]
         p["w_down"] = ck.get(moe + ("output_linear.weight" if inl else "experts.down_proj"))
     else:
-        g, u, dn = ("w1", "w3", "w2") if fam == "minimax" else ("gate_proj", "up_proj", "down_proj")
+        g, u, dn = (("w1", "w3", "w2") if fam in ("minimax", "kimi_linear", "minimax_m2")
+                    else ("gate_proj", "up_proj", "down_proj"))
         p["w_gate"] = np.stack([ck.get(f"{moe}experts.{e}.{g}.weight") for e in range(E)])
         p["w_up"] = np.stack([ck.get(f"{moe}experts.{e}.{u}.weight") for e in range(E)])
         p["w_down"] = np.stack([ck.get(f"{moe}experts.{e}.{dn}.weight") for e in range(E)])
@@ -361,7 +413,12 @@ def layer_params_new(ck, layer):
         if tuple(p[k].shape) != shape:
             raise ValueError(f"layer {layer}: {k} has shape {p[k].shape}, expected {shape}")
 
-    if fam in ("deepseek_v2", "deepseek_v3") + _V3_LIKE:
+    if fam in _FAM_A:
+        key = "num_shared_experts" if fam in _KIMI_NAMES + ("hy_v3",) else "n_shared_experts"
+        ns = 0 if fam == "minimax_m2" else cfg.get(key, 1)
+        p["Is"] = int(ns or 0) * I
+        s = moe + ("shared_mlp." if fam == "hy_v3" else "shared_experts.")
+    elif fam in ("deepseek_v2", "deepseek_v3") + _V3_LIKE:
         key = "num_shared_experts" if fam == "exaone_moe" else "n_shared_experts"
         ns = cfg.get(key, {"deepseek_v2": 2, "dots1": 0, "mimo_v2_flash": 0}.get(fam, 1))
         p["Is"] = int(ns or 0) * I

@@ -14,6 +14,8 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -800,6 +802,93 @@ static void test_family_errors(void **state)
     moe_ctx_free(ctx);
 }
 
+/* ---- the row fields a config.json may name differently (fam-a families) --------------- */
+
+/* fixture `name`'s config.json with `key` set to `val` (NULL: removed) and `rename` (if set)
+ * renamed to `to`, written with the fixture's model.safetensors (a symlink) into dir */
+static void fixture_variant(const char *dir, const char *name, const char *key, json_t *val, const char *rename,
+                            const char *to)
+{
+    char src[1024], rel[256], path[1200];
+    snprintf(rel, sizeof rel, "%s/config.json", name);
+    tu_data_path(src, sizeof src, rel);
+    json_error_t je;
+    json_t *cfg = json_load_file(src, 0, &je);
+    if (!cfg)
+        fail_msg("%s: %s", src, je.text);
+    if (rename) {
+        json_t *v = json_object_get(cfg, rename);
+        assert_non_null(v);
+        json_object_set(cfg, to, v);
+        json_object_del(cfg, rename);
+    }
+    if (key && val)
+        json_object_set_new(cfg, key, val);
+    else if (key)
+        json_object_del(cfg, key);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    assert_int_equal(json_dump_file(cfg, path, JSON_INDENT(1)), 0);
+    json_decref(cfg);
+    snprintf(rel, sizeof rel, "%s/model.safetensors", name);
+    tu_data_path(src, sizeof src, rel);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    char abs[PATH_MAX]; /* the link's target, absolute (tu_data_path may be relative) */
+    assert_non_null(realpath(src, abs));
+    assert_int_equal(symlink(abs, path), 0);
+}
+
+static moe_status variant_desc(moe_ctx *ctx, const char *dir, int64_t layer, moe_layer_desc *d)
+{
+    moe_checkpoint *ck = NULL;
+    moe_status st = moe_checkpoint_open(ctx, dir, &ck);
+    if (st == MOE_OK) {
+        st = moe_checkpoint_layer_desc(ck, layer, d);
+        moe_checkpoint_free(ck);
+    }
+    return st;
+}
+
+/* Kimi-Linear's top_k field (the row's topk_field / topk_alias): num_experts_per_token as its
+ * config class writes it, num_experts_per_tok (transformers' attribute_map name) when that is
+ * absent, both absent or too large named; moe_renormalize is its norm_topk_prob. Hunyuan-V3's
+ * mlp_bias (the row's refuse_true): true is refused by name, false reads. */
+static void test_row_field_names(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    char dir[512], cfg[700];
+    tu_tmpdir(dir, sizeof dir, "ck-fama");
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    moe_layer_desc d;
+
+    fixture_variant(dir, "kimi_linear_f32", NULL, NULL, NULL, NULL);
+    assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
+    assert_int_equal(d.family, MOE_FAMILY_KIMI_LINEAR);
+    assert_int_equal(d.top_k, 2);
+    assert_int_equal(d.renormalize, 1);
+    assert_int_equal(d.shared_expert_intermediate_size, 12);
+    fixture_variant(dir, "kimi_linear_f32", NULL, NULL, "num_experts_per_token", "num_experts_per_tok");
+    assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
+    assert_int_equal(d.top_k, 2);
+    fixture_variant(dir, "kimi_linear_f32", "num_experts_per_token", json_integer(9), NULL, NULL);
+    expect_error(ctx, variant_desc(ctx, dir, 1, &d), MOE_EFORMAT, cfg, "'num_experts_per_token' = 9", "8 experts");
+    fixture_variant(dir, "kimi_linear_f32", "num_experts_per_token", NULL, NULL, NULL);
+    expect_error(ctx, variant_desc(ctx, dir, 1, &d), MOE_ENOTFOUND, "'num_experts_per_token'", "'num_experts_per_tok'");
+    fixture_variant(dir, "kimi_linear_f32", "moe_renormalize", json_false(), NULL, NULL);
+    assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
+    assert_int_equal(d.renormalize, 0);
+
+    fixture_variant(dir, "hy_v3_f32", "mlp_bias", json_true(), NULL, NULL);
+    expect_error(ctx, variant_desc(ctx, dir, 1, &d), MOE_EUNSUPPORTED, cfg, "'mlp_bias' is true", "HYV3MLP");
+    fixture_variant(dir, "hy_v3_f32", "mlp_bias", json_false(), NULL, NULL);
+    assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
+    assert_int_equal(d.family, MOE_FAMILY_HY_V3);
+    assert_true(d.routed_scaling_factor == 2.826f);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -808,6 +897,7 @@ int main(void)
         cmocka_unit_test(test_gpt_oss),       cmocka_unit_test(test_llama4),
         cmocka_unit_test(test_olmoe_granite), cmocka_unit_test(test_qwen35_next),
         cmocka_unit_test(test_gelu_act),      cmocka_unit_test(test_family_errors),
+        cmocka_unit_test(test_row_field_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -601,7 +601,7 @@ static void test_family_known_architecture(void **state)
 static void test_family_names(void **state)
 {
     (void)state;
-    char names[256];
+    char names[512]; /* [512] chars, as config.c's messages */
     moe_fam_row_names(names, sizeof names);
     for (int f = 1; moe_fam_row_of((moe_family)f); f++) {
         const moe_fam_row *row = moe_fam_row_of((moe_family)f);

@@ -144,6 +144,18 @@ static const struct {
      MOE_ACT_SWIGLU},
     {MOE_FAMILY_MIMO_V2_FLASH, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
      MOE_ACT_SWIGLU},
+    {MOE_FAMILY_GLM_MOE_DSA, MOE_SCORING_SIGMOID, 1, 2.5f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
+    {MOE_FAMILY_SOLAR_OPEN, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
+    {MOE_FAMILY_GLM4V_MOE, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
+    {MOE_FAMILY_KIMI_LINEAR, MOE_SCORING_SIGMOID, 1, 2.446f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
+    {MOE_FAMILY_BAILING_HYBRID, MOE_SCORING_SIGMOID, 1, 2.5f, 8, 4, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
+    {MOE_FAMILY_MINIMAX_M2, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_HY_V3, MOE_SCORING_SIGMOID, 1, 2.826f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
 };
 
 static void test_layer_defaults(void **state)
@@ -296,6 +308,15 @@ static void preset_desc(const char *dir, const json_t *meta, moe_layer_desc *d)
         d->renormalize = json_is_true(v);
     if ((v = json_object_get(cfg, "routed_scaling_factor")) && json_is_number(v))
         d->routed_scaling_factor = (float)json_number_value(v);
+    /* the same fields under the names the config classes' attribute_map writes (Kimi-Linear,
+     * Ling hybrid: moe_renormalize, num_expert_group) or their own (Hunyuan-V3:
+     * router_scaling_factor) */
+    if ((v = json_object_get(cfg, "moe_renormalize")) && json_is_boolean(v))
+        d->renormalize = json_is_true(v);
+    if ((v = json_object_get(cfg, "router_scaling_factor")) && json_is_number(v))
+        d->routed_scaling_factor = (float)json_number_value(v);
+    if ((v = json_object_get(cfg, "num_expert_group")))
+        d->n_group = json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
     const json_t *method = json_object_get(cfg, "topk_method");
     if (json_is_string(method) && !strcmp(json_string_value(method), "greedy")) {
         d->n_group = 0;
