@@ -453,14 +453,15 @@ typedef enum moe_family {
     MOE_FAMILY_KIMI_LINEAR = 24,   /* KimiLinearForCausalLM: DeepSeek-V3's routing */
     MOE_FAMILY_BAILING_HYBRID = 25, /* BailingHybridForCausalLM: DeepSeek-V3's routing */
     MOE_FAMILY_MINIMAX_M2 = 26,    /* MiniMaxM2ForCausalLM: sigmoid + correction bias, no groups */
-    MOE_FAMILY_HY_V3 = 27          /* HYV3ForCausalLM: sigmoid + correction bias, no groups */
+    MOE_FAMILY_HY_V3 = 27,         /* HYV3ForCausalLM: sigmoid + correction bias, no groups */
+    MOE_FAMILY_AXK2 = 28           /* AXK2ForCausalLM (A.X-K2): DeepSeek-V3's routing, no groups */
 } moe_family;
 
 /* Static name of a family (its config `model_type`): "custom", "mixtral", "qwen2_moe",
  * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe",
  * "qwen3_5_moe", "qwen3_next", "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite",
  * "deepseek_v32", "exaone_moe", "mimo_v2_flash", "glm_moe_dsa", "solar_open", "glm4v_moe", "kimi_linear",
- * "bailing_hybrid", "minimax_m2", "hy_v3"; "?" for an unknown value. */
+ * "bailing_hybrid", "minimax_m2", "hy_v3", "axk2"; "?" for an unknown value. */
 MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */

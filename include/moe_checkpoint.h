@@ -143,7 +143,7 @@ typedef struct moe_checkpoint_options {
      * "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe", "qwen3_5_moe", "qwen3_next",
      * "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite", "deepseek_v32",
      * "exaone_moe", "mimo_v2_flash", "glm_moe_dsa", "solar_open", "glm4v_moe", "kimi_linear",
-     * "bailing_hybrid", "minimax_m2", "hy_v3";
+     * "bailing_hybrid", "minimax_m2", "hy_v3", "axk2";
      * a row's architecture class or model_type is accepted too), or NULL (default): the
      * family of config.json's architectures[0], else model_type. When set, that family's row
      * reads config.json and the tensors whatever config.json names; a WARNING names
@@ -172,7 +172,8 @@ MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
  * listed in moe_layers, else (layer + 1) % interleave_moe_layer_step == 0; Mixtral, OLMoE,
  * Granite-MoE, gpt-oss, Qwen3.5-MoE: every layer. GLM-5 (glm_moe_dsa), Kimi-Linear, Ling hybrid
  * (bailing_hybrid), Hunyuan-V3 (hy_v3): mlp_layer_types[layer] == "sparse", else layer >=
- * first_k_dense_replace (3, 1, 2; Hunyuan-V3: 1); GLM-4.5V (glm4v_moe): layer >=
+ * first_k_dense_replace (3, 1, 2; Hunyuan-V3: 1); A.X-K2 (axk2): mlp_layer_types, else layer >=
+ * first_k_dense_replace (1) and layer % moe_layer_freq (1) == 0; GLM-4.5V (glm4v_moe): layer >=
  * first_k_dense_replace (1); Solar-Open, MiniMax-M2: every layer. No layer is MoE when the expert
  * count is 0. */
 MOE_API int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);

@@ -411,7 +411,8 @@ int moe_ck_config_is_moe_layer(const moe_ck_config *c, int64_t layer)
     case MOE_FAM_LAYERS_DENSE_PREFIX: return layer >= c->layer_first && layer % c->layer_step == 0;
     case MOE_FAM_LAYERS_LISTED_ELSE_STEP:
         return c->have_layer_list ? listed(c, layer) : (layer + 1) % c->layer_step == 0;
-    case MOE_FAM_LAYERS_TYPES_ELSE_PREFIX: return c->have_layer_list ? listed(c, layer) : layer >= c->layer_first;
+    case MOE_FAM_LAYERS_TYPES_ELSE_PREFIX:
+        return c->have_layer_list ? listed(c, layer) : layer >= c->layer_first && layer % c->layer_step == 0;
     }
     return 0;
 }
@@ -432,6 +433,9 @@ void moe_ck_config_dense_reason(const moe_ck_config *c, int64_t layer, char *why
     } else if (row->layers.rule == MOE_FAM_LAYERS_TYPES_ELSE_PREFIX) {
         if (c->have_layer_list)
             snprintf(why, n, "%s%s[%" PRId64 "] is not \"sparse\"", pre, row->layers.list_field, layer);
+        else if (layer >= c->layer_first && row->layers.step_field)
+            snprintf(why, n, "layer %" PRId64 " %% %s%s = %" PRId64 " != 0 (%s%s absent)", layer, pre,
+                     row->layers.step_field, c->layer_step, pre, row->layers.list_field);
         else
             snprintf(why, n, "layer %" PRId64 " < %s%s = %" PRId64 " (%s%s absent)", layer, pre,
                      row->layers.first_field ? row->layers.first_field : "the first MoE layer", c->layer_first, pre,

@@ -90,6 +90,31 @@ static moe_status sigmoid_groups_routing(const moe_cfg_fields *f, const moe_fam_
     return MOE_OK;
 }
 
+/* AXK2TopkRouter (A.X-K2): DeepSeek-V3's routing, with expert groups only when n_group is set
+ * (null or absent: none, A.X-K2-Light). Its grouped path fills the dropped groups' selection
+ * keys with 0.0, not -inf (apply_group_scoring: "fill with `0.0` intentionally"), so an expert of
+ * a dropped group can be chosen over a kept group's expert whose biased score is negative;
+ * libmoe selects within the kept groups only, so n_group > 1 is refused. */
+static moe_status axk2_routing(const moe_cfg_fields *f, const moe_fam_row *row, int64_t *n_group, int64_t *topk_group)
+{
+    const json_t *g = json_object_get(f->obj, row->groups.n_group_field);
+    int64_t ng = 0;
+    moe_status st;
+    *n_group = *topk_group = 0;
+    if (!g || json_is_null(g))
+        return MOE_OK;
+    if ((st = moe_cfg_int(f, row->groups.n_group_field, true, 0, 1, &ng)) != MOE_OK)
+        return st;
+    if (ng > 1)
+        return moe_set_error(f->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%s%s' = %" PRId64 ": A.X-K2's grouped routing fills the dropped groups' "
+                             "selection keys with 0.0, not -inf (AXK2TopkRouter.apply_group_scoring), which libmoe "
+                             "does not compute (it selects within the kept groups, as deepseek_v3 does); A.X-K2 "
+                             "without groups (n_group null or 1) is read",
+                             f->path, f->prefix, row->groups.n_group_field, ng);
+    return MOE_OK;
+}
+
 /* One line per concern: identity; I; E; shared expert; routing; router tensors and the routing
  * hook; activation; MoE layers; block prefixes; expert layouts. */
 static const moe_fam_row fam_rows[] = {
@@ -459,6 +484,22 @@ static const moe_fam_row fam_rows[] = {
      .router = {"router.gate.weight" /* as saved */, "gate.weight"}, .selection_bias = "expert_bias" /* as saved */,
      .refuse_true = {"mlp_bias", "the shared expert's projections (HYV3MLP) get biases"},
      .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* AXK2MoE (A.X-K2; its DSA attention and gated norms are not the block): DeepSeek-V3's
+     * router, experts and block; AXK2Config's defaults: no groups (n_group None; grouped configs
+     * are refused, axk2_routing), norm_topk_prob true, routed_scaling_factor 2.5, one shared
+     * expert; MoE layers by mlp_layer_types (absent: layer >= first_k_dense_replace, default 1,
+     * and layer % moe_layer_freq == 0, default 1) */
+    {.family = MOE_FAMILY_AXK2, .name = "axk2", .names = {{"AXK2ForCausalLM", "axk2"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 2.5}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = axk2_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 1, "moe_layer_freq", 1, "mlp_layer_types"},
      .prefixes = {"model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };

@@ -37,7 +37,9 @@ typedef enum moe_fam_layers {
     MOE_FAM_LAYERS_TYPES_ELSE_PREFIX /* list_field (mlp_layer_types) [L] == "sparse" when it is
                                         given (every entry "dense" or "sparse"), else layer >=
                                         first_field (first_default when the row has no
-                                        first_field or config.json lacks it) */
+                                        first_field or config.json lacks it) and, when the row
+                                        has a step_field, layer % step == 0 (A.X-K2's
+                                        moe_layer_freq) */
 } moe_fam_layers;
 
 /* How config.json gives I_s, the shared expert's intermediate size (0: none). */

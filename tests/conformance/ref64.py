@@ -138,6 +138,7 @@ _FAMILIES = {
     "BailingHybridForCausalLM": "bailing_hybrid", "bailing_hybrid": "bailing_hybrid",
     "MiniMaxM2ForCausalLM": "minimax_m2", "minimax_m2": "minimax_m2",
     "HYV3ForCausalLM": "hy_v3", "hy_v3": "hy_v3",
+    "AXK2ForCausalLM": "axk2", "axk2": "axk2",
 }
 
 
@@ -166,8 +167,9 @@ _V3_LIKE = ("glm4_moe", "dots1") + _MLP_TYPES
 # HYV3TopKRouter without groups, always dividing by the top-k sum); _TYPES_A: MoE layers by
 # mlp_layer_types, the config classes filling an absent list from first_k_dense_replace (GLM-5:
 # 3, Kimi-Linear: 1, Bailing: 2) or, Hunyuan-V3, with one dense layer first.
-_FAM_A = ("glm_moe_dsa", "solar_open", "glm4v_moe", "kimi_linear", "bailing_hybrid", "minimax_m2", "hy_v3")
-_TYPES_A = {"glm_moe_dsa": 3, "kimi_linear": 1, "bailing_hybrid": 2, "hy_v3": 1}
+_FAM_A = ("glm_moe_dsa", "solar_open", "glm4v_moe", "kimi_linear", "bailing_hybrid", "minimax_m2", "hy_v3",
+          "axk2")
+_TYPES_A = {"glm_moe_dsa": 3, "kimi_linear": 1, "bailing_hybrid": 2, "hy_v3": 1, "axk2": 1}
 # config.json names that their config classes' attribute_map writes (Kimi-Linear, Bailing)
 _KIMI_NAMES = ("kimi_linear", "bailing_hybrid")
 
@@ -182,7 +184,9 @@ def is_moe_layer(cfg, family, layer):
         if types is not None:
             return types[layer] == "sparse"
         first = None if family == "hy_v3" else cfg.get("first_k_dense_replace")
-        return layer >= (_TYPES_A[family] if first is None else int(first))
+        # AXK2Config also steps by moe_layer_freq (default 1)
+        freq = int(_get(cfg, "moe_layer_freq", 1)) if family == "axk2" else 1
+        return layer >= (_TYPES_A[family] if first is None else int(first)) and layer % freq == 0
     if family == "glm4v_moe":  # Glm4vMoeTextDecoderLayer: layer_idx >= first_k_dense_replace (1)
         return layer >= int(_get(cfg, "first_k_dense_replace", 1))
     if family in _MLP_TYPES:
@@ -328,7 +332,9 @@ def layer_params_new(ck, layer):
         else:
             kimi = fam in _KIMI_NAMES
             g, k = (8, 4) if fam == "bailing_hybrid" else (1, 1)
-            scale0 = {"glm_moe_dsa": 2.5, "kimi_linear": 2.446, "bailing_hybrid": 2.5}.get(fam, 1.0)
+            if fam == "axk2" and _get(cfg, "n_group", 1) > 1:
+                raise ValueError("A.X-K2 with expert groups (its 0.0-filled group mask) is not modelled here")
+            scale0 = {"glm_moe_dsa": 2.5, "kimi_linear": 2.446, "bailing_hybrid": 2.5, "axk2": 2.5}.get(fam, 1.0)
             p.update(scoring="sigmoid",
                      renormalize=bool(_get(cfg, "moe_renormalize" if kimi else "norm_topk_prob", True)),
                      scale=float(_get(cfg, "routed_scaling_factor", scale0)),

@@ -885,6 +885,56 @@ static void test_row_field_names(void **state)
     assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
     assert_int_equal(d.family, MOE_FAMILY_HY_V3);
     assert_true(d.routed_scaling_factor == 2.826f);
+
+    /* A.X-K2: groups only when n_group is set; grouped (its 0.0-filled mask) refused by name */
+    fixture_variant(dir, "axk2_f32", NULL, NULL, NULL, NULL);
+    assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
+    assert_int_equal(d.family, MOE_FAMILY_AXK2);
+    assert_int_equal(d.n_group, 0);
+    assert_int_equal(d.shared_expert_intermediate_size, 24);
+    fixture_variant(dir, "axk2_f32", "n_group", json_integer(1), NULL, NULL);
+    assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
+    assert_int_equal(d.n_group, 0);
+    fixture_variant(dir, "axk2_f32", "n_group", json_integer(2), NULL, NULL);
+    expect_error(ctx, variant_desc(ctx, dir, 1, &d), MOE_EUNSUPPORTED, cfg, "'n_group' = 2", "0.0, not -inf",
+                 "apply_group_scoring");
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
+/* The mlp_layer_types rule with a step (A.X-K2): mlp_layer_types absent, layer >=
+ * first_k_dense_replace and layer % moe_layer_freq == 0, as AXK2Config fills the list; a layer
+ * off the step is dense, named by moe_layer_freq. */
+static void test_types_else_prefix_step(void **state)
+{
+    (void)state;
+    fspec s = {.tag = "ck-axk2", .family = MOE_FAMILY_AXK2,
+               .config = "{\"architectures\": [\"AXK2ForCausalLM\"], \"hidden_size\": 16,"
+                         " \"num_hidden_layers\": 5, \"moe_intermediate_size\": 8, \"n_routed_experts\": 8,"
+                         " \"num_experts_per_tok\": 2, \"first_k_dense_replace\": 1, \"moe_layer_freq\": 2}",
+               .H = 16, .I = 8, .E = 8, .K = 2, .L = 5, .Is = 8, .prefix = "model.layers.%lld.mlp.",
+               .router = "gate.weight", .layout = L_PER_EXPERT, .shared = "shared_experts", .sel_bias = 1,
+               .wdt = MOE_DTYPE_F32, .moe_mask = "00101", .dense_why = "first_k_dense_replace = 1"};
+    s.want = base_desc(MOE_FAMILY_AXK2, 16, 8, 8, 2, MOE_DTYPE_F32);
+    s.want.scoring_func = MOE_SCORING_SIGMOID;
+    s.want.renormalize = 1;
+    s.want.routed_scaling_factor = 2.5f;
+    s.want.shared_expert_intermediate_size = 8;
+    s.want.group_score = MOE_GROUP_SCORE_TOP2_SUM;
+    s.want.has_selection_bias = 1;
+    check_family(&s);
+    /* layer 1 (>= first, odd) is dense by the step */
+    moe_ctx *ctx = tu_ctx();
+    char dir[512];
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    tu_tmpdir(dir, sizeof dir, "ck-axk2s");
+    float dummy[4] = {0};
+    tl_add(tl, "model.norm.weight", MOE_DTYPE_F32, 1, (int64_t[]){4}, dummy);
+    expect_error(ctx, open_desc(ctx, dir, s.config, tl, 3), MOE_EDENSE, "layer 3 % moe_layer_freq = 2 != 0",
+                 "mlp_layer_types absent");
+    tl_free(tl);
+    free(tl);
     tu_rm_tree(dir);
     moe_ctx_free(ctx);
 }
@@ -897,7 +947,7 @@ int main(void)
         cmocka_unit_test(test_gpt_oss),       cmocka_unit_test(test_llama4),
         cmocka_unit_test(test_olmoe_granite), cmocka_unit_test(test_qwen35_next),
         cmocka_unit_test(test_gelu_act),      cmocka_unit_test(test_family_errors),
-        cmocka_unit_test(test_row_field_names),
+        cmocka_unit_test(test_row_field_names), cmocka_unit_test(test_types_else_prefix_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

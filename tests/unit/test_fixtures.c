@@ -105,7 +105,7 @@ static const char *const k_required[] = {
     "glm4_moe_f32", "dots1_f32", "minimax_f32", "qwen3_vl_moe_f32", "flex_olmo_f32",
     "glm4_moe_lite_f32", "deepseek_v32_f32", "exaone_moe_f32", "mimo_v2_flash_f32",
     "glm_moe_dsa_f32", "solar_open_f32", "glm4v_moe_f32", "kimi_linear_f32", "bailing_hybrid_f32",
-    "minimax_m2_f32", "hy_v3_f32",
+    "minimax_m2_f32", "hy_v3_f32", "axk2_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
