@@ -414,9 +414,13 @@ typedef enum moe_activation {
     MOE_ACT_GEGLU_TANH = 2, /* h = gelu_tanh(g) * u, gelu_tanh(v) =
                                (0.5 v) (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3)));
                                "gelu_pytorch_tanh", "gelu_new" */
-    MOE_ACT_SWIGLU_OAI = 3  /* gpt-oss (GptOssExperts._apply_gate): g' = min(g, limit),
+    MOE_ACT_SWIGLU_OAI = 3, /* gpt-oss (GptOssExperts._apply_gate): g' = min(g, limit),
                                u' = clamp(u, -limit, limit), h = (u' + 1) * (g' * sigmoid(alpha g')),
                                alpha = swiglu_alpha, limit = swiglu_limit. NaN stays NaN. */
+    MOE_ACT_SWIGLU_CLAMP = 4 /* GLM-5-Next (Glm5NextTextExperts._apply_gate, and its shared expert
+                               Glm5NextTextMLP): g' = min(g, limit), u' = clamp(u, -limit, limit),
+                               h = silu(g') * u' (no alpha, no + 1), limit = swiglu_limit; the
+                               routed and the shared expert alike. NaN stays NaN. */
 } moe_activation;
 
 #include "moe_quant.h"
@@ -454,14 +458,16 @@ typedef enum moe_family {
     MOE_FAMILY_BAILING_HYBRID = 25, /* BailingHybridForCausalLM: DeepSeek-V3's routing */
     MOE_FAMILY_MINIMAX_M2 = 26,    /* MiniMaxM2ForCausalLM: sigmoid + correction bias, no groups */
     MOE_FAMILY_HY_V3 = 27,         /* HYV3ForCausalLM: sigmoid + correction bias, no groups */
-    MOE_FAMILY_AXK2 = 28           /* AXK2ForCausalLM (A.X-K2): DeepSeek-V3's routing, no groups */
+    MOE_FAMILY_AXK2 = 28,          /* AXK2ForCausalLM (A.X-K2): DeepSeek-V3's routing, no groups */
+    MOE_FAMILY_GLM5_NEXT = 29      /* Glm5NextForConditionalGeneration (text MoE): DeepSeek-V3's
+                                      routing, MOE_ACT_SWIGLU_CLAMP experts */
 } moe_family;
 
 /* Static name of a family (its config `model_type`): "custom", "mixtral", "qwen2_moe",
  * "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe",
  * "qwen3_5_moe", "qwen3_next", "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite",
  * "deepseek_v32", "exaone_moe", "mimo_v2_flash", "glm_moe_dsa", "solar_open", "glm4v_moe", "kimi_linear",
- * "bailing_hybrid", "minimax_m2", "hy_v3", "axk2"; "?" for an unknown value. */
+ * "bailing_hybrid", "minimax_m2", "hy_v3", "axk2", "glm5_next"; "?" for an unknown value. */
 MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */
@@ -513,7 +519,8 @@ typedef struct moe_layer_desc {
                                       and the combine sums the y_k unweighted, so the weight
                                       is applied exactly once. The shared expert gets x. */
     float swiglu_alpha;            /* MOE_ACT_SWIGLU_OAI: config `swiglu_alpha`, default 1.702 */
-    float swiglu_limit;            /* MOE_ACT_SWIGLU_OAI: config `swiglu_limit`, default 7;
+    float swiglu_limit;            /* MOE_ACT_SWIGLU_OAI, MOE_ACT_SWIGLU_CLAMP: config
+                                      `swiglu_limit`, default 7 (GLM-5-Next's config: 10);
                                       must be > 0 */
     moe_quant_config quant;        /* quantized routed experts (moe_quant.h "Quantized experts");
                                       default all NONE: experts in weight_dtype */

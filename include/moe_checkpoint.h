@@ -143,7 +143,7 @@ typedef struct moe_checkpoint_options {
      * "deepseek_v3", "gpt_oss", "llama4", "olmoe", "granitemoe", "qwen3_5_moe", "qwen3_next",
      * "glm4_moe", "dots1", "minimax", "qwen3_vl_moe", "flex_olmo", "glm4_moe_lite", "deepseek_v32",
      * "exaone_moe", "mimo_v2_flash", "glm_moe_dsa", "solar_open", "glm4v_moe", "kimi_linear",
-     * "bailing_hybrid", "minimax_m2", "hy_v3", "axk2";
+     * "bailing_hybrid", "minimax_m2", "hy_v3", "axk2", "glm5_next";
      * a row's architecture class or model_type is accepted too), or NULL (default): the
      * family of config.json's architectures[0], else model_type. When set, that family's row
      * reads config.json and the tensors whatever config.json names; a WARNING names
@@ -173,7 +173,8 @@ MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
  * Granite-MoE, gpt-oss, Qwen3.5-MoE: every layer. GLM-5 (glm_moe_dsa), Kimi-Linear, Ling hybrid
  * (bailing_hybrid), Hunyuan-V3 (hy_v3): mlp_layer_types[layer] == "sparse", else layer >=
  * first_k_dense_replace (3, 1, 2; Hunyuan-V3: 1); A.X-K2 (axk2): mlp_layer_types, else layer >=
- * first_k_dense_replace (1) and layer % moe_layer_freq (1) == 0; GLM-4.5V (glm4v_moe): layer >=
+ * first_k_dense_replace (1) and layer % moe_layer_freq (1) == 0; GLM-5-Next (glm5_next):
+ * text_config.mlp_layer_types, else layer >= 3; GLM-4.5V (glm4v_moe): layer >=
  * first_k_dense_replace (1); Solar-Open, MiniMax-M2: every layer. No layer is MoE when the expert
  * count is 0. */
 MOE_API int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
@@ -222,10 +223,10 @@ MOE_API moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer
  *   has_router_bias       1 for gpt-oss (router.bias), else 0
  *   has_expert_bias       1 for gpt-oss (gate_up_proj_bias, down_proj_bias), else 0
  *   apply_router_weight_on_input  1 for Llama-4, else 0
- *   activation            MOE_ACT_SWIGLU_OAI for gpt-oss, else MOE_ACT_SWIGLU (`hidden_act`'s
- *                         default "silu")
+ *   activation            MOE_ACT_SWIGLU_OAI for gpt-oss, MOE_ACT_SWIGLU_CLAMP for GLM-5-Next,
+ *                         else MOE_ACT_SWIGLU (`hidden_act`'s default "silu")
  *   swiglu_alpha, swiglu_limit  1.702 and 7 (GptOssConfig's defaults; the other families do
- *                         not use them)
+ *                         not use them); GLM-5-Next: swiglu_limit 10 (Glm5NextTextConfig)
  *   shared_expert_gated   1 for Qwen2-MoE, Qwen3-Next and Qwen3.5-MoE when
  *                         desc->shared_expert_intermediate_size > 0, else 0
  * Sizes (hidden_size, moe_intermediate_size, num_experts, top_k,

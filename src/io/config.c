@@ -204,6 +204,16 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
     moe_status st = moe_cfg_str(f, "hidden_act", "silu", &a);
     if (st != MOE_OK)
         return st;
+    if (row->activation.rule == MOE_FAM_ACT_CLAMPED_SILU) {
+        if (strcmp(a, "silu") != 0 && strcmp(a, "swish") != 0)
+            return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%shidden_act' = \"%s\": family %s's routed experts apply silu whatever "
+                                 "hidden_act says and its shared expert applies hidden_act; libmoe computes one "
+                                 "function for both, so only silu / swish is read",
+                                 c->path, c->prefix, a, row->name);
+        d->activation = MOE_ACT_SWIGLU_CLAMP;
+        return moe_cfg_float(f, row->activation.limit_field, row->activation.limit, true, 0.0, &d->swiglu_limit);
+    }
     if (strcmp(a, "silu") == 0 || strcmp(a, "swish") == 0)
         d->activation = MOE_ACT_SWIGLU;
     else if (strcmp(a, "gelu") == 0)

@@ -502,6 +502,26 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 1, "moe_layer_freq", 1, "mlp_layer_types"},
      .prefixes = {"model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Glm5NextTextMoE (GLM-5-Next's decoder; its linear / DSA attention and hyper-connections
+     * are not the block): Glm4Moe's router and block; the routed experts
+     * (Glm5NextTextExperts._apply_gate) and the shared expert (Glm5NextTextMLP) clamp the gate
+     * above and the up projection on both sides at swiglu_limit (default 10) before silu(g) * u:
+     * MOE_ACT_SWIGLU_CLAMP. Glm5NextTextConfig's defaults: n_group 1, norm_topk_prob true,
+     * routed_scaling_factor 2.5, one shared expert; MoE layers by mlp_layer_types (absent: every
+     * layer but the first 3). Under the multimodal wrapper (text_config, model.language_model.) */
+    {.family = MOE_FAMILY_GLM5_NEXT, .name = "glm5_next", .text_config = true,
+     .names = {{"Glm5NextForConditionalGeneration", "glm5_next"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 2.5}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .activation = {MOE_FAM_ACT_CLAMPED_SILU, NULL, "swiglu_limit", 0.0, 10.0},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 3, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.language_model.layers.%L.mlp." /* ConditionalGeneration */, "model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 
@@ -635,9 +655,11 @@ void moe_fam_layer_defaults(const moe_fam_row *row, moe_layer_desc *d)
     d->apply_router_weight_on_input = row->weight_on_input;
     /* hidden_act absent: the config classes' "silu"; swiglu_alpha / swiglu_limit are used by
      * the clamped SwiGLU only, and otherwise keep moe_layer_desc_init's (the same) values */
-    d->activation = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? MOE_ACT_SWIGLU_OAI : MOE_ACT_SWIGLU;
+    d->activation = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? MOE_ACT_SWIGLU_OAI
+                    : row->activation.rule == MOE_FAM_ACT_CLAMPED_SILU ? MOE_ACT_SWIGLU_CLAMP
+                                                                         : MOE_ACT_SWIGLU;
     d->swiglu_alpha = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? (float)row->activation.alpha : 1.702f;
-    d->swiglu_limit = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? (float)row->activation.limit : 7.0f;
+    d->swiglu_limit = row->activation.rule != MOE_FAM_ACT_HIDDEN_ACT ? (float)row->activation.limit : 7.0f;
     d->shared_expert_gated = row->shared.gated && d->shared_expert_intermediate_size > 0;
 }
 

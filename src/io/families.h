@@ -23,8 +23,12 @@ typedef enum moe_fam_renorm {
 /* How the expert activation is chosen (moe_layer_desc.activation). */
 typedef enum moe_fam_act {
     MOE_FAM_ACT_HIDDEN_ACT = 0, /* config `hidden_act` (absent: "silu") picks the gate function */
-    MOE_FAM_ACT_CLAMPED_SWIGLU  /* always MOE_ACT_SWIGLU_OAI, alpha and limit from two fields
+    MOE_FAM_ACT_CLAMPED_SWIGLU, /* always MOE_ACT_SWIGLU_OAI, alpha and limit from two fields
                                    (gpt-oss; hidden_act is not read) */
+    MOE_FAM_ACT_CLAMPED_SILU    /* always MOE_ACT_SWIGLU_CLAMP, the limit from limit_field
+                                   (GLM-5-Next); hidden_act must be silu (absent: silu), the
+                                   function its shared expert applies where the routed experts
+                                   call F.silu */
 } moe_fam_act;
 
 /* Which decoder layers hold an MoE block, from the fields of moe_fam_row.layers. */
@@ -129,7 +133,8 @@ struct moe_fam_row {
     bool weight_on_input;                  /* apply_router_weight_on_input */
     struct {
         moe_fam_act rule;
-        const char *alpha_field, *limit_field; /* CLAMPED_SWIGLU: swiglu_alpha, swiglu_limit */
+        const char *alpha_field, *limit_field; /* CLAMPED_SWIGLU: swiglu_alpha, swiglu_limit;
+                                                  CLAMPED_SILU: swiglu_limit */
         double alpha, limit;               /* their defaults */
     } activation;
     moe_fam_routing_hook routing_hook;     /* or NULL */

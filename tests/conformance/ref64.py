@@ -139,6 +139,7 @@ _FAMILIES = {
     "MiniMaxM2ForCausalLM": "minimax_m2", "minimax_m2": "minimax_m2",
     "HYV3ForCausalLM": "hy_v3", "hy_v3": "hy_v3",
     "AXK2ForCausalLM": "axk2", "axk2": "axk2",
+    "Glm5NextForConditionalGeneration": "glm5_next", "glm5_next": "glm5_next",
 }
 
 
@@ -154,7 +155,8 @@ def family_of(cfg):
 
 def text_config(cfg, family):
     """The decoder's fields: text_config for the multimodal wrappers."""
-    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "glm4v_moe") and isinstance(cfg.get("text_config"), dict):
+    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "glm4v_moe", "glm5_next") and isinstance(
+            cfg.get("text_config"), dict):
         return cfg["text_config"]
     return cfg
 
@@ -168,8 +170,8 @@ _V3_LIKE = ("glm4_moe", "dots1") + _MLP_TYPES
 # mlp_layer_types, the config classes filling an absent list from first_k_dense_replace (GLM-5:
 # 3, Kimi-Linear: 1, Bailing: 2) or, Hunyuan-V3, with one dense layer first.
 _FAM_A = ("glm_moe_dsa", "solar_open", "glm4v_moe", "kimi_linear", "bailing_hybrid", "minimax_m2", "hy_v3",
-          "axk2")
-_TYPES_A = {"glm_moe_dsa": 3, "kimi_linear": 1, "bailing_hybrid": 2, "hy_v3": 1, "axk2": 1}
+          "axk2", "glm5_next")
+_TYPES_A = {"glm_moe_dsa": 3, "kimi_linear": 1, "bailing_hybrid": 2, "hy_v3": 1, "axk2": 1, "glm5_next": 3}
 # config.json names that their config classes' attribute_map writes (Kimi-Linear, Bailing)
 _KIMI_NAMES = ("kimi_linear", "bailing_hybrid")
 
@@ -183,7 +185,7 @@ def is_moe_layer(cfg, family, layer):
         types = cfg.get("mlp_layer_types")
         if types is not None:
             return types[layer] == "sparse"
-        first = None if family == "hy_v3" else cfg.get("first_k_dense_replace")
+        first = None if family in ("hy_v3", "glm5_next") else cfg.get("first_k_dense_replace")
         # AXK2Config also steps by moe_layer_freq (default 1)
         freq = int(_get(cfg, "moe_layer_freq", 1)) if family == "axk2" else 1
         return layer >= (_TYPES_A[family] if first is None else int(first)) and layer % freq == 0
@@ -228,6 +230,7 @@ def _prefix(ck, fam, layer):
         "minimax": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
         "qwen3_vl_moe": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
         "glm4v_moe": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
+        "glm5_next": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
         # transformers' conversion mappings save these under Mixtral's old block name
         "kimi_linear": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
         "minimax_m2": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
@@ -334,7 +337,8 @@ def layer_params_new(ck, layer):
             g, k = (8, 4) if fam == "bailing_hybrid" else (1, 1)
             if fam == "axk2" and _get(cfg, "n_group", 1) > 1:
                 raise ValueError("A.X-K2 with expert groups (its 0.0-filled group mask) is not modelled here")
-            scale0 = {"glm_moe_dsa": 2.5, "kimi_linear": 2.446, "bailing_hybrid": 2.5, "axk2": 2.5}.get(fam, 1.0)
+            scale0 = {"glm_moe_dsa": 2.5, "kimi_linear": 2.446, "bailing_hybrid": 2.5, "axk2": 2.5,
+                      "glm5_next": 2.5}.get(fam, 1.0)
             p.update(scoring="sigmoid",
                      renormalize=bool(_get(cfg, "moe_renormalize" if kimi else "norm_topk_prob", True)),
                      scale=float(_get(cfg, "routed_scaling_factor", scale0)),
@@ -367,7 +371,10 @@ def layer_params_new(ck, layer):
         p["renormalize"] = bool(_get(cfg, "norm_topk_prob", fam == "qwen3_next"))
     elif fam == "qwen3_5_moe":
         p["renormalize"] = True
-    if fam == "gpt_oss":
+    if fam == "glm5_next":
+        # Glm5NextTextExperts._apply_gate and Glm5NextTextMLP: silu(min(g, L)) * clamp(u, -L, L)
+        p.update(act="swiglu_clamp", limit=float(_get(cfg, "swiglu_limit", 10.0)))
+    elif fam == "gpt_oss":
         p.update(act="swiglu_oai", alpha=float(_get(cfg, "swiglu_alpha", 1.702)),
                  limit=float(_get(cfg, "swiglu_limit", 7.0)))
     else:
@@ -477,6 +484,9 @@ def expert(p, x, e):
         g = np.minimum(g, lim)
         u = np.clip(u, -lim, lim)
         h = (u + 1.0) * (g * sigmoid(alpha * g))
+    elif p.get("act") == "swiglu_clamp":
+        lim = p["limit"]
+        h = silu(np.minimum(g, lim)) * np.clip(u, -lim, lim)
     elif p.get("act") == "geglu":
         h = 0.5 * g * (1.0 + np.vectorize(math.erf)(g / math.sqrt(2.0))) * u
     elif p.get("act") == "geglu_tanh":
@@ -564,7 +574,12 @@ def moe_forward(p, x):
         gate = 1.0
         if p.get("shared_gated", p.get("family") == "qwen2_moe"):
             gate = 1.0 / (1.0 + np.exp(-(x @ p["s_expert_gate"].T)))  # [T, 1]
-        out += gate * swiglu(x, p["s_gate"], p["s_up"], p["s_down"])
+        if p.get("act") == "swiglu_clamp":  # GLM-5-Next's shared expert clamps as its routed ones
+            lim = p["limit"]
+            g, u = x @ p["s_gate"].T, x @ p["s_up"].T
+            out += gate * ((silu(np.minimum(g, lim)) * np.clip(u, -lim, lim)) @ p["s_down"].T)
+        else:
+            out += gate * swiglu(x, p["s_gate"], p["s_up"], p["s_down"])
     return {"output": out, "topk_ids": ids.astype(np.int32), "topk_weights": w,
             "router_logits": logits, "probs": probs}
 

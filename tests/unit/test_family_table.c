@@ -157,6 +157,8 @@ static const struct {
     {MOE_FAMILY_MINIMAX_M2, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
     {MOE_FAMILY_HY_V3, MOE_SCORING_SIGMOID, 1, 2.826f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
     {MOE_FAMILY_AXK2, MOE_SCORING_SIGMOID, 1, 2.5f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_GLM5_NEXT, MOE_SCORING_SIGMOID, 1, 2.5f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU_CLAMP},
 };
 
 static void test_layer_defaults(void **state)
@@ -183,7 +185,8 @@ static void test_layer_defaults(void **state)
         assert_int_equal(d.apply_router_weight_on_input, expect[i].on_input);
         assert_int_equal(d.shared_expert_gated, expect[i].gated);
         assert_int_equal(d.activation, expect[i].act);
-        assert_true(d.swiglu_alpha == 1.702f && d.swiglu_limit == 7.0f);
+        /* GptOssConfig's constants; GLM-5-Next's clamp at its config's swiglu_limit 10 */
+        assert_true(d.swiglu_alpha == 1.702f && d.swiglu_limit == (expect[i].act == MOE_ACT_SWIGLU_CLAMP ? 10.0f : 7.0f));
         /* sizes, dtype and quant untouched */
         assert_int_equal(d.hidden_size, 64);
         assert_int_equal(d.moe_intermediate_size, 32);

@@ -105,7 +105,7 @@ static const char *const k_required[] = {
     "glm4_moe_f32", "dots1_f32", "minimax_f32", "qwen3_vl_moe_f32", "flex_olmo_f32",
     "glm4_moe_lite_f32", "deepseek_v32_f32", "exaone_moe_f32", "mimo_v2_flash_f32",
     "glm_moe_dsa_f32", "solar_open_f32", "glm4v_moe_f32", "kimi_linear_f32", "bailing_hybrid_f32",
-    "minimax_m2_f32", "hy_v3_f32", "axk2_f32",
+    "minimax_m2_f32", "hy_v3_f32", "axk2_f32", "glm5_next_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
@@ -277,6 +277,7 @@ static void run_fixture(const fixture *fx, const json_t *meta, int threads, cons
     assert_int_equal(!!desc.apply_router_weight_on_input, meta_bool_or(meta, "apply_router_weight_on_input", 0));
     const char *act = meta_str_or(meta, "activation", "swiglu");
     assert_int_equal(desc.activation, !strcmp(act, "swiglu_oai")   ? MOE_ACT_SWIGLU_OAI
+                                      : !strcmp(act, "swiglu_clamp") ? MOE_ACT_SWIGLU_CLAMP
                                       : !strcmp(act, "geglu")      ? MOE_ACT_GEGLU
                                       : !strcmp(act, "geglu_tanh") ? MOE_ACT_GEGLU_TANH
                                                                    : MOE_ACT_SWIGLU);
