@@ -133,7 +133,8 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     if (row->shared.rule == MOE_FAM_SHARED_COUNT) {
         /* the class default when absent; null means none, as the published code's "if
          * config.n_shared_experts is not None" */
-        if (!json_object_get(f->obj, row->shared.field)) {
+        const char *key = row->shared.field;
+        if (!moe_cfg_get(f, &key)) {
             n_shared = row->shared.count_default;
             moe_cfg_note_default(f, row->shared.field, "%" PRId64, n_shared);
         } else if ((st = moe_cfg_int(f, row->shared.field, false, 0, 0, &n_shared)) != MOE_OK) {
@@ -367,7 +368,10 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
         cfg = tc;
         c->prefix = "text_config.";
     }
-    const moe_cfg_fields f = {ctx, path, c->prefix, cfg, forced ? &assumed : NULL};
+    size_t n_alias = 0;
+    while (n_alias < MOE_FAM_MAX_ALIASES && c->row->aliases[n_alias][0])
+        n_alias++;
+    const moe_cfg_fields f = {ctx, path, c->prefix, cfg, forced ? &assumed : NULL, c->row->aliases, n_alias};
     moe_layer_desc *d = &c->desc;
     moe_layer_desc_init(d);
     moe_fam_layer_defaults(c->row, d);

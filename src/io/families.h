@@ -80,6 +80,7 @@ typedef moe_status (*moe_fam_routing_hook)(const moe_cfg_fields *f, const moe_fa
 #define MOE_FAM_MAX_PREFIXES 3 /* block prefix candidates per family */
 #define MOE_FAM_MAX_ROUTERS 2  /* router name candidates per family */
 #define MOE_FAM_MAX_STACKED 2  /* stacked output-major layouts per family */
+#define MOE_FAM_MAX_ALIASES 4  /* config field aliases per family */
 
 /* One family. A NULL name means "none": the field is not read, the tensor not looked up, the
  * layout not used. Fields are named as config.json names them; tensor names are relative to
@@ -100,6 +101,10 @@ struct moe_fam_row {
     const char *topk_field;                /* K: NULL means "num_experts_per_tok" ... */
     const char *topk_alias;                /* ... or this when topk_field is absent (Kimi-Linear's
                                               num_experts_per_token, num_experts_per_tok) */
+    const char *aliases[MOE_FAM_MAX_ALIASES][2]; /* {field, alias}: a config field the row reads
+                                              under `field` is read from `alias` when `field` is
+                                              absent (the config class's attribute_map: Kimi-
+                                              Linear's moe_renormalize / norm_topk_prob) */
     struct {
         moe_fam_shared_size rule;
         const char *field;                 /* FIELD, COUNT */

@@ -339,10 +339,13 @@ def layer_params_new(ck, layer):
                 raise ValueError("A.X-K2 with expert groups (its 0.0-filled group mask) is not modelled here")
             scale0 = {"glm_moe_dsa": 2.5, "kimi_linear": 2.446, "bailing_hybrid": 2.5, "axk2": 2.5,
                       "glm5_next": 2.5}.get(fam, 1.0)
+            # Kimi / Bailing: their own names, else the attribute_map ones
             p.update(scoring="sigmoid",
-                     renormalize=bool(_get(cfg, "moe_renormalize" if kimi else "norm_topk_prob", True)),
+                     renormalize=bool(_get(cfg, "moe_renormalize", _get(cfg, "norm_topk_prob", True)) if kimi
+                                      else _get(cfg, "norm_topk_prob", True)),
                      scale=float(_get(cfg, "routed_scaling_factor", scale0)),
-                     n_group=int(_get(cfg, "num_expert_group" if kimi else "n_group", g)),
+                     n_group=int(_get(cfg, "num_expert_group", _get(cfg, "n_group", g)) if kimi
+                                 else _get(cfg, "n_group", g)),
                      topk_group=int(_get(cfg, "topk_group", k)), group_score="top2_sum")
     elif fam == "deepseek_v3":
         p.update(scoring="sigmoid", renormalize=bool(_get(cfg, "norm_topk_prob", True)),
@@ -428,7 +431,7 @@ def layer_params_new(ck, layer):
 
     if fam in _FAM_A:
         key = "num_shared_experts" if fam in _KIMI_NAMES + ("hy_v3",) else "n_shared_experts"
-        ns = 0 if fam == "minimax_m2" else cfg.get(key, 1)
+        ns = 0 if fam == "minimax_m2" else cfg.get(key, cfg.get("n_shared_experts", 1) if fam in _KIMI_NAMES else 1)
         p["Is"] = int(ns or 0) * I
         s = moe + ("shared_mlp." if fam == "hy_v3" else "shared_experts.")
     elif fam in ("deepseek_v2", "deepseek_v3") + _V3_LIKE:

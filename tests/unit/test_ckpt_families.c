@@ -851,7 +851,8 @@ static moe_status variant_desc(moe_ctx *ctx, const char *dir, int64_t layer, moe
 
 /* Kimi-Linear's top_k field (the row's topk_field / topk_alias): num_experts_per_token as its
  * config class writes it, num_experts_per_tok (transformers' attribute_map name) when that is
- * absent, both absent or too large named; moe_renormalize is its norm_topk_prob. Hunyuan-V3's
+ * absent, both absent or too large named; moe_renormalize is its norm_topk_prob, and the
+ * attribute_map names (the row's aliases) are read in place of absent own names. Hunyuan-V3's
  * mlp_bias (the row's refuse_true): true is refused by name, false reads. */
 static void test_row_field_names(void **state)
 {
@@ -878,6 +879,21 @@ static void test_row_field_names(void **state)
     fixture_variant(dir, "kimi_linear_f32", "moe_renormalize", json_false(), NULL, NULL);
     assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
     assert_int_equal(d.renormalize, 0);
+
+    /* the attribute_map names (norm_topk_prob, n_group, n_shared_experts) read when Kimi's own
+     * are absent, and named when wrong */
+    fixture_variant(dir, "kimi_linear_f32", "norm_topk_prob", json_false(), "moe_renormalize", "unused_renorm");
+    assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
+    assert_int_equal(d.renormalize, 0);
+    fixture_variant(dir, "kimi_linear_f32", "n_group", json_integer(2), "num_expert_group", "unused_groups");
+    assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
+    assert_int_equal(d.n_group, 2);
+    assert_int_equal(d.topk_group, 1);
+    fixture_variant(dir, "bailing_hybrid_f32", "n_shared_experts", json_integer(2), "num_shared_experts", "unused_shared");
+    assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
+    assert_int_equal(d.shared_expert_intermediate_size, 24); /* 2 * I (the default count is 1) */
+    fixture_variant(dir, "kimi_linear_f32", "norm_topk_prob", json_integer(1), "moe_renormalize", "unused_renorm");
+    expect_error(ctx, variant_desc(ctx, dir, 1, &d), MOE_EFORMAT, cfg, "'norm_topk_prob' must be true or false");
 
     fixture_variant(dir, "hy_v3_f32", "mlp_bias", json_true(), NULL, NULL);
     expect_error(ctx, variant_desc(ctx, dir, 1, &d), MOE_EUNSUPPORTED, cfg, "'mlp_bias' is true", "HYV3MLP");
