@@ -700,6 +700,8 @@ static void test_mlp_layer_types(void **state)
                  "must be \"sparse\" or \"dense\"");
     tl_free(tl);
     free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
 }
 
 static void test_family_errors(void **state)
