@@ -393,7 +393,7 @@ typedef enum moe_scoring {
      * "softmax"). */
     MOE_SCORING_SOFTMAX = 0,
     /* s = sigmoid(l) = 1 / (1 + exp(-l)) elementwise; select on s (+ b_s); w_k = s[ids[k]].
-     * DeepSeek-V3/R1, Kimi-K2 (`scoring_func` "sigmoid"). */
+     * DeepSeek-V3/R1, Kimi-K2 (`scoring_func` "sigmoid"); MiniMax-M2, Hunyuan-V3 (no groups). */
     MOE_SCORING_SIGMOID = 1,
     /* Top-k first, on the logits: select on l (+ b_s); w = softmax over the K selected logits
      * l[ids[0..K-1]] (max and sum in top-k order). Granite-MoE; gpt-oss (its l includes the
@@ -433,9 +433,13 @@ typedef enum moe_activation {
     MOE_ACT_GEGLU_TANH = 2, /* h = gelu_tanh(g) * u, gelu_tanh(v) =
                                (0.5 v) (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3)));
                                "gelu_pytorch_tanh", "gelu_new" */
-    MOE_ACT_SWIGLU_OAI = 3  /* gpt-oss (GptOssExperts._apply_gate): g' = min(g, limit),
+    MOE_ACT_SWIGLU_OAI = 3, /* gpt-oss (GptOssExperts._apply_gate): g' = min(g, limit),
                                u' = clamp(u, -limit, limit), h = (u' + 1) * (g' * sigmoid(alpha g')),
                                alpha = swiglu_alpha, limit = swiglu_limit. NaN stays NaN. */
+    MOE_ACT_SWIGLU_CLAMP = 4 /* GLM-5-Next (Glm5NextTextExperts._apply_gate, and its shared expert
+                               Glm5NextTextMLP): g' = min(g, limit), u' = clamp(u, -limit, limit),
+                               h = silu(g') * u' (no alpha, no + 1), limit = swiglu_limit; the
+                               routed and the shared expert alike. NaN stays NaN. */
 } moe_activation;
 
 #include "moe_quant.h"
@@ -495,8 +499,18 @@ typedef enum moe_family {
                                            top-2-sum groups (no bias), scaled, shared experts */
     MOE_FAMILY_ARIA = 40,               /* AriaForConditionalGeneration, AriaTextForCausalLM:
                                            Granite-MoE's routing, shared experts */
-    MOE_FAMILY_ERNIE4_5_MOE = 41        /* Ernie4_5_MoeForCausalLM: softmax selected with a
+    MOE_FAMILY_ERNIE4_5_MOE = 41,       /* Ernie4_5_MoeForCausalLM: softmax selected with a
                                            correction bias, renormalized, shared experts */
+    MOE_FAMILY_GLM_MOE_DSA = 42,   /* GlmMoeDsaForCausalLM (GLM-5): DeepSeek-V3's routing */
+    MOE_FAMILY_SOLAR_OPEN = 43,    /* SolarOpenForCausalLM: DeepSeek-V3's routing */
+    MOE_FAMILY_GLM4V_MOE = 44,     /* Glm4vMoeForConditionalGeneration (GLM-4.5V text MoE): DeepSeek-V3's routing */
+    MOE_FAMILY_KIMI_LINEAR = 45,   /* KimiLinearForCausalLM: DeepSeek-V3's routing */
+    MOE_FAMILY_BAILING_HYBRID = 46, /* BailingHybridForCausalLM: DeepSeek-V3's routing */
+    MOE_FAMILY_MINIMAX_M2 = 47,    /* MiniMaxM2ForCausalLM: sigmoid + correction bias, no groups */
+    MOE_FAMILY_HY_V3 = 48,         /* HYV3ForCausalLM: sigmoid + correction bias, no groups */
+    MOE_FAMILY_AXK2 = 49,          /* AXK2ForCausalLM (A.X-K2): DeepSeek-V3's routing, no groups */
+    MOE_FAMILY_GLM5_NEXT = 50       /* Glm5NextForConditionalGeneration (text MoE): DeepSeek-V3's
+                                      routing, MOE_ACT_SWIGLU_CLAMP experts */
 } moe_family;
 
 /* Static name of a family: "custom" for MOE_FAMILY_CUSTOM, else its row's name, the config
@@ -554,7 +568,8 @@ typedef struct moe_layer_desc {
                                       and the combine sums the y_k unweighted, so the weight
                                       is applied exactly once. The shared expert gets x. */
     float swiglu_alpha;            /* MOE_ACT_SWIGLU_OAI: config `swiglu_alpha`, default 1.702 */
-    float swiglu_limit;            /* MOE_ACT_SWIGLU_OAI: config `swiglu_limit`, default 7;
+    float swiglu_limit;            /* MOE_ACT_SWIGLU_OAI, MOE_ACT_SWIGLU_CLAMP: config
+                                      `swiglu_limit`, default 7 (GLM-5-Next's config: 10);
                                       must be > 0 */
     moe_quant_config quant;        /* quantized routed experts (moe_quant.h "Quantized experts");
                                       default all NONE: experts in weight_dtype */

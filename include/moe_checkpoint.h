@@ -173,10 +173,16 @@ MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
  * first_k_dense_replace and layer % moe_layer_freq == 0 (the published code's rule;
  * transformers, which has no moe_layer_freq, agrees for the released value 1); Llama-4:
  * listed in moe_layers, else (layer + 1) % interleave_moe_layer_step == 0; Mixtral, OLMoE,
- * Granite-MoE (-Shared, -Hybrid), gpt-oss, Qwen3.5-MoE, Hunyuan-MoE: every layer. No layer is MoE when the
- * expert count is 0. Jamba: layer % expert_layer_period == expert_layer_offset, with more
- * than one expert. ERNIE-4.5-MoE: (layer + 1) % moe_layer_interval == 0 and
- * moe_layer_start_index <= layer <= moe_layer_end_index (-1: the last). */
+ * Granite-MoE (-Shared, -Hybrid), gpt-oss, Qwen3.5-MoE, Hunyuan-MoE: every layer. Jamba: layer %
+ * expert_layer_period == expert_layer_offset, with more than one expert. ERNIE-4.5-MoE: (layer
+ * + 1) % moe_layer_interval == 0 and moe_layer_start_index <= layer <= moe_layer_end_index (-1:
+ * the last). GLM-5 (glm_moe_dsa), Kimi-Linear, Ling hybrid
+ * (bailing_hybrid), Hunyuan-V3 (hy_v3): mlp_layer_types[layer] == "sparse", else layer >=
+ * first_k_dense_replace (3, 1, 2; Hunyuan-V3: 1); A.X-K2 (axk2): mlp_layer_types, else layer >=
+ * first_k_dense_replace (1) and layer % moe_layer_freq (1) == 0; GLM-5-Next (glm5_next):
+ * text_config.mlp_layer_types, else layer >= 3; GLM-4.5V (glm4v_moe): layer >=
+ * first_k_dense_replace (1); Solar-Open, MiniMax-M2: every layer. No layer is MoE when the expert
+ * count is 0. */
 MOE_API int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
 
 /* The layer description of MoE layer `layer`, from config.json and the tensors' dtype (moe.h
@@ -227,10 +233,10 @@ MOE_API moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer
  *   has_expert_bias       1 for gpt-oss (gate_up_proj_bias, down_proj_bias), else 0
  *   apply_router_weight_on_input  1 for Llama-4, else 0
  *   has_output_bias       1 for JetMoE (the block's `bias` [H]), else 0
- *   activation            MOE_ACT_SWIGLU_OAI for gpt-oss, else MOE_ACT_SWIGLU (`hidden_act`'s
- *                         default "silu")
+ *   activation            MOE_ACT_SWIGLU_OAI for gpt-oss, MOE_ACT_SWIGLU_CLAMP for GLM-5-Next,
+ *                         else MOE_ACT_SWIGLU (`hidden_act`'s default "silu")
  *   swiglu_alpha, swiglu_limit  1.702 and 7 (GptOssConfig's defaults; the other families do
- *                         not use them)
+ *                         not use them); GLM-5-Next: swiglu_limit 10 (Glm5NextTextConfig)
  *   shared_expert_gated   1 for Qwen2-MoE, Qwen3-Next and Qwen3.5-MoE when
  *                         desc->shared_expert_intermediate_size > 0, else 0
  * Sizes (hidden_size, moe_intermediate_size, num_experts, top_k,

@@ -71,6 +71,13 @@ static inline float moe_act_apply(const moe_layer_desc *d, float g, float u)
         float glu = gc / (1.0f + moe_expf(-(alpha * gc)));            /* gc * sigmoid(alpha gc) */
         return (uc + 1.0f) * glu;
     }
+    case MOE_ACT_SWIGLU_CLAMP: {
+        const float limit = d->swiglu_limit;
+        float gc = g > limit ? limit : g;                         /* min(g, limit), NaN kept */
+        float uc = u > limit ? limit : (u < -limit ? -limit : u); /* clamp, NaN kept */
+        float silu = gc / (1.0f + moe_expf(-gc));
+        return silu * uc;
+    }
     default: {
         float silu = g / (1.0f + moe_expf(-g));
         return silu * u;

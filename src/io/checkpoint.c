@@ -473,8 +473,9 @@ static moe_status check_plan_desc(const moe_checkpoint *ck, int64_t layer, const
         {"routed_scaling_factor", have->routed_scaling_factor, want->routed_scaling_factor},
         {"swiglu_alpha", want->activation == MOE_ACT_SWIGLU_OAI ? have->swiglu_alpha : 0.0f,
          want->activation == MOE_ACT_SWIGLU_OAI ? want->swiglu_alpha : 0.0f},
-        {"swiglu_limit", want->activation == MOE_ACT_SWIGLU_OAI ? have->swiglu_limit : 0.0f,
-         want->activation == MOE_ACT_SWIGLU_OAI ? want->swiglu_limit : 0.0f},
+        {"swiglu_limit",
+         want->activation == MOE_ACT_SWIGLU_OAI || want->activation == MOE_ACT_SWIGLU_CLAMP ? have->swiglu_limit : 0.0f,
+         want->activation == MOE_ACT_SWIGLU_OAI || want->activation == MOE_ACT_SWIGLU_CLAMP ? want->swiglu_limit : 0.0f},
         {"sparsemixer_jitter_eps", want->scoring_func == MOE_SCORING_SPARSEMIXER ? have->sparsemixer_jitter_eps : 0.0f,
          want->scoring_func == MOE_SCORING_SPARSEMIXER ? want->sparsemixer_jitter_eps : 0.0f},
     };

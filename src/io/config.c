@@ -185,7 +185,8 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     if (row->shared.rule == MOE_FAM_SHARED_COUNT) {
         /* the class default when absent; null means none, as the published code's "if
          * config.n_shared_experts is not None" */
-        if (!json_object_get(f->obj, row->shared.field)) {
+        const char *key = row->shared.field;
+        if (!moe_cfg_get(f, &key)) {
             n_shared = row->shared.count_default;
             moe_cfg_note_default(f, row->shared.field, "%" PRId64, n_shared);
         } else if ((st = moe_cfg_int(f, row->shared.field, false, 0, 0, &n_shared)) != MOE_OK) {
@@ -233,15 +234,13 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
                                  c->path, c->prefix, row->renorm_min_field, m, row->experts_field,
                                  1.0 / (double)d->num_experts);
     }
-    if (row->false_field) {
+    if (row->refuse_true.field) {
         int on = 0;
-        if ((st = moe_cfg_bool(f, row->false_field, 0, &on)) != MOE_OK)
+        if ((st = moe_cfg_bool(f, row->refuse_true.field, 0, &on)) != MOE_OK)
             return st;
         if (on)
-            return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
-                                 "%s: field '%s%s' is true: family %s's MLPs then carry biases, which libmoe's shared "
-                                 "expert does not have",
-                                 c->path, c->prefix, row->false_field, row->name);
+            return moe_set_error(c->ctx, MOE_EUNSUPPORTED, "%s: field '%s%s' is true: %s, which libmoe does not compute",
+                                 c->path, c->prefix, row->refuse_true.field, row->refuse_true.what);
     }
     if (d->n_group > 1 && d->num_experts > 0) {
         const int64_t E = d->num_experts, G = d->n_group;
@@ -251,9 +250,10 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
         if (d->topk_group > G || d->topk_group * (E / G) < d->top_k)
             return moe_set_error(c->ctx, MOE_EFORMAT,
                                  "%s: field '%s%s' = %" PRId64 ": must be <= %s = %" PRId64
-                                 " and keep at least num_experts_per_tok = %" PRId64 " experts (%" PRId64 " per group)",
+                                 " and keep at least %s = %" PRId64 " experts (%" PRId64 " per group)",
                                  c->path, c->prefix, row->groups.topk_group_field, d->topk_group,
-                                 row->groups.n_group_field, G, d->top_k, E / G);
+                                 row->groups.n_group_field, G, row->top_k_field ? row->top_k_field : "num_experts_per_tok",
+                                 d->top_k, E / G);
     }
     return MOE_OK;
 }
@@ -282,6 +282,16 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
                              "while its shared expert follows hidden_act; libmoe runs both with one activation, so "
                              "only silu is read",
                              c->path, c->prefix, a, row->name);
+    if (row->activation.rule == MOE_FAM_ACT_CLAMPED_SILU) {
+        if (strcmp(a, "silu") != 0 && strcmp(a, "swish") != 0)
+            return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%shidden_act' = \"%s\": family %s's routed experts apply silu whatever "
+                                 "hidden_act says and its shared expert applies hidden_act; libmoe computes one "
+                                 "function for both, so only silu / swish is read",
+                                 c->path, c->prefix, a, row->name);
+        d->activation = MOE_ACT_SWIGLU_CLAMP;
+        return moe_cfg_float(f, row->activation.limit_field, row->activation.limit, true, 0.0, &d->swiglu_limit);
+    }
     if (strcmp(a, "silu") == 0 || strcmp(a, "swish") == 0)
         d->activation = MOE_ACT_SWIGLU;
     else if (strcmp(a, "gelu") == 0)
@@ -473,7 +483,10 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
         cfg = tc;
         c->prefix = "text_config.";
     }
-    const moe_cfg_fields f = {ctx, path, c->prefix, cfg, forced ? &assumed : NULL};
+    size_t n_alias = 0;
+    while (n_alias < MOE_FAM_MAX_ALIASES && c->row->aliases[n_alias][0])
+        n_alias++;
+    const moe_cfg_fields f = {ctx, path, c->prefix, cfg, forced ? &assumed : NULL, c->row->aliases, n_alias};
     moe_layer_desc *d = &c->desc;
     moe_layer_desc_init(d);
     moe_fam_layer_defaults(c->row, d);
@@ -486,10 +499,11 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
                              "%s: field '%snum_hidden_layers' = %" PRId64 " exceeds libmoe's limit of %" PRId64
                              " layers (MOE_MAX_LAYERS, 2^20)",
                              path, c->prefix, c->num_layers, MOE_MAX_LAYERS);
-    /* K: num_experts_per_tok, or the row's own field (num_experts_per_tok then its alias) */
+    /* K: num_experts_per_tok, or the row's own field (then its alias: num_experts_per_tok
+     * unless the row names another) */
     const char *k_field = c->row->top_k_field ? c->row->top_k_field : "num_experts_per_tok";
-    const char *k_alias = c->row->top_k_field ? "num_experts_per_tok" : NULL;
-    if (c->row->top_k_field && !json_object_get(cfg, k_field) && json_object_get(cfg, k_alias))
+    const char *k_alias = c->row->top_k_alias ? c->row->top_k_alias : c->row->top_k_field ? "num_experts_per_tok" : NULL;
+    if (k_alias && !json_object_get(cfg, k_field) && json_object_get(cfg, k_alias))
         k_field = k_alias;
     st = c->row->per_layer_lists ? moe_cfg_int_uniform(&f, k_field, k_alias, 1, &d->top_k)
          : k_alias              ? moe_cfg_int_alias(&f, k_field, k_alias, 1, &d->top_k)
@@ -531,7 +545,8 @@ int moe_ck_config_is_moe_layer(const moe_ck_config *c, int64_t layer)
     case MOE_FAM_LAYERS_DENSE_PREFIX: return layer >= c->layer_first && layer % c->layer_step == 0;
     case MOE_FAM_LAYERS_LISTED_ELSE_STEP:
         return c->have_layer_list ? listed(c, layer) : (layer + 1) % c->layer_step == 0;
-    case MOE_FAM_LAYERS_TYPES_ELSE_PREFIX: return c->have_layer_list ? listed(c, layer) : layer >= c->layer_first;
+    case MOE_FAM_LAYERS_TYPES_ELSE_PREFIX:
+        return c->have_layer_list ? listed(c, layer) : layer >= c->layer_first && layer % c->layer_step == 0;
     case MOE_FAM_LAYERS_PERIOD_OFFSET: return c->desc.num_experts > 1 && layer % c->layer_step == c->layer_first;
     case MOE_FAM_LAYERS_INTERVAL_RANGE:
         return (layer + 1) % c->layer_step == 0 && layer >= c->layer_first && layer <= c->layer_last;
@@ -569,6 +584,9 @@ void moe_ck_config_dense_reason(const moe_ck_config *c, int64_t layer, char *why
     } else if (row->layers.rule == MOE_FAM_LAYERS_TYPES_ELSE_PREFIX) {
         if (c->have_layer_list)
             snprintf(why, n, "%s%s[%" PRId64 "] is not \"sparse\"", pre, row->layers.list_field, layer);
+        else if (layer >= c->layer_first && row->layers.step_field)
+            snprintf(why, n, "layer %" PRId64 " %% %s%s = %" PRId64 " != 0 (%s%s absent)", layer, pre,
+                     row->layers.step_field, c->layer_step, pre, row->layers.list_field);
         else
             snprintf(why, n, "layer %" PRId64 " < %s%s = %" PRId64 " (%s%s absent)", layer, pre,
                      row->layers.first_field ? row->layers.first_field : "the first MoE layer", c->layer_first, pre,

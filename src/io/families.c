@@ -90,6 +90,31 @@ static moe_status sigmoid_groups_routing(const moe_cfg_fields *f, const moe_fam_
     return MOE_OK;
 }
 
+/* AXK2TopkRouter (A.X-K2): DeepSeek-V3's routing, with expert groups only when n_group is set
+ * (null or absent: none, A.X-K2-Light). Its grouped path fills the dropped groups' selection
+ * keys with 0.0, not -inf (apply_group_scoring: "fill with `0.0` intentionally"), so an expert of
+ * a dropped group can be chosen over a kept group's expert whose biased score is negative;
+ * libmoe selects within the kept groups only, so n_group > 1 is refused. */
+static moe_status axk2_routing(const moe_cfg_fields *f, const moe_fam_row *row, int64_t *n_group, int64_t *topk_group)
+{
+    const json_t *g = json_object_get(f->obj, row->groups.n_group_field);
+    int64_t ng = 0;
+    moe_status st;
+    *n_group = *topk_group = 0;
+    if (!g || json_is_null(g))
+        return MOE_OK;
+    if ((st = moe_cfg_int(f, row->groups.n_group_field, true, 0, 1, &ng)) != MOE_OK)
+        return st;
+    if (ng > 1)
+        return moe_set_error(f->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%s%s' = %" PRId64 ": A.X-K2's grouped routing fills the dropped groups' "
+                             "selection keys with 0.0, not -inf (AXK2TopkRouter.apply_group_scoring), which libmoe "
+                             "does not compute (it selects within the kept groups, as deepseek_v3 does); A.X-K2 "
+                             "without groups (n_group null or 1) is read",
+                             f->path, f->prefix, row->groups.n_group_field, ng);
+    return MOE_OK;
+}
+
 /* One line per concern: identity; I; E; shared expert; routing; router tensors and the routing
  * hook; activation; MoE layers; block prefixes; expert layouts. */
 static const moe_fam_row fam_rows[] = {
@@ -657,7 +682,7 @@ static const moe_fam_row fam_rows[] = {
      .shared = {MOE_FAM_SHARED_COUNT, "moe_num_shared_experts", 2, false, "shared_experts"},
      .scoring = MOE_SCORING_TOPK_SOFTMAX,
      .router = {"router.weight"},
-     .activation = {MOE_FAM_ACT_SILU_ONLY}, .false_field = "mlp_bias",
+     .activation = {MOE_FAM_ACT_SILU_ONLY}, .refuse_true = {"mlp_bias", "the MLPs (the shared expert's projections) get biases"},
      .layers = {MOE_FAM_LAYERS_EVERY},
      .prefixes = {"language_model.model.layers.%L.mlp." /* as saved and released */,
                   "model.language_model.layers.%L.mlp.", "model.layers.%L.mlp." /* AriaTextForCausalLM */},
@@ -675,10 +700,166 @@ static const moe_fam_row fam_rows[] = {
      .shared = {MOE_FAM_SHARED_COUNT, "moe_num_shared_experts", 2, false, "shared_experts"},
      .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_ALWAYS},
      .router = {"gate.weight"}, .selection_bias = "moe_statics.e_score_correction_bias",
-     .renorm_min_field = "moe_norm_min", .renorm_min = 1e-12, .false_field = "use_bias",
+     .renorm_min_field = "moe_norm_min", .renorm_min = 1e-12, .refuse_true = {"use_bias", "the MLPs get biases"},
      .layers = {MOE_FAM_LAYERS_INTERVAL_RANGE, "moe_layer_start_index", 1, "moe_layer_interval", 1,
                 .last_field = "moe_layer_end_index"},
      .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* GlmMoeDsaMoE (GLM-5; its DSA indexed attention is not the block): DeepseekV32MoE line for
+     * line (router, experts, block); GlmMoeDsaConfig's defaults: n_group 1, norm_topk_prob true,
+     * routed_scaling_factor 2.5, one shared expert; MoE layers by mlp_layer_types (absent: layer
+     * >= first_k_dense_replace, default 3) */
+    {.family = MOE_FAMILY_GLM_MOE_DSA, .name = "glm_moe_dsa", .names = {{"GlmMoeDsaForCausalLM", "glm_moe_dsa"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 2.5}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 3, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* SolarOpenMoE (Solar-Open): Glm4Moe's router, experts and block; SolarOpenConfig's
+     * defaults: n_group 1, norm_topk_prob true, routed_scaling_factor 1, one shared expert; every
+     * layer MoE */
+    {.family = MOE_FAMILY_SOLAR_OPEN, .name = "solar_open", .names = {{"SolarOpenForCausalLM", "solar_open"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Glm4vMoeTextMoE (GLM-4.5V's decoder): Glm4Moe's router, experts and block under the
+     * multimodal wrapper (text_config, model.language_model.); Glm4vMoeTextConfig's defaults:
+     * n_group 1, norm_topk_prob true, routed_scaling_factor 1, one shared expert,
+     * first_k_dense_replace 1 (Glm4vMoeTextDecoderLayer: layer >= first_k_dense_replace; the
+     * class has no moe_layer_freq, whose default 1 keeps that rule) */
+    {.family = MOE_FAMILY_GLM4V_MOE, .name = "glm4v_moe", .text_config = true,
+     .names = {{"Glm4vMoeForConditionalGeneration", "glm4v_moe"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_DENSE_PREFIX, "first_k_dense_replace", 1, "moe_layer_freq", 1},
+     .prefixes = {"model.language_model.layers.%L.mlp." /* ConditionalGeneration */, "model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* KimiLinearMoE (Kimi-Linear; its KDA linear attention is not the block): Glm4Moe's router,
+     * experts and block. KimiLinearConfig's attribute_map writes config.json as num_experts,
+     * num_experts_per_token, moe_renormalize, num_expert_group, num_shared_experts; defaults:
+     * one group, renormalized, routed_scaling_factor 2.446, one shared expert; MoE layers by
+     * mlp_layer_types (absent: layer >= first_k_dense_replace, default 1). save_pretrained
+     * writes the block under block_sparse_moe. with w1 / w3 / w2 (its conversion mapping) */
+    {.family = MOE_FAMILY_KIMI_LINEAR, .name = "kimi_linear", .names = {{"KimiLinearForCausalLM", "kimi_linear"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .top_k_field = "num_experts_per_token", .top_k_alias = "num_experts_per_tok",
+     .aliases = {{"moe_renormalize", "norm_topk_prob"}, {"num_expert_group", "n_group"},
+                 {"num_shared_experts", "n_shared_experts"}},
+     .shared = {MOE_FAM_SHARED_COUNT, "num_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "moe_renormalize", true},
+     .routed_scaling = {"routed_scaling_factor", 2.446},
+     .groups = {"num_expert_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.block_sparse_moe." /* as saved */, "model.layers.%L.mlp."},
+     .per_expert = {{"w1", "w3", "w2"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* BailingHybridMoE (Ling / Ring hybrid linear; the linear attention is not the block):
+     * Glm4Moe's router, experts and block, under Kimi-Linear's config names; defaults: 8 groups
+     * keep 4, renormalized, routed_scaling_factor 2.5, one shared expert; MoE layers by
+     * mlp_layer_types (absent: layer >= first_k_dense_replace, default 2). save_pretrained
+     * writes the selection bias as gate.expert_bias (its conversion mapping) */
+    {.family = MOE_FAMILY_BAILING_HYBRID, .name = "bailing_hybrid",
+     .names = {{"BailingHybridForCausalLM", "bailing_hybrid"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .top_k_field = "num_experts_per_token", .top_k_alias = "num_experts_per_tok",
+     .aliases = {{"moe_renormalize", "norm_topk_prob"}, {"num_expert_group", "n_group"},
+                 {"num_shared_experts", "n_shared_experts"}},
+     .shared = {MOE_FAM_SHARED_COUNT, "num_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "moe_renormalize", true},
+     .routed_scaling = {"routed_scaling_factor", 2.5},
+     .groups = {"num_expert_group", "topk_group", 8, 4, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.expert_bias" /* as saved */,
+     .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 2, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* MiniMaxM2SparseMoeBlock (MiniMax-M2): MiniMaxM2TopKRouter, sigmoid + the block's
+     * e_score_correction_bias, top-k without groups, always renormalized (no epsilon), no
+     * scaling, no shared expert; every layer. Saved as Mixtral is (block_sparse_moe., w1 / w3 /
+     * w2), the bias beside the gate */
+    {.family = MOE_FAMILY_MINIMAX_M2, .name = "minimax_m2", .names = {{"MiniMaxM2ForCausalLM", "minimax_m2"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_local_experts", .experts_alias = "num_experts", .experts_min = 1,
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .router = {"gate.weight"}, .selection_bias = "e_score_correction_bias",
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.block_sparse_moe." /* as saved */, "model.layers.%L.mlp."},
+     .per_expert = {{"w1", "w3", "w2"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* HYV3MoE (Hunyuan-V3): HYV3TopKRouter, sigmoid + the block's e_score_correction_bias, top-k
+     * without groups, always renormalized, times router_scaling_factor (default 2.826);
+     * num_shared_experts (default 1) ungated shared experts; MoE layers by mlp_layer_types
+     * (absent: every layer but the first). Saved (its conversion mapping) with the router as
+     * router.gate.weight, the bias as expert_bias and the shared expert as shared_mlp. With
+     * mlp_bias true the shared expert (HYV3MLP) gets biases, which is refused */
+    {.family = MOE_FAMILY_HY_V3, .name = "hy_v3", .names = {{"HYV3ForCausalLM", "hy_v3"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "num_shared_experts", 1, false, "shared_mlp" /* as saved */},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .routed_scaling = {"router_scaling_factor", 2.826},
+     .router = {"router.gate.weight" /* as saved */, "gate.weight"}, .selection_bias = "expert_bias" /* as saved */,
+     .refuse_true = {"mlp_bias", "the shared expert's projections (HYV3MLP) get biases"},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* AXK2MoE (A.X-K2; its DSA attention and gated norms are not the block): DeepSeek-V3's
+     * router, experts and block; AXK2Config's defaults: no groups (n_group None; grouped configs
+     * are refused, axk2_routing), norm_topk_prob true, routed_scaling_factor 2.5, one shared
+     * expert; MoE layers by mlp_layer_types (absent: layer >= first_k_dense_replace, default 1,
+     * and layer % moe_layer_freq == 0, default 1) */
+    {.family = MOE_FAMILY_AXK2, .name = "axk2", .names = {{"AXK2ForCausalLM", "axk2"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 2.5}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = axk2_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 1, "moe_layer_freq", 1, "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Glm5NextTextMoE (GLM-5-Next's decoder; its linear / DSA attention and hyper-connections
+     * are not the block): Glm4Moe's router and block; the routed experts
+     * (Glm5NextTextExperts._apply_gate) and the shared expert (Glm5NextTextMLP) clamp the gate
+     * above and the up projection on both sides at swiglu_limit (default 10) before silu(g) * u:
+     * MOE_ACT_SWIGLU_CLAMP. Glm5NextTextConfig's defaults: n_group 1, norm_topk_prob true,
+     * routed_scaling_factor 2.5, one shared expert; MoE layers by mlp_layer_types (absent: every
+     * layer but the first 3). Under the multimodal wrapper (text_config, model.language_model.) */
+    {.family = MOE_FAMILY_GLM5_NEXT, .name = "glm5_next", .text_config = true,
+     .names = {{"Glm5NextForConditionalGeneration", "glm5_next"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 2.5}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .activation = {MOE_FAM_ACT_CLAMPED_SILU, NULL, "swiglu_limit", 0.0, 10.0},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 3, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.language_model.layers.%L.mlp." /* ConditionalGeneration */, "model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
@@ -840,9 +1021,13 @@ void moe_fam_layer_defaults(const moe_fam_row *row, moe_layer_desc *d)
     d->apply_router_weight_on_input = row->weight_on_input;
     /* hidden_act absent: the config classes' "silu"; swiglu_alpha / swiglu_limit are used by
      * the clamped SwiGLU only, and otherwise keep moe_layer_desc_init's (the same) values */
-    d->activation = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? MOE_ACT_SWIGLU_OAI : MOE_ACT_SWIGLU;
+    d->activation = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? MOE_ACT_SWIGLU_OAI
+                    : row->activation.rule == MOE_FAM_ACT_CLAMPED_SILU ? MOE_ACT_SWIGLU_CLAMP
+                                                                         : MOE_ACT_SWIGLU;
     d->swiglu_alpha = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? (float)row->activation.alpha : 1.702f;
-    d->swiglu_limit = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? (float)row->activation.limit : 7.0f;
+    d->swiglu_limit = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU || row->activation.rule == MOE_FAM_ACT_CLAMPED_SILU
+                          ? (float)row->activation.limit
+                          : 7.0f;
     d->shared_expert_gated = row->shared.gated && d->shared_expert_intermediate_size > 0;
     d->sparsemixer_jitter_eps = row->sparsemixer_eps.field ? (float)row->sparsemixer_eps.dflt : 0.01f;
 }

@@ -25,9 +25,13 @@ typedef enum moe_fam_act {
     MOE_FAM_ACT_HIDDEN_ACT = 0, /* config `hidden_act` (absent: "silu") picks the gate function */
     MOE_FAM_ACT_CLAMPED_SWIGLU, /* always MOE_ACT_SWIGLU_OAI, alpha and limit from two fields
                                    (gpt-oss; hidden_act is not read) */
-    MOE_FAM_ACT_SILU_ONLY       /* the routed experts are always SiLU-gated and the shared
+    MOE_FAM_ACT_SILU_ONLY,      /* the routed experts are always SiLU-gated and the shared
                                    expert follows hidden_act (Aria): SwiGLU, any other
                                    hidden_act refused by name */
+    MOE_FAM_ACT_CLAMPED_SILU    /* always MOE_ACT_SWIGLU_CLAMP, the limit from limit_field
+                                   (GLM-5-Next); hidden_act must be silu (absent: silu), the
+                                   function its shared expert applies where the routed experts
+                                   call F.silu */
 } moe_fam_act;
 
 /* Which decoder layers hold an MoE block, from the fields of moe_fam_row.layers. */
@@ -40,7 +44,9 @@ typedef enum moe_fam_layers {
     MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, /* list_field (mlp_layer_types) [L] == "sparse" when it is
                                         given (every entry "dense" or "sparse"), else layer >=
                                         first_field (first_default when the row has no
-                                        first_field or config.json lacks it) */
+                                        first_field or config.json lacks it) and, when the row
+                                        has a step_field, layer % step == 0 (A.X-K2's
+                                        moe_layer_freq) */
     MOE_FAM_LAYERS_PERIOD_OFFSET,    /* layer % step_field == first_field (the offset, < the
                                         period), and more than one expert (Jamba:
                                         expert_layer_period / expert_layer_offset; one expert is
@@ -95,6 +101,7 @@ typedef struct moe_fam_refuse {
     const char *field;
     const char *what;                      /* what the value turns on, for the message */
 } moe_fam_refuse;
+#define MOE_FAM_MAX_ALIASES 4  /* config field aliases per family */
 
 /* One family. A NULL name means "none": the field is not read, the tensor not looked up, the
  * layout not used. Fields are named as config.json names them; tensor names are relative to
@@ -118,10 +125,16 @@ struct moe_fam_row {
     const char *experts_alias;             /* ... or this when experts_field is absent */
     int64_t experts_min;                   /* 0: a config may have no experts (no MoE layer) */
     const char *top_k_field;               /* K: NULL = "num_experts_per_tok"; else this field, or
-                                              num_experts_per_tok when it is absent (Hunyuan's
-                                              moe_topk) */
+                                              top_k_alias when it is absent (Hunyuan's moe_topk) */
+    const char *top_k_alias;               /* the alias of top_k_field: NULL = "num_experts_per_tok"
+                                              (Kimi-Linear: num_experts_per_token, then
+                                              num_experts_per_tok) */
     bool per_layer_lists;                  /* E and K may be per-layer lists (Hunyuan): read when
                                               every entry is equal, else refused by name */
+    const char *aliases[MOE_FAM_MAX_ALIASES][2]; /* {field, alias}: a config field the row reads
+                                              under `field` is read from `alias` when `field` is
+                                              absent (the config class's attribute_map: Kimi-
+                                              Linear's moe_renormalize / norm_topk_prob) */
     struct {
         moe_fam_shared_size rule;
         const char *field;                 /* FIELD, COUNT */
@@ -175,7 +188,8 @@ struct moe_fam_row {
     bool weight_on_input;                  /* apply_router_weight_on_input */
     struct {
         moe_fam_act rule;
-        const char *alpha_field, *limit_field; /* CLAMPED_SWIGLU: swiglu_alpha, swiglu_limit */
+        const char *alpha_field, *limit_field; /* CLAMPED_SWIGLU: swiglu_alpha, swiglu_limit;
+                                                  CLAMPED_SILU: swiglu_limit */
         double alpha, limit;               /* their defaults */
         const char *field;                 /* HIDDEN_ACT: the ACT2FN name's field; NULL: "hidden_act"
                                               (JetMoE: "activation_function") */
@@ -187,9 +201,12 @@ struct moe_fam_row {
                                               sum + 1e-20 when it is <= 1/E (a top-k sum is >= 1/E);
                                               a larger value is refused by name */
     double renorm_min;
-    const char *false_field;               /* a boolean field libmoe reads only when false (absent:
-                                              false): Aria's mlp_bias, biases on the shared
-                                              expert; true is refused by name */
+    struct {                               /* a boolean config field (absent: false) that, true,
+                                              asks for math libmoe does not compute: refused,
+                                              naming `what` (Hunyuan-V3's mlp_bias) */
+        const char *field;
+        const char *what;
+    } refuse_true;
 
     /* ---- which layers are MoE ---- */
     struct {

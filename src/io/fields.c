@@ -15,10 +15,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Field `key`, or NULL when it is absent or null (the fields below then take their default). */
-static const json_t *given(const moe_cfg_fields *f, const char *key)
+const json_t *moe_cfg_get(const moe_cfg_fields *f, const char **key)
 {
-    const json_t *v = json_object_get(f->obj, key);
+    const json_t *v = json_object_get(f->obj, *key);
+    for (size_t i = 0; !v && i < f->n_aliases; i++)
+        if (strcmp(f->aliases[i][0], *key) == 0 && (v = json_object_get(f->obj, f->aliases[i][1])) != NULL)
+            *key = f->aliases[i][1];
+    return v;
+}
+
+/* Field *key (or its alias, moe_cfg_get), or NULL when it is absent or null (the fields below
+ * then take their default). */
+static const json_t *given(const moe_cfg_fields *f, const char **key)
+{
+    const json_t *v = moe_cfg_get(f, key);
     return v && !json_is_null(v) ? v : NULL;
 }
 
@@ -53,7 +63,7 @@ static moe_status wrong_type(const moe_cfg_fields *f, const char *key, const cha
 moe_status moe_cfg_int(const moe_cfg_fields *f, const char *key, bool required, int64_t dflt, int64_t min,
                        int64_t *out)
 {
-    const json_t *v = json_object_get(f->obj, key);
+    const json_t *v = moe_cfg_get(f, &key);
     if (!v || (!required && json_is_null(v))) {
         if (required)
             return moe_set_error(f->ctx, MOE_ENOTFOUND, "%s: field '%s%s' is missing", f->path, f->prefix, key);
@@ -114,7 +124,7 @@ moe_status moe_cfg_int_uniform(const moe_cfg_fields *f, const char *key, const c
 
 moe_status moe_cfg_bool(const moe_cfg_fields *f, const char *key, int dflt, int *out)
 {
-    const json_t *v = given(f, key);
+    const json_t *v = given(f, &key);
     if (v && !json_is_boolean(v))
         return wrong_type(f, key, "true or false", v);
     *out = v ? json_is_true(v) : dflt;
@@ -126,7 +136,7 @@ moe_status moe_cfg_bool(const moe_cfg_fields *f, const char *key, int dflt, int 
 moe_status moe_cfg_float(const moe_cfg_fields *f, const char *key, double dflt, bool check_min, double min_excl,
                          float *out)
 {
-    const json_t *v = given(f, key);
+    const json_t *v = given(f, &key);
     if (v && !json_is_number(v))
         return wrong_type(f, key, "a number", v);
     const double x = v ? json_number_value(v) : dflt;
@@ -141,7 +151,7 @@ moe_status moe_cfg_float(const moe_cfg_fields *f, const char *key, double dflt, 
 
 moe_status moe_cfg_str(const moe_cfg_fields *f, const char *key, const char *dflt, const char **out)
 {
-    const json_t *v = given(f, key);
+    const json_t *v = given(f, &key);
     if (v && !json_is_string(v))
         return wrong_type(f, key, "a string", v);
     *out = v ? json_string_value(v) : dflt;
@@ -156,7 +166,7 @@ moe_status moe_cfg_int_list(const moe_cfg_fields *f, const char *key, int64_t **
     *out = NULL;
     *n_out = 0;
     *present = false;
-    const json_t *v = given(f, key);
+    const json_t *v = given(f, &key);
     if (!v) {
         moe_cfg_note_default(f, key, "none");
         return MOE_OK;
@@ -188,7 +198,7 @@ moe_status moe_cfg_index_list_of(const moe_cfg_fields *f, const char *key, const
     *out = NULL;
     *n_out = 0;
     *present = false;
-    const json_t *v = given(f, key);
+    const json_t *v = given(f, &key);
     if (!v) {
         moe_cfg_note_default(f, key, "none");
         return MOE_OK;

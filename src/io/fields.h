@@ -29,7 +29,15 @@ typedef struct moe_cfg_fields {
     const json_t *obj;     /* the object the fields are read from */
     moe_cfg_assumed *assumed; /* or NULL: each optional field below that takes its default is
                                  appended here */
+    const char *const (*aliases)[2]; /* or NULL: [n_aliases] pairs {field, alias}: a field absent
+                                        from obj is read from its alias (transformers'
+                                        attribute_map), and messages then name the alias */
+    size_t n_aliases;
 } moe_cfg_fields;
+
+/* Field *key of f->obj, or, when it is absent and f has an alias for it, the alias (*key is
+ * then the alias); NULL when neither is present. */
+const json_t *moe_cfg_get(const moe_cfg_fields *f, const char **key);
 
 /* Append "key = value" to f->assumed (when set); value is printf-formatted. */
 void moe_cfg_note_default(const moe_cfg_fields *f, const char *key, const char *fmt, ...)

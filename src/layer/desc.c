@@ -62,7 +62,7 @@ moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
         return moe_set_error(ctx, MOE_EINVAL, "layer description: scoring_func = %d is not a moe_scoring value",
                              (int)d->scoring_func);
     if (d->activation != MOE_ACT_SWIGLU && d->activation != MOE_ACT_GEGLU && d->activation != MOE_ACT_GEGLU_TANH &&
-        d->activation != MOE_ACT_SWIGLU_OAI)
+        d->activation != MOE_ACT_SWIGLU_OAI && d->activation != MOE_ACT_SWIGLU_CLAMP)
         return moe_set_error(ctx, MOE_EINVAL, "layer description: activation = %d is not a moe_activation value",
                              (int)d->activation);
     {

@@ -158,6 +158,9 @@ moe_status moe_route_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
             return moe_set_error(ctx, MOE_EINVAL, "layer description: sparsemixer_jitter_eps = %g, must be finite and >= 0",
                                  (double)d->sparsemixer_jitter_eps);
     }
+    if (d->activation == MOE_ACT_SWIGLU_CLAMP && !(d->swiglu_limit > 0.0f))
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: swiglu_limit = %g, must be > 0",
+                             (double)d->swiglu_limit);
     if (d->activation == MOE_ACT_SWIGLU_OAI) {
         if (!(d->swiglu_limit > 0.0f))
             return moe_set_error(ctx, MOE_EINVAL, "layer description: swiglu_limit = %g, must be > 0",

@@ -205,6 +205,15 @@ _FAMILIES = {
     "Mistral4ForCausalLM": "mistral4", "mistral4": "mistral4",
     "AriaForConditionalGeneration": "aria", "aria": "aria", "AriaTextForCausalLM": "aria", "aria_text": "aria",
     "Ernie4_5_MoeForCausalLM": "ernie4_5_moe", "ernie4_5_moe": "ernie4_5_moe",
+    "GlmMoeDsaForCausalLM": "glm_moe_dsa", "glm_moe_dsa": "glm_moe_dsa",
+    "SolarOpenForCausalLM": "solar_open", "solar_open": "solar_open",
+    "Glm4vMoeForConditionalGeneration": "glm4v_moe", "glm4v_moe": "glm4v_moe",
+    "KimiLinearForCausalLM": "kimi_linear", "kimi_linear": "kimi_linear",
+    "BailingHybridForCausalLM": "bailing_hybrid", "bailing_hybrid": "bailing_hybrid",
+    "MiniMaxM2ForCausalLM": "minimax_m2", "minimax_m2": "minimax_m2",
+    "HYV3ForCausalLM": "hy_v3", "hy_v3": "hy_v3",
+    "AXK2ForCausalLM": "axk2", "axk2": "axk2",
+    "Glm5NextForConditionalGeneration": "glm5_next", "glm5_next": "glm5_next",
 }
 
 
@@ -222,7 +231,8 @@ def text_config(cfg, family):
     """The decoder's fields: text_config for the multimodal wrappers."""
     if family == "qwen3_omni_moe" and isinstance((cfg.get("thinker_config") or {}).get("text_config"), dict):
         return cfg["thinker_config"]["text_config"]  # Qwen3OmniMoeConfig: the thinker's text model
-    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "qwen4_exp", "minimax_m3_vl", "qwen3_omni_moe", "aria") and isinstance(cfg.get("text_config"), dict):
+    if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "qwen4_exp", "minimax_m3_vl", "qwen3_omni_moe", "aria",
+                  "glm4v_moe", "glm5_next") and isinstance(cfg.get("text_config"), dict):
         return cfg["text_config"]
     return cfg
 
@@ -230,6 +240,16 @@ def text_config(cfg, family):
 _MLP_TYPES = ("glm4_moe_lite", "deepseek_v32", "exaone_moe", "mimo_v2_flash")
 # DeepSeek-V3's router maths (sigmoid, e_score_correction_bias, top-2-sum groups) under other names
 _V3_LIKE = ("glm4_moe", "dots1") + _MLP_TYPES
+# More of them (their modeling files: GlmMoeDsaTopkRouter, SolarOpenTopkRouter,
+# Glm4vMoeTextTopkRouter, KimiLinearTopkRouter, BailingHybridTopkRouter; MiniMaxM2TopKRouter and
+# HYV3TopKRouter without groups, always dividing by the top-k sum); _TYPES_A: MoE layers by
+# mlp_layer_types, the config classes filling an absent list from first_k_dense_replace (GLM-5:
+# 3, Kimi-Linear: 1, Bailing: 2) or, Hunyuan-V3, with one dense layer first.
+_FAM_A = ("glm_moe_dsa", "solar_open", "glm4v_moe", "kimi_linear", "bailing_hybrid", "minimax_m2", "hy_v3",
+          "axk2", "glm5_next")
+_TYPES_A = {"glm_moe_dsa": 3, "kimi_linear": 1, "bailing_hybrid": 2, "hy_v3": 1, "axk2": 1, "glm5_next": 3}
+# config.json names that their config classes' attribute_map writes (Kimi-Linear, Bailing)
+_KIMI_NAMES = ("kimi_linear", "bailing_hybrid")
 
 
 def is_moe_layer(cfg, family, layer):
@@ -261,6 +281,18 @@ def is_moe_layer(cfg, family, layer):
     if family == "mellum":  # MellumDecoderLayer; MellumConfig fills an absent list with "sparse"
         types = cfg.get("mlp_layer_types")
         return types is None or types[layer] == "sparse"
+    if family in ("solar_open", "minimax_m2"):
+        return True
+    if family in _TYPES_A:
+        types = cfg.get("mlp_layer_types")
+        if types is not None:
+            return types[layer] == "sparse"
+        first = None if family in ("hy_v3", "glm5_next") else cfg.get("first_k_dense_replace")
+        # AXK2Config also steps by moe_layer_freq (default 1)
+        freq = int(_get(cfg, "moe_layer_freq", 1)) if family == "axk2" else 1
+        return layer >= (_TYPES_A[family] if first is None else int(first)) and layer % freq == 0
+    if family == "glm4v_moe":  # Glm4vMoeTextDecoderLayer: layer_idx >= first_k_dense_replace (1)
+        return layer >= int(_get(cfg, "first_k_dense_replace", 1))
     if family in _MLP_TYPES:
         # their DecoderLayers: MoE where config.mlp_layer_types[layer] == "sparse"; the config
         # classes fill an absent list with dense layers first (first_k_dense_replace, or 1)
@@ -312,8 +344,14 @@ def _prefix(ck, fam, layer):
         # (transformers' conversion mapping undoes model.language_model); the thinker alone, model.
         "qwen3_omni_moe": [f"thinker.model.layers.{layer}.mlp.", f"thinker.model.language_model.layers.{layer}.mlp.",
                            f"model.layers.{layer}.mlp.", f"model.language_model.layers.{layer}.mlp."],
+        "glm4v_moe": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
+        "glm5_next": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
+        # transformers' conversion mappings save these under Mixtral's old block name
+        "kimi_linear": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
+        "minimax_m2": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
     }.get(fam, [f"model.layers.{layer}.mlp."])
     routers = {"gpt_oss": ["router.weight"], "llama4": ["router.weight"], "afmoe": ["router.gate.weight"],
+               "hy_v3": ["router.gate.weight", "gate.weight"],
                "granitemoe_swa": ["router.weight"],
                "openai_privacy_filter": ["router.weight"],
                "granitemoe": ["router.layer.weight", "router.weight"],
@@ -400,10 +438,15 @@ def layer_params_new(ck, layer):
         # HunYuanMoEV1Config, AriaTextConfig: moe_topk (num_experts_per_tok maps onto it), an int or per layer
         K = cfg.get("moe_topk", cfg.get("num_experts_per_tok"))
         K = int(K[layer] if isinstance(K, list) else K)
+    elif fam in _KIMI_NAMES and "num_experts_per_token" in cfg:
+        K = int(cfg["num_experts_per_token"])
     else:
         K = int(cfg["num_experts_per_tok"])
     v3 = fam == "deepseek_v3" or fam in _V3_LIKE  # sigmoid + e_score_correction_bias
-    if fam in ("deepseek_v2", "deepseek_v3", "mistral4") + _V3_LIKE:
+    if fam in _FAM_A:
+        E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
+        I = int(cfg["intermediate_size" if fam == "minimax_m2" else "moe_intermediate_size"])
+    elif fam in ("deepseek_v2", "deepseek_v3", "mistral4") + _V3_LIKE:
         E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
     elif fam == "ernie4_5_moe":
@@ -420,7 +463,26 @@ def layer_params_new(ck, layer):
          "scale": 1.0, "n_group": 1, "topk_group": 1, "group_score": "max", "sel_bias": None,
          "router_bias": None, "act": "swiglu", "on_input": False, "Is": 0, "shared_gated": False,
          "biases": None}
-    if fam == "deepseek_v3":
+    if fam in _FAM_A:
+        if fam in ("minimax_m2", "hy_v3"):  # no groups; always w / (sum w + 1e-20)
+            p.update(scoring="sigmoid", renormalize=True,
+                     scale=float(_get(cfg, "router_scaling_factor", 2.826)) if fam == "hy_v3" else 1.0)
+        else:
+            kimi = fam in _KIMI_NAMES
+            g, k = (8, 4) if fam == "bailing_hybrid" else (1, 1)
+            if fam == "axk2" and _get(cfg, "n_group", 1) > 1:
+                raise ValueError("A.X-K2 with expert groups (its 0.0-filled group mask) is not modelled here")
+            scale0 = {"glm_moe_dsa": 2.5, "kimi_linear": 2.446, "bailing_hybrid": 2.5, "axk2": 2.5,
+                      "glm5_next": 2.5}.get(fam, 1.0)
+            # Kimi / Bailing: their own names, else the attribute_map ones
+            p.update(scoring="sigmoid",
+                     renormalize=bool(_get(cfg, "moe_renormalize", _get(cfg, "norm_topk_prob", True)) if kimi
+                                      else _get(cfg, "norm_topk_prob", True)),
+                     scale=float(_get(cfg, "routed_scaling_factor", scale0)),
+                     n_group=int(_get(cfg, "num_expert_group", _get(cfg, "n_group", g)) if kimi
+                                 else _get(cfg, "n_group", g)),
+                     topk_group=int(_get(cfg, "topk_group", k)), group_score="top2_sum")
+    elif fam == "deepseek_v3":
         p.update(scoring="sigmoid", renormalize=bool(_get(cfg, "norm_topk_prob", True)),
                  scale=float(_get(cfg, "routed_scaling_factor", 2.5)), n_group=int(_get(cfg, "n_group", 8)),
                  topk_group=int(_get(cfg, "topk_group", 4)), group_score="top2_sum")
@@ -481,7 +543,10 @@ def layer_params_new(ck, layer):
     elif fam == "phimoe":
         # PhimoeTopKRouter: sparsemixer(router_logits, jitter_eps=router_jitter_noise), eval mode
         p.update(scoring="sparsemixer", eps=float(_get(cfg, "router_jitter_noise", 0.01)))
-    if fam in ("gpt_oss", "minimax_m3_vl", "openai_privacy_filter"):
+    if fam == "glm5_next":
+        # Glm5NextTextExperts._apply_gate and Glm5NextTextMLP: silu(min(g, L)) * clamp(u, -L, L)
+        p.update(act="swiglu_clamp", limit=float(_get(cfg, "swiglu_limit", 10.0)))
+    elif fam in ("gpt_oss", "minimax_m3_vl", "openai_privacy_filter"):
         p.update(act="swiglu_oai", alpha=float(_get(cfg, "swiglu_alpha", 1.702)),
                  limit=float(_get(cfg, "swiglu_limit", 7.0)))
     else:
@@ -497,8 +562,10 @@ def layer_params_new(ck, layer):
         p["router_bias"] = ck.get(moe + "router.bias")
     if fam == "ernie4_5_moe":
         p["sel_bias"] = ck.get(moe + "moe_statics.e_score_correction_bias").reshape(-1)  # [1, E] -> [E]
-    if v3 or fam == "beam":  # K-EXAONE's checkpoints keep it beside the router, not under it
-        bias = moe + ("e_score_correction_bias" if fam == "exaone_moe" else "gate.e_score_correction_bias")
+    if v3 or fam == "beam" or fam in _FAM_A:  # K-EXAONE's checkpoints keep it beside the router, not under it
+        bias = moe + ("e_score_correction_bias" if fam in ("exaone_moe", "minimax_m2") else
+                      "expert_bias" if fam == "hy_v3" else "gate.expert_bias" if fam == "bailing_hybrid"
+                      else "gate.e_score_correction_bias")
         p["sel_bias"] = ck.get(bias)
     elif fam == "laguna":
         p["sel_bias"] = ck.get(moe + "experts.e_score_correction_bias")
@@ -538,7 +605,8 @@ def layer_params_new(ck, layer):
         p["w_gate"], p["w_up"] = gu[:, :I, :], gu[:, I:, :]
         p["w_down"] = ck.get(moe + ("output_linear.weight" if inl else "experts.down_proj"))
     else:
-        g, u, dn = ("w1", "w3", "w2") if fam in ("minimax", "minimax_m3_vl", "phimoe") else ("gate_proj", "up_proj", "down_proj")
+        g, u, dn = (("w1", "w3", "w2") if fam in ("minimax", "minimax_m3_vl", "phimoe", "kimi_linear", "minimax_m2")
+                    else ("gate_proj", "up_proj", "down_proj"))
         p["w_gate"] = np.stack([ck.get(f"{moe}experts.{e}.{g}.weight") for e in range(E)])
         p["w_up"] = np.stack([ck.get(f"{moe}experts.{e}.{u}.weight") for e in range(E)])
         p["w_down"] = np.stack([ck.get(f"{moe}experts.{e}.{dn}.weight") for e in range(E)])
@@ -547,7 +615,12 @@ def layer_params_new(ck, layer):
         if tuple(p[k].shape) != shape:
             raise ValueError(f"layer {layer}: {k} has shape {p[k].shape}, expected {shape}")
 
-    if fam in ("deepseek_v2", "deepseek_v3", "mistral4") + _V3_LIKE:
+    if fam in _FAM_A:
+        key = "num_shared_experts" if fam in _KIMI_NAMES + ("hy_v3",) else "n_shared_experts"
+        ns = 0 if fam == "minimax_m2" else cfg.get(key, cfg.get("n_shared_experts", 1) if fam in _KIMI_NAMES else 1)
+        p["Is"] = int(ns or 0) * I
+        s = moe + ("shared_mlp." if fam == "hy_v3" else "shared_experts.")
+    elif fam in ("deepseek_v2", "deepseek_v3", "mistral4") + _V3_LIKE:
         key = "num_shared_experts" if fam == "exaone_moe" else "n_shared_experts"
         ns = cfg.get(key, {"deepseek_v2": 2, "dots1": 0, "mimo_v2_flash": 0}.get(fam, 1))
         p["Is"] = int(ns or 0) * I
@@ -622,6 +695,9 @@ def expert(p, x, e):
         g = np.minimum(g, lim)
         u = np.clip(u, -lim, lim)
         h = (u + 1.0) * (g * sigmoid(alpha * g))
+    elif p.get("act") == "swiglu_clamp":
+        lim = p["limit"]
+        h = silu(np.minimum(g, lim)) * np.clip(u, -lim, lim)
     elif p.get("act") == "geglu":
         h = 0.5 * g * (1.0 + np.vectorize(math.erf)(g / math.sqrt(2.0))) * u
     elif p.get("act") == "geglu_tanh":
@@ -740,6 +816,10 @@ def moe_forward(p, x):
             sh = {"w_gate": p["s_gate"][None], "w_up": p["s_up"][None], "w_down": p["s_down"][None],
                   "act": p["act"], "alpha": p["alpha"], "limit": p["limit"]}
             out += gate * expert(sh, x, 0)
+        elif p.get("act") == "swiglu_clamp":  # GLM-5-Next's shared expert clamps as its routed ones
+            lim = p["limit"]
+            g, u = x @ p["s_gate"].T, x @ p["s_up"].T
+            out += gate * ((silu(np.minimum(g, lim)) * np.clip(u, -lim, lim)) @ p["s_down"].T)
         else:
             out += gate * swiglu(x, p["s_gate"], p["s_up"], p["s_down"])
     if p.get("out_bias") is not None:

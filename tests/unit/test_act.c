@@ -112,7 +112,8 @@ static void fill_inputs(float *g, float *u, float *bg, float *bu, unsigned seed)
 
 static void check_table(const moe_kernels *k)
 {
-    const moe_activation acts[] = {MOE_ACT_SWIGLU, MOE_ACT_SWIGLU_OAI, MOE_ACT_GEGLU, MOE_ACT_GEGLU_TANH};
+    const moe_activation acts[] = {MOE_ACT_SWIGLU, MOE_ACT_SWIGLU_OAI, MOE_ACT_GEGLU, MOE_ACT_GEGLU_TANH,
+                                   MOE_ACT_SWIGLU_CLAMP};
     float g[N], u[N], bg[N], bu[N], want[N], got[N];
     for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
         for (int biased = 0; biased < 2; biased++) {
@@ -151,12 +152,48 @@ static void test_act_rows_all_tables(void **state)
     }
 }
 
+/* MOE_ACT_SWIGLU_CLAMP (GLM-5-Next) against its definition in double, silu(min(g, L)) *
+ * clamp(u, -L, L) (Glm5NextTextExperts._apply_gate), within a few ulp of the f32 result (the
+ * f32 form rounds the exp, the division and the product); the clamps exactly: beyond L the
+ * result is the one at L; NaN stays NaN. */
+static void test_swiglu_clamp(void **state)
+{
+    (void)state;
+    moe_layer_desc d;
+    moe_layer_desc_init(&d);
+    d.activation = MOE_ACT_SWIGLU_CLAMP;
+    d.swiglu_limit = 10.0f;
+    const double L = 10.0;
+    double worst = 0.0;
+    for (int i = 0; i < 4001; i++) {
+        const float g = -30.0f + 0.015f * (float)i, u = 25.0f - 0.0123f * (float)i;
+        const double gc = fmin((double)g, L), uc = fmax(fmin((double)u, L), -L);
+        const double want = gc / (1.0 + exp(-gc)) * uc;
+        const double e = ulp_err(moe_act_apply(&d, g, u), want);
+        worst = e > worst ? e : worst;
+    }
+    print_message("swiglu_clamp: worst %.2f ulp against the double definition\n", worst);
+    assert_true(worst <= 4.0);
+    assert_true(f_bits(moe_act_apply(&d, 50.0f, 3.0f)) == f_bits(moe_act_apply(&d, 10.0f, 3.0f)));
+    assert_true(f_bits(moe_act_apply(&d, 2.0f, 40.0f)) == f_bits(moe_act_apply(&d, 2.0f, 10.0f)));
+    assert_true(f_bits(moe_act_apply(&d, 2.0f, -40.0f)) == f_bits(moe_act_apply(&d, 2.0f, -10.0f)));
+    /* the gate is clamped above only: a very negative gate is not lifted to -L */
+    assert_true(moe_act_apply(&d, -50.0f, 3.0f) != moe_act_apply(&d, -10.0f, 3.0f));
+    assert_true(isnan(moe_act_apply(&d, NAN, 1.0f)) && isnan(moe_act_apply(&d, 1.0f, NAN)));
+    /* unlike gpt-oss's form (alpha, u + 1) */
+    d.activation = MOE_ACT_SWIGLU_OAI;
+    const float oai = moe_act_apply(&d, 2.0f, 3.0f);
+    d.activation = MOE_ACT_SWIGLU_CLAMP;
+    assert_true(oai != moe_act_apply(&d, 2.0f, 3.0f));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expf_accuracy),
         cmocka_unit_test(test_expf_special),
         cmocka_unit_test(test_act_rows_all_tables),
+        cmocka_unit_test(test_swiglu_clamp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,8 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -989,6 +991,122 @@ static void test_granite_shared_mlp(void **state)
     moe_ctx_free(ctx);
 }
 
+/* ---- the row fields a config.json may name differently (fam-a families) --------------- */
+
+/* fixture `name`'s config.json with `key` set to `val` (NULL: removed) and `rename` (if set)
+ * renamed to `to`, written with the fixture's model.safetensors (a symlink) into dir */
+static void fixture_variant(const char *dir, const char *name, const char *key, json_t *val, const char *rename,
+                            const char *to)
+{
+    char src[1024], rel[256], path[1200];
+    snprintf(rel, sizeof rel, "%s/config.json", name);
+    tu_data_path(src, sizeof src, rel);
+    json_error_t je;
+    json_t *cfg = json_load_file(src, 0, &je);
+    if (!cfg)
+        fail_msg("%s: %s", src, je.text);
+    if (rename) {
+        json_t *v = json_object_get(cfg, rename);
+        assert_non_null(v);
+        json_object_set(cfg, to, v);
+        json_object_del(cfg, rename);
+    }
+    if (key && val)
+        json_object_set_new(cfg, key, val);
+    else if (key)
+        json_object_del(cfg, key);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    assert_int_equal(json_dump_file(cfg, path, JSON_INDENT(1)), 0);
+    json_decref(cfg);
+    snprintf(rel, sizeof rel, "%s/model.safetensors", name);
+    tu_data_path(src, sizeof src, rel);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    char abs[PATH_MAX]; /* the link's target, absolute (tu_data_path may be relative) */
+    assert_non_null(realpath(src, abs));
+    assert_int_equal(symlink(abs, path), 0);
+}
+
+static moe_status variant_desc(moe_ctx *ctx, const char *dir, int64_t layer, moe_layer_desc *d)
+{
+    moe_checkpoint *ck = NULL;
+    moe_status st = moe_checkpoint_open(ctx, dir, &ck);
+    if (st == MOE_OK) {
+        st = moe_checkpoint_layer_desc(ck, layer, d);
+        moe_checkpoint_free(ck);
+    }
+    return st;
+}
+
+/* Kimi-Linear's top_k field (the row's topk_field / topk_alias): num_experts_per_token as its
+ * config class writes it, num_experts_per_tok (transformers' attribute_map name) when that is
+ * absent, both absent or too large named; moe_renormalize is its norm_topk_prob, and the
+ * attribute_map names (the row's aliases) are read in place of absent own names. Hunyuan-V3's
+ * mlp_bias (the row's refuse_true): true is refused by name, false reads. */
+static void test_row_field_names(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    char dir[512], cfg[700];
+    tu_tmpdir(dir, sizeof dir, "ck-fama");
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    moe_layer_desc d;
+
+    fixture_variant(dir, "kimi_linear_f32", NULL, NULL, NULL, NULL);
+    assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
+    assert_int_equal(d.family, MOE_FAMILY_KIMI_LINEAR);
+    assert_int_equal(d.top_k, 2);
+    assert_int_equal(d.renormalize, 1);
+    assert_int_equal(d.shared_expert_intermediate_size, 12);
+    fixture_variant(dir, "kimi_linear_f32", NULL, NULL, "num_experts_per_token", "num_experts_per_tok");
+    assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
+    assert_int_equal(d.top_k, 2);
+    fixture_variant(dir, "kimi_linear_f32", "num_experts_per_token", json_integer(9), NULL, NULL);
+    expect_error(ctx, variant_desc(ctx, dir, 1, &d), MOE_EFORMAT, cfg, "'num_experts_per_token' = 9", "8 experts");
+    fixture_variant(dir, "kimi_linear_f32", "num_experts_per_token", NULL, NULL, NULL);
+    expect_error(ctx, variant_desc(ctx, dir, 1, &d), MOE_ENOTFOUND, "'num_experts_per_token'", "'num_experts_per_tok'");
+    fixture_variant(dir, "kimi_linear_f32", "moe_renormalize", json_false(), NULL, NULL);
+    assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
+    assert_int_equal(d.renormalize, 0);
+
+    /* the attribute_map names (norm_topk_prob, n_group, n_shared_experts) read when Kimi's own
+     * are absent, and named when wrong */
+    fixture_variant(dir, "kimi_linear_f32", "norm_topk_prob", json_false(), "moe_renormalize", "unused_renorm");
+    assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
+    assert_int_equal(d.renormalize, 0);
+    fixture_variant(dir, "kimi_linear_f32", "n_group", json_integer(2), "num_expert_group", "unused_groups");
+    assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
+    assert_int_equal(d.n_group, 2);
+    assert_int_equal(d.topk_group, 1);
+    fixture_variant(dir, "bailing_hybrid_f32", "n_shared_experts", json_integer(2), "num_shared_experts", "unused_shared");
+    assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
+    assert_int_equal(d.shared_expert_intermediate_size, 24); /* 2 * I (the default count is 1) */
+    fixture_variant(dir, "kimi_linear_f32", "norm_topk_prob", json_integer(1), "moe_renormalize", "unused_renorm");
+    expect_error(ctx, variant_desc(ctx, dir, 1, &d), MOE_EFORMAT, cfg, "'norm_topk_prob' must be true or false");
+
+    fixture_variant(dir, "hy_v3_f32", "mlp_bias", json_true(), NULL, NULL);
+    expect_error(ctx, variant_desc(ctx, dir, 1, &d), MOE_EUNSUPPORTED, cfg, "'mlp_bias' is true", "HYV3MLP");
+    fixture_variant(dir, "hy_v3_f32", "mlp_bias", json_false(), NULL, NULL);
+    assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
+    assert_int_equal(d.family, MOE_FAMILY_HY_V3);
+    assert_true(d.routed_scaling_factor == 2.826f);
+
+    /* A.X-K2: groups only when n_group is set; grouped (its 0.0-filled mask) refused by name */
+    fixture_variant(dir, "axk2_f32", NULL, NULL, NULL, NULL);
+    assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
+    assert_int_equal(d.family, MOE_FAMILY_AXK2);
+    assert_int_equal(d.n_group, 0);
+    assert_int_equal(d.shared_expert_intermediate_size, 24);
+    fixture_variant(dir, "axk2_f32", "n_group", json_integer(1), NULL, NULL);
+    assert_int_equal(variant_desc(ctx, dir, 1, &d), MOE_OK);
+    assert_int_equal(d.n_group, 0);
+    fixture_variant(dir, "axk2_f32", "n_group", json_integer(2), NULL, NULL);
+    expect_error(ctx, variant_desc(ctx, dir, 1, &d), MOE_EUNSUPPORTED, cfg, "'n_group' = 2", "0.0, not -inf",
+                 "apply_group_scoring");
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
 /* Hunyuan-MoE: K is moe_topk (num_experts_per_tok its alias), which like num_experts may be a
  * per-layer list: equal entries read as the one value, differing ones refused by name; the
  * shared_mlp is as wide as an expert (I_s = I) and ungated. */
@@ -1137,6 +1255,43 @@ static void test_ernie_layers(void **state)
     moe_ctx_free(ctx);
 }
 
+/* The mlp_layer_types rule with a step (A.X-K2): mlp_layer_types absent, layer >=
+ * first_k_dense_replace and layer % moe_layer_freq == 0, as AXK2Config fills the list; a layer
+ * off the step is dense, named by moe_layer_freq. */
+static void test_types_else_prefix_step(void **state)
+{
+    (void)state;
+    fspec s = {.tag = "ck-axk2", .family = MOE_FAMILY_AXK2,
+               .config = "{\"architectures\": [\"AXK2ForCausalLM\"], \"hidden_size\": 16,"
+                         " \"num_hidden_layers\": 5, \"moe_intermediate_size\": 8, \"n_routed_experts\": 8,"
+                         " \"num_experts_per_tok\": 2, \"first_k_dense_replace\": 1, \"moe_layer_freq\": 2}",
+               .H = 16, .I = 8, .E = 8, .K = 2, .L = 5, .Is = 8, .prefix = "model.layers.%lld.mlp.",
+               .router = "gate.weight", .layout = L_PER_EXPERT, .shared = "shared_experts", .sel_bias = 1,
+               .wdt = MOE_DTYPE_F32, .moe_mask = "00101", .dense_why = "first_k_dense_replace = 1"};
+    s.want = base_desc(MOE_FAMILY_AXK2, 16, 8, 8, 2, MOE_DTYPE_F32);
+    s.want.scoring_func = MOE_SCORING_SIGMOID;
+    s.want.renormalize = 1;
+    s.want.routed_scaling_factor = 2.5f;
+    s.want.shared_expert_intermediate_size = 8;
+    s.want.group_score = MOE_GROUP_SCORE_TOP2_SUM;
+    s.want.has_selection_bias = 1;
+    check_family(&s);
+    /* layer 1 (>= first, odd) is dense by the step */
+    moe_ctx *ctx = tu_ctx();
+    char dir[512];
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    tu_tmpdir(dir, sizeof dir, "ck-axk2s");
+    float dummy[4] = {0};
+    tl_add(tl, "model.norm.weight", MOE_DTYPE_F32, 1, (int64_t[]){4}, dummy);
+    expect_error(ctx, open_desc(ctx, dir, s.config, tl, 3), MOE_EDENSE, "layer 3 % moe_layer_freq = 2 != 0",
+                 "mlp_layer_types absent");
+    tl_free(tl);
+    free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1151,6 +1306,7 @@ int main(void)
         cmocka_unit_test(test_jamba_layers),
         cmocka_unit_test(test_aria_refusals),
         cmocka_unit_test(test_ernie_layers),
+        cmocka_unit_test(test_row_field_names), cmocka_unit_test(test_types_else_prefix_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -184,6 +184,21 @@ static const struct {
     {MOE_FAMILY_MISTRAL4, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
     {MOE_FAMILY_ARIA, MOE_SCORING_TOPK_SOFTMAX, 0, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
     {MOE_FAMILY_ERNIE4_5_MOE, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_GLM_MOE_DSA, MOE_SCORING_SIGMOID, 1, 2.5f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
+    {MOE_FAMILY_SOLAR_OPEN, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
+    {MOE_FAMILY_GLM4V_MOE, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
+    {MOE_FAMILY_KIMI_LINEAR, MOE_SCORING_SIGMOID, 1, 2.446f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
+    {MOE_FAMILY_BAILING_HYBRID, MOE_SCORING_SIGMOID, 1, 2.5f, 8, 4, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
+    {MOE_FAMILY_MINIMAX_M2, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_HY_V3, MOE_SCORING_SIGMOID, 1, 2.826f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_AXK2, MOE_SCORING_SIGMOID, 1, 2.5f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_GLM5_NEXT, MOE_SCORING_SIGMOID, 1, 2.5f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU_CLAMP},
 };
 
 /* The families whose block adds an output bias [H] (has_output_bias; the row's output_bias). */
@@ -222,7 +237,8 @@ static void test_layer_defaults(void **state)
         assert_int_equal(d.shared_expert_gated, expect[i].gated);
         assert_int_equal(d.activation, expect[i].act);
         assert_int_equal(d.has_output_bias, has_output_bias(expect[i].family));
-        assert_true(d.swiglu_alpha == 1.702f && d.swiglu_limit == 7.0f);
+        /* GptOssConfig's constants; GLM-5-Next's clamp at its config's swiglu_limit 10 */
+        assert_true(d.swiglu_alpha == 1.702f && d.swiglu_limit == (expect[i].act == MOE_ACT_SWIGLU_CLAMP ? 10.0f : 7.0f));
         /* sizes, dtype and quant untouched */
         assert_int_equal(d.hidden_size, 64);
         assert_int_equal(d.moe_intermediate_size, 32);
@@ -358,6 +374,15 @@ static void preset_desc(const char *dir, const json_t *meta, moe_layer_desc *d)
         d->routed_scaling_factor = (float)json_number_value(v);
     if ((v = json_object_get(cfg, "route_scale")) && json_is_number(v))
         d->routed_scaling_factor = (float)json_number_value(v);
+    /* the same fields under the names the config classes' attribute_map writes (Kimi-Linear,
+     * Ling hybrid: moe_renormalize, num_expert_group) or their own (Hunyuan-V3:
+     * router_scaling_factor) */
+    if ((v = json_object_get(cfg, "moe_renormalize")) && json_is_boolean(v))
+        d->renormalize = json_is_true(v);
+    if ((v = json_object_get(cfg, "router_scaling_factor")) && json_is_number(v))
+        d->routed_scaling_factor = (float)json_number_value(v);
+    if ((v = json_object_get(cfg, "num_expert_group")))
+        d->n_group = json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
     const json_t *method = json_object_get(cfg, "topk_method");
     if (json_is_string(method) && !strcmp(json_string_value(method), "greedy")) {
         d->n_group = 0;

@@ -110,6 +110,8 @@ static const char *const k_required[] = {
     "qwen3_next_f32", "qwen3_omni_moe_f32", "granitemoeshared_f32", "granitemoehybrid_f32",
     "hunyuan_v1_moe_f32", "mellum_f32", "jamba_f32", "mistral4_f32", "aria_f32",
     "ernie4_5_moe_f32",
+    "glm_moe_dsa_f32", "solar_open_f32", "glm4v_moe_f32", "kimi_linear_f32", "bailing_hybrid_f32",
+    "minimax_m2_f32", "hy_v3_f32", "axk2_f32", "glm5_next_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
@@ -285,6 +287,7 @@ static void run_fixture(const fixture *fx, const json_t *meta, int threads, cons
     assert_int_equal(!!desc.has_output_bias, meta_bool_or(meta, "has_output_bias", 0));
     const char *act = meta_str_or(meta, "activation", "swiglu");
     assert_int_equal(desc.activation, !strcmp(act, "swiglu_oai")   ? MOE_ACT_SWIGLU_OAI
+                                      : !strcmp(act, "swiglu_clamp") ? MOE_ACT_SWIGLU_CLAMP
                                       : !strcmp(act, "geglu")      ? MOE_ACT_GEGLU
                                       : !strcmp(act, "geglu_tanh") ? MOE_ACT_GEGLU_TANH
                                                                    : MOE_ACT_SWIGLU);
