@@ -2222,6 +2222,51 @@ static void mode_rebal(void)
     say("  rebalance to a different next on one rank, or failing to stage on one: every rank fails, naming it; "
         "the old placement still bit-identical\n");
 
+    if (N == 4) {
+        /* TP 2 x EP 2: contiguous -> balanced (4 redundant) moves each TP rank's I shard of
+         * the experts; the output equals, bit for bit, a plan created with that placement */
+        int32_t t2l[2][32], trn[2][2];
+        moe_placement tpl[2];
+        OKC(ctx, moe_placement_build(ctx, MOE_PLACEMENT_CONTIGUOUS, E, 2, 0, NULL, t2l[0], trn[0], &tpl[0]));
+        OKC(ctx, moe_placement_build(ctx, MOE_PLACEMENT_BALANCED, E, 2, 4, load, t2l[1], trn[1], &tpl[1]));
+        const pcfg c = {.ep = 2, .tp = 2, .ddt = MOE_DTYPE_F32};
+        pcfg cn = c;
+        cn.pl = &tpl[1];
+        moe_ctx *tctx = make_ctx(16, 0, NULL);
+        moe_plan *pp = par_plan(tctx, &L.d, &c), *pn = par_plan(tctx, &L.d, &cn);
+        moe_weights *wp = NULL, *wn = NULL;
+        OKC(tctx, moe_weights_create(pp, &L.src, &wp));
+        OKC(tctx, moe_weights_create(pn, &L.src, &wn));
+        int cur[16], nxt[16];
+        rank_set(&tpl[0], R / 2, E, cur);
+        rank_set(&tpl[1], R / 2, E, nxt);
+        int64_t packed = 0;
+        for (int64_t e = 0; e < E; e++)
+            packed += !cur[e] && nxt[e];
+        moe_rebalance_report rep;
+        OKC(tctx, moe_plan_rebalance(pp, wp, &tpl[1], &L.src, &rep));
+        CHECK(rep.experts_packed == packed && rep.bytes_resident == moe_weights_expert_bytes(wn),
+              "TP x EP rebalance: packed %lld (expected %lld), resident %zu (a fresh plan's %zu)",
+              (long long)rep.experts_packed, (long long)packed, rep.bytes_resident, moe_weights_expert_bytes(wn));
+        CHECK(moe_plan_hash(pp) == moe_plan_hash(pn), "TP x EP rebalance: plan hash differs from a fresh plan's");
+        int64_t b, e, maxs;
+        par_tokens(&c, T, &b, &e, &maxs);
+        result got, want;
+        OKC(tctx, exec_rows(pp, wp, x, MOE_DTYPE_F32, skew, T, b, e, maxs, &got));
+        OKC(tctx, exec_rows(pn, wn, x, MOE_DTYPE_F32, skew, T, b, e, maxs, &want));
+        compare("TP 2 x EP 2 rebalanced vs created with the placement", &got, &want, H, K, T, -1, b, e);
+        compare("TP 2 x EP 2 rebalanced vs one process", &got, &ref, H, K, T, 1e-5, b, e);
+        result_free(&got);
+        result_free(&want);
+        moe_weights_free(wp);
+        moe_weights_free(wn);
+        moe_plan_free(pp);
+        moe_plan_free(pn);
+        moe_ctx_free(tctx);
+        say("  TP 2 x EP 2 rebalance contiguous -> balanced: bit-identical to a plan created with it, within 1e-5 "
+            "of one process\n");
+    }
+
     /* rank 0 alone: MOE_ETIMEOUT within timeout_s, the plan still executes, later ones refused */
     moe_plan_config cfg;
     moe_plan_config_init(&cfg);
