@@ -273,7 +273,9 @@ typedef struct moe_rebalance_report {
  * same `next` (checked by hash: a difference fails every rank, naming the entry) and the
  * source of the weights again (`src` as for moe_weights_create, indexing experts by logical
  * id; only the experts that move to this rank are read: the weights are re-read from the
- * source, not sent rank to rank). Experts this rank already holds keep their packed bytes.
+ * source, not sent rank to rank; the pointers of other experts, the router, its biases and
+ * the shared expert are not read and may be NULL). Experts this rank already holds keep
+ * their packed bytes.
  * The switch is atomic across ranks: each rank packs what it needs beside the current
  * weights, the ranks agree, and only then does every rank switch (plan placement, text and
  * hash, and weights) before returning; if any rank fails, or a rank never arrives within

@@ -41,16 +41,18 @@ static int64_t cells_owned(const moe_qweight *qw, int64_t K, int64_t k0, int64_t
     return (k0 + Ks - 1) / gk - (k0 + gk - 1) / gk + 1;
 }
 
-/* The checks every format shares (the caller's pointers, strides and bias dtypes). */
-static moe_status check_source(const moe_plan *plan, const moe_shard *shp, const moe_weight_source *src)
+/* The checks every format shares (the caller's pointers, strides and bias dtypes).
+ * experts_only: the router, its biases and the shared expert are not read (not checked). */
+static moe_status check_source(const moe_plan *plan, const moe_shard *shp, const moe_weight_source *src,
+                               int experts_only)
 {
     moe_ctx *ctx = plan->st.ctx;
     const moe_layer_desc *d = &plan->st.desc;
     const moe_shard sh = *shp;
-    const int64_t Is = d->shared_expert_intermediate_size, El = sh.n_experts;
-    if (!src->router)
+    const int64_t Is = experts_only ? 0 : d->shared_expert_intermediate_size, El = sh.n_experts;
+    if (!experts_only && !src->router)
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: src->router is NULL");
-    if (!dtype_ok(src->router_dtype))
+    if (!experts_only && !dtype_ok(src->router_dtype))
         return moe_set_error(ctx, MOE_EDTYPE, "moe_weights_create: router dtype %s, expected F32, BF16 or F16",
                              moe_dtype_name(src->router_dtype));
     if (!src->gate_proj || !src->up_proj || !src->down_proj)
@@ -68,7 +70,7 @@ static moe_status check_source(const moe_plan *plan, const moe_shard *shp, const
                              "moe_weights_create: the layer has a shared expert (I_shared %lld) but src->shared_%s is NULL",
                              (long long)Is,
                              !src->shared_gate_proj ? "gate_proj" : !src->shared_up_proj ? "up_proj" : "down_proj");
-    if (Is > 0 && d->shared_expert_gated && !src->shared_expert_gate)
+    if (Is > 0 && d->shared_expert_gated && !src->shared_expert_gate) /* Is = 0 when experts_only */
         return moe_set_error(ctx, MOE_EINVAL,
                              "moe_weights_create: shared_expert_gated is set but src->shared_expert_gate is NULL");
     const struct {
@@ -86,9 +88,9 @@ static moe_status check_source(const moe_plan *plan, const moe_shard *shp, const
     if (src->gate_up_bias_stride < 0)
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: src->gate_up_bias_stride = %lld is negative",
                              (long long)src->gate_up_bias_stride);
-    if (d->has_router_bias && !src->router_bias)
+    if (d->has_router_bias && !experts_only && !src->router_bias)
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: has_router_bias is set but src->router_bias is NULL");
-    if (d->has_selection_bias && !src->selection_bias)
+    if (d->has_selection_bias && !experts_only && !src->selection_bias)
         return moe_set_error(ctx, MOE_EINVAL,
                              "moe_weights_create: has_selection_bias is set but src->selection_bias is NULL");
     if (d->has_expert_bias && (!src->gate_bias || !src->up_bias || !src->down_bias))
@@ -107,8 +109,8 @@ static moe_status check_source(const moe_plan *plan, const moe_shard *shp, const
         const char *name;
         int used;
         moe_dtype dt;
-    } bias_dts[] = {{"router_bias_dtype", d->has_router_bias, src->router_bias_dtype},
-                    {"selection_bias_dtype", d->has_selection_bias, src->selection_bias_dtype},
+    } bias_dts[] = {{"router_bias_dtype", d->has_router_bias && !experts_only, src->router_bias_dtype},
+                    {"selection_bias_dtype", d->has_selection_bias && !experts_only, src->selection_bias_dtype},
                     {"expert_bias_dtype", d->has_expert_bias, src->expert_bias_dtype}};
     for (size_t i = 0; i < 3; i++) {
         if (bias_dts[i].used && !dtype_ok(bias_dts[i].dt))
@@ -265,7 +267,7 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
     const int64_t Is = experts_only ? 0 : d->shared_expert_intermediate_size; /* 0: no shared expert packed */
     const int64_t El = sh.n_experts, i0 = sh.i0, Il = sh.I, Isl = sh.Is;
     const int quant = moe_quant_active(qc);
-    moe_status st = check_source(plan, &sh, src);
+    moe_status st = check_source(plan, &sh, src, experts_only);
     moe_qweight q13 = qc->w13, q2 = qc->w2; /* the shard's granularity (quantized) */
     if (st == MOE_OK && quant)
         st = check_quant_source(plan, &sh, src, &q13, &q2);

@@ -2126,6 +2126,9 @@ static void mode_rebal(void)
             local_src_free(&lsn);
             local_src sub;
             subset_src(&sub, &L, fresh); /* only the experts new to this rank */
+            sub.src.router = NULL;       /* nor the router or the shared expert (not read) */
+            sub.src.shared_gate_proj = sub.src.shared_up_proj = sub.src.shared_down_proj = NULL;
+            sub.src.shared_expert_gate = NULL;
             moe_rebalance_report rep;
             memset(&rep, 0xff, sizeof rep);
             OKC(ctx, moe_plan_rebalance(pp, wp, &pls[i], &sub.src, &rep));
