@@ -2270,6 +2270,59 @@ static void mode_rebal(void)
             "of one process\n");
     }
 
+    /* quantized experts (scales and zero points; w8a8 compensations): the kept experts' codes
+     * and scales move with them; contiguous -> round robin -> balanced (2 redundant) */
+    const char *schemes[2] = {"int4-g32-zp", "int8-w8a8"};
+    for (int si = 0; si < 2; si++) {
+        const int64_t qE = 8, qK = 2, qH = 64, qT = 29;
+        qlayer Q;
+        qlayer_make(&Q, schemes[si], 0, qH, 96, qE, qK, 31);
+        moe_ctx *qctx = make_ctx(8, -1, NULL);
+        float *qx = xmalloc(sizeof(float) * (size_t)(qT * qH));
+        tu_fill_uniform(qx, (size_t)(qT * qH), 123, -1.0f, 1.0f);
+        qsrc all;
+        qsrc_make(&all, &Q, NULL);
+        moe_plan *q1 = NULL;
+        moe_weights *qw1 = NULL;
+        OKC(qctx, moe_plan_create(qctx, &Q.d, &q1));
+        OKC(qctx, moe_weights_create(q1, &all.src, &qw1));
+        result qref;
+        OKC(qctx, exec_rows(q1, qw1, qx, MOE_DTYPE_F32, NULL, qT, 0, qT, qT, &qref));
+        const pcfg c = {.ep = N, .tp = 1, .ddt = MOE_DTYPE_F32};
+        moe_plan *qp = par_plan(qctx, &Q.d, &c);
+        moe_weights *qwp = NULL;
+        OKC(qctx, moe_weights_create(qp, &all.src, &qwp));
+        int64_t qload[8];
+        for (int64_t e = 0; e < qE; e++)
+            qload[e] = 1 + (e * 5) % 7;
+        int32_t q2l[2][32], qrn[2][8];
+        moe_placement qpl[2];
+        OKC(qctx, moe_placement_build(qctx, MOE_PLACEMENT_ROUND_ROBIN, qE, N, 0, NULL, q2l[0], qrn[0], &qpl[0]));
+        OKC(qctx, moe_placement_build(qctx, MOE_PLACEMENT_BALANCED, qE, N, 2, qload, q2l[1], qrn[1], &qpl[1]));
+        for (int i = 0; i < 2; i++) {
+            OKC(qctx, moe_plan_rebalance(qp, qwp, &qpl[i], &all.src, NULL));
+            int64_t b, e, maxs;
+            par_tokens(&c, qT, &b, &e, &maxs);
+            result got;
+            OKC(qctx, exec_rows(qp, qwp, qx, MOE_DTYPE_F32, NULL, qT, b, e, maxs, &got));
+            char what[128];
+            snprintf(what, sizeof what, "%s rebalanced to %s", schemes[si], i ? "balanced" : "round_robin");
+            compare(what, &got, &qref, qH, qK, qT, -1, b, e);
+            result_free(&got);
+        }
+        result_free(&qref);
+        moe_weights_free(qwp);
+        moe_plan_free(qp);
+        moe_weights_free(qw1);
+        moe_plan_free(q1);
+        qsrc_free(&all);
+        free(qx);
+        moe_ctx_free(qctx);
+        qlayer_free(&Q);
+    }
+    say("  quantized experts (int4-g32-zp, int8-w8a8) rebalanced contiguous -> round_robin -> balanced: "
+        "bit-identical to one process\n");
+
     /* rank 0 alone: MOE_ETIMEOUT within timeout_s, the plan still executes, later ones refused */
     moe_plan_config cfg;
     moe_plan_config_init(&cfg);
