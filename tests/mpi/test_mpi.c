@@ -1607,15 +1607,23 @@ static void mode_placement(void)
     CHECK(moe_plan_hash(p2) == moe_plan_hash(p) && !strcmp(moe_plan_text(p2), moe_plan_text(p)),
           "the contiguous placement given explicitly changed the plan text");
     CHECK(moe_plan_placement(p2)->physical_to_logical != p2l, "the plan borrowed the caller's placement");
-    /* rebalance of a parallel plan: refused on every rank at once, the weights untouched */
+    /* rebalance of a parallel plan to the placement it has: every expert kept, nothing read
+     * (the source holds no expert) or packed, the state unchanged (mode rebal moves experts) */
     local_src ls;
     local_src_make(&ls, &L, p2);
     moe_weights *w = NULL;
     OKC(ctx, moe_weights_create(p2, &ls.src, &w));
     const size_t bytes = moe_weights_expert_bytes(w);
-    moe_status st = moe_plan_rebalance(p2, w, &given, &ls.src, NULL);
-    CHECK(st == MOE_EUNSUPPORTED && strstr(moe_ctx_last_error(ctx), "unchanged"), "rebalance: %s (%s)",
-          moe_status_name(st), moe_ctx_last_error(ctx));
+    moe_weight_source none = ls.src;
+    const void *nulls[128] = {0};
+    none.gate_proj = none.up_proj = none.down_proj = nulls;
+    moe_rebalance_report rep;
+    OKC(ctx, moe_plan_rebalance(p2, w, &given, &none, &rep));
+    CHECK(rep.experts_kept == rcounts[R] && rep.experts_packed == 0 && rep.experts_freed == 0 &&
+              rep.bytes_packed == 0 && rep.bytes_resident == bytes,
+          "rebalance to the same placement: kept %lld packed %lld freed %lld, bytes %zu / %zu",
+          (long long)rep.experts_kept, (long long)rep.experts_packed, (long long)rep.experts_freed, rep.bytes_packed,
+          rep.bytes_resident);
     CHECK(moe_weights_expert_bytes(w) == bytes && moe_plan_hash(p2) == moe_plan_hash(p), "rebalance changed state");
     moe_weights_free(w);
     local_src_free(&ls);
