@@ -273,7 +273,9 @@ typedef struct moe_rebalance_report {
  * same `next` (checked by hash: a difference fails every rank, naming the entry) and the
  * source of the weights again (`src` as for moe_weights_create, indexing experts by logical
  * id; only the experts that move to this rank are read: the weights are re-read from the
- * source, not sent rank to rank). Experts this rank already holds keep their packed bytes.
+ * source, not sent rank to rank; the pointers of other experts, the router, its biases and
+ * the shared expert are not read and may be NULL). Experts this rank already holds keep
+ * their packed bytes.
  * The switch is atomic across ranks: each rank packs what it needs beside the current
  * weights, the ranks agree, and only then does every rank switch (plan placement, text and
  * hash, and weights) before returning; if any rank fails, or a rank never arrives within
@@ -283,8 +285,15 @@ typedef struct moe_rebalance_report {
  * report may be NULL. Errors: MOE_EINVAL (next invalid or differing, weights of another
  * plan), MOE_ENOMEM, MOE_ETIMEOUT, MOE_EMPI, and the errors of moe_weights_create.
  * Status: a one-process plan's rebalance to the identity is a no-op success (anything else
- * MOE_EINVAL); a parallel plan's is MOE_EUNSUPPORTED at once on every rank that calls it,
- * with no collective, the plan and weights unchanged (docs/parallel.md "Rebalance"). */
+ * MOE_EINVAL). A parallel plan's runs as above (docs/parallel.md "Rebalance"): the ranks
+ * agree on a communicator of the plan's own (duplicated at plan creation), so a timed-out
+ * rebalance never disturbs executes: after MOE_ETIMEOUT the plan keeps its placement and
+ * still executes, but every later rebalance of it fails at once with MOE_ETIMEOUT ("an
+ * earlier rebalance on this plan timed out"; its exchange is still pending and cannot be
+ * cancelled; moe_plan_free and MPI_Finalize leave it to MPI). A timeout in the final
+ * confirming round (a peer lost between the two rounds) marks the plan broken (executes
+ * MOE_EMPI). The kept experts' packed buffers move into the new layout (no repack); re-query
+ * moe_plan_workspace_size afterwards (a rank may hold more experts). */
 /* moe.h defines these after including this header: declared here by tag. */
 struct moe_weights;
 struct moe_weight_source;

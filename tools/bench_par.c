@@ -68,6 +68,11 @@ static void usage(FILE *f)
           "  --load FILE          with balanced: the expert load to balance (a load file); without\n"
           "                       it, balanced uses the load measured by the placements before it\n"
           "                       in the list (the routing does not depend on the placement)\n"
+          "  --rebalance POLICY   after the timed forwards, move the first placement's plan in place\n"
+          "                       (moe_plan_rebalance) to POLICY (contiguous, round_robin or\n"
+          "                       balanced with --redundant R, on the load of the timed forwards);\n"
+          "                       per rank the experts kept / packed / dropped, bytes packed and\n"
+          "                       seconds, then per T the forward again (needs --ep > 1)\n"
           "  -h, --help           this text\n"
           "\n"
           "Per rank (in rank order): its experts, I shard and resident expert bytes\n"
@@ -226,7 +231,7 @@ int cli_bench_parallel(int argc, char **argv)
     const char *model = "qwen3-30b-a3b", *tokens = "1,256";
     int64_t ep = 1, tp = 1, num_experts = 0, threads = 0, iters = 20, capacity = 0, seed = 1;
     int low_latency = 0;
-    const char *skew = NULL, *load_out = NULL, *placement_arg = "contiguous", *load_in = NULL;
+    const char *skew = NULL, *load_out = NULL, *placement_arg = "contiguous", *load_in = NULL, *rebal_arg = NULL;
     int64_t skew_hot = 0, redundant = 0;
     double skew_share = 0;
     moe_dtype dt = MOE_DTYPE_BF16, ddt = MOE_DTYPE_F32;
@@ -258,6 +263,8 @@ int cli_bench_parallel(int argc, char **argv)
         {.name = "--placement", .kind = CLI_STR, .dst = &placement_arg},
         {.name = "--redundant", .kind = CLI_I64, .dst = &redundant, .lo = 0, .hi = big},
         {.name = "--load", .kind = CLI_STR, .dst = &load_in},
+        /* contiguous, round_robin or balanced, checked below */
+        {.name = "--rebalance", .kind = CLI_STR, .dst = &rebal_arg},
         /* f32 / bf16 (cli_parse_compute names the accepted values) */
         {.name = "--compute", .kind = CLI_CUSTOM, .dst = &compute, .parse = cli_parse_compute},
     };
@@ -292,6 +299,21 @@ int cli_bench_parallel(int argc, char **argv)
         cli_err(CMD, "--ep %lld x --tp %lld = %d ranks, but %d %s running: launch with mpirun -np %d", (long long)ep,
                 (long long)tp, nranks, cli_mpi_size(), cli_mpi_size() == 1 ? "process is" : "are", nranks);
         return CLI_USAGE;
+    }
+    moe_placement_policy rebal_pol = MOE_PLACEMENT_CONTIGUOUS;
+    if (rebal_arg) {
+        if (!strcmp(rebal_arg, "round_robin"))
+            rebal_pol = MOE_PLACEMENT_ROUND_ROBIN;
+        else if (!strcmp(rebal_arg, "balanced"))
+            rebal_pol = MOE_PLACEMENT_BALANCED;
+        else if (strcmp(rebal_arg, "contiguous") != 0) {
+            cli_err(CMD, "--rebalance %s: expected contiguous, round_robin or balanced", rebal_arg);
+            return CLI_USAGE;
+        }
+        if (ep < 2) {
+            cli_err(CMD, "--rebalance %s needs --ep > 1 (one process has one placement)", rebal_arg);
+            return CLI_USAGE;
+        }
     }
     int64_t Tmax = 0;
     for (int i = 0; i < nT; i++)
@@ -329,6 +351,7 @@ int cli_bench_parallel(int argc, char **argv)
     int64_t *load = NULL, *load_all = NULL;  /* [E] this rank's expert load, [E] summed over T (gathered) */
     int64_t *load_t = NULL;                  /* [E] the EP group's load of one T */
     int64_t *load_bal = NULL;                /* [E] the load balanced placements follow */
+    int32_t *rebal_p2l = NULL, *rebal_rn = NULL; /* --rebalance: [E * ep], [ep] the placement moved to */
     double *times = NULL; /* [iters] seconds per forward */
     char *pl_list = NULL; /* --placement, split at commas */
     enum { MAX_PL = 8 };
@@ -703,6 +726,117 @@ int cli_bench_parallel(int argc, char **argv)
                        (long long)Ts[i], pl_names[pi], pl_names[0], res_fwd[pi][i] / res_fwd[0][i],
                        1e3 * res_lost[pi][i], 1e3 * res_lost[0][i]);
     }
+    if (rebal_arg) {
+        /* --rebalance: the first placement's plan moved in place to the policy, balanced on the
+         * load of every timed forward; only the experts new to a rank are generated and packed */
+        bench_run *br = &runs[0];
+        rebal_p2l = malloc(sizeof(int32_t) * (size_t)(E * ep));
+        rebal_rn = malloc(sizeof(int32_t) * (size_t)ep);
+        moe_placement next;
+        if (!rebal_p2l || !rebal_rn) {
+            cli_err(CMD, "out of memory");
+            goto done;
+        }
+        const int bal = rebal_pol == MOE_PLACEMENT_BALANCED;
+        if (moe_placement_build(ctx, rebal_pol, E, (int)ep, bal ? redundant : 0, bal ? load_all : NULL, rebal_p2l,
+                                rebal_rn, &next) != MOE_OK ||
+            moe_plan_expert_map(br->plan, map) != MOE_OK) {
+            cli_err(CMD, "--rebalance %s: %s", rebal_arg, moe_ctx_last_error(ctx));
+            goto done;
+        }
+        const moe_parallel_config *par = moe_plan_parallel(br->plan);
+        int64_t p0 = 0, n_new = 0;
+        for (int r = 0; r < par->ep_rank; r++)
+            p0 += next.rank_num_physical[r];
+        for (int64_t e = 0; e < E; e++)
+            gp[e] = up[e] = dp[e] = NULL;
+        for (int32_t i = 0; i < next.rank_num_physical[par->ep_rank]; i++)
+            n_new += map[next.physical_to_logical[p0 + i]] < 0;
+        const size_t es = moe_dtype_size(dt), per = (size_t)(I * H);
+        wg = malloc((size_t)(n_new ? n_new : 1) * per * es); /* [n_new][I, H] */
+        wu = malloc((size_t)(n_new ? n_new : 1) * per * es); /* [n_new][I, H] */
+        wd = malloc((size_t)(n_new ? n_new : 1) * per * es); /* [n_new][H, I] */
+        if (!wg || !wu || !wd) {
+            cli_err(CMD, "out of memory generating %lld experts", (long long)n_new);
+            goto done;
+        }
+        for (int32_t i = 0, l = 0; i < next.rank_num_physical[par->ep_rank]; i++) {
+            const int32_t e = next.physical_to_logical[p0 + i];
+            if (map[e] >= 0)
+                continue; /* kept: not read */
+            gp[e] = (unsigned char *)wg + (size_t)l * per * es;
+            up[e] = (unsigned char *)wu + (size_t)l * per * es;
+            dp[e] = (unsigned char *)wd + (size_t)l * per * es;
+            l++;
+            fill((void *)gp[e], dt, per, (uint64_t)seed, (uint64_t)(10 + 3 * e), 0.05f); /* as at packing */
+            fill((void *)up[e], dt, per, (uint64_t)seed, (uint64_t)(11 + 3 * e), 0.05f);
+            fill((void *)dp[e], dt, per, (uint64_t)seed, (uint64_t)(12 + 3 * e), 0.05f);
+        }
+        moe_weight_source src; /* the moved experts only: router and shared expert are not read */
+        memset(&src, 0, sizeof src);
+        src.gate_proj = gp;
+        src.up_proj = up;
+        src.down_proj = dp;
+        moe_rebalance_report rr;
+        if (moe_plan_rebalance(br->plan, br->w, &next, &src, &rr) != MOE_OK) {
+            cli_err(CMD, "--rebalance %s: %s", rebal_arg, moe_ctx_last_error(ctx));
+            goto done;
+        }
+        free(wg);
+        free(wu);
+        free(wd);
+        wg = wu = wd = NULL;
+        const size_t ws = moe_plan_workspace_size(br->plan, Tmax); /* a rank may hold more experts now */
+        if (ws > br->ws_size) {
+            free(br->ws);
+            br->ws = aligned_alloc(64, (ws + 63) / 64 * 64);
+            br->ws_size = ws;
+            if (!br->ws) {
+                cli_err(CMD, "out of memory for the workspace after the rebalance");
+                goto done;
+            }
+        }
+        if (rank == 0)
+            printf("\nrebalance in place: %s -> %s (%d physical experts = %lld logical + %d redundant%s)\n",
+                   pl_names[0], rebal_arg, (int)next.num_physical_experts, (long long)E,
+                   (int)(next.num_physical_experts - E), bal ? ", on the load of the timed forwards" : "");
+        {
+            char line[400], b1[32], b2[32];
+            snprintf(line, sizeof line,
+                     "  rank %d (ep_rank %d, tp_rank %d): %lld experts kept, %lld packed, %lld dropped; %zu bytes "
+                     "packed (%s), %s resident; %.3f s\n",
+                     rank, par->ep_rank, par->tp_rank, (long long)rr.experts_kept, (long long)rr.experts_packed,
+                     (long long)rr.experts_freed, rr.bytes_packed, cli_fmt_bytes(b1, sizeof b1, (double)rr.bytes_packed),
+                     cli_fmt_bytes(b2, sizeof b2, (double)rr.bytes_resident), rr.seconds);
+            cli_mpi_print_ordered(line);
+        }
+        for (int i = 0; i < nT; i++) {
+            double med = 0;
+            for (int64_t it = -2; it < iters; it++) {
+                double sec = 0;
+                if (bench_forward(br, x, Ts[i], out, logits, NULL, NULL, &sec) != MOE_OK) {
+                    cli_err(CMD, "T %lld after the rebalance: %s", (long long)Ts[i], moe_ctx_last_error(ctx));
+                    goto done;
+                }
+                if (it >= 0)
+                    times[it] = sec;
+            }
+            qsort(times, (size_t)iters, sizeof(double), cmp_double);
+            const double mine = times[iters / 2];
+            double *all = malloc(sizeof(double) * (size_t)nranks); /* [nranks] */
+            if (!all) {
+                cli_err(CMD, "out of memory");
+                goto done;
+            }
+            cli_mpi_gather_doubles(&mine, 1, all);
+            for (int q = 0; q < nranks; q++)
+                med = all[q] > med ? all[q] : med;
+            free(all);
+            if (rank == 0)
+                printf("T %lld: forward %.3f ms after the rebalance to %s (%.3f ms before, as %s)\n", (long long)Ts[i],
+                       1e3 * med, rebal_arg, 1e3 * res_fwd[0][i], pl_names[0]);
+        }
+    }
     if (load_out && rank == 0 && moe_load_write(ctx, load_out, load_all, E) != MOE_OK) {
         cli_err(CMD, "--load-out: %s", moe_ctx_last_error(ctx));
         goto done;
@@ -732,6 +866,8 @@ done:
     free(map);
     free(pl_list);
     free(load_bal);
+    free(rebal_p2l);
+    free(rebal_rn);
     for (int pi = 0; pi < MAX_PL; pi++) {
         free(runs[pi].ws);
         free(runs[pi].p2l);

@@ -31,6 +31,8 @@ struct moe_weights {
     moe_expert_mats *experts; /* [n_experts] the local experts as the driver reads them */
     moe_expert_mats shared;   /* the shared expert (I = shard.Is; data NULL without one) */
     size_t expert_bytes;      /* packed routed (codes and scales) + shared expert bytes */
+    size_t routed_each;       /* packed bytes of one local routed expert (all are the same size);
+                                 0 while none was packed */
     /* owned buffers */
     void *router_buf;         /* router.data */
     void *shared_gate_buf;    /* shared_gate.data */
@@ -42,6 +44,35 @@ struct moe_weights {
     struct moe_qmat *qm;      /* [3 * n_experts] quantized: what the kernels read beside the codes */
     float *expert_bias;       /* [n_experts, 2I + H] f32 {b_g, b_u, b_d}, or NULL (has_expert_bias) */
 };
+
+/* moe_plan_rebalance's staging on this rank: the weights of the new share, built beside the
+ * current ones. The experts kept are not copied: their packed buffers move at commit. */
+typedef struct moe_weights_stage {
+    moe_shard shard;           /* the new share (shard.logical = logical) */
+    int32_t *logical;          /* [n] the logical expert of each new local expert, n = shard.n_experts */
+    int32_t *from_old;         /* [n] the current local expert it reuses, or -1 (packed anew, in fresh) */
+    moe_weights *fresh;        /* the experts packed anew, in local order (experts only), or NULL */
+    /* the new weights' arrays, allocated here so the commit cannot fail; filled at commit */
+    moe_expert_mats *experts;  /* [n] */
+    void **mats;               /* [3n] */
+    float **scales, **zeros;   /* [3n] quantized, else NULL */
+    int32_t **comps;           /* [3n] quantized, else NULL */
+    struct moe_qmat *qm;       /* [3n] quantized, else NULL */
+    float *expert_bias;        /* [n, 2I + H] with expert biases, else NULL */
+    int64_t kept, packed, freed;           /* local experts reused, packed anew, dropped */
+    size_t bytes_packed, bytes_resident;   /* bytes packed anew; expert bytes after the commit */
+} moe_weights_stage;
+
+/* Stage the share `next` (same TP shard as w's) beside w: the logical experts w does not hold
+ * are read from src and packed (the errors of moe_weights_create), the others reused at
+ * commit. w is not changed. On error nothing is left allocated. */
+moe_status moe_weights_stage_build(const moe_weights *w, const moe_shard *next, const moe_weight_source *src,
+                                   moe_weights_stage *s);
+/* Switch w to the staged share (cannot fail): kept experts move their buffers, dropped ones
+ * are freed; s is emptied. */
+void moe_weights_stage_commit(moe_weights *w, moe_weights_stage *s);
+/* Free a staging that will not be committed (w untouched). Twice is harmless. */
+void moe_weights_stage_free(moe_weights_stage *s);
 
 /* Ranks of an EP x TP layout at most (plan config and report). */
 #define MOE_MAX_RANKS (1 << 20)

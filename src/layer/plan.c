@@ -441,43 +441,148 @@ uint64_t moe_plan_hash(const moe_plan *plan)
 }
 
 
-/* moe_parallel.h moe_plan_rebalance. What runs so far: a one-process plan (its only valid
- * placement is the identity, which it already has: a no-op success, nothing read from src);
- * a parallel plan is MOE_EUNSUPPORTED (every placement runs from plan creation, but moving
- * a live plan is not built), refused on every rank that calls it without any collective, the
- * weights untouched. */
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+}
+
+/* What a parallel rebalance builds beside the plan before the ranks agree. */
+typedef struct rebal_staging {
+    moe_placement placement; /* copy of next */
+    moe_ep_map epmap;        /* its routing tables */
+    moe_weights_stage w;     /* this rank's new share of the weights */
+} rebal_staging;
+
+/* This rank's staging for next (checked valid): its placement copy, routing tables, and the
+ * weights of its new share (only the logical experts new to it read from src). Errors
+ * recorded on ctx; nothing left allocated on error. */
+static moe_status rebal_stage(moe_plan *plan, moe_weights *weights, const moe_placement *next,
+                              const moe_weight_source *src, rebal_staging *s)
+{
+    moe_ctx *ctx = plan->st.ctx;
+    memset(s, 0, sizeof *s);
+    if (moe_placement_copy(&s->placement, next) != 0)
+        return moe_set_error(ctx, MOE_ENOMEM, "moe_plan_rebalance: out of memory copying next");
+    if (moe_ep_map_build(&s->placement, &s->epmap) != 0) {
+        moe_placement_clear(&s->placement);
+        return moe_set_error(ctx, MOE_ENOMEM, "moe_plan_rebalance: out of memory for next's routing tables");
+    }
+    moe_parallel_config par = plan->st.par;
+    par.placement = &s->placement;
+    moe_shard sh;
+    moe_par_shard(&plan->st.desc, &par, &sh);
+    moe_status st = moe_weights_stage_build(weights, &sh, src, &s->w);
+    if (st != MOE_OK) {
+        moe_ep_map_free(&s->epmap);
+        moe_placement_clear(&s->placement);
+    }
+    return st;
+}
+
+static void rebal_discard(rebal_staging *s)
+{
+    moe_weights_stage_free(&s->w);
+    moe_ep_map_free(&s->epmap);
+    moe_placement_clear(&s->placement);
+}
+
+/* The checks of next for this plan beyond moe_placement_check (the ones plan creation makes
+ * of parallel.placement). */
+static moe_status rebal_check_next(const moe_plan *plan, const moe_placement *next)
+{
+    if (plan->pf != &moe_pf_ep_batched)
+        return MOE_OK;
+    const moe_parallel_config *par = &plan->st.par;
+    int64_t emax = 1;
+    for (int r = 0; r < par->ep_size; r++)
+        emax = next->rank_num_physical[r] > emax ? next->rank_num_physical[r] : emax;
+    if (plan->st.capacity > (int64_t)(INT32_MAX / 4) / (emax * par->ep_size))
+        return moe_set_error(plan->st.ctx, MOE_EINVAL,
+                             "moe_plan_rebalance: next puts %lld physical experts on one rank, too many for "
+                             "batched_capacity = %lld on %d ranks (slot blocks would exceed 2^31 slots)",
+                             (long long)emax, (long long)plan->st.capacity, par->ep_size);
+    return MOE_OK;
+}
+
+/* moe_parallel.h moe_plan_rebalance. One process: the identity only (a no-op success). A
+ * parallel plan: every rank stages its new share beside the current weights, the ranks agree
+ * on the plan's rebalance communicator (mpi.c), and only then does every rank switch. */
 moe_status moe_plan_rebalance(moe_plan *plan, struct moe_weights *weights, const moe_placement *next,
                               const struct moe_weight_source *src, moe_rebalance_report *report)
 {
     if (!plan)
         return MOE_EINVAL;
     moe_ctx *ctx = plan->st.ctx;
-    struct timespec t0, t1;
+    struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    moe_status st = MOE_OK;
+    if (plan->st.parallel && (st = moe_par_rebalance_usable(&plan->st)) != MOE_OK)
+        return st; /* no collective: the communicator cannot take one */
+    /* a parallel plan's ranks take part in the agreement whatever failed here, so every rank
+     * fails together (naming this one) instead of waiting for it */
     if (!weights || !next || !src)
-        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_rebalance: %s is NULL",
-                             !weights ? "weights" : !next ? "next" : "src");
-    if (weights->plan != plan)
-        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_rebalance: the weights were created for another plan");
-    moe_status st = moe_placement_check(ctx, next, plan->st.desc.num_experts, plan->st.par.ep_size);
-    if (st != MOE_OK)
-        return moe_set_error(ctx, st, "moe_plan_rebalance: next %s", moe_ctx_last_error(ctx));
-    if (plan->st.parallel)
-        return moe_set_error(ctx, MOE_EUNSUPPORTED,
-                             "moe_plan_rebalance: a parallel plan (ep_size = %d, tp_size = %d) cannot be rebalanced "
-                             "in place yet: create a plan with parallel.placement and pack its weights instead; the "
-                             "plan and its weights are unchanged",
-                             plan->st.par.ep_size, plan->st.par.tp_size);
-    /* one process: next passed the check, so it is the identity, the placement already held */
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+        st = moe_set_error(ctx, MOE_EINVAL, "moe_plan_rebalance: %s is NULL",
+                           !weights ? "weights" : !next ? "next" : "src");
+    else if (weights->plan != plan)
+        st = moe_set_error(ctx, MOE_EINVAL, "moe_plan_rebalance: the weights were created for another plan");
+    else if ((st = moe_placement_check(ctx, next, plan->st.desc.num_experts, plan->st.par.ep_size)) != MOE_OK)
+        st = moe_set_error(ctx, st, "moe_plan_rebalance: next %s", moe_ctx_last_error(ctx));
+    else if (plan->st.parallel)
+        st = rebal_check_next(plan, next);
+    if (!plan->st.parallel) {
+        if (st != MOE_OK)
+            return st;
+        /* one process: next passed the check, so it is the identity, the placement already held */
+        if (report)
+            *report = (moe_rebalance_report){
+                .experts_kept = plan->st.desc.num_experts,
+                .experts_packed = 0,
+                .experts_freed = 0,
+                .bytes_packed = 0,
+                .bytes_resident = weights->expert_bytes,
+                .seconds = seconds_since(&t0),
+            };
+        return MOE_OK;
+    }
+    rebal_staging s;
+    memset(&s, 0, sizeof s);
+    if (st == MOE_OK)
+        st = rebal_stage(plan, weights, next, src, &s);
+    const moe_status agreed = moe_par_rebalance_agree(&plan->st, next, st);
+    if (agreed != MOE_OK) {
+        rebal_discard(&s); /* st != MOE_OK left nothing staged: harmless */
+        return agreed;
+    }
+    /* Every rank agreed: switch (nothing below can fail). */
+    moe_stage *stg = &plan->st;
+    moe_ep_map_free(&stg->epmap);
+    moe_placement_clear(&stg->placement);
+    stg->placement = s.placement;
+    stg->epmap = s.epmap;
+    stg->par.placement = &stg->placement;
+    moe_par_shard(&stg->desc, &stg->par, &stg->shard);
+    moe_par_placement_changed(stg);
+    plan_text(plan);
+    const moe_weights_stage *ws = &s.w;
+    const int64_t kept = ws->kept, packed = ws->packed, freed = ws->freed;
+    const size_t bytes_packed = ws->bytes_packed;
+    moe_weights_stage_commit(weights, &s.w);
+    const double secs = seconds_since(&t0);
+    moe_log(ctx, MOE_LOG_INFO,
+            "rebalance: ep_rank %d now holds %lld physical experts (%lld kept, %lld packed anew, %lld dropped): %zu bytes "
+            "packed, %zu bytes of expert weights resident, %.3f s; plan hash %016llx",
+            stg->par.ep_rank, (long long)stg->shard.n_experts, (long long)kept, (long long)packed, (long long)freed,
+            bytes_packed, weights->expert_bytes, secs, (unsigned long long)plan->hash);
     if (report)
         *report = (moe_rebalance_report){
-            .experts_kept = plan->st.desc.num_experts,
-            .experts_packed = 0,
-            .experts_freed = 0,
-            .bytes_packed = 0,
+            .experts_kept = kept,
+            .experts_packed = packed,
+            .experts_freed = freed,
+            .bytes_packed = bytes_packed,
             .bytes_resident = weights->expert_bytes,
-            .seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec),
+            .seconds = secs,
         };
     return MOE_OK;
 }

@@ -41,16 +41,18 @@ static int64_t cells_owned(const moe_qweight *qw, int64_t K, int64_t k0, int64_t
     return (k0 + Ks - 1) / gk - (k0 + gk - 1) / gk + 1;
 }
 
-/* The checks every format shares (the caller's pointers, strides and bias dtypes). */
-static moe_status check_source(const moe_plan *plan, const moe_weight_source *src)
+/* The checks every format shares (the caller's pointers, strides and bias dtypes).
+ * experts_only: the router, its biases and the shared expert are not read (not checked). */
+static moe_status check_source(const moe_plan *plan, const moe_shard *shp, const moe_weight_source *src,
+                               int experts_only)
 {
     moe_ctx *ctx = plan->st.ctx;
     const moe_layer_desc *d = &plan->st.desc;
-    const moe_shard sh = plan->st.shard;
-    const int64_t Is = d->shared_expert_intermediate_size, El = sh.n_experts;
-    if (!src->router)
+    const moe_shard sh = *shp;
+    const int64_t Is = experts_only ? 0 : d->shared_expert_intermediate_size, El = sh.n_experts;
+    if (!experts_only && !src->router)
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: src->router is NULL");
-    if (!dtype_ok(src->router_dtype))
+    if (!experts_only && !dtype_ok(src->router_dtype))
         return moe_set_error(ctx, MOE_EDTYPE, "moe_weights_create: router dtype %s, expected F32, BF16 or F16",
                              moe_dtype_name(src->router_dtype));
     if (!src->gate_proj || !src->up_proj || !src->down_proj)
@@ -68,7 +70,7 @@ static moe_status check_source(const moe_plan *plan, const moe_weight_source *sr
                              "moe_weights_create: the layer has a shared expert (I_shared %lld) but src->shared_%s is NULL",
                              (long long)Is,
                              !src->shared_gate_proj ? "gate_proj" : !src->shared_up_proj ? "up_proj" : "down_proj");
-    if (Is > 0 && d->shared_expert_gated && !src->shared_expert_gate)
+    if (Is > 0 && d->shared_expert_gated && !src->shared_expert_gate) /* Is = 0 when experts_only */
         return moe_set_error(ctx, MOE_EINVAL,
                              "moe_weights_create: shared_expert_gated is set but src->shared_expert_gate is NULL");
     const struct {
@@ -86,11 +88,11 @@ static moe_status check_source(const moe_plan *plan, const moe_weight_source *sr
     if (src->gate_up_bias_stride < 0)
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: src->gate_up_bias_stride = %lld is negative",
                              (long long)src->gate_up_bias_stride);
-    if (d->has_router_bias && !src->router_bias)
+    if (d->has_router_bias && !experts_only && !src->router_bias)
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: has_router_bias is set but src->router_bias is NULL");
-    if (d->has_output_bias && !src->output_bias)
+    if (d->has_output_bias && !experts_only && !src->output_bias)
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: has_output_bias is set but src->output_bias is NULL");
-    if (d->has_selection_bias && !src->selection_bias)
+    if (d->has_selection_bias && !experts_only && !src->selection_bias)
         return moe_set_error(ctx, MOE_EINVAL,
                              "moe_weights_create: has_selection_bias is set but src->selection_bias is NULL");
     if (d->has_expert_bias && (!src->gate_bias || !src->up_bias || !src->down_bias))
@@ -109,10 +111,10 @@ static moe_status check_source(const moe_plan *plan, const moe_weight_source *sr
         const char *name;
         int used;
         moe_dtype dt;
-    } bias_dts[] = {{"router_bias_dtype", d->has_router_bias, src->router_bias_dtype},
-                    {"selection_bias_dtype", d->has_selection_bias, src->selection_bias_dtype},
+    } bias_dts[] = {{"router_bias_dtype", d->has_router_bias && !experts_only, src->router_bias_dtype},
+                    {"selection_bias_dtype", d->has_selection_bias && !experts_only, src->selection_bias_dtype},
                     {"expert_bias_dtype", d->has_expert_bias, src->expert_bias_dtype},
-                    {"output_bias_dtype", d->has_output_bias, src->output_bias_dtype}};
+                    {"output_bias_dtype", d->has_output_bias && !experts_only, src->output_bias_dtype}};
     for (size_t i = 0; i < 4; i++) {
         if (bias_dts[i].used && !dtype_ok(bias_dts[i].dt))
             return moe_set_error(ctx, MOE_EDTYPE, "moe_weights_create: src->%s is %s, expected F32, BF16 or F16",
@@ -122,13 +124,13 @@ static moe_status check_source(const moe_plan *plan, const moe_weight_source *sr
 }
 
 /* The checks of quantized sources, and the shard's granularity q13 / q2 (moe_quant_slice_qweight). */
-static moe_status check_quant_source(const moe_plan *plan, const moe_weight_source *src, moe_qweight *q13,
-                                     moe_qweight *q2)
+static moe_status check_quant_source(const moe_plan *plan, const moe_shard *shp, const moe_weight_source *src,
+                                     moe_qweight *q13, moe_qweight *q2)
 {
     moe_ctx *ctx = plan->st.ctx;
     const moe_layer_desc *d = &plan->st.desc;
     const moe_quant_config *qc = &d->quant;
-    const moe_shard sh = plan->st.shard;
+    const moe_shard sh = *shp;
     const int64_t El = sh.n_experts;
     if (src->gate_up_stride_out || src->gate_up_stride_in || src->down_stride_out || src->down_stride_in)
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
@@ -253,28 +255,26 @@ void moe_weights_free(moe_weights *w)
     free(w);
 }
 
-moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src, moe_weights **out)
+/* Pack the experts of shard *shp (plan's description, TP shard and compute) from src into a
+ * new moe_weights. experts_only: the routed experts only (moe_plan_rebalance's staging: the
+ * router, the shared expert and the router / selection biases are left NULL, expert_bytes
+ * counts the routed experts only); else the whole share (moe_weights_create). */
+static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, const moe_weight_source *src,
+                                int experts_only, moe_weights **out)
 {
-    if (!out)
-        return MOE_EINVAL;
-    *out = NULL;
-    if (!plan)
-        return MOE_EINVAL;
     moe_ctx *ctx = plan->st.ctx;
-    if (!src)
-        return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: src is NULL");
     const moe_layer_desc *d = &plan->st.desc;
     const moe_quant_config *qc = &d->quant;
-    const moe_shard sh = plan->st.shard;
+    const moe_shard sh = *shp;
     /* H, I, Is the layer's (the source's shapes); El, Il, Isl this rank's share */
     const int64_t H = d->hidden_size, I = d->moe_intermediate_size, E = d->num_experts;
-    const int64_t Is = d->shared_expert_intermediate_size;
+    const int64_t Is = experts_only ? 0 : d->shared_expert_intermediate_size; /* 0: no shared expert packed */
     const int64_t El = sh.n_experts, i0 = sh.i0, Il = sh.I, Isl = sh.Is;
     const int quant = moe_quant_active(qc);
-    moe_status st = check_source(plan, src);
+    moe_status st = check_source(plan, &sh, src, experts_only);
     moe_qweight q13 = qc->w13, q2 = qc->w2; /* the shard's granularity (quantized) */
     if (st == MOE_OK && quant)
-        st = check_quant_source(plan, src, &q13, &q2);
+        st = check_quant_source(plan, &sh, src, &q13, &q2);
     if (st != MOE_OK)
         return st;
 
@@ -290,9 +290,12 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
     const size_t shared_bytes = Is > 0 ? 2 * fs->packed_bytes(Isl, H) + fs->packed_bytes(H, Isl) : 0;
     /* Every byte packed below, summed before anything is allocated: a layer that cannot fit is
      * refused with the sizes (core/mem.c), not failed half-way or killed by the OOM killer. */
-    uint64_t need = (uint64_t)shared_bytes + sizeof(float) * (uint64_t)(E * H + (d->shared_expert_gated ? H : 0));
-    need += sizeof(float) * (uint64_t)((d->has_router_bias ? E : 0) + (d->has_selection_bias ? E : 0) +
-                                       (d->has_output_bias ? d->hidden_size : 0));
+    uint64_t need = experts_only ? 0
+                                 : (uint64_t)shared_bytes +
+                                       sizeof(float) * (uint64_t)(E * H + (d->shared_expert_gated ? H : 0));
+    need += experts_only ? 0
+                         : sizeof(float) * (uint64_t)((d->has_router_bias ? E : 0) + (d->has_selection_bias ? E : 0) +
+                                                      (d->has_output_bias ? d->hidden_size : 0));
     need += d->has_expert_bias ? sizeof(float) * (uint64_t)El * (uint64_t)(2 * Il + H) : 0;
     for (int64_t i = 0; i < 3 * El; i++) {
         const int mat = (int)(i % 3);
@@ -359,23 +362,26 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
         const int64_t own = mat == 2 ? cells_owned(&qc->w2, I, i0, Il) : cells_owned(&qc->w13, H, 0, H);
         dup += per * (size_t)(N * (ng - own));
     }
-    w->router_buf = moe_pack_f32(src->router, src->router_dtype, E, H); /* [E, H] f32 packed */
+    if (!experts_only)
+        w->router_buf = moe_pack_f32(src->router, src->router_dtype, E, H); /* [E, H] f32 packed */
     if (Is > 0) {
         w->shared_buf = moe_alloc_aligned(shared_bytes); /* gate, up [Isl, H], down [H, Isl] packed */
         if (d->shared_expert_gated)
             w->shared_gate_buf = moe_pack_f32(src->shared_expert_gate, src->router_dtype, 1, H); /* [1, H] */
     }
-    if (d->has_router_bias)
+    if (d->has_router_bias && !experts_only)
         w->router_bias = malloc(sizeof(float) * (size_t)E); /* [E] */
-    if (d->has_selection_bias)
+    if (d->has_selection_bias && !experts_only)
         w->sel_bias = malloc(sizeof(float) * (size_t)E); /* [E] */
-    if (d->has_output_bias)
+    if (d->has_output_bias && !experts_only)
         w->output_bias = malloc(sizeof(float) * (size_t)H); /* [H] */
     if (d->has_expert_bias)
-        w->expert_bias = malloc(sizeof(float) * (size_t)El * (size_t)(2 * Il + H)); /* [El, 2Il + H] */
-    if (fail || !w->router_buf || (Is > 0 && !w->shared_buf) || (Is > 0 && d->shared_expert_gated && !w->shared_gate_buf) ||
-        (d->has_router_bias && !w->router_bias) || (d->has_selection_bias && !w->sel_bias) ||
-        (d->has_output_bias && !w->output_bias) ||
+        w->expert_bias = malloc(sizeof(float) * (size_t)(El > 0 ? El : 1) * (size_t)(2 * Il + H)); /* [El, 2Il + H] */
+    if (fail || (!experts_only && !w->router_buf) || (Is > 0 && !w->shared_buf) ||
+        (Is > 0 && d->shared_expert_gated && !w->shared_gate_buf) ||
+        (d->has_router_bias && !experts_only && !w->router_bias) ||
+        (d->has_selection_bias && !experts_only && !w->sel_bias) ||
+        (d->has_output_bias && !experts_only && !w->output_bias) ||
         (d->has_expert_bias && !w->expert_bias)) {
         moe_weights_free(w);
         if (quant)
@@ -523,6 +529,13 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
                 "resident instead of about %zu",
                 moe_dtype_name(w->dtype), w->expert_bytes,
                 (size_t)((double)w->expert_bytes * (double)es / 2.0));
+    w->routed_each = El > 0 ? bytes / (size_t)El : 0; /* every local expert packs the same bytes */
+    if (experts_only) { /* moe_plan_rebalance's staging: it logs what it did */
+        if (progress)
+            progress(prog_total, prog_total, ctx->pack_progress_user);
+        *out = w;
+        return MOE_OK;
+    }
     char ids[96]; /* which experts: logical ids (contiguous), or the physical range */
     if (!sh.logical || (El > 0 && w->logical[El - 1] - w->logical[0] == El - 1 && w->logical[0] == sh.p0))
         snprintf(ids, sizeof ids, "ids %lld..%lld", (long long)sh.p0, (long long)(sh.p0 + El - 1));
@@ -556,6 +569,175 @@ moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src
         progress(prog_total, prog_total, ctx->pack_progress_user);
     *out = w;
     return MOE_OK;
+}
+
+moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src, moe_weights **out)
+{
+    if (!out)
+        return MOE_EINVAL;
+    *out = NULL;
+    if (!plan)
+        return MOE_EINVAL;
+    if (!src)
+        return moe_set_error(plan->st.ctx, MOE_EINVAL, "moe_weights_create: src is NULL");
+    return weights_build(plan, &plan->st.shard, src, 0, out);
+}
+
+void moe_weights_stage_free(moe_weights_stage *s)
+{
+    if (!s)
+        return;
+    moe_weights_free(s->fresh);
+    free(s->logical);
+    free(s->from_old);
+    free(s->experts);
+    free(s->mats);
+    free(s->scales);
+    free(s->zeros);
+    free(s->comps);
+    free(s->qm);
+    free(s->expert_bias);
+    memset(s, 0, sizeof *s);
+}
+
+moe_status moe_weights_stage_build(const moe_weights *w, const moe_shard *next, const moe_weight_source *src,
+                                   moe_weights_stage *s)
+{
+    const moe_plan *plan = w->plan;
+    moe_ctx *ctx = plan->st.ctx;
+    const moe_layer_desc *d = &plan->st.desc;
+    const int quant = moe_quant_active(&d->quant);
+    const int64_t El = next->n_experts, Elo = w->shard.n_experts, H = d->hidden_size, Il = next->I;
+    memset(s, 0, sizeof *s);
+    s->shard = *next;
+    const size_t n1 = (size_t)(El > 0 ? El : 1), n3 = 3 * n1;
+    s->logical = malloc(n1 * sizeof *s->logical);   /* [El] */
+    s->from_old = malloc(n1 * sizeof *s->from_old); /* [El] */
+    s->experts = calloc(n1, sizeof *s->experts);    /* [El] */
+    s->mats = calloc(n3, sizeof *s->mats);          /* [3 El] */
+    int fail = !s->logical || !s->from_old || !s->experts || !s->mats;
+    if (quant && !fail) {
+        s->scales = calloc(n3, sizeof *s->scales); /* [3 El] each */
+        s->zeros = calloc(n3, sizeof *s->zeros);
+        s->comps = calloc(n3, sizeof *s->comps);
+        s->qm = calloc(n3, sizeof *s->qm);
+        fail = !s->scales || !s->zeros || !s->comps || !s->qm;
+    }
+    if (!fail && w->expert_bias) {
+        s->expert_bias = malloc(n1 * (size_t)(2 * Il + H) * sizeof(float)); /* [El, 2Il + H] */
+        fail = !s->expert_bias;
+    }
+    if (fail) {
+        moe_weights_stage_free(s);
+        return moe_set_error(ctx, MOE_ENOMEM, "moe_plan_rebalance: out of memory staging %lld local experts",
+                             (long long)El);
+    }
+    /* the experts this rank keeps (a rank holds a logical expert at most once), and the new ones */
+    int64_t n_new = 0;
+    for (int64_t le = 0; le < El; le++) {
+        const int32_t e = (int32_t)moe_shard_logical(next, le);
+        s->logical[le] = e;
+        s->from_old[le] = -1;
+        for (int64_t j = 0; j < Elo; j++)
+            if (w->logical[j] == e)
+                s->from_old[le] = (int32_t)j;
+        if (s->from_old[le] < 0)
+            s->logical[n_new++] = e; /* packed-list order is compacted below */
+    }
+    /* s->logical [0, n_new) now lists the new experts in local order; rebuild the full list
+     * after using it as the fresh shard's logical ids */
+    moe_shard fsh = *next;
+    fsh.n_experts = n_new;
+    fsh.logical = s->logical;
+    if (n_new > 0) {
+        moe_status st = weights_build(plan, &fsh, src, 1, &s->fresh);
+        if (st != MOE_OK) {
+            moe_weights_stage_free(s);
+            return st;
+        }
+    }
+    for (int64_t le = 0; le < El; le++)
+        s->logical[le] = (int32_t)moe_shard_logical(next, le);
+    s->shard.logical = s->logical;
+    s->kept = El - n_new;
+    s->packed = n_new;
+    s->freed = Elo - s->kept;
+    const size_t each = w->routed_each ? w->routed_each : s->fresh ? s->fresh->routed_each : 0;
+    s->bytes_packed = s->fresh ? s->fresh->expert_bytes : 0;
+    s->bytes_resident = w->expert_bytes - (size_t)Elo * each + (size_t)El * each;
+    return MOE_OK;
+}
+
+void moe_weights_stage_commit(moe_weights *w, moe_weights_stage *s)
+{
+    const moe_layer_desc *d = &w->plan->st.desc;
+    const int quant = moe_quant_active(&d->quant);
+    const int64_t El = s->shard.n_experts, Elo = w->shard.n_experts, H = d->hidden_size, Il = s->shard.I;
+    const size_t brow = (size_t)(2 * Il + H); /* floats of one expert's {b_g, b_u, b_d} */
+    int64_t k = 0;                             /* next fresh expert */
+    for (int64_t le = 0; le < El; le++) {
+        moe_weights *from = s->from_old[le] >= 0 ? w : s->fresh;
+        const int64_t j = s->from_old[le] >= 0 ? s->from_old[le] : k++;
+        for (int m = 0; m < 3; m++) { /* move the packed buffers: the source slot forgets them */
+            s->mats[3 * le + m] = from->mats[3 * j + m];
+            from->mats[3 * j + m] = NULL;
+            if (quant) {
+                s->scales[3 * le + m] = from->scales[3 * j + m];
+                s->zeros[3 * le + m] = from->zeros[3 * j + m];
+                s->comps[3 * le + m] = from->comps[3 * j + m];
+                s->qm[3 * le + m] = from->qm[3 * j + m];
+                from->scales[3 * j + m] = NULL;
+                from->zeros[3 * j + m] = NULL;
+                from->comps[3 * j + m] = NULL;
+            }
+        }
+        moe_expert_mats *em = &s->experts[le];
+        *em = from->experts[j];
+        em->gate.q = quant ? &s->qm[3 * le] : NULL;
+        em->up.q = quant ? &s->qm[3 * le + 1] : NULL;
+        em->down.q = quant ? &s->qm[3 * le + 2] : NULL;
+        if (s->expert_bias) {
+            float *b = s->expert_bias + (size_t)le * brow; /* [2Il + H] */
+            memcpy(b, from->expert_bias + (size_t)j * brow, brow * sizeof(float));
+            em->bg = b;
+            em->bu = b + Il;
+            em->bd = s->shard.down_bias ? b + 2 * Il : NULL;
+        }
+    }
+    /* the experts dropped: what is left in the old slots */
+    for (int64_t i = 0; i < 3 * Elo; i++) {
+        moe_free_aligned(w->mats[i]);
+        if (quant) {
+            moe_free_aligned(w->scales[i]);
+            moe_free_aligned(w->zeros[i]);
+            moe_free_aligned(w->comps[i]);
+        }
+    }
+    free(w->mats);
+    free(w->scales);
+    free(w->zeros);
+    free(w->comps);
+    free(w->qm);
+    free(w->experts);
+    free(w->logical);
+    free(w->expert_bias);
+    w->mats = s->mats;
+    w->scales = s->scales;
+    w->zeros = s->zeros;
+    w->comps = s->comps;
+    w->qm = s->qm;
+    w->experts = s->experts;
+    w->logical = s->logical;
+    w->expert_bias = s->expert_bias;
+    w->shard = s->shard;
+    w->shard.logical = w->logical;
+    w->expert_bytes = s->bytes_resident;
+    if (!w->routed_each && s->fresh)
+        w->routed_each = s->fresh->routed_each;
+    /* the fresh weights' buffers moved: free its (now empty) arrays */
+    moe_weights_free(s->fresh);
+    free(s->from_old);
+    memset(s, 0, sizeof *s);
 }
 
 size_t moe_weights_expert_bytes(const moe_weights *w)

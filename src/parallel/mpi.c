@@ -53,7 +53,9 @@ moe_status moe_par_usable(const moe_stage *p)
     return MOE_OK;
 }
 
-moe_status moe_par_wait(const moe_stage *p, MPI_Request *req, const char *what)
+/* Poll req against the plan's timeout; on a timeout set *broken and say `after` (what the
+ * timeout leaves behind). */
+static moe_status wait_req(const moe_stage *p, MPI_Request *req, const char *what, int *broken, const char *after)
 {
     moe_par *m = p->mpi;
     const double t0 = MPI_Wtime();
@@ -67,12 +69,12 @@ moe_status moe_par_wait(const moe_stage *p, MPI_Request *req, const char *what)
             return MOE_OK;
         const double waited = MPI_Wtime() - t0;
         if (waited > m->timeout) {
-            m->broken = 1;
+            *broken = 1;
             return moe_set_error(p->ctx, MOE_ETIMEOUT,
                                  "%s: rank %d (ep_rank %d, tp_rank %d) waited %.1f s (parallel.timeout_s = %g) for its "
                                  "peers: a rank died, hung, or did not make the same call; collectives cannot be "
-                                 "cancelled, so this plan is unusable now (abort the job: MPI_Abort)",
-                                 what, m->world_rank, p->par.ep_rank, p->par.tp_rank, waited, m->timeout);
+                                 "cancelled, so %s",
+                                 what, m->world_rank, p->par.ep_rank, p->par.tp_rank, waited, m->timeout, after);
         }
         /* Spin briefly (lowest latency), then yield, then sleep: oversubscribed ranks (more
          * ranks than cores) must let their peers run to make progress. */
@@ -85,6 +87,11 @@ moe_status moe_par_wait(const moe_stage *p, MPI_Request *req, const char *what)
             nanosleep(&ts, NULL);
         }
     }
+}
+
+moe_status moe_par_wait(const moe_stage *p, MPI_Request *req, const char *what)
+{
+    return wait_req(p, req, what, &p->mpi->broken, "this plan is unusable now (abort the job: MPI_Abort)");
 }
 
 /* ---- plan creation ---------------------------------------------------------------------- */
@@ -182,21 +189,35 @@ static moe_status check_ranks(moe_stage *p, const hello_plan *all, int n)
  * placements themselves over m->world (every rank takes part, as every rank reached the same
  * verdict from the same data) and name the first rank count or physical expert that differs
  * between rank 0 and rank i, with both values. Returns the error (always: the plans differ). */
+static moe_status placement_diff_on(const moe_stage *p, MPI_Comm comm, int *broken, const char *after,
+                                    const moe_placement *pl, const char *fn, const char *whose, int i, int size);
+
 static moe_status placement_diff(moe_stage *p, moe_par *m, int i, int size)
 {
+    return placement_diff_on(p, m->world, &m->broken, "this plan is unusable now (abort the job: MPI_Abort)",
+                             &p->placement, "moe_plan_create", "parallel.placement", i, size);
+}
+
+/* placement_diff over `comm` for placement pl (fn names the call, whose the argument; waits
+ * that time out set *broken and say `after`). */
+static moe_status placement_diff_on(const moe_stage *p, MPI_Comm comm, int *broken, const char *after,
+                                    const moe_placement *pl, const char *fn, const char *whose, int i, int size)
+{
     moe_ctx *ctx = p->ctx;
-    const moe_placement *pl = &p->placement;
     const int ep = p->par.ep_size; /* equal on every rank: ep_size precedes placement in the text */
+    char what[160];
     int32_t *counts = malloc(sizeof(int32_t) * (size_t)ep * (size_t)size); /* [size][ep] */
     moe_status st = MOE_OK;
     MPI_Request req;
     int rc;
     if (!counts)
-        return moe_set_error(ctx, MOE_ENOMEM, "moe_plan_create: out of memory comparing the placements");
-    if ((rc = MPI_Iallgather(pl->rank_num_physical, ep, MPI_INT32_T, counts, ep, MPI_INT32_T, m->world, &req)) !=
+        return moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory comparing the placements", fn);
+    snprintf(what, sizeof what, "%s: exchanging the placements", fn);
+    if ((rc = MPI_Iallgather(pl->rank_num_physical, ep, MPI_INT32_T, counts, ep, MPI_INT32_T, comm, &req)) !=
         MPI_SUCCESS)
-        return moe_par_mpi_fail(p, rc, "moe_plan_create: exchanging the placements");
-    if ((st = moe_par_wait(p, &req, "moe_plan_create: exchanging the placements (rank counts)")) != MOE_OK)
+        return moe_par_mpi_fail(p, rc, what);
+    snprintf(what, sizeof what, "%s: exchanging the placements (rank counts)", fn);
+    if ((st = wait_req(p, &req, what, broken, after)) != MOE_OK)
         return st; /* counts left allocated: MPI may still write into them */
     /* rank i first, then every other (all must agree before the arrays of P entries are
      * gathered: the gather needs one P) */
@@ -205,10 +226,10 @@ static moe_status placement_diff(moe_stage *p, moe_par *m, int i, int size)
         for (int r = 0; j > 0 && r < ep; r++)
             if (counts[r] != counts[(size_t)j * ep + r]) {
                 st = moe_set_error(ctx, MOE_EINVAL,
-                                   "moe_plan_create: the ranks' expert placements differ (parallel.placement): EP rank "
+                                   "%s: the ranks' expert placements differ (%s): EP rank "
                                    "%d holds %d physical experts in rank 0's placement, %d in rank %d's; every rank "
-                                   "must create the plan with the same placement",
-                                   r, (int)counts[r], (int)counts[(size_t)j * ep + r], j);
+                                   "must pass the same placement",
+                                   fn, whose, r, (int)counts[r], (int)counts[(size_t)j * ep + r], j);
                 free(counts);
                 return st;
             }
@@ -218,11 +239,13 @@ static moe_status placement_diff(moe_stage *p, moe_par *m, int i, int size)
     const int P = pl->num_physical_experts;
     int32_t *all = malloc(sizeof(int32_t) * (size_t)P * (size_t)size); /* [size][P] */
     if (!all)
-        return moe_set_error(ctx, MOE_ENOMEM, "moe_plan_create: out of memory comparing the placements");
-    if ((rc = MPI_Iallgather(pl->physical_to_logical, P, MPI_INT32_T, all, P, MPI_INT32_T, m->world, &req)) !=
+        return moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory comparing the placements", fn);
+    snprintf(what, sizeof what, "%s: exchanging the placements", fn);
+    if ((rc = MPI_Iallgather(pl->physical_to_logical, P, MPI_INT32_T, all, P, MPI_INT32_T, comm, &req)) !=
         MPI_SUCCESS)
-        return moe_par_mpi_fail(p, rc, "moe_plan_create: exchanging the placements");
-    if ((st = moe_par_wait(p, &req, "moe_plan_create: exchanging the placements (physical experts)")) != MOE_OK)
+        return moe_par_mpi_fail(p, rc, what);
+    snprintf(what, sizeof what, "%s: exchanging the placements (physical experts)", fn);
+    if ((st = wait_req(p, &req, what, broken, after)) != MOE_OK)
         return st;
     for (int q = 0; q < P; q++)
         if (all[q] != all[(size_t)i * P + q]) {
@@ -230,17 +253,17 @@ static moe_status placement_diff(moe_stage *p, moe_par *m, int i, int size)
             while (r < ep - 1 && q >= first + pl->rank_num_physical[r])
                 first += pl->rank_num_physical[r++];
             st = moe_set_error(ctx, MOE_EINVAL,
-                               "moe_plan_create: the ranks' expert placements differ (parallel.placement): physical "
+                               "%s: the ranks' expert placements differ (%s): physical "
                                "expert %d (EP rank %d's local expert %d) holds logical expert %d in rank 0's placement, "
-                               "%d in rank %d's; every rank must create the plan with the same placement",
-                               q, r, q - first, (int)all[q], (int)all[(size_t)i * P + q], i);
+                               "%d in rank %d's; every rank must pass the same placement",
+                               fn, whose, q, r, q - first, (int)all[q], (int)all[(size_t)i * P + q], i);
             free(all);
             return st;
         }
     free(all);
     return moe_set_error(ctx, MOE_EINVAL,
-                         "moe_plan_create: the ranks' placement hashes differ but their placements agree entry by "
-                         "entry (different libmoe builds?)");
+                         "%s: the ranks' placement hashes differ but their placements agree entry by "
+                         "entry (different libmoe builds?)", fn);
 }
 
 /* The first rank whose plan text differs from rank 0's when the first differing key is
@@ -274,6 +297,9 @@ void moe_par_free(moe_par *m)
         if (m->world != MPI_COMM_NULL)
             MPI_Comm_free(&m->world);
     }
+    /* A rebalance that timed out left its collective pending on m->rebal: leave that one. */
+    if (!fin && !m->broken && !m->rebal_broken && m->rebal != MPI_COMM_NULL)
+        MPI_Comm_free(&m->rebal);
     free(m->coords);
     free(m->hello);
     free(m->scount);
@@ -306,7 +332,7 @@ moe_status moe_par_create(moe_stage *p, const char *text, uint64_t hash, void *u
     moe_par *m = calloc(1, sizeof *m);
     if (!m)
         return moe_set_error(ctx, MOE_ENOMEM, "moe_plan_create: out of memory");
-    m->world = m->ep = m->tp = MPI_COMM_NULL;
+    m->world = m->ep = m->tp = m->rebal = MPI_COMM_NULL;
     m->rec = m->yrow = MPI_DATATYPE_NULL;
     m->world_rank = rank;
     m->world_size = size;
@@ -400,6 +426,15 @@ moe_status moe_par_create(moe_stage *p, const char *text, uint64_t hash, void *u
         moe_par_free(m);
         return st;
     }
+    /* moe_plan_rebalance's own communicator (every rank has arrived: the dup cannot hang) */
+    if ((rc = MPI_Comm_dup(m->world, &m->rebal)) != MPI_SUCCESS) {
+        st = moe_par_mpi_fail(p, rc, "moe_plan_create: duplicating the communicator for moe_plan_rebalance");
+        m->broken = 0;
+        p->mpi = NULL;
+        moe_par_free(m);
+        return st;
+    }
+    MPI_Comm_set_errhandler(m->rebal, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(m->ep, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(m->tp, MPI_ERRORS_RETURN);
     MPI_Comm_rank(m->ep, &m->ep_rank);
@@ -445,6 +480,113 @@ moe_status moe_par_create(moe_stage *p, const char *text, uint64_t hash, void *u
             "parallel plan: rank %d of %d = (ep_rank %d of %d, tp_rank %d of %d), plan hash %016llx agreed by every rank",
             rank, size, p->par.ep_rank, p->par.ep_size, p->par.tp_rank, p->par.tp_size, (unsigned long long)hash);
     return MOE_OK;
+}
+
+/* ---- rebalance --------------------------------------------------------------------------- */
+
+/* What each rank contributes to a rebalance's agreement, and the buffers of that exchange: a
+ * timed-out exchange leaves them to MPI (it may still write into them), kept reachable on
+ * the orphan list (never freed). */
+typedef struct rebal_hello {
+    uint64_t hash;   /* moe_placement_hash(next), 0 when next was not valid here */
+    int32_t status;  /* this rank's status so far */
+    int32_t pad;
+} rebal_hello;
+
+typedef struct rebal_xchg {
+    struct rebal_xchg *next_orphan;
+    rebal_hello mine;
+    rebal_hello all[]; /* [world_size] */
+} rebal_xchg;
+
+static rebal_xchg *g_rebal_orphans; /* exchanges a timeout left pending (MPI calls come from one thread) */
+
+moe_status moe_par_rebalance_usable(const moe_stage *p)
+{
+    moe_par *m = p->mpi;
+    if (m && m->rebal_broken)
+        return moe_set_error(p->ctx, MOE_ETIMEOUT,
+                             "moe_plan_rebalance: an earlier rebalance on this plan timed out, so its rebalance "
+                             "communicator holds a collective that cannot be cancelled and no rebalance can run on "
+                             "this plan any more (the plan still executes with its current placement; create a new "
+                             "plan with parallel.placement to move experts)");
+    return moe_par_usable(p);
+}
+
+moe_status moe_par_rebalance_agree(const moe_stage *p, const moe_placement *next, moe_status local)
+{
+    moe_par *m = p->mpi;
+    moe_ctx *ctx = p->ctx;
+    const int n = m->world_size;
+    rebal_xchg *x = calloc(1, sizeof *x + sizeof(rebal_hello) * (size_t)n);
+    if (!x) /* the peers then time out: say so */
+        return moe_set_error(ctx, MOE_ENOMEM,
+                             "moe_plan_rebalance: out of memory for the agreement (the peers will time out)");
+    x->mine.hash = local == MOE_OK ? moe_placement_hash(next) : 0;
+    x->mine.status = (int32_t)local;
+    MPI_Request req;
+    int rc = MPI_Iallgather(&x->mine, (int)sizeof x->mine, MPI_BYTE, x->all, (int)sizeof x->mine, MPI_BYTE, m->rebal,
+                            &req);
+    if (rc != MPI_SUCCESS) {
+        free(x);
+        return moe_par_mpi_fail(p, rc, "moe_plan_rebalance: agreement");
+    }
+    moe_status st = wait_req(p, &req, "moe_plan_rebalance: agreement (every rank's placement hash and staging status)",
+                             &m->rebal_broken,
+                             "every rank that returns keeps its old placement and weights (staging freed) and "
+                             "executes still run, but later rebalances on this plan fail (MOE_ETIMEOUT)");
+    if (st != MOE_OK) {
+        x->next_orphan = g_rebal_orphans; /* MPI may still write into x */
+        g_rebal_orphans = x;
+        return st;
+    }
+    if (local != MOE_OK) {
+        free(x);
+        return local; /* this rank's own message stands; the peers name it */
+    }
+    for (int i = 0; i < n; i++)
+        if (x->all[i].status != MOE_OK) {
+            st = moe_set_error(ctx, (moe_status)x->all[i].status,
+                               "moe_plan_rebalance: rank %d (ep_rank %d, tp_rank %d) failed with %s (its own error "
+                               "says why); no rank switched: every rank keeps its old placement and weights",
+                               i, m->coords[2 * i], m->coords[2 * i + 1],
+                               moe_status_name((moe_status)x->all[i].status));
+            free(x);
+            return st;
+        }
+    for (int i = 1; i < n; i++)
+        if (x->all[i].hash != x->all[0].hash) {
+            free(x);
+            /* every rank reached the same verdict from the same data: all exchange */
+            st = placement_diff_on(p, m->rebal, &m->rebal_broken,
+                                   "every rank that returns keeps its old placement and weights, but later "
+                                   "rebalances on this plan fail (MOE_ETIMEOUT)",
+                                   next, "moe_plan_rebalance", "next", i, n);
+            return st;
+        }
+    free(x);
+    /* The commit round: a rank that timed out above (its exchange pending, maybe matched later
+     * by its peers' next rebalance) never arrives here, so its stale contribution can never
+     * make the peers switch without it. */
+    if ((rc = MPI_Ibarrier(m->rebal, &req)) != MPI_SUCCESS)
+        return moe_par_mpi_fail(p, rc, "moe_plan_rebalance: commit");
+    int dummy = 0;
+    st = wait_req(p, &req, "moe_plan_rebalance: commit (every rank agreed, waiting for every rank to confirm)",
+                  &dummy,
+                  "a peer may have switched to the new placement while this rank did not: this plan is unusable now "
+                  "(abort the job: MPI_Abort)");
+    if (st != MOE_OK) {
+        m->broken = 1;
+        m->rebal_broken = 1;
+    }
+    return st;
+}
+
+void moe_par_placement_changed(const moe_stage *p)
+{
+    moe_par *m = p->mpi;
+    const int64_t E = p->desc.num_experts;
+    m->emax = p->epmap.emax > 0 ? p->epmap.emax : (E + m->ep_size - 1) / m->ep_size;
 }
 
 /* ---- execute ----------------------------------------------------------------------------- */

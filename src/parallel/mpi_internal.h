@@ -26,6 +26,10 @@ struct moe_par {
     int ep_rank, ep_size, tp_rank, tp_size;
     double timeout;        /* seconds, parallel.timeout_s */
     int broken;            /* a collective timed out or failed: no further MPI on this plan */
+    MPI_Comm rebal;        /* moe_plan_rebalance's own duplicate of `world`: a rebalance that
+                              times out leaves its collective pending there, never where an
+                              execute's collectives could match it */
+    int rebal_broken;      /* a rebalance timed out: `rebal` holds a pending collective */
     moe_dtype dispatch_dtype; /* F32, F8_E4M3 or I8 */
     size_t rec_bytes;      /* one dispatch record: int32 local expert id, f32 scale, then H
                               activations of dispatch_dtype; a multiple of 8 */

@@ -95,6 +95,26 @@ moe_status moe_par_tp_reduce(moe_chunk *c, int64_t t0, int64_t T, float *rows);
  * MOE_EMPI (a broken plan included), MOE_EINVAL (E too large for one MPI call). */
 moe_status moe_par_gather_load(const moe_stage *p, const int64_t *local, int64_t *total);
 
+/* moe_plan_rebalance on a parallel plan (moe_parallel.h): MOE_ETIMEOUT when an earlier
+ * rebalance of the plan timed out, MOE_EMPI when the plan is broken, else MOE_OK (recorded on
+ * p->ctx). */
+moe_status moe_par_rebalance_usable(const moe_stage *p);
+
+/* The agreement of a rebalance to `next`, collective over all of the plan's ranks on the
+ * plan's rebalance communicator: each rank gives its status so far (`local`, its message
+ * already recorded when not MOE_OK); every rank returns MOE_OK only when every rank staged
+ * (local MOE_OK) the same next (by moe_placement_hash; a difference is MOE_EINVAL naming the
+ * first differing entry, the placements exchanged) and every rank then confirmed (a second
+ * round). A timeout in the first round marks only the rebalance communicator unusable (the
+ * plan still executes); one in the confirming round marks the plan broken. Errors recorded
+ * on p->ctx: the failing rank's status (named), MOE_EINVAL, MOE_ETIMEOUT, MOE_EMPI,
+ * MOE_ENOMEM. */
+moe_status moe_par_rebalance_agree(const moe_stage *p, const moe_placement *next, moe_status local);
+
+/* The plan's placement and routing tables (p->epmap) changed: update the MPI state derived
+ * from them (the fullest rank's physical experts). */
+void moe_par_placement_changed(const moe_stage *p);
+
 /* The rows [*begin, *end) of T whose output this rank writes (moe_plan_tp_rows). */
 void moe_par_tp_rows(const moe_stage *p, int64_t T, int64_t *begin, int64_t *end);
 

@@ -61,6 +61,24 @@ moe_status moe_par_gather_load(const moe_stage *p, const int64_t *local, int64_t
     return MOE_OK;
 }
 
+moe_status moe_par_rebalance_usable(const moe_stage *p)
+{
+    (void)p;
+    return MOE_OK;
+}
+
+moe_status moe_par_rebalance_agree(const moe_stage *p, const moe_placement *next, moe_status local)
+{
+    (void)next;
+    (void)local;
+    return moe_set_error(p->ctx, MOE_EUNSUPPORTED, "moe_plan_rebalance: libmoe was built without MPI (MOE_WITH_MPI=OFF)");
+}
+
+void moe_par_placement_changed(const moe_stage *p)
+{
+    (void)p;
+}
+
 static moe_status no_mpi_prepare(moe_chunk *c, moe_dispatch *d)
 {
     (void)d;

@@ -72,6 +72,27 @@ PY
 grep -q "expert placement balanced: 18 physical experts = 16 logical + 2 redundant" "$tmp/pl.log"
 grep -q "placements side by side" "$tmp/pl.log"
 grep -Eq "^ +8 balanced " "$tmp/pl.log"
+# the plan moved in place after the timed forwards (moe_plan_rebalance): per rank kept / packed /
+# dropped (contiguous 8 + 8 -> balanced 9 + 9 keeps at most 8 per rank and drops what it packs over
+# that), then the forwards again
+"${mpi[@]}" -np 2 "$moe" bench --ep 2 --num-experts 16 --tokens 8 --iters 2 --threads 1 --skew 4:0.5 \
+  --rebalance balanced --redundant 2 | tee "$tmp/rb.log"
+grep -q "rebalance in place: contiguous -> balanced (18 physical experts = 16 logical + 2 redundant" "$tmp/rb.log"
+python3 - "$tmp/rb.log" <<'PY'
+import re, sys
+rows = re.findall(r"rank (\d) \(ep_rank \d, tp_rank 0\): (\d+) experts kept, (\d+) packed, (\d+) dropped; (\d+) bytes packed",
+                  open(sys.argv[1]).read())
+assert len(rows) == 2, rows
+for r, kept, packed, dropped, nbytes in rows:
+    kept, packed, dropped, nbytes = int(kept), int(packed), int(dropped), int(nbytes)
+    assert kept + dropped == 8 and kept + packed == 9, rows  # 8 held before, 9 after
+    assert packed == 0 or nbytes % packed == 0, rows
+PY
+grep -q "T 8: forward .* ms after the rebalance to balanced" "$tmp/rb.log"
+if "$moe" bench --ep 1 --rebalance balanced 2>"$tmp/badrb.log"; then
+  echo "run_cli.sh: --rebalance with --ep 1 accepted"; exit 1
+fi
+grep -q "needs --ep > 1" "$tmp/badrb.log"
 if "$moe" bench --ep 1 --placement balanced 2>"$tmp/badpl.log"; then
   echo "run_cli.sh: --placement balanced without a load accepted"; exit 1
 fi

@@ -37,6 +37,10 @@
  *              and routed, several chunks; validation errors; ranks given different placements
  *              (a physical expert, a rank count, contiguous vs round robin) fail together; with
  *              N = 4 also TP 2 x EP 2 with round robin and balanced placements (within 1e-5).
+ *   rebal      moe_plan_rebalance: contiguous -> balanced (redundant) -> round_robin, both formats,
+ *              bit-identical to one process after each, the report checked, only the new experts
+ *              read; a different next / a staging failure on one rank fail every rank, nothing
+ *              moves; a rebalance on rank 0 alone times out there, the plan still runs and frees.
  *   bench      dispatch / combine seconds and bytes per token (printed, not checked).
  *   kill       rank 1 dies (SIGKILL) before an execute: the job must end, not hang (driven by
  *              tests/mpi/kill_rank.sh).
@@ -1611,15 +1615,23 @@ static void mode_placement(void)
     CHECK(moe_plan_hash(p2) == moe_plan_hash(p) && !strcmp(moe_plan_text(p2), moe_plan_text(p)),
           "the contiguous placement given explicitly changed the plan text");
     CHECK(moe_plan_placement(p2)->physical_to_logical != p2l, "the plan borrowed the caller's placement");
-    /* rebalance of a parallel plan: refused on every rank at once, the weights untouched */
+    /* rebalance of a parallel plan to the placement it has: every expert kept, nothing read
+     * (the source holds no expert) or packed, the state unchanged (mode rebal moves experts) */
     local_src ls;
     local_src_make(&ls, &L, p2);
     moe_weights *w = NULL;
     OKC(ctx, moe_weights_create(p2, &ls.src, &w));
     const size_t bytes = moe_weights_expert_bytes(w);
-    moe_status st = moe_plan_rebalance(p2, w, &given, &ls.src, NULL);
-    CHECK(st == MOE_EUNSUPPORTED && strstr(moe_ctx_last_error(ctx), "unchanged"), "rebalance: %s (%s)",
-          moe_status_name(st), moe_ctx_last_error(ctx));
+    moe_weight_source none = ls.src;
+    const void *nulls[128] = {0};
+    none.gate_proj = none.up_proj = none.down_proj = nulls;
+    moe_rebalance_report rep;
+    OKC(ctx, moe_plan_rebalance(p2, w, &given, &none, &rep));
+    CHECK(rep.experts_kept == rcounts[R] && rep.experts_packed == 0 && rep.experts_freed == 0 &&
+              rep.bytes_packed == 0 && rep.bytes_resident == bytes,
+          "rebalance to the same placement: kept %lld packed %lld freed %lld, bytes %zu / %zu",
+          (long long)rep.experts_kept, (long long)rep.experts_packed, (long long)rep.experts_freed, rep.bytes_packed,
+          rep.bytes_resident);
     CHECK(moe_weights_expert_bytes(w) == bytes && moe_plan_hash(p2) == moe_plan_hash(p), "rebalance changed state");
     moe_weights_free(w);
     local_src_free(&ls);
@@ -1992,6 +2004,380 @@ static void mode_late(void)
 }
 
 /* Two `moe run` output files: ids equal, output within tol * max |a| (0: bitwise). */
+/* ---- rebalance ------------------------------------------------------------------------------ */
+
+/* The logical experts EP rank r holds under placement pl: in[e] = 1 (in [E]). */
+static void rank_set(const moe_placement *pl, int r, int64_t E, int *in)
+{
+    int64_t q = 0;
+    for (int s = 0; s < r; s++)
+        q += pl->rank_num_physical[s];
+    for (int64_t e = 0; e < E; e++)
+        in[e] = 0;
+    for (int32_t i = 0; i < pl->rank_num_physical[r]; i++)
+        in[pl->physical_to_logical[q + i]] = 1;
+}
+
+/* A source holding only the experts set in `want` [E] (the others NULL: reading one fails). */
+static void subset_src(local_src *ls, const rlayer *L, const int *want)
+{
+    const int64_t E = L->d.num_experts;
+    ls->src = L->src;
+    ls->gp = calloc((size_t)E, sizeof(void *));
+    ls->up = calloc((size_t)E, sizeof(void *));
+    ls->dp = calloc((size_t)E, sizeof(void *));
+    ls->gbp = calloc((size_t)E, sizeof(void *));
+    ls->ubp = calloc((size_t)E, sizeof(void *));
+    ls->dbp = calloc((size_t)E, sizeof(void *));
+    for (int64_t e = 0; e < E; e++)
+        if (want[e]) {
+            ls->gp[e] = L->gp[e];
+            ls->up[e] = L->up[e];
+            ls->dp[e] = L->dp[e];
+            if (L->gbp) {
+                ls->gbp[e] = L->gbp[e];
+                ls->ubp[e] = L->ubp[e];
+                ls->dbp[e] = L->dbp[e];
+            }
+        }
+    ls->src.gate_proj = ls->gp;
+    ls->src.up_proj = ls->up;
+    ls->src.down_proj = ls->dp;
+    if (L->gbp) {
+        ls->src.gate_bias = ls->gbp;
+        ls->src.up_bias = ls->ubp;
+        ls->src.down_bias = ls->dbp;
+    }
+}
+
+/* The EP output of (pp, wp) for this rank's tokens, bit-identical to ref (one process). */
+static void rebal_check_output(const char *what, moe_ctx *ctx, moe_plan *pp, moe_weights *wp, const rlayer *L,
+                               const float *x, const float *logits, int64_t T, const result *ref)
+{
+    const pcfg c = {.ep = N, .tp = 1};
+    int64_t b, e, maxs;
+    par_tokens(&c, T, &b, &e, &maxs);
+    result got;
+    OKC(ctx, exec_rows(pp, wp, x, MOE_DTYPE_F32, logits, T, b, e, maxs, &got));
+    compare(what, &got, ref, L->d.hidden_size, L->d.top_k, T, -1, b, e);
+    result_free(&got);
+}
+
+/* moe_plan_rebalance of a parallel plan: contiguous -> balanced (redundant experts) -> round
+ * robin, both formats, the output bit-identical to one process after each, the report's
+ * counts and bytes computed here (kept / packed / dropped from the placements, bytes from a
+ * plan created with the new placement), only the new experts read (the source holds nothing
+ * else), the plan's placement, text and hash those of a plan created with it; a different
+ * `next` on one rank, and a staging failure on one rank, fail every rank with the old
+ * placement still giving the same output; a rebalance called on rank 0 only times out there
+ * within timeout_s, later ones fail at once, and the plan still executes and frees cleanly. */
+static void mode_rebal(void)
+{
+    /* top_k 6 > E / 4: at 4 ranks the batched blocks are sized by the fullest rank's physical
+     * experts, which the balanced placement raises (a stale size would overflow them) */
+    const int64_t E = 16, K = 6, T = 67, H = 48;
+    rlayer L;
+    rlayer_make(&L, H, 24, E, K, 16, 1, 1, 0, MOE_DTYPE_F32, 93);
+    moe_ctx *ctx = make_ctx(16, -1, NULL);
+    const int hot[4] = {0, 1, 2, 5};
+    float *skew = hot_logits(T, E, K, hot, 4, 0.75, 19);
+    int64_t load[16];
+    load_of(ctx, &L, skew, T, load);
+    float *x = xmalloc(sizeof(float) * (size_t)(T * H));
+    tu_fill_uniform(x, (size_t)(T * H), 77 + (uint64_t)T, -1.0f, 1.0f);
+    /* the one-process reference and one routed expert's packed bytes (a layer without the
+     * shared expert: its expert bytes are E experts' exactly) */
+    moe_plan *p1 = NULL;
+    moe_weights *w1 = NULL;
+    OKC(ctx, moe_plan_create(ctx, &L.d, &p1));
+    OKC(ctx, moe_weights_create(p1, &L.src, &w1));
+    result ref;
+    OKC(ctx, exec_rows(p1, w1, x, MOE_DTYPE_F32, skew, T, 0, T, T, &ref));
+    moe_layer_desc d0 = L.d;
+    d0.shared_expert_intermediate_size = 0;
+    d0.shared_expert_gated = 0;
+    moe_plan *p0 = NULL;
+    moe_weights *w0 = NULL;
+    OKC(ctx, moe_plan_create(ctx, &d0, &p0));
+    OKC(ctx, moe_weights_create(p0, &L.src, &w0));
+    const size_t each = moe_weights_expert_bytes(w0) / (size_t)E;
+    moe_weights_free(w0);
+    moe_plan_free(p0);
+
+    const int64_t Rr = N == 2 ? 4 : 6;
+    int32_t p2l[3][64], rn[3][8];
+    moe_placement pls[3];
+    OKC(ctx, moe_placement_build(ctx, MOE_PLACEMENT_CONTIGUOUS, E, N, 0, NULL, p2l[0], rn[0], &pls[0]));
+    OKC(ctx, moe_placement_build(ctx, MOE_PLACEMENT_BALANCED, E, N, Rr, load, p2l[1], rn[1], &pls[1]));
+    OKC(ctx, moe_placement_build(ctx, MOE_PLACEMENT_ROUND_ROBIN, E, N, 0, NULL, p2l[2], rn[2], &pls[2]));
+    const char *names[3] = {"contiguous", "balanced", "round_robin"};
+    int cur[16], nxt[16], fresh[16];
+    for (int fmt = 0; fmt < 2; fmt++) {
+        const pcfg c = {.ep = N, .tp = 1, .ddt = MOE_DTYPE_F32, .low_latency = fmt, .cap = fmt ? 8 : 0};
+        moe_plan *pp = par_plan(ctx, &L.d, &c);
+        local_src ls;
+        local_src_make(&ls, &L, pp);
+        moe_weights *wp = NULL;
+        OKC(ctx, moe_weights_create(pp, &ls.src, &wp));
+        local_src_free(&ls);
+        rebal_check_output("rebalance: before (contiguous)", ctx, pp, wp, &L, x, skew, T, &ref);
+        for (int i = 1; i < 3; i++) {
+            rank_set(&pls[i - 1], R, E, cur);
+            rank_set(&pls[i], R, E, nxt);
+            int64_t kept = 0, packed = 0, freed = 0;
+            for (int64_t e = 0; e < E; e++) {
+                kept += cur[e] && nxt[e];
+                packed += !cur[e] && nxt[e];
+                freed += cur[e] && !nxt[e];
+                fresh[e] = !cur[e] && nxt[e];
+            }
+            /* the plan a fresh start would build for this placement: its hash, text and bytes */
+            pcfg cn = c;
+            cn.pl = &pls[i];
+            moe_plan *pn = par_plan(ctx, &L.d, &cn);
+            local_src lsn;
+            local_src_make(&lsn, &L, pn);
+            moe_weights *wn = NULL;
+            OKC(ctx, moe_weights_create(pn, &lsn.src, &wn));
+            local_src_free(&lsn);
+            local_src sub;
+            subset_src(&sub, &L, fresh); /* only the experts new to this rank */
+            sub.src.router = NULL;       /* nor the router or the shared expert (not read) */
+            sub.src.shared_gate_proj = sub.src.shared_up_proj = sub.src.shared_down_proj = NULL;
+            sub.src.shared_expert_gate = NULL;
+            moe_rebalance_report rep;
+            memset(&rep, 0xff, sizeof rep);
+            OKC(ctx, moe_plan_rebalance(pp, wp, &pls[i], &sub.src, &rep));
+            local_src_free(&sub);
+            char what[160];
+            snprintf(what, sizeof what, "rebalance %s -> %s (%s)", names[i - 1], names[i], fmt ? "batched" : "standard");
+            CHECK(rep.experts_kept == kept && rep.experts_packed == packed && rep.experts_freed == freed,
+                  "%s: report kept %lld packed %lld freed %lld, expected %lld %lld %lld", what,
+                  (long long)rep.experts_kept, (long long)rep.experts_packed, (long long)rep.experts_freed,
+                  (long long)kept, (long long)packed, (long long)freed);
+            CHECK(rep.bytes_packed == (size_t)packed * each, "%s: bytes_packed %zu, expected %lld * %zu", what,
+                  rep.bytes_packed, (long long)packed, each);
+            CHECK(rep.bytes_resident == moe_weights_expert_bytes(wn) &&
+                      moe_weights_expert_bytes(wp) == moe_weights_expert_bytes(wn),
+                  "%s: bytes_resident %zu (weights say %zu), a plan created with it holds %zu", what, rep.bytes_resident,
+                  moe_weights_expert_bytes(wp), moe_weights_expert_bytes(wn));
+            CHECK(rep.seconds >= 0 && rep.seconds < 60, "%s: seconds %g", what, rep.seconds);
+            CHECK(moe_plan_hash(pp) == moe_plan_hash(pn) && !strcmp(moe_plan_text(pp), moe_plan_text(pn)),
+                  "%s: plan text/hash differ from a plan created with the placement:\n%s\n%s", what,
+                  moe_plan_text(pp), moe_plan_text(pn));
+            const moe_placement *now = moe_plan_placement(pp);
+            CHECK(now->num_physical_experts == pls[i].num_physical_experts &&
+                      !memcmp(now->physical_to_logical, pls[i].physical_to_logical,
+                              sizeof(int32_t) * (size_t)pls[i].num_physical_experts) &&
+                      !memcmp(now->rank_num_physical, pls[i].rank_num_physical, sizeof(int32_t) * (size_t)N),
+                  "%s: moe_plan_placement is not next", what);
+            int32_t map[16];
+            OKC(ctx, moe_plan_expert_map(pp, map));
+            for (int64_t e = 0; e < E; e++)
+                CHECK((map[e] >= 0) == nxt[e], "%s: expert map of logical %lld", what, (long long)e);
+            rebal_check_output(what, ctx, pp, wp, &L, x, skew, T, &ref);
+            /* every token's K experts on the fullest rank of next (when it holds K): a dispatch
+             * block sized by the old placement's fullest rank would overflow */
+            int fullest = 0;
+            for (int r = 1; r < N; r++)
+                fullest = pls[i].rank_num_physical[r] > pls[i].rank_num_physical[fullest] ? r : fullest;
+            if (pls[i].rank_num_physical[fullest] >= K) {
+                int in_f[16];
+                rank_set(&pls[i], fullest, E, in_f);
+                int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)(T * K)); /* [T, K] */
+                float *wts = xmalloc(sizeof(float) * (size_t)(T * K));     /* [T, K] */
+                for (int64_t t = 0; t < T; t++) {
+                    int64_t k = 0;
+                    for (int64_t e = 0; e < E && k < K; e++)
+                        if (in_f[(e + t) % E]) {
+                            ids[t * K + k] = (int32_t)((e + t) % E);
+                            wts[t * K + k] = 1.0f / (float)(k + 2);
+                            k++;
+                        }
+                }
+                result r1, got;
+                OKC(ctx, exec_rows_ex(p1, w1, x, MOE_DTYPE_F32, NULL, T, 0, T, T, ids, wts, MOE_DTYPE_F32, &r1));
+                int64_t tb, te, tm;
+                par_tokens(&c, T, &tb, &te, &tm);
+                OKC(ctx, exec_rows_ex(pp, wp, x, MOE_DTYPE_F32, NULL, T, tb, te, tm, ids, wts,
+                                      MOE_DTYPE_F32, &got));
+                char w2[200];
+                snprintf(w2, sizeof w2, "%s, every token's experts on EP rank %d", what, fullest);
+                compare(w2, &got, &r1, H, K, T, -1, tb, te);
+                result_free(&got);
+                result_free(&r1);
+                free(ids);
+                free(wts);
+            }
+            moe_weights_free(wn);
+            moe_plan_free(pn);
+        }
+        say("  rebalance contiguous -> balanced (%lld redundant) -> round_robin, %s: report right, only the new "
+            "experts read, bit-identical to one process after each\n",
+            (long long)Rr, fmt ? "batched" : "standard");
+
+        /* a different next on the last rank: every rank fails naming the entry, nothing moves */
+        const uint64_t h0 = moe_plan_hash(pp);
+        moe_rebalance_report rep;
+        moe_status st = moe_plan_rebalance(pp, wp, R == N - 1 ? &pls[1] : &pls[0], &L.src, &rep);
+        CHECK(st == MOE_EINVAL && strstr(moe_ctx_last_error(ctx), "expert placements differ (next)"),
+              "different next: %s: %s", moe_status_name(st), moe_ctx_last_error(ctx));
+        CHECK(moe_plan_hash(pp) == h0, "different next: the plan changed");
+        rebal_check_output("rebalance: after a different next", ctx, pp, wp, &L, x, skew, T, &ref);
+        /* a staging failure on rank 1 (its source lacks the experts it would read) */
+        int none[16] = {0};
+        local_src empty;
+        subset_src(&empty, &L, none);
+        st = moe_plan_rebalance(pp, wp, &pls[0], R == 1 ? &empty.src : &L.src, &rep);
+        local_src_free(&empty);
+        CHECK(st == MOE_EINVAL && (R == 1 ? strstr(moe_ctx_last_error(ctx), "pointer is NULL") != NULL
+                                          : strstr(moe_ctx_last_error(ctx), "rank 1 (ep_rank 1") != NULL),
+              "staging failure on rank 1: %s: %s", moe_status_name(st), moe_ctx_last_error(ctx));
+        CHECK(moe_plan_hash(pp) == h0, "staging failure: the plan changed");
+        rebal_check_output("rebalance: after a failed staging", ctx, pp, wp, &L, x, skew, T, &ref);
+        moe_weights_free(wp);
+        moe_plan_free(pp);
+    }
+    say("  rebalance to a different next on one rank, or failing to stage on one: every rank fails, naming it; "
+        "the old placement still bit-identical\n");
+
+    if (N == 4) {
+        /* TP 2 x EP 2: contiguous -> balanced (4 redundant) moves each TP rank's I shard of
+         * the experts; the output equals, bit for bit, a plan created with that placement */
+        int32_t t2l[2][32], trn[2][2];
+        moe_placement tpl[2];
+        OKC(ctx, moe_placement_build(ctx, MOE_PLACEMENT_CONTIGUOUS, E, 2, 0, NULL, t2l[0], trn[0], &tpl[0]));
+        OKC(ctx, moe_placement_build(ctx, MOE_PLACEMENT_BALANCED, E, 2, 4, load, t2l[1], trn[1], &tpl[1]));
+        const pcfg c = {.ep = 2, .tp = 2, .ddt = MOE_DTYPE_F32};
+        pcfg cn = c;
+        cn.pl = &tpl[1];
+        moe_ctx *tctx = make_ctx(16, 0, NULL);
+        moe_plan *pp = par_plan(tctx, &L.d, &c), *pn = par_plan(tctx, &L.d, &cn);
+        moe_weights *wp = NULL, *wn = NULL;
+        OKC(tctx, moe_weights_create(pp, &L.src, &wp));
+        OKC(tctx, moe_weights_create(pn, &L.src, &wn));
+        int cur[16], nxt[16];
+        rank_set(&tpl[0], R / 2, E, cur);
+        rank_set(&tpl[1], R / 2, E, nxt);
+        int64_t packed = 0;
+        for (int64_t e = 0; e < E; e++)
+            packed += !cur[e] && nxt[e];
+        moe_rebalance_report rep;
+        OKC(tctx, moe_plan_rebalance(pp, wp, &tpl[1], &L.src, &rep));
+        CHECK(rep.experts_packed == packed && rep.bytes_resident == moe_weights_expert_bytes(wn),
+              "TP x EP rebalance: packed %lld (expected %lld), resident %zu (a fresh plan's %zu)",
+              (long long)rep.experts_packed, (long long)packed, rep.bytes_resident, moe_weights_expert_bytes(wn));
+        CHECK(moe_plan_hash(pp) == moe_plan_hash(pn), "TP x EP rebalance: plan hash differs from a fresh plan's");
+        int64_t b, e, maxs;
+        par_tokens(&c, T, &b, &e, &maxs);
+        result got, want;
+        OKC(tctx, exec_rows(pp, wp, x, MOE_DTYPE_F32, skew, T, b, e, maxs, &got));
+        OKC(tctx, exec_rows(pn, wn, x, MOE_DTYPE_F32, skew, T, b, e, maxs, &want));
+        compare("TP 2 x EP 2 rebalanced vs created with the placement", &got, &want, H, K, T, -1, b, e);
+        compare("TP 2 x EP 2 rebalanced vs one process", &got, &ref, H, K, T, 1e-5, b, e);
+        result_free(&got);
+        result_free(&want);
+        moe_weights_free(wp);
+        moe_weights_free(wn);
+        moe_plan_free(pp);
+        moe_plan_free(pn);
+        moe_ctx_free(tctx);
+        say("  TP 2 x EP 2 rebalance contiguous -> balanced: bit-identical to a plan created with it, within 1e-5 "
+            "of one process\n");
+    }
+
+    /* quantized experts (scales and zero points; w8a8 compensations): the kept experts' codes
+     * and scales move with them; contiguous -> round robin -> balanced (2 redundant) */
+    const char *schemes[2] = {"int4-g32-zp", "int8-w8a8"};
+    for (int si = 0; si < 2; si++) {
+        const int64_t qE = 8, qK = 2, qH = 64, qT = 29;
+        qlayer Q;
+        qlayer_make(&Q, schemes[si], 0, qH, 96, qE, qK, 31);
+        moe_ctx *qctx = make_ctx(8, -1, NULL);
+        float *qx = xmalloc(sizeof(float) * (size_t)(qT * qH));
+        tu_fill_uniform(qx, (size_t)(qT * qH), 123, -1.0f, 1.0f);
+        qsrc all;
+        qsrc_make(&all, &Q, NULL);
+        moe_plan *q1 = NULL;
+        moe_weights *qw1 = NULL;
+        OKC(qctx, moe_plan_create(qctx, &Q.d, &q1));
+        OKC(qctx, moe_weights_create(q1, &all.src, &qw1));
+        result qref;
+        OKC(qctx, exec_rows(q1, qw1, qx, MOE_DTYPE_F32, NULL, qT, 0, qT, qT, &qref));
+        const pcfg c = {.ep = N, .tp = 1, .ddt = MOE_DTYPE_F32};
+        moe_plan *qp = par_plan(qctx, &Q.d, &c);
+        moe_weights *qwp = NULL;
+        OKC(qctx, moe_weights_create(qp, &all.src, &qwp));
+        int64_t qload[8];
+        for (int64_t e = 0; e < qE; e++)
+            qload[e] = 1 + (e * 5) % 7;
+        int32_t q2l[2][32], qrn[2][8];
+        moe_placement qpl[2];
+        OKC(qctx, moe_placement_build(qctx, MOE_PLACEMENT_ROUND_ROBIN, qE, N, 0, NULL, q2l[0], qrn[0], &qpl[0]));
+        OKC(qctx, moe_placement_build(qctx, MOE_PLACEMENT_BALANCED, qE, N, 2, qload, q2l[1], qrn[1], &qpl[1]));
+        for (int i = 0; i < 2; i++) {
+            OKC(qctx, moe_plan_rebalance(qp, qwp, &qpl[i], &all.src, NULL));
+            int64_t b, e, maxs;
+            par_tokens(&c, qT, &b, &e, &maxs);
+            result got;
+            OKC(qctx, exec_rows(qp, qwp, qx, MOE_DTYPE_F32, NULL, qT, b, e, maxs, &got));
+            char what[128];
+            snprintf(what, sizeof what, "%s rebalanced to %s", schemes[si], i ? "balanced" : "round_robin");
+            compare(what, &got, &qref, qH, qK, qT, -1, b, e);
+            result_free(&got);
+        }
+        result_free(&qref);
+        moe_weights_free(qwp);
+        moe_plan_free(qp);
+        moe_weights_free(qw1);
+        moe_plan_free(q1);
+        qsrc_free(&all);
+        free(qx);
+        moe_ctx_free(qctx);
+        qlayer_free(&Q);
+    }
+    say("  quantized experts (int4-g32-zp, int8-w8a8) rebalanced contiguous -> round_robin -> balanced: "
+        "bit-identical to one process\n");
+
+    /* rank 0 alone: MOE_ETIMEOUT within timeout_s, the plan still executes, later ones refused */
+    moe_plan_config cfg;
+    moe_plan_config_init(&cfg);
+    cfg.parallel.ep_size = N;
+    cfg.parallel.ep_rank = -1;
+    cfg.parallel.tp_rank = -1;
+    cfg.parallel.timeout_s = 2;
+    moe_plan *pp = NULL;
+    OKC(ctx, moe_plan_create_ex(ctx, &L.d, &cfg, &pp));
+    moe_weights *wp = NULL;
+    OKC(ctx, moe_weights_create(pp, &L.src, &wp));
+    if (R == 0) {
+        const double t0 = MPI_Wtime();
+        moe_status st = moe_plan_rebalance(pp, wp, &pls[2], &L.src, NULL);
+        const double waited = MPI_Wtime() - t0;
+        CHECK(st == MOE_ETIMEOUT && strstr(moe_ctx_last_error(ctx), "keeps its old placement"),
+              "rank 0 alone: %s: %s", moe_status_name(st), moe_ctx_last_error(ctx));
+        CHECK(waited >= 2 && waited < 12, "rank 0 alone: returned after %.1f s (timeout_s 2)", waited);
+        st = moe_plan_rebalance(pp, wp, &pls[2], &L.src, NULL);
+        CHECK(st == MOE_ETIMEOUT && strstr(moe_ctx_last_error(ctx), "an earlier rebalance on this plan timed out"),
+              "after the timeout: %s: %s", moe_status_name(st), moe_ctx_last_error(ctx));
+        CHECK(MPI_Wtime() - t0 - waited < 1, "the refusal after a timeout waited");
+        CHECK(moe_plan_placement(pp)->num_physical_experts == E, "rank 0 alone: the placement changed");
+    }
+    MPI_Barrier(MPI_COMM_WORLD); /* the others wait (outside libmoe) for rank 0's timeout */
+    rebal_check_output("rebalance timed out on rank 0", ctx, pp, wp, &L, x, skew, T, &ref);
+    moe_weights_free(wp);
+    moe_plan_free(pp); /* with rank 0's exchange still pending: no hang, no crash (nor at MPI_Finalize) */
+    say("  rebalance on rank 0 alone: MOE_ETIMEOUT within timeout_s there, later ones refused at once; the plan "
+        "still bit-identical and freed\n");
+    result_free(&ref);
+    moe_weights_free(w1);
+    moe_plan_free(p1);
+    free(x);
+    free(skew);
+    rlayer_free(&L);
+    moe_ctx_free(ctx);
+}
+
 static int mode_compare(int argc, char **argv)
 {
     CHECK(argc == 5, "usage: test_mpi compare A.safetensors B.safetensors TOL");
@@ -2048,6 +2434,8 @@ int main(int argc, char **argv)
         mode_placement();
     else if (!strcmp(g_mode, "eplb"))
         mode_eplb();
+    else if (!strcmp(g_mode, "rebal"))
+        mode_rebal();
     else if (!strcmp(g_mode, "bench"))
         mode_bench();
     else if (!strcmp(g_mode, "kill"))
@@ -2057,7 +2445,7 @@ int main(int argc, char **argv)
     else if (!strcmp(g_mode, "compare"))
         mode_compare(argc, argv);
     else
-        FAIL("unknown mode '%s' (ep, tp, errors, quant, placement, eplb, bench, kill, late)", g_mode);
+        FAIL("unknown mode '%s' (ep, tp, errors, quant, placement, eplb, rebal, bench, kill, late)", g_mode);
     MPI_Barrier(MPI_COMM_WORLD);
     say("test_mpi %s on %d ranks: OK (%.1f s)\n", g_mode, N, MPI_Wtime() - t0);
     MPI_Finalize();
