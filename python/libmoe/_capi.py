@@ -47,9 +47,6 @@ STATUS_NAMES = ["MOE_OK", "MOE_EINVAL", "MOE_ENOMEM", "MOE_EIO", "MOE_EFORMAT", 
                 "MOE_ESHAPE", "MOE_EDTYPE", "MOE_EUNSUPPORTED", "MOE_ERANGE", "MOE_EDENSE",
                 "MOE_EWORKSPACE", "MOE_ETIMEOUT", "MOE_EMPI", "MOE_ECANCELED"]
 DT_F32, DT_BF16, DT_F16, DT_I32 = 0, 1, 2, 3
-FAMILIES = {"custom": 0, "mixtral": 1, "qwen2_moe": 2, "qwen3_moe": 3, "deepseek_v2": 4,
-            "deepseek_v3": 5, "gpt_oss": 6, "llama4": 7, "olmoe": 8, "granitemoe": 9,
-            "qwen3_5_moe": 10, "qwen3_next": 11}
 
 LOG_FN = C.CFUNCTYPE(None, i32, cp, vp)
 
@@ -130,6 +127,14 @@ _sig("moe_ctx_last_error", cp, vp)
 _sig("moe_ctx_num_threads", i32, vp)
 _sig("moe_status_name", cp, i32)
 _sig("moe_layer_desc_init", None, R(LayerDesc))
+_sig("moe_family_name", cp, i32)
+# moe_family value of every family name the library has a row for (moe.h: the values are dense
+# from 1; "?" for a value without a row), read from the library so it never lags moe.h
+FAMILIES = {"custom": 0}
+for _v in range(1, 256):
+    _n = lib.moe_family_name(_v)
+    if _n and _n != b"?":
+        FAMILIES[_n.decode()] = _v
 _sig("moe_family_layer_defaults", i32, i32, R(LayerDesc))
 _sig("moe_plan_create", i32, vp, R(LayerDesc), R(vp))
 _sig("moe_plan_free", None, vp)

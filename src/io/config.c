@@ -48,7 +48,7 @@ static moe_status config_family(moe_ck_config *c, const json_t *root, const char
         const moe_fam_row *named = arch ? moe_fam_by_arch(arch) : NULL;
         *named_out = named ? named : model_type ? moe_fam_by_model_type(model_type) : NULL;
         if (!(c->row = moe_fam_by_name(family))) {
-            char names[512]; /* [512] chars: every row's name */
+            char names[1024]; /* [1024] chars: every row's name (50 rows: about 600) */
             const char *close = moe_fam_suggest(family);
             return moe_set_error(c->ctx, MOE_EINVAL,
                                  "%s: unknown family '%s'%s%s%s (moe_checkpoint_options.family, --family); families: %s",
@@ -65,7 +65,7 @@ static moe_status config_family(moe_ck_config *c, const json_t *root, const char
                     c->path, arch, model_type);
         return MOE_OK;
     }
-    char names[512]; /* [512] chars: every row's name */
+    char names[1024]; /* [1024] chars: every row's name (50 rows: about 600) */
     if (!arch && !model_type)
         return moe_set_error(c->ctx, MOE_ENOTFOUND,
                              "%s: neither 'architectures' nor 'model_type' is given; supported families: %s "
@@ -76,10 +76,10 @@ static moe_status config_family(moe_ck_config *c, const json_t *root, const char
                          "%s: architecture '%s' (model_type '%s') is not supported%s%s%s; a model with one of the "
                          "supported families' MoE block can be read as that family with --family NAME "
                          "(moe_checkpoint_options.family: %s); docs/families.md lists every transformers MoE model "
-                         "type with its status; supported: %s",
+                         "type with its status and each family's architecture classes",
                          c->path, arch ? arch : "(none)", model_type ? model_type : "(none)",
                          close ? " (nearest family name: " : "", close ? close : "", close ? ")" : "",
-                         moe_fam_row_names(names, sizeof names), moe_fam_supported_list());
+                         moe_fam_row_names(names, sizeof names));
 }
 
 static int cmp_i64(const void *a, const void *b)

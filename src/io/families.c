@@ -6,7 +6,6 @@
 #include "io/families.h"
 
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -919,30 +918,6 @@ const char *moe_fam_suggest(const char *word)
     for (size_t i = 0; i < FAM_N_ROWS; i++)
         names[i] = fam_rows[i].name;
     return word ? moe_suggest(word, strlen(word), names, FAM_N_ROWS) : NULL;
-}
-
-/* "Arch (model_type), ..." for every name of every row, in row order; built once
- * (pthread_once: two threads reporting a bad checkpoint at the same time must not both write
- * it). An over-long list is cut at the buffer's end. */
-static char fam_supported[8192]; /* [8192] chars, NUL-terminated */
-static pthread_once_t fam_supported_once = PTHREAD_ONCE_INIT;
-
-static void fam_supported_build(void)
-{
-    size_t used = 0;
-    for (size_t i = 0; i < FAM_N_ROWS; i++)
-        for (int n = 0; n < MOE_FAM_MAX_NAMES && fam_rows[i].names[n].arch && used < sizeof fam_supported; n++) {
-            int len = snprintf(fam_supported + used, sizeof fam_supported - used, "%s%s (%s)", used ? ", " : "",
-                               fam_rows[i].names[n].arch, fam_rows[i].names[n].model_type);
-            if (len > 0)
-                used += (size_t)len;
-        }
-}
-
-const char *moe_fam_supported_list(void)
-{
-    pthread_once(&fam_supported_once, fam_supported_build);
-    return fam_supported;
 }
 
 const char *moe_fam_names_with(moe_fam_layout layout, const char *sep, bool archs, char *out, size_t n)

@@ -270,8 +270,6 @@ const moe_fam_row *moe_fam_by_name(const char *name);
 const char *moe_fam_suggest(const char *word);
 /* "mixtral, qwen2_moe, ..." (every row's name, in table order) into out [n]; returns out. */
 const char *moe_fam_row_names(char *out, size_t n);
-/* "A (a), B (b), ..." of every architecture class and its model_type, for messages. Static. */
-const char *moe_fam_supported_list(void);
 
 /* Which rows store a layout, for messages that name the families a rule applies to. */
 typedef enum moe_fam_layout {
