@@ -404,6 +404,16 @@ int cli_bench_parallel(int argc, char **argv)
         rc = CLI_USAGE;
         goto done;
     }
+    int any_balanced = rebal_pol == MOE_PLACEMENT_BALANCED;
+    for (int i = 0; i < n_pl; i++)
+        any_balanced |= !strcmp(pl_names[i], "balanced");
+    if (redundant && !any_balanced) { /* as moe plan: redundant experts are the balanced policy's */
+        cli_err(CMD, "--redundant %lld needs a balanced placement (--placement ...,balanced or --rebalance balanced); "
+                     "the others place no redundant experts",
+                (long long)redundant);
+        rc = CLI_USAGE;
+        goto done;
+    }
     if (redundant && (redundant > E * (ep - 1))) {
         cli_err(CMD, "--redundant %lld: must be in [0, E * (ep - 1)] = [0, %lld]", (long long)redundant,
                 (long long)(E * (ep - 1)));

@@ -63,6 +63,19 @@ class _Buf:
         self.obj, self.name, self.dtype, self.shape = x, name, dt, shp
 
 
+def _check_i32_range(ids):
+    """int64 topk_ids are narrowed to int32 for libmoe: a value that does not fit would wrap to
+    another expert id, so it is refused here, naming the token, the slot and the value."""
+    a = np.asarray(ids)
+    if a.size == 0:
+        return
+    bad = np.flatnonzero((a < np.iinfo(np.int32).min) | (a > np.iinfo(np.int32).max))
+    if bad.size:
+        t, k = np.unravel_index(bad[0], a.shape) if a.ndim == 2 else (bad[0], 0)
+        raise InvalidArgumentError("MOE_EINVAL", "topk_ids[%d][%d] = %d does not fit int32 (libmoe expert ids are int32 "
+                         "in [0, num_experts))" % (t, k, int(a.reshape(-1)[bad[0]])))
+
+
 class MoELayer:
     """One MoE layer packed by libmoe.
 
@@ -307,6 +320,7 @@ class MoELayer:
         if _is_torch(ids):
             import torch
             if ids.device.type == "cpu" and ids.dtype == torch.int64:
+                _check_i32_range(ids.numpy() if not ids.requires_grad else ids.detach().numpy())
                 ids = ids.to(torch.int32)
             if wts.device.type == "cpu" and wts.dtype in (torch.bfloat16, torch.float16,
                                                           torch.float64):
@@ -316,6 +330,7 @@ class MoELayer:
         else:
             ids, wts = np.asarray(ids), np.asarray(wts)
             if ids.dtype == np.int64:
+                _check_i32_range(ids)
                 ids = ids.astype(np.int32)
             if wts.dtype in (np.float16, np.float64):
                 wts = wts.astype(np.float32)

@@ -97,6 +97,10 @@ def test_errors(layer):
         layer(x, topk_ids=ids, topk_weights=exp["topk_weights"])
     with pytest.raises(libmoe.InvalidArgumentError, match="together"):
         layer(x, topk_ids=exp["topk_ids"])
+    ids = exp["topk_ids"].astype(np.int64)
+    ids[4, 1] = 2**32 + int(ids[4, 1])  # would wrap to the same int32 id: refused, not narrowed
+    with pytest.raises(libmoe.InvalidArgumentError, match=r"topk_ids\[4\]\[1\] = 42949672"):
+        layer(x, topk_ids=ids, topk_weights=exp["topk_weights"])
     with pytest.raises(libmoe.RangeError) as e:
         libmoe.MoELayer.from_checkpoint(FIXTURES / "qwen3_moe_f32", 7)
     assert e.value.status == "MOE_ERANGE" and e.value.message

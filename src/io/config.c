@@ -61,8 +61,10 @@ static moe_status config_family(moe_ck_config *c, const json_t *root, const char
         return MOE_OK;
     if (model_type && (c->row = moe_fam_by_model_type(model_type))) {
         if (arch)
-            moe_log(c->ctx, MOE_LOG_INFO, "%s: architecture '%s' is not one libmoe knows; using model_type '%s'",
-                    c->path, arch, model_type);
+            moe_log(c->ctx, MOE_LOG_WARN,
+                    "%s: architecture '%s' is not one libmoe knows; reading it as family '%s' by its model_type "
+                    "(--family %s says so and silences this)",
+                    c->path, arch, c->row->name, c->row->name);
         return MOE_OK;
     }
     char names[1024]; /* [1024] chars: every row's name (50 rows: about 600) */
