@@ -223,10 +223,11 @@ static moe_pack_src source_of(const moe_layer_desc *d, const moe_weight_source *
     return s;
 }
 
-void moe_weights_free(moe_weights *w)
+/* Free the routed experts' packed buffers still held in w's 3 * n_experts slots (NULL slots
+ * were moved out) and the per-slot arrays around them: mats, scales, zeros, comps [3 El], qm,
+ * experts, logical [El] and expert_bias [El, 2Il + H]. The pointers are left dangling. */
+static void free_routed(moe_weights *w)
 {
-    if (!w)
-        return;
     const int64_t n = 3 * w->shard.n_experts;
     for (int64_t i = 0; i < n; i++) {
         if (w->mats)
@@ -245,13 +246,20 @@ void moe_weights_free(moe_weights *w)
     free(w->qm);
     free(w->experts);
     free(w->logical);
+    free(w->expert_bias);
+}
+
+void moe_weights_free(moe_weights *w)
+{
+    if (!w)
+        return;
+    free_routed(w);
     moe_free_aligned(w->shared_buf);
     moe_free_aligned(w->router_buf);
     moe_free_aligned(w->shared_gate_buf);
     free(w->router_bias);
     free(w->sel_bias);
     free(w->output_bias);
-    free(w->expert_bias);
     free(w);
 }
 
@@ -672,7 +680,7 @@ void moe_weights_stage_commit(moe_weights *w, moe_weights_stage *s)
 {
     const moe_layer_desc *d = &w->plan->st.desc;
     const int quant = moe_quant_active(&d->quant);
-    const int64_t El = s->shard.n_experts, Elo = w->shard.n_experts, H = d->hidden_size, Il = s->shard.I;
+    const int64_t El = s->shard.n_experts, H = d->hidden_size, Il = s->shard.I;
     const size_t brow = (size_t)(2 * Il + H); /* floats of one expert's {b_g, b_u, b_d} */
     int64_t k = 0;                             /* next fresh expert */
     for (int64_t le = 0; le < El; le++) {
@@ -704,23 +712,8 @@ void moe_weights_stage_commit(moe_weights *w, moe_weights_stage *s)
             em->bd = s->shard.down_bias ? b + 2 * Il : NULL;
         }
     }
-    /* the experts dropped: what is left in the old slots */
-    for (int64_t i = 0; i < 3 * Elo; i++) {
-        moe_free_aligned(w->mats[i]);
-        if (quant) {
-            moe_free_aligned(w->scales[i]);
-            moe_free_aligned(w->zeros[i]);
-            moe_free_aligned(w->comps[i]);
-        }
-    }
-    free(w->mats);
-    free(w->scales);
-    free(w->zeros);
-    free(w->comps);
-    free(w->qm);
-    free(w->experts);
-    free(w->logical);
-    free(w->expert_bias);
+    /* the experts dropped: what is left in the old slots (the kept ones were moved out) */
+    free_routed(w);
     w->mats = s->mats;
     w->scales = s->scales;
     w->zeros = s->zeros;
