@@ -115,7 +115,9 @@ extern "C" {
  * for TENSOR / CHANNEL weights, groups of block_k for BLOCK): y[n] = +0, then per group g in
  * increasing order y = y + (part_g * s) * s_w[n][g], part_g the fmaf chain in increasing k from
  * +0 of dec(q_x[k]) * dec(q_w[n][k]) (TENSOR / CHANNEL: y[n] = +0 + (part * s) * s_w[n]).
- * The scales are applied per expert as given; vLLM instead collapses them to the maximum over
+ * The scales are applied per expert as given (as transformers 5.24's FP8Experts does with
+ * activation_scheme "static": gate_up_proj_activation_scale [E], down_proj_activation_scale [E],
+ * integrations/finegrained_fp8.py); vLLM instead collapses them to the maximum over
  * the experts (compressed_tensors_moe.py: w13_input_scale.max(), w2_input_scale.max()), so a
  * checkpoint whose experts have different input_scale runs with finer codes here. Under EP each
  * rank reads the scales of the experts it holds (a replica gets its logical expert's); under TP
