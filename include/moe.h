@@ -880,6 +880,13 @@ typedef struct moe_weight_source {
     const void *output_bias;       /* [H] when desc->has_output_bias (JetMoE mlp.bias), converted
                                       exactly to f32 at pack time */
     moe_dtype output_bias_dtype;   /* F32, BF16 or F16 */
+    /* Static FP8 activations (desc->quant.act = MOE_QACT_STATIC, moe_quant.h "Static activation
+     * quantization"), branch fp8static: */
+    const float *w13_input_scale;  /* [E] f32: expert e's input scale of gate_proj and up_proj
+                                      (compressed-tensors `<expert>.gate_proj.input_scale`, equal
+                                      to up_proj's), finite and > 0; NULL otherwise */
+    const float *w2_input_scale;   /* [E] f32: expert e's input scale of down_proj
+                                      (`<expert>.down_proj.input_scale`), finite and > 0 */
 } moe_weight_source;
 
 /* The routed experts as transformers holds them: one stacked tensor per projection, the

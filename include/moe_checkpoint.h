@@ -94,9 +94,11 @@ MOE_API moe_status moe_safetensors_write(moe_ctx *ctx, const char *path, const m
  *     naming the tensor and the entry (at load; FP8 HF scales when the layer is described).
  *   compressed-tensors: int 4-bit (channel or group 32/64/128, with or without zero points)
  *     and int 8-bit (channel or group) weights, weight-only or dynamic int8 per token; FP8
- *     (float-quantized, tensor or channel) weight-only, with dynamic per-token or static
- *     per-tensor FP8 activations served weight-only (a WARNING; static: each linear's
- *     input_scale required and checked, not applied); other num_bits, float types, static
+ *     (float-quantized, tensor or channel) weight-only, with dynamic per-token FP8
+ *     activations served weight-only (a WARNING), or with static per-tensor FP8 activations
+ *     as fp8-tensor-static / fp8-channel-static (each linear's input_scale required, checked
+ *     and applied per expert; a plan with quant.act NONE runs them weight-only); other
+ *     num_bits, float types, static
  *     int activations, actorder "group" (g_idx), tensor / block
  *     strategies, sparsity or several groups are MOE_EUNSUPPORTED naming the field; a
  *     weight_shape that is not an integer vector, or a quantized shared expert inconsistent

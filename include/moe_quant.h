@@ -56,7 +56,11 @@ extern "C" {
  *            scales with activations TOKEN_GROUP and act_group_size == block_k of w13 and of
  *            w2 ("fp8-block-w8a8", fp8 w8a8 as DeepSeek-V3 / Qwen3-FP8 run it; how the FP8
  *            block checkpoints' `activation_scheme: dynamic` is served; moe_checkpoint still
- *            loads them weight-only as fp8-block, pick fp8-block-w8a8 in the descriptor).
+ *            loads them weight-only as fp8-block, pick fp8-block-w8a8 in the descriptor);
+ *            or TENSOR, CHANNEL or BLOCK scales with activations STATIC ("fp8-tensor-static",
+ *            "fp8-channel-static", "fp8-block-static": the static per-tensor FP8 input
+ *            activations of llm-compressor's FP8 scheme, one input_scale per linear;
+ *            act_group_size unused).
  *   I8:      TENSOR, CHANNEL, BLOCK or GROUP scales with activations NONE; or CHANNEL /
  *            TENSOR scales with activations TOKEN (w8a8: int8 x int8 -> int32, AVX512-VNNI).
  *            TOKEN activations with BLOCK weights are refused (they need per-token-group
@@ -66,7 +70,7 @@ extern "C" {
  *   MXFP4:   GROUP scales with group_size 32, no zero points; activations NONE.
  *   block_n, block_k in [1, 2^20]; w13 and w2 are configured independently but must both be
  *   quantized or both NONE; TOKEN_GROUP with other weights, or with act_group_size !=
- *   block_k, is MOE_EUNSUPPORTED.
+ *   block_k, is MOE_EUNSUPPORTED; STATIC with other than F8_E4M3 weights is MOE_EUNSUPPORTED.
  * Under EP / TP (moe_parallel.h "Parallelism") the caller passes the whole layer's source arrays (the
  *   other EP ranks' experts may be NULL); each rank packs its experts and, under TP, the gate/up
  *   rows and down columns [i0, i0 + I_t) of each, cut from the source codes and scales. A block
@@ -98,6 +102,28 @@ extern "C" {
  * (vLLM w8a8_block_fp8_matmul): y = +0, then per group g in increasing order
  * y = y + (part_g * s[g]) * s_w[n / block_n][g], part_g the fmaf chain in increasing k from +0
  * of dec(q_x[k]) * dec(q_w[n][k]) over the group (docs/numerics.md section 5).
+ * Static activation quantization (STATIC, fp8; compressed-tensors / llm-compressor static
+ * per-tensor FP8, vLLM static_scaled_fp8_quant): the caller gives, per expert e, one scale
+ * s13 = moe_weight_source.w13_input_scale[e] for the input of gate_proj and up_proj (the token's
+ * hidden state, times the routing weight with apply_router_weight_on_input) and one s2 =
+ * w2_input_scale[e] for the input of down_proj (the activation output h). Each must be finite
+ * and > 0, else moe_weights_create fails with MOE_EINVAL naming the expert and the matrix. Per
+ * element, q = e4m3(clamp(x / s, -448, 448)), the quotient rounded once in f32, then to
+ * nearest even e4m3 (a NaN element gives the NaN code, +-inf gives +-448: clamped). The codes
+ * depend on the expert, so a token routed to K experts is quantized K times (per position).
+ * The GEMM is fp8 w8a8's with every activation group's scale s (one group of K along the input
+ * for TENSOR / CHANNEL weights, groups of block_k for BLOCK): y[n] = +0, then per group g in
+ * increasing order y = y + (part_g * s) * s_w[n][g], part_g the fmaf chain in increasing k from
+ * +0 of dec(q_x[k]) * dec(q_w[n][k]) (TENSOR / CHANNEL: y[n] = +0 + (part * s) * s_w[n]).
+ * The scales are applied per expert as given (as transformers 5.24's FP8Experts does with
+ * activation_scheme "static": gate_up_proj_activation_scale [E], down_proj_activation_scale [E],
+ * integrations/finegrained_fp8.py); vLLM instead collapses them to the maximum over
+ * the experts (compressed_tensors_moe.py: w13_input_scale.max(), w2_input_scale.max()), so a
+ * checkpoint whose experts have different input_scale runs with finer codes here. Under EP each
+ * rank reads the scales of the experts it holds (a replica gets its logical expert's); under TP
+ * every shard keeps its expert's two scales (they are per expert, not per column), so the
+ * codes of x are the one-process codes, and those of h too (each h element is quantized alone),
+ * and TP output matches one process within the TP bound.
  * ------------------------------------------------------------------------------------- */
 typedef enum moe_qtype {
     MOE_QTYPE_NONE = 0,    /* weight_dtype, unquantized */
@@ -117,7 +143,9 @@ typedef enum moe_qscale {
 typedef enum moe_qact {
     MOE_QACT_NONE = 0,       /* weight-only: f32 activations */
     MOE_QACT_TOKEN = 1,      /* dynamic, one scale per row (token) */
-    MOE_QACT_TOKEN_GROUP = 2 /* dynamic, one scale per row per act_group_size channels */
+    MOE_QACT_TOKEN_GROUP = 2, /* dynamic, one scale per row per act_group_size channels */
+    MOE_QACT_STATIC = 3       /* static: one caller-given scale per expert and matrix
+                                 (moe_weight_source.w13_input_scale / w2_input_scale) */
 } moe_qact;
 
 typedef struct moe_qweight {
@@ -132,11 +160,13 @@ typedef struct moe_quant_config {
     moe_qweight w13;         /* gate and up projections */
     moe_qweight w2;          /* down projection */
     moe_qact act;            /* activation quantization before each GEMM; default NONE */
-    int64_t act_group_size;  /* MOE_QACT_TOKEN_GROUP: channels per scale (128) */
+    int64_t act_group_size;  /* MOE_QACT_TOKEN_GROUP: channels per scale (128); unused (0) with
+                                MOE_QACT_STATIC, whose groups are the weights' (K, or block_k) */
 } moe_quant_config;
 
 /* Static short name of a scheme for logs and the command line: "none", "fp8-tensor",
  * "fp8-channel", "fp8-block", "fp8-block-w8a8" (act TOKEN_GROUP, act_group_size 128),
+ * "fp8-tensor-static", "fp8-channel-static", "fp8-block-static" (act STATIC),
  * "int8-channel", "int8-w8a8", "int4-g128", "int4-g128-zp",
  * "mxfp4", ... ("custom" for anything else). */
 MOE_API const char *moe_quant_name(const moe_quant_config *q);

@@ -63,8 +63,9 @@ static void show_progress(const char *msg, void *user)
  * compressed-tensors float-quantized). */
 static int written(const char *scheme)
 {
-    (void)scheme;
-    return 1;
+    moe_quant_config q;
+    /* static FP8 activations need calibrated input scales, which moe quantize does not compute */
+    return moe_quant_from_name(scheme, &q) == MOE_OK && q.act != MOE_QACT_STATIC;
 }
 
 int cli_cmd_quantize(int argc, char **argv)
@@ -89,6 +90,13 @@ int cli_cmd_quantize(int argc, char **argv)
         return CLI_USAGE;
     }
     moe_quant_config qc;
+    if (moe_quant_from_name(scheme, &qc) == MOE_OK && qc.act == MOE_QACT_STATIC) {
+        cli_err(CMD, "--quant %s: static FP8 activations need input scales calibrated on real inputs, which moe "
+                     "quantize does not compute (llm-compressor's FP8 scheme writes them); use fp8-tensor or "
+                     "fp8-channel (weight-only)",
+                scheme);
+        return CLI_USAGE;
+    }
     if (moe_quant_from_name(scheme, &qc) != MOE_OK || !strcmp(moe_quant_name(&qc), "none")) {
         cli_scheme_unknown(CMD, "--quant", scheme, NULL, 0, written);
         return CLI_USAGE;

@@ -95,7 +95,8 @@ class WeightSource(C.Structure):
                 ("expert_bias_dtype", i32), ("gate_up_bias_stride", i64),
                 ("gate_scale", PP), ("up_scale", PP), ("down_scale", PP),
                 ("gate_zero", PP), ("up_zero", PP), ("down_zero", PP),
-                ("output_bias", vp), ("output_bias_dtype", i32)]
+                ("output_bias", vp), ("output_bias_dtype", i32),
+                ("w13_input_scale", vp), ("w2_input_scale", vp)]
 
 
 class StackedExperts(C.Structure):

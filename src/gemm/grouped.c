@@ -3,6 +3,7 @@
 
 #include "core/act.h"
 #include "quant/format.h"
+#include "quant/quant.h"
 
 #include <math.h>
 #include <omp.h>
@@ -37,6 +38,9 @@ size_t moe_gemm_thread_scratch_floats(void)
  *            at byte I4 of the row (needs I4 + 4 ngI <= 4 I); the quantizer writes the scales
  *            to the thread's scratch first (ngI <= 2 * TILE_FLOATS) and they are copied into
  *            the row after its codes.
+ * Static fp8 activations (MOE_QACT_STATIC): the codes depend on the expert (its input scale), so
+ * S is always the positions, and the one static quantizer (quant/quant.h
+ * moe_quant_row_f8_static) writes the codes and [ngH] / [ngI] copies of the expert's scale.
  * Otherwise (no room: H or I of 1, or a table without the entries) the table's linear for the
  * format runs on the f32 rows and quantizes them itself, once per work item (logged at DEBUG):
  * the same bits, since the quantization of a row does not depend on who does it. */
@@ -50,6 +54,10 @@ typedef struct qrows {
     moe_quant_row_fn quant;    /* the table's quant_row for the format */
     moe_linear_rows_fn rows;   /* and its linear_rows */
     int prefetch;              /* the format row's prefetch flag */
+    int stat;                  /* static fp8 activations (moe_quant.h MOE_QACT_STATIC): the rows are
+                                  quantized per position by moe_quant_row_f8_static with the
+                                  expert's scale (its gate matrix's q->in_scale for x, its down
+                                  matrix's for h), never per token; quant is not used */
 } qrows;
 
 /* Phase 1 item: rows of group g, gate/up panels [p0, p1) -> h[:, 16*p0 .. 16*p1). */
@@ -275,16 +283,17 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_layer_desc *desc, const moe_mlp_g
             q8v.gI = d0->q->gk;
             q8v.quant = kern->quant_row[fmt];
             q8v.rows = kern->linear_rows[fmt];
+            q8v.stat = desc->quant.act == MOE_QACT_STATIC;
         }
         q8v.prefetch = frow->prefetch;
         const int64_t xrow = q8v.H4 + 4 * q8v.ngH; /* bytes per quantized x row */
-        q8v.per_token = gr->rows && !gr->in_scale && Tt * xrow <= P * H * 4;
+        q8v.per_token = gr->rows && !gr->in_scale && !q8v.stat && Tt * xrow <= P * H * 4;
         n_src = q8v.per_token ? Tt : P;
         q8v.x8 = (const uint8_t *)gr->y;
         q8v.xs = (const float *)((const uint8_t *)gr->y + n_src * q8v.H4);
         const int fits = n_src * xrow <= P * H * 4 && q8v.I4 + 4 * q8v.ngI <= 4 * g0->n &&
                          q8v.ngI <= 2 * (int64_t)TILE_FLOATS;
-        if (P > 0 && fits && q8v.quant && q8v.rows)
+        if (P > 0 && fits && (q8v.quant || q8v.stat) && q8v.rows)
             q8 = &q8v;
         else if (P > 0)
             moe_log(ctx, MOE_LOG_DEBUG,
@@ -326,8 +335,12 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_layer_desc *desc, const moe_mlp_g
                     for (int64_t i = gr->begin[g]; i < gr->end[g]; i++) {
                         const int64_t r = gr->rows ? gr->rows[i] : i;
                         const float *xr = gr->x + (gr->rows ? r / gr->row_div : i) * H; /* [H] */
-                        q8->quant(xr, H, q8->gH, gr->in_scale ? &gr->in_scale[r] : NULL, x8 + i * q8->H4,
-                                  xs + i * q8->ngH);
+                        const float *mul = gr->in_scale ? &gr->in_scale[r] : NULL;
+                        if (q8->stat) /* the expert's w13 input scale */
+                            moe_quant_row_f8_static(xr, H, q8->ngH, mul, gr->experts[g].gate.q->in_scale,
+                                                    x8 + i * q8->H4, xs + i * q8->ngH);
+                        else
+                            q8->quant(xr, H, q8->gH, mul, x8 + i * q8->H4, xs + i * q8->ngH);
                     }
                 }
 #pragma omp barrier
@@ -362,7 +375,11 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_layer_desc *desc, const moe_mlp_g
 #pragma omp for schedule(static) nowait
                 for (int64_t i = gr->begin[g]; i < gr->end[g]; i++) {
                     uint8_t *hq = (uint8_t *)(gr->h + i * I); /* [I] f32 in, [I4] codes + [ngI] f32 out */
-                    q8->quant(gr->h + i * I, I, q8->gI, NULL, hq, sc);
+                    if (q8->stat) /* the expert's w2 input scale */
+                        moe_quant_row_f8_static(gr->h + i * I, I, q8->ngI, NULL, gr->experts[g].down.q->in_scale,
+                                                hq, sc);
+                    else
+                        q8->quant(gr->h + i * I, I, q8->gI, NULL, hq, sc);
                     __builtin_memcpy(hq + q8->I4, sc, sizeof(float) * (size_t)q8->ngI);
                 }
             }

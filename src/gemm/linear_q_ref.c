@@ -147,8 +147,10 @@ void moe_ukr_f8a8_rows_ref(const moe_pmat *w, int64_t p0, int64_t p1, const uint
     }
 }
 
-/* fp8 w8a8 on f32 rows: each group quantized on the fly (the row quantizer's arithmetic),
- * then the definition above; out holds the running sum y between groups. */
+/* fp8 w8a8 on f32 rows: each group quantized on the fly (the row quantizer's arithmetic: the
+ * dynamic group scale, or with static activations, q->in_scale > 0, the matrix's static scale
+ * and moe_qact_f8_static), then the definition above; out holds the running sum y between
+ * groups. */
 void moe_ukr_f8a8_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *const *x, int mb, float *out,
                             int64_t ldo)
 {
@@ -159,14 +161,14 @@ void moe_ukr_f8a8_ref(const moe_pmat *w, int64_t p0, int64_t p1, const float *co
     for (int m = 0; m < mb; m++) {
         for (int64_t g = 0; g < q->ng; g++) {
             const int64_t k1 = (g + 1) * G < K ? (g + 1) * G : K;
-            const float sa = moe_qact_f8_scale(x[m] + g * G, k1 - g * G);
+            const float sa = q->in_scale > 0.0f ? q->in_scale : moe_qact_f8_scale(x[m] + g * G, k1 - g * G);
             for (int64_t n = n0; n < n1; n++) {
                 const int64_t p = n / MOE_PANEL;
                 const int nw = moe_pmat_panel_width(w->n, p), j = (int)(n % MOE_PANEL);
                 const uint8_t *panel = d + p * 16 * K; /* [K][nw] */
                 float part = 0.0f;
                 for (int64_t k = g * G; k < k1; k++)
-                    part = fmaf(moe_e4m3_to_f32(moe_f32_to_e4m3(x[m][k] / sa)), moe_e4m3_to_f32(panel[k * nw + j]),
+                    part = fmaf(moe_e4m3_to_f32(moe_qact_f8_static(x[m][k], sa)), moe_e4m3_to_f32(panel[k * nw + j]),
                                 part);
                 float *o = out + m * ldo + (n - n0);
                 *o = (g == 0 ? 0.0f : *o) + (part * sa) * q->scale[p * 16 * q->ng + g * nw + j];

@@ -455,7 +455,10 @@ static moe_status check_plan_desc(const moe_checkpoint *ck, int64_t layer, const
         {"quant.w2.scale", have->quant.w2.scale, want->quant.w2.scale},
         {"quant.w2.block_n", want->quant.w2.dtype ? have->quant.w2.block_n : 0, want->quant.w2.block_n},
         {"quant.w2.block_k", want->quant.w2.dtype ? have->quant.w2.block_k : 0, want->quant.w2.block_k},
-        {"quant.act", have->quant.act, want->quant.act},
+        /* a static FP8 checkpoint may run weight-only on request: a plan with quant.act NONE */
+        {"quant.act", have->quant.act == MOE_QACT_NONE && want->quant.act == MOE_QACT_STATIC ? want->quant.act
+                                                                                           : have->quant.act,
+         want->quant.act},
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (ints[i].h != ints[i].w)
@@ -521,6 +524,11 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
     if (st == MOE_OK) {
         fill_desc(ck, &lt, &want);
         st = check_plan_desc(ck, layer, moe_plan_desc(plan), &want);
+        if (st == MOE_OK && want.quant.act == MOE_QACT_STATIC && moe_plan_desc(plan)->quant.act == MOE_QACT_NONE)
+            moe_log(ck->ctx, MOE_LOG_INFO,
+                    "%s: layer %" PRId64 ": static FP8 checkpoint (%s) run weight-only as the plan asks (quant.act "
+                    "NONE): f32 activations, the input_scale tensors read and checked but not applied",
+                    ck->dir, layer, moe_quant_name(&want.quant));
     }
     if (st == MOE_OK && lt.mxfp4)
         st = moe_ck_mxfp4_split_gate_up(&ck->ix, &ck->cfg, &lt, layer);

@@ -29,9 +29,11 @@
  *   format "float-quantized" (type float, num_bits 8: FP8 e4m3, e.g. llm-compressor's FP8 and
  *     FP8_DYNAMIC schemes; naive-quantized with float weights is the same bytes): <module>.weight
  *     F8_E4M3 [N, K] holding the codes, <module>.weight_scale [1] (strategy tensor) or [N, 1]
- *     (channel): w = q * s; input_activations dynamic per-token FP8, and static per-tensor FP8
- *     (<module>.input_scale [1] per linear: read and checked, not applied), are served
- *     weight-only.
+ *     (channel): w = q * s; input_activations dynamic per-token FP8 are served weight-only;
+ *     static per-tensor FP8 (<module>.input_scale [1] per linear) load as the static schemes
+ *     (fp8-tensor-static, fp8-channel-static: quant.act MOE_QACT_STATIC, each expert's
+ *     gate_proj / up_proj input_scale quantizing the w13 input and its down_proj input_scale
+ *     the w2 input, as written per expert).
  * libmoe's source layout (moe_quant.h "Quantized experts") is reached with
  *   int4 symmetric:  nibble = stored ^ 8 (two's complement q), [N, K/2] bytes, low nibble k even
  *   int4 zero point: v = stored nibble (q + 8), z = stored zero nibble (zp + 8): w = (v - z) s
@@ -66,7 +68,7 @@ struct moe_ckq {
     int is_float;          /* weights type float (FP8 e4m3) */
     int act_dynamic_fp8;   /* input_activations dynamic per-token FP8: served weight-only (logged) */
     int act_static_fp8;    /* input_activations static per-tensor FP8 (input_scale per linear):
-                              served weight-only, the scales validated and named (logged) */
+                              quant.act MOE_QACT_STATIC, the scales loaded per expert */
     moe_quant_config quant;/* w13 = w2 = the weight scheme, act */
     json_t *targets;       /* the config groups' targets (strings), or NULL when a group has none */
     json_t *ignore;        /* quantization_config.ignore (strings), or NULL */
@@ -82,6 +84,8 @@ struct moe_ckq_layer {
     size_t owned_bytes;
     int act_order;             /* GPTQ: a g_idx of this layer is act-order */
     int f32;                   /* GPTQ act-order: the experts are f32 [N, K] dequantizations, quant NONE */
+    float *in13, *in2;         /* static FP8 activations: [E] f32 input scales of w13 (max of gate_proj's
+                                  and up_proj's) and of w2 (down_proj's); 0 for experts not loaded */
 };
 
 static bool jstr_is(const json_t *v, const char *s)
@@ -289,8 +293,9 @@ static moe_status parse_weights(moe_ctx *ctx, const char *cp, const char *f, con
 /* input_activations of an FP8-weight group (object ia): dynamic per-token FP8 (FP8_DYNAMIC,
  * Llama-4 Maverick FP8) is served weight-only (libmoe has no per-token FP8 activation kernel,
  * only per-token-group with block weights): f32 activations, logged at load. Static
- * per-tensor FP8 activations (input_scale per linear) are served weight-only too, the scales
- * required and checked at layer load (load_input_scales); other static strategies are refused. */
+ * per-tensor FP8 activations (input_scale per linear) load as quant.act MOE_QACT_STATIC, the
+ * scales required, checked and kept per expert at layer load (load_input_scales); other static
+ * strategies are refused. */
 static moe_status parse_float_acts(moe_ctx *ctx, const char *cp, const char *f, const json_t *ia, moe_ckq *q)
 {
     const json_t *type = json_object_get(ia, "type"), *nb = json_object_get(ia, "num_bits");
@@ -313,7 +318,7 @@ static moe_status parse_float_acts(moe_ctx *ctx, const char *cp, const char *f, 
             return moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: field '%s.input_activations.symmetric' = %s: static "
                                  "FP8 activations are loaded symmetric only", cp, f, jvalue(sym));
         q->act_static_fp8 = 1;
-        q->quant.act = MOE_QACT_NONE;
+        q->quant.act = MOE_QACT_STATIC;
         return MOE_OK;
     }
     if (!json_is_true(dyn) || !jstr_is(strat, "token"))
@@ -513,12 +518,12 @@ moe_status moe_ckq_parse(moe_ctx *ctx, const char *cp, const char *qpre, const j
                 "fp8 x fp8 products the checkpoint was calibrated for (docs/numerics.md)",
                 cp, moe_quant_name(&q->quant));
     if (q->act_static_fp8)
-        moe_log(ctx, MOE_LOG_WARN,
+        moe_log(ctx, MOE_LOG_INFO,
                 "%s: compressed-tensors input_activations static per-tensor FP8 (an input_scale per linear): "
-                "served weight-only (%s) with f32 activations; the input_scale tensors are read and checked but "
-                "not applied (libmoe has no static FP8 activation kernel: its fp8 w8a8 is dynamic per token group "
-                "with block weights), so outputs are those of the dequantized weights, without the fp8 rounding "
-                "and the clipping above 448 * input_scale the checkpoint was calibrated for (docs/checkpoints.md)",
+                "served as %s, each expert's w13 input quantized with its gate_proj / up_proj input_scale and its "
+                "w2 input with its down_proj input_scale, e4m3(clamp(x / s, -448, 448)), per expert as written "
+                "(vLLM applies the maximum over the experts); a plan with quant.act NONE runs the same codes "
+                "weight-only (docs/checkpoints.md)",
                 cp, moe_quant_name(&q->quant));
     *out = q;
     return MOE_OK;
@@ -537,6 +542,8 @@ void moe_ckq_layer_free(moe_ckq_layer *l)
         free(l->scale[j]);
         free(l->zero[j]);
     }
+    free(l->in13);
+    free(l->in2);
     free(l);
 }
 
@@ -589,6 +596,8 @@ void moe_ckq_layer_source(const moe_ckq_layer *l, moe_weight_source *src)
     src->gate_zero = l->zero[0];
     src->up_zero = l->zero[1];
     src->down_zero = l->zero[2];
+    src->w13_input_scale = l->in13; /* static FP8 activations: [E], else NULL */
+    src->w2_input_scale = l->in2;
 }
 
 static bool shape_is(const moe_tensor_info *t, int nd, int64_t a, int64_t b)
@@ -800,17 +809,24 @@ static moe_status get_input_scale(moe_ctx *ctx, const moe_ckq_lookup *lk, const 
     return MOE_OK;
 }
 
-/* The input_scale of every expert linear of [e_lo, e_hi) (static FP8 activations), and at load
- * the WARNING naming what is not applied: per projection the largest over the experts, which is
- * what vLLM applies (compressed_tensors_moe.py process_weights_after_loading takes
- * w13_input_scale.max() and w2_input_scale.max() over the experts, and its weight loader
- * requires gate_proj's and up_proj's to agree). */
+/* The input_scale of every expert linear of [e_lo, e_hi) (static FP8 activations) into in13 /
+ * in2 [E] (at load; describing only checks names, dtypes and shapes): w13's is gate_proj's,
+ * w2's down_proj's. gate_proj and up_proj see the same input, so llm-compressor calibrates one
+ * scale for both; where they differ the larger is used (the input is quantized once for both
+ * GEMMs, and the larger scale clips nothing the smaller would not) and a WARNING names the
+ * experts and the cost: the projection with the smaller scale gets coarser codes than it was
+ * calibrated for (vLLM's loader refuses such a checkpoint: "input_scales of w1 and w3 of a layer
+ * must be equal"). INFO names each projection's range; vLLM would apply the maxima over the
+ * experts (compressed_tensors_moe.py process_weights_after_loading: w13_input_scale.max(),
+ * w2_input_scale.max()), libmoe applies each expert's own. */
 static moe_status load_input_scales(moe_ctx *ctx, const moe_ckq_lookup *lk, const char *prefix,
-                                    const char *const proj[3], int64_t e_lo, int64_t e_hi, int describe)
+                                    const char *const proj[3], int64_t e_lo, int64_t e_hi, int describe, float *in13,
+                                    float *in2)
 {
     char base[300];
     float mx[3] = {0, 0, 0}, mn[3] = {0, 0, 0};
-    int64_t differ = 0; /* experts whose gate_proj and up_proj input_scale differ */
+    int64_t differ = 0, first = -1; /* experts whose gate_proj and up_proj input_scale differ, the first */
+    float fg = 0, fu = 0;           /* the first one's two scales */
     for (int64_t e = e_lo; e < e_hi; e++) {
         float v[3];
         for (int j = 0; j < 3; j++) {
@@ -823,16 +839,29 @@ static moe_status load_input_scales(moe_ctx *ctx, const moe_ckq_lookup *lk, cons
             if (e == e_lo || v[j] < mn[j])
                 mn[j] = v[j];
         }
-        differ += v[0] != v[1];
+        if (v[0] != v[1] && differ++ == 0)
+            first = e, fg = v[0], fu = v[1];
+        if (!describe) {
+            in13[e] = v[0] > v[1] ? v[0] : v[1];
+            in2[e] = v[2];
+        }
     }
-    if (!describe && e_lo < e_hi)
+    if (describe || e_lo >= e_hi)
+        return MOE_OK;
+    moe_log(ctx, MOE_LOG_INFO,
+            "%sexperts: static FP8 input_scale applied per expert: experts [%" PRId64 ", %" PRId64
+            ") %s.input_scale %g .. %g, %s.input_scale %g .. %g, %s.input_scale %g .. %g (vLLM would quantize "
+            "the w13 input with %g and the w2 input with %g, the maxima over the experts)",
+            prefix, e_lo, e_hi, proj[0], (double)mn[0], (double)mx[0], proj[1], (double)mn[1], (double)mx[1], proj[2],
+            (double)mn[2], (double)mx[2], (double)(mx[0] > mx[1] ? mx[0] : mx[1]), (double)mx[2]);
+    if (differ)
         moe_log(ctx, MOE_LOG_WARN,
-                "%sexperts: static FP8 input_scale NOT applied (weight-only, f32 activations): experts [%" PRId64
-                ", %" PRId64 ") %s.input_scale %g .. %g, %s.input_scale %g .. %g, %s.input_scale %g .. %g; vLLM "
-                "would quantize the w13 input with %g and the w2 input with %g (the maxima over the experts)%s",
-                prefix, e_lo, e_hi, proj[0], (double)mn[0], (double)mx[0], proj[1], (double)mn[1], (double)mx[1],
-                proj[2], (double)mn[2], (double)mx[2], (double)(mx[0] > mx[1] ? mx[0] : mx[1]), (double)mx[2],
-                differ ? "; gate and up input_scale differ in some experts, which vLLM's loader refuses" : "");
+                "%sexperts: %s.input_scale and %s.input_scale differ in %" PRId64 " experts (the first: expert %" PRId64
+                ", %g and %g): their shared input is quantized once with the larger, so the projection with the "
+                "smaller scale gets codes up to %.3gx coarser than it was calibrated for (vLLM refuses such a "
+                "checkpoint)",
+                prefix, proj[0], proj[1], differ, first, (double)fg, (double)fu,
+                (double)((fg > fu ? fg : fu) / (fg < fu ? fg : fu)));
     return MOE_OK;
 }
 
@@ -900,8 +929,14 @@ moe_status moe_ckq_layer_load(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_look
             st = load_linear(ctx, q, lk, l, base, j == 2 ? H : I, j == 2 ? I : H, describe, &codes[j][e], &l->scale[j][e],
                              &l->zero[j][e]);
         }
+    if (st == MOE_OK && q->act_static_fp8 && !describe) {
+        l->in13 = calloc((size_t)E, sizeof *l->in13); /* [E] */
+        l->in2 = calloc((size_t)E, sizeof *l->in2);   /* [E] */
+        if (!l->in13 || !l->in2)
+            st = moe_set_error(ctx, MOE_ENOMEM, "out of memory for %" PRId64 " experts' input scales", E);
+    }
     if (st == MOE_OK && q->act_static_fp8)
-        st = load_input_scales(ctx, lk, prefix, proj, e_lo, e_hi, describe);
+        st = load_input_scales(ctx, lk, prefix, proj, e_lo, e_hi, describe, l->in13, l->in2);
     if (st != MOE_OK) {
         moe_ckq_layer_free(l);
         return st;
@@ -1162,7 +1197,7 @@ moe_status moe_ckq_dequant_linear(moe_ctx *ctx, const moe_ckq *q, const moe_ckq_
     const uint8_t *zero = NULL;
     l->f32 = q->format == CKQ_FMT_GPTQ; /* GPTQ / AWQ: the exact f32 dequantization, act-order or not */
     moe_status st = load_linear(ctx, q, lk, l, base, N, K, describe, &codes, &scale, &zero);
-    float in_scale = 0.0f; /* static FP8 activations: checked, not applied (weight-only) */
+    float in_scale = 0.0f; /* static FP8 activations: checked, not applied (the shared expert runs f32) */
     if (st == MOE_OK && q->act_static_fp8)
         st = get_input_scale(ctx, lk, base, describe, &in_scale);
     if (st == MOE_OK && q->act_static_fp8 && !describe)

@@ -385,7 +385,8 @@ static moe_status config_quant(moe_ck_config *c, const json_t *root, const json_
         return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
                              "%s: field '%squantization_config.activation_scheme' = %s: only dynamic is supported (static "
                              "FP8 activation scales, transformers' activation_scale / vLLM's input_scale tensors, are "
-                             "not read for quant_method fp8; compressed-tensors static FP8 loads, served weight-only)",
+                             "not read for quant_method fp8; compressed-tensors static FP8 (input_scale per linear) "
+                             "loads as fp8-tensor-static / fp8-channel-static)",
                              c->path, qpre, json_is_string(as) ? json_string_value(as) : moe_io_json_found(as));
     const json_t *bs = json_object_get(qc, "weight_block_size");
     if (!bs || json_is_null(bs)) {

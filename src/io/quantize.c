@@ -223,6 +223,11 @@ moe_status moe_checkpoint_quantize(moe_ctx *ctx, const char *in_dir, const char 
         stats = &local;
     memset(stats, 0, sizeof *stats);
     qw_job j = {.ctx = ctx, .opt = opt, .stats = stats};
+    if (moe_quant_from_name(opt->scheme, &j.q) == MOE_OK && j.q.act == MOE_QACT_STATIC)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "quantization scheme '%s': static FP8 activations need input scales calibrated on real "
+                             "inputs, which moe_checkpoint_quantize does not compute; use fp8-tensor or fp8-channel",
+                             opt->scheme);
     if (moe_quant_from_name(opt->scheme, &j.q) != MOE_OK || !moe_quant_active(&j.q))
         return moe_set_error(ctx, MOE_EINVAL,
                              "unknown quantization scheme '%s' (accepted: fp8-block, fp8-tensor, fp8-channel, int8-channel, int8-w8a8, int4-g32, "

@@ -75,9 +75,12 @@ static moe_status shared_ct(const moe_ck_index *ix, const moe_ck_config *c, cons
                 "%s%s: %s %s shared expert dequantized to f32 ((v - z) * s, one f32 "
                 "multiply): %zu bytes resident instead of %zu of codes%s",
                 prefix, c->row->shared.module, moe_ckq_method(c->ct), moe_quant_name(cq), 3 * n1 * sizeof(float), code_bytes,
-                cq->act == MOE_QACT_NONE ? ""
-                                         : "; it runs with f32 activations (the checkpoint's dynamic int8 "
-                                           "activation quantization applies to the routed experts only)");
+                cq->act == MOE_QACT_NONE     ? ""
+                : cq->act == MOE_QACT_STATIC ? "; it runs with f32 activations (its static FP8 input_scale is "
+                                               "read and checked, not applied: the checkpoint's static activation "
+                                               "quantization applies to the routed experts only)"
+                                             : "; it runs with f32 activations (the checkpoint's dynamic int8 "
+                                               "activation quantization applies to the routed experts only)");
     return MOE_OK;
 }
 

@@ -10,6 +10,7 @@
 #include "quant/pack.h"
 #include "quant/quant.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #ifdef _OPENMP
@@ -152,6 +153,24 @@ static moe_status check_quant_source(const moe_plan *plan, const moe_shard *shp,
                                                                                                  : NULL;
         if (bad)
             return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: expert %lld: %s pointer is NULL", (long long)e, bad);
+    }
+    /* static fp8 activations: every held expert's two input scales, finite and > 0 */
+    if (qc->act == MOE_QACT_STATIC && (!src->w13_input_scale || !src->w2_input_scale))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "moe_weights_create: static FP8 activations (%s) but src->%s is NULL (one f32 input "
+                             "scale per expert)",
+                             moe_quant_name(qc), !src->w13_input_scale ? "w13_input_scale" : "w2_input_scale");
+    for (int64_t le = 0; qc->act == MOE_QACT_STATIC && le < El; le++) {
+        const int64_t e = moe_shard_logical(&sh, le);
+        for (int m = 0; m < 2; m++) {
+            const float v = m == 0 ? src->w13_input_scale[e] : src->w2_input_scale[e];
+            if (!(isfinite(v) && v > 0.0f))
+                return moe_set_error(ctx, MOE_EINVAL,
+                                     "moe_weights_create: expert %lld: src->%s[%lld] = %g (the %s input scale), must "
+                                     "be finite and > 0",
+                                     (long long)e, m == 0 ? "w13_input_scale" : "w2_input_scale", (long long)e,
+                                     (double)v, m == 0 ? "gate_proj / up_proj" : "down_proj");
+        }
     }
     return moe_weights_check_shard(ctx, "moe_weights_create", d, &sh, plan->st.par.tp_size, -1, plan->st.compute, q13,
                                    q2);
@@ -363,8 +382,14 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
         if (f->comp_bytes)
             w->comps[i] = moe_alloc_aligned((size_t)f->comp_bytes * (size_t)N); /* [N] int32 */
         fail = !w->scales[i] || (qw->has_zero_point && !w->zeros[i]) || (f->comp_bytes && !w->comps[i]);
+        /* static fp8 activations: the logical expert's input scale of this matrix (EP: the expert
+         * this slot holds; TP: every shard keeps it) */
+        const int64_t e = w->logical ? w->logical[i / 3] : 0;
+        const float in_scale = qc->act != MOE_QACT_STATIC ? 0.0f
+                               : mat == 2                 ? src->w2_input_scale[e]
+                                                          : src->w13_input_scale[e];
         w->qm[i] = (struct moe_qmat){.kind = f->fmt, .gk = gk, .ng = ng, .scale = w->scales[i], .zero = w->zeros[i],
-                                     .comp = w->comps[i]};
+                                     .comp = w->comps[i], .in_scale = in_scale};
         const size_t per = sizeof(float) * (qw->has_zero_point ? 2 : 1);
         bytes += per * (size_t)(N * ng) + (size_t)f->comp_bytes * (size_t)N;
         const int64_t own = mat == 2 ? cells_owned(&qc->w2, I, i0, Il) : cells_owned(&qc->w13, H, 0, H);

@@ -90,6 +90,8 @@ static moe_status validate_fp8(moe_ctx *ctx, const char *which, const moe_qweigh
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
                              "layer description: quant.act = TOKEN with fp8 weights (per-token fp8 w8a8) is not "
                              "implemented; use TOKEN_GROUP with BLOCK scales (fp8-block-w8a8) or act NONE");
+    if (act == MOE_QACT_STATIC) /* TENSOR, CHANNEL or BLOCK weights: the groups are the weights' */
+        return MOE_OK;
     if (act == MOE_QACT_TOKEN_GROUP && w->scale != MOE_QSCALE_BLOCK)
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
                              "layer description: quant.act = TOKEN_GROUP with quant.%s.scale = %s: fp8 w8a8 needs "
@@ -389,7 +391,7 @@ const moe_format *moe_format_row(moe_wfmt f)
 moe_wfmt moe_quant_kind(const moe_qweight *qw, moe_qact act)
 {
     switch (qw->dtype) {
-    case MOE_QTYPE_F8_E4M3: return act == MOE_QACT_TOKEN_GROUP ? MOE_WF_F8A8 : MOE_WF_F8;
+    case MOE_QTYPE_F8_E4M3: return act == MOE_QACT_TOKEN_GROUP || act == MOE_QACT_STATIC ? MOE_WF_F8A8 : MOE_WF_F8;
     case MOE_QTYPE_I8: return act == MOE_QACT_TOKEN ? MOE_WF_W8A8 : MOE_WF_I8;
     case MOE_QTYPE_INT4: return qw->has_zero_point ? MOE_WF_I4ZP : MOE_WF_I4;
     default: return MOE_WF_FP4;
@@ -521,7 +523,7 @@ static moe_status check_weight(moe_ctx *ctx, const char *which, const moe_qweigh
 moe_status moe_quant_validate(moe_ctx *ctx, const moe_layer_desc *d)
 {
     const moe_quant_config *q = &d->quant;
-    if ((int)q->act < 0 || q->act > MOE_QACT_TOKEN_GROUP)
+    if ((int)q->act < 0 || q->act > MOE_QACT_STATIC)
         return moe_set_error(ctx, MOE_EINVAL, "layer description: quant.act = %d is not a moe_qact value", (int)q->act);
     if (!moe_quant_active(q)) {
         if (q->act != MOE_QACT_NONE)
@@ -541,6 +543,11 @@ moe_status moe_quant_validate(moe_ctx *ctx, const moe_layer_desc *d)
     if (q->act == MOE_QACT_TOKEN_GROUP && (q->w13.dtype != MOE_QTYPE_F8_E4M3 || q->w2.dtype != MOE_QTYPE_F8_E4M3))
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
                              "layer description: quant.act = TOKEN_GROUP (fp8 w8a8) needs fp8 w13 and w2 (got %s, %s)",
+                             moe_qtype_name(q->w13.dtype), moe_qtype_name(q->w2.dtype));
+    if (q->act == MOE_QACT_STATIC && (q->w13.dtype != MOE_QTYPE_F8_E4M3 || q->w2.dtype != MOE_QTYPE_F8_E4M3))
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "layer description: quant.act = STATIC (static FP8 activations) needs fp8 w13 and w2 "
+                             "(got %s, %s)",
                              moe_qtype_name(q->w13.dtype), moe_qtype_name(q->w2.dtype));
     if (q->act == MOE_QACT_TOKEN_GROUP && (q->act_group_size < 1 || q->act_group_size > (1 << 20)))
         return moe_set_error(ctx, MOE_EINVAL, "layer description: quant.act_group_size = %lld, must be in [1, 2^20]",

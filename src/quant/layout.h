@@ -31,7 +31,9 @@ typedef enum moe_wfmt {
     MOE_WF_FP4 = 7,  /* e2m1 (mxfp4): as MOE_WF_I4 */
     MOE_WF_W8A8 = 8, /* int8 for VNNI, int8 activations per token: panel p at byte p*16*K4
                         (K4 = K rounded up to 4, zero-filled), [K4/4][nw][4] */
-    MOE_WF_F8A8 = 9, /* e4m3 weights for fp8 w8a8 (activations TOKEN_GROUP): the codes laid out as
+    MOE_WF_F8A8 = 9, /* e4m3 weights for fp8 w8a8 (activations TOKEN_GROUP, or STATIC with
+                        moe_qmat.in_scale > 0; TENSOR / CHANNEL weights then have one group of
+                        gk = K): the codes laid out as
                         MOE_WF_F8; scale holds s itself (never s * 256: the kernels multiply the
                         group's partial sum by s after the group); gk = block_k */
     MOE_WF_BF16P = 10, /* bf16 pairs for compute bf16 (moe.h MOE_COMPUTE_BF16): panel p at bf16
@@ -78,6 +80,9 @@ struct moe_qmat {
     const float *scale;  /* panel p at p*16*ng: [ng][nw] f32 (W8A8: [N] f32 per channel) */
     const float *zero;   /* as scale (MOE_WF_I4ZP only), else NULL */
     const int32_t *comp; /* W8A8: [N] 128 * sum_k w[n][k] */
+    float in_scale;      /* MOE_WF_F8A8 with static activations (moe_quant.h MOE_QACT_STATIC): the
+                            expert's input scale s of this matrix (gate and up: w13_input_scale[e],
+                            down: w2_input_scale[e]), every activation group's scale; 0: dynamic */
 };
 
 /* A linear layer's weight W [N, K] (N output features, K input features, nn.Linear layout)

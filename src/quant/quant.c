@@ -71,6 +71,11 @@ static const struct {
     {"int4-g64-zp", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 64, 1, MOE_QACT_NONE, 0},
     {"int4-g128-zp", MOE_QTYPE_INT4, MOE_QSCALE_GROUP, 0, 0, 128, 1, MOE_QACT_NONE, 0},
     {"mxfp4", MOE_QTYPE_MXFP4, MOE_QSCALE_GROUP, 0, 0, 32, 0, MOE_QACT_NONE, 0},
+    /* static FP8 activations (caller-given input scales per expert, moe_weight_source): last,
+     * so the lists of the schemes a checkpoint can be quantized to keep their order */
+    {"fp8-tensor-static", MOE_QTYPE_F8_E4M3, MOE_QSCALE_TENSOR, 0, 0, 0, 0, MOE_QACT_STATIC, 0},
+    {"fp8-channel-static", MOE_QTYPE_F8_E4M3, MOE_QSCALE_CHANNEL, 0, 0, 0, 0, MOE_QACT_STATIC, 0},
+    {"fp8-block-static", MOE_QTYPE_F8_E4M3, MOE_QSCALE_BLOCK, 128, 128, 0, 0, MOE_QACT_STATIC, 0},
 };
 
 moe_status moe_quant_from_name(const char *name, moe_quant_config *q)

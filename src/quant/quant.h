@@ -116,4 +116,31 @@ static inline float moe_qact_f8_scale(const float *x, int64_t n)
     }
     return (a > 1e-10f ? a : 1e-10f) / 448.0f;
 }
+
+/* ---- static fp8 activation quantization (moe_quant.h MOE_QACT_STATIC) ---- */
+
+/* The code of v under the static scale s (finite, > 0): e4m3(clamp(v / s, -448, 448)), the
+ * quotient rounded once in f32, then nearest even; moe_f32_to_e4m3 saturates (|v / s| >= 448,
+ * inf included, gives +-448: the clamp) and keeps NaN (the NaN code). */
+static inline uint8_t moe_qact_f8_static(float v, float s)
+{
+    return moe_f32_to_e4m3(v / s);
+}
+
+/* One GEMM input row under the static scale s: dst[k] = moe_qact_f8_static(v[k], s) with
+ * v[k] = x[k], or *mul * x[k] (the product rounded to f32 first: apply_router_weight_on_input),
+ * and scales[0 .. ng) = s (every activation group of the fp8 w8a8 GEMM has the scale s). In
+ * place allowed (dst == (uint8_t *)x: byte k is written after x[k] is read). The one static
+ * quantizer: the grouped driver calls it for every kernel table, so the codes are the same on
+ * all of them. */
+static inline void moe_quant_row_f8_static(const float *x, int64_t n, int64_t ng, const float *mul, float s,
+                                           uint8_t *dst, float *scales)
+{
+    for (int64_t k = 0; k < n; k++) {
+        const float v = mul ? *mul * x[k] : x[k];
+        dst[k] = moe_qact_f8_static(v, s);
+    }
+    for (int64_t g = 0; g < ng; g++)
+        scales[g] = s;
+}
 #endif

@@ -68,6 +68,25 @@ void moe_ref_expert_ex(const moe_layer_desc *desc, const moe_ref_mlp *m, int64_t
 void moe_ref_expert_bf16(const moe_layer_desc *desc, const moe_ref_mlp *m, int64_t H, int64_t I,
                          const float *x, float *y, float *h_scratch, float *xb_scratch);
 
+/* One expert under static FP8 activations (moe_quant.h MOE_QACT_STATIC), from the source
+ * layout as the caller passes it (not the packed panels): e4m3 codes row-major gate, up [I, H]
+ * and down [H, I], their scales in the shapes of q13 / q2 (TENSOR, CHANNEL or BLOCK), and the
+ * expert's input scales s13 (gate / up) and s2 (down). Per matrix W [N, K] on input v [K]:
+ * c[k] = e4m3(clamp(v[k] / s, -448, 448)) (quotient rounded once in f32, nearest even, NaN the
+ * NaN code), then for each output n: y = +0, and per activation group g (one of K for TENSOR /
+ * CHANNEL weights, block_k long for BLOCK) in increasing order y = y + (part * s) * s_w(n, g),
+ * part the fmaf chain in increasing k from +0 of dec(c[k]) * dec(W[n][k]). Biases (when m has
+ * them) are added after, the activation between, as moe_ref_expert_ex. x [H]; y [H];
+ * h_scratch [I]; cq [max(H, I)] bytes of codes. */
+typedef struct moe_ref_f8s {
+    const uint8_t *gate, *up, *down;       /* codes */
+    const float *gate_s, *up_s, *down_s;   /* weight scales */
+    moe_qweight q13, q2;                   /* their granularity */
+    float s13, s2;                         /* the expert's input scales */
+} moe_ref_f8s;
+void moe_ref_expert_f8static(const moe_layer_desc *desc, const moe_ref_f8s *m, const moe_ref_mlp *bias, int64_t H,
+                             int64_t I, const float *x, float *y, float *h_scratch, uint8_t *cq);
+
 /* One SwiGLU expert with row-major weights and no biases: y[H] = down (silu(gate x) * (up x)).
  * gate, up [I, H] and down [H, I] in dtype dt; x [H]; h_scratch [I]. */
 void moe_ref_expert(const void *gate, const void *up, const void *down, moe_dtype dt, int64_t H,

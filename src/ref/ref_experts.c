@@ -4,6 +4,7 @@
 #include "ref/ref.h"
 #include "core/act.h"
 #include "core/bf16.h"
+#include "quant/convert.h"
 
 #include <math.h>
 
@@ -87,4 +88,48 @@ void moe_ref_expert(const void *gate, const void *up, const void *down, moe_dtyp
     moe_ref_mlp m = {.gate = gate, .up = up, .down = down, .dt = dt, .gu_so = H, .gu_si = 1,
                      .dn_so = I, .dn_si = 1};
     moe_ref_expert_ex(&d, &m, H, I, x, y, h);
+}
+
+/* Static FP8: output n of W [N, K] (codes w row-major, scales ws in the shapes of q) on the
+ * codes c [K] of input scale sx: y = +0, then per activation group g (one of K for TENSOR /
+ * CHANNEL, block_k long for BLOCK) y = y + (part * sx) * s_w(n, g). */
+static float f8s_out(const moe_qweight *q, const uint8_t *w, const float *ws, int64_t K, int64_t n, const uint8_t *c,
+                     float sx)
+{
+    const int64_t G = q->scale == MOE_QSCALE_BLOCK ? q->block_k : K;
+    const int64_t cols = (K + G - 1) / G; /* BLOCK: the scale grid [ceil(N / bn), cols] */
+    float y = 0.0f;
+    for (int64_t g = 0; g < cols; g++) {
+        float part = 0.0f;
+        for (int64_t k = g * G; k < K && k < (g + 1) * G; k++)
+            part = fmaf(moe_e4m3_to_f32(c[k]), moe_e4m3_to_f32(w[n * K + k]), part);
+        const float sw = q->scale == MOE_QSCALE_TENSOR    ? ws[0]
+                         : q->scale == MOE_QSCALE_CHANNEL ? ws[n]
+                                                          : ws[(n / q->block_n) * cols + g];
+        y = y + (part * sx) * sw;
+    }
+    return y;
+}
+
+void moe_ref_expert_f8static(const moe_layer_desc *desc, const moe_ref_f8s *m, const moe_ref_mlp *bias, int64_t H,
+                             int64_t I, const float *x, float *y, float *h, uint8_t *cq)
+{
+    for (int64_t k = 0; k < H; k++) /* the codes of x [H]: e4m3 saturates (the clamp), keeps NaN */
+        cq[k] = moe_f32_to_e4m3(x[k] / m->s13);
+    for (int64_t i = 0; i < I; i++) {
+        float g = f8s_out(&m->q13, m->gate, m->gate_s, H, i, cq, m->s13);
+        float u = f8s_out(&m->q13, m->up, m->up_s, H, i, cq, m->s13);
+        if (bias && bias->gate_bias) {
+            g = g + moe_ref_load(bias->gate_bias, bias->bias_dt, i * bias->gu_bias_stride);
+            u = u + moe_ref_load(bias->up_bias, bias->bias_dt, i * bias->gu_bias_stride);
+        }
+        h[i] = moe_ref_activation(desc, g, u);
+    }
+    for (int64_t i = 0; i < I; i++) /* the codes of h [I] */
+        cq[i] = moe_f32_to_e4m3(h[i] / m->s2);
+    for (int64_t o = 0; o < H; o++) {
+        y[o] = f8s_out(&m->q2, m->down, m->down_s, I, o, cq, m->s2);
+        if (bias && bias->down_bias)
+            y[o] = y[o] + moe_ref_load(bias->down_bias, bias->bias_dt, o);
+    }
 }

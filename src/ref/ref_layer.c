@@ -41,7 +41,9 @@ moe_status moe_ref_forward_given(const moe_layer_desc *desc, const moe_weight_so
     int64_t hmax = I > Is ? I : Is;
     float *h = malloc(sizeof(float) * (size_t)hmax);             /* [max(I, Is)] */
     const int64_t bmax = (H > hmax ? H : hmax) + 1;
-    float *xb = malloc(sizeof(float) * (size_t)bmax);            /* [max(H, I, Is) + 1] bf16 rows */
+    float *xb = malloc(sizeof(float) * (size_t)bmax);            /* [max(H, I, Is) + 1] bf16 rows; static
+                                                                    FP8: the codes, bytes */
+    const int f8s = desc->quant.act == MOE_QACT_STATIC;          /* static FP8 activations */
     float *shared_y = Is > 0 ? malloc(sizeof(float) * (size_t)(T * H)) : NULL; /* [T, H] */
     float *shared_scale = Is > 0 ? malloc(sizeof(float) * (size_t)T) : NULL;   /* [T] */
     moe_status st = MOE_OK;
@@ -101,10 +103,17 @@ routed:
                     xs[k] = weights[r] * x[t * H + k];
                 in = xs;
             }
-            if (bf16)
+            if (f8s) {
+                const moe_ref_f8s q = {.gate = src->gate_proj[e], .up = src->up_proj[e], .down = src->down_proj[e],
+                                       .gate_s = src->gate_scale[e], .up_s = src->up_scale[e],
+                                       .down_s = src->down_scale[e], .q13 = desc->quant.w13, .q2 = desc->quant.w2,
+                                       .s13 = src->w13_input_scale[e], .s2 = src->w2_input_scale[e]};
+                moe_ref_expert_f8static(desc, &q, &m, H, I, in, y + r * H, h, (uint8_t *)xb);
+            } else if (bf16) {
                 moe_ref_expert_bf16(desc, &m, H, I, in, y + r * H, h, xb);
-            else
+            } else {
                 moe_ref_expert_ex(desc, &m, H, I, in, y + r * H, h);
+            }
         }
     }
 

@@ -21,9 +21,11 @@
  *   quant      dispatch_dtype F8_E4M3 and I8: measured error against exact F32 dispatch.
  *   qexperts   quantized routed experts (fp8 128x128 blocks cut by the TP shard (R11), fp8
  *              [16, 16] blocks, int8-channel, int8-w8a8, fp8-block-w8a8 ([16, 16] and 128x128
- *              blocks), int4-g32 with and without zero points, mxfp4): EP bit-identical to the
+ *              blocks), fp8-channel-static / fp8-tensor-static (per-expert input scales),
+ *              int4-g32 with and without zero points, mxfp4): EP bit-identical to the
  *              one-process quantized plan; TP (and TP 2 x EP 2) equal to an oracle summing
- *              one-process plans on shards cut by hand (w8a8: codes and scales, bit-identical;
+ *              one-process plans on shards cut by hand (w8a8 and static fp8: codes and scales,
+ *              the input scales per expert unchanged, bit-identical;
  *              weight-only: the dequantized f32 shards, within TU_REASSOC_REL),
  *              within 1e-5 of the one-process plan (all but int8-w8a8, whose per-shard
  *              activation scales must put it further away), bit-identical run to run;
@@ -1155,6 +1157,7 @@ typedef struct qlayer {
     void **s[3];      /* [E] scales */
     uint8_t **z[3];   /* [E] zero points or NULL */
     float **f[3];     /* [E] dequantized [N, K] f32 */
+    float *in13, *in2; /* [E] static FP8 activations (act STATIC): the input scales, else NULL */
 } qlayer;
 
 static void qlayer_make(qlayer *L, const char *scheme, int64_t bn, int64_t H, int64_t I, int64_t E, int64_t K,
@@ -1176,6 +1179,14 @@ static void qlayer_make(qlayer *L, const char *scheme, int64_t bn, int64_t H, in
             L->d.quant.act_group_size = bn;
     }
     L->router = make_weights((size_t)(E * H), MOE_DTYPE_F32, seed, 1.0f);
+    if (L->d.quant.act == MOE_QACT_STATIC) { /* per-expert input scales, some inputs clip */
+        L->in13 = xmalloc(sizeof(float) * (size_t)E);
+        L->in2 = xmalloc(sizeof(float) * (size_t)E);
+        for (int64_t e = 0; e < E; e++) {
+            L->in13[e] = (0.5f + 0.1f * (float)(e % 5)) / 448.0f;
+            L->in2[e] = (0.3f + 0.2f * (float)(e % 4)) / 448.0f;
+        }
+    }
     for (int m = 0; m < 3; m++) {
         const moe_qweight *qw = m == 2 ? &L->d.quant.w2 : &L->d.quant.w13;
         const int64_t n = m == 2 ? H : I, k = m == 2 ? I : H;
@@ -1205,6 +1216,8 @@ static void qlayer_make(qlayer *L, const char *scheme, int64_t bn, int64_t H, in
 static void qlayer_free(qlayer *L)
 {
     free(L->router);
+    free(L->in13);
+    free(L->in2);
     for (int m = 0; m < 3; m++) {
         for (int64_t e = 0; e < L->d.num_experts; e++) {
             free(L->c[m][e]);
@@ -1257,6 +1270,8 @@ static void qsrc_make(qsrc *q, const qlayer *L, const moe_plan *plan)
     }
     if (L->d.quant.w2.has_zero_point)
         q->src.down_zero = (const uint8_t *const *)q->p[8];
+    q->src.w13_input_scale = L->in13; /* static FP8: [E], every rank reads its experts' */
+    q->src.w2_input_scale = L->in2;
     free(map);
 }
 
@@ -1277,13 +1292,18 @@ static void qsrc_free(qsrc *q)
  *     [i0 / bn, ..) of the w13 scale grid and columns [i0 / bk, ..) of the w2 grid; only for
  *     shards that start on a block of both (the library refuses the others), so each shard's
  *     activation groups of h are exactly one-process groups;
+ *   - static fp8 (act STATIC, TENSOR or CHANNEL scales): from the e4m3 codes, the gate / up
+ *     channel scales [i0, i0 + It) (a tensor scale as it is), the down scales as they are, and
+ *     each expert's two input scales unchanged (they are per expert);
  * the partial outputs summed in tp_rank order, ((p_0 + p_1) + p_2) + ..., as the TP reduction
  * does. out [T, H]. */
 static void tp_oracle(const qlayer *L, int tp, const float *x, int64_t T, float *out)
 {
     const int64_t H = L->d.hidden_size, I = L->d.moe_intermediate_size, E = L->d.num_experts;
     const int w8a8 = L->d.quant.act == MOE_QACT_TOKEN, f8a8 = L->d.quant.act == MOE_QACT_TOKEN_GROUP;
-    const int codes = w8a8 || f8a8; /* the shard plans run on the codes (1 byte each) */
+    const int f8s = L->d.quant.act == MOE_QACT_STATIC;
+    const int tensor = L->d.quant.w13.scale == MOE_QSCALE_TENSOR;
+    const int codes = w8a8 || f8a8 || f8s; /* the shard plans run on the codes (1 byte each) */
     const int64_t bn13 = L->d.quant.w13.block_n, bk13 = L->d.quant.w13.block_k; /* fp8 w8a8 blocks */
     const int64_t bn2 = L->d.quant.w2.block_n, bk2 = L->d.quant.w2.block_k;
     const int64_t gH13 = f8a8 ? (H + bk13 - 1) / bk13 : 0;                        /* w13 scale grid columns */
@@ -1322,9 +1342,9 @@ static void tp_oracle(const qlayer *L, int tp, const float *x, int64_t T, float 
                     memcpy(dsc[e] + r * gIt2, (const float *)L->s[2][e] + r * gI2 + i0 / bk2,
                            sizeof(float) * (size_t)gIt2);
                 ds[e] = dsc[e];
-            } else { /* int8 w8a8: CHANNEL scales [I] and [H] */
-                gs[e] = (const float *)L->s[0][e] + i0;
-                us[e] = (const float *)L->s[1][e] + i0;
+            } else { /* int8 w8a8, static fp8: CHANNEL scales [I] and [H] (or one TENSOR scale) */
+                gs[e] = (const float *)L->s[0][e] + (tensor ? 0 : i0);
+                us[e] = (const float *)L->s[1][e] + (tensor ? 0 : i0);
                 ds[e] = L->s[2][e];
             }
         }
@@ -1339,6 +1359,10 @@ static void tp_oracle(const qlayer *L, int tp, const float *x, int64_t T, float 
             src.gate_scale = gs;
             src.up_scale = us;
             src.down_scale = ds;
+        }
+        if (f8s) { /* per expert: the same scales on every shard */
+            src.w13_input_scale = L->in13;
+            src.w2_input_scale = L->in2;
         }
         moe_plan *p = NULL;
         moe_weights *w = NULL;
@@ -1381,6 +1405,7 @@ static void qexperts_case(const char *scheme, int64_t bn, int64_t H, int64_t I, 
     qlayer_make(&L, scheme, bn, H, I, E, K, 500 + (uint64_t)I);
     const int64_t T = 37;
     const int w8a8 = L.d.quant.act == MOE_QACT_TOKEN, f8a8 = L.d.quant.act == MOE_QACT_TOKEN_GROUP;
+    const int f8s = L.d.quant.act == MOE_QACT_STATIC; /* static fp8: the shard oracle on the codes too */
     char name[96];
     snprintf(name, sizeof name, "%s%s (H %lld, I %lld, top_k %lld)", scheme,
              bn ? (bn == 16 ? " 16x16" : " custom") : "", (long long)H, (long long)I, (long long)K);
@@ -1458,7 +1483,7 @@ static void qexperts_case(const char *scheme, int64_t bn, int64_t H, int64_t I, 
             snprintf(w2, sizeof w2, "%s vs the shard oracle", what);
             /* weight-only: the oracle runs f32 on the dequantized shards, the kernels scale after
              * each group (cell) of the shard: an f32 reassociation (testutil.h TU_REASSOC_REL) */
-            compare(w2, &got, &orc, H, K, T, w8a8 || f8a8 ? -1 : TU_REASSOC_REL, b, e);
+            compare(w2, &got, &orc, H, K, T, w8a8 || f8a8 || f8s ? -1 : TU_REASSOC_REL, b, e);
             /* against one process: within the TP bound, except int8 w8a8 (per-shard scales) */
             double diff = w8a8 ? tu_max_abs_diff(got.out + b * H, ref.out + b * H, (size_t)((e - b) * H))
                                : compare(what, &got, &ref, H, K, T, 1e-5, b, e);
@@ -1495,7 +1520,7 @@ static void qexperts_case(const char *scheme, int64_t bn, int64_t H, int64_t I, 
     if (tp_notes[0])
         say("  %s: EP %d bit-identical to one process (both formats); TP %s the shard oracle, bit-identical run to "
             "run%s; bytes per rank ep %zu tp %zu (one process %zu)\n",
-            name, N, w8a8 || f8a8 ? "bit-identical to" : "within TU_REASSOC_REL of", tp_notes, ep_bytes, tp_bytes,
+            name, N, w8a8 || f8a8 || f8s ? "bit-identical to" : "within TU_REASSOC_REL of", tp_notes, ep_bytes, tp_bytes,
             one_bytes);
     else
         say("  %s: EP %d bit-identical to one process (both formats); every TP configuration refused; bytes per rank "
@@ -1527,6 +1552,10 @@ static void mode_qexperts(void)
     qexperts_case("fp8-block-w8a8", 0, 192, 256, 4, 2);
     /* R11: I = 384 cuts a 128 block at TP 2 (192) and TP 4 (96): refused, EP runs */
     qexperts_case("fp8-block-w8a8", 0, 64, 384, 4, 2);
+    /* static fp8 activations, per-expert input scales: EP reads each rank's experts' scales, TP
+     * keeps them on every shard (within 1e-5 of one process; bit-identical to the shard oracle) */
+    qexperts_case("fp8-channel-static", 0, 48, 40, 5, 2);
+    qexperts_case("fp8-tensor-static", 0, 40, 24, 6, 1);
     /* int4 / mxfp4 groups of 32 along I = 96: shards of 48 (TP 2) or 24 (TP 4) cut the groups */
     qexperts_case("int4-g32", 0, 64, 96, 4, 2);
     qexperts_case("int4-g32-zp", 0, 64, 96, 4, 2);

@@ -15,6 +15,9 @@
  *  - the WARNING for dynamic per-token activations;
  *  - qwen2_moe_ct_fp8_channel_shared (from qwen2_moe_f32: H 32, I 12, I_s 20, E 6): the FP8
  *    shared expert too (dequantized at load), the same bound;
+ *  - compressed-tensors static FP8 activations (qwen3_moe_ct_fp8_static, and with per-expert
+ *    clipping scales _static_pe / _static_channel): loaded as fp8-tensor-static /
+ *    fp8-channel-static, against the generator's static forward (test_ct_fp8_static_per_expert);
  *  - bad input, each error naming the field or tensor: static input activations (input_scale),
  *    num_bits 4 float weights, an unknown strategy, quant_method fbgemm_fp8, float weights in pack-quantized, a wrong
  *    weight_scale shape (ct tensor [2], ct channel [N, 2], HF per-tensor [2]), a missing HF
@@ -341,20 +344,39 @@ static void test_bad_tensors(void **s)
     expect_open(dir, MOE_EFORMAT, PFX "experts.4.up_proj.weight_scale' are both present", "one scale");
 }
 
+/* The layer output of fixture dir on table isa (NULL: the default ctx): loaded as the checkpoint
+ * says (weight_only 0), or run weight-only through a plan with quant.act NONE (1). */
+static void run_fixture(const char *dir, const char *isa, int weight_only, const float *x, size_t nx, float *out,
+                        moe_layer_desc *dout)
+{
+    moe_ctx *ctx = isa ? ctx_isa(isa) : tu_ctx();
+    assert_non_null(ctx);
+    moe_layer_desc d;
+    moe_checkpoint *ck = tu_open_layer(ctx, dir, 0, &d);
+    if (dout)
+        *dout = d;
+    if (weight_only)
+        d.quant.act = MOE_QACT_NONE;
+    tu_run_layer_ex(ctx, &d, NULL, ck, 0, NULL, x, MOE_DTYPE_F32, (int64_t)nx / d.hidden_size, out, NULL, NULL);
+    moe_checkpoint_free(ck);
+    moe_ctx_free(ctx);
+}
+
 /* compressed-tensors FP8 with static per-tensor activations (input_scale per linear; fixture
- * qwen3_moe_ct_fp8_static): served weight-only, matching the weight-only forward on every table
- * within 1e-5 of max; the open WARNING says so, the load WARNING names each projection's
- * input_scale range and the maxima vLLM would apply (computed here from the file's tensors);
- * the distance to the forward with activations quantized as vLLM would is printed, for the
- * record. A missing, misshapen or zero input_scale is refused naming it. */
+ * qwen3_moe_ct_fp8_static, scales calibrated max |x| / 448 per expert): loads as
+ * fp8-tensor-static with no WARNING (INFO names the scheme and each projection's input_scale
+ * range, and the maxima vLLM would apply, computed here from the file's tensors); a plan with
+ * quant.act NONE runs it weight-only, matching the weight-only forward (expected.safetensors)
+ * within 1e-5 of max as before; the static output's distance to the forward with vLLM's
+ * max-over-experts scales (expected_fp8_act) is printed, for the record. A missing, misshapen or
+ * zero input_scale is refused naming it. */
 static void test_ct_fp8_static(void **s)
 {
     (void)s;
-    check_fixture("qwen3_moe_ct_fp8_static", "fp8-tensor");
     char dir[600], p[700];
     tu_data_path(dir, sizeof dir, "qwen3_moe_ct_fp8_static");
     tu_logcap cap = {0};
-    moe_ctx *ctx = tu_ctx_logging(&cap, MOE_LOG_WARN);
+    moe_ctx *ctx = tu_ctx_logging(&cap, MOE_LOG_INFO);
     /* the maxima over the experts, from the file */
     tu_join(p, sizeof p, dir, "model.safetensors");
     moe_safetensors *f;
@@ -377,27 +399,43 @@ static void test_ct_fp8_static(void **s)
     moe_safetensors_free(f);
     assert_int_equal(tu_load_layer_status(ctx, dir, 0), MOE_OK);
     char want[300];
-    snprintf(want, sizeof want, "would quantize the w13 input with %g and the w2 input with %g", (double)mx13,
+    snprintf(want, sizeof want, "vLLM would quantize the w13 input with %g and the w2 input with %g", (double)mx13,
              (double)mx2);
-    const char *subs[] = {"input_activations static per-tensor FP8", "served weight-only (fp8-tensor)",
-                          PFX "experts: static FP8 input_scale NOT applied", want};
+    const char *subs[] = {"input_activations static per-tensor FP8", "served as fp8-tensor-static",
+                          PFX "experts: static FP8 input_scale applied per expert", want};
     for (size_t i = 0; i < 4; i++)
         if (!strstr(cap.text, subs[i]))
             fail_msg("log lacks \"%s\":\n%s", subs[i], cap.text);
+    if (strstr(cap.text, "NOT applied") || strstr(cap.text, "WARN"))
+        fail_msg("a static FP8 checkpoint logs no WARNING and applies its scales:\n%s", cap.text);
     moe_ctx_free(ctx);
-    /* for the record: libmoe's weight-only output against the static-FP8-activation forward */
-    static float x[MAXN], act[MAXN], out[MAXN];
+    static float x[MAXN], act[MAXN], wo[MAXN], out[MAXN], wonly[MAXN];
     ctx = tu_ctx();
     const size_t nx = read_f32(ctx, dir, "input.safetensors", "hidden_states", x, 0);
     read_f32(ctx, dir, "expected_fp8_act.safetensors", "output", act, nx);
-    moe_layer_desc d;
-    moe_checkpoint *ck = tu_open_layer(ctx, dir, 0, &d);
-    tu_run_layer_ex(ctx, &d, NULL, ck, 0, NULL, x, MOE_DTYPE_F32, (int64_t)nx / d.hidden_size, out, NULL, NULL);
-    print_message("qwen3_moe_ct_fp8_static: weight-only output vs the static FP8 activation forward: %.3g of max "
-                  "|output| (not applied, WARNING)\n",
-                  tu_max_abs_diff(out, act, nx) / tu_max_abs(act, nx));
-    moe_checkpoint_free(ck);
+    read_f32(ctx, dir, "expected.safetensors", "output", wo, nx);
     moe_ctx_free(ctx);
+    moe_layer_desc d;
+    run_fixture(dir, NULL, 0, x, nx, out, &d);
+    assert_string_equal(moe_quant_name(&d.quant), "fp8-tensor-static");
+    /* weight-only on request: the old path and bound */
+    tu_logcap cap2 = {0};
+    ctx = tu_ctx_logging(&cap2, MOE_LOG_INFO);
+    moe_checkpoint *ck = tu_open_layer(ctx, dir, 0, &d);
+    d.quant.act = MOE_QACT_NONE;
+    tu_run_layer_ex(ctx, &d, NULL, ck, 0, NULL, x, MOE_DTYPE_F32, (int64_t)nx / d.hidden_size, wonly, NULL, NULL);
+    moe_checkpoint_free(ck);
+    if (!strstr(cap2.text, "run weight-only as the plan asks (quant.act NONE)"))
+        fail_msg("log lacks the weight-only choice:\n%s", cap2.text);
+    moe_ctx_free(ctx);
+    const double ew = tu_max_abs_diff(wonly, wo, nx), mw = tu_max_abs(wo, nx);
+    print_message("qwen3_moe_ct_fp8_static weight-only (quant.act NONE): max |out - weight-only ref| = %.3g of max "
+                  "(bound 1e-5)\n",
+                  ew / mw);
+    assert_true(ew <= 1e-5 * mw);
+    print_message("qwen3_moe_ct_fp8_static static (per expert): %.3g of max from vLLM's max-over-experts forward, "
+                  "%.3g from the weight-only forward\n",
+                  tu_max_abs_diff(out, act, nx) / tu_max_abs(act, nx), tu_max_abs_diff(out, wo, nx) / mw);
     /* bad input_scale tensors */
     char bad[600];
     const edit drop = {.tensor = PFX "experts.4.down_proj.input_scale", .ndim = -1};
@@ -412,6 +450,101 @@ static void test_ct_fp8_static(void **s)
     expect_error(ctx, tu_load_layer_status(ctx, bad, 0), MOE_EFORMAT,
                  "tensor '" PFX "experts.2.gate_proj.input_scale': entry [0] = 0 is zero", "static FP8 input_scale");
     moe_ctx_free(ctx);
+}
+
+/* compressed-tensors FP8 static activations with per-expert input scales that clip (fixtures
+ * qwen3_moe_ct_fp8_static_pe: per-tensor weights, qwen3_moe_ct_fp8_static_channel: per-channel;
+ * gen_fp8_fixture.py). expected.safetensors is an independent float64 forward that quantizes x
+ * and h exactly as moe_quant.h's rule says (f32 quotient, e4m3 nearest even, clamp at 448),
+ * each expert with its own scales; the generator asserts that some x elements saturate and that
+ * every h element sits farther from an e4m3 rounding midpoint than f32 evaluation can move it.
+ * So libmoe's codes are the reference's codes, and the output differs only by f32 rounding of
+ * the dot products (each at most (K + 2) 2^-24 of its sum of |terms|, K <= 40), of the router
+ * and of the combine: stated bound 1e-5 of max |expected|, the weight-only fixtures' bound for
+ * the same reason. On every table: within it, and bit-identical across tables. Printed for
+ * contrast: weight-only (quant.act NONE) against its own forward (expected_weight_only, the old
+ * bound 1e-5) and against the static forward. Then gate_proj's input_scale of expert 1 lowered
+ * below up_proj's: a WARNING naming the experts and the cost, and the output bit-identical (the
+ * larger, up_proj's, quantizes the shared input). */
+static void test_ct_fp8_static_per_expert(void **s)
+{
+    (void)s;
+    static const char *const fx[2] = {"qwen3_moe_ct_fp8_static_pe", "qwen3_moe_ct_fp8_static_channel"};
+    static const char *const scheme[2] = {"fp8-tensor-static", "fp8-channel-static"};
+    static float x[MAXN], want[MAXN], wref[MAXN], out[MAXN], first[MAXN], wonly[MAXN];
+    for (int v = 0; v < 2; v++) {
+        char dir[600];
+        tu_data_path(dir, sizeof dir, fx[v]);
+        moe_ctx *c0 = tu_ctx();
+        const size_t nx = read_f32(c0, dir, "input.safetensors", "hidden_states", x, 0);
+        read_f32(c0, dir, "expected.safetensors", "output", want, nx);
+        read_f32(c0, dir, "expected_weight_only.safetensors", "output", wref, nx);
+        moe_ctx_free(c0);
+        const double mx = tu_max_abs(want, nx);
+        const char *isas[16];
+        size_t n = tu_isa_names(isas, 16);
+        int ran = 0;
+        for (size_t i = 0; i < n; i++) {
+            moe_ctx *probe = ctx_isa(isas[i]);
+            if (!probe)
+                continue; /* a table this CPU lacks */
+            moe_ctx_free(probe);
+            moe_layer_desc d;
+            run_fixture(dir, isas[i], 0, x, nx, out, &d);
+            assert_string_equal(moe_quant_name(&d.quant), scheme[v]);
+            const double err = tu_max_abs_diff(out, want, nx);
+            print_message("%s isa %s: max |out - static ref| = %.3g (%.3g of max |ref| %.3g; bound 1e-5)\n", fx[v],
+                          isas[i], err, err / mx, mx);
+            if (!(err <= 1e-5 * mx))
+                fail_msg("%s isa %s: max |out - ref| %.3g > 1e-5 * max |ref| %.3g", fx[v], isas[i], err, mx);
+            if (ran++ == 0)
+                memcpy(first, out, sizeof out);
+            else if (!tu_same_bits(out, first, nx))
+                fail_msg("%s isa %s: output bits differ from the first table's", fx[v], isas[i]);
+        }
+        assert_true(ran >= 1);
+        run_fixture(dir, NULL, 1, x, nx, wonly, NULL);
+        const double ew = tu_max_abs_diff(wonly, wref, nx), mw = tu_max_abs(wref, nx);
+        print_message("%s for contrast: weight-only (quant.act NONE) vs its float64 forward %.3g of max (bound 1e-5); "
+                      "vs the static forward %.3g of max; static output vs the weight-only forward %.3g of max\n",
+                      fx[v], ew / mw, tu_max_abs_diff(wonly, want, nx) / mx, tu_max_abs_diff(first, wref, nx) / mw);
+        assert_true(ew <= 1e-5 * mw);
+        assert_true(tu_max_abs_diff(first, wref, nx) > 1e-5 * mw); /* the activations' quantization shows */
+    }
+    /* gate_proj's input_scale of expert 1 below up_proj's: the larger applies, WARNING */
+    char dir[600], p[700], bad[600];
+    tu_data_path(dir, sizeof dir, fx[0]);
+    tu_join(p, sizeof p, dir, "model.safetensors");
+    moe_ctx *ctx = tu_ctx();
+    moe_safetensors *f;
+    assert_int_equal(moe_safetensors_open(ctx, p, &f), MOE_OK);
+    moe_tensor_info t;
+    assert_int_equal(moe_safetensors_get(f, PFX "experts.1.up_proj.input_scale", &t), MOE_OK);
+    float up1;
+    memcpy(&up1, t.data, 4);
+    moe_safetensors_free(f);
+    moe_ctx_free(ctx);
+    const edit lower = {.tensor = PFX "experts.1.gate_proj.input_scale", .poke = 1, .value = up1 * 0.5f};
+    make_copy(fx[0], bad, sizeof bad, NULL, &lower);
+    tu_logcap cap = {0};
+    ctx = tu_ctx_logging(&cap, MOE_LOG_WARN);
+    assert_int_equal(tu_load_layer_status(ctx, bad, 0), MOE_OK);
+    char w1[200];
+    snprintf(w1, sizeof w1, "differ in 1 experts (the first: expert 1, %g and %g)", (double)(up1 * 0.5f), (double)up1);
+    const char *subs[] = {"gate_proj.input_scale and up_proj.input_scale", w1, "quantized once with the larger",
+                          "2x coarser"};
+    for (size_t i = 0; i < 4; i++)
+        if (!strstr(cap.text, subs[i]))
+            fail_msg("log lacks \"%s\":\n%s", subs[i], cap.text);
+    moe_ctx_free(ctx);
+    moe_ctx *c0 = tu_ctx();
+    const size_t nx = read_f32(c0, dir, "input.safetensors", "hidden_states", x, 0);
+    moe_ctx_free(c0);
+    run_fixture(dir, NULL, 0, x, nx, first, NULL);
+    run_fixture(bad, NULL, 0, x, nx, out, NULL);
+    if (!tu_same_bits(out, first, nx))
+        fail_msg("gate_proj's smaller input_scale changed the output: the larger (up_proj's) must apply");
+    tu_rm_tree(bad);
 }
 
 /* weight_scale (compressed-tensors) / weight_scale_inv (HF per-tensor) values that are NaN,
@@ -518,7 +651,7 @@ int main(void)
         cmocka_unit_test(test_ct_fp8_channel_dynamic), cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_bad_tensors),           cmocka_unit_test(test_quantize_writes_ct_fp8),
         cmocka_unit_test(test_ct_fp8_shared),         cmocka_unit_test(test_bad_scale_values),
-        cmocka_unit_test(test_ct_fp8_static),
+        cmocka_unit_test(test_ct_fp8_static),         cmocka_unit_test(test_ct_fp8_static_per_expert),
     };
     return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);
 }

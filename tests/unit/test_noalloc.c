@@ -194,6 +194,12 @@ static long allocations(const layer_case *c, const char *isa)
         if (d.quant.w13.has_zero_point)
             src.gate_zero = gz, src.up_zero = uz, src.down_zero = dz;
     }
+    float in_scales[64]; /* static FP8: [E] w13 then [E] w2 input scales (E <= 32 here) */
+    assert_true(2 * E <= 64);
+    for (int64_t e = 0; e < 2 * E; e++)
+        in_scales[e] = (0.5f + 0.05f * (float)e) / 448.0f;
+    if (c->quant && d.quant.act == MOE_QACT_STATIC)
+        src.w13_input_scale = in_scales, src.w2_input_scale = in_scales + E;
     if (c->biases) {
         src.gate_bias = gb, src.up_bias = ub, src.down_bias = db, src.expert_bias_dtype = MOE_DTYPE_F32;
         src.router_bias = bias + 2 * I + H, src.router_bias_dtype = MOE_DTYPE_F32;
@@ -275,6 +281,8 @@ static void test_execute_never_allocates(void **state)
         {"fp8-block", 160, 192, 8, 2, 0, "fp8-block", MOE_DTYPE_BF16, 0, 0, 0},
         {"fp8-block-w8a8", 256, 256, 8, 2, 0, "fp8-block-w8a8", MOE_DTYPE_BF16, 0, 0, 0},
         {"fp8-block-w8a8 I = 1 (per item)", 128, 1, 4, 2, 0, "fp8-block-w8a8", MOE_DTYPE_BF16, 0, 0, 0},
+        {"fp8-channel-static", 96, 80, 8, 2, 0, "fp8-channel-static", MOE_DTYPE_BF16, 0, 0, 0},
+        {"fp8-block-static weight on input", 256, 130, 4, 2, 0, "fp8-block-static", MOE_DTYPE_BF16, 1, 0, 0},
         {"int8-channel", 96, 80, 8, 2, 0, "int8-channel", MOE_DTYPE_BF16, 0, 0, 0},
         {"int8-w8a8", 96, 83, 8, 2, 0, "int8-w8a8", MOE_DTYPE_BF16, 0, 0, 0},
         {"int8-w8a8 weight on input", 64, 64, 4, 1, 0, "int8-w8a8", MOE_DTYPE_BF16, 1, 0, 0},

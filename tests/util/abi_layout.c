@@ -106,6 +106,8 @@ int main(void)
     FIELD(moe_weight_source, down_zero, 0);
     FIELD(moe_weight_source, output_bias, 0);
     FIELD(moe_weight_source, output_bias_dtype, 0);
+    FIELD(moe_weight_source, w13_input_scale, 0);
+    FIELD(moe_weight_source, w2_input_scale, 0);
     printf("]}");
     printf(", \"moe_stacked_experts\": {\"size\": %zu, \"fields\": [", sizeof(moe_stacked_experts));
     FIELD(moe_stacked_experts, gate_up_proj, 1);
