@@ -436,10 +436,19 @@ typedef enum moe_activation {
     MOE_ACT_SWIGLU_OAI = 3, /* gpt-oss (GptOssExperts._apply_gate): g' = min(g, limit),
                                u' = clamp(u, -limit, limit), h = (u' + 1) * (g' * sigmoid(alpha g')),
                                alpha = swiglu_alpha, limit = swiglu_limit. NaN stays NaN. */
-    MOE_ACT_SWIGLU_CLAMP = 4 /* GLM-5-Next (Glm5NextTextExperts._apply_gate, and its shared expert
+    MOE_ACT_SWIGLU_CLAMP = 4, /* GLM-5-Next (Glm5NextTextExperts._apply_gate, and its shared expert
                                Glm5NextTextMLP): g' = min(g, limit), u' = clamp(u, -limit, limit),
                                h = silu(g') * u' (no alpha, no + 1), limit = swiglu_limit; the
                                routed and the shared expert alike. NaN stays NaN. */
+    MOE_ACT_SWIGLU_SOFTCAP = 5 /* Inkling2 (transformers 5.24 inkling2/modeling_inkling2.py
+                               Inkling2SoftcappedSwiGLU, the routed experts; Inkling2Loop's is the
+                               same): h = (cap(g, c_g) * sigmoid(g)) * cap(u, c_u),
+                               cap(v, c) = tanh(v / c) * c, sigmoid(v) = 1 / (1 + exp(-v)) of the
+                               raw gate (not silu, not of the capped gate), in f32;
+                               c_g = softcap_gate (config `mlp_gate_softcap`, 4),
+                               c_u = softcap_up (`mlp_up_softcap`, 25), each finite and > 0.
+                               NaN stays NaN; +-inf in g or u gives a finite h (the caps bound
+                               it: |h| <= c_g c_u). */
 } moe_activation;
 
 #include "moe_quant.h"
@@ -509,8 +518,15 @@ typedef enum moe_family {
     MOE_FAMILY_MINIMAX_M2 = 47,    /* MiniMaxM2ForCausalLM: sigmoid + correction bias, no groups */
     MOE_FAMILY_HY_V3 = 48,         /* HYV3ForCausalLM: sigmoid + correction bias, no groups */
     MOE_FAMILY_AXK2 = 49,          /* AXK2ForCausalLM (A.X-K2): DeepSeek-V3's routing, no groups */
-    MOE_FAMILY_GLM5_NEXT = 50       /* Glm5NextForConditionalGeneration (text MoE): DeepSeek-V3's
+    MOE_FAMILY_GLM5_NEXT = 50,      /* Glm5NextForConditionalGeneration (text MoE): DeepSeek-V3's
                                       routing, MOE_ACT_SWIGLU_CLAMP experts */
+    /* branch acts (numbered from 51; the lead renumbers at merge) */
+    MOE_FAMILY_INKLING2 = 51,      /* Inkling2ForConditionalGeneration (text MoE): sigmoid + bias, no
+                                      groups, renormalized, MOE_ACT_SWIGLU_SOFTCAP experts */
+    MOE_FAMILY_INKLING2_LOOP = 52, /* Inkling2LoopForConditionalGeneration: Inkling2's block */
+    MOE_FAMILY_HY_V4 = 53,         /* HYV4ForCausalLM: Glm4Moe's routing, MOE_ACT_SWIGLU_CLAMP routed
+                                      experts, a plain SwiGLU shared expert (has_shared_activation) */
+    MOE_FAMILY_HY_V4_VL = 54       /* HYV4VLForConditionalGeneration (text MoE): HY-V4's block */
 } moe_family;
 
 /* Static name of a family: "custom" for MOE_FAMILY_CUSTOM, else its row's name, the config
@@ -580,12 +596,29 @@ typedef struct moe_layer_desc {
                                       shared expert, one f32 add per element: JetMoE's
                                       JetMoeMoE `bias` (layer_output + self.bias, transformers
                                       5.24 jetmoe/modeling_jetmoe.py). moe_weight_source.output_bias */
+
+    /* ---- branch acts: the softcapped SwiGLU's constants and a shared-expert activation of
+     * its own (appended: the fields above keep their offsets) ---- */
+    float softcap_gate;            /* MOE_ACT_SWIGLU_SOFTCAP: c_g, config `mlp_gate_softcap`
+                                      (Inkling2TextConfig default 4); finite and > 0; read by no
+                                      other mode; default 4 */
+    float softcap_up;              /* MOE_ACT_SWIGLU_SOFTCAP: c_u, config `mlp_up_softcap`
+                                      (default 25); finite and > 0; default 25 */
+    int has_shared_activation;     /* 0 (default): the shared expert applies `activation`, as
+                                      the routed ones do; 1: it applies shared_activation (with
+                                      the same swiglu_alpha / swiglu_limit / softcap_* fields).
+                                      HY-V4 (transformers 5.24 hy_v4/modeling_hy_v4.py): routed
+                                      HYV4Experts MOE_ACT_SWIGLU_CLAMP, shared HYV4MLP plain
+                                      SwiGLU. Needs a shared expert (MOE_EINVAL without one). */
+    moe_activation shared_activation; /* the shared expert's, when has_shared_activation;
+                                      a moe_activation value (MOE_EINVAL naming the field) */
 } moe_layer_desc;
 
 /* Defaults: family custom, softmax, renormalize 0, routed_scaling_factor 1, SwiGLU, no
  * shared expert, weight_dtype BF16, no groups (group score max), no biases, weights applied
  * to the output, swiglu_alpha 1.702, swiglu_limit 7, sparsemixer_jitter_eps 0.01, no output
- * bias; sizes 0 (must be set). */
+ * bias, softcap_gate 4, softcap_up 25, the shared expert applying `activation`
+ * (has_shared_activation 0, shared_activation SwiGLU); sizes 0 (must be set). */
 MOE_API void moe_layer_desc_init(moe_layer_desc *desc);
 
 /* ---------------------------------------------------------------------------------------

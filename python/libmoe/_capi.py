@@ -77,7 +77,10 @@ class LayerDesc(C.Structure):
                 ("group_score", i32), ("has_selection_bias", i32), ("has_router_bias", i32),
                 ("has_expert_bias", i32), ("apply_router_weight_on_input", i32),
                 ("swiglu_alpha", f32), ("swiglu_limit", f32), ("quant", QuantConfig),
-                ("sparsemixer_jitter_eps", f32), ("has_output_bias", i32)]
+                ("sparsemixer_jitter_eps", f32), ("has_output_bias", i32),
+                # branch acts: MOE_ACT_SWIGLU_SOFTCAP's constants, the shared expert's activation
+                ("softcap_gate", f32), ("softcap_up", f32), ("has_shared_activation", i32),
+                ("shared_activation", i32)]
 
 
 PP = C.POINTER(vp)

@@ -261,7 +261,11 @@ static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const m
         moe_mlp_groups sg = {.experts = &w->shared, .x = x, .n_groups = 1, .begin = &b0, .end = &e0, .rows = NULL,
                              .row_div = 1, .h = c.h, .y = c.out, .lowtok_threshold = 0,
                              .compute = st->compute};
-        moe_mlp_run(ctx, d, &sg, scratch, c.item_off, NULL);
+        /* the shared expert's activation: the routed one, or its own (has_shared_activation: HY-V4) */
+        moe_layer_desc sd = *d;
+        if (d->has_shared_activation)
+            sd.activation = d->shared_activation;
+        moe_mlp_run(ctx, &sd, &sg, scratch, c.item_off, NULL);
         if (d->shared_expert_gated) {
             moe_gemm_rows(ctx, &w->shared_gate, x, H, Tc, sgate, 1, scratch);
             for (int64_t t = 0; t < Tc; t++)

@@ -110,14 +110,17 @@ routed:
 
     /* shared expert: row-major, no biases, on the unscaled input */
     if (Is > 0) {
+        moe_layer_desc sd = *desc; /* its activation: the routed one or its own (HY-V4's plain SwiGLU) */
+        if (desc->has_shared_activation)
+            sd.activation = desc->shared_activation;
         moe_ref_mlp sm = {.gate = src->shared_gate_proj, .up = src->shared_up_proj,
                           .down = src->shared_down_proj, .dt = dt, .gu_so = H, .gu_si = 1,
                           .dn_so = Is, .dn_si = 1};
         for (int64_t t = 0; t < T; t++) {
             if (bf16)
-                moe_ref_expert_bf16(desc, &sm, H, Is, x + t * H, shared_y + t * H, h, xb);
+                moe_ref_expert_bf16(&sd, &sm, H, Is, x + t * H, shared_y + t * H, h, xb);
             else
-                moe_ref_expert_ex(desc, &sm, H, Is, x + t * H, shared_y + t * H, h);
+                moe_ref_expert_ex(&sd, &sm, H, Is, x + t * H, shared_y + t * H, h);
             float s = 1.0f;
             if (desc->shared_expert_gated) {
                 float l = 0.0f;

@@ -74,6 +74,10 @@ int main(void)
     FIELD(moe_layer_desc, quant, 0);
     FIELD(moe_layer_desc, sparsemixer_jitter_eps, 0);
     FIELD(moe_layer_desc, has_output_bias, 0);
+    FIELD(moe_layer_desc, softcap_gate, 0);
+    FIELD(moe_layer_desc, softcap_up, 0);
+    FIELD(moe_layer_desc, has_shared_activation, 0);
+    FIELD(moe_layer_desc, shared_activation, 0);
     printf("]}");
     printf(", \"moe_weight_source\": {\"size\": %zu, \"fields\": [", sizeof(moe_weight_source));
     FIELD(moe_weight_source, router, 1);
