@@ -308,7 +308,7 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
     if (own_shared) {
         /* HY-V4: HYV4Experts._apply_gate clamps and calls F.silu; HYV4MLP applies hidden_act */
         d->activation = MOE_ACT_SWIGLU_CLAMP;
-        d->has_shared_activation = 1;
+        d->has_shared_activation = d->shared_expert_intermediate_size > 0; /* (config_decoder set I_s) */
         st = moe_cfg_float(f, row->activation.limit_field, row->activation.limit, true, 0.0, &d->swiglu_limit);
         if (st != MOE_OK)
             return st;

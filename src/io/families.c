@@ -1103,7 +1103,7 @@ void moe_fam_layer_defaults(const moe_fam_row *row, moe_layer_desc *d)
      * moe_layer_desc_init's; the shared expert's own activation (HY-V4: hidden_act's default, silu) */
     d->softcap_gate = rule == MOE_FAM_ACT_SOFTCAPPED_SWIGLU ? (float)row->activation.alpha : 4.0f;
     d->softcap_up = rule == MOE_FAM_ACT_SOFTCAPPED_SWIGLU ? (float)row->activation.limit : 25.0f;
-    d->has_shared_activation = rule == MOE_FAM_ACT_CLAMPED_SILU_OWN_SHARED;
+    d->has_shared_activation = rule == MOE_FAM_ACT_CLAMPED_SILU_OWN_SHARED && d->shared_expert_intermediate_size > 0;
     d->shared_activation = MOE_ACT_SWIGLU;
     d->shared_expert_gated = row->shared.gated && d->shared_expert_intermediate_size > 0;
     d->sparsemixer_jitter_eps = row->sparsemixer_eps.field ? (float)row->sparsemixer_eps.dflt : 0.01f;
