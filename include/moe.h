@@ -359,6 +359,7 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *   out = routed_scaling_factor * sum_k w_k y_k      (sum_k y_k with apply_router_weight_on_input)
  *         + g_sh * shared(x)                         g_sh = sigmoid(w_sg . x) if gated, else 1
  *         (+ b_o, has_output_bias)                   JetMoE's block bias [H]
+ *   out = w_n * rmsnorm(out) (has_output_norm)        A.X-K1's post_mlp_layernorm [H]
  *
  * Each family, as its checkpoint adapter (moe_checkpoint_layer_desc) sets it, from the
  * config.json fields named (HF transformers 5.24's modeling code is the reference):
@@ -526,7 +527,9 @@ typedef enum moe_family {
     MOE_FAMILY_INKLING2_LOOP = 52, /* Inkling2LoopForConditionalGeneration: Inkling2's block */
     MOE_FAMILY_HY_V4 = 53,         /* HYV4ForCausalLM: Glm4Moe's routing, MOE_ACT_SWIGLU_CLAMP routed
                                       experts, a plain SwiGLU shared expert (has_shared_activation) */
-    MOE_FAMILY_HY_V4_VL = 54       /* HYV4VLForConditionalGeneration (text MoE): HY-V4's block */
+    MOE_FAMILY_HY_V4_VL = 54,      /* HYV4VLForConditionalGeneration (text MoE): HY-V4's block */
+    MOE_FAMILY_AXK1 = 55           /* AXK1ForCausalLM (A.X-K1): DeepSeek-V3's block + an output RMSNorm
+                                      (has_output_norm) */
 } moe_family;
 
 /* Static name of a family: "custom" for MOE_FAMILY_CUSTOM, else its row's name, the config
@@ -612,13 +615,22 @@ typedef struct moe_layer_desc {
                                       SwiGLU. Needs a shared expert (MOE_EINVAL without one). */
     moe_activation shared_activation; /* the shared expert's, when has_shared_activation;
                                       a moe_activation value (MOE_EINVAL naming the field) */
+    int has_output_norm;           /* the block's output RMSNorm, last (after the routed sum, its
+                                      scaling, the shared expert and the output bias), per token
+                                      in f32: ss = sum_k y_k^2 (fmaf, k ascending), r = 1 /
+                                      sqrtf(ss / H + eps), out_k = w_n[k] * (y_k * r). A.X-K1
+                                      (transformers 5.24 axk1/modeling_axk1.py AXK1MoE.forward:
+                                      post_mlp_layernorm, AXK1RMSNorm). moe_weight_source.output_norm */
+    float output_norm_eps;         /* eps of has_output_norm: config `rms_norm_eps` (AXK1Config
+                                      default 1e-6); finite and >= 0; default 1e-6 */
 } moe_layer_desc;
 
 /* Defaults: family custom, softmax, renormalize 0, routed_scaling_factor 1, SwiGLU, no
  * shared expert, weight_dtype BF16, no groups (group score max), no biases, weights applied
  * to the output, swiglu_alpha 1.702, swiglu_limit 7, sparsemixer_jitter_eps 0.01, no output
  * bias, softcap_gate 4, softcap_up 25, the shared expert applying `activation`
- * (has_shared_activation 0, shared_activation SwiGLU); sizes 0 (must be set). */
+ * (has_shared_activation 0, shared_activation SwiGLU), no output norm (eps 1e-6); sizes 0
+ * (must be set). */
 MOE_API void moe_layer_desc_init(moe_layer_desc *desc);
 
 /* ---------------------------------------------------------------------------------------
@@ -913,6 +925,10 @@ typedef struct moe_weight_source {
     const void *output_bias;       /* [H] when desc->has_output_bias (JetMoE mlp.bias), converted
                                       exactly to f32 at pack time */
     moe_dtype output_bias_dtype;   /* F32, BF16 or F16 */
+    /* branch acts (appended) */
+    const void *output_norm;       /* [H] when desc->has_output_norm (A.X-K1 post_mlp_layernorm
+                                      weight), converted to f32 at weights creation */
+    moe_dtype output_norm_dtype;   /* F32, BF16 or F16 */
 } moe_weight_source;
 
 /* The routed experts as transformers holds them: one stacked tensor per projection, the

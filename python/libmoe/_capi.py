@@ -80,7 +80,9 @@ class LayerDesc(C.Structure):
                 ("sparsemixer_jitter_eps", f32), ("has_output_bias", i32),
                 # branch acts: MOE_ACT_SWIGLU_SOFTCAP's constants, the shared expert's activation
                 ("softcap_gate", f32), ("softcap_up", f32), ("has_shared_activation", i32),
-                ("shared_activation", i32)]
+                ("shared_activation", i32),
+                # branch acts: the block's output RMSNorm (A.X-K1)
+                ("has_output_norm", i32), ("output_norm_eps", f32)]
 
 
 PP = C.POINTER(vp)
@@ -98,7 +100,8 @@ class WeightSource(C.Structure):
                 ("expert_bias_dtype", i32), ("gate_up_bias_stride", i64),
                 ("gate_scale", PP), ("up_scale", PP), ("down_scale", PP),
                 ("gate_zero", PP), ("up_zero", PP), ("down_zero", PP),
-                ("output_bias", vp), ("output_bias_dtype", i32)]
+                ("output_bias", vp), ("output_bias_dtype", i32),
+                ("output_norm", vp), ("output_norm_dtype", i32)]
 
 
 class StackedExperts(C.Structure):

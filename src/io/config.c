@@ -204,6 +204,10 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     if (row->renormalize.rule == MOE_FAM_RENORM_FIELD &&
         (st = moe_cfg_bool(f, row->renormalize.field, row->renormalize.dflt, &d->renormalize)) != MOE_OK)
         return st;
+    if (row->output_norm_eps.field && /* A.X-K1's post_mlp_layernorm eps */
+        (st = moe_cfg_float(f, row->output_norm_eps.field, row->output_norm_eps.dflt, false, 0.0,
+                            &d->output_norm_eps)) != MOE_OK)
+        return st;
     if (row->sparsemixer_eps.field &&
         (st = moe_cfg_float(f, row->sparsemixer_eps.field, row->sparsemixer_eps.dflt, false, 0.0,
                             &d->sparsemixer_jitter_eps)) != MOE_OK)

@@ -880,6 +880,28 @@ static const moe_fam_row fam_rows[] = {
      .prefixes = {"model.language_model.layers.%L.mlp." /* ConditionalGeneration */, "model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 
+    /* AXK1MoE (A.X-K1; transformers 5.24 axk1/modeling_axk1.py): DeepSeek-V3's router (AXK1TopkRouter:
+     * sigmoid + e_score_correction_bias, top-2-sum groups masked with -inf, norm_topk_prob + 1e-20,
+     * routed_scaling_factor), experts and ungated shared expert, then post_mlp_layernorm, an
+     * RMSNorm (weight [H], rms_norm_eps) of routed + shared: has_output_norm. AXK1Config's
+     * defaults: 8 groups keep 4, norm_topk_prob true, 2.5, one shared expert, rms_norm_eps 1e-6;
+     * MoE layers by mlp_layer_types (the config class writes it from first_k_dense_replace 1 and
+     * moe_layer_freq 1). Released checkpoints and save_pretrained keep the norm beside the block,
+     * model.layers.L.post_mlp_layernorm.weight (the conversion mapping moves it under mlp. on
+     * load) */
+    {.family = MOE_FAMILY_AXK1, .name = "axk1", .names = {{"AXK1ForCausalLM", "axk1"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 2.5}, .groups = {"n_group", "topk_group", 8, 4, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .output_norm = "model.layers.%L.post_mlp_layernorm.weight" /* as saved */,
+     .output_norm_eps = {"rms_norm_eps", 1e-6},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 1, "moe_layer_freq", 1, "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
     /* Inkling2SparseMoeBlock (transformers 5.24 inkling2/modeling_inkling2.py; its block
      * attention residuals and short convolutions are not the block): Inkling2TopKRouter, f32
      * sigmoid scores + e_score_correction_bias for the choice, top-k without groups, always
@@ -1086,6 +1108,8 @@ void moe_fam_layer_defaults(const moe_fam_row *row, moe_layer_desc *d)
     d->group_score = row->groups.score;
     d->has_selection_bias = row->selection_bias != NULL;
     d->has_output_bias = row->output_bias != NULL;
+    d->has_output_norm = row->output_norm != NULL;
+    d->output_norm_eps = row->output_norm ? (float)row->output_norm_eps.dflt : 1e-6f;
     d->has_router_bias = row->router_bias != NULL;
     d->has_expert_bias = row->input_major.gate_up_bias != NULL;
     d->apply_router_weight_on_input = row->weight_on_input;

@@ -199,6 +199,13 @@ struct moe_fam_row {
                                               expert_bias); moe_fam_tensor_name spells both */
     const char *output_bias;               /* P<output_bias> [H], added to the block output:
                                               has_output_bias (JetMoE "bias") */
+    const char *output_norm;               /* the block's output RMSNorm weight [H]: has_output_norm
+                                              (A.X-K1); a name holding "%L" is the full name of
+                                              layer L's tensor, as for the biases */
+    struct {
+        const char *field;                 /* its eps: "rms_norm_eps" */
+        double dflt;                       /* the config class's default */
+    } output_norm_eps;
     bool weight_on_input;                  /* apply_router_weight_on_input */
     struct {
         moe_fam_act rule;

@@ -30,6 +30,8 @@ void moe_layer_desc_init(moe_layer_desc *d)
     d->softcap_up = 25.0f;
     d->has_shared_activation = 0;
     d->shared_activation = MOE_ACT_SWIGLU;
+    d->has_output_norm = 0;
+    d->output_norm_eps = 1e-6f; /* AXK1Config's rms_norm_eps */
 }
 
 /* `act` (the field `field` of d: "activation" or "shared_activation") a moe_activation value,
@@ -100,6 +102,9 @@ moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
         if (d->has_shared_activation && (ast = check_activation(ctx, d, d->shared_activation, "shared_activation")) != MOE_OK)
             return ast;
     }
+    if (d->has_output_norm && (!(d->output_norm_eps >= 0.0f) || isinf(d->output_norm_eps)))
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: output_norm_eps = %g, must be finite and >= 0",
+                             (double)d->output_norm_eps);
     {
         moe_status rst = moe_route_check_desc(ctx, d);
         if (rst != MOE_OK)

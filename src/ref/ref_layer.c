@@ -138,6 +138,16 @@ routed:
         for (int64_t t = 0; t < T; t++)
             for (int64_t k = 0; k < H; k++)
                 out[t * H + k] = out[t * H + k] + moe_ref_load(src->output_bias, src->output_bias_dtype, k);
+    if (desc->has_output_norm) /* A.X-K1's post_mlp_layernorm [H], last; written out here */
+        for (int64_t t = 0; t < T; t++) {
+            float *y = out + t * H; /* [H] */
+            float ss = 0.0f;
+            for (int64_t k = 0; k < H; k++)
+                ss = fmaf(y[k], y[k], ss);
+            const float r = 1.0f / sqrtf(ss / (float)H + desc->output_norm_eps);
+            for (int64_t k = 0; k < H; k++)
+                y[k] = moe_ref_load(src->output_norm, src->output_norm_dtype, k) * (y[k] * r);
+        }
     if (ids_out)
         memcpy(ids_out, ids, sizeof(int32_t) * (size_t)(T * K));
     if (weights_out)

@@ -200,6 +200,7 @@ static const struct {
     {MOE_FAMILY_AXK2, MOE_SCORING_SIGMOID, 1, 2.5f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
     {MOE_FAMILY_GLM5_NEXT, MOE_SCORING_SIGMOID, 1, 2.5f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
      MOE_ACT_SWIGLU_CLAMP},
+    {MOE_FAMILY_AXK1, MOE_SCORING_SIGMOID, 1, 2.5f, 8, 4, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
     {MOE_FAMILY_INKLING2, MOE_SCORING_SIGMOID, 1, 8.0f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0,
      MOE_ACT_SWIGLU_SOFTCAP},
     {MOE_FAMILY_INKLING2_LOOP, MOE_SCORING_SIGMOID, 1, 8.0f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0,
@@ -258,6 +259,9 @@ static void test_layer_defaults(void **state)
         assert_true(d.softcap_gate == 4.0f && d.softcap_up == 25.0f);
         assert_int_equal(d.has_shared_activation, has_shared_activation(expect[i].family));
         assert_int_equal(d.shared_activation, MOE_ACT_SWIGLU);
+        /* A.X-K1's post_mlp_layernorm (AXK1Config rms_norm_eps 1e-6) */
+        assert_int_equal(d.has_output_norm, expect[i].family == MOE_FAMILY_AXK1);
+        assert_true(d.output_norm_eps == 1e-6f);
         /* sizes, dtype and quant untouched */
         assert_int_equal(d.hidden_size, 64);
         assert_int_equal(d.moe_intermediate_size, 32);
@@ -428,6 +432,8 @@ static void preset_desc(const char *dir, const json_t *meta, moe_layer_desc *d)
         d->swiglu_alpha = (float)json_number_value(v);
     if ((v = json_object_get(cfg, "swiglu_limit")) && json_is_number(v))
         d->swiglu_limit = (float)json_number_value(v);
+    if ((v = json_object_get(cfg, "rms_norm_eps")) && json_is_number(v) && d->has_output_norm) /* A.X-K1 */
+        d->output_norm_eps = (float)json_number_value(v);
     if ((v = json_object_get(cfg, "mlp_gate_softcap")) && json_is_number(v)) /* Inkling2 */
         d->softcap_gate = (float)json_number_value(v);
     if ((v = json_object_get(cfg, "mlp_up_softcap")) && json_is_number(v))

@@ -296,6 +296,9 @@ static void run_fixture(const fixture *fx, const json_t *meta, int threads, cons
     assert_int_equal(!!desc.has_expert_bias, meta_bool_or(meta, "has_expert_bias", 0));
     assert_int_equal(!!desc.apply_router_weight_on_input, meta_bool_or(meta, "apply_router_weight_on_input", 0));
     assert_int_equal(!!desc.has_output_bias, meta_bool_or(meta, "has_output_bias", 0));
+    assert_int_equal(!!desc.has_output_norm, meta_bool_or(meta, "has_output_norm", 0)); /* A.X-K1 */
+    if (desc.has_output_norm)
+        assert_true(desc.output_norm_eps == (float)meta_num_or(meta, "output_norm_eps", NAN));
     const char *act = meta_str_or(meta, "activation", "swiglu");
     assert_int_equal(desc.activation, act_of(act));
     if (desc.activation == MOE_ACT_SWIGLU_SOFTCAP) { /* Inkling2: the two softcaps, as the config gives them */
