@@ -218,11 +218,12 @@ _FAMILIES = {
     "Inkling2LoopForConditionalGeneration": "inkling2_loop", "inkling2_loop": "inkling2_loop",
     "HYV4ForCausalLM": "hy_v4", "hy_v4": "hy_v4",
     "HYV4VLForConditionalGeneration": "hy_v4_vl", "hy_v4_vl": "hy_v4_vl",
+    "AXK1ForCausalLM": "axk1", "axk1": "axk1",
 }
 # Branch acts: Inkling2's softcapped SwiGLU, HY-V4's clamped routed / plain shared experts
 _INKLING2 = ("inkling2", "inkling2_loop")
 _HY_V4 = ("hy_v4", "hy_v4_vl")
-_ACTS = _INKLING2 + _HY_V4
+_ACTS = _INKLING2 + _HY_V4 + ("axk1",)
 
 
 def family_of(cfg):
@@ -444,8 +445,8 @@ def layer_params_acts(ck, layer):
     nl = int(cfg["num_hidden_layers"])
     if not 0 <= layer < nl:
         raise IndexError(f"layer {layer} outside [0, {nl})")
-    if fam in _HY_V4:
-        types = cfg.get("mlp_layer_types")
+    if fam in _HY_V4 + ("axk1",):
+        types = cfg.get("mlp_layer_types")  # AXK1Config always writes it
         if not (types[layer] == "sparse" if types is not None else layer >= 1):
             raise ValueError(f"layer {layer} is a dense layer")
     H, K = int(cfg["hidden_size"]), int(cfg["num_experts_per_tok"])
@@ -471,15 +472,26 @@ def layer_params_acts(ck, layer):
         p["w_down"] = ck.get(moe + "experts.w2_weight")     # [E, H, I]
     else:
         moe, router_name = _prefix(ck, fam, layer)
-        p.update(renormalize=bool(_get(cfg, "norm_topk_prob", True)),
-                 scale=float(_get(cfg, "routed_scaling_factor", 2.827)), n_group=int(_get(cfg, "n_group", 1)),
-                 topk_group=int(_get(cfg, "topk_group", 1)), act="swiglu_clamp",
-                 limit=float(_get(cfg, "swiglu_limit", 10.0)), s_act=acts[_get(cfg, "hidden_act", "silu")])
+        if fam == "axk1":  # AXK1TopkRouter: DeepSeek-V3's (8 groups keep 4, 2.5); AXK1MoE: + post_mlp_layernorm
+            p.update(renormalize=bool(_get(cfg, "norm_topk_prob", True)),
+                     scale=float(_get(cfg, "routed_scaling_factor", 2.5)), n_group=int(_get(cfg, "n_group", 8)),
+                     topk_group=int(_get(cfg, "topk_group", 4)), act=acts[_get(cfg, "hidden_act", "silu")],
+                     norm_eps=float(_get(cfg, "rms_norm_eps", 1e-6)),
+                     out_norm=ck.get(f"model.layers.{layer}.post_mlp_layernorm.weight"))
+        else:
+            p.update(renormalize=bool(_get(cfg, "norm_topk_prob", True)),
+                     scale=float(_get(cfg, "routed_scaling_factor", 2.827)), n_group=int(_get(cfg, "n_group", 1)),
+                     topk_group=int(_get(cfg, "topk_group", 1)), act="swiglu_clamp",
+                     limit=float(_get(cfg, "swiglu_limit", 10.0)), s_act=acts[_get(cfg, "hidden_act", "silu")])
         p["router"] = ck.get(router_name)
         p["sel_bias"] = ck.get(moe + "gate.e_score_correction_bias")
-        gu = ck.get(moe + "experts.gate_up_proj")           # [E, 2I, H], gate = the first I rows
-        p["w_gate"], p["w_up"] = gu[:, :I, :], gu[:, I:, :]
-        p["w_down"] = ck.get(moe + "experts.down_proj")
+        if ck.has(moe + "experts.gate_up_proj"):
+            gu = ck.get(moe + "experts.gate_up_proj")       # [E, 2I, H], gate = the first I rows
+            p["w_gate"], p["w_up"] = gu[:, :I, :], gu[:, I:, :]
+            p["w_down"] = ck.get(moe + "experts.down_proj")
+        else:  # per expert, as A.X-K1's conversion mapping (Qwen2-MoE's) saves them
+            for k, n in (("w_gate", "gate_proj"), ("w_up", "up_proj"), ("w_down", "down_proj")):
+                p[k] = np.stack([ck.get(f"{moe}experts.{e}.{n}.weight") for e in range(E)])
         p["Is"] = int(_get(cfg, "n_shared_experts", 1) or 0) * I
         if p["Is"]:
             s = moe + "shared_experts."
@@ -902,6 +914,8 @@ def moe_forward(p, x):
             out += gate * swiglu(x, p["s_gate"], p["s_up"], p["s_down"])
     if p.get("out_bias") is not None:
         out += p["out_bias"]
+    if p.get("out_norm") is not None:  # A.X-K1: AXK1RMSNorm of routed + shared, last
+        out = p["out_norm"] * (out / np.sqrt((out * out).mean(axis=-1, keepdims=True) + p["norm_eps"]))
     return {"output": out, "topk_ids": ids.astype(np.int32), "topk_weights": w,
             "router_logits": logits, "probs": probs}
 
