@@ -385,6 +385,11 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *                 clamped SwiGLU (swiglu_alpha, swiglu_limit) in the routed and shared experts
  *   Phi-MoE       sparsemixer on l (two rounds of masked softmax), router_jitter_noise
  *   JetMoE        top-k softmax on l; output bias [H]
+ *   Inkling2      sigmoid + selection bias, no groups, renormalize always, route_scale;
+ *                 MOE_ACT_SWIGLU_SOFTCAP experts (mlp_gate_softcap, mlp_up_softcap), no shared
+ *   HY-V4         DeepSeek-V3's router (n_group 1); MOE_ACT_SWIGLU_CLAMP routed experts, the
+ *                 shared expert plain SwiGLU (has_shared_activation, shared_activation)
+ *   A.X-K1        DeepSeek-V3's block, then an output RMSNorm (has_output_norm, rms_norm_eps)
  * ------------------------------------------------------------------------------------- */
 
 /* Router scoring: the scores, the selection key and the weights, from the logits l. */
