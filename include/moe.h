@@ -359,6 +359,7 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *   out = routed_scaling_factor * sum_k w_k y_k      (sum_k y_k with apply_router_weight_on_input)
  *         + g_sh * shared(x)                         g_sh = sigmoid(w_sg . x) if gated, else 1
  *         (+ b_o, has_output_bias)                   JetMoE's block bias [H]
+ *   out = w_n * rmsnorm(out) (has_output_norm)        A.X-K1's post_mlp_layernorm [H]
  *
  * Each family, as its checkpoint adapter (moe_checkpoint_layer_desc) sets it, from the
  * config.json fields named (HF transformers 5.24's modeling code is the reference):
@@ -384,6 +385,11 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *                 clamped SwiGLU (swiglu_alpha, swiglu_limit) in the routed and shared experts
  *   Phi-MoE       sparsemixer on l (two rounds of masked softmax), router_jitter_noise
  *   JetMoE        top-k softmax on l; output bias [H]
+ *   Inkling2      sigmoid + selection bias, no groups, renormalize always, route_scale;
+ *                 MOE_ACT_SWIGLU_SOFTCAP experts (mlp_gate_softcap, mlp_up_softcap), no shared
+ *   HY-V4         DeepSeek-V3's router (n_group 1); MOE_ACT_SWIGLU_CLAMP routed experts, the
+ *                 shared expert plain SwiGLU (has_shared_activation, shared_activation)
+ *   A.X-K1        DeepSeek-V3's block, then an output RMSNorm (has_output_norm, rms_norm_eps)
  * ------------------------------------------------------------------------------------- */
 
 /* Router scoring: the scores, the selection key and the weights, from the logits l. */
@@ -436,10 +442,19 @@ typedef enum moe_activation {
     MOE_ACT_SWIGLU_OAI = 3, /* gpt-oss (GptOssExperts._apply_gate): g' = min(g, limit),
                                u' = clamp(u, -limit, limit), h = (u' + 1) * (g' * sigmoid(alpha g')),
                                alpha = swiglu_alpha, limit = swiglu_limit. NaN stays NaN. */
-    MOE_ACT_SWIGLU_CLAMP = 4 /* GLM-5-Next (Glm5NextTextExperts._apply_gate, and its shared expert
+    MOE_ACT_SWIGLU_CLAMP = 4, /* GLM-5-Next (Glm5NextTextExperts._apply_gate, and its shared expert
                                Glm5NextTextMLP): g' = min(g, limit), u' = clamp(u, -limit, limit),
                                h = silu(g') * u' (no alpha, no + 1), limit = swiglu_limit; the
                                routed and the shared expert alike. NaN stays NaN. */
+    MOE_ACT_SWIGLU_SOFTCAP = 5 /* Inkling2 (transformers 5.24 inkling2/modeling_inkling2.py
+                               Inkling2SoftcappedSwiGLU, the routed experts; Inkling2Loop's is the
+                               same): h = (cap(g, c_g) * sigmoid(g)) * cap(u, c_u),
+                               cap(v, c) = tanh(v / c) * c, sigmoid(v) = 1 / (1 + exp(-v)) of the
+                               raw gate (not silu, not of the capped gate), in f32;
+                               c_g = softcap_gate (config `mlp_gate_softcap`, 4),
+                               c_u = softcap_up (`mlp_up_softcap`, 25), each finite and > 0.
+                               NaN stays NaN; +-inf in g or u gives a finite h (the caps bound
+                               it: |h| <= c_g c_u). */
 } moe_activation;
 
 #include "moe_quant.h"
@@ -509,8 +524,17 @@ typedef enum moe_family {
     MOE_FAMILY_MINIMAX_M2 = 47,    /* MiniMaxM2ForCausalLM: sigmoid + correction bias, no groups */
     MOE_FAMILY_HY_V3 = 48,         /* HYV3ForCausalLM: sigmoid + correction bias, no groups */
     MOE_FAMILY_AXK2 = 49,          /* AXK2ForCausalLM (A.X-K2): DeepSeek-V3's routing, no groups */
-    MOE_FAMILY_GLM5_NEXT = 50       /* Glm5NextForConditionalGeneration (text MoE): DeepSeek-V3's
+    MOE_FAMILY_GLM5_NEXT = 50,      /* Glm5NextForConditionalGeneration (text MoE): DeepSeek-V3's
                                       routing, MOE_ACT_SWIGLU_CLAMP experts */
+    /* branch acts (numbered from 51; the lead renumbers at merge) */
+    MOE_FAMILY_INKLING2 = 51,      /* Inkling2ForConditionalGeneration (text MoE): sigmoid + bias, no
+                                      groups, renormalized, MOE_ACT_SWIGLU_SOFTCAP experts */
+    MOE_FAMILY_INKLING2_LOOP = 52, /* Inkling2LoopForConditionalGeneration: Inkling2's block */
+    MOE_FAMILY_HY_V4 = 53,         /* HYV4ForCausalLM: Glm4Moe's routing, MOE_ACT_SWIGLU_CLAMP routed
+                                      experts, a plain SwiGLU shared expert (has_shared_activation) */
+    MOE_FAMILY_HY_V4_VL = 54,      /* HYV4VLForConditionalGeneration (text MoE): HY-V4's block */
+    MOE_FAMILY_AXK1 = 55           /* AXK1ForCausalLM (A.X-K1): DeepSeek-V3's block + an output RMSNorm
+                                      (has_output_norm) */
 } moe_family;
 
 /* Static name of a family: "custom" for MOE_FAMILY_CUSTOM, else its row's name, the config
@@ -580,12 +604,38 @@ typedef struct moe_layer_desc {
                                       shared expert, one f32 add per element: JetMoE's
                                       JetMoeMoE `bias` (layer_output + self.bias, transformers
                                       5.24 jetmoe/modeling_jetmoe.py). moe_weight_source.output_bias */
+
+    /* ---- branch acts: the softcapped SwiGLU's constants and a shared-expert activation of
+     * its own (appended: the fields above keep their offsets) ---- */
+    float softcap_gate;            /* MOE_ACT_SWIGLU_SOFTCAP: c_g, config `mlp_gate_softcap`
+                                      (Inkling2TextConfig default 4); finite and > 0; read by no
+                                      other mode; default 4 */
+    float softcap_up;              /* MOE_ACT_SWIGLU_SOFTCAP: c_u, config `mlp_up_softcap`
+                                      (default 25); finite and > 0; default 25 */
+    int has_shared_activation;     /* 0 (default): the shared expert applies `activation`, as
+                                      the routed ones do; 1: it applies shared_activation (with
+                                      the same swiglu_alpha / swiglu_limit / softcap_* fields).
+                                      HY-V4 (transformers 5.24 hy_v4/modeling_hy_v4.py): routed
+                                      HYV4Experts MOE_ACT_SWIGLU_CLAMP, shared HYV4MLP plain
+                                      SwiGLU. Needs a shared expert (MOE_EINVAL without one). */
+    moe_activation shared_activation; /* the shared expert's, when has_shared_activation;
+                                      a moe_activation value (MOE_EINVAL naming the field) */
+    int has_output_norm;           /* the block's output RMSNorm, last (after the routed sum, its
+                                      scaling, the shared expert and the output bias), per token
+                                      in f32: ss = sum_k y_k^2 (fmaf, k ascending), r = 1 /
+                                      sqrtf(ss / H + eps), out_k = w_n[k] * (y_k * r). A.X-K1
+                                      (transformers 5.24 axk1/modeling_axk1.py AXK1MoE.forward:
+                                      post_mlp_layernorm, AXK1RMSNorm). moe_weight_source.output_norm */
+    float output_norm_eps;         /* eps of has_output_norm: config `rms_norm_eps` (AXK1Config
+                                      default 1e-6); finite and >= 0; default 1e-6 */
 } moe_layer_desc;
 
 /* Defaults: family custom, softmax, renormalize 0, routed_scaling_factor 1, SwiGLU, no
  * shared expert, weight_dtype BF16, no groups (group score max), no biases, weights applied
  * to the output, swiglu_alpha 1.702, swiglu_limit 7, sparsemixer_jitter_eps 0.01, no output
- * bias; sizes 0 (must be set). */
+ * bias, softcap_gate 4, softcap_up 25, the shared expert applying `activation`
+ * (has_shared_activation 0, shared_activation SwiGLU), no output norm (eps 1e-6); sizes 0
+ * (must be set). */
 MOE_API void moe_layer_desc_init(moe_layer_desc *desc);
 
 /* ---------------------------------------------------------------------------------------
@@ -887,6 +937,10 @@ typedef struct moe_weight_source {
                                       to up_proj's), finite and > 0; NULL otherwise */
     const float *w2_input_scale;   /* [E] f32: expert e's input scale of down_proj
                                       (`<expert>.down_proj.input_scale`), finite and > 0 */
+    /* branch acts (appended) */
+    const void *output_norm;       /* [H] when desc->has_output_norm (A.X-K1 post_mlp_layernorm
+                                      weight), converted to f32 at weights creation */
+    moe_dtype output_norm_dtype;   /* F32, BF16 or F16 */
 } moe_weight_source;
 
 /* The routed experts as transformers holds them: one stacked tensor per projection, the

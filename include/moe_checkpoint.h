@@ -235,8 +235,14 @@ MOE_API moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer
  *   has_expert_bias       1 for gpt-oss (gate_up_proj_bias, down_proj_bias), else 0
  *   apply_router_weight_on_input  1 for Llama-4, else 0
  *   has_output_bias       1 for JetMoE (the block's `bias` [H]), else 0
+ *   has_output_norm, output_norm_eps  1 and 1e-6 for A.X-K1 (post_mlp_layernorm,
+ *                         rms_norm_eps), else 0 and 1e-6
  *   activation            MOE_ACT_SWIGLU_OAI for gpt-oss, MOE_ACT_SWIGLU_CLAMP for GLM-5-Next,
- *                         else MOE_ACT_SWIGLU (`hidden_act`'s default "silu")
+ *                         HY-V4 and HY-V4-VL, MOE_ACT_SWIGLU_SOFTCAP for Inkling2 and
+ *                         Inkling2-Loop, else MOE_ACT_SWIGLU (`hidden_act`'s default "silu")
+ *   softcap_gate, softcap_up  4 and 25 (Inkling2TextConfig's mlp_gate_softcap / mlp_up_softcap)
+ *   has_shared_activation, shared_activation  1 and MOE_ACT_SWIGLU for HY-V4 / HY-V4-VL when
+ *                         desc->shared_expert_intermediate_size > 0 (HYV4MLP), else 0
  *   swiglu_alpha, swiglu_limit  1.702 and 7 (GptOssConfig's defaults; the other families do
  *                         not use them); GLM-5-Next: swiglu_limit 10 (Glm5NextTextConfig)
  *   shared_expert_gated   1 for Qwen2-MoE, Qwen3-Next and Qwen3.5-MoE when

@@ -77,7 +77,12 @@ class LayerDesc(C.Structure):
                 ("group_score", i32), ("has_selection_bias", i32), ("has_router_bias", i32),
                 ("has_expert_bias", i32), ("apply_router_weight_on_input", i32),
                 ("swiglu_alpha", f32), ("swiglu_limit", f32), ("quant", QuantConfig),
-                ("sparsemixer_jitter_eps", f32), ("has_output_bias", i32)]
+                ("sparsemixer_jitter_eps", f32), ("has_output_bias", i32),
+                # branch acts: MOE_ACT_SWIGLU_SOFTCAP's constants, the shared expert's activation
+                ("softcap_gate", f32), ("softcap_up", f32), ("has_shared_activation", i32),
+                ("shared_activation", i32),
+                # branch acts: the block's output RMSNorm (A.X-K1)
+                ("has_output_norm", i32), ("output_norm_eps", f32)]
 
 
 PP = C.POINTER(vp)
@@ -96,7 +101,8 @@ class WeightSource(C.Structure):
                 ("gate_scale", PP), ("up_scale", PP), ("down_scale", PP),
                 ("gate_zero", PP), ("up_zero", PP), ("down_zero", PP),
                 ("output_bias", vp), ("output_bias_dtype", i32),
-                ("w13_input_scale", vp), ("w2_input_scale", vp)]
+                ("w13_input_scale", vp), ("w2_input_scale", vp),
+                ("output_norm", vp), ("output_norm_dtype", i32)]
 
 
 class StackedExperts(C.Structure):

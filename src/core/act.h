@@ -78,6 +78,15 @@ static inline float moe_act_apply(const moe_layer_desc *d, float g, float u)
         float silu = gc / (1.0f + moe_expf(-gc));
         return silu * uc;
     }
+    case MOE_ACT_SWIGLU_SOFTCAP: {
+        /* Inkling2SoftcappedSwiGLU: (tanh(g / c_g) c_g * sigmoid(g)) * (tanh(u / c_u) c_u);
+         * the sigmoid sees the raw gate. NaN kept (tanhf, moe_expf and the products keep it) */
+        const float cg = d->softcap_gate, cu = d->softcap_up;
+        float gc = tanhf(g / cg) * cg;
+        float sig = 1.0f / (1.0f + moe_expf(-g));
+        float uc = tanhf(u / cu) * cu;
+        return (gc * sig) * uc;
+    }
     default: {
         float silu = g / (1.0f + moe_expf(-g));
         return silu * u;

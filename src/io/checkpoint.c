@@ -250,6 +250,14 @@ static moe_status resolve_layer(const moe_checkpoint *ck, int64_t layer, moe_ck_
                                      &path)) != MOE_OK)
             return st;
     }
+    if (row->output_norm) { /* A.X-K1: beside the block, model.layers.L.post_mlp_layernorm.weight */
+        if (!moe_fam_tensor_name(row->output_norm, prefix, layer, name, sizeof name))
+            return moe_set_error(ix->ctx, MOE_EINVAL, "%s: layer %" PRId64 ": the output norm's name is too long",
+                                 ix->dir, layer);
+        if ((st = moe_ck_get_checked(ix, name, "the output norm", MOE_CK_ANY_FLOAT, "[H]", 1, &H, &lt->out_norm,
+                                     &path)) != MOE_OK)
+            return st;
+    }
     if ((st = moe_ck_experts_resolve(ix, c, layer, prefix, describe, lt)) != MOE_OK)
         return st;
     if (c->desc.shared_expert_intermediate_size > 0 &&
@@ -447,6 +455,10 @@ static moe_status check_plan_desc(const moe_checkpoint *ck, int64_t layer, const
         {"has_expert_bias", !!have->has_expert_bias, want->has_expert_bias},
         {"apply_router_weight_on_input", !!have->apply_router_weight_on_input, want->apply_router_weight_on_input},
         {"has_output_bias", !!have->has_output_bias, want->has_output_bias},
+        {"has_shared_activation", !!have->has_shared_activation, want->has_shared_activation},
+        {"has_output_norm", !!have->has_output_norm, want->has_output_norm},
+        {"shared_activation", want->has_shared_activation ? have->shared_activation : 0,
+         want->has_shared_activation ? want->shared_activation : 0},
         {"quant.w13.dtype", have->quant.w13.dtype, want->quant.w13.dtype},
         {"quant.w13.scale", have->quant.w13.scale, want->quant.w13.scale},
         {"quant.w13.block_n", want->quant.w13.dtype ? have->quant.w13.block_n : 0, want->quant.w13.block_n},
@@ -479,6 +491,12 @@ static moe_status check_plan_desc(const moe_checkpoint *ck, int64_t layer, const
         {"swiglu_limit",
          want->activation == MOE_ACT_SWIGLU_OAI || want->activation == MOE_ACT_SWIGLU_CLAMP ? have->swiglu_limit : 0.0f,
          want->activation == MOE_ACT_SWIGLU_OAI || want->activation == MOE_ACT_SWIGLU_CLAMP ? want->swiglu_limit : 0.0f},
+        {"output_norm_eps", want->has_output_norm ? have->output_norm_eps : 0.0f,
+         want->has_output_norm ? want->output_norm_eps : 0.0f},
+        {"softcap_gate", want->activation == MOE_ACT_SWIGLU_SOFTCAP ? have->softcap_gate : 0.0f,
+         want->activation == MOE_ACT_SWIGLU_SOFTCAP ? want->softcap_gate : 0.0f},
+        {"softcap_up", want->activation == MOE_ACT_SWIGLU_SOFTCAP ? have->softcap_up : 0.0f,
+         want->activation == MOE_ACT_SWIGLU_SOFTCAP ? want->softcap_up : 0.0f},
         {"sparsemixer_jitter_eps", want->scoring_func == MOE_SCORING_SPARSEMIXER ? have->sparsemixer_jitter_eps : 0.0f,
          want->scoring_func == MOE_SCORING_SPARSEMIXER ? want->sparsemixer_jitter_eps : 0.0f},
     };
@@ -570,6 +588,10 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
         if (want.has_output_bias) {
             src.output_bias = lt.out_bias.data;         /* [H] */
             src.output_bias_dtype = lt.out_bias.dtype;
+        }
+        if (want.has_output_norm) {
+            src.output_norm = lt.out_norm.data;         /* [H] */
+            src.output_norm_dtype = lt.out_norm.dtype;
         }
         if (want.has_expert_bias) {
             src.gate_bias = lt.gate_bias;               /* E x [I], every gate_up_bias_stride-th */

@@ -204,6 +204,10 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     if (row->renormalize.rule == MOE_FAM_RENORM_FIELD &&
         (st = moe_cfg_bool(f, row->renormalize.field, row->renormalize.dflt, &d->renormalize)) != MOE_OK)
         return st;
+    if (row->output_norm_eps.field && /* A.X-K1's post_mlp_layernorm eps */
+        (st = moe_cfg_float(f, row->output_norm_eps.field, row->output_norm_eps.dflt, false, 0.0,
+                            &d->output_norm_eps)) != MOE_OK)
+        return st;
     if (row->sparsemixer_eps.field &&
         (st = moe_cfg_float(f, row->sparsemixer_eps.field, row->sparsemixer_eps.dflt, false, 0.0,
                             &d->sparsemixer_jitter_eps)) != MOE_OK)
@@ -273,6 +277,14 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
             st = moe_cfg_float(f, row->activation.limit_field, row->activation.limit, true, 0.0, &d->swiglu_limit);
         return st;
     }
+    if (row->activation.rule == MOE_FAM_ACT_SOFTCAPPED_SWIGLU) {
+        /* Inkling2SoftcappedSwiGLU: the two softcaps (finite, > 0); hidden_act is not read */
+        d->activation = MOE_ACT_SWIGLU_SOFTCAP;
+        moe_status st = moe_cfg_float(f, row->activation.alpha_field, row->activation.alpha, true, 0.0, &d->softcap_gate);
+        if (st == MOE_OK)
+            st = moe_cfg_float(f, row->activation.limit_field, row->activation.limit, true, 0.0, &d->softcap_up);
+        return st;
+    }
     const char *a = NULL;
     const char *field = row->activation.field ? row->activation.field : "hidden_act";
     moe_status st = moe_cfg_str(f, field, "silu", &a);
@@ -294,12 +306,23 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
         d->activation = MOE_ACT_SWIGLU_CLAMP;
         return moe_cfg_float(f, row->activation.limit_field, row->activation.limit, true, 0.0, &d->swiglu_limit);
     }
+    /* hidden_act's function: the experts' one, or (CLAMPED_SILU_OWN_SHARED) the shared expert's */
+    const int own_shared = row->activation.rule == MOE_FAM_ACT_CLAMPED_SILU_OWN_SHARED;
+    moe_activation *act = own_shared ? &d->shared_activation : &d->activation;
+    if (own_shared) {
+        /* HY-V4: HYV4Experts._apply_gate clamps and calls F.silu; HYV4MLP applies hidden_act */
+        d->activation = MOE_ACT_SWIGLU_CLAMP;
+        d->has_shared_activation = d->shared_expert_intermediate_size > 0; /* (config_decoder set I_s) */
+        st = moe_cfg_float(f, row->activation.limit_field, row->activation.limit, true, 0.0, &d->swiglu_limit);
+        if (st != MOE_OK)
+            return st;
+    }
     if (strcmp(a, "silu") == 0 || strcmp(a, "swish") == 0)
-        d->activation = MOE_ACT_SWIGLU;
+        *act = MOE_ACT_SWIGLU;
     else if (strcmp(a, "gelu") == 0)
-        d->activation = MOE_ACT_GEGLU;
+        *act = MOE_ACT_GEGLU;
     else if (strcmp(a, "gelu_pytorch_tanh") == 0 || strcmp(a, "gelu_new") == 0)
-        d->activation = MOE_ACT_GEGLU_TANH;
+        *act = MOE_ACT_GEGLU_TANH;
     else
         return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
                              "%s: field '%s%s' = \"%s\": libmoe's experts support silu / swish (SwiGLU), "

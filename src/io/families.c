@@ -89,6 +89,25 @@ static moe_status sigmoid_groups_routing(const moe_cfg_fields *f, const moe_fam_
     return MOE_OK;
 }
 
+/* Inkling2TopKRouter: score_fn = ACT2FN[scoring_func]; libmoe computes "sigmoid" (the config
+ * classes' default), any other is refused by name; no expert groups */
+static moe_status inkling2_routing(const moe_cfg_fields *f, const moe_fam_row *row, int64_t *n_group,
+                                   int64_t *topk_group)
+{
+    (void)row;
+    const char *scoring = NULL;
+    moe_status st = moe_cfg_str(f, "scoring_func", "sigmoid", &scoring);
+    if (st != MOE_OK)
+        return st;
+    if (strcmp(scoring, "sigmoid") != 0)
+        return moe_set_error(f->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%sscoring_func' = \"%s\": libmoe computes Inkling2TopKRouter with "
+                             "\"sigmoid\" scores only",
+                             f->path, f->prefix, scoring);
+    *n_group = *topk_group = 0;
+    return MOE_OK;
+}
+
 /* AXK2TopkRouter (A.X-K2): DeepSeek-V3's routing, with expert groups only when n_group is set
  * (null or absent: none, A.X-K2-Light). Its grouped path fills the dropped groups' selection
  * keys with 0.0, not -inf (apply_group_scoring: "fill with `0.0` intentionally"), so an expert of
@@ -860,6 +879,104 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 3, .list_field = "mlp_layer_types"},
      .prefixes = {"model.language_model.layers.%L.mlp." /* ConditionalGeneration */, "model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* AXK1MoE (A.X-K1; transformers 5.24 axk1/modeling_axk1.py): DeepSeek-V3's router (AXK1TopkRouter:
+     * sigmoid + e_score_correction_bias, top-2-sum groups masked with -inf, norm_topk_prob + 1e-20,
+     * routed_scaling_factor), experts and ungated shared expert, then post_mlp_layernorm, an
+     * RMSNorm (weight [H], rms_norm_eps) of routed + shared: has_output_norm. AXK1Config's
+     * defaults: 8 groups keep 4, norm_topk_prob true, 2.5, one shared expert, rms_norm_eps 1e-6;
+     * MoE layers by mlp_layer_types (the config class writes it from first_k_dense_replace 1 and
+     * moe_layer_freq 1). Released checkpoints and save_pretrained keep the norm beside the block,
+     * model.layers.L.post_mlp_layernorm.weight (the conversion mapping moves it under mlp. on
+     * load) */
+    {.family = MOE_FAMILY_AXK1, .name = "axk1", .names = {{"AXK1ForCausalLM", "axk1"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 2.5}, .groups = {"n_group", "topk_group", 8, 4, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .output_norm = "model.layers.%L.post_mlp_layernorm.weight" /* as saved */,
+     .output_norm_eps = {"rms_norm_eps", 1e-6},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 1, "moe_layer_freq", 1, "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Inkling2SparseMoeBlock (transformers 5.24 inkling2/modeling_inkling2.py; its block
+     * attention residuals and short convolutions are not the block): Inkling2TopKRouter, f32
+     * sigmoid scores + e_score_correction_bias for the choice, top-k without groups, always
+     * renormalized (+ 1e-20), times routed_scaling_factor (config.json `route_scale`, default
+     * 8); Inkling2Experts with Inkling2SoftcappedSwiGLU (MOE_ACT_SWIGLU_SOFTCAP,
+     * mlp_gate_softcap 4, mlp_up_softcap 25); no shared expert; every layer. Under text_config.
+     * save_pretrained writes the original names (its conversion mapping reversed):
+     * model.llm.layers.L.mlp. with experts.w13_weight [E, 2I, H] interleaving gate / up rows,
+     * experts.w2_weight [E, H, I], gate.weight and the selection bias as gate.bias */
+    {.family = MOE_FAMILY_INKLING2, .name = "inkling2", .text_config = true,
+     .names = {{"Inkling2ForConditionalGeneration", "inkling2"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .aliases = {{"route_scale", "routed_scaling_factor"}},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .routed_scaling = {"route_scale", 8.0},
+     .router = {"gate.weight"}, .selection_bias = "gate.bias" /* as saved */, .routing_hook = inkling2_routing,
+     .activation = {MOE_FAM_ACT_SOFTCAPPED_SWIGLU, "mlp_gate_softcap", "mlp_up_softcap", 4.0, 25.0},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.llm.layers.%L.mlp." /* as saved */},
+     .stacked = {{"experts.w13_weight", "experts.w2_weight", true}}},
+
+    /* Inkling2LoopSparseMoeBlock (inkling2_loop/modeling_inkling2_loop.py): Inkling2's block,
+     * router and softcapped experts line for line (its looped layers run the same block again,
+     * outside it); Inkling2LoopTextConfig defaults: 128 experts, route_scale 8, the same softcaps.
+     * Saved as Inkling2 is */
+    {.family = MOE_FAMILY_INKLING2_LOOP, .name = "inkling2_loop", .text_config = true,
+     .names = {{"Inkling2LoopForConditionalGeneration", "inkling2_loop"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .aliases = {{"route_scale", "routed_scaling_factor"}},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .routed_scaling = {"route_scale", 8.0},
+     .router = {"gate.weight"}, .selection_bias = "gate.bias" /* as saved */, .routing_hook = inkling2_routing,
+     .activation = {MOE_FAM_ACT_SOFTCAPPED_SWIGLU, "mlp_gate_softcap", "mlp_up_softcap", 4.0, 25.0},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.llm.layers.%L.mlp." /* as saved */},
+     .stacked = {{"experts.w13_weight", "experts.w2_weight", true}}},
+
+    /* HYV4MoE (transformers 5.24 hy_v4/modeling_hy_v4.py; hyper-connections and the indexed
+     * attention are not the block): HYV4TopkRouter is Glm4Moe's (f32 sigmoid +
+     * e_score_correction_bias, n_group groups by top-2 sum, norm_topk_prob + 1e-20, times
+     * routed_scaling_factor, default 2.827); HYV4Experts._apply_gate clamps (MOE_ACT_SWIGLU_CLAMP,
+     * swiglu_limit 10) while the shared expert HYV4MLP (n_shared_experts * I) applies
+     * ACT2FN[hidden_act] unclamped: has_shared_activation. HYV4Config defaults: n_group 1,
+     * norm_topk_prob true, one shared expert; MoE layers by mlp_layer_types (absent: every layer
+     * but the first) */
+    {.family = MOE_FAMILY_HY_V4, .name = "hy_v4", .names = {{"HYV4ForCausalLM", "hy_v4"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts",
+                .gate_proj = "linear_gate" /* as saved */},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 2.827}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .activation = {MOE_FAM_ACT_CLAMPED_SILU_OWN_SHARED, NULL, "swiglu_limit", 0.0, 10.0},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* HYV4VLForConditionalGeneration: HY-V4's text MoE under text_config (HYV4VLTextConfig),
+     * the decoder at model.language_model. */
+    {.family = MOE_FAMILY_HY_V4_VL, .name = "hy_v4_vl", .text_config = true,
+     .names = {{"HYV4VLForConditionalGeneration", "hy_v4_vl"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts",
+                .gate_proj = "linear_gate" /* as saved */},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 2.827}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .activation = {MOE_FAM_ACT_CLAMPED_SILU_OWN_SHARED, NULL, "swiglu_limit", 0.0, 10.0},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp." /* as saved */, "model.language_model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 
@@ -991,18 +1108,27 @@ void moe_fam_layer_defaults(const moe_fam_row *row, moe_layer_desc *d)
     d->group_score = row->groups.score;
     d->has_selection_bias = row->selection_bias != NULL;
     d->has_output_bias = row->output_bias != NULL;
+    d->has_output_norm = row->output_norm != NULL;
+    d->output_norm_eps = row->output_norm ? (float)row->output_norm_eps.dflt : 1e-6f;
     d->has_router_bias = row->router_bias != NULL;
     d->has_expert_bias = row->input_major.gate_up_bias != NULL;
     d->apply_router_weight_on_input = row->weight_on_input;
     /* hidden_act absent: the config classes' "silu"; swiglu_alpha / swiglu_limit are used by
      * the clamped SwiGLU only, and otherwise keep moe_layer_desc_init's (the same) values */
-    d->activation = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? MOE_ACT_SWIGLU_OAI
-                    : row->activation.rule == MOE_FAM_ACT_CLAMPED_SILU ? MOE_ACT_SWIGLU_CLAMP
-                                                                         : MOE_ACT_SWIGLU;
-    d->swiglu_alpha = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? (float)row->activation.alpha : 1.702f;
-    d->swiglu_limit = row->activation.rule == MOE_FAM_ACT_CLAMPED_SWIGLU || row->activation.rule == MOE_FAM_ACT_CLAMPED_SILU
-                          ? (float)row->activation.limit
-                          : 7.0f;
+    const moe_fam_act rule = row->activation.rule;
+    const int clamped_silu = rule == MOE_FAM_ACT_CLAMPED_SILU || rule == MOE_FAM_ACT_CLAMPED_SILU_OWN_SHARED;
+    d->activation = rule == MOE_FAM_ACT_CLAMPED_SWIGLU      ? MOE_ACT_SWIGLU_OAI
+                    : clamped_silu                          ? MOE_ACT_SWIGLU_CLAMP
+                    : rule == MOE_FAM_ACT_SOFTCAPPED_SWIGLU ? MOE_ACT_SWIGLU_SOFTCAP
+                                                            : MOE_ACT_SWIGLU;
+    d->swiglu_alpha = rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? (float)row->activation.alpha : 1.702f;
+    d->swiglu_limit = rule == MOE_FAM_ACT_CLAMPED_SWIGLU || clamped_silu ? (float)row->activation.limit : 7.0f;
+    /* the softcaps (MOE_ACT_SWIGLU_SOFTCAP: alpha / limit hold c_g / c_u), else
+     * moe_layer_desc_init's; the shared expert's own activation (HY-V4: hidden_act's default, silu) */
+    d->softcap_gate = rule == MOE_FAM_ACT_SOFTCAPPED_SWIGLU ? (float)row->activation.alpha : 4.0f;
+    d->softcap_up = rule == MOE_FAM_ACT_SOFTCAPPED_SWIGLU ? (float)row->activation.limit : 25.0f;
+    d->has_shared_activation = rule == MOE_FAM_ACT_CLAMPED_SILU_OWN_SHARED && d->shared_expert_intermediate_size > 0;
+    d->shared_activation = MOE_ACT_SWIGLU;
     d->shared_expert_gated = row->shared.gated && d->shared_expert_intermediate_size > 0;
     d->sparsemixer_jitter_eps = row->sparsemixer_eps.field ? (float)row->sparsemixer_eps.dflt : 0.01f;
 }

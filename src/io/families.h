@@ -28,10 +28,18 @@ typedef enum moe_fam_act {
     MOE_FAM_ACT_SILU_ONLY,      /* the routed experts are always SiLU-gated and the shared
                                    expert follows hidden_act (Aria): SwiGLU, any other
                                    hidden_act refused by name */
-    MOE_FAM_ACT_CLAMPED_SILU    /* always MOE_ACT_SWIGLU_CLAMP, the limit from limit_field
+    MOE_FAM_ACT_CLAMPED_SILU,   /* always MOE_ACT_SWIGLU_CLAMP, the limit from limit_field
                                    (GLM-5-Next); hidden_act must be silu (absent: silu), the
                                    function its shared expert applies where the routed experts
                                    call F.silu */
+    MOE_FAM_ACT_SOFTCAPPED_SWIGLU, /* always MOE_ACT_SWIGLU_SOFTCAP, c_g from alpha_field
+                                   (mlp_gate_softcap), c_u from limit_field (mlp_up_softcap),
+                                   defaults alpha / limit; hidden_act is not read (Inkling2's
+                                   experts hard-code the sigmoid) */
+    MOE_FAM_ACT_CLAMPED_SILU_OWN_SHARED /* routed MOE_ACT_SWIGLU_CLAMP (limit_field) and the
+                                   shared expert its own activation from hidden_act
+                                   (has_shared_activation: HY-V4's HYV4MLP applies
+                                   ACT2FN[hidden_act] unclamped) */
 } moe_fam_act;
 
 /* Which decoder layers hold an MoE block, from the fields of moe_fam_row.layers. */
@@ -72,10 +80,13 @@ typedef struct moe_fam_name {
 } moe_fam_name;
 
 /* A stacked output-major expert layout under the block prefix P: P<gate_up> [E, 2I, H] (each
- * expert's gate rows, then its up rows) and P<down> [E, H, I]. */
+ * expert's gate rows, then its up rows; or interleaved) and P<down> [E, H, I]. */
 typedef struct moe_fam_stacked {
     const char *gate_up;
     const char *down;
+    bool interleaved;                      /* gate = the even rows of gate_up, up = the odd ones
+                                              (Inkling2's saved w13_weight, which its conversion
+                                              mapping de-interleaves with Interleave(dim=1)) */
 } moe_fam_stacked;
 
 typedef struct moe_fam_row moe_fam_row;
@@ -152,6 +163,9 @@ struct moe_fam_row {
                                               (output_linear); both or neither; float only */
         bool field_optional;               /* FIELD: absent is not an error but ... */
         int64_t field_default;             /* ... the config class's I_s (0: none) */
+        const char *gate_proj;             /* the gate projection's name instead of gate_proj
+                                              (HY-V4 saves HYV4MLP.gate_proj as linear_gate: its
+                                              conversion mapping's rename reversed); NULL: gate_proj */
     } shared;
 
     /* ---- routing and expert math (moe.h "Layer description") ---- */
@@ -185,6 +199,13 @@ struct moe_fam_row {
                                               expert_bias); moe_fam_tensor_name spells both */
     const char *output_bias;               /* P<output_bias> [H], added to the block output:
                                               has_output_bias (JetMoE "bias") */
+    const char *output_norm;               /* the block's output RMSNorm weight [H]: has_output_norm
+                                              (A.X-K1); a name holding "%L" is the full name of
+                                              layer L's tensor, as for the biases */
+    struct {
+        const char *field;                 /* its eps: "rms_norm_eps" */
+        double dflt;                       /* the config class's default */
+    } output_norm_eps;
     bool weight_on_input;                  /* apply_router_weight_on_input */
     struct {
         moe_fam_act rule;

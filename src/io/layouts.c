@@ -49,7 +49,7 @@ static void tensor_name(char *out, const char *prefix, const char *tail)
 
 /* Stacked output-major experts: gate_up [E, 2I, H] (gate rows first), down [E, H, I]. */
 static moe_status stacked_experts(const moe_ck_index *ix, const moe_ck_config *c, moe_ck_layer *lt,
-                                  const char *gu_name, const char *dn_name)
+                                  const char *gu_name, const char *dn_name, bool interleaved)
 {
     const int64_t E = c->desc.num_experts, H = c->desc.hidden_size, I = c->desc.moe_intermediate_size;
     moe_tensor_info gu, dn;
@@ -60,12 +60,17 @@ static moe_status stacked_experts(const moe_ck_index *ix, const moe_ck_config *c
         (st = moe_ck_get_weight(ix, lt, dn_name, "[E, H, I]", 3, dn_shape, &dn)) != MOE_OK)
         return st;
     const size_t es = moe_dtype_size(lt->weight_dtype);
-    const uint8_t *gu_base = gu.data; /* [E, 2I, H] gate rows then up rows per expert */
+    const uint8_t *gu_base = gu.data; /* [E, 2I, H] gate rows then up rows per expert, or
+                                         (interleaved) gate row i at 2i, up row i at 2i + 1 */
     const uint8_t *dn_base = dn.data; /* [E, H, I] */
     for (int64_t e = lt->e_lo; e < lt->e_hi; e++) {
         lt->gate[e] = gu_base + (size_t)e * (size_t)(2 * I * H) * es;
-        lt->up[e] = gu_base + ((size_t)e * (size_t)(2 * I * H) + (size_t)(I * H)) * es;
+        lt->up[e] = (const uint8_t *)lt->gate[e] + (size_t)(interleaved ? H : I * H) * es;
         lt->down[e] = dn_base + (size_t)e * (size_t)(H * I) * es;
+    }
+    if (interleaved) { /* row i of gate (and of up) is 2H elements after row i - 1 */
+        lt->gu_so = 2 * H;
+        lt->gu_si = 1;
     }
     return MOE_OK;
 }
@@ -403,7 +408,7 @@ moe_status moe_ck_experts_resolve(const moe_ck_index *ix, const moe_ck_config *c
         char dn_name[MOE_CK_NAME_LEN];
         tensor_name(name, prefix, stacked->gate_up);
         tensor_name(dn_name, prefix, stacked->down);
-        st = stacked_experts(ix, c, lt, name, dn_name);
+        st = stacked_experts(ix, c, lt, name, dn_name, stacked->interleaved);
         break;
     }
     case CK_LAYOUT_PER_EXPERT: st = per_expert_experts(ix, c, lt, prefix, describe); break;

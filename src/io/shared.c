@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static const char *const shared_proj[3] = {"gate_proj", "up_proj", "down_proj"};
 
 /* lt->sh_deq [3, I_s * H] f32 for the dequantized projections (none when describing: the
  * tensors are only validated). */
@@ -205,6 +204,9 @@ moe_status moe_ck_shared_resolve(const moe_ck_index *ix, const moe_ck_config *c,
     char name[MOE_CK_NAME_LEN];
     const char *path = NULL;
     moe_status st = MOE_OK;
+    /* the projections' names: gate_proj (or the row's saved name: HY-V4's linear_gate), up_proj, down_proj */
+    const char *const shared_proj[3] = {c->row->shared.gate_proj ? c->row->shared.gate_proj : "gate_proj", "up_proj",
+                                        "down_proj"};
     lt->has_shared = true;
     int n_fp8 = 0;
     for (int j = 0; c->fp8 && j < 3; j++) {
@@ -228,7 +230,7 @@ moe_status moe_ck_shared_resolve(const moe_ck_index *ix, const moe_ck_config *c,
     } else if (n_fp8 == 3) {
         st = shared_fp8(ix, c, prefix, sb, describe, lt);
     } else if (n_fp8 > 0) {
-        snprintf(name, sizeof name, "%s%s.gate_proj.weight", prefix, sh);
+        snprintf(name, sizeof name, "%s%s.%s.weight", prefix, sh, shared_proj[0]);
         return moe_set_error(ix->ctx, MOE_EDTYPE,
                              "%s: shared expert '%s': %d of its 3 projections are F8_E4M3: all three or none", ix->dir,
                              name, n_fp8);

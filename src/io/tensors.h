@@ -45,6 +45,7 @@ typedef struct moe_ck_layer {
     moe_tensor_info router_bias;/* [E] (gpt-oss router.bias) */
     moe_tensor_info sel_bias;   /* [E] (DeepSeek-V3 e_score_correction_bias) */
     moe_tensor_info out_bias;   /* [H] (JetMoE mlp.bias) */
+    moe_tensor_info out_norm;   /* [H] (A.X-K1 post_mlp_layernorm.weight) */
     const void **gate_bias;     /* [E] pointers into gate_up_proj_bias [E, 2I] */
     const void **up_bias;
     const void **down_bias;     /* [E] pointers into down_proj_bias [E, H] */

@@ -26,6 +26,36 @@ void moe_layer_desc_init(moe_layer_desc *d)
     d->swiglu_alpha = 1.702f;
     d->swiglu_limit = 7.0f;
     d->sparsemixer_jitter_eps = 0.01f;
+    d->softcap_gate = 4.0f; /* Inkling2TextConfig's mlp_gate_softcap / mlp_up_softcap */
+    d->softcap_up = 25.0f;
+    d->has_shared_activation = 0;
+    d->shared_activation = MOE_ACT_SWIGLU;
+    d->has_output_norm = 0;
+    d->output_norm_eps = 1e-6f; /* AXK1Config's rms_norm_eps */
+}
+
+/* `act` (the field `field` of d: "activation" or "shared_activation") a moe_activation value,
+ * with the constants it reads valid */
+static moe_status check_activation(moe_ctx *ctx, const moe_layer_desc *d, moe_activation act, const char *field)
+{
+    if (act != MOE_ACT_SWIGLU && act != MOE_ACT_GEGLU && act != MOE_ACT_GEGLU_TANH && act != MOE_ACT_SWIGLU_OAI &&
+        act != MOE_ACT_SWIGLU_CLAMP && act != MOE_ACT_SWIGLU_SOFTCAP)
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: %s = %d is not a moe_activation value", field,
+                             (int)act);
+    if ((act == MOE_ACT_SWIGLU_OAI || act == MOE_ACT_SWIGLU_CLAMP) && !(d->swiglu_limit > 0.0f))
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: swiglu_limit = %g, must be > 0", (double)d->swiglu_limit);
+    if (act == MOE_ACT_SWIGLU_OAI && !isfinite(d->swiglu_alpha))
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: swiglu_alpha = %g, must be finite",
+                             (double)d->swiglu_alpha);
+    if (act == MOE_ACT_SWIGLU_SOFTCAP) {
+        if (!(d->softcap_gate > 0.0f) || isinf(d->softcap_gate))
+            return moe_set_error(ctx, MOE_EINVAL, "layer description: softcap_gate = %g, must be finite and > 0 (%s %s)",
+                                 (double)d->softcap_gate, field, "MOE_ACT_SWIGLU_SOFTCAP");
+        if (!(d->softcap_up > 0.0f) || isinf(d->softcap_up))
+            return moe_set_error(ctx, MOE_EINVAL, "layer description: softcap_up = %g, must be finite and > 0 (%s %s)",
+                                 (double)d->softcap_up, field, "MOE_ACT_SWIGLU_SOFTCAP");
+    }
+    return MOE_OK;
 }
 
 moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
@@ -61,10 +91,20 @@ moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
         d->scoring_func != MOE_SCORING_SPARSEMIXER)
         return moe_set_error(ctx, MOE_EINVAL, "layer description: scoring_func = %d is not a moe_scoring value",
                              (int)d->scoring_func);
-    if (d->activation != MOE_ACT_SWIGLU && d->activation != MOE_ACT_GEGLU && d->activation != MOE_ACT_GEGLU_TANH &&
-        d->activation != MOE_ACT_SWIGLU_OAI && d->activation != MOE_ACT_SWIGLU_CLAMP)
-        return moe_set_error(ctx, MOE_EINVAL, "layer description: activation = %d is not a moe_activation value",
-                             (int)d->activation);
+    {
+        moe_status ast = check_activation(ctx, d, d->activation, "activation");
+        if (ast != MOE_OK)
+            return ast;
+        if (d->has_shared_activation && d->shared_expert_intermediate_size == 0)
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "layer description: has_shared_activation set without a shared expert "
+                                 "(shared_expert_intermediate_size = 0)");
+        if (d->has_shared_activation && (ast = check_activation(ctx, d, d->shared_activation, "shared_activation")) != MOE_OK)
+            return ast;
+    }
+    if (d->has_output_norm && (!(d->output_norm_eps >= 0.0f) || isinf(d->output_norm_eps)))
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: output_norm_eps = %g, must be finite and >= 0",
+                             (double)d->output_norm_eps);
     {
         moe_status rst = moe_route_check_desc(ctx, d);
         if (rst != MOE_OK)

@@ -120,7 +120,8 @@ static int same_desc(const moe_layer_desc *a, const moe_layer_desc *b)
            a->shared_expert_intermediate_size == b->shared_expert_intermediate_size &&
            a->shared_expert_gated == b->shared_expert_gated && a->weight_dtype == b->weight_dtype &&
            a->has_selection_bias == b->has_selection_bias && a->has_router_bias == b->has_router_bias &&
-           a->has_expert_bias == b->has_expert_bias && a->has_output_bias == b->has_output_bias;
+           a->has_expert_bias == b->has_expert_bias && a->has_output_bias == b->has_output_bias &&
+           a->has_output_norm == b->has_output_norm;
 }
 
 /* The quantization config's identity: "none", or the canonical text (moe_quant_text) of an
@@ -178,6 +179,18 @@ static int same_shard(const moe_shard *a, const moe_shard *b)
         if (moe_shard_logical(a, i) != moe_shard_logical(b, i))
             return 0;
     return 1;
+}
+
+/* y [H] = w [H] * (y * r), r = 1 / sqrtf(sum_k y_k^2 / H + eps), the sum by one fmaf per term in
+ * increasing k (moe.h has_output_norm; src/ref writes the same operations) */
+static void moe_output_rmsnorm(float *y, const float *w, int64_t H, float eps)
+{
+    float ss = 0.0f;
+    for (int64_t k = 0; k < H; k++)
+        ss = fmaf(y[k], y[k], ss);
+    const float r = 1.0f / sqrtf(ss / (float)H + eps);
+    for (int64_t k = 0; k < H; k++)
+        y[k] = w[k] * (y[k] * r);
 }
 
 /* One chunk: tokens [t0, t0 + Tc): route, shared expert, prepare, experts, finalize (and under
@@ -261,7 +274,11 @@ static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const m
         moe_mlp_groups sg = {.experts = &w->shared, .x = x, .n_groups = 1, .begin = &b0, .end = &e0, .rows = NULL,
                              .row_div = 1, .h = c.h, .y = c.out, .lowtok_threshold = 0,
                              .compute = st->compute};
-        moe_mlp_run(ctx, d, &sg, scratch, c.item_off, NULL);
+        /* the shared expert's activation: the routed one, or its own (has_shared_activation: HY-V4) */
+        moe_layer_desc sd = *d;
+        if (d->has_shared_activation)
+            sd.activation = d->shared_activation;
+        moe_mlp_run(ctx, &sd, &sg, scratch, c.item_off, NULL);
         if (d->shared_expert_gated) {
             moe_gemm_rows(ctx, &w->shared_gate, x, H, Tc, sgate, 1, scratch);
             for (int64_t t = 0; t < Tc; t++)
@@ -290,6 +307,15 @@ static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const m
         for (int64_t t = r0; t < r1; t++)
             for (int64_t k = 0; k < H; k++)
                 rows[t * H + k] = rows[t * H + k] + w->output_bias[k];
+    }
+    if (w->output_norm && Tc > 0) {
+        /* A.X-K1's output RMSNorm [H], last, on the complete rows this rank writes (as above) */
+        int64_t g0, g1;
+        moe_par_tp_rows(st, a->n_tokens, &g0, &g1);
+        const int64_t r0 = g0 - t0 < 0 ? 0 : g0 - t0 > Tc ? Tc : g0 - t0;
+        const int64_t r1 = g1 - t0 < 0 ? 0 : g1 - t0 > Tc ? Tc : g1 - t0;
+        for (int64_t t = r0; t < r1; t++)
+            moe_output_rmsnorm(rows + t * H, w->output_norm, H, d->output_norm_eps);
     }
     if (bf16_out && Tc > 0) {
         /* round the rows this rank wrote: all Tc, or under TP reduce_scatter the rows of the

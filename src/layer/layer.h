@@ -28,6 +28,7 @@ struct moe_weights {
     float *router_bias;       /* [E] f32 b_r, or NULL (desc has_router_bias) */
     float *sel_bias;          /* [E] f32 b_s, or NULL (desc has_selection_bias) */
     float *output_bias;       /* [H] f32 b_o, or NULL (desc has_output_bias) */
+    float *output_norm;       /* [H] f32 w_n, or NULL (desc has_output_norm) */
     moe_expert_mats *experts; /* [n_experts] the local experts as the driver reads them */
     moe_expert_mats shared;   /* the shared expert (I = shard.Is; data NULL without one) */
     size_t expert_bytes;      /* packed routed (codes and scales) + shared expert bytes */

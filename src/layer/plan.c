@@ -113,6 +113,21 @@ static void plan_text(moe_plan *p)
         size_t used = strlen(p->text);
         snprintf(p->text + used, sizeof p->text - used, "has_output_bias=1;");
     }
+    if (d->activation == MOE_ACT_SWIGLU_SOFTCAP ||
+        (d->has_shared_activation && d->shared_activation == MOE_ACT_SWIGLU_SOFTCAP)) { /* the others keep theirs */
+        size_t used = strlen(p->text);
+        snprintf(p->text + used, sizeof p->text - used, "softcap_gate=%.9g;softcap_up=%.9g;",
+                 (double)d->softcap_gate, (double)d->softcap_up);
+    }
+    if (d->has_output_norm) {
+        size_t used = strlen(p->text);
+        snprintf(p->text + used, sizeof p->text - used, "has_output_norm=1;output_norm_eps=%.9g;",
+                 (double)d->output_norm_eps);
+    }
+    if (d->has_shared_activation) {
+        size_t used = strlen(p->text);
+        snprintf(p->text + used, sizeof p->text - used, "shared_activation=%d;", (int)d->shared_activation);
+    }
     if (d->scoring_func == MOE_SCORING_SPARSEMIXER) { /* the other modes keep their text and hash */
         size_t used = strlen(p->text);
         snprintf(p->text + used, sizeof p->text - used, "sparsemixer_jitter_eps=%.9g;",

@@ -93,6 +93,8 @@ static moe_status check_source(const moe_plan *plan, const moe_shard *shp, const
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: has_router_bias is set but src->router_bias is NULL");
     if (d->has_output_bias && !experts_only && !src->output_bias)
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: has_output_bias is set but src->output_bias is NULL");
+    if (d->has_output_norm && !experts_only && !src->output_norm)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: has_output_norm is set but src->output_norm is NULL");
     if (d->has_selection_bias && !experts_only && !src->selection_bias)
         return moe_set_error(ctx, MOE_EINVAL,
                              "moe_weights_create: has_selection_bias is set but src->selection_bias is NULL");
@@ -115,8 +117,9 @@ static moe_status check_source(const moe_plan *plan, const moe_shard *shp, const
     } bias_dts[] = {{"router_bias_dtype", d->has_router_bias && !experts_only, src->router_bias_dtype},
                     {"selection_bias_dtype", d->has_selection_bias && !experts_only, src->selection_bias_dtype},
                     {"expert_bias_dtype", d->has_expert_bias, src->expert_bias_dtype},
-                    {"output_bias_dtype", d->has_output_bias && !experts_only, src->output_bias_dtype}};
-    for (size_t i = 0; i < 4; i++) {
+                    {"output_bias_dtype", d->has_output_bias && !experts_only, src->output_bias_dtype},
+                    {"output_norm_dtype", d->has_output_norm && !experts_only, src->output_norm_dtype}};
+    for (size_t i = 0; i < sizeof bias_dts / sizeof bias_dts[0]; i++) {
         if (bias_dts[i].used && !dtype_ok(bias_dts[i].dt))
             return moe_set_error(ctx, MOE_EDTYPE, "moe_weights_create: src->%s is %s, expected F32, BF16 or F16",
                                  bias_dts[i].name, moe_dtype_name(bias_dts[i].dt));
@@ -279,6 +282,7 @@ void moe_weights_free(moe_weights *w)
     free(w->router_bias);
     free(w->sel_bias);
     free(w->output_bias);
+    free(w->output_norm);
     free(w);
 }
 
@@ -322,7 +326,8 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
                                        sizeof(float) * (uint64_t)(E * H + (d->shared_expert_gated ? H : 0));
     need += experts_only ? 0
                          : sizeof(float) * (uint64_t)((d->has_router_bias ? E : 0) + (d->has_selection_bias ? E : 0) +
-                                                      (d->has_output_bias ? d->hidden_size : 0));
+                                                      (d->has_output_bias ? d->hidden_size : 0) +
+                                                      (d->has_output_norm ? d->hidden_size : 0));
     need += d->has_expert_bias ? sizeof(float) * (uint64_t)El * (uint64_t)(2 * Il + H) : 0;
     for (int64_t i = 0; i < 3 * El; i++) {
         const int mat = (int)(i % 3);
@@ -408,6 +413,8 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
         w->sel_bias = malloc(sizeof(float) * (size_t)E); /* [E] */
     if (d->has_output_bias && !experts_only)
         w->output_bias = malloc(sizeof(float) * (size_t)H); /* [H] */
+    if (d->has_output_norm && !experts_only)
+        w->output_norm = malloc(sizeof(float) * (size_t)H); /* [H] */
     if (d->has_expert_bias)
         w->expert_bias = malloc(sizeof(float) * (size_t)(El > 0 ? El : 1) * (size_t)(2 * Il + H)); /* [El, 2Il + H] */
     if (fail || (!experts_only && !w->router_buf) || (Is > 0 && !w->shared_buf) ||
@@ -415,6 +422,7 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
         (d->has_router_bias && !experts_only && !w->router_bias) ||
         (d->has_selection_bias && !experts_only && !w->sel_bias) ||
         (d->has_output_bias && !experts_only && !w->output_bias) ||
+        (d->has_output_norm && !experts_only && !w->output_norm) ||
         (d->has_expert_bias && !w->expert_bias)) {
         moe_weights_free(w);
         if (quant)
@@ -533,6 +541,8 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
         bias_to_f32(w->sel_bias, src->selection_bias, src->selection_bias_dtype, E, 1);
     if (w->output_bias)
         bias_to_f32(w->output_bias, src->output_bias, src->output_bias_dtype, H, 1);
+    if (w->output_norm)
+        bias_to_f32(w->output_norm, src->output_norm, src->output_norm_dtype, H, 1);
     if (Is > 0) {
         /* the shared expert's TP shard (row-major, in weight_dtype): gate/up rows and down
          * columns [is0, is0 + Isl) */

@@ -119,14 +119,17 @@ routed:
 
     /* shared expert: row-major, no biases, on the unscaled input */
     if (Is > 0) {
+        moe_layer_desc sd = *desc; /* its activation: the routed one or its own (HY-V4's plain SwiGLU) */
+        if (desc->has_shared_activation)
+            sd.activation = desc->shared_activation;
         moe_ref_mlp sm = {.gate = src->shared_gate_proj, .up = src->shared_up_proj,
                           .down = src->shared_down_proj, .dt = dt, .gu_so = H, .gu_si = 1,
                           .dn_so = Is, .dn_si = 1};
         for (int64_t t = 0; t < T; t++) {
             if (bf16)
-                moe_ref_expert_bf16(desc, &sm, H, Is, x + t * H, shared_y + t * H, h, xb);
+                moe_ref_expert_bf16(&sd, &sm, H, Is, x + t * H, shared_y + t * H, h, xb);
             else
-                moe_ref_expert_ex(desc, &sm, H, Is, x + t * H, shared_y + t * H, h);
+                moe_ref_expert_ex(&sd, &sm, H, Is, x + t * H, shared_y + t * H, h);
             float s = 1.0f;
             if (desc->shared_expert_gated) {
                 float l = 0.0f;
@@ -144,6 +147,16 @@ routed:
         for (int64_t t = 0; t < T; t++)
             for (int64_t k = 0; k < H; k++)
                 out[t * H + k] = out[t * H + k] + moe_ref_load(src->output_bias, src->output_bias_dtype, k);
+    if (desc->has_output_norm) /* A.X-K1's post_mlp_layernorm [H], last; written out here */
+        for (int64_t t = 0; t < T; t++) {
+            float *y = out + t * H; /* [H] */
+            float ss = 0.0f;
+            for (int64_t k = 0; k < H; k++)
+                ss = fmaf(y[k], y[k], ss);
+            const float r = 1.0f / sqrtf(ss / (float)H + desc->output_norm_eps);
+            for (int64_t k = 0; k < H; k++)
+                y[k] = moe_ref_load(src->output_norm, src->output_norm_dtype, k) * (y[k] * r);
+        }
     if (ids_out)
         memcpy(ids_out, ids, sizeof(int32_t) * (size_t)(T * K));
     if (weights_out)

@@ -214,7 +214,16 @@ _FAMILIES = {
     "HYV3ForCausalLM": "hy_v3", "hy_v3": "hy_v3",
     "AXK2ForCausalLM": "axk2", "axk2": "axk2",
     "Glm5NextForConditionalGeneration": "glm5_next", "glm5_next": "glm5_next",
+    "Inkling2ForConditionalGeneration": "inkling2", "inkling2": "inkling2",
+    "Inkling2LoopForConditionalGeneration": "inkling2_loop", "inkling2_loop": "inkling2_loop",
+    "HYV4ForCausalLM": "hy_v4", "hy_v4": "hy_v4",
+    "HYV4VLForConditionalGeneration": "hy_v4_vl", "hy_v4_vl": "hy_v4_vl",
+    "AXK1ForCausalLM": "axk1", "axk1": "axk1",
 }
+# Branch acts: Inkling2's softcapped SwiGLU, HY-V4's clamped routed / plain shared experts
+_INKLING2 = ("inkling2", "inkling2_loop")
+_HY_V4 = ("hy_v4", "hy_v4_vl")
+_ACTS = _INKLING2 + _HY_V4 + ("axk1",)
 
 
 def family_of(cfg):
@@ -232,7 +241,8 @@ def text_config(cfg, family):
     if family == "qwen3_omni_moe" and isinstance((cfg.get("thinker_config") or {}).get("text_config"), dict):
         return cfg["thinker_config"]["text_config"]  # Qwen3OmniMoeConfig: the thinker's text model
     if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "qwen4_exp", "minimax_m3_vl", "qwen3_omni_moe", "aria",
-                  "glm4v_moe", "glm5_next") and isinstance(cfg.get("text_config"), dict):
+                  "glm4v_moe", "glm5_next", "inkling2", "inkling2_loop", "hy_v4_vl") and isinstance(
+                      cfg.get("text_config"), dict):
         return cfg["text_config"]
     return cfg
 
@@ -422,9 +432,82 @@ def layer_params(ck, layer):
     return p
 
 
+def layer_params_acts(ck, layer):
+    """layer_params for _ACTS, from their modeling files (transformers 5.24):
+    Inkling2 / Inkling2Loop (Inkling2TopKRouter: sigmoid, top-k on s + e_score_correction_bias --
+    saved as gate.bias --, w / (sum + 1e-20) * route_scale; Inkling2SoftcappedSwiGLU; saved as
+    model.llm.layers.L.mlp. with experts.w13_weight [E, 2I, H] interleaving gate / up rows);
+    HY-V4 (HYV4TopkRouter: Glm4Moe's; HYV4Experts clamp, HYV4MLP shared expert plain
+    ACT2FN[hidden_act], its gate saved as linear_gate; MoE layers by mlp_layer_types, absent:
+    all but layer 0)."""
+    fam = ck.family
+    cfg = text_config(ck.config, fam)
+    nl = int(cfg["num_hidden_layers"])
+    if not 0 <= layer < nl:
+        raise IndexError(f"layer {layer} outside [0, {nl})")
+    if fam in _HY_V4 + ("axk1",):
+        types = cfg.get("mlp_layer_types")  # AXK1Config always writes it
+        if not (types[layer] == "sparse" if types is not None else layer >= 1):
+            raise ValueError(f"layer {layer} is a dense layer")
+    H, K = int(cfg["hidden_size"]), int(cfg["num_experts_per_tok"])
+    E = int(cfg.get("n_routed_experts") or cfg.get("num_local_experts"))
+    I = int(cfg["moe_intermediate_size"])
+    p = {"family": fam, "H": H, "K": K, "E": E, "I": I, "scoring": "sigmoid", "renormalize": True,
+         "scale": 1.0, "n_group": 1, "topk_group": 1, "group_score": "top2_sum", "sel_bias": None,
+         "router_bias": None, "act": "swiglu", "on_input": False, "Is": 0, "shared_gated": False,
+         "biases": None}
+    acts = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu_tanh",
+            "gelu_new": "geglu_tanh"}
+    if fam in _INKLING2:
+        if _get(cfg, "scoring_func", "sigmoid") != "sigmoid":
+            raise ValueError("Inkling2 with scoring_func other than sigmoid is not modelled here")
+        moe = f"model.llm.layers.{layer}.mlp."
+        p.update(scale=float(_get(cfg, "route_scale", _get(cfg, "routed_scaling_factor", 8.0))),
+                 act="swiglu_softcap", cg=float(_get(cfg, "mlp_gate_softcap", 4.0)),
+                 cu=float(_get(cfg, "mlp_up_softcap", 25.0)))
+        p["router"] = ck.get(moe + "gate.weight")
+        p["sel_bias"] = ck.get(moe + "gate.bias")
+        gu = ck.get(moe + "experts.w13_weight")             # [E, 2I, H], gate row i at 2i, up at 2i + 1
+        p["w_gate"], p["w_up"] = gu[:, 0::2, :], gu[:, 1::2, :]
+        p["w_down"] = ck.get(moe + "experts.w2_weight")     # [E, H, I]
+    else:
+        moe, router_name = _prefix(ck, fam, layer)
+        if fam == "axk1":  # AXK1TopkRouter: DeepSeek-V3's (8 groups keep 4, 2.5); AXK1MoE: + post_mlp_layernorm
+            p.update(renormalize=bool(_get(cfg, "norm_topk_prob", True)),
+                     scale=float(_get(cfg, "routed_scaling_factor", 2.5)), n_group=int(_get(cfg, "n_group", 8)),
+                     topk_group=int(_get(cfg, "topk_group", 4)), act=acts[_get(cfg, "hidden_act", "silu")],
+                     norm_eps=float(_get(cfg, "rms_norm_eps", 1e-6)),
+                     out_norm=ck.get(f"model.layers.{layer}.post_mlp_layernorm.weight"))
+        else:
+            p.update(renormalize=bool(_get(cfg, "norm_topk_prob", True)),
+                     scale=float(_get(cfg, "routed_scaling_factor", 2.827)), n_group=int(_get(cfg, "n_group", 1)),
+                     topk_group=int(_get(cfg, "topk_group", 1)), act="swiglu_clamp",
+                     limit=float(_get(cfg, "swiglu_limit", 10.0)), s_act=acts[_get(cfg, "hidden_act", "silu")])
+        p["router"] = ck.get(router_name)
+        p["sel_bias"] = ck.get(moe + "gate.e_score_correction_bias")
+        if ck.has(moe + "experts.gate_up_proj"):
+            gu = ck.get(moe + "experts.gate_up_proj")       # [E, 2I, H], gate = the first I rows
+            p["w_gate"], p["w_up"] = gu[:, :I, :], gu[:, I:, :]
+            p["w_down"] = ck.get(moe + "experts.down_proj")
+        else:  # per expert, as A.X-K1's conversion mapping (Qwen2-MoE's) saves them
+            for k, n in (("w_gate", "gate_proj"), ("w_up", "up_proj"), ("w_down", "down_proj")):
+                p[k] = np.stack([ck.get(f"{moe}experts.{e}.{n}.weight") for e in range(E)])
+        p["Is"] = int(_get(cfg, "n_shared_experts", 1) or 0) * I
+        if p["Is"]:
+            s = moe + "shared_experts."
+            p["s_gate"] = ck.get(s + ("linear_gate.weight" if ck.has(s + "linear_gate.weight") else "gate_proj.weight"))
+            p["s_up"], p["s_down"] = ck.get(s + "up_proj.weight"), ck.get(s + "down_proj.weight")
+    for k, shape in (("router", (E, H)), ("w_gate", (E, I, H)), ("w_up", (E, I, H)), ("w_down", (E, H, I))):
+        if tuple(p[k].shape) != shape:
+            raise ValueError(f"layer {layer}: {k} has shape {p[k].shape}, expected {shape}")
+    return p
+
+
 def layer_params_new(ck, layer):
     """layer_params for the families after Mixtral / Qwen2/3-MoE."""
     fam = ck.family
+    if fam in _ACTS:
+        return layer_params_acts(ck, layer)
     cfg = text_config(ck.config, fam)
     nl = int(cfg["num_hidden_layers"])
     if not 0 <= layer < nl:
@@ -698,6 +781,9 @@ def expert(p, x, e):
     elif p.get("act") == "swiglu_clamp":
         lim = p["limit"]
         h = silu(np.minimum(g, lim)) * np.clip(u, -lim, lim)
+    elif p.get("act") == "swiglu_softcap":  # Inkling2SoftcappedSwiGLU: the sigmoid of the raw gate
+        cg, cu = p["cg"], p["cu"]
+        h = (np.tanh(g / cg) * cg) * sigmoid(g) * (np.tanh(u / cu) * cu)
     elif p.get("act") == "geglu":
         h = 0.5 * g * (1.0 + np.vectorize(math.erf)(g / math.sqrt(2.0))) * u
     elif p.get("act") == "geglu_tanh":
@@ -812,7 +898,11 @@ def moe_forward(p, x):
         gate = 1.0
         if p.get("shared_gated", p.get("family") == "qwen2_moe"):
             gate = 1.0 / (1.0 + np.exp(-(x @ p["s_expert_gate"].T)))  # [T, 1]
-        if p.get("family") == "minimax_m3_vl":  # MiniMaxM3VLDenseMLP: the experts' clamped SwiGLU
+        if p.get("s_act"):  # HY-V4: the shared expert's own activation (HYV4MLP: ACT2FN[hidden_act])
+            sh = {"w_gate": p["s_gate"][None], "w_up": p["s_up"][None], "w_down": p["s_down"][None],
+                  "act": p["s_act"]}
+            out += gate * expert(sh, x, 0)
+        elif p.get("family") == "minimax_m3_vl":  # MiniMaxM3VLDenseMLP: the experts' clamped SwiGLU
             sh = {"w_gate": p["s_gate"][None], "w_up": p["s_up"][None], "w_down": p["s_down"][None],
                   "act": p["act"], "alpha": p["alpha"], "limit": p["limit"]}
             out += gate * expert(sh, x, 0)
@@ -824,6 +914,8 @@ def moe_forward(p, x):
             out += gate * swiglu(x, p["s_gate"], p["s_up"], p["s_down"])
     if p.get("out_bias") is not None:
         out += p["out_bias"]
+    if p.get("out_norm") is not None:  # A.X-K1: AXK1RMSNorm of routed + shared, last
+        out = p["out_norm"] * (out / np.sqrt((out * out).mean(axis=-1, keepdims=True) + p["norm_eps"]))
     return {"output": out, "topk_ids": ids.astype(np.int32), "topk_weights": w,
             "router_logits": logits, "probs": probs}
 

@@ -160,6 +160,7 @@ typedef struct rlayer {
     float *sg;                     /* [1, H] */
     float *gb, *ub, *db;           /* [E][I], [E][I], [E][H] expert biases */
     float *ob;                     /* [H] output bias (with the expert biases) */
+    float *on;                     /* [H] output RMSNorm weight (with the expert biases too) */
     const void **gp, **up, **dp;   /* [E] */
     const void **gbp, **ubp, **dbp;/* [E] */
     moe_weight_source src;
@@ -249,6 +250,12 @@ static void rlayer_make(rlayer *L, int64_t H, int64_t I, int64_t E, int64_t K, i
         L->ob = make_weights((size_t)H, MOE_DTYPE_F32, seed + 12, 0.5f);
         L->src.output_bias = L->ob;
         L->src.output_bias_dtype = MOE_DTYPE_F32;
+        /* and A.X-K1's output RMSNorm after it, on the complete rows of the rank that writes them */
+        L->d.has_output_norm = 1;
+        L->d.output_norm_eps = 1e-5f;
+        L->on = make_weights((size_t)H, MOE_DTYPE_F32, seed + 13, 0.5f);
+        L->src.output_norm = L->on;
+        L->src.output_norm_dtype = MOE_DTYPE_F32;
     }
 }
 
@@ -266,6 +273,7 @@ static void rlayer_free(rlayer *L)
     free(L->ub);
     free(L->db);
     free(L->ob);
+    free(L->on);
     free(L->gp);
     free(L->up);
     free(L->dp);

@@ -113,7 +113,7 @@ static void fill_inputs(float *g, float *u, float *bg, float *bu, unsigned seed)
 static void check_table(const moe_kernels *k)
 {
     const moe_activation acts[] = {MOE_ACT_SWIGLU, MOE_ACT_SWIGLU_OAI, MOE_ACT_GEGLU, MOE_ACT_GEGLU_TANH,
-                                   MOE_ACT_SWIGLU_CLAMP};
+                                   MOE_ACT_SWIGLU_CLAMP, MOE_ACT_SWIGLU_SOFTCAP};
     float g[N], u[N], bg[N], bu[N], want[N], got[N];
     for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
         for (int biased = 0; biased < 2; biased++) {
@@ -123,6 +123,8 @@ static void check_table(const moe_kernels *k)
                 d.activation = acts[a];
                 d.swiglu_alpha = 1.702f;
                 d.swiglu_limit = 7.0f;
+                d.softcap_gate = 1.5f; /* small caps: the inputs (|v| up to 20, specials) saturate them */
+                d.softcap_up = 2.5f;
                 fill_inputs(g, u, bg, bu, (unsigned)(n * 7 + (int)a));
                 memset(want, 0x5a, sizeof want);
                 memset(got, 0x5a, sizeof got);
@@ -187,6 +189,42 @@ static void test_swiglu_clamp(void **state)
     assert_true(oai != moe_act_apply(&d, 2.0f, 3.0f));
 }
 
+/* MOE_ACT_SWIGLU_SOFTCAP (Inkling2SoftcappedSwiGLU) against its definition in double,
+ * (tanh(g / c_g) c_g * sigmoid(g)) * tanh(u / c_u) c_u, within a few ulp of the f32 result
+ * (tanhf, the exp, the division and three products round); the sigmoid sees the raw gate (not
+ * the capped one, not silu); +-inf saturates to a finite h; NaN stays NaN. */
+static void test_swiglu_softcap(void **state)
+{
+    (void)state;
+    moe_layer_desc d;
+    moe_layer_desc_init(&d);
+    assert_true(d.softcap_gate == 4.0f && d.softcap_up == 25.0f); /* Inkling2TextConfig's defaults */
+    d.activation = MOE_ACT_SWIGLU_SOFTCAP;
+    d.softcap_gate = 4.0f;
+    d.softcap_up = 2.0f;
+    const double cg = 4.0, cu = 2.0;
+    double worst = 0.0;
+    for (int i = 0; i < 4001; i++) {
+        const float g = -30.0f + 0.015f * (float)i, u = 25.0f - 0.0123f * (float)i;
+        const double want = tanh((double)g / cg) * cg / (1.0 + exp(-(double)g)) * (tanh((double)u / cu) * cu);
+        if (fabs(want) < 1e-30) /* the sigmoid's tail: ulp of a denormal-scale value says little */
+            continue;
+        const double e = ulp_err(moe_act_apply(&d, g, u), want);
+        worst = e > worst ? e : worst;
+    }
+    print_message("swiglu_softcap: worst %.2f ulp against the double definition\n", worst);
+    assert_true(worst <= 8.0);
+    /* the sigmoid of the raw gate: at g = 6, sigmoid(6) = 0.9975, while sigmoid(cap(6)) would be
+     * sigmoid(3.62) = 0.974 and silu would multiply by g itself */
+    const double at6 = tanh(6.0 / cg) * cg / (1.0 + exp(-6.0)) * (tanh(1.0 / cu) * cu);
+    assert_true(ulp_err(moe_act_apply(&d, 6.0f, 1.0f), at6) <= 8.0);
+    /* saturation: |h| <= c_g c_u, finite for infinite inputs */
+    const float hi = moe_act_apply(&d, INFINITY, INFINITY), lo = moe_act_apply(&d, INFINITY, -INFINITY);
+    assert_true(hi == 8.0f && lo == -8.0f);
+    assert_true(moe_act_apply(&d, -INFINITY, 1.0f) == 0.0f);
+    assert_true(isnan(moe_act_apply(&d, NAN, 1.0f)) && isnan(moe_act_apply(&d, 1.0f, NAN)));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -194,6 +232,7 @@ int main(void)
         cmocka_unit_test(test_expf_special),
         cmocka_unit_test(test_act_rows_all_tables),
         cmocka_unit_test(test_swiglu_clamp),
+        cmocka_unit_test(test_swiglu_softcap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -304,6 +304,7 @@ typedef struct bound_layer {
     float *bg, *bu, *bd;                 /* biases [E][I], [E][I], [E][H] */
     float *sg, *su, *sd, *sgate;         /* shared [Is][H], [Is][H], [H][Is], gate [H] */
     float *obias;                        /* output bias [H] (has_output_bias) */
+    float *onorm;                        /* output RMSNorm weight [H] (has_output_norm) */
     void *sg_src, *su_src, *sd_src;
 } bound_layer;
 
@@ -348,6 +349,16 @@ static double act64(const moe_layer_desc *d, double g, double u, double *phi, do
         const double lim = d->swiglu_limit, gc = g > lim ? lim : g;
         *phi = gc / (1.0 + exp(-(double)d->swiglu_alpha * gc));
         *uf = (u > lim ? lim : u < -lim ? -lim : u) + 1.0;
+        *L = 1.1;
+        break;
+    }
+    case MOE_ACT_SWIGLU_SOFTCAP: {
+        /* phi(g) = tanh(g / c_g) c_g sigmoid(g): |phi'| <= sech^2 sigmoid + c tanh sigmoid (1 - sigmoid),
+         * below silu's 1.1 for every c_g (it tends to silu as c_g grows; 0.93 at c_g = 4); the cap on u
+         * has |cap'| <= 1, so e_u bounds its error too */
+        const double cg = d->softcap_gate, cu = d->softcap_up;
+        *phi = tanh(g / cg) * cg / (1.0 + exp(-g));
+        *uf = tanh(u / cu) * cu;
         *L = 1.1;
         break;
     }
@@ -480,6 +491,12 @@ static void check_bound(moe_family fam, moe_dtype wdt, double *worst_ratio, doub
         L.obias = rand_f32((size_t)H, 0.2f, 0);
         src.output_bias = L.obias, src.output_bias_dtype = MOE_DTYPE_F32;
     }
+    if (d->has_output_norm) { /* weights in [0.8, 1.2] */
+        L.onorm = rand_f32((size_t)H, 0.2f, 0);
+        for (int64_t j = 0; j < H; j++)
+            L.onorm[j] += 1.0f;
+        src.output_norm = L.onorm, src.output_norm_dtype = MOE_DTYPE_F32;
+    }
     if (Is) {
         L.sg = rand_f32((size_t)(Is * H), 2.0f * sh, bx);
         L.su = rand_f32((size_t)(Is * H), 2.0f * sh, bx);
@@ -575,8 +592,28 @@ static void check_bound(moe_family fam, moe_dtype wdt, double *worst_ratio, doub
                 acc[j] += L.obias[j];
                 mag[j] += fabs(L.obias[j]);
             }
+        for (int64_t j = 0; j < H; j++) /* the bound of the output before any norm */
+            eacc[j] = eacc[j] + gamma_n((double)(K + 3)) * mag[j];
+        if (L.onorm) {
+            /* n_j = w_j acc_j / R, R = sqrt(sum acc^2 / H + eps). The computed sum is acc + d,
+             * |d_j| <= B_j (eacc above): its rms moves by at most D = ||B||_2 / sqrt(H), so
+             * |1/R' - 1/R| <= D / (R (R - D)); the norm's own rounding (H fmaf terms, the
+             * division, the add, sqrtf, the reciprocal and two products) is below
+             * gamma(H + 8) relative to |w_j| (|acc_j| + B_j) / (R - D) */
+            double ss = 0.0, sb = 0.0;
+            for (int64_t j = 0; j < H; j++)
+                ss += acc[j] * acc[j], sb += eacc[j] * eacc[j];
+            const double R = sqrt(ss / (double)H + (double)d->output_norm_eps), D = sqrt(sb / (double)H);
+            if (!(R > 2.0 * D))
+                fail_msg("%s: the output norm's bound needs R > 2 D (R %g, D %g)", moe_family_name(fam), R, D);
+            for (int64_t j = 0; j < H; j++) {
+                const double w = fabs((double)L.onorm[j]), a = fabs(acc[j]), bj = eacc[j];
+                acc[j] = (double)L.onorm[j] * acc[j] / R;
+                eacc[j] = w * (bj / R + a * D / (R * (R - D))) + gamma_n((double)(H + 8)) * w * (a + bj) / (R - D);
+            }
+        }
         for (int64_t j = 0; j < H; j++) {
-            const double bound = eacc[j] + gamma_n((double)(K + 3)) * mag[j];
+            const double bound = eacc[j];
             const double err = fabs((double)out[1][t * H + j] - acc[j]);
             if (!(err <= bound))
                 fail_msg("%s %s weights: output[%lld][%lld] = %.9g, exact %.9g: error %.3e above the bound %.3e",
@@ -589,7 +626,7 @@ static void check_bound(moe_family fam, moe_dtype wdt, double *worst_ratio, doub
     free(xin), free(y), free(ey), free(acc), free(eacc), free(mag), free(x);
     free(L.router), free(L.rbias), free(L.sbias), free(L.wg), free(L.wu), free(L.wd), free(L.g_src);
     free(L.u_src), free(L.d_src), free(L.bg), free(L.bu), free(L.bd), free(L.sg), free(L.su), free(L.sd);
-    free(L.sgate), free(L.sg_src), free(L.su_src), free(L.sd_src), free(L.obias);
+    free(L.sgate), free(L.sg_src), free(L.su_src), free(L.sd_src), free(L.obias), free(L.onorm);
 }
 
 static void test_bound_every_family(void **state)

@@ -44,6 +44,10 @@ typedef struct fam_cfg {
     float wscale; /* gate/up weight scale multiplier (reach gpt-oss's clamp) */
     float sm_eps; /* MOE_SCORING_SPARSEMIXER: sparsemixer_jitter_eps */
     int out_bias; /* has_output_bias (JetMoE), b_o [H] in bias_dt */
+    float cg, cu; /* MOE_ACT_SWIGLU_SOFTCAP: softcap_gate, softcap_up (0: the defaults) */
+    int sh_act_on; /* has_shared_activation (HY-V4), the shared expert computing sh_act */
+    int out_norm;  /* has_output_norm (A.X-K1), w_n [H] in bias_dt, eps 1e-5 */
+    moe_activation sh_act;
 } fam_cfg;
 
 static fam_cfg cfg_default(int64_t H, int64_t I, int64_t E, int64_t K)
@@ -73,7 +77,8 @@ typedef struct fam_layer {
     const void **gp, **upp, **dp;   /* [E] */
     void *sg, *su, *sd, *sgate;
     void *rbias, *sbias;            /* [E] bias_dt */
-    void *obias;                    /* [H] bias_dt */
+    void *obias;
+    void *onorm;                    /* [H] bias_dt: the output RMSNorm weight (has_output_norm) */                    /* [H] bias_dt */
     void *gub, *db;                 /* gate/up bias [E, 2I] (interleaved or halves), down [E, H] */
     const void **gbp, **ubp, **dbp; /* [E] */
     moe_weight_source src;
@@ -130,6 +135,12 @@ static void layer_build(fam_layer *L, const fam_cfg *c, uint64_t seed)
     if (c->scoring == MOE_SCORING_SPARSEMIXER)
         L->d.sparsemixer_jitter_eps = c->sm_eps;
     L->d.has_output_bias = c->out_bias;
+    if (c->cg > 0.0f)
+        L->d.softcap_gate = c->cg, L->d.softcap_up = c->cu;
+    L->d.has_shared_activation = c->sh_act_on;
+    L->d.shared_activation = c->sh_act;
+    L->d.has_output_norm = c->out_norm;
+    L->d.output_norm_eps = 1e-5f;
 
     const float sh = 1.0f / sqrtf((float)H), si = 1.0f / sqrtf((float)I);
     L->router = rand_dt(E * H, c->dt, seed + 1, -4.0f * sh, 4.0f * sh);
@@ -217,6 +228,11 @@ static void layer_build(fam_layer *L, const fam_cfg *c, uint64_t seed)
         L->src.output_bias = L->obias;
         L->src.output_bias_dtype = c->bias_dt;
     }
+    if (c->out_norm) {
+        L->onorm = rand_dt(H, c->bias_dt, seed + 16, 0.5f, 1.5f);
+        L->src.output_norm = L->onorm;
+        L->src.output_norm_dtype = c->bias_dt;
+    }
     if (c->sel_bias) {
         L->sbias = rand_dt(E, c->bias_dt, seed + 12, -0.3f, 0.3f);
         L->src.selection_bias = L->sbias;
@@ -279,6 +295,7 @@ static void layer_free(fam_layer *L)
     free(L->rbias);
     free(L->sbias);
     free(L->obias);
+    free(L->onorm);
     free(L->gub);
     free(L->db);
     free(L->gbp);
@@ -649,6 +666,157 @@ static void test_sparsemixer_bits(void **state)
             c.on_input = v == 2;
             check_cfg(&c, 19, 600 + (uint64_t)(3 * i + v));
         }
+    }
+}
+
+/* Branch acts: MOE_ACT_SWIGLU_SOFTCAP (Inkling2) and a shared expert with its own activation
+ * (HY-V4: clamped routed experts, plain SwiGLU shared; and other pairs) give src/ref's bits on
+ * every table, thread count, chunk size and prepare/finalize (check_bits); the plan's output
+ * of a batch is row for row its output of each token alone; the shared activation changes the
+ * output (it is applied); bad values are refused naming the field. */
+static void test_acts_modes(void **state)
+{
+    (void)state;
+    for (int v = 0; v < 4; v++) {
+        fam_cfg c = cfg_default(40, 16, 8, 3);
+        c.scoring = MOE_SCORING_SIGMOID;
+        c.sel_bias = 1;
+        c.renorm = 1;
+        c.scale = 2.5f;
+        c.Is = v == 0 ? 0 : 24;
+        c.wscale = 4.0f; /* gate/up values past the clamp and into the softcaps' saturation */
+        c.act = v == 0 || v == 3 ? MOE_ACT_SWIGLU_SOFTCAP : MOE_ACT_SWIGLU_CLAMP;
+        c.cg = 1.5f, c.cu = 2.5f;
+        c.sh_act_on = v >= 2;
+        c.sh_act = v == 2 ? MOE_ACT_SWIGLU : MOE_ACT_GEGLU;
+        c.dt = v == 1 ? MOE_DTYPE_BF16 : MOE_DTYPE_F32;
+        check_cfg(&c, 13, 800 + (uint64_t)v);
+
+        fam_layer L;
+        layer_build(&L, &c, 810 + (uint64_t)v);
+        const int64_t T = 6, H = c.H;
+        float *x = rand_x(T, H, 811, 1.5f);
+        float *batch = malloc(sizeof(float) * (size_t)(T * H)), *one = malloc(sizeof(float) * (size_t)H);
+        int32_t ids[6 * 3];
+        float wts[6 * 3];
+        moe_ctx *ctx = make_ctx(NULL, 2, 1 << 20, "sort");
+        assert_non_null(ctx);
+        moe_plan_config pc;
+        moe_plan_config_init(&pc);
+        run_plan(ctx, &pc, &L, x, T, NULL, batch, ids, wts);
+        for (int64_t t = 0; t < T; t++) {
+            run_plan(ctx, &pc, &L, x + t * H, 1, NULL, one, ids, wts);
+            assert_true(same_bits(one, batch + t * H, sizeof(float) * (size_t)H));
+        }
+        if (c.Is > 0) { /* the shared expert's activation is what it computes */
+            float *other = malloc(sizeof(float) * (size_t)(T * H));
+            L.d.has_shared_activation = 1; /* another function than the shared expert computed */
+            L.d.shared_activation = MOE_ACT_GEGLU_TANH;
+            assert_int_equal(moe_ref_forward(&L.d, &L.src, x, T, NULL, other, NULL, NULL), MOE_OK);
+            if (same_bits(other, batch, sizeof(float) * (size_t)(T * H)))
+                fail_msg("v %d: the shared activation changed nothing", v);
+            free(other);
+            L.d.has_shared_activation = c.sh_act_on;
+            L.d.shared_activation = c.sh_act;
+        }
+        moe_ctx_free(ctx);
+        free(x), free(batch), free(one);
+        layer_free(&L);
+    }
+
+    /* validation, by field name */
+    moe_ctx *ctx = tu_ctx();
+    moe_layer_desc d;
+    moe_layer_desc_init(&d);
+    d.hidden_size = 16, d.moe_intermediate_size = 8, d.num_experts = 4, d.top_k = 2;
+    moe_plan *p = NULL;
+    d.has_shared_activation = 1; /* without a shared expert */
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EINVAL);
+    assert_non_null(strstr(moe_ctx_last_error(ctx), "has_shared_activation"));
+    d.shared_expert_intermediate_size = 8;
+    d.shared_activation = (moe_activation)99;
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EINVAL);
+    assert_non_null(strstr(moe_ctx_last_error(ctx), "shared_activation = 99"));
+    d.shared_activation = MOE_ACT_SWIGLU_SOFTCAP;
+    d.softcap_up = 0.0f; /* the shared expert's softcap reads it too */
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EINVAL);
+    assert_non_null(strstr(moe_ctx_last_error(ctx), "softcap_up"));
+    d.has_shared_activation = 0;
+    d.activation = MOE_ACT_SWIGLU_SOFTCAP;
+    d.softcap_up = 25.0f;
+    d.softcap_gate = INFINITY;
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EINVAL);
+    assert_non_null(strstr(moe_ctx_last_error(ctx), "softcap_gate"));
+    d.softcap_gate = NAN;
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EINVAL);
+    d.softcap_gate = 4.0f;
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_OK);
+    moe_plan_free(p);
+    moe_ctx_free(ctx);
+}
+
+/* A.X-K1's output RMSNorm: src/ref's bits on every table, thread count, chunk size and
+ * prepare/finalize (check_bits), alone and after an output bias, with a shared expert and
+ * groups; src/ref's output is w_n * (y * r) of its output without the norm; a missing weight
+ * or a bad dtype / eps is refused by name. */
+static void test_output_norm(void **state)
+{
+    (void)state;
+    for (int v = 0; v < 3; v++) {
+        fam_cfg c = cfg_default(40, 16, 8, 3);
+        c.scoring = MOE_SCORING_SIGMOID;
+        c.sel_bias = 1;
+        c.renorm = 1;
+        c.scale = 2.5f;
+        c.n_group = v == 2 ? 2 : 0;
+        c.topk_group = v == 2 ? 1 : 0;
+        c.gscore = MOE_GROUP_SCORE_TOP2_SUM;
+        c.Is = v == 0 ? 0 : 16;
+        c.out_norm = 1;
+        c.out_bias = v == 1;
+        c.bias_dt = v == 1 ? MOE_DTYPE_BF16 : MOE_DTYPE_F32;
+        c.dt = v == 2 ? MOE_DTYPE_BF16 : MOE_DTYPE_F32;
+        check_cfg(&c, 13, 900 + (uint64_t)v);
+
+        fam_layer L;
+        layer_build(&L, &c, 910 + (uint64_t)v);
+        const int64_t T = 5, H = c.H;
+        float *x = rand_x(T, H, 911, 1.0f);
+        float *with = malloc(sizeof(float) * (size_t)(T * H)), *without = malloc(sizeof(float) * (size_t)(T * H));
+        assert_int_equal(moe_ref_forward(&L.d, &L.src, x, T, NULL, with, NULL, NULL), MOE_OK);
+        L.d.has_output_norm = 0;
+        assert_int_equal(moe_ref_forward(&L.d, &L.src, x, T, NULL, without, NULL, NULL), MOE_OK);
+        L.d.has_output_norm = 1;
+        for (int64_t t = 0; t < T; t++) {
+            const float *y = without + t * H; /* [H] */
+            double ss = 0.0;
+            for (int64_t h = 0; h < H; h++)
+                ss += (double)y[h] * y[h];
+            const double r = 1.0 / sqrt(ss / (double)H + 1e-5);
+            for (int64_t h = 0; h < H; h++) {
+                const double want = moe_ref_load(L.onorm, c.bias_dt, h) * (y[h] * r);
+                assert_true(fabs(with[t * H + h] - want) <= 1e-5 * fabs(want) + 1e-30);
+            }
+        }
+
+        moe_ctx *ctx = tu_ctx();
+        moe_plan *p = NULL;
+        assert_int_equal(moe_plan_create(ctx, &L.d, &p), MOE_OK);
+        moe_weights *w = NULL;
+        L.src.output_norm = NULL;
+        assert_int_equal(moe_weights_create(p, &L.src, &w), MOE_EINVAL);
+        assert_non_null(strstr(moe_ctx_last_error(ctx), "output_norm"));
+        L.src.output_norm = L.onorm;
+        L.src.output_norm_dtype = MOE_DTYPE_I32;
+        assert_int_equal(moe_weights_create(p, &L.src, &w), MOE_EDTYPE);
+        assert_non_null(strstr(moe_ctx_last_error(ctx), "output_norm_dtype"));
+        moe_plan_free(p);
+        L.d.output_norm_eps = -1.0f;
+        assert_int_equal(moe_plan_create(ctx, &L.d, &p), MOE_EINVAL);
+        assert_non_null(strstr(moe_ctx_last_error(ctx), "output_norm_eps"));
+        moe_ctx_free(ctx);
+        free(x), free(with), free(without);
+        layer_free(&L);
     }
 }
 
@@ -1306,7 +1474,7 @@ int main(void)
         cmocka_unit_test(test_r6_groups),         cmocka_unit_test(test_r6_hidden_states),
         cmocka_unit_test(test_r8_scaling_once),   cmocka_unit_test(test_r8_weight_on_input),
         cmocka_unit_test(test_validation),        cmocka_unit_test(test_sparsemixer_bits),
-        cmocka_unit_test(test_hand_sparsemixer),  cmocka_unit_test(test_output_bias),
+        cmocka_unit_test(test_hand_sparsemixer),  cmocka_unit_test(test_output_bias), cmocka_unit_test(test_acts_modes), cmocka_unit_test(test_output_norm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -100,7 +100,9 @@ static void test_rows_complete(void **state)
             assert_true(row->layers.first_field && row->layers.step_field && row->layers.last_field);
             break;
         }
-        if (row->groups.n_group > 1 || row->routing_hook)
+        /* a routing hook reads the group fields, but Inkling2's (scoring_func only: no groups) */
+        if (row->groups.n_group > 1 ||
+            (row->routing_hook && row->family != MOE_FAMILY_INKLING2 && row->family != MOE_FAMILY_INKLING2_LOOP))
             assert_true(row->groups.n_group_field && row->groups.topk_group_field);
     }
 }
@@ -198,7 +200,22 @@ static const struct {
     {MOE_FAMILY_AXK2, MOE_SCORING_SIGMOID, 1, 2.5f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
     {MOE_FAMILY_GLM5_NEXT, MOE_SCORING_SIGMOID, 1, 2.5f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
      MOE_ACT_SWIGLU_CLAMP},
+    {MOE_FAMILY_AXK1, MOE_SCORING_SIGMOID, 1, 2.5f, 8, 4, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_INKLING2, MOE_SCORING_SIGMOID, 1, 8.0f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU_SOFTCAP},
+    {MOE_FAMILY_INKLING2_LOOP, MOE_SCORING_SIGMOID, 1, 8.0f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU_SOFTCAP},
+    {MOE_FAMILY_HY_V4, MOE_SCORING_SIGMOID, 1, 2.827f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU_CLAMP},
+    {MOE_FAMILY_HY_V4_VL, MOE_SCORING_SIGMOID, 1, 2.827f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU_CLAMP},
 };
+
+/* HY-V4: the shared expert's own activation (plain SwiGLU beside the clamped routed experts) */
+static int has_shared_activation(moe_family f)
+{
+    return f == MOE_FAMILY_HY_V4 || f == MOE_FAMILY_HY_V4_VL;
+}
 
 /* The families whose block adds an output bias [H] (has_output_bias; the row's output_bias). */
 static const moe_family k_output_bias[] = {MOE_FAMILY_JETMOE};
@@ -238,6 +255,13 @@ static void test_layer_defaults(void **state)
         assert_int_equal(d.has_output_bias, has_output_bias(expect[i].family));
         /* GptOssConfig's constants; GLM-5-Next's clamp at its config's swiglu_limit 10 */
         assert_true(d.swiglu_alpha == 1.702f && d.swiglu_limit == (expect[i].act == MOE_ACT_SWIGLU_CLAMP ? 10.0f : 7.0f));
+        /* Inkling2TextConfig's softcaps (4, 25), which are also moe_layer_desc_init's */
+        assert_true(d.softcap_gate == 4.0f && d.softcap_up == 25.0f);
+        assert_int_equal(d.has_shared_activation, has_shared_activation(expect[i].family));
+        assert_int_equal(d.shared_activation, MOE_ACT_SWIGLU);
+        /* A.X-K1's post_mlp_layernorm (AXK1Config rms_norm_eps 1e-6) */
+        assert_int_equal(d.has_output_norm, expect[i].family == MOE_FAMILY_AXK1);
+        assert_true(d.output_norm_eps == 1e-6f);
         /* sizes, dtype and quant untouched */
         assert_int_equal(d.hidden_size, 64);
         assert_int_equal(d.moe_intermediate_size, 32);
@@ -408,6 +432,12 @@ static void preset_desc(const char *dir, const json_t *meta, moe_layer_desc *d)
         d->swiglu_alpha = (float)json_number_value(v);
     if ((v = json_object_get(cfg, "swiglu_limit")) && json_is_number(v))
         d->swiglu_limit = (float)json_number_value(v);
+    if ((v = json_object_get(cfg, "rms_norm_eps")) && json_is_number(v) && d->has_output_norm) /* A.X-K1 */
+        d->output_norm_eps = (float)json_number_value(v);
+    if ((v = json_object_get(cfg, "mlp_gate_softcap")) && json_is_number(v)) /* Inkling2 */
+        d->softcap_gate = (float)json_number_value(v);
+    if ((v = json_object_get(cfg, "mlp_up_softcap")) && json_is_number(v))
+        d->softcap_up = (float)json_number_value(v);
     if ((v = json_object_get(cfg, "router_jitter_noise")) && json_is_number(v) &&
         d->scoring_func == MOE_SCORING_SPARSEMIXER)
         d->sparsemixer_jitter_eps = (float)json_number_value(v);

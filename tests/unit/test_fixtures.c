@@ -82,7 +82,7 @@
 #include "moe.h"
 #include "testutil.h"
 
-#define MAX_FIXTURES 64
+#define MAX_FIXTURES 128
 #define BF16_U (1.0 / 256.0)
 
 typedef struct fixture {
@@ -178,6 +178,17 @@ static const char *meta_str_or(const json_t *m, const char *key, const char *dfl
 {
     json_t *v = json_object_get(m, key);
     return json_is_string(v) ? json_string_value(v) : dflt;
+}
+
+/* meta.json's activation names (gen_fixtures.py routing_meta) as moe_activation values */
+static moe_activation act_of(const char *act)
+{
+    return !strcmp(act, "swiglu_oai")       ? MOE_ACT_SWIGLU_OAI
+           : !strcmp(act, "swiglu_clamp")   ? MOE_ACT_SWIGLU_CLAMP
+           : !strcmp(act, "swiglu_softcap") ? MOE_ACT_SWIGLU_SOFTCAP
+           : !strcmp(act, "geglu")          ? MOE_ACT_GEGLU
+           : !strcmp(act, "geglu_tanh")     ? MOE_ACT_GEGLU_TANH
+                                            : MOE_ACT_SWIGLU;
 }
 
 static moe_ctx *make_ctx(int threads, const char *isa)
@@ -285,12 +296,20 @@ static void run_fixture(const fixture *fx, const json_t *meta, int threads, cons
     assert_int_equal(!!desc.has_expert_bias, meta_bool_or(meta, "has_expert_bias", 0));
     assert_int_equal(!!desc.apply_router_weight_on_input, meta_bool_or(meta, "apply_router_weight_on_input", 0));
     assert_int_equal(!!desc.has_output_bias, meta_bool_or(meta, "has_output_bias", 0));
+    assert_int_equal(!!desc.has_output_norm, meta_bool_or(meta, "has_output_norm", 0)); /* A.X-K1 */
+    if (desc.has_output_norm)
+        assert_true(desc.output_norm_eps == (float)meta_num_or(meta, "output_norm_eps", NAN));
     const char *act = meta_str_or(meta, "activation", "swiglu");
-    assert_int_equal(desc.activation, !strcmp(act, "swiglu_oai")   ? MOE_ACT_SWIGLU_OAI
-                                      : !strcmp(act, "swiglu_clamp") ? MOE_ACT_SWIGLU_CLAMP
-                                      : !strcmp(act, "geglu")      ? MOE_ACT_GEGLU
-                                      : !strcmp(act, "geglu_tanh") ? MOE_ACT_GEGLU_TANH
-                                                                   : MOE_ACT_SWIGLU);
+    assert_int_equal(desc.activation, act_of(act));
+    if (desc.activation == MOE_ACT_SWIGLU_SOFTCAP) { /* Inkling2: the two softcaps, as the config gives them */
+        assert_true(desc.softcap_gate == (float)meta_num_or(meta, "softcap_gate", NAN));
+        assert_true(desc.softcap_up == (float)meta_num_or(meta, "softcap_up", NAN));
+    }
+    /* HY-V4: the shared expert's own activation */
+    const char *sh_act = meta_str_or(meta, "shared_activation", NULL);
+    assert_int_equal(!!desc.has_shared_activation, sh_act != NULL);
+    if (sh_act)
+        assert_int_equal(desc.shared_activation, act_of(sh_act));
     /* quantized experts (gpt_oss_mxfp4): the scheme the checkpoint's tensors give */
     assert_string_equal(moe_quant_name(&desc.quant), meta_str_or(meta, "quant", "none"));
     const char *wdt = meta_str(meta, "weight_dtype");

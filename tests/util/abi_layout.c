@@ -74,6 +74,12 @@ int main(void)
     FIELD(moe_layer_desc, quant, 0);
     FIELD(moe_layer_desc, sparsemixer_jitter_eps, 0);
     FIELD(moe_layer_desc, has_output_bias, 0);
+    FIELD(moe_layer_desc, softcap_gate, 0);
+    FIELD(moe_layer_desc, softcap_up, 0);
+    FIELD(moe_layer_desc, has_shared_activation, 0);
+    FIELD(moe_layer_desc, shared_activation, 0);
+    FIELD(moe_layer_desc, has_output_norm, 0);
+    FIELD(moe_layer_desc, output_norm_eps, 0);
     printf("]}");
     printf(", \"moe_weight_source\": {\"size\": %zu, \"fields\": [", sizeof(moe_weight_source));
     FIELD(moe_weight_source, router, 1);
@@ -108,6 +114,8 @@ int main(void)
     FIELD(moe_weight_source, output_bias_dtype, 0);
     FIELD(moe_weight_source, w13_input_scale, 0);
     FIELD(moe_weight_source, w2_input_scale, 0);
+    FIELD(moe_weight_source, output_norm, 0);
+    FIELD(moe_weight_source, output_norm_dtype, 0);
     printf("]}");
     printf(", \"moe_stacked_experts\": {\"size\": %zu, \"fields\": [", sizeof(moe_stacked_experts));
     FIELD(moe_stacked_experts, gate_up_proj, 1);
