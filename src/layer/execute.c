@@ -298,24 +298,20 @@ static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const m
         return rst;
     if (tp && Tc > 0 && (rst = moe_par_tp_reduce(&c, t0, a->n_tokens, rows)) != MOE_OK)
         return rst;
-    if (w->output_bias && Tc > 0) {
-        /* JetMoE's block bias [H], last, on the rows this rank writes (as below) */
+    if ((w->output_bias || w->output_norm) && Tc > 0) {
+        /* the block's last steps, on the complete rows this rank writes (as below): JetMoE's
+         * output bias [H], then A.X-K1's output RMSNorm [H] */
         int64_t g0, g1;
         moe_par_tp_rows(st, a->n_tokens, &g0, &g1);
         const int64_t r0 = g0 - t0 < 0 ? 0 : g0 - t0 > Tc ? Tc : g0 - t0;
         const int64_t r1 = g1 - t0 < 0 ? 0 : g1 - t0 > Tc ? Tc : g1 - t0;
-        for (int64_t t = r0; t < r1; t++)
-            for (int64_t k = 0; k < H; k++)
-                rows[t * H + k] = rows[t * H + k] + w->output_bias[k];
-    }
-    if (w->output_norm && Tc > 0) {
-        /* A.X-K1's output RMSNorm [H], last, on the complete rows this rank writes (as above) */
-        int64_t g0, g1;
-        moe_par_tp_rows(st, a->n_tokens, &g0, &g1);
-        const int64_t r0 = g0 - t0 < 0 ? 0 : g0 - t0 > Tc ? Tc : g0 - t0;
-        const int64_t r1 = g1 - t0 < 0 ? 0 : g1 - t0 > Tc ? Tc : g1 - t0;
-        for (int64_t t = r0; t < r1; t++)
-            moe_output_rmsnorm(rows + t * H, w->output_norm, H, d->output_norm_eps);
+        for (int64_t t = r0; t < r1; t++) {
+            if (w->output_bias)
+                for (int64_t k = 0; k < H; k++)
+                    rows[t * H + k] = rows[t * H + k] + w->output_bias[k];
+            if (w->output_norm)
+                moe_output_rmsnorm(rows + t * H, w->output_norm, H, d->output_norm_eps);
+        }
     }
     if (bf16_out && Tc > 0) {
         /* round the rows this rank wrote: all Tc, or under TP reduce_scatter the rows of the
