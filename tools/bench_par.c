@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "models.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,7 +259,7 @@ int cli_bench_parallel(int argc, char **argv)
         {.name = "--seed", .kind = CLI_I64, .dst = &seed, .lo = 0, .hi = big},
         /* HOT:SHARE, parsed below */
         {.name = "--skew", .kind = CLI_STR, .dst = &skew},
-        {.name = "--load-out", .kind = CLI_STR, .dst = &load_out},
+        {.name = "--load-out", .kind = CLI_STR, .dst = &load_out, .nonempty = 1},
         /* comma-separated policies or placement files, run in order */
         {.name = "--placement", .kind = CLI_STR, .dst = &placement_arg},
         {.name = "--redundant", .kind = CLI_I64, .dst = &redundant, .lo = 0, .hi = big},
@@ -315,6 +316,11 @@ int cli_bench_parallel(int argc, char **argv)
             return CLI_USAGE;
         }
     }
+    /* --load-out is checked before anything runs: a folder that is not there fails now, not
+     * after minutes of measuring (rank 0 writes it; every rank sees the same file system) */
+    char load_out_resolved[PATH_MAX];
+    if (load_out && cli_check_output_path(CMD, "--load-out", load_out, load_out_resolved, sizeof load_out_resolved) != 0)
+        return CLI_USAGE;
     int64_t Tmax = 0;
     for (int i = 0; i < nT; i++)
         Tmax = Ts[i] > Tmax ? Ts[i] : Tmax;
@@ -371,7 +377,18 @@ int cli_bench_parallel(int argc, char **argv)
         goto done;
     }
     /* every placement checked before anything runs: a bad one is an error with nothing measured */
-    for (char *tok = strtok(pl_list, ","); tok; tok = strtok(NULL, ",")) {
+    for (char *tok = pl_list, *next; tok; tok = next) {
+        /* split at each comma by hand: strtok would skip the empty entry of "a,,b" */
+        next = strchr(tok, ',');
+        if (next)
+            *next++ = '\0';
+        if (!*tok) {
+            cli_err(CMD, "--placement '%s': an empty entry; give comma-separated contiguous, round_robin, "
+                         "balanced or placement files",
+                    placement_arg);
+            rc = CLI_USAGE;
+            goto done;
+        }
         if (n_pl == MAX_PL) {
             cli_err(CMD, "--placement %s: at most %d placements", placement_arg, MAX_PL);
             rc = CLI_USAGE;
@@ -847,7 +864,7 @@ int cli_bench_parallel(int argc, char **argv)
                        1e3 * med, rebal_arg, 1e3 * res_fwd[0][i], pl_names[0]);
         }
     }
-    if (load_out && rank == 0 && moe_load_write(ctx, load_out, load_all, E) != MOE_OK) {
+    if (load_out && rank == 0 && moe_load_write(ctx, load_out_resolved, load_all, E) != MOE_OK) {
         cli_err(CMD, "--load-out: %s", moe_ctx_last_error(ctx));
         goto done;
     }

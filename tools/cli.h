@@ -66,6 +66,13 @@ int cli_parse_opts(int argc, char **argv, const char *cmd, const cli_opt *opts, 
                    void (*usage)(FILE *));
 #define CLI_NOPTS(table) (sizeof(table) / sizeof((table)[0]))
 
+/* Check, before any work, that `path` (the value of option `opt`) can be written atomically
+ * (a temporary file in its folder renamed over it): it does not exist and its folder does, or
+ * it is a regular file or a symlink to one (followed: *resolved gets the file to write, else
+ * path itself). A folder, FIFO or device is refused, since the rename would replace it.
+ * Returns 0, or -1 after "CMD: OPT PATH: ..." on stderr. */
+int cli_check_output_path(const char *cmd, const char *opt, const char *path, char *resolved, size_t len);
+
 /* CLI_CUSTOM parser of --family NAME into a const char * (the library checks the name and
  * lists the families for an unknown one); an empty name is refused here, listing them. */
 int cli_parse_family(const char *cmd, const char *name, const char *value, void *dst);

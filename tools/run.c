@@ -80,51 +80,11 @@ static void run_usage(FILE *f)
 static int check_output(const char *out_path, const char *in_path, const char *ckdir, char *resolved,
                         size_t len)
 {
-    snprintf(resolved, len, "%s", out_path);
     struct stat so;
-    if (lstat(out_path, &so) != 0) {
-        if (errno != ENOENT) {
-            cli_err(CMD, "--output %s: %s", out_path, strerror(errno));
-            return -1;
-        }
-        /* the folder OUT goes in must exist (the temporary file is made there) */
-        char dir[PATH_MAX];
-        snprintf(dir, sizeof dir, "%s", out_path);
-        char *slash = strrchr(dir, '/');
-        if (!slash)
-            return 0; /* the current folder */
-        if (slash == dir)
-            slash[1] = '\0';
-        else
-            *slash = '\0';
-        struct stat sd;
-        if (stat(dir, &sd) != 0) {
-            if (errno == ENOENT)
-                cli_err(CMD, "--output %s: the folder %s does not exist", out_path, dir);
-            else
-                cli_err(CMD, "--output %s: the folder %s: %s", out_path, dir, strerror(errno));
-            return -1;
-        }
-        if (!S_ISDIR(sd.st_mode)) {
-            cli_err(CMD, "--output %s: %s is not a folder", out_path, dir);
-            return -1;
-        }
-        return 0;
-    }
-    if (S_ISLNK(so.st_mode)) {
-        char real[PATH_MAX];
-        if (!realpath(out_path, real) || stat(real, &so) != 0) {
-            cli_err(CMD, "--output %s: a symlink whose target cannot be resolved (%s)", out_path, strerror(errno));
-            return -1;
-        }
-        snprintf(resolved, len, "%s", real);
-    }
-    if (!S_ISREG(so.st_mode)) {
-        cli_err(CMD, "--output %s: exists and is not a regular file (%s); refusing to replace it", out_path,
-                S_ISDIR(so.st_mode) ? "a folder" : S_ISFIFO(so.st_mode) ? "a FIFO"
-                : (S_ISCHR(so.st_mode) || S_ISBLK(so.st_mode)) ? "a device" : "not a plain file");
+    if (cli_check_output_path(CMD, "--output", out_path, resolved, len) != 0)
         return -1;
-    }
+    if (stat(resolved, &so) != 0)
+        return 0; /* not there yet: its folder exists (checked) */
     struct stat si;
     if (stat(in_path, &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
         cli_err(CMD, "--output %s is the input file %s; write the output elsewhere", out_path, in_path);

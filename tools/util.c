@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- option parsing ------------------------------------------------------------------- */
@@ -667,6 +668,56 @@ int cli_parse_compute(const char *cmd, const char *name, const char *value, void
     if (moe_compute_from_name(value, dst) != MOE_OK) {
         cli_err(cmd, "%s %s: accepted values are f32 (the default: f32 activations and products) and bf16 (bf16 "
                 "activations, f32 accumulation: what a bf16 model computes)", name, value);
+        return -1;
+    }
+    return 0;
+}
+
+int cli_check_output_path(const char *cmd, const char *opt, const char *path, char *resolved, size_t len)
+{
+    snprintf(resolved, len, "%s", path);
+    struct stat so;
+    if (lstat(path, &so) != 0) {
+        if (errno != ENOENT) {
+            cli_err(cmd, "%s %s: %s", opt, path, strerror(errno));
+            return -1;
+        }
+        /* the folder the file goes in must exist (the temporary file is made there) */
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (!slash)
+            return 0; /* the current folder */
+        if (slash == dir)
+            slash[1] = '\0';
+        else
+            *slash = '\0';
+        struct stat sd;
+        if (stat(dir, &sd) != 0) {
+            if (errno == ENOENT)
+                cli_err(cmd, "%s %s: the folder %s does not exist", opt, path, dir);
+            else
+                cli_err(cmd, "%s %s: the folder %s: %s", opt, path, dir, strerror(errno));
+            return -1;
+        }
+        if (!S_ISDIR(sd.st_mode)) {
+            cli_err(cmd, "%s %s: %s is not a folder", opt, path, dir);
+            return -1;
+        }
+        return 0;
+    }
+    if (S_ISLNK(so.st_mode)) {
+        char real[PATH_MAX];
+        if (!realpath(path, real) || stat(real, &so) != 0) {
+            cli_err(cmd, "%s %s: a symlink whose target cannot be resolved (%s)", opt, path, strerror(errno));
+            return -1;
+        }
+        snprintf(resolved, len, "%s", real);
+    }
+    if (!S_ISREG(so.st_mode)) {
+        cli_err(cmd, "%s %s: exists and is not a regular file (%s); refusing to replace it", opt, path,
+                S_ISDIR(so.st_mode) ? "a folder" : S_ISFIFO(so.st_mode) ? "a FIFO"
+                : (S_ISCHR(so.st_mode) || S_ISBLK(so.st_mode)) ? "a device" : "not a plain file");
         return -1;
     }
     return 0;

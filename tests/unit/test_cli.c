@@ -396,6 +396,32 @@ static void test_bench_bad_numbers(void **state)
     result_free(&r);
 }
 
+/* moe bench --ep: a placement list with an empty entry and a --load-out that cannot be
+ * written are refused (exit 2, naming the option) before anything is measured. */
+static void test_bench_par_bad_lists(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    static const char *const cases[][3] = {
+        {"--placement", "contiguous,,balanced", "--placement 'contiguous,,balanced': an empty entry"},
+        {"--placement", "contiguous,", "--placement 'contiguous,': an empty entry"},
+        {"--placement", ",balanced", "--placement ',balanced': an empty entry"},
+        {"--load-out", "/nonexistent-libmoe-dir/load.json", "--load-out /nonexistent-libmoe-dir/load.json: the folder "
+                                                             "/nonexistent-libmoe-dir does not exist"},
+        {"--load-out", "/", "--load-out /: exists and is not a regular file (a folder)"},
+        {"--load-out", "", "--load-out: "},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cli_result r;
+        const char *a[] = {"bench", "--ep", "1", "--tokens", "1", "--iters", "1", cases[i][0], cases[i][1], NULL};
+        const char *e[] = {cases[i][2], NULL};
+        run_moe(&r, a);
+        expect(&r, 2, e);
+        assert_null(strstr(r.out, "median")); /* nothing measured */
+        result_free(&r);
+    }
+}
+
 static void test_bench_unknown_model(void **state)
 {
     (void)state;
@@ -2077,7 +2103,7 @@ int main(void)
         cmocka_unit_test(test_plan_family_row),
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_unknown),
-        cmocka_unit_test(test_bench_bad_numbers),
+        cmocka_unit_test(test_bench_bad_numbers), cmocka_unit_test(test_bench_par_bad_lists),
         cmocka_unit_test(test_bench_unknown_model),
         cmocka_unit_test(test_bench_does_not_fit),
         cmocka_unit_test(test_bench_json),
