@@ -349,10 +349,13 @@ int cli_cmd_plan(int argc, char **argv)
             cli_err(CMD, "%s", moe_ctx_last_error(ctx));
             goto done;
         }
-        if (!have_layer)
+        if (!have_layer) {
             for (int64_t l = 0; l < moe_checkpoint_num_layers(ck) && layer < 0; l++)
                 if (moe_checkpoint_is_moe_layer(ck, l))
                     layer = l;
+            if (layer < 0)
+                layer = 0; /* no MoE layer: layer 0's error says the model has none, and why */
+        }
         moe_status st = moe_checkpoint_layer_desc(ck, layer, &d);
         moe_checkpoint_free(ck);
         if (st != MOE_OK) {

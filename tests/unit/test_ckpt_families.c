@@ -743,14 +743,17 @@ static void test_mlp_layer_types(void **state)
         snprintf(want, sizeof want, "field 'mlp_layer_types' has %d entries, but num_hidden_layers is 2", i ? 3 : 1);
         expect_error(ctx, open_desc(ctx, dir, cfgl, tl, 0), MOE_EFORMAT, want, "one \"dense\" or \"sparse\" per layer");
     }
-    /* every layer dense: the message says the model has none, also for the first-MoE-layer
-     * lookup (layer -1), not "layer -1 out of range" */
+    /* every layer dense: the message says the model has none, for the first layer (what the
+     * first-MoE-layer lookup of moe plan asks when there is none) and any other; an index
+     * outside [0, L) stays MOE_ERANGE, and says so too */
     const char *alld = "{\"architectures\": [\"DeepseekV32ForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 2,"
                        " \"moe_intermediate_size\": 8, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2,"
                        " \"mlp_layer_types\": [\"dense\", \"dense\"]}";
-    expect_error(ctx, open_desc(ctx, dir, alld, tl, -1), MOE_EDENSE, "the model has no MoE layers (all 2 are dense",
+    expect_error(ctx, open_desc(ctx, dir, alld, tl, 0), MOE_EDENSE, "the model has no MoE layers (all 2 are dense",
                  "layer 0: mlp_layer_types[0] is not \"sparse\"");
     expect_error(ctx, open_desc(ctx, dir, alld, tl, 1), MOE_EDENSE, "no MoE layers", "layer 1:");
+    expect_error(ctx, open_desc(ctx, dir, alld, tl, -1), MOE_ERANGE, "layer -1 out of range", "no MoE layers");
+    expect_error(ctx, open_desc(ctx, dir, alld, tl, 2), MOE_ERANGE, "layer 2 out of range", "no MoE layers");
     tl_free(tl);
     free(tl);
     tu_rm_tree(dir);
