@@ -1096,17 +1096,46 @@ bool moe_fam_tensor_name(const char *name, const char *prefix, int64_t layer, ch
     return expand_layer(strstr(name, "%L") ? "" : prefix, name, layer, out, n);
 }
 
+const moe_fam_scoring_choice *moe_fam_scoring_choice_of(const moe_fam_row *row, const char *value)
+{
+    for (int i = 0; i < MOE_FAM_MAX_CHOICES && row->scoring_by.choices[i].value; i++)
+        if (strcmp(row->scoring_by.choices[i].value, value) == 0)
+            return &row->scoring_by.choices[i];
+    return NULL;
+}
+
+const moe_fam_combine_choice *moe_fam_combine_choice_of(const moe_fam_row *row, const char *value)
+{
+    for (int i = 0; i < MOE_FAM_MAX_CHOICES && row->shared.combine.choices[i].value; i++)
+        if (strcmp(row->shared.combine.choices[i].value, value) == 0)
+            return &row->shared.combine.choices[i];
+    return NULL;
+}
+
 void moe_fam_layer_defaults(const moe_fam_row *row, moe_layer_desc *d)
 {
     d->family = row->family;
     d->scoring_func = row->scoring;
     d->renormalize = row->renormalize.rule == MOE_FAM_RENORM_ALWAYS ||
                      (row->renormalize.rule == MOE_FAM_RENORM_FIELD && row->renormalize.dflt);
+    d->renormalize_eps = row->renormalize.has_eps ? (float)row->renormalize.eps : 1e-20f;
+    if (row->scoring_by.field) { /* the config class's default string (Cohere2-MoE: "softmax") */
+        const moe_fam_scoring_choice *sc = moe_fam_scoring_choice_of(row, row->scoring_by.dflt);
+        d->scoring_func = sc->scoring;
+        if (!sc->renormalize_field)
+            d->renormalize = 0;
+    }
     d->routed_scaling_factor = row->routed_scaling.field ? (float)row->routed_scaling.dflt : 1.0f;
+    d->shared_expert_scale = 1.0f;
+    if (row->shared.combine.field && d->shared_expert_intermediate_size > 0) { /* Cohere2-MoE: "average" */
+        const moe_fam_combine_choice *cc = moe_fam_combine_choice_of(row, row->shared.combine.dflt);
+        d->routed_scaling_factor = (float)((double)d->routed_scaling_factor * cc->routed_scale);
+        d->shared_expert_scale = (float)cc->shared_scale;
+    }
     d->n_group = row->groups.n_group;
     d->topk_group = row->groups.topk_group;
     d->group_score = row->groups.score;
-    d->has_selection_bias = row->selection_bias != NULL;
+    d->has_selection_bias = row->selection_bias != NULL && (!row->selection_bias_on.field || row->selection_bias_on.dflt);
     d->has_output_bias = row->output_bias != NULL;
     d->has_output_norm = row->output_norm != NULL;
     d->output_norm_eps = row->output_norm ? (float)row->output_norm_eps.dflt : 1e-6f;
