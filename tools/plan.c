@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "models.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,13 @@ static void plan_usage(FILE *f)
           "                     activations and weights, f32 accumulation; moe.h moe_compute)\n"
           "  --tokens LIST      token counts for workspace and kernel path (default\n"
           "                     1,16,256,2048,32768)\n"
+          "  --placement P      with --ep: the expert placement to report: contiguous\n"
+          "                     (default), round_robin, balanced (needs --load), or a\n"
+          "                     placement file (docs/parallel.md)\n"
+          "  --redundant N      with --placement balanced: N replicas of the hottest experts\n"
+          "  --load FILE        the measured expert load (moe bench --ep N --load-out FILE)\n"
+          "  --placement-out F  write the placement reported to F, the file moe run --ep N\n"
+          "                     --placement F runs\n"
           "  -h, --help         this text\n",
           f);
 }
@@ -75,10 +83,11 @@ static void print_ranges(const int32_t *ids, int32_t n)
 
 /* The --placement / --load section: each EP rank's physical experts (logical ids), expected
  * rows per rank from the load and the imbalance, resident expert bytes per rank with the
- * replicas, and the redundancy's memory as a WARNING line. CLI_OK, or CLI_USAGE after an
- * error naming the argument. */
+ * replicas, and the redundancy's memory as a WARNING line; with placement_out, the placement
+ * written there (moe_placement_write: atomic) once printed. CLI_OK, or CLI_USAGE after an
+ * error naming the argument (CLI_FAIL when the file cannot be written). */
 static int plan_placement(moe_ctx *ctx, const moe_layer_desc *d, moe_plan_config *pc, const char *arg,
-                          const char *load_path, int64_t redundant, int print)
+                          const char *load_path, int64_t redundant, const char *placement_out, int print)
 {
     const int64_t E = d->num_experts;
     const int ep = pc->parallel.ep_size, tp = pc->parallel.tp_size;
@@ -175,6 +184,9 @@ static int plan_placement(moe_ctx *ctx, const moe_layer_desc *d, moe_plan_config
         }
     }
     if (!print) { /* the check before anything is printed: no partial output on a bad argument */
+        char resolved[PATH_MAX];
+        if (placement_out && cli_check_output_path(CMD, "--placement-out", placement_out, resolved, sizeof resolved))
+            goto out;
         rc = CLI_OK;
         goto out;
     }
@@ -210,6 +222,15 @@ static int plan_placement(moe_ctx *ctx, const moe_layer_desc *d, moe_plan_config
                (long long)R, cli_fmt_bytes(b, sizeof b, per_expert * (double)R * tp), (long long)max_n,
                cli_fmt_bytes(b2, sizeof b2, per_expert * (double)(max_n > base ? max_n - base : 0)), (long long)base);
     }
+    if (placement_out) {
+        if (moe_placement_write(ctx, placement_out, &pl) != MOE_OK) {
+            cli_err(CMD, "--placement-out: %s", moe_ctx_last_error(ctx));
+            rc = CLI_FAIL;
+            goto out;
+        }
+        printf("placement %s written to %s (run it: mpirun -np %d moe run --ep %d --placement %s ...)\n", name,
+               placement_out, ep * tp, ep, placement_out);
+    }
     rc = CLI_OK;
 out:
     moe_placement_clear(&file_pl);
@@ -225,7 +246,7 @@ int cli_cmd_plan(int argc, char **argv)
     const char *model = NULL, *ckdir = NULL, *quant = NULL, *tokens = "1,16,256,2048,32768";
     int64_t tp = 1, ep = 1, layer = -1, redundant = 0;
     int list = 0, have_layer = 0, have_redundant = 0;
-    const char *placement_arg = NULL, *load_path = NULL;
+    const char *placement_arg = NULL, *load_path = NULL, *placement_out = NULL;
     moe_compute compute = MOE_COMPUTE_F32;
     moe_checkpoint_options ck_opt;
     moe_checkpoint_options_init(&ck_opt);
@@ -244,6 +265,7 @@ int cli_cmd_plan(int argc, char **argv)
         {.name = "--placement", .kind = CLI_STR, .dst = &placement_arg},
         {.name = "--redundant", .kind = CLI_I64, .dst = &redundant, .lo = 0, .hi = INT32_MAX, .seen = &have_redundant},
         {.name = "--load", .kind = CLI_STR, .dst = &load_path},
+        {.name = "--placement-out", .kind = CLI_STR, .dst = &placement_out, .nonempty = 1},
         /* a dtype or a quantization scheme, checked below */
         {.name = "--quant", .kind = CLI_STR, .dst = &quant},
         /* a comma-separated list of token counts, parsed below */
@@ -376,7 +398,8 @@ int cli_cmd_plan(int argc, char **argv)
             rc = CLI_USAGE;
         goto done;
     }
-    if ((placement_arg || load_path) && plan_placement(ctx, &d, &pc, placement_arg, load_path, redundant, 0) != CLI_OK) {
+    if ((placement_arg || load_path || placement_out) &&
+        plan_placement(ctx, &d, &pc, placement_arg, load_path, redundant, placement_out, 0) != CLI_OK) {
         rc = CLI_USAGE;
         goto done;
     }
@@ -425,6 +448,10 @@ int cli_cmd_plan(int argc, char **argv)
                "what moe_weights_expert_bytes reports on that rank once packed (mpirun -np %lld moe bench --ep %lld "
                "--tp %lld measures it)%s\n",
                (long long)(tp * ep), (long long)ep, (long long)tp, moe_mpi_available() ? "" : "; this build has no MPI");
+    if (ep > 1 && placement_arg && strcmp(placement_arg, "contiguous") != 0)
+        printf("placement: the table below is that contiguous split; the 'expert placement %s' section after it gives "
+               "the experts and bytes of each EP rank under --placement %s\n",
+               placement_arg, placement_arg);
     if (qz && tp * ep > 1)
         printf("note: quantized experts (%s): under EP each rank packs its experts, under TP its rows of gate/up and "
                "columns of down; a scale block or group cut by the shard boundary is re-expressed with a finer cell "
@@ -475,9 +502,12 @@ int cli_cmd_plan(int argc, char **argv)
         printf("no cost of %.0f%% or more of a rank's expert bytes, no fallback kernels\n",
                100.0 * MOE_REPORT_SMALL_FRACTION);
 
-    if ((placement_arg || load_path) && plan_placement(ctx, &d, &pc, placement_arg, load_path, redundant, 1) != CLI_OK) {
-        rc = CLI_USAGE;
-        goto done;
+    if (placement_arg || load_path || placement_out) {
+        const int prc = plan_placement(ctx, &d, &pc, placement_arg, load_path, redundant, placement_out, 1);
+        if (prc != CLI_OK) {
+            rc = prc;
+            goto done;
+        }
     }
 
     /* per token */

@@ -226,8 +226,20 @@ int cli_cmd_run(int argc, char **argv)
     pcfg.parallel.timeout_s = 3600;
     pcfg.compute = compute;
     if (placement_path) {
-        if ((st = moe_placement_read(ctx, placement_path, &placement)) != MOE_OK)
-            LIBFAIL();
+        if ((st = moe_placement_read(ctx, placement_path, &placement)) != MOE_OK) {
+            const int policy = !strcmp(placement_path, "contiguous") || !strcmp(placement_path, "round_robin") ||
+                               !strcmp(placement_path, "balanced");
+            if (st == MOE_ENOTFOUND && policy) { /* a policy name where moe run takes a file */
+                cli_err(CMD, "--placement %s: moe run takes a placement file, not a policy name; write one with "
+                             "moe plan --checkpoint %s --layer %lld --ep %lld --placement %s%s --placement-out FILE",
+                        placement_path, ckdir, (long long)layer, (long long)ep, placement_path,
+                        !strcmp(placement_path, "balanced") ? " --load LOAD" : "");
+                rc = CLI_USAGE;
+                goto done;
+            }
+            cli_err(CMD, "--placement: %s", moe_ctx_last_error(ctx));
+            goto done;
+        }
         if (placement.ep_size != ep || placement.num_logical_experts != desc.num_experts) {
             cli_err(CMD, "--placement %s: the file places %d logical experts on %d ranks, but layer %lld has %lld "
                          "experts on --ep %lld",

@@ -2,6 +2,7 @@
 tensors. Semantics are moe.h's (moe_plan_execute_ex); this module only checks and passes
 pointers (zero-copy: __array_interface__ for numpy, data_ptr() for torch)."""
 import ctypes as C
+import operator
 import sys
 
 import numpy as np
@@ -196,7 +197,17 @@ class MoELayer:
         """Layer `layer` of the Hugging Face checkpoint folder `path` (config.json +
         safetensors; moe_checkpoint_open). Errors: those of moe_checkpoint_open,
         moe_checkpoint_layer_desc (RangeError, DenseLayerError, ...) and
-        moe_checkpoint_load_weights, as libmoe.Error subclasses."""
+        moe_checkpoint_load_weights, as libmoe.Error subclasses; a `layer` that is not an
+        integer (a str, a float, a bool) is InvalidArgumentError, not silently converted."""
+        if isinstance(layer, bool):
+            raise InvalidArgumentError("MOE_EINVAL", "layer must be an integer, got bool %r" % layer)
+        try:
+            layer = operator.index(layer)
+        except TypeError:
+            raise InvalidArgumentError(
+                "MOE_EINVAL", "layer must be an integer, got %s %r" % (type(layer).__name__, layer)) from None
+        if not -(1 << 63) <= layer < (1 << 63):
+            raise InvalidArgumentError("MOE_EINVAL", "layer %d does not fit in int64" % layer)
         self = cls.__new__(cls)
         self._open(options)
         ok = False

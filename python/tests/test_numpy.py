@@ -70,6 +70,15 @@ def test_given_routing_equals_routed():
     assert np.array_equal(y, y64)
 
 
+@pytest.mark.parametrize("bad", ["0", 0.0, 1.5, True, None, 1 << 64])
+def test_from_checkpoint_layer_must_be_an_integer(bad):
+    # int() would turn "0" and 1.5 into layers 0 and 1; the layer is refused as given
+    with pytest.raises(libmoe.InvalidArgumentError, match="layer"):
+        libmoe.MoELayer.from_checkpoint(FIXTURES / "qwen3_moe_f32", bad, num_threads=1)
+    # a numpy integer is an integer
+    assert libmoe.MoELayer.from_checkpoint(FIXTURES / "qwen3_moe_f32", np.int64(0), num_threads=1) is not None
+
+
 @pytest.fixture(scope="module")
 def layer():
     return libmoe.MoELayer.from_checkpoint(FIXTURES / "qwen3_moe_f32", 0, num_threads=1)

@@ -163,12 +163,19 @@ static moe_status check_layer_index(const moe_checkpoint *ck, int64_t layer)
         snprintf(moe_layers, sizeof moe_layers, "MoE layers: 0..%" PRId64 " (all %" PRId64 ")", L - 1, L);
     else
         snprintf(moe_layers, sizeof moe_layers, "MoE layers (%zu): %s", total, list);
+    char why[200];
+    if (total == 0) { /* whatever layer was asked (or none: the first MoE layer is -1) */
+        moe_ck_config_dense_reason(&ck->cfg, layer >= 0 && layer < L ? layer : 0, why, sizeof why);
+        return moe_set_error(ck->ctx, MOE_EDENSE,
+                             "%s: the model has no MoE layers (all %" PRId64 " are dense MLP layers; layer %" PRId64
+                             ": %s)",
+                             ck->config_path, L, layer >= 0 && layer < L ? layer : 0, why);
+    }
     if (layer < 0 || layer >= L)
         return moe_set_error(ck->ctx, MOE_ERANGE,
                              "%s: layer %" PRId64 " out of range: num_hidden_layers is %" PRId64
                              ", valid layers are 0..%" PRId64 "; %s",
                              ck->config_path, layer, L, L - 1, moe_layers);
-    char why[200];
     moe_ck_config_dense_reason(&ck->cfg, layer, why, sizeof why);
     return moe_set_error(ck->ctx, MOE_EDENSE, "%s: layer %" PRId64 " is a dense MLP layer, not an MoE layer: %s; %s",
                          ck->config_path, layer, why, moe_layers);

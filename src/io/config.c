@@ -117,8 +117,18 @@ static moe_status config_layer_rule(moe_ck_config *c, const moe_cfg_fields *f)
         if (row->layers.first_field &&
             (st = moe_cfg_int(f, row->layers.first_field, false, row->layers.first_default, 0, &c->layer_first)) != MOE_OK)
             return st;
-        return moe_cfg_index_list_of(f, row->layers.list_field, "sparse", "dense", &c->layer_list, &c->n_layer_list,
-                                     &c->have_layer_list); /* ascending: no sort needed */
+        size_t n_entries = 0;
+        if ((st = moe_cfg_index_list_of(f, row->layers.list_field, "sparse", "dense", &c->layer_list, &c->n_layer_list,
+                                        &n_entries, &c->have_layer_list)) != MOE_OK) /* ascending: no sort needed */
+            return st;
+        /* one entry per layer, as the config classes validate (layer_types / mlp_layer_types):
+         * a shorter list would leave layers with no rule, a longer one names layers that do not exist */
+        if (c->have_layer_list && (int64_t)n_entries != c->num_layers)
+            return moe_set_error(c->ctx, MOE_EFORMAT,
+                                 "%s: field '%s%s' has %zu entries, but num_hidden_layers is %" PRId64
+                                 ": it needs one \"dense\" or \"sparse\" per layer",
+                                 c->path, c->prefix, row->layers.list_field, n_entries, c->num_layers);
+        return MOE_OK;
     }
     if (row->layers.list_field &&
         (st = moe_cfg_int_list(f, row->layers.list_field, &c->layer_list, &c->n_layer_list, &c->have_layer_list)) !=
@@ -206,7 +216,8 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     int64_t n_shared = 0;
     if ((st = moe_cfg_int(f, row->intermediate_field, true, 0, 1, &d->moe_intermediate_size)) != MOE_OK ||
         (st = row->per_layer_lists
-                  ? moe_cfg_int_uniform(f, row->experts_field, row->experts_alias, row->experts_min, &d->num_experts)
+                  ? moe_cfg_int_uniform(f, row->experts_field, row->experts_alias, row->experts_min, c->num_layers,
+                                        &d->num_experts)
                   : moe_cfg_int_alias(f, row->experts_field, row->experts_alias, row->experts_min, &d->num_experts)) !=
             MOE_OK)
         return st;
@@ -569,6 +580,15 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
     moe_layer_desc_init(d);
     moe_fam_layer_defaults(c->row, d);
     c->layer_step = 1;
+    /* a multimodal wrapper without its text_config object: transformers would build the text
+     * model from the text config class's defaults, which libmoe does not guess; say where
+     * the fields were looked for */
+    if (c->row->text_config && cfg == root && !json_object_get(root, "hidden_size"))
+        return moe_set_error(ctx, MOE_EFORMAT,
+                             "%s: %s keeps its text model's fields (hidden_size, the experts, top-k) in "
+                             "'text_config', which this config.json does not have (%s), nor are they at the top "
+                             "level: add the text_config object save_pretrained writes",
+                             path, c->row->name, tc ? "not an object" : "absent");
     if ((st = moe_cfg_int(&f, "hidden_size", true, 0, 1, &d->hidden_size)) != MOE_OK ||
         (st = moe_cfg_int(&f, "num_hidden_layers", true, 0, 1, &c->num_layers)) != MOE_OK)
         return st;
@@ -583,7 +603,7 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
     const char *k_alias = c->row->top_k_alias ? c->row->top_k_alias : c->row->top_k_field ? "num_experts_per_tok" : NULL;
     if (k_alias && !json_object_get(cfg, k_field) && json_object_get(cfg, k_alias))
         k_field = k_alias;
-    st = c->row->per_layer_lists ? moe_cfg_int_uniform(&f, k_field, k_alias, 1, &d->top_k)
+    st = c->row->per_layer_lists ? moe_cfg_int_uniform(&f, k_field, k_alias, 1, c->num_layers, &d->top_k)
          : k_alias              ? moe_cfg_int_alias(&f, k_field, k_alias, 1, &d->top_k)
                                 : moe_cfg_int(&f, k_field, true, 0, 1, &d->top_k);
     if (st != MOE_OK || (st = config_decoder(c, &f)) != MOE_OK || (st = config_activation(c, &f)) != MOE_OK ||
@@ -592,6 +612,13 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
     if (d->num_experts > 0 && d->top_k > d->num_experts)
         return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s%s' = %" PRId64 " exceeds the %" PRId64 " experts", path,
                              c->prefix, k_field, d->top_k, d->num_experts);
+    /* the sparsemixer (Phi-MoE's PhimoeSparseMoeBlock: sparsemixer()) takes the top 1 and then the
+     * top 1 of the rest: K = 2 whatever the config says; named here as the config's field */
+    if (d->scoring_func == MOE_SCORING_SPARSEMIXER && d->top_k != 2)
+        return moe_set_error(ctx, MOE_EFORMAT,
+                             "%s: field '%s%s' = %" PRId64 ": %s routes with the sparsemixer, which selects exactly 2 "
+                             "experts per token (PhimoeSparseMoeBlock); give 2",
+                             path, c->prefix, k_field, d->top_k, c->row->name);
     if (forced)
         warn_family(c, arch, model_type, named, &assumed);
     return MOE_OK;

@@ -93,7 +93,7 @@ moe_status moe_cfg_int_alias(const moe_cfg_fields *f, const char *key, const cha
 }
 
 moe_status moe_cfg_int_uniform(const moe_cfg_fields *f, const char *key, const char *alias, int64_t min,
-                               int64_t *out)
+                               int64_t n_layers, int64_t *out)
 {
     if (alias && !json_object_get(f->obj, key) && json_object_get(f->obj, alias))
         key = alias;
@@ -103,6 +103,11 @@ moe_status moe_cfg_int_uniform(const moe_cfg_fields *f, const char *key, const c
     const size_t n = json_array_size(v);
     if (n == 0)
         return moe_set_error(f->ctx, MOE_EFORMAT, "%s: field '%s%s' is an empty list", f->path, f->prefix, key);
+    if (n_layers > 0 && (int64_t)n != n_layers) /* the modeling code indexes it by layer */
+        return moe_set_error(f->ctx, MOE_EFORMAT,
+                             "%s: field '%s%s' is a per-layer list of %zu entries, but num_hidden_layers is %lld: it "
+                             "needs one entry per layer",
+                             f->path, f->prefix, key, n, (long long)n_layers);
     for (size_t i = 0; i < n; i++) {
         const json_t *e = json_array_get(v, i);
         if (!json_is_integer(e))
@@ -193,10 +198,11 @@ moe_status moe_cfg_int_list(const moe_cfg_fields *f, const char *key, int64_t **
 }
 
 moe_status moe_cfg_index_list_of(const moe_cfg_fields *f, const char *key, const char *match, const char *other,
-                                 int64_t **out, size_t *n_out, bool *present)
+                                 int64_t **out, size_t *n_out, size_t *n_entries, bool *present)
 {
     *out = NULL;
     *n_out = 0;
+    *n_entries = 0;
     *present = false;
     const json_t *v = given(f, &key);
     if (!v) {
@@ -226,6 +232,7 @@ moe_status moe_cfg_index_list_of(const moe_cfg_fields *f, const char *key, const
     }
     *out = a;
     *n_out = m;
+    *n_entries = n;
     *present = true;
     return MOE_OK;
 }

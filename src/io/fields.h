@@ -58,9 +58,10 @@ moe_status moe_cfg_int_alias(const moe_cfg_fields *f, const char *key, const cha
 /* moe_cfg_int_alias (alias NULL: `key` only), where the field may also be a per-layer list
  * (Hunyuan's moe_topk): a list of equal integers gives that integer; a list whose entries
  * differ is MOE_EUNSUPPORTED naming the first that differs (libmoe describes every MoE layer
- * of a checkpoint with one value). */
+ * of a checkpoint with one value); a list whose length is not n_layers (when > 0) is
+ * MOE_EFORMAT naming both. */
 moe_status moe_cfg_int_uniform(const moe_cfg_fields *f, const char *key, const char *alias, int64_t min,
-                               int64_t *out);
+                               int64_t n_layers, int64_t *out);
 /* Optional boolean field `key` (absent or null: `dflt`). */
 moe_status moe_cfg_bool(const moe_cfg_fields *f, const char *key, int dflt, int *out);
 /* Optional number field `key` (integer or real; absent or null: `dflt`); it must be finite (as
@@ -74,11 +75,12 @@ moe_status moe_cfg_str(const moe_cfg_fields *f, const char *key, const char *dfl
 moe_status moe_cfg_int_list(const moe_cfg_fields *f, const char *key, int64_t **out, size_t *n_out,
                             bool *present);
 /* A per-layer list of strings (config `mlp_layer_types`: "dense" / "sparse"): *out [*n_out]
- * (malloc'd, caller frees) = the indices whose entry is `match`; every entry must be `match`
+ * (malloc'd, caller frees) = the indices whose entry is `match`, *n_entries the list's
+ * length; every entry must be `match`
  * or `other` (else MOE_EFORMAT naming the field, the entry and both values). Absent or null:
  * *present false, *out NULL, the default noted as "none". */
 moe_status moe_cfg_index_list_of(const moe_cfg_fields *f, const char *key, const char *match, const char *other,
-                                 int64_t **out, size_t *n_out, bool *present);
+                                 int64_t **out, size_t *n_out, size_t *n_entries, bool *present);
 
 /* Load the JSON object at `path` (opened by moe_io_open_regular), at most max_bytes long (the
  * size checked by fstat before reading; over it is MOE_EFORMAT naming the file, its size, the

@@ -734,6 +734,26 @@ static void test_mlp_layer_types(void **state)
                       " \"mlp_layer_types\": [\"dense\", \"moe\"]}";
     expect_error(ctx, open_desc(ctx, dir, bad, tl, 1), MOE_EFORMAT, "mlp_layer_types'[1] = \"moe\"",
                  "must be \"sparse\" or \"dense\"");
+    /* one entry per layer: a short list would leave layer 1 without a rule, a long one names a
+     * layer 2 that does not exist */
+    const char *lens[] = {"[\"sparse\"]", "[\"sparse\", \"dense\", \"sparse\"]"};
+    for (int i = 0; i < 2; i++) {
+        char cfgl[600], want[120];
+        snprintf(cfgl, sizeof cfgl,
+                 "{\"architectures\": [\"DeepseekV32ForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 2,"
+                 " \"moe_intermediate_size\": 8, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2,"
+                 " \"mlp_layer_types\": %s}", lens[i]);
+        snprintf(want, sizeof want, "field 'mlp_layer_types' has %d entries, but num_hidden_layers is 2", i ? 3 : 1);
+        expect_error(ctx, open_desc(ctx, dir, cfgl, tl, 0), MOE_EFORMAT, want, "one \"dense\" or \"sparse\" per layer");
+    }
+    /* every layer dense: the message says the model has none, also for the first-MoE-layer
+     * lookup (layer -1), not "layer -1 out of range" */
+    const char *alld = "{\"architectures\": [\"DeepseekV32ForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 2,"
+                       " \"moe_intermediate_size\": 8, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2,"
+                       " \"mlp_layer_types\": [\"dense\", \"dense\"]}";
+    expect_error(ctx, open_desc(ctx, dir, alld, tl, -1), MOE_EDENSE, "the model has no MoE layers (all 2 are dense",
+                 "layer 0: mlp_layer_types[0] is not \"sparse\"");
+    expect_error(ctx, open_desc(ctx, dir, alld, tl, 1), MOE_EDENSE, "no MoE layers", "layer 1:");
     tl_free(tl);
     free(tl);
     tu_rm_tree(dir);
@@ -1216,6 +1236,41 @@ static void test_hunyuan(void **state)
     const char *none = "{\"architectures\": [\"HunYuanMoEV1ForCausalLM\"], \"hidden_size\": 16,"
                        " \"num_hidden_layers\": 2, \"intermediate_size\": 8, \"num_experts\": 8}";
     expect_error(ctx, open_desc(ctx, dir, none, tl, 0), MOE_ENOTFOUND, cfg, "'moe_topk'", "'num_experts_per_tok'");
+    /* a per-layer list is indexed by layer (HunYuanMoEV1Experts: config.num_experts[layer_idx]):
+     * one entry per layer, else refused naming both lengths */
+    const char *longer = "{\"architectures\": [\"HunYuanMoEV1ForCausalLM\"], \"hidden_size\": 16,"
+                         " \"num_hidden_layers\": 2, \"intermediate_size\": 8, \"num_experts\": [8, 8, 8],"
+                         " \"moe_topk\": 2}";
+    expect_error(ctx, open_desc(ctx, dir, longer, tl, 0), MOE_EFORMAT, cfg, "'num_experts' is a per-layer list of 3",
+                 "num_hidden_layers is 2");
+    const char *shorter = "{\"architectures\": [\"HunYuanMoEV1ForCausalLM\"], \"hidden_size\": 16,"
+                          " \"num_hidden_layers\": 2, \"intermediate_size\": 8, \"num_experts\": 8,"
+                          " \"moe_topk\": [2]}";
+    expect_error(ctx, open_desc(ctx, dir, shorter, tl, 0), MOE_EFORMAT, cfg, "'moe_topk' is a per-layer list of 1",
+                 "one entry per layer");
+    tl_free(tl);
+    free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
+/* Phi-MoE's sparsemixer selects exactly 2 experts: another num_experts_per_tok is refused as
+ * the config's field (not as the layer description's top_k). */
+static void test_phimoe_top_k(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    char dir[512], cfg[700];
+    tu_tmpdir(dir, sizeof dir, "ck-phimoe-k");
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    float dummy[4] = {0};
+    tl_add(tl, "model.norm.weight", MOE_DTYPE_F32, 1, (int64_t[]){4}, dummy);
+    const char *k3 = "{\"architectures\": [\"PhimoeForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 1,"
+                     " \"intermediate_size\": 8, \"num_local_experts\": 4, \"num_experts_per_tok\": 3}";
+    expect_error(ctx, open_desc(ctx, dir, k3, tl, 0), MOE_EFORMAT, cfg, "field 'num_experts_per_tok' = 3",
+                 "phimoe routes with the sparsemixer, which selects exactly 2");
     tl_free(tl);
     free(tl);
     tu_rm_tree(dir);
@@ -1280,6 +1335,10 @@ static void test_aria_refusals(void **state)
     expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EUNSUPPORTED, cfg, "'text_config.mlp_bias'", "biases");
     snprintf(buf, sizeof buf, aria, ", \"moe_topk\": 5");
     expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EFORMAT, cfg, "'text_config.moe_topk' = 5");
+    /* no text_config object: named as such, not as a missing top-level hidden_size */
+    const char *flat = "{\"architectures\": [\"AriaForConditionalGeneration\"], \"vision_config\": {}}";
+    expect_error(ctx, open_desc(ctx, dir, flat, tl, 0), MOE_EFORMAT, cfg, "aria keeps its text model's fields",
+                 "'text_config', which this config.json does not have (absent)");
     tl_free(tl);
     free(tl);
     tu_rm_tree(dir);
@@ -1361,7 +1420,7 @@ static void test_types_else_prefix_step(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_deepseek_v3),   cmocka_unit_test(test_mlp_layer_types),
+        cmocka_unit_test(test_deepseek_v3),   cmocka_unit_test(test_mlp_layer_types), cmocka_unit_test(test_phimoe_top_k),
         cmocka_unit_test(test_deepseek_v2),
         cmocka_unit_test(test_gpt_oss),       cmocka_unit_test(test_llama4),
         cmocka_unit_test(test_olmoe_granite), cmocka_unit_test(test_qwen35_next),

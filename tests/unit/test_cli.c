@@ -1222,6 +1222,35 @@ static void test_plan_placement(void **state)
         assert_string_equal(r.out, "");
         result_free(&r);
     }
+    /* --placement-out writes the placement reported: read back, it is the policy's own */
+    char outpl[1100];
+    snprintf(outpl, sizeof outpl, "%s/out.json", dir);
+    const char *bo[] = {"plan", "--model", "qwen3-30b-a3b", "--ep", "2", "--placement", "balanced", "--redundant", "8",
+                        "--load", loadf, "--placement-out", outpl, NULL};
+    const char *eo[] = {NULL};
+    run_moe(&r, bo);
+    expect(&r, 0, eo);
+    assert_non_null(strstr(r.out, "placement balanced written to"));
+    assert_non_null(strstr(r.out, "the table below is that contiguous split"));
+    result_free(&r);
+    moe_placement back;
+    ctx = tu_ctx();
+    assert_int_equal(moe_placement_read(ctx, outpl, &back), MOE_OK);
+    moe_ctx_free(ctx);
+    assert_int_equal(back.ep_size, bal.ep_size);
+    assert_int_equal(back.num_physical_experts, bal.num_physical_experts);
+    assert_memory_equal(back.rank_num_physical, bal.rank_num_physical, sizeof(int32_t) * 2);
+    assert_memory_equal(back.physical_to_logical, bal.physical_to_logical,
+                        sizeof(int32_t) * (size_t)bal.num_physical_experts);
+    moe_placement_clear(&back);
+    const char *bo2[] = {"plan", "--model", "qwen3-30b-a3b", "--ep", "2", "--placement-out", "/nonexistent-libmoe/p.json",
+                         NULL};
+    const char *eo2[] = {"--placement-out /nonexistent-libmoe/p.json: the folder /nonexistent-libmoe does not exist",
+                         NULL};
+    run_moe(&r, bo2);
+    expect(&r, 2, eo2);
+    assert_string_equal(r.out, "");
+    result_free(&r);
     const char *e5[] = {"num_redundant_experts = 200", "[0, 128]", NULL};
     const char *b5[] = {"plan", "--model", "qwen3-30b-a3b", "--ep", "2", "--placement", "balanced",
                         "--redundant", "200", "--load", loadf, NULL};
@@ -1252,6 +1281,31 @@ static void test_run_idle_tp_knob(void **state)
     expect(&r, 0, NULL);
     assert_null(strstr(r.err, "has no effect"));
     result_free(&r);
+}
+
+/* moe run --placement takes a file: a policy name is refused (exit 2) with the moe plan
+ * command that writes one, and nothing is written. */
+static void test_run_placement_policy_name(void **state)
+{
+    run_fixture *f = *state;
+    SKIP_WITHOUT_BIN();
+    free(make_input(f->in, 3, CK_H, MOE_DTYPE_F32, 7));
+    static const char *const names[] = {"balanced", "round_robin", "contiguous"};
+    for (size_t i = 0; i < 3; i++) {
+        cli_result r;
+        const char *a[] = {"run", "--checkpoint", f->ck, "--layer", "0", "--input", f->in, "--output", f->out,
+                           "--placement", names[i], NULL};
+        char want[256];
+        snprintf(want, sizeof want, "--placement %s: moe run takes a placement file, not a policy name; write one "
+                                    "with moe plan --checkpoint", names[i]);
+        const char *e[] = {want, "--placement-out FILE", NULL};
+        run_moe(&r, a);
+        expect(&r, 2, e);
+        if ((strstr(r.err, "--load LOAD") != NULL) != (i == 0))
+            fail_msg("--load LOAD is named for balanced only: %s", r.err);
+        expect_no_output(f);
+        result_free(&r);
+    }
 }
 
 /* ---- moe run success: bitwise equal to a direct execute --------------------------------- */
@@ -2126,6 +2180,7 @@ int main(void)
         cmocka_unit_test(test_env_command),
         cmocka_unit_test(test_env_inert),
         cmocka_unit_test_setup_teardown(test_run_idle_tp_knob, run_setup, run_teardown),
+        cmocka_unit_test_setup_teardown(test_run_placement_policy_name, run_setup, run_teardown),
         cmocka_unit_test(test_plan_command), cmocka_unit_test(test_plan_placement),
         cmocka_unit_test(test_flag_takes_no_value),
         cmocka_unit_test(test_option_errors),
