@@ -63,7 +63,7 @@
  *  3. A token's output bits do not depend on T, on the other tokens in the batch, on the
  *     thread count or on the chunk size (batch invariance), for a given kernel table.
  *  4. routed_scaling_factor is applied once, in finalize; renormalization divides by
- *     (sum + 1e-20).
+ *     (sum + renormalize_eps), 1e-20 unless the family's router says otherwise.
  */
 #ifndef MOE_H
 #define MOE_H
@@ -354,10 +354,12 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *         groups are kept and c = -inf on every expert of the others
  *   ids = the K best experts by c: descending, ties to the lower id, NaN below every number
  *   w_k = the weight of ids[k] (scoring_func; never includes b_s);
- *         w_k = w_k / (sum_k w_k + 1e-20) with renormalize (sum in top-k order)
+ *         w_k = w_k / (sum_k w_k + renormalize_eps) with renormalize (sum in top-k order;
+ *         renormalize_eps 1e-20 by default)
  *   y_k = expert_{ids[k]}(x), or expert_{ids[k]}(w_k * x) with apply_router_weight_on_input
  *   out = routed_scaling_factor * sum_k w_k y_k      (sum_k y_k with apply_router_weight_on_input)
- *         + g_sh * shared(x)                         g_sh = sigmoid(w_sg . x) if gated, else 1
+ *         + g_sh * shared(x)                         g_sh = sigmoid(w_sg . x) if gated, else 1;
+ *                                                    times shared_expert_scale (default 1)
  *         (+ b_o, has_output_bias)                   JetMoE's block bias [H]
  *   out = w_n * rmsnorm(out) (has_output_norm)        A.X-K1's post_mlp_layernorm [H]
  *
@@ -390,6 +392,11 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *   HY-V4         DeepSeek-V3's router (n_group 1); MOE_ACT_SWIGLU_CLAMP routed experts, the
  *                 shared expert plain SwiGLU (has_shared_activation, shared_activation)
  *   A.X-K1        DeepSeek-V3's block, then an output RMSNorm (has_output_norm, rms_norm_eps)
+ *   LFM2-MoE      sigmoid (+ selection bias when use_expert_bias), renormalize = norm_topk_prob
+ *                 dividing by (sum + 1e-6) (renormalize_eps), routed_scaling_factor
+ *   Cohere2-MoE   top-k on l, then softmax of the k (expert_selection_fn "softmax") or sigmoid
+ *                 (+ renormalize = norm_topk_prob, no epsilon); shared experts "average":
+ *                 routed_scaling_factor = shared_expert_scale = 0.5, "sum": both 1
  * ------------------------------------------------------------------------------------- */
 
 /* Router scoring: the scores, the selection key and the weights, from the logits l. */
@@ -533,8 +540,14 @@ typedef enum moe_family {
     MOE_FAMILY_HY_V4 = 53,         /* HYV4ForCausalLM: Glm4Moe's routing, MOE_ACT_SWIGLU_CLAMP routed
                                       experts, a plain SwiGLU shared expert (has_shared_activation) */
     MOE_FAMILY_HY_V4_VL = 54,      /* HYV4VLForConditionalGeneration (text MoE): HY-V4's block */
-    MOE_FAMILY_AXK1 = 55           /* AXK1ForCausalLM (A.X-K1): DeepSeek-V3's block + an output RMSNorm
+    MOE_FAMILY_AXK1 = 55,          /* AXK1ForCausalLM (A.X-K1): DeepSeek-V3's block + an output RMSNorm
                                       (has_output_norm) */
+    /* branch routerknobs (the lead renumbers at merge) */
+    MOE_FAMILY_LFM2_MOE = 59,      /* Lfm2MoeForCausalLM: sigmoid (+ expert_bias when use_expert_bias),
+                                      renormalized by (sum + 1e-6) (renormalize_eps) */
+    MOE_FAMILY_COHERE2_MOE = 61    /* Cohere2MoeForCausalLM: top-k on the logits, then softmax of the k
+                                      or sigmoid (expert_selection_fn); shared experts averaged or
+                                      summed (shared_expert_scale) */
 } moe_family;
 
 /* Static name of a family: "custom" for MOE_FAMILY_CUSTOM, else its row's name, the config
@@ -628,6 +641,23 @@ typedef struct moe_layer_desc {
                                       post_mlp_layernorm, AXK1RMSNorm). moe_weight_source.output_norm */
     float output_norm_eps;         /* eps of has_output_norm: config `rms_norm_eps` (AXK1Config
                                       default 1e-6); finite and >= 0; default 1e-6 */
+
+    /* ---- branch routerknobs (appended: the fields above keep their offsets) ---- */
+    float renormalize_eps;         /* with renormalize, w_k = w_k / (sum + renormalize_eps), the
+                                      sum and the add in f32; finite and >= 0 (MOE_EINVAL naming
+                                      the field); default 1e-20 (Mixtral, Qwen, DeepSeek-V3 ...).
+                                      LFM2-MoE: 1e-6 (transformers 5.24 lfm2_moe/modeling_lfm2_moe.py
+                                      Lfm2MoeTopKRouter: routing_weights / (sum + 1e-6)); Cohere2-MoE
+                                      sigmoid: 0 (cohere2_moe/modeling_cohere2_moe.py
+                                      Cohere2MoeTopKRouter divides by the sum alone) */
+    float shared_expert_scale;     /* the shared expert's output is multiplied by this (after its
+                                      gate, one f32 product per token: g_sh * scale, then times
+                                      shared(x)); finite and > 0 when there is a shared expert
+                                      (MOE_EINVAL naming the field); default 1. Cohere2-MoE's
+                                      shared_expert_combination_strategy "average" ((routed +
+                                      shared) / 2, Cohere2MoeSparseMoeBlock.forward) is 0.5 with
+                                      routed_scaling_factor 0.5: halving is exact in f32, so
+                                      0.5 r + 0.5 s == (r + s) / 2 bit for bit (no subnormals) */
 } moe_layer_desc;
 
 /* Defaults: family custom, softmax, renormalize 0, routed_scaling_factor 1, SwiGLU, no

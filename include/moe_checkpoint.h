@@ -237,6 +237,13 @@ MOE_API moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer
  *   has_output_bias       1 for JetMoE (the block's `bias` [H]), else 0
  *   has_output_norm, output_norm_eps  1 and 1e-6 for A.X-K1 (post_mlp_layernorm,
  *                         rms_norm_eps), else 0 and 1e-6
+ *   renormalize_eps       1e-6 for LFM2-MoE (Lfm2MoeTopKRouter), 0 for Cohere2-MoE
+ *                         (Cohere2MoeTopKRouter's sigmoid branch), else 1e-20
+ *   shared_expert_scale   0.5 for Cohere2-MoE when desc->shared_expert_intermediate_size > 0
+ *                         (shared_expert_combination_strategy "average", with
+ *                         routed_scaling_factor 0.5), else 1
+ *   (LFM2-MoE: has_selection_bias 1, use_expert_bias's default; Cohere2-MoE: scoring
+ *   MOE_SCORING_TOPK_SOFTMAX and renormalize 0, expert_selection_fn's default "softmax")
  *   activation            MOE_ACT_SWIGLU_OAI for gpt-oss, MOE_ACT_SWIGLU_CLAMP for GLM-5-Next,
  *                         HY-V4 and HY-V4-VL, MOE_ACT_SWIGLU_SOFTCAP for Inkling2 and
  *                         Inkling2-Loop, else MOE_ACT_SWIGLU (`hidden_act`'s default "silu")

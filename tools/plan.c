@@ -427,9 +427,11 @@ int cli_cmd_plan(int argc, char **argv)
         /* the family row the checkpoint was read with (docs/families.md) and the routing it gave */
         static const char *const scoring[] = {"softmax", "sigmoid", "topk_softmax", "topk_sigmoid", "sparsemixer"};
         const unsigned sc = (unsigned)d.scoring_func;
-        printf("family: %s (scoring %s, renormalize %s, routed_scaling_factor %g", moe_family_name(d.family),
-               sc < sizeof scoring / sizeof scoring[0] ? scoring[sc] : "?", d.renormalize ? "yes" : "no",
-               (double)d.routed_scaling_factor);
+        printf("family: %s (scoring %s, renormalize %s", moe_family_name(d.family),
+               sc < sizeof scoring / sizeof scoring[0] ? scoring[sc] : "?", d.renormalize ? "yes" : "no");
+        if (d.renormalize && d.renormalize_eps != 1e-20f) /* LFM2-MoE's 1e-6, Cohere2-MoE's 0 */
+            printf(" (sum + %g)", (double)d.renormalize_eps);
+        printf(", routed_scaling_factor %g", (double)d.routed_scaling_factor);
         if (d.n_group > 1)
             printf(", groups %lld keep %lld by %s", (long long)d.n_group, (long long)d.topk_group,
                    d.group_score == MOE_GROUP_SCORE_TOP2_SUM ? "top-2 sum" : "max");
@@ -437,6 +439,8 @@ int cli_cmd_plan(int argc, char **argv)
                d.has_router_bias ? ", router bias" : "", d.has_output_bias ? ", output bias" : "",
                d.apply_router_weight_on_input ? ", weight on the input" : "",
                Is ? (d.shared_expert_gated ? "gated" : "ungated") : "none");
+        if (Is && d.shared_expert_scale != 1.0f) /* Cohere2-MoE's "average" */
+            printf("shared expert scale: %g\n", (double)d.shared_expert_scale);
     }
     printf("ranks: tp %lld x ep %lld = %lld; kernel table %s; compute %s; options hash %016llx\n", (long long)tp,
            (long long)ep, (long long)(tp * ep), r0.kernel_table, moe_compute_name(compute),

@@ -82,7 +82,10 @@ class LayerDesc(C.Structure):
                 ("softcap_gate", f32), ("softcap_up", f32), ("has_shared_activation", i32),
                 ("shared_activation", i32),
                 # branch acts: the block's output RMSNorm (A.X-K1)
-                ("has_output_norm", i32), ("output_norm_eps", f32)]
+                ("has_output_norm", i32), ("output_norm_eps", f32),
+                # branch routerknobs: the renormalization's epsilon (LFM2-MoE 1e-6), the shared
+                # expert's scale (Cohere2-MoE's "average": 0.5)
+                ("renormalize_eps", f32), ("shared_expert_scale", f32)]
 
 
 PP = C.POINTER(vp)

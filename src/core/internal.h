@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MOE_ERRMSG_LEN 2048 /* an unsupported-architecture message lists every row's classes */
+#define MOE_ERRMSG_LEN 4096 /* an unsupported-architecture message lists every row's classes (57 rows: about 2100 chars) */
 
 #if defined(__GNUC__)
 #define MOE_PRINTF(a, b) __attribute__((format(printf, a, b)))

@@ -229,7 +229,8 @@ static moe_status resolve_layer(const moe_checkpoint *ck, int64_t layer, moe_ck_
     if ((st = moe_ck_get_checked(ix, name, "the router", MOE_CK_ANY_FLOAT, "[E, H]", 2, router_shape, &lt->router,
                                  &path)) != MOE_OK)
         return st;
-    const char *const bias[2] = {row->router_bias, row->selection_bias};
+    /* the selection bias only when the config turns it on (LFM2-MoE's use_expert_bias) */
+    const char *const bias[2] = {row->router_bias, c->desc.has_selection_bias ? row->selection_bias : NULL};
     moe_tensor_info *bias_info[2] = {&lt->router_bias, &lt->sel_bias};
     for (int b = 0; b < 2; b++) {
         if (!bias[b])
@@ -505,6 +506,9 @@ static moe_status check_plan_desc(const moe_checkpoint *ck, int64_t layer, const
          want->activation == MOE_ACT_SWIGLU_SOFTCAP ? want->softcap_up : 0.0f},
         {"sparsemixer_jitter_eps", want->scoring_func == MOE_SCORING_SPARSEMIXER ? have->sparsemixer_jitter_eps : 0.0f,
          want->scoring_func == MOE_SCORING_SPARSEMIXER ? want->sparsemixer_jitter_eps : 0.0f},
+        {"renormalize_eps", want->renormalize ? have->renormalize_eps : 0.0f, want->renormalize ? want->renormalize_eps : 0.0f},
+        {"shared_expert_scale", want->shared_expert_intermediate_size > 0 ? have->shared_expert_scale : 0.0f,
+         want->shared_expert_intermediate_size > 0 ? want->shared_expert_scale : 0.0f},
     };
     for (size_t i = 0; i < sizeof floats / sizeof floats[0]; i++)
         if (floats[i].h != floats[i].w)

@@ -178,6 +178,32 @@ static moe_status config_refused(const moe_cfg_fields *f, const moe_fam_row *row
     return MOE_OK;
 }
 
+/* A config string field `field` (absent or null: dflt) that must be one of the row's listed
+ * values (the `n` strings of vals, spaced `stride` bytes apart): its index into *idx, or
+ * MOE_EUNSUPPORTED naming the field, the value and those libmoe reads. */
+static moe_status config_choice(const moe_cfg_fields *f, const moe_fam_row *row, const char *field, const char *dflt,
+                                const char *const *vals, size_t stride, int *idx)
+{
+    const char *v = NULL;
+    moe_status st = moe_cfg_str(f, field, dflt, &v);
+    if (st != MOE_OK)
+        return st;
+    char list[160] = "";
+    for (int i = 0; i < MOE_FAM_MAX_CHOICES; i++) {
+        const char *c = *(const char *const *)((const char *)vals + (size_t)i * stride);
+        if (!c)
+            break;
+        if (strcmp(c, v) == 0) {
+            *idx = i;
+            return MOE_OK;
+        }
+        size_t used = strlen(list);
+        snprintf(list + used, sizeof list - used, "%s\"%s\"", i ? " or " : "", c);
+    }
+    return moe_set_error(f->ctx, MOE_EUNSUPPORTED, "%s: field '%s%s' = \"%s\": libmoe reads %s with %s only", f->path,
+                         f->prefix, field, v, row->name, list);
+}
+
 /* The sizes, routing and MoE-layer fields of the row, into c->desc and c->layer_*. The reads
  * keep one order (it decides which of two bad fields a message names): I, E, a shared-expert
  * count, a dense-prefix layer rule, routed_scaling_factor, norm_topk_prob, the other layer
@@ -215,6 +241,21 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     if (row->renormalize.rule == MOE_FAM_RENORM_FIELD &&
         (st = moe_cfg_bool(f, row->renormalize.field, row->renormalize.dflt, &d->renormalize)) != MOE_OK)
         return st;
+    if (row->scoring_by.field) { /* Cohere2-MoE's expert_selection_fn: softmax of the k, or sigmoid */
+        int i = 0;
+        if ((st = config_choice(f, row, row->scoring_by.field, row->scoring_by.dflt, &row->scoring_by.choices[0].value,
+                                sizeof row->scoring_by.choices[0], &i)) != MOE_OK)
+            return st;
+        d->scoring_func = row->scoring_by.choices[i].scoring;
+        if (!row->scoring_by.choices[i].renormalize_field)
+            d->renormalize = 0;
+    }
+    if (row->selection_bias_on.field) { /* LFM2-MoE's use_expert_bias */
+        int on = 0;
+        if ((st = moe_cfg_bool(f, row->selection_bias_on.field, row->selection_bias_on.dflt, &on)) != MOE_OK)
+            return st;
+        d->has_selection_bias = row->selection_bias != NULL && on;
+    }
     if (row->output_norm_eps.field && /* A.X-K1's post_mlp_layernorm eps */
         (st = moe_cfg_float(f, row->output_norm_eps.field, row->output_norm_eps.dflt, false, 0.0,
                             &d->output_norm_eps)) != MOE_OK)
@@ -236,6 +277,17 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     case MOE_FAM_SHARED_SAME_AS_I: d->shared_expert_intermediate_size = d->moe_intermediate_size; break;
     }
     d->shared_expert_gated = row->shared.gated && d->shared_expert_intermediate_size > 0;
+    d->shared_expert_scale = 1.0f;
+    if (row->shared.combine.field && d->shared_expert_intermediate_size > 0) {
+        /* Cohere2-MoE's shared_expert_combination_strategy: "average" halves both sums */
+        int i = 0;
+        if ((st = config_choice(f, row, row->shared.combine.field, row->shared.combine.dflt,
+                                &row->shared.combine.choices[0].value, sizeof row->shared.combine.choices[0], &i)) !=
+            MOE_OK)
+            return st;
+        d->routed_scaling_factor = (float)((double)d->routed_scaling_factor * row->shared.combine.choices[i].routed_scale);
+        d->shared_expert_scale = (float)row->shared.combine.choices[i].shared_scale;
+    }
     if ((st = config_refused(f, row)) != MOE_OK)
         return st;
     if (row->routing_hook && (st = row->routing_hook(f, row, &d->n_group, &d->topk_group)) != MOE_OK)

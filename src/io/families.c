@@ -977,6 +977,47 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 1, .list_field = "mlp_layer_types"},
      .prefixes = {"model.layers.%L.mlp." /* as saved */, "model.language_model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Lfm2MoeSparseMoeBlock (transformers 5.24 lfm2_moe/modeling_lfm2_moe.py; the decoder's conv /
+     * attention operators are not the block): Lfm2MoeTopKRouter (gate) is sigmoid, the top-k on
+     * the scores + the block's expert_bias buffer when use_expert_bias (default true; false: no
+     * bias, none saved), the weights the unbiased scores, renormalized when norm_topk_prob
+     * (default true) as w / (sum + 1e-6), times routed_scaling_factor (default 1); Lfm2MoeExperts
+     * always F.silu (the config has no hidden_act); no shared expert. MoE layers: layer >=
+     * num_dense_layers (default 2). Saved (its conversion mapping reversed) as
+     * feed_forward.experts.<e>.w1 / w3 / w2 */
+    {.family = MOE_FAMILY_LFM2_MOE, .name = "lfm2_moe", .names = {{"Lfm2MoeForCausalLM", "lfm2_moe"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true, true, 1e-6},
+     .routed_scaling = {"routed_scaling_factor", 1.0},
+     .router = {"gate.weight"}, .selection_bias = "expert_bias" /* as saved: the block's buffer */,
+     .selection_bias_on = {"use_expert_bias", true},
+     .layers = {MOE_FAM_LAYERS_DENSE_PREFIX, "num_dense_layers", 2},
+     .prefixes = {"model.layers.%L.feed_forward."},
+     .per_expert = {{"w1", "w3", "w2"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Cohere2MoeSparseMoeBlock (transformers 5.24 cohere2_moe/modeling_cohere2_moe.py):
+     * Cohere2MoeTopKRouter (gate) takes the top-k of the logits, then by expert_selection_fn
+     * (default "softmax") the softmax of the k (norm_topk_prob not applied) or their sigmoid,
+     * divided by the sum alone when norm_topk_prob (default true); num_shared_experts (default 0)
+     * * intermediate_size ungated shared experts, joined by shared_expert_combination_strategy
+     * (default "average": (routed + shared) / 2; "sum"). MoE layers by mlp_layer_types (the
+     * class fills it from first_k_dense_replace, default 0: every layer). Saved (qwen2_moe's
+     * conversion mapping) per expert, gate_proj / up_proj / down_proj */
+    {.family = MOE_FAMILY_COHERE2_MOE, .name = "cohere2_moe", .names = {{"Cohere2MoeForCausalLM", "cohere2_moe"}},
+     .intermediate_field = "intermediate_size",
+     .experts_field = "num_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "num_shared_experts", 0, false, "shared_experts",
+                .combine = {"shared_expert_combination_strategy", "average",
+                            {{"average", 0.5, 0.5}, {"sum", 1.0, 1.0}}}},
+     .scoring = MOE_SCORING_TOPK_SOFTMAX, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true, true, 0.0},
+     .scoring_by = {"expert_selection_fn", "softmax",
+                    {{"softmax", MOE_SCORING_TOPK_SOFTMAX, false}, {"sigmoid", MOE_SCORING_TOPK_SIGMOID, true}}},
+     .router = {"gate.weight"},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 0, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 
@@ -1096,17 +1137,46 @@ bool moe_fam_tensor_name(const char *name, const char *prefix, int64_t layer, ch
     return expand_layer(strstr(name, "%L") ? "" : prefix, name, layer, out, n);
 }
 
+const moe_fam_scoring_choice *moe_fam_scoring_choice_of(const moe_fam_row *row, const char *value)
+{
+    for (int i = 0; i < MOE_FAM_MAX_CHOICES && row->scoring_by.choices[i].value; i++)
+        if (strcmp(row->scoring_by.choices[i].value, value) == 0)
+            return &row->scoring_by.choices[i];
+    return NULL;
+}
+
+const moe_fam_combine_choice *moe_fam_combine_choice_of(const moe_fam_row *row, const char *value)
+{
+    for (int i = 0; i < MOE_FAM_MAX_CHOICES && row->shared.combine.choices[i].value; i++)
+        if (strcmp(row->shared.combine.choices[i].value, value) == 0)
+            return &row->shared.combine.choices[i];
+    return NULL;
+}
+
 void moe_fam_layer_defaults(const moe_fam_row *row, moe_layer_desc *d)
 {
     d->family = row->family;
     d->scoring_func = row->scoring;
     d->renormalize = row->renormalize.rule == MOE_FAM_RENORM_ALWAYS ||
                      (row->renormalize.rule == MOE_FAM_RENORM_FIELD && row->renormalize.dflt);
+    d->renormalize_eps = row->renormalize.has_eps ? (float)row->renormalize.eps : 1e-20f;
+    if (row->scoring_by.field) { /* the config class's default string (Cohere2-MoE: "softmax") */
+        const moe_fam_scoring_choice *sc = moe_fam_scoring_choice_of(row, row->scoring_by.dflt);
+        d->scoring_func = sc->scoring;
+        if (!sc->renormalize_field)
+            d->renormalize = 0;
+    }
     d->routed_scaling_factor = row->routed_scaling.field ? (float)row->routed_scaling.dflt : 1.0f;
+    d->shared_expert_scale = 1.0f;
+    if (row->shared.combine.field && d->shared_expert_intermediate_size > 0) { /* Cohere2-MoE: "average" */
+        const moe_fam_combine_choice *cc = moe_fam_combine_choice_of(row, row->shared.combine.dflt);
+        d->routed_scaling_factor = (float)((double)d->routed_scaling_factor * cc->routed_scale);
+        d->shared_expert_scale = (float)cc->shared_scale;
+    }
     d->n_group = row->groups.n_group;
     d->topk_group = row->groups.topk_group;
     d->group_score = row->groups.score;
-    d->has_selection_bias = row->selection_bias != NULL;
+    d->has_selection_bias = row->selection_bias != NULL && (!row->selection_bias_on.field || row->selection_bias_on.dflt);
     d->has_output_bias = row->output_bias != NULL;
     d->has_output_norm = row->output_norm != NULL;
     d->output_norm_eps = row->output_norm ? (float)row->output_norm_eps.dflt : 1e-6f;

@@ -91,6 +91,27 @@ typedef struct moe_fam_stacked {
 
 typedef struct moe_fam_row moe_fam_row;
 
+#define MOE_FAM_MAX_CHOICES 3 /* values of a string config field a row maps */
+
+/* One value of a config string field that picks the scoring (Cohere2-MoE's
+ * expert_selection_fn): the moe_scoring it is, and whether the row's renormalize field applies
+ * with it (false: never renormalized, as Cohere2MoeTopKRouter's softmax branch). */
+typedef struct moe_fam_scoring_choice {
+    const char *value;
+    moe_scoring scoring;
+    bool renormalize_field;
+} moe_fam_scoring_choice;
+
+/* One value of a config string field that says how the shared expert joins the routed sum
+ * (Cohere2-MoE's shared_expert_combination_strategy): out = routed_scale * routed_scaling_factor
+ * * routed + shared_scale * shared (moe_layer_desc.routed_scaling_factor, .shared_expert_scale),
+ * applied only when there is a shared expert. */
+typedef struct moe_fam_combine_choice {
+    const char *value;
+    double routed_scale;
+    double shared_scale;
+} moe_fam_combine_choice;
+
 /* A family's own routing fields beyond what the row says (DeepSeek: scoring_func and
  * topk_method, whose values are checked, and the expert groups they ask for): validate them
  * and set *n_group and *topk_group (they arrive holding the row's defaults). */
@@ -166,6 +187,13 @@ struct moe_fam_row {
         const char *gate_proj;             /* the gate projection's name instead of gate_proj
                                               (HY-V4 saves HYV4MLP.gate_proj as linear_gate: its
                                               conversion mapping's rename reversed); NULL: gate_proj */
+        struct {                           /* how the shared output joins the routed sum, a config
+                                              string (NULL field: added as is); absent or null:
+                                              dflt; a value not listed is refused by name */
+            const char *field;             /* Cohere2-MoE: "shared_expert_combination_strategy" */
+            const char *dflt;
+            moe_fam_combine_choice choices[MOE_FAM_MAX_CHOICES];
+        } combine;
     } shared;
 
     /* ---- routing and expert math (moe.h "Layer description") ---- */
@@ -175,7 +203,17 @@ struct moe_fam_row {
         const char *field;                 /* FIELD: "norm_topk_prob"; NEVER: a field the
                                               routing hook reads only to warn that it is ignored */
         bool dflt;                         /* FIELD: the config class's default */
+        bool has_eps;                      /* the router divides by (sum + eps), not libmoe's
+                                              sum + 1e-20 (moe_layer_desc.renormalize_eps): */
+        double eps;                        /* LFM2-MoE 1e-6; Cohere2-MoE 0 (the sum alone) */
     } renormalize;
+    struct {                               /* the scoring is a config string (NULL field: the
+                                              row's `scoring`); absent or null: dflt; a value not
+                                              listed is refused by name */
+        const char *field;                 /* Cohere2-MoE: "expert_selection_fn" */
+        const char *dflt;
+        moe_fam_scoring_choice choices[MOE_FAM_MAX_CHOICES];
+    } scoring_by;
     struct {
         const char *field;                 /* "routed_scaling_factor"; NULL: the factor is 1 */
         double dflt;                       /* the config class's default */
@@ -197,6 +235,12 @@ struct moe_fam_row {
                                               tensor, not relative to P (Kolibri1 saves it
                                               beside the block: model.layers.%L.moe.router.
                                               expert_bias); moe_fam_tensor_name spells both */
+    struct {                               /* a boolean config field that turns the selection
+                                              bias on (NULL: it is on whenever the row names one):
+                                              false reads no bias tensor */
+        const char *field;                 /* LFM2-MoE: "use_expert_bias" */
+        bool dflt;                         /* the config class's default */
+    } selection_bias_on;
     const char *output_bias;               /* P<output_bias> [H], added to the block output:
                                               has_output_bias (JetMoE "bias") */
     const char *output_norm;               /* the block's output RMSNorm weight [H]: has_output_norm
@@ -323,6 +367,10 @@ bool moe_fam_pattern(const char *pat, int64_t layer, char *out, size_t n);
  * holding "%L" is expanded as a prefix pattern is, any other follows the block prefix
  * `prefix`. Into out [n]; false when it does not fit. */
 bool moe_fam_tensor_name(const char *name, const char *prefix, int64_t layer, char *out, size_t n);
+
+/* The row's scoring_by / shared.combine choice named `value`, or NULL when it lists none. */
+const moe_fam_scoring_choice *moe_fam_scoring_choice_of(const moe_fam_row *row, const char *value);
+const moe_fam_combine_choice *moe_fam_combine_choice_of(const moe_fam_row *row, const char *value);
 
 /* Set the routing and expert-math fields of d from the row, as its config class defaults
  * them (moe_family_layer_defaults, moe_checkpoint.h, says which). Sizes stay; d->family is

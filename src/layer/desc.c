@@ -32,6 +32,8 @@ void moe_layer_desc_init(moe_layer_desc *d)
     d->shared_activation = MOE_ACT_SWIGLU;
     d->has_output_norm = 0;
     d->output_norm_eps = 1e-6f; /* AXK1Config's rms_norm_eps */
+    d->renormalize_eps = 1e-20f; /* numerics contract 4 */
+    d->shared_expert_scale = 1.0f;
 }
 
 /* `act` (the field `field` of d: "activation" or "shared_activation") a moe_activation value,
@@ -83,6 +85,15 @@ moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
         return moe_set_error(ctx, MOE_EINVAL,
                              "layer description: shared_expert_gated set without a shared expert "
                              "(shared_expert_intermediate_size = 0)");
+    if (!(d->renormalize_eps >= 0.0f) || isinf(d->renormalize_eps))
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: renormalize_eps = %g, must be finite and >= 0",
+                             (double)d->renormalize_eps);
+    if (d->shared_expert_intermediate_size > 0 &&
+        (!(d->shared_expert_scale > 0.0f) || isinf(d->shared_expert_scale)))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "layer description: shared_expert_scale = %g, must be finite and > 0 with a shared expert "
+                             "(moe_layer_desc_init sets 1)",
+                             (double)d->shared_expert_scale);
     if (!(d->routed_scaling_factor > 0.0f) || isinf(d->routed_scaling_factor))
         return moe_set_error(ctx, MOE_EINVAL, "layer description: routed_scaling_factor = %g, must be finite and > 0",
                              (double)d->routed_scaling_factor);

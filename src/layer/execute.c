@@ -287,6 +287,9 @@ static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const m
             for (int64_t t = 0; t < Tc; t++)
                 sgate[t] = 1.0f;
         }
+        if (d->shared_expert_scale != 1.0f) /* Cohere2-MoE's "average": 0.5 */
+            for (int64_t t = 0; t < Tc; t++)
+                sgate[t] = sgate[t] * d->shared_expert_scale;
     }
 
     moe_dispatch disp;

@@ -128,6 +128,14 @@ static void plan_text(moe_plan *p)
         size_t used = strlen(p->text);
         snprintf(p->text + used, sizeof p->text - used, "shared_activation=%d;", (int)d->shared_activation);
     }
+    if (d->renormalize && d->renormalize_eps != 1e-20f) { /* the default keeps the text and hash */
+        size_t used = strlen(p->text);
+        snprintf(p->text + used, sizeof p->text - used, "renormalize_eps=%.9g;", (double)d->renormalize_eps);
+    }
+    if (d->shared_expert_intermediate_size > 0 && d->shared_expert_scale != 1.0f) {
+        size_t used = strlen(p->text);
+        snprintf(p->text + used, sizeof p->text - used, "shared_expert_scale=%.9g;", (double)d->shared_expert_scale);
+    }
     if (d->scoring_func == MOE_SCORING_SPARSEMIXER) { /* the other modes keep their text and hash */
         size_t used = strlen(p->text);
         snprintf(p->text + used, sizeof p->text - used, "sparsemixer_jitter_eps=%.9g;",

@@ -137,6 +137,8 @@ routed:
                     l = fmaf(x[t * H + k], moe_ref_load(src->shared_expert_gate, src->router_dtype, k), l);
                 s = moe_ref_sigmoid(l);
             }
+            if (desc->shared_expert_scale != 1.0f) /* Cohere2-MoE's "average": 0.5 */
+                s = s * desc->shared_expert_scale;
             shared_scale[t] = s;
         }
     }

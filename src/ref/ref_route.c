@@ -197,7 +197,7 @@ renormalize:
         for (int64_t k = 0; k < K; k++)
             sum += w[k];
         for (int64_t k = 0; k < K; k++)
-            w[k] = w[k] / (sum + 1e-20f);
+            w[k] = w[k] / (sum + d->renormalize_eps);
     }
 }
 

@@ -293,7 +293,7 @@ void moe_route_topk(const moe_layer_desc *desc, const float *sel_bias, const flo
             for (int64_t k = 0; k < K; k++)
                 sum += w[k];
             for (int64_t k = 0; k < K; k++)
-                w[k] = w[k] / (sum + 1e-20f);
+                w[k] = w[k] / (sum + desc->renormalize_eps);
         }
     }
 }

@@ -219,7 +219,11 @@ _FAMILIES = {
     "HYV4ForCausalLM": "hy_v4", "hy_v4": "hy_v4",
     "HYV4VLForConditionalGeneration": "hy_v4_vl", "hy_v4_vl": "hy_v4_vl",
     "AXK1ForCausalLM": "axk1", "axk1": "axk1",
+    "Lfm2MoeForCausalLM": "lfm2_moe", "lfm2_moe": "lfm2_moe",
+    "Cohere2MoeForCausalLM": "cohere2_moe", "cohere2_moe": "cohere2_moe",
 }
+# Branch routerknobs: LFM2-MoE's (sum + 1e-6) and Cohere2-MoE's configured scoring / shared mix
+_KNOBS = ("lfm2_moe", "cohere2_moe")
 # Branch acts: Inkling2's softcapped SwiGLU, HY-V4's clamped routed / plain shared experts
 _INKLING2 = ("inkling2", "inkling2_loop")
 _HY_V4 = ("hy_v4", "hy_v4_vl")
@@ -503,11 +507,72 @@ def layer_params_acts(ck, layer):
     return p
 
 
+def layer_params_knobs(ck, layer):
+    """layer_params for _KNOBS, from their modeling files (transformers 5.24):
+    LFM2-MoE (Lfm2MoeTopKRouter: s = sigmoid(l); top-k on s + the block's expert_bias when
+    use_expert_bias (default true); w = s of the chosen, / (sum + 1e-6) when norm_topk_prob
+    (default true), * routed_scaling_factor (1); Lfm2MoeExperts: F.silu; MoE layers >=
+    num_dense_layers (2); saved as model.layers.L.feed_forward.experts.e.w1 / w3 / w2);
+    Cohere2-MoE (Cohere2MoeTopKRouter: top-k on the logits; expert_selection_fn "softmax": the
+    softmax of the k; "sigmoid": their sigmoid, / sum (no epsilon) when norm_topk_prob (true);
+    Cohere2MoeSparseMoeBlock: num_shared_experts (0) * intermediate_size shared experts,
+    shared_expert_combination_strategy "average" (routed + shared) / 2 or "sum"; MoE layers where
+    mlp_layer_types is "sparse"; saved per expert as gate_proj / up_proj / down_proj)."""
+    fam = ck.family
+    cfg = ck.config
+    nl = int(cfg["num_hidden_layers"])
+    if not 0 <= layer < nl:
+        raise IndexError(f"layer {layer} outside [0, {nl})")
+    H, K, E = int(cfg["hidden_size"]), int(cfg["num_experts_per_tok"]), int(cfg["num_experts"])
+    p = {"family": fam, "H": H, "K": K, "E": E, "n_group": 1, "topk_group": 1, "group_score": "max",
+         "sel_bias": None, "router_bias": None, "on_input": False, "Is": 0, "shared_gated": False, "biases": None}
+    if fam == "lfm2_moe":
+        if layer < int(_get(cfg, "num_dense_layers", 2)):
+            raise ValueError(f"layer {layer} is a dense layer")
+        I = int(cfg["moe_intermediate_size"])
+        moe = f"model.layers.{layer}.feed_forward."
+        names = ("w1", "w3", "w2")
+        p.update(I=I, scoring="sigmoid", renormalize=bool(_get(cfg, "norm_topk_prob", True)), renorm_eps=1e-6,
+                 scale=float(_get(cfg, "routed_scaling_factor", 1.0)), act="swiglu")
+        if _get(cfg, "use_expert_bias", True):
+            p["sel_bias"] = ck.get(moe + "expert_bias")
+    else:
+        types = cfg.get("mlp_layer_types")
+        if types is not None and types[layer] != "sparse":
+            raise ValueError(f"layer {layer} is a dense layer")
+        I = int(cfg["intermediate_size"])
+        moe = f"model.layers.{layer}.mlp."
+        names = ("gate_proj", "up_proj", "down_proj")
+        sel = _get(cfg, "expert_selection_fn", "softmax")
+        if sel not in ("softmax", "sigmoid"):
+            raise ValueError(f"expert_selection_fn {sel!r}")
+        p.update(I=I, scoring="topk_" + sel, renormalize=sel == "sigmoid" and bool(_get(cfg, "norm_topk_prob", True)),
+                 renorm_eps=0.0, scale=1.0,
+                 act={"silu": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu_tanh"}[_get(cfg, "hidden_act", "silu")])
+        p["Is"] = int(_get(cfg, "num_shared_experts", 0)) * I
+        if p["Is"]:
+            comb = _get(cfg, "shared_expert_combination_strategy", "average")
+            if comb not in ("average", "sum"):
+                raise ValueError(f"shared_expert_combination_strategy {comb!r}")
+            p["average"] = comb == "average"
+            s = moe + "shared_experts."
+            p["s_gate"], p["s_up"], p["s_down"] = (ck.get(s + n + ".weight") for n in names)
+    p["router"] = ck.get(moe + "gate.weight")
+    for k, n in zip(("w_gate", "w_up", "w_down"), names):
+        p[k] = np.stack([ck.get(f"{moe}experts.{e}.{n}.weight") for e in range(E)])
+    for k, shape in (("router", (E, H)), ("w_gate", (E, I, H)), ("w_up", (E, I, H)), ("w_down", (E, H, I))):
+        if tuple(p[k].shape) != shape:
+            raise ValueError(f"layer {layer}: {k} has shape {p[k].shape}, expected {shape}")
+    return p
+
+
 def layer_params_new(ck, layer):
     """layer_params for the families after Mixtral / Qwen2/3-MoE."""
     fam = ck.family
     if fam in _ACTS:
         return layer_params_acts(ck, layer)
+    if fam in _KNOBS:
+        return layer_params_knobs(ck, layer)
     cfg = text_config(ck.config, fam)
     nl = int(cfg["num_hidden_layers"])
     if not 0 <= layer < nl:
@@ -874,8 +939,8 @@ def route(p, x):
         w = sigmoid(np.take_along_axis(logits, ids, axis=-1))
     else:
         w = np.take_along_axis(scores, ids, axis=-1)
-    if p["renormalize"]:
-        w = w / (w.sum(axis=-1, keepdims=True) + 1e-20)
+    if p["renormalize"]:  # LFM2-MoE: + 1e-6; Cohere2-MoE: the sum alone
+        w = w / (w.sum(axis=-1, keepdims=True) + p.get("renorm_eps", 1e-20))
     return logits, key, ids, w
 
 
@@ -910,6 +975,11 @@ def moe_forward(p, x):
             lim = p["limit"]
             g, u = x @ p["s_gate"].T, x @ p["s_up"].T
             out += gate * ((silu(np.minimum(g, lim)) * np.clip(u, -lim, lim)) @ p["s_down"].T)
+        elif p.get("average") is not None:  # Cohere2-MoE: (routed + shared) / 2, or routed + shared
+            sh = {"w_gate": p["s_gate"][None], "w_up": p["s_up"][None], "w_down": p["s_down"][None], "act": p["act"]}
+            out += expert(sh, x, 0)
+            if p["average"]:
+                out /= 2.0
         else:
             out += gate * swiglu(x, p["s_gate"], p["s_up"], p["s_down"])
     if p.get("out_bias") is not None:

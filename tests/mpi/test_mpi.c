@@ -825,9 +825,21 @@ static void random_suite(const pcfg *base, double tol)
                 rlayer_free(&L);
                 g_threads = 1;
             }
+            /* 5. branch routerknobs: LFM2-MoE's renormalize_eps 1e-6 on sigmoid top-k weights and
+             *    Cohere2-MoE's "average" (routed_scaling_factor = shared_expert_scale = 0.5) */
+            {
+                rlayer_make(&L, 24, 16, 8, 3, 16, 0, 0, 0, MOE_DTYPE_F32, 37);
+                L.d.scoring_func = MOE_SCORING_TOPK_SIGMOID;
+                L.d.renormalize_eps = 1e-6f;
+                L.d.routed_scaling_factor = 0.5f;
+                L.d.shared_expert_scale = 0.5f;
+                random_case("renormalize_eps 1e-6, shared_expert_scale 0.5", &L, NULL, 31, &c, tol, 16);
+                rlayer_free(&L);
+            }
         }
     }
-    say("  random layers (skewed routing, uneven placement, bf16, biases, weight on input, shared): ep %d x tp %d, both "
+    say("  random layers (skewed routing, uneven placement, bf16, biases, weight on input, shared, renormalize_eps, "
+        "shared_expert_scale): ep %d x tp %d, both "
         "formats: %s\n",
         base->ep, base->tp, tol < 0 ? "bit-identical to one process" : "within bound");
 }

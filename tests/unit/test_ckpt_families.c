@@ -285,6 +285,9 @@ static void assert_desc(const char *tag, const moe_layer_desc *got, const moe_la
         fail_msg("%s: desc scale %g alpha %g limit %g, want %g %g %g", tag, (double)got->routed_scaling_factor,
                  (double)got->swiglu_alpha, (double)got->swiglu_limit, (double)want->routed_scaling_factor,
                  (double)want->swiglu_alpha, (double)want->swiglu_limit);
+    if (got->renormalize_eps != want->renormalize_eps || got->shared_expert_scale != want->shared_expert_scale)
+        fail_msg("%s: desc renormalize_eps %g shared_expert_scale %g, want %g %g", tag, (double)got->renormalize_eps,
+                 (double)got->shared_expert_scale, (double)want->renormalize_eps, (double)want->shared_expert_scale);
 }
 
 /* The whole check of one family spec (see the file comment). */
@@ -823,6 +826,69 @@ static void test_hybrid_rows(void **state)
     f.dense_why = NULL;
     f.want.renormalize = 0;
     check_family(&f);
+}
+
+/* Cohere2-MoE's config strings (branch routerknobs): expert_selection_fn picks the scoring
+ * ("softmax" of the k, never renormalized; "sigmoid", / sum when norm_topk_prob), and
+ * shared_expert_combination_strategy the shared expert's mix ("average": routed_scaling_factor and
+ * shared_expert_scale 0.5; "sum": 1), read only with a shared expert; any other string is refused
+ * naming the field, the value and those read. */
+static void test_cohere2_strings(void **state)
+{
+    (void)state;
+    fspec s = {.tag = "ck-cohere2", .family = MOE_FAMILY_COHERE2_MOE,
+               .config = "{\"architectures\": [\"Cohere2MoeForCausalLM\"], \"hidden_size\": 16,"
+                         " \"num_hidden_layers\": 2, \"intermediate_size\": 8, \"num_experts\": 8,"
+                         " \"num_experts_per_tok\": 2, \"num_shared_experts\": 2}",
+               .H = 16, .I = 8, .E = 8, .K = 2, .L = 2, .Is = 16, .prefix = "model.layers.%lld.mlp.",
+               .router = "gate.weight", .layout = L_PER_EXPERT, .shared = "shared_experts",
+               .wdt = MOE_DTYPE_F32, .moe_mask = "11"};
+    s.want = base_desc(MOE_FAMILY_COHERE2_MOE, 16, 8, 8, 2, MOE_DTYPE_F32);
+    s.want.scoring_func = MOE_SCORING_TOPK_SOFTMAX; /* the defaults: "softmax", "average" */
+    s.want.renormalize = 0;                         /* norm_topk_prob (true) is not read by softmax */
+    s.want.renormalize_eps = 0.0f;
+    s.want.shared_expert_intermediate_size = 16;
+    s.want.routed_scaling_factor = 0.5f;
+    s.want.shared_expert_scale = 0.5f;
+    check_family(&s);
+
+    s.tag = "ck-cohere2s";
+    s.config = "{\"architectures\": [\"Cohere2MoeForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 2,"
+               " \"intermediate_size\": 8, \"num_experts\": 8, \"num_experts_per_tok\": 2, \"num_shared_experts\": 1,"
+               " \"expert_selection_fn\": \"sigmoid\", \"shared_expert_combination_strategy\": \"sum\","
+               " \"mlp_layer_types\": [\"dense\", \"sparse\"]}";
+    s.Is = 8;
+    s.moe_mask = "01";
+    s.dense_why = "mlp_layer_types[0] is not \"sparse\"";
+    s.want.scoring_func = MOE_SCORING_TOPK_SIGMOID;
+    s.want.renormalize = 1;
+    s.want.shared_expert_intermediate_size = 8;
+    s.want.routed_scaling_factor = 1.0f;
+    s.want.shared_expert_scale = 1.0f;
+    check_family(&s);
+
+    moe_ctx *ctx = tu_ctx();
+    char dir[512];
+    tu_tmpdir(dir, sizeof dir, "ck-cohere2x");
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    float dummy[4] = {0};
+    tl_add(tl, "model.norm.weight", MOE_DTYPE_F32, 1, (int64_t[]){4}, dummy);
+    char cfg[700];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    const char *base = "{\"architectures\": [\"Cohere2MoeForCausalLM\"], \"hidden_size\": 16, \"num_hidden_layers\": 1,"
+                       " \"intermediate_size\": 8, \"num_experts\": 8, \"num_experts_per_tok\": 2%s}";
+    char buf[1024];
+    snprintf(buf, sizeof buf, base, ", \"expert_selection_fn\": \"relu\"");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EUNSUPPORTED, cfg, "'expert_selection_fn' = \"relu\"",
+                 "\"softmax\" or \"sigmoid\"");
+    snprintf(buf, sizeof buf, base, ", \"num_shared_experts\": 1, \"shared_expert_combination_strategy\": \"max\"");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EUNSUPPORTED, cfg,
+                 "'shared_expert_combination_strategy' = \"max\"", "\"average\" or \"sum\"");
+    tl_free(tl);
+    free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
 }
 
 static void test_family_errors(void **state)
@@ -1366,7 +1432,7 @@ int main(void)
         cmocka_unit_test(test_granite_shared_mlp),
         cmocka_unit_test(test_hunyuan),
         cmocka_unit_test(test_jamba_layers),
-        cmocka_unit_test(test_aria_refusals),
+        cmocka_unit_test(test_aria_refusals), cmocka_unit_test(test_cohere2_strings),
         cmocka_unit_test(test_ernie_layers),
         cmocka_unit_test(test_row_field_names), cmocka_unit_test(test_types_else_prefix_step),
     };

@@ -48,6 +48,8 @@ typedef struct fam_cfg {
     int sh_act_on; /* has_shared_activation (HY-V4), the shared expert computing sh_act */
     int out_norm;  /* has_output_norm (A.X-K1), w_n [H] in bias_dt, eps 1e-5 */
     moe_activation sh_act;
+    float renorm_eps; /* renormalize_eps (LFM2-MoE 1e-6, Cohere2-MoE 0); default 1e-20 */
+    float sh_scale;   /* shared_expert_scale (Cohere2-MoE's "average" 0.5); default 1 */
 } fam_cfg;
 
 static fam_cfg cfg_default(int64_t H, int64_t I, int64_t E, int64_t K)
@@ -65,6 +67,8 @@ static fam_cfg cfg_default(int64_t H, int64_t I, int64_t E, int64_t K)
     c.dt = MOE_DTYPE_F32;
     c.bias_dt = MOE_DTYPE_F32;
     c.wscale = 1.0f;
+    c.renorm_eps = 1e-20f;
+    c.sh_scale = 1.0f;
     return c;
 }
 
@@ -139,6 +143,8 @@ static void layer_build(fam_layer *L, const fam_cfg *c, uint64_t seed)
         L->d.softcap_gate = c->cg, L->d.softcap_up = c->cu;
     L->d.has_shared_activation = c->sh_act_on;
     L->d.shared_activation = c->sh_act;
+    L->d.renormalize_eps = c->renorm_eps;
+    L->d.shared_expert_scale = c->sh_scale;
     L->d.has_output_norm = c->out_norm;
     L->d.output_norm_eps = 1e-5f;
 
@@ -820,6 +826,114 @@ static void test_output_norm(void **state)
     }
 }
 
+/* Branch routerknobs: renormalize_eps (LFM2-MoE's sum + 1e-6, Cohere2-MoE's sum alone) and
+ * shared_expert_scale (Cohere2-MoE's "average"). The plan gives src/ref's bits on every table,
+ * thread count, chunk size and prepare/finalize (check_bits) for each family's mode; src/ref's
+ * renormalized weights are its unrenormalized ones divided by (sum in top-k order + eps) in f32;
+ * routed_scaling_factor = shared_expert_scale = 0.5 is exactly half of the plain sum, bit for bit
+ * ((r + s) / 2, Cohere2MoeSparseMoeBlock.forward); bad values are refused by field name. */
+static void test_router_knobs(void **state)
+{
+    (void)state;
+    for (int v = 0; v < 5; v++) {
+        fam_cfg c = cfg_default(36, 16, 8, v == 2 ? 3 : 2);
+        if (v <= 1) { /* LFM2-MoE: sigmoid (+ expert_bias), / (sum + 1e-6), times the scale */
+            c.scoring = MOE_SCORING_SIGMOID;
+            c.sel_bias = v == 0;
+            c.renorm = 1;
+            c.renorm_eps = 1e-6f;
+            c.scale = 1.5f;
+        } else { /* Cohere2-MoE: top-k on the logits, sigmoid / sum (eps 0) or softmax; shared averaged */
+            c.scoring = v == 2 ? MOE_SCORING_TOPK_SIGMOID : MOE_SCORING_TOPK_SOFTMAX;
+            c.renorm = v == 2;
+            c.renorm_eps = 0.0f;
+            c.Is = 32;
+            c.scale = v == 2 ? 1.0f : 0.5f;
+            c.sh_scale = v == 2 ? 1.0f : 0.5f;
+            c.gated = v == 4; /* a gated shared expert scaled too (g_sh * scale) */
+            c.dt = v == 4 ? MOE_DTYPE_BF16 : MOE_DTYPE_F32;
+        }
+        check_cfg(&c, 13, 1000 + (uint64_t)v);
+    }
+
+    /* renormalize_eps against its definition, for eps 0, 1e-6 and a large 0.25 */
+    fam_cfg c = cfg_default(32, 12, 8, 3);
+    c.scoring = MOE_SCORING_SIGMOID;
+    c.sel_bias = 1;
+    fam_layer L;
+    layer_build(&L, &c, 1010);
+    const int64_t T = 9, K = c.K, H = c.H;
+    float *x = rand_x(T, H, 1011, 1.5f);
+    float raw[9 * 3], w[9 * 3], w20[9 * 3];
+    int32_t ids[9 * 3], ids2[9 * 3];
+    float *out = malloc(sizeof(float) * (size_t)(T * 40)), *out2 = malloc(sizeof(float) * (size_t)(T * 40)); /* [T, H <= 40] */
+    assert_int_equal(moe_ref_forward(&L.d, &L.src, x, T, NULL, out, ids, raw), MOE_OK);
+    L.d.renormalize = 1;
+    assert_int_equal(moe_ref_forward(&L.d, &L.src, x, T, NULL, out, ids2, w20), MOE_OK); /* eps 1e-20 */
+    const float epss[] = {0.0f, 1e-6f, 0.25f};
+    for (int i = 0; i < 3; i++) {
+        L.d.renormalize_eps = epss[i];
+        assert_int_equal(moe_ref_forward(&L.d, &L.src, x, T, NULL, out, ids2, w), MOE_OK);
+        assert_true(same_bits(ids, ids2, sizeof ids));
+        for (int64_t t = 0; t < T; t++) {
+            float sum = 0.0f;
+            for (int64_t k = 0; k < K; k++)
+                sum += raw[t * K + k];
+            for (int64_t k = 0; k < K; k++) {
+                const float want = raw[t * K + k] / (sum + epss[i]);
+                assert_true(same_bits(&w[t * K + k], &want, sizeof want));
+            }
+        }
+    }
+    assert_false(same_bits(w, w20, sizeof w)); /* 0.25 is read */
+    free(x);
+    layer_free(&L);
+
+    /* "average" is half of "sum", bit for bit, on the plan path */
+    c = cfg_default(40, 16, 8, 2);
+    c.scoring = MOE_SCORING_TOPK_SOFTMAX;
+    c.Is = 32;
+    layer_build(&L, &c, 1020);
+    x = rand_x(T, c.H, 1021, 1.5f);
+    moe_ctx *ctx = make_ctx(NULL, 2, 1 << 20, "sort");
+    assert_non_null(ctx);
+    moe_plan_config pc;
+    moe_plan_config_init(&pc);
+    run_plan(ctx, &pc, &L, x, T, NULL, out, ids, w); /* routed + shared */
+    L.d.routed_scaling_factor = 0.5f, L.d.shared_expert_scale = 0.5f;
+    run_plan(ctx, &pc, &L, x, T, NULL, out2, ids2, w20);
+    for (int64_t i = 0; i < T * c.H; i++) {
+        const float half = out[i] / 2.0f;
+        assert_true(same_bits(&out2[i], &half, sizeof half));
+    }
+    L.d.routed_scaling_factor = 1.0f; /* the shared expert alone halved: a different sum */
+    run_plan(ctx, &pc, &L, x, T, NULL, out2, ids2, w20);
+    assert_false(same_bits(out, out2, sizeof(float) * (size_t)(T * c.H)));
+    moe_ctx_free(ctx);
+
+    /* validation, by field name */
+    ctx = tu_ctx();
+    moe_plan *p = NULL;
+    const float bad[] = {-1e-6f, NAN, INFINITY};
+    for (int i = 0; i < 3; i++) {
+        L.d.shared_expert_scale = 1.0f;
+        L.d.renormalize_eps = bad[i];
+        assert_int_equal(moe_plan_create(ctx, &L.d, &p), MOE_EINVAL);
+        assert_non_null(strstr(moe_ctx_last_error(ctx), "renormalize_eps"));
+        L.d.renormalize_eps = 1e-20f;
+        L.d.shared_expert_scale = i == 0 ? 0.0f : bad[i];
+        assert_int_equal(moe_plan_create(ctx, &L.d, &p), MOE_EINVAL);
+        assert_non_null(strstr(moe_ctx_last_error(ctx), "shared_expert_scale"));
+    }
+    L.d.shared_expert_intermediate_size = 0; /* not read without a shared expert */
+    L.d.shared_expert_scale = 0.0f;
+    assert_int_equal(moe_plan_create(ctx, &L.d, &p), MOE_OK);
+    moe_plan_free(p);
+    moe_ctx_free(ctx);
+    free(x), free(out), free(out2);
+    layer_free(&L);
+}
+
 /* JetMoE's output bias: the plan gives src/ref's bits in every configuration check_bits runs
  * (bf16 / f32 bias, with a gated shared expert, scaling, the weight on the input), and src/ref's
  * output is its output without the bias plus b_o, one f32 add per element; a description
@@ -1475,6 +1589,7 @@ int main(void)
         cmocka_unit_test(test_r8_scaling_once),   cmocka_unit_test(test_r8_weight_on_input),
         cmocka_unit_test(test_validation),        cmocka_unit_test(test_sparsemixer_bits),
         cmocka_unit_test(test_hand_sparsemixer),  cmocka_unit_test(test_output_bias), cmocka_unit_test(test_acts_modes), cmocka_unit_test(test_output_norm),
+        cmocka_unit_test(test_router_knobs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -209,7 +209,19 @@ static const struct {
      MOE_ACT_SWIGLU_CLAMP},
     {MOE_FAMILY_HY_V4_VL, MOE_SCORING_SIGMOID, 1, 2.827f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
      MOE_ACT_SWIGLU_CLAMP},
+    /* Lfm2MoeConfig: norm_topk_prob true, use_expert_bias true, routed_scaling_factor 1 */
+    {MOE_FAMILY_LFM2_MOE, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    /* Cohere2MoeConfig: expert_selection_fn "softmax" (norm_topk_prob not applied), "average":
+     * 0.5 with the shared expert this test gives */
+    {MOE_FAMILY_COHERE2_MOE, MOE_SCORING_TOPK_SOFTMAX, 0, 0.5f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
 };
+
+/* the renormalization's epsilon of a family's router (moe_layer_desc.renormalize_eps) */
+static float renorm_eps_of(moe_family f)
+{
+    return f == MOE_FAMILY_LFM2_MOE ? 1e-6f : f == MOE_FAMILY_COHERE2_MOE ? 0.0f : 1e-20f;
+}
 
 /* HY-V4: the shared expert's own activation (plain SwiGLU beside the clamped routed experts) */
 static int has_shared_activation(moe_family f)
@@ -262,6 +274,9 @@ static void test_layer_defaults(void **state)
         /* A.X-K1's post_mlp_layernorm (AXK1Config rms_norm_eps 1e-6) */
         assert_int_equal(d.has_output_norm, expect[i].family == MOE_FAMILY_AXK1);
         assert_true(d.output_norm_eps == 1e-6f);
+        /* LFM2-MoE's (sum + 1e-6), Cohere2-MoE's sum alone; Cohere2-MoE's "average" halves the shared expert */
+        assert_true(d.renormalize_eps == renorm_eps_of(expect[i].family));
+        assert_true(d.shared_expert_scale == (expect[i].family == MOE_FAMILY_COHERE2_MOE ? 0.5f : 1.0f));
         /* sizes, dtype and quant untouched */
         assert_int_equal(d.hidden_size, 64);
         assert_int_equal(d.moe_intermediate_size, 32);
@@ -274,6 +289,10 @@ static void test_layer_defaults(void **state)
         d.shared_expert_intermediate_size = 0;
         assert_int_equal(moe_family_layer_defaults(expect[i].family, &d), MOE_OK);
         assert_int_equal(d.shared_expert_gated, 0);
+        /* nor scaled: Cohere2-MoE's average applies to a block with a shared expert only */
+        assert_true(d.shared_expert_scale == 1.0f);
+        if (expect[i].family == MOE_FAMILY_COHERE2_MOE)
+            assert_true(d.routed_scaling_factor == 1.0f);
     }
     moe_layer_desc d;
     moe_layer_desc_init(&d);
@@ -438,6 +457,20 @@ static void preset_desc(const char *dir, const json_t *meta, moe_layer_desc *d)
         d->softcap_gate = (float)json_number_value(v);
     if ((v = json_object_get(cfg, "mlp_up_softcap")) && json_is_number(v))
         d->softcap_up = (float)json_number_value(v);
+    /* LFM2-MoE: use_expert_bias false reads no selection bias */
+    if ((v = json_object_get(cfg, "use_expert_bias")) && json_is_boolean(v))
+        d->has_selection_bias = d->has_selection_bias && json_is_true(v);
+    /* Cohere2-MoE: expert_selection_fn "sigmoid" (+ norm_topk_prob) or "softmax" of the k (never
+     * renormalized); shared_expert_combination_strategy "sum" adds the shared expert as is */
+    if ((v = json_object_get(cfg, "expert_selection_fn")) && json_is_string(v)) {
+        if (!strcmp(json_string_value(v), "sigmoid"))
+            d->scoring_func = MOE_SCORING_TOPK_SIGMOID;
+        else
+            d->renormalize = 0;
+    }
+    if ((v = json_object_get(cfg, "shared_expert_combination_strategy")) && json_is_string(v) &&
+        !strcmp(json_string_value(v), "sum") && d->shared_expert_intermediate_size > 0)
+        d->routed_scaling_factor = 1.0f, d->shared_expert_scale = 1.0f;
     if ((v = json_object_get(cfg, "router_jitter_noise")) && json_is_number(v) &&
         d->scoring_func == MOE_SCORING_SPARSEMIXER)
         d->sparsemixer_jitter_eps = (float)json_number_value(v);

@@ -112,6 +112,7 @@ static const char *const k_required[] = {
     "ernie4_5_moe_f32",
     "glm_moe_dsa_f32", "solar_open_f32", "glm4v_moe_f32", "kimi_linear_f32", "bailing_hybrid_f32",
     "minimax_m2_f32", "hy_v3_f32", "axk2_f32", "glm5_next_f32",
+    "lfm2_moe_f32", "lfm2_moe_nobias_f32", "cohere2_moe_f32", "cohere2_moe_sigmoid_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
@@ -281,6 +282,10 @@ static void run_fixture(const fixture *fx, const json_t *meta, int threads, cons
         assert_true(desc.sparsemixer_jitter_eps == (float)meta_num_or(meta, "sparsemixer_jitter_eps", 0.01));
     assert_int_equal(!!desc.renormalize, json_is_true(json_object_get(meta, "renormalize")));
     assert_true(desc.routed_scaling_factor == (float)meta_num_or(meta, "routed_scaling_factor", 1.0));
+    if (desc.renormalize) /* LFM2-MoE 1e-6, Cohere2-MoE's sigmoid 0, else 1e-20 */
+        assert_true(desc.renormalize_eps == (float)meta_num_or(meta, "renormalize_eps", 1e-20));
+    if (desc.shared_expert_intermediate_size > 0) /* Cohere2-MoE's "average": 0.5 */
+        assert_true(desc.shared_expert_scale == (float)meta_num_or(meta, "shared_expert_scale", 1.0));
     assert_int_equal(desc.shared_expert_intermediate_size,
                      meta_int(meta, "shared_expert_intermediate_size"));
     assert_int_equal(!!desc.shared_expert_gated,
