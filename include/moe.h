@@ -533,14 +533,19 @@ typedef enum moe_family {
     MOE_FAMILY_HY_V4 = 53,         /* HYV4ForCausalLM: Glm4Moe's routing, MOE_ACT_SWIGLU_CLAMP routed
                                       experts, a plain SwiGLU shared expert (has_shared_activation) */
     MOE_FAMILY_HY_V4_VL = 54,      /* HYV4VLForConditionalGeneration (text MoE): HY-V4's block */
-    MOE_FAMILY_AXK1 = 55           /* AXK1ForCausalLM (A.X-K1): DeepSeek-V3's block + an output RMSNorm
+    MOE_FAMILY_AXK1 = 55,          /* AXK1ForCausalLM (A.X-K1): DeepSeek-V3's block + an output RMSNorm
                                       (has_output_norm) */
+    /* branch identity (numbered 68 as assigned; the lead renumbers at merge) */
+    MOE_FAMILY_LONGCAT_FLASH = 68  /* LongcatFlashForCausalLM: softmax over E + zero_expert_num, the
+                                      correction bias for the choice, not renormalized, scaled; ids
+                                      >= E are identity experts (num_identity_experts) */
 } moe_family;
 
 /* Static name of a family: "custom" for MOE_FAMILY_CUSTOM, else its row's name, the config
  * `model_type` of its first architecture ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
  * "gpt_oss", ...: docs/families.md "Supported" lists every one); "?" for a value without a row.
- * The values are dense from 1 to the last enumerator. */
+ * The values are dense from 1 to 55; 68 (LongCat-Flash) is a branch's value, the lead renumbers
+ * at merge (56..67 have no row: "?"). */
 MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */
@@ -628,13 +633,35 @@ typedef struct moe_layer_desc {
                                       post_mlp_layernorm, AXK1RMSNorm). moe_weight_source.output_norm */
     float output_norm_eps;         /* eps of has_output_norm: config `rms_norm_eps` (AXK1Config
                                       default 1e-6); finite and >= 0; default 1e-6 */
+
+    /* ---- branch identity: identity ("zero") experts (appended: the fields above keep their
+     * offsets) ---- */
+    int64_t num_identity_experts;  /* Z, default 0. The router scores E + Z experts: the router
+                                      weight is [E + Z, H], router_bias / selection_bias [E + Z],
+                                      caller router_logits [T, E + Z], and scoring, selection and
+                                      top-k run over all E + Z; 1 <= K <= E + Z. A selected id in
+                                      [E, E + Z) is an identity expert: its term is w * x (the
+                                      block's f32 input row), added in the combine in top-k order
+                                      with the same f32 operations as a routed term (acc += w * y),
+                                      before routed_scaling_factor; such rows never enter the
+                                      permutation, the grouped GEMM or the EP dispatch, and hold no
+                                      weights (never placed). topk_ids may hold ids >= E;
+                                      expert_load counts only ids < E. LongCat-Flash (transformers
+                                      5.24 longcat_flash/modeling_longcat_flash.py
+                                      LongcatFlashTopkRouter, LongcatFlashExperts.forward
+                                      `identity_expert`): config `zero_expert_num`. In [0, 2^24].
+                                      Every routing field reads the E + Z experts as one range
+                                      (n_group divides E + Z); with apply_router_weight_on_input
+                                      the term is the same w * x; caller-given in_topk_ids may
+                                      be in [0, E + Z). */
 } moe_layer_desc;
 
 /* Defaults: family custom, softmax, renormalize 0, routed_scaling_factor 1, SwiGLU, no
  * shared expert, weight_dtype BF16, no groups (group score max), no biases, weights applied
  * to the output, swiglu_alpha 1.702, swiglu_limit 7, sparsemixer_jitter_eps 0.01, no output
  * bias, softcap_gate 4, softcap_up 25, the shared expert applying `activation`
- * (has_shared_activation 0, shared_activation SwiGLU), no output norm (eps 1e-6); sizes 0
+ * (has_shared_activation 0, shared_activation SwiGLU), no output norm (eps 1e-6), no identity
+ * experts (num_identity_experts 0); sizes 0
  * (must be set). */
 MOE_API void moe_layer_desc_init(moe_layer_desc *desc);
 

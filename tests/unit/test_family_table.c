@@ -209,6 +209,8 @@ static const struct {
      MOE_ACT_SWIGLU_CLAMP},
     {MOE_FAMILY_HY_V4_VL, MOE_SCORING_SIGMOID, 1, 2.827f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
      MOE_ACT_SWIGLU_CLAMP},
+    /* LongcatFlashConfig: softmax over E + zero_expert_num (256), not renormalized, 6.0 */
+    {MOE_FAMILY_LONGCAT_FLASH, MOE_SCORING_SOFTMAX, 0, 6.0f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
 };
 
 /* HY-V4: the shared expert's own activation (plain SwiGLU beside the clamped routed experts) */
@@ -262,6 +264,8 @@ static void test_layer_defaults(void **state)
         /* A.X-K1's post_mlp_layernorm (AXK1Config rms_norm_eps 1e-6) */
         assert_int_equal(d.has_output_norm, expect[i].family == MOE_FAMILY_AXK1);
         assert_true(d.output_norm_eps == 1e-6f);
+        /* LongCat-Flash's identity experts: LongcatFlashConfig zero_expert_num 256 */
+        assert_int_equal(d.num_identity_experts, expect[i].family == MOE_FAMILY_LONGCAT_FLASH ? 256 : 0);
         /* sizes, dtype and quant untouched */
         assert_int_equal(d.hidden_size, 64);
         assert_int_equal(d.moe_intermediate_size, 32);
@@ -434,6 +438,8 @@ static void preset_desc(const char *dir, const json_t *meta, moe_layer_desc *d)
         d->swiglu_limit = (float)json_number_value(v);
     if ((v = json_object_get(cfg, "rms_norm_eps")) && json_is_number(v) && d->has_output_norm) /* A.X-K1 */
         d->output_norm_eps = (float)json_number_value(v);
+    if ((v = json_object_get(cfg, "zero_expert_num")) && d->num_identity_experts > 0) /* LongCat-Flash; null: 0 */
+        d->num_identity_experts = json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
     if ((v = json_object_get(cfg, "mlp_gate_softcap")) && json_is_number(v)) /* Inkling2 */
         d->softcap_gate = (float)json_number_value(v);
     if ((v = json_object_get(cfg, "mlp_up_softcap")) && json_is_number(v))
