@@ -1865,6 +1865,17 @@ static void mode_eplb(void)
             c.zero_last = 1;
             snprintf(name, sizeof name, "placement %s, skewed, one chunk", names[i]);
             random_case(name, &L, skew, T, &c, -1, 1024);
+            {
+                /* identity experts: never placed (the placement covers the E routed experts), their
+                 * rows never sent, with replicas of the routed ones */
+                rlayer LZ;
+                rlayer_make(&LZ, 48, 24, E, K, 16, 1, 0, 0, MOE_DTYPE_F32, 91);
+                rlayer_identity(&LZ, 5, 92);
+                c.zero_last = 0;
+                snprintf(name, sizeof name, "placement %s, identity experts Z=5", names[i]);
+                random_case(name, &LZ, NULL, T, &c, -1, 16);
+                rlayer_free(&LZ);
+            }
         }
         /* a non-contiguous placement is in the plan text and hash */
         moe_plan *pp = NULL;
