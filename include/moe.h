@@ -390,6 +390,8 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *   HY-V4         DeepSeek-V3's router (n_group 1); MOE_ACT_SWIGLU_CLAMP routed experts, the
  *                 shared expert plain SwiGLU (has_shared_activation, shared_activation)
  *   A.X-K1        DeepSeek-V3's block, then an output RMSNorm (has_output_norm, rms_norm_eps)
+ *   LongCat-Flash softmax over E + zero_expert_num, selection bias, no renormalize,
+ *                 routed_scaling_factor; ids >= E identity experts (num_identity_experts): w * x
  * ------------------------------------------------------------------------------------- */
 
 /* Router scoring: the scores, the selection key and the weights, from the logits l. */
