@@ -1042,13 +1042,15 @@ typedef struct moe_exec_args {
     const void *hidden_states;  /* [T, H], dtype hidden_dtype */
     moe_dtype hidden_dtype;     /* F32 or BF16 */
     int64_t n_tokens;           /* T >= 0; T = 0 returns at once, nothing written */
-    const float *router_logits; /* [T, E] f32, or NULL: computed from the router weight
+    const float *router_logits; /* [T, E] f32 ([T, E + Z] with num_identity_experts Z), or
+                                   NULL: computed from the router weight
                                    (and router bias). Caller-supplied logits are complete:
                                    no router bias is added to them */
     void *output;               /* [T, H] in output_dtype (f32 by default), written
                                    (MOE_TP_REDUCE=reduce_scatter under TP: only this rank's
                                    rows, moe_plan_tp_rows) */
-    int32_t *topk_ids;          /* [T, K] or NULL; written in top-k order */
+    int32_t *topk_ids;          /* [T, K] or NULL; written in top-k order; an id >= E is an
+                                   identity expert (num_identity_experts) */
     float *topk_weights;        /* [T, K] or NULL; the routing weights after
                                    renormalization, before routed_scaling_factor */
     void *workspace;            /* moe_plan_workspace_size(plan, n_tokens) bytes (parallel
@@ -1078,14 +1080,15 @@ typedef struct moe_exec_args {
      * a token distinct, else MOE_EINVAL naming the token and slot; one of the two NULL, or
      * router_logits also set, MOE_EINVAL. Weights are not checked (NaN or Inf follow IEEE
      * arithmetic through the combine). topk_ids / topk_weights, when set, receive copies. */
-    const int32_t *in_topk_ids;     /* [T, K] i32, or NULL */
+    const int32_t *in_topk_ids;     /* [T, K] i32, or NULL; ids in [0, E + Z) (Z identity experts) */
     const float *in_topk_weights;   /* [T, K] f32, or NULL */
     /* F32 (0: the default) or BF16: output then holds [T, H] bf16 (uint16_t bits), each the
      * f32 result rounded to nearest even (NaN stays NaN, quieted; torch's f32 -> bf16
      * cast). The f32 result is computed exactly as for F32 output and then rounded, so the
      * bf16 output equals rounding the F32 output. Other dtypes: MOE_EDTYPE. */
     moe_dtype output_dtype;
-    int64_t *expert_load;       /* [E] or NULL: expert load, accumulated. Adds to entry e
+    int64_t *expert_load;       /* [E] or NULL (identity experts' rows are not counted):
+                                   expert load, accumulated. Adds to entry e
                                    the number of this rank's (token, k) rows routed to
                                    logical expert e by this execute (the caller zeroes it to
                                    reset; sum over ranks: moe_plan_gather_load). Counted
@@ -1114,7 +1117,8 @@ typedef struct moe_exec_stats {
     double combine_seconds;       /* EP: return the expert outputs, weighted sum */
     double tp_reduce_seconds;     /* TP: the sum of the partial outputs */
     int64_t dispatch_bytes, combine_bytes, tp_reduce_bytes;
-    int64_t received_rows;        /* EP: (token, k) rows this rank's experts ran, all sources */
+    int64_t received_rows;        /* EP: (token, k) rows this rank's experts ran, all sources
+                                     (identity experts' rows are never sent) */
     int64_t max_tokens;           /* the most tokens any rank passed to this execute */
     int64_t tuned_tokens;         /* the token count of the tuning file entry this execute ran
                                      (moe_plan_tuning_file), 0: the context's knobs */
