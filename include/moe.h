@@ -397,6 +397,8 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *   Cohere2-MoE   top-k on l, then softmax of the k (expert_selection_fn "softmax") or sigmoid
  *                 (+ renormalize = norm_topk_prob, no epsilon); shared experts "average":
  *                 routed_scaling_factor = shared_expert_scale = 0.5, "sum": both 1
+ *   LongCat-Flash softmax over E + zero_expert_num, selection bias, no renormalize,
+ *                 routed_scaling_factor; ids >= E identity experts (num_identity_experts): w * x
  * ------------------------------------------------------------------------------------- */
 
 /* Router scoring: the scores, the selection key and the weights, from the logits l. */
@@ -542,18 +544,21 @@ typedef enum moe_family {
     MOE_FAMILY_HY_V4_VL = 54,      /* HYV4VLForConditionalGeneration (text MoE): HY-V4's block */
     MOE_FAMILY_AXK1 = 55,          /* AXK1ForCausalLM (A.X-K1): DeepSeek-V3's block + an output RMSNorm
                                       (has_output_norm) */
-    /* branch routerknobs (the lead renumbers at merge) */
-    MOE_FAMILY_LFM2_MOE = 59,      /* Lfm2MoeForCausalLM: sigmoid (+ expert_bias when use_expert_bias),
+    MOE_FAMILY_LFM2_MOE = 56,      /* Lfm2MoeForCausalLM: sigmoid (+ expert_bias when use_expert_bias),
                                       renormalized by (sum + 1e-6) (renormalize_eps) */
-    MOE_FAMILY_COHERE2_MOE = 61    /* Cohere2MoeForCausalLM: top-k on the logits, then softmax of the k
+    MOE_FAMILY_COHERE2_MOE = 57,   /* Cohere2MoeForCausalLM: top-k on the logits, then softmax of the k
                                       or sigmoid (expert_selection_fn); shared experts averaged or
                                       summed (shared_expert_scale) */
+    MOE_FAMILY_LONGCAT_FLASH = 58  /* LongcatFlashForCausalLM: softmax over E + zero_expert_num, the
+                                      correction bias for the choice, not renormalized, scaled; ids
+                                      >= E are identity experts (num_identity_experts) */
 } moe_family;
 
 /* Static name of a family: "custom" for MOE_FAMILY_CUSTOM, else its row's name, the config
  * `model_type` of its first architecture ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
  * "gpt_oss", ...: docs/families.md "Supported" lists every one); "?" for a value without a row.
- * The values are dense from 1 to the last enumerator. */
+ * The values are dense from 1 to 55; 68 (LongCat-Flash) is a branch's value, the lead renumbers
+ * at merge (56..67 have no row: "?"). */
 MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */
@@ -642,7 +647,7 @@ typedef struct moe_layer_desc {
     float output_norm_eps;         /* eps of has_output_norm: config `rms_norm_eps` (AXK1Config
                                       default 1e-6); finite and >= 0; default 1e-6 */
 
-    /* ---- branch routerknobs (appended: the fields above keep their offsets) ---- */
+    /* ---- router knobs (appended: the fields above keep their offsets) ---- */
     float renormalize_eps;         /* with renormalize, w_k = w_k / (sum + renormalize_eps), the
                                       sum and the add in f32; finite and >= 0 (MOE_EINVAL naming
                                       the field); default 1e-20 (Mixtral, Qwen, DeepSeek-V3 ...).
@@ -658,13 +663,33 @@ typedef struct moe_layer_desc {
                                       shared) / 2, Cohere2MoeSparseMoeBlock.forward) is 0.5 with
                                       routed_scaling_factor 0.5: halving is exact in f32, so
                                       0.5 r + 0.5 s == (r + s) / 2 bit for bit (no subnormals) */
+    /* ---- identity ("zero") experts (appended: the fields above keep their offsets) ---- */
+    int64_t num_identity_experts;  /* Z, default 0. The router scores E + Z experts: the router
+                                      weight is [E + Z, H], router_bias / selection_bias [E + Z],
+                                      caller router_logits [T, E + Z], and scoring, selection and
+                                      top-k run over all E + Z; 1 <= K <= E + Z. A selected id in
+                                      [E, E + Z) is an identity expert: its term is w * x (the
+                                      block's f32 input row), added in the combine in top-k order
+                                      with the same f32 operations as a routed term (acc += w * y),
+                                      before routed_scaling_factor; such rows never enter the
+                                      permutation, the grouped GEMM or the EP dispatch, and hold no
+                                      weights (never placed). topk_ids may hold ids >= E;
+                                      expert_load counts only ids < E. LongCat-Flash (transformers
+                                      5.24 longcat_flash/modeling_longcat_flash.py
+                                      LongcatFlashTopkRouter, LongcatFlashExperts.forward
+                                      `identity_expert`): config `zero_expert_num`. In [0, 2^24].
+                                      Every routing field reads the E + Z experts as one range
+                                      (n_group divides E + Z); with apply_router_weight_on_input
+                                      the term is the same w * x; caller-given in_topk_ids may
+                                      be in [0, E + Z). */
 } moe_layer_desc;
 
 /* Defaults: family custom, softmax, renormalize 0, routed_scaling_factor 1, SwiGLU, no
  * shared expert, weight_dtype BF16, no groups (group score max), no biases, weights applied
  * to the output, swiglu_alpha 1.702, swiglu_limit 7, sparsemixer_jitter_eps 0.01, no output
  * bias, softcap_gate 4, softcap_up 25, the shared expert applying `activation`
- * (has_shared_activation 0, shared_activation SwiGLU), no output norm (eps 1e-6); sizes 0
+ * (has_shared_activation 0, shared_activation SwiGLU), no output norm (eps 1e-6), no identity
+ * experts (num_identity_experts 0); sizes 0
  * (must be set). */
 MOE_API void moe_layer_desc_init(moe_layer_desc *desc);
 
@@ -1043,13 +1068,15 @@ typedef struct moe_exec_args {
     const void *hidden_states;  /* [T, H], dtype hidden_dtype */
     moe_dtype hidden_dtype;     /* F32 or BF16 */
     int64_t n_tokens;           /* T >= 0; T = 0 returns at once, nothing written */
-    const float *router_logits; /* [T, E] f32, or NULL: computed from the router weight
+    const float *router_logits; /* [T, E] f32 ([T, E + Z] with num_identity_experts Z), or
+                                   NULL: computed from the router weight
                                    (and router bias). Caller-supplied logits are complete:
                                    no router bias is added to them */
     void *output;               /* [T, H] in output_dtype (f32 by default), written
                                    (MOE_TP_REDUCE=reduce_scatter under TP: only this rank's
                                    rows, moe_plan_tp_rows) */
-    int32_t *topk_ids;          /* [T, K] or NULL; written in top-k order */
+    int32_t *topk_ids;          /* [T, K] or NULL; written in top-k order; an id >= E is an
+                                   identity expert (num_identity_experts) */
     float *topk_weights;        /* [T, K] or NULL; the routing weights after
                                    renormalization, before routed_scaling_factor */
     void *workspace;            /* moe_plan_workspace_size(plan, n_tokens) bytes (parallel
@@ -1079,14 +1106,15 @@ typedef struct moe_exec_args {
      * a token distinct, else MOE_EINVAL naming the token and slot; one of the two NULL, or
      * router_logits also set, MOE_EINVAL. Weights are not checked (NaN or Inf follow IEEE
      * arithmetic through the combine). topk_ids / topk_weights, when set, receive copies. */
-    const int32_t *in_topk_ids;     /* [T, K] i32, or NULL */
+    const int32_t *in_topk_ids;     /* [T, K] i32, or NULL; ids in [0, E + Z) (Z identity experts) */
     const float *in_topk_weights;   /* [T, K] f32, or NULL */
     /* F32 (0: the default) or BF16: output then holds [T, H] bf16 (uint16_t bits), each the
      * f32 result rounded to nearest even (NaN stays NaN, quieted; torch's f32 -> bf16
      * cast). The f32 result is computed exactly as for F32 output and then rounded, so the
      * bf16 output equals rounding the F32 output. Other dtypes: MOE_EDTYPE. */
     moe_dtype output_dtype;
-    int64_t *expert_load;       /* [E] or NULL: expert load, accumulated. Adds to entry e
+    int64_t *expert_load;       /* [E] or NULL (identity experts' rows are not counted):
+                                   expert load, accumulated. Adds to entry e
                                    the number of this rank's (token, k) rows routed to
                                    logical expert e by this execute (the caller zeroes it to
                                    reset; sum over ranks: moe_plan_gather_load). Counted
@@ -1115,7 +1143,8 @@ typedef struct moe_exec_stats {
     double combine_seconds;       /* EP: return the expert outputs, weighted sum */
     double tp_reduce_seconds;     /* TP: the sum of the partial outputs */
     int64_t dispatch_bytes, combine_bytes, tp_reduce_bytes;
-    int64_t received_rows;        /* EP: (token, k) rows this rank's experts ran, all sources */
+    int64_t received_rows;        /* EP: (token, k) rows this rank's experts ran, all sources
+                                     (identity experts' rows are never sent) */
     int64_t max_tokens;           /* the most tokens any rank passed to this execute */
     int64_t tuned_tokens;         /* the token count of the tuning file entry this execute ran
                                      (moe_plan_tuning_file), 0: the context's knobs */

@@ -168,7 +168,7 @@ MOE_API moe_status moe_checkpoint_open_opts(moe_ctx *ctx, const char *dir, const
                                     moe_checkpoint **out);
 
 MOE_API moe_family moe_checkpoint_family(const moe_checkpoint *ck);
-/* config `num_hidden_layers`. */
+/* config `num_hidden_layers` (LongCat-Flash: `num_layers`, each layer one MoE block). */
 MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
 /* 1 if layer `layer` is an MoE layer, else 0. Qwen2/3-MoE, Qwen3-Next, Qwen3-Omni: not in
  * mlp_only_layers and (layer + 1) % decoder_sparse_step == 0; DeepSeek-V2/V3: layer >=
@@ -183,7 +183,7 @@ MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
  * first_k_dense_replace (3, 1, 2; Hunyuan-V3: 1); A.X-K2 (axk2): mlp_layer_types, else layer >=
  * first_k_dense_replace (1) and layer % moe_layer_freq (1) == 0; GLM-5-Next (glm5_next):
  * text_config.mlp_layer_types, else layer >= 3; GLM-4.5V (glm4v_moe): layer >=
- * first_k_dense_replace (1); Solar-Open, MiniMax-M2: every layer. No layer is MoE when the expert
+ * first_k_dense_replace (1); Solar-Open, MiniMax-M2, LongCat-Flash: every layer. No layer is MoE when the expert
  * count is 0. */
 MOE_API int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
 
@@ -244,6 +244,8 @@ MOE_API moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer
  *                         routed_scaling_factor 0.5), else 1
  *   (LFM2-MoE: has_selection_bias 1, use_expert_bias's default; Cohere2-MoE: scoring
  *   MOE_SCORING_TOPK_SOFTMAX and renormalize 0, expert_selection_fn's default "softmax")
+ *   num_identity_experts  256 for LongCat-Flash (LongcatFlashConfig zero_expert_num; a caller
+ *                         sets its config's value), else 0
  *   activation            MOE_ACT_SWIGLU_OAI for gpt-oss, MOE_ACT_SWIGLU_CLAMP for GLM-5-Next,
  *                         HY-V4 and HY-V4-VL, MOE_ACT_SWIGLU_SOFTCAP for Inkling2 and
  *                         Inkling2-Loop, else MOE_ACT_SWIGLU (`hidden_act`'s default "silu")

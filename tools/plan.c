@@ -435,6 +435,9 @@ int cli_cmd_plan(int argc, char **argv)
         if (d.n_group > 1)
             printf(", groups %lld keep %lld by %s", (long long)d.n_group, (long long)d.topk_group,
                    d.group_score == MOE_GROUP_SCORE_TOP2_SUM ? "top-2 sum" : "max");
+        if (d.num_identity_experts > 0) /* LongCat-Flash: the router scores E + Z */
+            printf(", %lld identity experts (ids %lld..%lld: w * x)", (long long)d.num_identity_experts, (long long)E,
+                   (long long)(E + d.num_identity_experts - 1));
         printf("%s%s%s%s; shared expert %s)\n", d.has_selection_bias ? ", selection bias" : "",
                d.has_router_bias ? ", router bias" : "", d.has_output_bias ? ", output bias" : "",
                d.apply_router_weight_on_input ? ", weight on the input" : "",

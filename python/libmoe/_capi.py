@@ -78,14 +78,16 @@ class LayerDesc(C.Structure):
                 ("has_expert_bias", i32), ("apply_router_weight_on_input", i32),
                 ("swiglu_alpha", f32), ("swiglu_limit", f32), ("quant", QuantConfig),
                 ("sparsemixer_jitter_eps", f32), ("has_output_bias", i32),
-                # branch acts: MOE_ACT_SWIGLU_SOFTCAP's constants, the shared expert's activation
+                # MOE_ACT_SWIGLU_SOFTCAP's constants, the shared expert's activation
                 ("softcap_gate", f32), ("softcap_up", f32), ("has_shared_activation", i32),
                 ("shared_activation", i32),
-                # branch acts: the block's output RMSNorm (A.X-K1)
+                # the block's output RMSNorm (A.X-K1)
                 ("has_output_norm", i32), ("output_norm_eps", f32),
-                # branch routerknobs: the renormalization's epsilon (LFM2-MoE 1e-6), the shared
+                # the renormalization's epsilon (LFM2-MoE 1e-6), the shared
                 # expert's scale (Cohere2-MoE's "average": 0.5)
-                ("renormalize_eps", f32), ("shared_expert_scale", f32)]
+                ("renormalize_eps", f32), ("shared_expert_scale", f32),
+                # identity ("zero") experts (LongCat-Flash)
+                ("num_identity_experts", i64)]
 
 
 PP = C.POINTER(vp)

@@ -103,23 +103,33 @@ class MoELayer:
         router f32/bf16/f16. `family` (moe_family_name) sets the routing defaults
         (moe_family_layer_defaults); `desc` is a dict of moe_layer_desc fields that override
         them (renormalize, scoring_func, routed_scaling_factor, n_group, ...). The arrays
-        are copied while packing and may be freed afterwards."""
+        are copied while packing and may be freed afterwards.
+        Identity experts (LongCat-Flash, moe.h num_identity_experts): a router [E + Z, H] with
+        down_proj [E, H, I] gives Z = its extra rows; gate_up_proj may then be [E, 2I, H] or
+        transformers' LongcatFlashExperts [E + Z, 2I, H] (the last Z never read); router_bias
+        and selection_bias are [E + Z]; topk ids >= E are identity terms w * x."""
         self._open(options)
         ok = False
         try:
             r = _Buf("router", router, ("f32", "bf16", "f16"))
             if len(r.shape) != 2:
                 raise ShapeError("MOE_ESHAPE", "router has shape %s; expected [E, H]" % list(r.shape))
-            E, H = r.shape
+            ER, H = r.shape  # E + Z router rows
+            dn0 = _Buf("down_proj", down_proj, ("f32", "bf16", "f16"))
+            E = dn0.shape[0] if len(dn0.shape) == 3 else ER
+            Z = ER - E  # identity experts: the router's rows beyond down_proj's experts
+            if Z < 0:
+                raise ShapeError("MOE_ESHAPE", "router has %d rows, fewer than down_proj's %d experts" % (ER, E))
             gu = _Buf("gate_up_proj", gate_up_proj, ("f32", "bf16", "f16"))
-            if len(gu.shape) != 3 or gu.shape[0] != E:
+            if len(gu.shape) != 3 or gu.shape[0] not in (E, ER):
                 raise ShapeError("MOE_ESHAPE", "gate_up_proj has shape %s; expected [E=%d, 2I, H]"
                                  % (list(gu.shape), E))
+            EG = gu.shape[0]
             two_i = gu.shape[2] if is_transposed else gu.shape[1]
             I = two_i // 2
             if two_i % 2 or I == 0:
                 raise ShapeError("MOE_ESHAPE", "gate_up_proj's output dimension %d is not 2I" % two_i)
-            gshape = (E, H, 2 * I) if is_transposed else (E, 2 * I, H)
+            gshape = (EG, H, 2 * I) if is_transposed else (EG, 2 * I, H)
             dshape = (E, I, H) if is_transposed else (E, H, I)
             gu = _Buf("gate_up_proj", gate_up_proj, ("f32", "bf16", "f16"), gshape)
             dn = _Buf("down_proj", down_proj, (gu.name,), dshape)
@@ -136,6 +146,7 @@ class MoELayer:
                     "shared_gate_proj", shared_gate_proj, (gu.name,)).shape[0]
             if fam:
                 self._check(A.lib.moe_family_layer_defaults(fam, C.byref(d)))
+            d.num_identity_experts = Z  # the router's shape decides (LongCat's default 256 is a config's)
             d.has_router_bias = int(router_bias is not None)
             d.has_selection_bias = int(selection_bias is not None)
             d.has_expert_bias = int(gate_up_proj_bias is not None)
@@ -163,8 +174,8 @@ class MoELayer:
                                                      C.byref(src), err, 512)
             if s:
                 raise make(_status_name(s), err.value.decode(errors="replace"))
-            for name, x, shape in (("router_bias", router_bias, (E,)),
-                                   ("selection_bias", selection_bias, (E,))):
+            for name, x, shape in (("router_bias", router_bias, (ER,)),
+                                   ("selection_bias", selection_bias, (ER,))):
                 if x is not None:
                     b = _Buf(name, x, ("f32", "bf16", "f16"), shape)
                     setattr(src, name, b.ptr)
@@ -292,7 +303,7 @@ class MoELayer:
         """hidden_states [T, H]: numpy float32, or a CPU torch tensor float32 / bfloat16,
         C-contiguous. topk_ids [T, K] (int32, or int64 converted) and topk_weights [T, K]
         (float32, other floats converted), both or neither: caller-given routing (moe.h
-        moe_exec_args.in_topk_ids; ids in [0, E) and distinct per token, else
+        moe_exec_args.in_topk_ids; ids in [0, E + Z) and distinct per token, else
         InvalidArgumentError naming token and slot). Returns [T, H] of hidden_states' kind
         and dtype, a new array."""
         if self._plan is None:

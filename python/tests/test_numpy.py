@@ -60,6 +60,36 @@ def test_arrays_constructor_equals_checkpoint(name, family):
     assert np.array_equal(tr(x), y)
 
 
+def test_identity_experts_arrays_equal_checkpoint():
+    """LongCat-Flash: router [E + Z, H] and selection bias [E + Z] beside down_proj [E, H, I];
+    gate_up_proj as transformers' LongcatFlashExperts holds it, [E + Z, 2I, H] (the identity
+    slots never read), or [E, 2I, H]: the checkpoint's bits either way, ids >= E reported."""
+    name = "longcat_flash_f32"
+    meta, x, exp = load(name)
+    w = read_safetensors(FIXTURES / name / "model.safetensors")
+    p, E, Z = "model.layers.0.mlp.", meta["E"], meta["num_identity_experts"]
+    gu = np.ascontiguousarray(np.stack([np.concatenate([w[p + "experts.%d.gate_proj.weight" % e],
+                                                        w[p + "experts.%d.up_proj.weight" % e]])
+                                        for e in range(E + Z)]))
+    dn = np.ascontiguousarray(np.stack([w[p + "experts.%d.down_proj.weight" % e] for e in range(E)]))
+    router, bias = w[p + "router.classifier.weight"], w[p + "router.e_score_correction_bias"]
+    assert router.shape[0] == E + Z
+    ck = libmoe.MoELayer.from_checkpoint(FIXTURES / name, 0, num_threads=1)
+    cfg = json.loads((FIXTURES / name / "config.json").read_text())
+    kw = dict(top_k=meta["K"], family="longcat_flash", selection_bias=bias,
+              desc={"routed_scaling_factor": cfg["routed_scaling_factor"]}, num_threads=1)
+    full = libmoe.MoELayer(router, gu, dn, **kw)
+    routed = libmoe.MoELayer(router, np.ascontiguousarray(gu[:E]), dn, **kw)
+    y = full(x)
+    assert np.array_equal(y, ck(x)) and np.array_equal(routed(x), y)
+    assert np.abs(y - exp["output"]).max() <= 1e-5 * np.abs(exp["output"]).max()
+    ids = exp["topk_ids"]
+    assert (ids >= E).any()  # the fixture picks identity experts; given routing takes them
+    # transformers' weights include the scale; libmoe's are the scores (the scale in the combine)
+    yg = full(x, topk_ids=ids, topk_weights=exp["topk_weights"] / np.float32(cfg["routed_scaling_factor"]))
+    assert np.abs(yg - exp["output"]).max() <= 1e-5 * np.abs(exp["output"]).max()
+
+
 def test_given_routing_equals_routed():
     meta, x, exp = load("qwen3_moe_f32")
     layer = libmoe.MoELayer.from_checkpoint(FIXTURES / "qwen3_moe_f32", 0, num_threads=1)

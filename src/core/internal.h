@@ -76,6 +76,13 @@ void *moe_alloc_aligned(size_t bytes);
 void moe_free_aligned(void *p);
 
 /* a * b with overflow check: false on overflow. */
+/* The router's width: E + Z, the experts the router scores (moe.h num_identity_experts: ids
+ * in [E, E + Z) are identity experts). */
+static inline int64_t moe_route_width(const moe_layer_desc *d)
+{
+    return d->num_experts + d->num_identity_experts;
+}
+
 static inline bool moe_mul_size(size_t a, size_t b, size_t *out)
 {
     if (a != 0 && b > SIZE_MAX / a)

@@ -100,13 +100,15 @@ typedef struct moe_chunk {
     int has_shared;
     const float *sgate;   /* [Tc] shared-expert scale */
     /* workspace */
-    int64_t *offsets;     /* [E + 1] */
+    int64_t *offsets;     /* [E + 1] ([E + 2] with identity experts) */
     int64_t *begin;       /* [E] */
     int64_t *end;         /* [E] */
     int32_t *rows;        /* [Tc * K] */
     int32_t *pos;         /* [Tc * K] */
     uint64_t *keys;       /* [Tc * K] (packed permute) */
     uint64_t *keys_tmp;   /* [Tc * K] */
+    int32_t *bids;        /* [Tc * K] ids bucketed for the permutation (identity experts: E);
+                             only with num_identity_experts > 0 */
     float *slots;         /* batched: [E * cap, H] */
     float *h;             /* [positions, I] */
     float *y;             /* [positions, H] */

@@ -224,9 +224,10 @@ static moe_status resolve_layer(const moe_checkpoint *ck, int64_t layer, moe_ck_
 
     char name[MOE_CK_NAME_LEN];
     const char *path = NULL;
-    const int64_t router_shape[2] = {E, H};
+    const int64_t R = E + c->desc.num_identity_experts; /* the router's rows: E + Z identity experts */
+    const int64_t router_shape[2] = {R, H};
     find_block(ck, layer, prefix, name);
-    if ((st = moe_ck_get_checked(ix, name, "the router", MOE_CK_ANY_FLOAT, "[E, H]", 2, router_shape, &lt->router,
+    if ((st = moe_ck_get_checked(ix, name, "the router", MOE_CK_ANY_FLOAT, R > E ? "[E + Z, H]" : "[E, H]", 2, router_shape, &lt->router,
                                  &path)) != MOE_OK)
         return st;
     /* the selection bias only when the config turns it on (LFM2-MoE's use_expert_bias) */
@@ -240,14 +241,14 @@ static moe_status resolve_layer(const moe_checkpoint *ck, int64_t layer, moe_ck_
                                  bias[b]);
         if ((st = moe_ck_get_checked(ix, name, "a bias", MOE_CK_ANY_FLOAT, NULL, 0, NULL, bias_info[b], &path)) != MOE_OK)
             return st;
-        const int64_t one_by_e[2] = {1, E};
+        const int64_t one_by_e[2] = {1, R};
         if (bias_info[b]->ndim == 2 && bias_info[b]->shape[0] == 1) { /* [1, E] (ERNIE-4.5's moe_statics): as [E] */
             if ((st = moe_ck_check_shape(ix, path, bias_info[b], "[1, E]", 2, one_by_e)) != MOE_OK)
                 return st;
             bias_info[b]->ndim = 1;
-            bias_info[b]->shape[0] = E;
+            bias_info[b]->shape[0] = R;
             bias_info[b]->shape[1] = 0;
-        } else if ((st = moe_ck_check_shape(ix, path, bias_info[b], "[E]", 1, &E)) != MOE_OK) {
+        } else if ((st = moe_ck_check_shape(ix, path, bias_info[b], R > E ? "[E + Z]" : "[E]", 1, &R)) != MOE_OK) {
             return st;
         }
     }
@@ -292,6 +293,10 @@ typedef struct unread_list {
     char names[640];            /* [640] chars: "a, b, c" (the first few) */
     size_t used;
     bool shared;                /* one looks like a shared expert ("shared_expert") */
+    const char *prefix;         /* the block prefix */
+    int64_t E, R;               /* identity experts' slots [E, R): their stored tensors are
+                                   expected unread (LongCat-Flash's gate_up_proj [E + Z, 2I, H]
+                                   saves experts.e.{gate,up}_proj for e >= E; nothing reads them) */
 } unread_list;
 
 #define UNREAD_SHOWN 6 /* names a message lists before "and N more" */
@@ -301,6 +306,15 @@ static void note_unread(const char *name, void *u)
     unread_list *ul = u;
     if (bsearch(&name, ul->seen->names, ul->seen->n, sizeof *ul->seen->names, cmp_name))
         return;
+    if (ul->R > ul->E) {
+        const size_t pl = strlen(ul->prefix);
+        if (strncmp(name, ul->prefix, pl) == 0 && strncmp(name + pl, "experts.", 8) == 0) {
+            char *end = NULL;
+            const long long e = strtoll(name + pl + 8, &end, 10);
+            if (end != name + pl + 8 && *end == '.' && e >= ul->E && e < ul->R)
+                return; /* an identity expert's slot */
+        }
+    }
     ul->count++;
     if (strstr(name, "shared_expert"))
         ul->shared = true;
@@ -323,6 +337,9 @@ static moe_status check_unread(moe_checkpoint *ck, int64_t layer, moe_ck_seen *s
     unread_list ul;
     memset(&ul, 0, sizeof ul);
     ul.seen = seen;
+    ul.prefix = prefix;
+    ul.E = ck->cfg.desc.num_experts;
+    ul.R = ck->cfg.desc.num_experts + ck->cfg.desc.num_identity_experts;
     moe_ck_each_with_prefix(&ck->ix, prefix, note_unread, &ul);
     if (ul.count == 0) {
         atomic_store_explicit(&ck->checked[layer], 1, memory_order_relaxed);

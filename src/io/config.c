@@ -303,6 +303,32 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
                                  c->path, c->prefix, row->renorm_min_field, m, row->experts_field,
                                  1.0 / (double)d->num_experts);
     }
+    if (row->identity.field) {
+        /* LongCat-Flash: zero_expert_num identity experts (LongcatFlashExperts `identity_expert`;
+         * `config.zero_expert_num or 0`: null is none) */
+        const char *key = row->identity.field;
+        const json_t *v = moe_cfg_get(f, &key);
+        if (!v) {
+            d->num_identity_experts = row->identity.dflt;
+            moe_cfg_note_default(f, row->identity.field, "%" PRId64, row->identity.dflt);
+        } else if (json_is_null(v)) {
+            d->num_identity_experts = 0;
+        } else if ((st = moe_cfg_int(f, row->identity.field, false, 0, 0, &d->num_identity_experts)) != MOE_OK) {
+            return st;
+        }
+        if (d->num_identity_experts > (int64_t)1 << 24)
+            return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field '%s%s' = %" PRId64 " exceeds libmoe's limit of 2^24",
+                                 c->path, c->prefix, row->identity.field, d->num_identity_experts);
+        const char *type = NULL;
+        if (row->identity.type_field &&
+            (st = moe_cfg_str(f, row->identity.type_field, NULL, &type)) != MOE_OK)
+            return st;
+        if (type && d->num_identity_experts > 0 && strcmp(type, row->identity.type_value) != 0)
+            return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%s%s' = \"%s\": libmoe computes %s zero experts only (the term w * x, "
+                                 "LongcatFlashExperts' identity_expert); another zero-expert function is not computed",
+                                 c->path, c->prefix, row->identity.type_field, type, row->identity.type_value);
+    }
     if (row->refuse_true.field) {
         int on = 0;
         if ((st = moe_cfg_bool(f, row->refuse_true.field, 0, &on)) != MOE_OK)
@@ -590,13 +616,15 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
                              "level: add the text_config object save_pretrained writes",
                              path, c->row->name, tc ? "not an object" : "absent");
     if ((st = moe_cfg_int(&f, "hidden_size", true, 0, 1, &d->hidden_size)) != MOE_OK ||
-        (st = moe_cfg_int(&f, "num_hidden_layers", true, 0, 1, &c->num_layers)) != MOE_OK)
+        (st = moe_cfg_int(&f, c->row->num_layers_field ? c->row->num_layers_field : "num_hidden_layers", true, 0, 1,
+                          &c->num_layers)) != MOE_OK)
         return st;
     if (c->num_layers > MOE_MAX_LAYERS)
         return moe_set_error(ctx, MOE_EFORMAT,
-                             "%s: field '%snum_hidden_layers' = %" PRId64 " exceeds libmoe's limit of %" PRId64
+                             "%s: field '%s%s' = %" PRId64 " exceeds libmoe's limit of %" PRId64
                              " layers (MOE_MAX_LAYERS, 2^20)",
-                             path, c->prefix, c->num_layers, MOE_MAX_LAYERS);
+                             path, c->prefix, c->row->num_layers_field ? c->row->num_layers_field : "num_hidden_layers",
+                             c->num_layers, MOE_MAX_LAYERS);
     /* K: num_experts_per_tok, or the row's own field (then its alias: num_experts_per_tok
      * unless the row names another) */
     const char *k_field = c->row->top_k_field ? c->row->top_k_field : "num_experts_per_tok";
@@ -609,9 +637,10 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
     if (st != MOE_OK || (st = config_decoder(c, &f)) != MOE_OK || (st = config_activation(c, &f)) != MOE_OK ||
         (st = config_quant(c, root, cfg)) != MOE_OK)
         return st;
-    if (d->num_experts > 0 && d->top_k > d->num_experts)
-        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s%s' = %" PRId64 " exceeds the %" PRId64 " experts", path,
-                             c->prefix, k_field, d->top_k, d->num_experts);
+    if (d->num_experts > 0 && d->top_k > d->num_experts + d->num_identity_experts)
+        return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s%s' = %" PRId64 " exceeds the %" PRId64 " experts%s", path,
+                             c->prefix, k_field, d->top_k, d->num_experts + d->num_identity_experts,
+                             d->num_identity_experts ? " (routed and identity)" : "");
     /* the sparsemixer (Phi-MoE's PhimoeSparseMoeBlock: sparsemixer()) takes the top 1 and then the
      * top 1 of the rest: K = 2 whatever the config says; named here as the config's field */
     if (d->scoring_func == MOE_SCORING_SPARSEMIXER && d->top_k != 2)

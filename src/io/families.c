@@ -1018,6 +1018,31 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 0, .list_field = "mlp_layer_types"},
      .prefixes = {"model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+    /* LongcatFlashMoE (transformers 5.24 longcat_flash/modeling_longcat_flash.py; the decoder
+     * layer's two attention sublayers and two dense MLPs `mlps` are not the block, whose output
+     * the layer adds as a shortcut): LongcatFlashTopkRouter scores n_routed_experts +
+     * zero_expert_num experts (classifier [E + Z, H] in f32, its bias never applied: F.linear
+     * on the weight alone), softmax over all E + Z, e_score_correction_bias [E + Z] for the
+     * choice, top-k (moe_topk), not renormalized, times routed_scaling_factor (default 6);
+     * LongcatFlashExperts: ids >= E are identity experts (w * x: num_identity_experts); I =
+     * expert_ffn_hidden_size; every layer; the layer count is `num_layers`. save_pretrained
+     * writes per-expert names (the qwen2_moe conversion reversed): experts.e.{gate,up,down}_proj
+     * for e < E and experts.e.{gate,up}_proj for the Z identity slots too (gate_up_proj is
+     * [E + Z, 2I, H]), which nothing reads. zero_expert_type (the released config's "identity",
+     * not a LongcatFlashConfig field) must be "identity" */
+    {.family = MOE_FAMILY_LONGCAT_FLASH, .name = "longcat_flash", .names = {{"LongcatFlashForCausalLM", "longcat_flash"}},
+     .intermediate_field = "expert_ffn_hidden_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .top_k_field = "moe_topk",
+     .aliases = {{"expert_ffn_hidden_size", "moe_intermediate_size"}},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_NEVER},
+     .routed_scaling = {"routed_scaling_factor", 6.0},
+     .router = {"router.classifier.weight"}, .selection_bias = "router.e_score_correction_bias",
+     .identity = {"zero_expert_num", 256, "zero_expert_type", "identity"},
+     .num_layers_field = "num_layers",
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 
@@ -1179,6 +1204,7 @@ void moe_fam_layer_defaults(const moe_fam_row *row, moe_layer_desc *d)
     d->has_selection_bias = row->selection_bias != NULL && (!row->selection_bias_on.field || row->selection_bias_on.dflt);
     d->has_output_bias = row->output_bias != NULL;
     d->has_output_norm = row->output_norm != NULL;
+    d->num_identity_experts = row->identity.field ? row->identity.dflt : 0;
     d->output_norm_eps = row->output_norm ? (float)row->output_norm_eps.dflt : 1e-6f;
     d->has_router_bias = row->router_bias != NULL;
     d->has_expert_bias = row->input_major.gate_up_bias != NULL;

@@ -273,6 +273,22 @@ struct moe_fam_row {
         const char *what;
     } refuse_true;
 
+    struct {                               /* identity ("zero") experts (moe_layer_desc
+                                              num_identity_experts, LongCat-Flash): Z = `field`
+                                              (absent: dflt, the config class's; null: 0); the
+                                              router and its biases are [E + Z] */
+        const char *field;                 /* "zero_expert_num"; NULL: none */
+        int64_t dflt;
+        const char *type_field;            /* a string field that must be type_value when present
+                                              ("zero_expert_type" = "identity"): any other value is
+                                              refused by name */
+        const char *type_value;
+    } identity;
+    const char *num_layers_field;          /* the decoder's layer count: NULL = "num_hidden_layers"
+                                              (LongCat-Flash saves "num_layers": its
+                                              num_hidden_layers is a property, 2 * num_layers
+                                              attention sublayers) */
+
     /* ---- which layers are MoE ---- */
     struct {
         moe_fam_layers rule;

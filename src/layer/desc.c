@@ -34,6 +34,7 @@ void moe_layer_desc_init(moe_layer_desc *d)
     d->output_norm_eps = 1e-6f; /* AXK1Config's rms_norm_eps */
     d->renormalize_eps = 1e-20f; /* numerics contract 4 */
     d->shared_expert_scale = 1.0f;
+    d->num_identity_experts = 0;
 }
 
 /* `act` (the field `field` of d: "activation" or "shared_activation") a moe_activation value,
@@ -74,9 +75,16 @@ moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
             return moe_set_error(ctx, MOE_EINVAL, "layer description: %s = %lld, must be in [1, %lld]",
                                  sizes[i].name, (long long)sizes[i].v, (long long)MOE_MAX_DIM);
     }
-    if (d->top_k > d->num_experts)
+    if (d->num_identity_experts < 0 || d->num_identity_experts > MOE_MAX_DIM)
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: num_identity_experts = %lld, must be in [0, %lld]",
+                             (long long)d->num_identity_experts, (long long)MOE_MAX_DIM);
+    if (d->num_identity_experts == 0 && d->top_k > d->num_experts)
         return moe_set_error(ctx, MOE_EINVAL, "layer description: top_k = %lld exceeds num_experts = %lld",
                              (long long)d->top_k, (long long)d->num_experts);
+    if (d->top_k > moe_route_width(d))
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "layer description: top_k = %lld exceeds num_experts + num_identity_experts = %lld",
+                             (long long)d->top_k, (long long)moe_route_width(d));
     if (d->shared_expert_intermediate_size < 0 || d->shared_expert_intermediate_size > MOE_MAX_DIM)
         return moe_set_error(ctx, MOE_EINVAL,
                              "layer description: shared_expert_intermediate_size = %lld, must be in [0, %lld]",

@@ -17,11 +17,11 @@
  * I_s are this rank's shards; under EP the experts' rows live in the parallel slice. */
 typedef struct ws_layout {
     size_t xf;       /* [Tc, H] f32: bf16 hidden_states converted */
-    size_t logits;   /* [Tc, E] f32 */
+    size_t logits;   /* [Tc, E + Z] f32 (Z identity experts) */
     size_t ids;      /* [Tc, K] i32 */
     size_t wts;      /* [Tc, K] f32 */
     size_t scores;   /* [E] f32 */
-    size_t offsets;  /* [E + 1] i64 */
+    size_t offsets;  /* [E + 2] i64 */
     size_t begin;    /* [E] i64 */
     size_t end;      /* [E] i64 */
     size_t item_off; /* [E + 1] i64 */
@@ -29,6 +29,7 @@ typedef struct ws_layout {
     size_t pos;      /* [Tc * K] i32, position of each (t, k) row in y */
     size_t keys;     /* [Tc * K] u64 (packed permute) */
     size_t keys_tmp; /* [Tc * K] u64 */
+    size_t bids;     /* [Tc * K] i32 bucketed ids (identity experts only) */
     size_t slots;    /* local batched: [E * cap, H] f32 */
     size_t h;        /* [max(positions * I, Tc * Is)] f32; positions = Tc*K or E*cap (0 under EP) */
     size_t y;        /* [positions, H] f32 */
@@ -55,16 +56,17 @@ static ws_layout layout(const moe_plan *p, int64_t Tc)
     const moe_layer_desc *d = &st->desc;
     const size_t T = (size_t)Tc, H = (size_t)d->hidden_size, E = (size_t)d->num_experts;
     const size_t K = (size_t)d->top_k, I = (size_t)st->shard.I;
+    const size_t R = (size_t)moe_route_width(d); /* E + Z: the router's width */
     const size_t Is = (size_t)st->shard.Is;
     const int ep_mode = st->par.ep_size > 1;
     ws_layout l;
     size_t c = 0;
     l.xf = take(&c, T * H * 4);
-    l.logits = take(&c, T * E * 4);
+    l.logits = take(&c, T * R * 4);
     l.ids = take(&c, T * K * 4);
     l.wts = take(&c, T * K * 4);
     l.scores = take(&c, moe_route_scratch_bytes(d));
-    l.offsets = take(&c, (E + 1) * 8);
+    l.offsets = take(&c, (E + 2) * 8);
     l.begin = take(&c, E * 8);
     l.end = take(&c, E * 8);
     l.item_off = take(&c, (E + 1) * 8);
@@ -72,6 +74,7 @@ static ws_layout layout(const moe_plan *p, int64_t Tc)
     l.pos = take(&c, T * K * 4);
     l.keys = take(&c, T * K * 8);
     l.keys_tmp = take(&c, T * K * 8);
+    l.bids = take(&c, R > E ? T * K * 4 : 0);
     const size_t cap = ep_mode ? 0 : (size_t)st->capacity;
     const size_t positions = ep_mode ? 0 : cap > 0 ? E * cap : T * K;
     l.slots = take(&c, cap > 0 ? E * cap * H * 4 : 0);
@@ -121,7 +124,7 @@ static int same_desc(const moe_layer_desc *a, const moe_layer_desc *b)
            a->shared_expert_gated == b->shared_expert_gated && a->weight_dtype == b->weight_dtype &&
            a->has_selection_bias == b->has_selection_bias && a->has_router_bias == b->has_router_bias &&
            a->has_expert_bias == b->has_expert_bias && a->has_output_bias == b->has_output_bias &&
-           a->has_output_norm == b->has_output_norm;
+           a->has_output_norm == b->has_output_norm && a->num_identity_experts == b->num_identity_experts;
 }
 
 /* The quantization config's identity: "none", or the canonical text (moe_quant_text) of an
@@ -204,6 +207,7 @@ static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const m
     const moe_ctx *ctx = st->ctx;
     const moe_layer_desc *d = &st->desc;
     const int64_t H = d->hidden_size, E = d->num_experts, K = d->top_k;
+    const int64_t R = moe_route_width(d); /* E + Z scored */
     const int64_t Is = st->shard.Is;
     const int tp = st->par.tp_size > 1;
     float *scratch = (float *)(ws + l->scratch);
@@ -221,7 +225,7 @@ static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const m
         x = (const float *)a->hidden_states + t0 * H;
     }
 
-    /* route: logits [Tc, E] -> ids, wts [Tc, K] */
+    /* route: logits [Tc, E + Z] -> ids, wts [Tc, K] (ids >= E: identity experts) */
     int32_t *ids = (int32_t *)(ws + l->ids);
     float *wts = (float *)(ws + l->wts);
     if (Tc > 0 && a->in_topk_ids) {
@@ -231,11 +235,11 @@ static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const m
     } else if (Tc > 0) {
         const float *logits;
         if (a->router_logits) {
-            logits = a->router_logits + t0 * E;
+            logits = a->router_logits + t0 * R;
         } else {
             float *lg = (float *)(ws + l->logits);
-            moe_gemm_rows(ctx, &w->router, x, H, Tc, lg, E, scratch);
-            moe_route_add_bias(w->router_bias, Tc, E, lg);
+            moe_gemm_rows(ctx, &w->router, x, H, Tc, lg, R, scratch);
+            moe_route_add_bias(w->router_bias, Tc, R, lg);
             logits = lg;
         }
         moe_route_topk(d, w->sel_bias, logits, Tc, ids, wts, ws + l->scores, (moe_topk_method)kn->topk);
@@ -261,7 +265,7 @@ static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const m
         .has_shared = Is > 0, .sgate = (float *)(ws + l->sgate),
         .offsets = (int64_t *)(ws + l->offsets), .begin = (int64_t *)(ws + l->begin),
         .end = (int64_t *)(ws + l->end), .rows = (int32_t *)(ws + l->rows), .pos = (int32_t *)(ws + l->pos),
-        .keys = (uint64_t *)(ws + l->keys), .keys_tmp = (uint64_t *)(ws + l->keys_tmp),
+        .keys = (uint64_t *)(ws + l->keys), .keys_tmp = (uint64_t *)(ws + l->keys_tmp), .bids = (int32_t *)(ws + l->bids),
         .slots = (float *)(ws + l->slots), .h = (float *)(ws + l->h), .y = (float *)(ws + l->y),
         .scratch = scratch, .item_off = (int64_t *)(ws + l->item_off), .stats = stats,
         .tc_max = tc_max, .par_ws = ws + l->par,
@@ -350,15 +354,16 @@ static moe_status check_given_routing(const moe_plan *plan, const moe_exec_args 
         return moe_set_error(ctx, MOE_EINVAL,
                              "moe_plan_execute: router_logits and in_topk_ids are both set: give the logits (libmoe "
                              "routes) or the routing (in_topk_ids / in_topk_weights), not both");
-    const int64_t E = plan->st.desc.num_experts, K = plan->st.desc.top_k;
+    const int64_t E = moe_route_width(&plan->st.desc), K = plan->st.desc.top_k; /* E + Z */
     for (int64_t t = 0; t < a->n_tokens; t++) {
         const int32_t *row = a->in_topk_ids + t * K; /* [K] */
         for (int64_t k = 0; k < K; k++) {
             if (row[k] < 0 || row[k] >= E)
                 return moe_set_error(ctx, MOE_EINVAL,
                                      "moe_plan_execute: in_topk_ids[%lld][%lld] = %d (token %lld, slot %lld) is outside "
-                                     "[0, %lld) (num_experts)",
-                                     (long long)t, (long long)k, (int)row[k], (long long)t, (long long)k, (long long)E);
+                                     "[0, %lld) (num_experts%s)",
+                                     (long long)t, (long long)k, (int)row[k], (long long)t, (long long)k, (long long)E,
+                                     plan->st.desc.num_identity_experts ? " + num_identity_experts" : "");
             for (int64_t j = 0; j < k; j++)
                 if (row[j] == row[k])
                     return moe_set_error(ctx, MOE_EINVAL,

@@ -136,6 +136,10 @@ static void plan_text(moe_plan *p)
         size_t used = strlen(p->text);
         snprintf(p->text + used, sizeof p->text - used, "shared_expert_scale=%.9g;", (double)d->shared_expert_scale);
     }
+    if (d->num_identity_experts > 0) { /* descriptions without identity experts keep their text */
+        size_t used = strlen(p->text);
+        snprintf(p->text + used, sizeof p->text - used, "num_identity_experts=%lld;", (long long)d->num_identity_experts);
+    }
     if (d->scoring_func == MOE_SCORING_SPARSEMIXER) { /* the other modes keep their text and hash */
         size_t used = strlen(p->text);
         snprintf(p->text + used, sizeof p->text - used, "sparsemixer_jitter_eps=%.9g;",

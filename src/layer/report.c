@@ -108,7 +108,7 @@ static double routed_flop_share(const moe_layer_desc *d)
 {
     const double H = (double)d->hidden_size, I = (double)d->moe_intermediate_size;
     const double ex = 2.0 * (double)d->top_k * 3.0 * H * I;
-    const double all = ex + 2.0 * (double)d->num_experts * H + 2.0 * 3.0 * H * (double)d->shared_expert_intermediate_size;
+    const double all = ex + 2.0 * (double)moe_route_width(d) * H + 2.0 * 3.0 * H * (double)d->shared_expert_intermediate_size;
     return ex / all;
 }
 
@@ -232,7 +232,7 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
     r->scale_bytes = mine.scales;
     r->dup_scale_bytes = mine.dup;
     r->shared_bytes = shared_bytes(d, sh.Is, cm);
-    r->router_bytes = (uint64_t)(4 * E * H);
+    r->router_bytes = (uint64_t)(4 * moe_route_width(d) * H); /* [E + Z, H] */
     r->padding_bytes = mine.padding;
     r->w2_scale_cell = mine.w2_cell;
     r->w2_scale_cell_kept = mine.w2_kept;

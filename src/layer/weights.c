@@ -299,6 +299,7 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
     const moe_shard sh = *shp;
     /* H, I, Is the layer's (the source's shapes); El, Il, Isl this rank's share */
     const int64_t H = d->hidden_size, I = d->moe_intermediate_size, E = d->num_experts;
+    const int64_t R = moe_route_width(d); /* the router's rows: E + Z (identity experts) */
     const int64_t Is = experts_only ? 0 : d->shared_expert_intermediate_size; /* 0: no shared expert packed */
     const int64_t El = sh.n_experts, i0 = sh.i0, Il = sh.I, Isl = sh.Is;
     const int quant = moe_quant_active(qc);
@@ -323,9 +324,9 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
      * refused with the sizes (core/mem.c), not failed half-way or killed by the OOM killer. */
     uint64_t need = experts_only ? 0
                                  : (uint64_t)shared_bytes +
-                                       sizeof(float) * (uint64_t)(E * H + (d->shared_expert_gated ? H : 0));
+                                       sizeof(float) * (uint64_t)(R * H + (d->shared_expert_gated ? H : 0));
     need += experts_only ? 0
-                         : sizeof(float) * (uint64_t)((d->has_router_bias ? E : 0) + (d->has_selection_bias ? E : 0) +
+                         : sizeof(float) * (uint64_t)((d->has_router_bias ? R : 0) + (d->has_selection_bias ? R : 0) +
                                                       (d->has_output_bias ? d->hidden_size : 0) +
                                                       (d->has_output_norm ? d->hidden_size : 0));
     need += d->has_expert_bias ? sizeof(float) * (uint64_t)El * (uint64_t)(2 * Il + H) : 0;
@@ -401,16 +402,16 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
         dup += per * (size_t)(N * (ng - own));
     }
     if (!experts_only)
-        w->router_buf = moe_pack_f32(src->router, src->router_dtype, E, H); /* [E, H] f32 packed */
+        w->router_buf = moe_pack_f32(src->router, src->router_dtype, R, H); /* [E + Z, H] f32 packed */
     if (Is > 0) {
         w->shared_buf = moe_alloc_aligned(shared_bytes); /* gate, up [Isl, H], down [H, Isl] packed */
         if (d->shared_expert_gated)
             w->shared_gate_buf = moe_pack_f32(src->shared_expert_gate, src->router_dtype, 1, H); /* [1, H] */
     }
     if (d->has_router_bias && !experts_only)
-        w->router_bias = malloc(sizeof(float) * (size_t)E); /* [E] */
+        w->router_bias = malloc(sizeof(float) * (size_t)R); /* [E + Z] */
     if (d->has_selection_bias && !experts_only)
-        w->sel_bias = malloc(sizeof(float) * (size_t)E); /* [E] */
+        w->sel_bias = malloc(sizeof(float) * (size_t)R); /* [E + Z] */
     if (d->has_output_bias && !experts_only)
         w->output_bias = malloc(sizeof(float) * (size_t)H); /* [H] */
     if (d->has_output_norm && !experts_only)
@@ -431,7 +432,7 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
         return moe_set_error(ctx, MOE_ENOMEM, "moe_weights_create: out of memory packing %zu bytes of expert weights",
                              bytes + shared_bytes);
     }
-    w->router = (moe_pmat){.data = w->router_buf, .dtype = MOE_DTYPE_F32, .n = E, .k = H};
+    w->router = (moe_pmat){.data = w->router_buf, .dtype = MOE_DTYPE_F32, .n = R, .k = H};
     w->shared_gate = (moe_pmat){.data = w->shared_gate_buf, .dtype = MOE_DTYPE_F32, .n = 1, .k = H};
 
     /* Every local expert's view: pmats of its matrices, and its biases (f32, below). */
@@ -536,9 +537,9 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
         bias_to_f32(b + 2 * Il, src->down_bias[e], src->expert_bias_dtype, H, 1);
     }
     if (w->router_bias)
-        bias_to_f32(w->router_bias, src->router_bias, src->router_bias_dtype, E, 1);
+        bias_to_f32(w->router_bias, src->router_bias, src->router_bias_dtype, R, 1);
     if (w->sel_bias)
-        bias_to_f32(w->sel_bias, src->selection_bias, src->selection_bias_dtype, E, 1);
+        bias_to_f32(w->sel_bias, src->selection_bias, src->selection_bias_dtype, R, 1);
     if (w->output_bias)
         bias_to_f32(w->output_bias, src->output_bias, src->output_bias_dtype, H, 1);
     if (w->output_norm)

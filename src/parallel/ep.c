@@ -220,10 +220,11 @@ static int32_t rec_lid(const unsigned char *rec)
     return lid;
 }
 
-/* The first routed row whose id is outside [0, E), or -1. */
+/* The first routed row whose id is outside [0, E + Z), or -1 (ids in [E, E + Z) are identity
+ * experts: never sent, added by the sender's combine). */
 static int64_t bad_row(const moe_chunk *c)
 {
-    const int64_t E = c->st->desc.num_experts, n = c->T * c->st->desc.top_k;
+    const int64_t E = moe_route_width(&c->st->desc), n = c->T * c->st->desc.top_k;
     for (int64_t r = 0; r < n; r++)
         if (c->ids[r] < 0 || c->ids[r] >= E)
             return r;
@@ -272,17 +273,29 @@ static void group_send(moe_chunk *c, int *dcount, int *ddispl)
     for (int dd = 0; dd <= ep; dd++)
         cur[dd] = 0;
     for (int64_t r = 0; r < n; r++)
-        cur[mp->phys_rank[row_phys(c, r)] + 1]++;
+        if (c->ids[r] < E) /* identity experts' rows are not sent */
+            cur[mp->phys_rank[row_phys(c, r)] + 1]++;
     for (int dd = 0; dd < ep; dd++) {
         dcount[dd] = (int)cur[dd + 1];
         cur[dd + 1] += cur[dd];
         ddispl[dd] = (int)cur[dd];
     }
     for (int64_t r = 0; r < n; r++) {
+        if (c->ids[r] >= E)
+            continue;
         const int64_t i = cur[mp->phys_rank[row_phys(c, r)]]++;
         c->rows[i] = (int32_t)r;
         c->pos[r] = (int32_t)i;
     }
+}
+
+/* The rows this rank sends (group_send's counts summed): T*K less the identity experts' rows. */
+static int64_t sent_rows(const int *dcount, int ep)
+{
+    int64_t n = 0;
+    for (int dd = 0; dd < ep; dd++)
+        n += dcount[dd];
+    return n;
 }
 
 static moe_status bad_id_error(moe_chunk *c, int64_t r)
@@ -313,7 +326,8 @@ static void combine(moe_chunk *c, const float *y)
     {
         int tid = omp_get_thread_num(), n = omp_get_num_threads();
         int64_t a0 = c->T * tid / n, a1 = c->T * (tid + 1) / n;
-        moe_combine(ds, a0, a1, c->wts, y, c->pos, c->has_shared, c->sgate, c->out);
+        moe_combine(ds, a0, a1, c->wts, y, c->pos, c->ids, (c->st->par.tp_size <= 1 || c->st->par.tp_rank == 0) ? c->x : NULL, c->has_shared,
+                    c->sgate, c->out);
     }
 }
 
@@ -329,7 +343,7 @@ static moe_status std_prepare(moe_chunk *c, moe_dispatch *d)
         return st;
     const double t_start = MPI_Wtime();
     const int64_t K = p->desc.top_k, H = p->desc.hidden_size;
-    const int64_t El = p->shard.n_experts, n = c->T * K;
+    const int64_t El = p->shard.n_experts;
     const int ep = m->ep_size, me = m->ep_rank;
     const size_t rb = m->rec_bytes;
     const int threads = ctx->num_threads;
@@ -344,6 +358,7 @@ static moe_status std_prepare(moe_chunk *c, moe_dispatch *d)
     else
         for (int dd = 0; dd < ep; dd++)
             m->scount[dd] = -1;
+    const int64_t ns = bad < 0 ? sent_rows(m->scount, ep) : 0; /* rows sent: identity rows stay */
     /* 2. counts */
     MPI_Request req;
     int rc = MPI_Ialltoall(m->scount, 1, MPI_INT, m->rcount, 1, MPI_INT, m->ep, &req);
@@ -367,8 +382,8 @@ static moe_status std_prepare(moe_chunk *c, moe_dispatch *d)
     /* 3. records in send order (position i = c->pos of its row) */
     const moe_dtype dt = m->dispatch_dtype;
     const int on_input = p->desc.apply_router_weight_on_input;
-#pragma omp parallel for schedule(static) num_threads(threads) if (n * H > 32768)
-    for (int64_t i = 0; i < n; i++) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (ns * H > 32768)
+    for (int64_t i = 0; i < ns; i++) {
         const int64_t r = c->rows[i];
         const int32_t lid = p->epmap.phys_local[row_phys(c, r)];
         pack_rec(dt, w.send + (size_t)i * rb, lid, c->x + (r / K) * H, on_input ? &c->wts[r] : NULL, H);
@@ -407,7 +422,7 @@ static moe_status std_prepare(moe_chunk *c, moe_dispatch *d)
     *d = (moe_dispatch){.format = MOE_FORMAT_STANDARD, .x = w.x, .n_groups = El, .begin = c->begin, .end = c->end,
                         .rows = NULL, .row_div = 1, .pos = NULL, .h = w.h, .y = w.y, .in_scale = NULL};
     c->stats->dispatch_seconds += MPI_Wtime() - t_start;
-    c->stats->dispatch_bytes += (n - m->scount[me]) * (int64_t)rb;
+    c->stats->dispatch_bytes += (ns - m->scount[me]) * (int64_t)rb;
     c->stats->received_rows += R;
     return MOE_OK;
 }
@@ -451,7 +466,7 @@ static moe_status bat_prepare(moe_chunk *c, moe_dispatch *d)
         return st;
     const double t_start = MPI_Wtime();
     const int64_t K = p->desc.top_k, H = p->desc.hidden_size;
-    const int64_t El = p->shard.n_experts, n = c->T * K;
+    const int64_t El = p->shard.n_experts;
     const int ep = m->ep_size;
     const size_t rb = m->rec_bytes;
     const int threads = ctx->num_threads;
@@ -478,9 +493,10 @@ static moe_status bat_prepare(moe_chunk *c, moe_dispatch *d)
     /* 2. rows into their block slots, in send order; pos = the row of the returned block */
     const moe_dtype dt = m->dispatch_dtype;
     const int on_input = p->desc.apply_router_weight_on_input;
+    const int64_t ns = flag ? 0 : sent_rows(dcount, ep); /* rows sent: identity rows stay */
     if (!flag) {
-#pragma omp parallel for schedule(static) num_threads(threads) if (n * H > 32768)
-        for (int64_t i = 0; i < n; i++) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (ns * H > 32768)
+        for (int64_t i = 0; i < ns; i++) {
             const int64_t r = c->rows[i];
             const int32_t q = row_phys(c, r);
             const int64_t owner = p->epmap.phys_rank[q];

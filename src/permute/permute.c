@@ -71,10 +71,11 @@ void moe_permute_packed(const int32_t *ids, int64_t T, int64_t K, int64_t E, int
 }
 
 void moe_combine(const moe_layer_desc *desc, int64_t t0, int64_t t1, const float *weights,
-                 const float *y, const int32_t *pos, int has_shared, const float *shared_scale,
-                 float *out)
+                 const float *y, const int32_t *pos, const int32_t *ids, const float *x, int has_shared,
+                 const float *shared_scale, float *out)
 {
-    const int64_t H = desc->hidden_size, K = desc->top_k;
+    const int64_t H = desc->hidden_size, K = desc->top_k, E = desc->num_experts;
+    const int identity = desc->num_identity_experts > 0 && ids;
     const float scale = desc->routed_scaling_factor;
     enum { HB = 64 };
     float acc[HB]; /* one block of a token's output, summed over k in top-k order */
@@ -86,6 +87,15 @@ void moe_combine(const moe_layer_desc *desc, int64_t t0, int64_t t1, const float
                 acc[j] = 0.0f;
             for (int64_t k = 0; k < K; k++) {
                 const float w = weights[t * K + k];
+                if (identity && ids[t * K + k] >= E) {
+                    /* an identity expert: w * x, the same operations as a routed term */
+                    if (x) {
+                        const float *xr = x + t * H + h0; /* [nb] */
+                        for (int64_t j = 0; j < nb; j++)
+                            acc[j] += w * xr[j];
+                    }
+                    continue;
+                }
                 const float *yr = y + (int64_t)pos[t * K + k] * H + h0; /* [nb] */
                 if (desc->apply_router_weight_on_input) /* the weight is already in y */
                     for (int64_t j = 0; j < nb; j++)

@@ -10,23 +10,32 @@
 void moe_pf_group_rows(moe_chunk *c)
 {
     const moe_exec_knobs *kn = c->knobs;
-    const int64_t K = c->st->desc.top_k, E = c->st->desc.num_experts;
+    const int64_t K = c->st->desc.top_k;
+    int64_t E = c->st->desc.num_experts;
+    const int32_t *ids = c->ids;
+    if (c->st->desc.num_identity_experts > 0) {
+        /* identity experts: ids in [E, E + Z) into one last bucket E (kept out of the experts) */
+        for (int64_t r = 0; r < c->T * K; r++)
+            c->bids[r] = c->ids[r] < E ? c->ids[r] : (int32_t)E;
+        ids = c->bids;
+        E += 1;
+    }
     int method = kn->permute;
     if (method == MOE_PERMUTE_AUTO)
         method = c->T * K <= kn->onehot_threshold ? MOE_PERMUTE_ONEHOT : MOE_PERMUTE_SORT;
     switch (method) {
     case MOE_PERMUTE_ONEHOT:
-        moe_permute_onehot(c->ids, c->T, K, E, c->offsets, c->rows, c->pos);
+        moe_permute_onehot(ids, c->T, K, E, c->offsets, c->rows, c->pos);
         c->stats->permute = "onehot";
         c->stats->permute_onehot++;
         break;
     case MOE_PERMUTE_PACKED:
-        moe_permute_packed(c->ids, c->T, K, E, c->offsets, c->rows, c->pos, c->keys, c->keys_tmp);
+        moe_permute_packed(ids, c->T, K, E, c->offsets, c->rows, c->pos, c->keys, c->keys_tmp);
         c->stats->permute = "packed";
         c->stats->permute_packed++;
         break;
     default:
-        moe_permute_sort(c->ids, c->T, K, E, c->offsets, c->rows, c->pos);
+        moe_permute_sort(ids, c->T, K, E, c->offsets, c->rows, c->pos);
         c->stats->permute = "sort";
         c->stats->permute_sort++;
         break;
@@ -91,7 +100,8 @@ static moe_status finalize_local(moe_chunk *c, const moe_dispatch *d)
     {
         int tid = omp_get_thread_num(), n = omp_get_num_threads();
         int64_t a0 = c->T * tid / n, a1 = c->T * (tid + 1) / n;
-        moe_combine(ds, a0, a1, c->wts, d->y, d->pos, c->has_shared, c->sgate, c->out);
+        moe_combine(ds, a0, a1, c->wts, d->y, d->pos, c->ids, (c->st->par.tp_size <= 1 || c->st->par.tp_rank == 0) ? c->x : NULL, c->has_shared,
+                    c->sgate, c->out);
     }
     return MOE_OK;
 }

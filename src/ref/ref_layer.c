@@ -26,12 +26,13 @@ moe_status moe_ref_forward_given(const moe_layer_desc *desc, const moe_weight_so
     const int bf16 = compute == MOE_COMPUTE_BF16;
     const int64_t H = desc->hidden_size, I = desc->moe_intermediate_size;
     const int64_t E = desc->num_experts, K = desc->top_k;
+    const int64_t Z = desc->num_identity_experts, R = E + Z; /* the router scores E + Z experts */
     const int64_t Is = desc->shared_expert_intermediate_size;
     if (T <= 0)
         return T == 0 ? MOE_OK : MOE_EINVAL;
     const moe_dtype dt = desc->weight_dtype;
 
-    float *logits = malloc(sizeof(float) * (size_t)(T * E));     /* [T, E] */
+    float *logits = malloc(sizeof(float) * (size_t)(T * R));     /* [T, E + Z] */
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(T * K));    /* [T, K] */
     float *weights = malloc(sizeof(float) * (size_t)(T * K));    /* [T, K] */
     int64_t *offsets = malloc(sizeof(int64_t) * (size_t)(E + 1));/* [E+1] */
@@ -61,16 +62,22 @@ moe_status moe_ref_forward_given(const moe_layer_desc *desc, const moe_weight_so
         goto routed;
     }
     if (router_logits) {
-        memcpy(logits, router_logits, sizeof(float) * (size_t)(T * E));
+        memcpy(logits, router_logits, sizeof(float) * (size_t)(T * R));
     } else {
-        moe_ref_router_logits(x, T, H, E, src->router, src->router_dtype, logits);
+        moe_ref_router_logits(x, T, H, R, src->router, src->router_dtype, logits);
         if (desc->has_router_bias)
             for (int64_t t = 0; t < T; t++)
-                for (int64_t e = 0; e < E; e++)
-                    logits[t * E + e] = logits[t * E + e] + moe_ref_load(src->router_bias, src->router_bias_dtype, e);
+                for (int64_t e = 0; e < R; e++)
+                    logits[t * R + e] = logits[t * R + e] + moe_ref_load(src->router_bias, src->router_bias_dtype, e);
     }
-    st = moe_ref_route(desc, desc->has_selection_bias ? src->selection_bias : NULL, src->selection_bias_dtype,
-                       logits, T, ids, weights);
+    {
+        /* the routing sees the E + Z experts as one range (identity ids are E..E+Z-1) */
+        moe_layer_desc rd = *desc;
+        rd.num_experts = R;
+        rd.num_identity_experts = 0;
+        st = moe_ref_route(&rd, desc->has_selection_bias ? src->selection_bias : NULL, src->selection_bias_dtype,
+                           logits, T, ids, weights);
+    }
     if (st != MOE_OK)
         goto done;
 
@@ -115,6 +122,16 @@ routed:
                 moe_ref_expert_ex(desc, &m, H, I, in, y + r * H, h);
             }
         }
+    }
+
+    /* identity experts (ids >= E, never permuted above): the row's output is its input x (with
+     * apply_router_weight_on_input w * x, one rounding, and the finalize sums it unweighted) */
+    for (int64_t r = 0; r < T * K; r++) {
+        if (ids[r] < E)
+            continue;
+        const int64_t t = r / K;
+        for (int64_t k = 0; k < H; k++)
+            y[r * H + k] = desc->apply_router_weight_on_input ? weights[r] * x[t * H + k] : x[t * H + k];
     }
 
     /* shared expert: row-major, no biases, on the unscaled input */

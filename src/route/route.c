@@ -117,20 +117,21 @@ static int64_t n_groups(const moe_layer_desc *d)
 
 size_t moe_route_scratch_bytes(const moe_layer_desc *d)
 {
-    const size_t E = (size_t)d->num_experts, K = (size_t)d->top_k, G = (size_t)n_groups(d);
+    const size_t E = (size_t)moe_route_width(d), K = (size_t)d->top_k, G = (size_t)n_groups(d); /* E + Z */
     return 4 * (2 * E + (G > K ? G : K) + 2 * G) + G + 64;
 }
 
 moe_status moe_route_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
 {
-    const long long E = (long long)d->num_experts, K = (long long)d->top_k;
+    const long long E = (long long)moe_route_width(d), K = (long long)d->top_k; /* E + Z */
     const long long G = (long long)d->n_group, TG = (long long)d->topk_group;
     if (G < 0)
         return moe_set_error(ctx, MOE_EINVAL, "layer description: n_group = %lld is negative (0 or 1: no groups)", G);
     if (G > 1) {
         if (E % G != 0)
             return moe_set_error(ctx, MOE_EINVAL,
-                                 "layer description: num_experts = %lld is not a multiple of n_group = %lld", E, G);
+                                 "layer description: %s = %lld is not a multiple of n_group = %lld",
+                                 d->num_identity_experts ? "num_experts + num_identity_experts" : "num_experts", E, G);
         if (TG < 1 || TG > G)
             return moe_set_error(ctx, MOE_EINVAL, "layer description: topk_group = %lld, must be in [1, n_group = %lld]",
                                  TG, G);
@@ -185,7 +186,7 @@ void moe_route_topk(const moe_layer_desc *desc, const float *sel_bias, const flo
                     int64_t T, int32_t *ids, float *weights, void *scratch,
                     moe_topk_method method)
 {
-    const int64_t E = desc->num_experts, K = desc->top_k, G = n_groups(desc);
+    const int64_t E = moe_route_width(desc), K = desc->top_k, G = n_groups(desc); /* E + Z scored */
     const int64_t nkv = G > K ? G : K;
     float *s = scratch;                   /* [E] scores */
     float *c = s + E;                     /* [E] selection keys */

@@ -221,6 +221,7 @@ _FAMILIES = {
     "AXK1ForCausalLM": "axk1", "axk1": "axk1",
     "Lfm2MoeForCausalLM": "lfm2_moe", "lfm2_moe": "lfm2_moe",
     "Cohere2MoeForCausalLM": "cohere2_moe", "cohere2_moe": "cohere2_moe",
+    "LongcatFlashForCausalLM": "longcat_flash", "longcat_flash": "longcat_flash",
 }
 # Branch routerknobs: LFM2-MoE's (sum + 1e-6) and Cohere2-MoE's configured scoring / shared mix
 _KNOBS = ("lfm2_moe", "cohere2_moe")
@@ -566,9 +567,41 @@ def layer_params_knobs(ck, layer):
     return p
 
 
+def layer_params_longcat(ck, layer):
+    """LongCat-Flash (transformers 5.24 longcat_flash/modeling_longcat_flash.py): every layer's
+    LongcatFlashMoE; LongcatFlashTopkRouter: logits = classifier.weight [E + Z, H] x (no bias),
+    softmax over all E + Z, top-k (moe_topk) on scores + e_score_correction_bias, the weights
+    the scores (not renormalized) times routed_scaling_factor (default 6); LongcatFlashExperts:
+    an id >= n_routed_experts (E) is the identity, its term w * x. Z = zero_expert_num (default
+    256, null 0); I = expert_ffn_hidden_size; the layer count is num_layers."""
+    cfg = ck.config
+    nl = int(cfg["num_layers"])
+    if not 0 <= layer < nl:
+        raise IndexError(f"layer {layer} outside [0, {nl})")
+    if cfg.get("zero_expert_type", "identity") != "identity":
+        raise ValueError(f"zero_expert_type {cfg['zero_expert_type']!r} is not modelled here")
+    H, K = int(cfg["hidden_size"]), int(_get(cfg, "moe_topk", 12))
+    E, I = int(_get(cfg, "n_routed_experts", 512)), int(_get(cfg, "expert_ffn_hidden_size", 2048))
+    Z = int(cfg["zero_expert_num"] or 0) if "zero_expert_num" in cfg else 256
+    moe = f"model.layers.{layer}.mlp."
+    p = {"family": "longcat_flash", "H": H, "K": K, "E": E, "I": I, "Z": Z, "scoring": "softmax",
+         "renormalize": False, "scale": float(_get(cfg, "routed_scaling_factor", 6.0)), "n_group": 1,
+         "sel_bias": ck.get(moe + "router.e_score_correction_bias"), "router_bias": None,
+         "router": ck.get(moe + "router.classifier.weight"), "act": "swiglu", "on_input": False, "Is": 0}
+    for k, n in (("w_gate", "gate_proj"), ("w_up", "up_proj"), ("w_down", "down_proj")):
+        p[k] = np.stack([ck.get(f"{moe}experts.{e}.{n}.weight") for e in range(E)])
+    for k, shape in (("router", (E + Z, H)), ("sel_bias", (E + Z,)), ("w_gate", (E, I, H)), ("w_up", (E, I, H)),
+                     ("w_down", (E, H, I))):
+        if tuple(p[k].shape) != shape:
+            raise ValueError(f"layer {layer}: {k} has shape {p[k].shape}, expected {shape}")
+    return p
+
+
 def layer_params_new(ck, layer):
     """layer_params for the families after Mixtral / Qwen2/3-MoE."""
     fam = ck.family
+    if fam == "longcat_flash":
+        return layer_params_longcat(ck, layer)
     if fam in _ACTS:
         return layer_params_acts(ck, layer)
     if fam in _KNOBS:
@@ -958,6 +991,9 @@ def moe_forward(p, x):
             np.add.at(out, rows, expert(p, w[rows, ks][:, None] * x[rows], e))
         else:
             np.add.at(out, rows, w[rows, ks][:, None] * expert(p, x[rows], e))
+    for e in range(p["E"], p["E"] + p.get("Z", 0)):  # LongCat-Flash's identity experts: w * x
+        rows, ks = np.nonzero(ids == e)
+        np.add.at(out, rows, w[rows, ks][:, None] * x[rows])
     out *= p.get("scale", 1.0)
     if p["Is"]:
         gate = 1.0

@@ -161,6 +161,7 @@ typedef struct rlayer {
     float *gb, *ub, *db;           /* [E][I], [E][I], [E][H] expert biases */
     float *ob;                     /* [H] output bias (with the expert biases) */
     float *on;                     /* [H] output RMSNorm weight (with the expert biases too) */
+    float *selb;                   /* [E + Z] selection bias (rlayer_identity) */
     const void **gp, **up, **dp;   /* [E] */
     const void **gbp, **ubp, **dbp;/* [E] */
     moe_weight_source src;
@@ -274,12 +275,31 @@ static void rlayer_free(rlayer *L)
     free(L->db);
     free(L->ob);
     free(L->on);
+    free(L->selb);
     free(L->gp);
     free(L->up);
     free(L->dp);
     free(L->gbp);
     free(L->ubp);
     free(L->dbp);
+}
+
+/* LongCat-Flash's identity experts on a layer of rlayer_make: Z more router rows [E + Z, H] and a
+ * selection bias [E + Z] (softmax, not renormalized, scale 1.5); ids >= E are w * x terms. */
+static void rlayer_identity(rlayer *L, int64_t Z, uint64_t seed)
+{
+    const int64_t E = L->d.num_experts, H = L->d.hidden_size;
+    free(L->router);
+    L->router = make_weights((size_t)((E + Z) * H), MOE_DTYPE_F32, seed + 1, 1.0f);
+    L->src.router = L->router;
+    L->selb = make_weights((size_t)(E + Z), MOE_DTYPE_F32, seed + 2, 0.1f);
+    L->src.selection_bias = L->selb;
+    L->src.selection_bias_dtype = MOE_DTYPE_F32;
+    L->d.has_selection_bias = 1;
+    L->d.num_identity_experts = Z;
+    L->d.scoring_func = MOE_SCORING_SOFTMAX;
+    L->d.renormalize = 0;
+    L->d.routed_scaling_factor = 1.5f;
 }
 
 /* The source with the other EP ranks' experts as NULL pointers (they must not be read). */
@@ -388,7 +408,7 @@ static moe_status exec_rows_ex(moe_plan *plan, moe_weights *w, const void *x, mo
     a.hidden_states = t1 > t0 ? (const unsigned char *)x + (size_t)(t0 * H) * es : NULL;
     a.hidden_dtype = xdt;
     a.n_tokens = t1 - t0;
-    a.router_logits = logits && t1 > t0 ? logits + t0 * E : NULL;
+    a.router_logits = logits && t1 > t0 ? logits + t0 * (E + d->num_identity_experts) : NULL; /* [T, E + Z] */
     a.output = t1 <= t0 ? NULL : odt == MOE_DTYPE_BF16 ? (void *)((uint16_t *)r->out + t0 * H) : (void *)(r->out + t0 * H);
     a.output_dtype = odt;
     a.in_topk_ids = in_ids && t1 > t0 ? in_ids + t0 * K : NULL;
@@ -656,8 +676,8 @@ static void fixture_case(const fixture *f, const pcfg *c, double tol, int64_t ch
 
 static void all_fixtures(const pcfg *c, double tol, int64_t chunk)
 {
-    static fixture fx[64];
-    int n = list_fixtures(fx, 64);
+    static fixture fx[128]; /* every fixture folder (69 with LongCat-Flash's; 64 dropped some) */
+    int n = list_fixtures(fx, 128);
     CHECK(n >= 20, "only %d fixtures found under LIBMOE_TEST_DATA", n);
     for (int i = 0; i < n; i++)
         fixture_case(&fx[i], c, tol, chunk);
@@ -733,12 +753,18 @@ static void random_case(const char *name, rlayer *L, const float *logits, int64_
     CHECK(strcmp(got.st.prepare_finalize, c->ep > 1 ? (c->low_latency ? "ep_batched" : "ep_alltoall")
                                                     : (c->low_latency ? "local_batched" : "local")) == 0,
           "%s: prepare_finalize %s", what, got.st.prepare_finalize);
-    /* every row routed to this rank's experts was received: sum over ranks = T*K */
-    long long rows = got.st.received_rows, all = 0;
+    /* every row routed to this rank's experts was received: sum over ranks = T*K, less the
+     * identity experts' rows (ids >= E: never sent, added by the sender's combine) */
+    long long rows = got.st.received_rows, all = 0, n_identity = 0;
+    for (int64_t i = 0; i < T * K; i++)
+        n_identity += ref.ids[i] >= d->num_experts;
+    if (d->num_identity_experts > 0)
+        CHECK(n_identity > 0 && n_identity < T * K, "%s: %lld of %lld rows pick an identity expert", what, n_identity,
+              (long long)(T * K));
     MPI_Allreduce(&rows, &all, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
     if (c->ep > 1)
-        CHECK(all == (long long)(T * K * c->tp), "%s: %lld rows received over all ranks, expected %lld", what, all,
-              (long long)(T * K * c->tp));
+        CHECK(all == (long long)((T * K - n_identity) * c->tp), "%s: %lld rows received over all ranks, expected %lld",
+              what, all, (long long)((T * K - n_identity) * c->tp));
     if (c->pl && c->tp == 1) {
         /* the replica rule, computed here from the one-process topk_ids: rank s's token t
          * (counted from its first) of logical expert e with c replicas goes to replica
@@ -751,6 +777,8 @@ static void random_case(const char *name, rlayer *L, const float *logits, int64_
             for (int64_t t = bs; t < es; t++)
                 for (int64_t k = 0; k < K; k++) {
                     const int32_t e = ref.ids[t * K + k];
+                    if (e >= d->num_experts) /* an identity expert: not sent */
+                        continue;
                     int n_rep = 0;
                     for (int32_t q = 0; q < pl->num_physical_experts; q++)
                         n_rep += pl->physical_to_logical[q] == e;
@@ -825,7 +853,7 @@ static void random_suite(const pcfg *base, double tol)
                 rlayer_free(&L);
                 g_threads = 1;
             }
-            /* 5. branch routerknobs: LFM2-MoE's renormalize_eps 1e-6 on sigmoid top-k weights and
+            /* 5. LFM2-MoE's renormalize_eps 1e-6 on sigmoid top-k weights and
              *    Cohere2-MoE's "average" (routed_scaling_factor = shared_expert_scale = 0.5) */
             {
                 rlayer_make(&L, 24, 16, 8, 3, 16, 0, 0, 0, MOE_DTYPE_F32, 37);
@@ -836,10 +864,25 @@ static void random_suite(const pcfg *base, double tol)
                 random_case("renormalize_eps 1e-6, shared_expert_scale 0.5", &L, NULL, 31, &c, tol, 16);
                 rlayer_free(&L);
             }
+            /* 6. identity experts (LongCat-Flash): E = 6 + Z = 4 scored, K = 3, a gated shared
+             *    expert, router computed; then E = 5 + Z = 3 with skewed caller logits [T, E + Z] */
+            {
+                rlayer_make(&L, 24, 16, 6, 3, 12, 1, 0, 0, MOE_DTYPE_F32, 45);
+                rlayer_identity(&L, 4, 46);
+                random_case("identity experts E=6 Z=4 K=3 shared", &L, NULL, 41, &c, tol, 9);
+                rlayer_free(&L);
+                rlayer_make(&L, 16, 12, 5, 2, 0, 0, 0, 0, MOE_DTYPE_BF16, 47);
+                rlayer_identity(&L, 3, 48);
+                const int64_t T = 33;
+                float *lg = skewed_logits(T, 8, 2, 49);
+                random_case("identity experts E=5 Z=3 K=2 skewed logits", &L, lg, T, &c, tol, 1024);
+                free(lg);
+                rlayer_free(&L);
+            }
         }
     }
     say("  random layers (skewed routing, uneven placement, bf16, biases, weight on input, shared, renormalize_eps, "
-        "shared_expert_scale): ep %d x tp %d, both "
+        "shared_expert_scale, identity experts): ep %d x tp %d, both "
         "formats: %s\n",
         base->ep, base->tp, tol < 0 ? "bit-identical to one process" : "within bound");
 }
@@ -1834,6 +1877,17 @@ static void mode_eplb(void)
             c.zero_last = 1;
             snprintf(name, sizeof name, "placement %s, skewed, one chunk", names[i]);
             random_case(name, &L, skew, T, &c, -1, 1024);
+            {
+                /* identity experts: never placed (the placement covers the E routed experts), their
+                 * rows never sent, with replicas of the routed ones */
+                rlayer LZ;
+                rlayer_make(&LZ, 48, 24, E, K, 16, 1, 0, 0, MOE_DTYPE_F32, 91);
+                rlayer_identity(&LZ, 5, 92);
+                c.zero_last = 0;
+                snprintf(name, sizeof name, "placement %s, identity experts Z=5", names[i]);
+                random_case(name, &LZ, NULL, T, &c, -1, 16);
+                rlayer_free(&LZ);
+            }
         }
         /* a non-contiguous placement is in the plan text and hash */
         moe_plan *pp = NULL;

@@ -455,10 +455,13 @@ static void check_bound(moe_family fam, moe_dtype wdt, double *worst_ratio, doub
     assert_int_equal(moe_family_layer_defaults(fam, d), MOE_OK);
     if (d->scoring_func == MOE_SCORING_SPARSEMIXER)
         K = d->top_k = 2;
+    if (d->num_identity_experts > 0) /* LongCat-Flash: 3 identity experts (ids >= E: w * x, exact) */
+        d->num_identity_experts = 3;
+    const int64_t R = E + d->num_identity_experts; /* the router's rows */
     const int bx = wdt == MOE_DTYPE_BF16;
-    L.router = rand_f32((size_t)(E * H), 0.5f, 0);
-    L.rbias = rand_f32((size_t)E, 0.1f, 0);
-    L.sbias = rand_f32((size_t)E, 0.1f, 0);
+    L.router = rand_f32((size_t)(R * H), 0.5f, 0);
+    L.rbias = rand_f32((size_t)R, 0.1f, 0);
+    L.sbias = rand_f32((size_t)R, 0.1f, 0);
     const float sh = 1.0f / sqrtf((float)H), si = 1.0f / sqrtf((float)I);
     L.wg = rand_f32((size_t)(E * I * H), 2.0f * sh, bx);
     L.wu = rand_f32((size_t)(E * I * H), 2.0f * sh, bx);
@@ -557,9 +560,14 @@ static void check_bound(moe_family fam, moe_dtype wdt, double *worst_ratio, doub
             for (int64_t j = 0; j < H; j++)
                 xin[j] = on_input ? wk * (double)x[t * H + j] : (double)x[t * H + j];
             const double rx = on_input ? u + b + b * u : b;
-            expert64(d, H, I, xin, rx, bw, L.wg + e * I * H, L.wu + e * I * H, L.wd + e * H * I,
-                     d->has_expert_bias ? L.bg + e * I : NULL, d->has_expert_bias ? L.bu + e * I : NULL,
-                     d->has_expert_bias ? L.bd + e * H : NULL, y, ey);
+            if (e >= E) { /* an identity expert: y = its input, the same in both compute modes */
+                for (int64_t j = 0; j < H; j++)
+                    y[j] = xin[j], ey[j] = 0.0;
+            } else {
+                expert64(d, H, I, xin, rx, bw, L.wg + e * I * H, L.wu + e * I * H, L.wd + e * H * I,
+                         d->has_expert_bias ? L.bg + e * I : NULL, d->has_expert_bias ? L.bu + e * I : NULL,
+                         d->has_expert_bias ? L.bd + e * H : NULL, y, ey);
+            }
             const double ck = on_input ? 1.0 : wk;
             for (int64_t j = 0; j < H; j++) {
                 acc[j] += rsf * ck * y[j];

@@ -1192,6 +1192,27 @@ static void test_row_field_names(void **state)
     fixture_variant(dir, "axk2_f32", "n_group", json_integer(2), NULL, NULL);
     expect_error(ctx, variant_desc(ctx, dir, 1, &d), MOE_EUNSUPPORTED, cfg, "'n_group' = 2", "0.0, not -inf",
                  "apply_group_scoring");
+
+    /* LongCat-Flash: zero_expert_num identity experts (the router [E + Z, H]), zero_expert_type
+     * "identity" or refused by name, K <= E + Z, the layer count num_layers */
+    fixture_variant(dir, "longcat_flash_f32", "zero_expert_type", json_string("identity"), NULL, NULL);
+    assert_int_equal(variant_desc(ctx, dir, 0, &d), MOE_OK);
+    assert_int_equal(d.family, MOE_FAMILY_LONGCAT_FLASH);
+    assert_int_equal(d.num_experts, 6);
+    assert_int_equal(d.num_identity_experts, 3);
+    assert_int_equal(d.top_k, 3);
+    assert_true(d.routed_scaling_factor == 1.5f && !d.renormalize && d.has_selection_bias);
+    fixture_variant(dir, "longcat_flash_f32", "zero_expert_type", json_string("constant"), NULL, NULL);
+    expect_error(ctx, variant_desc(ctx, dir, 0, &d), MOE_EUNSUPPORTED, cfg, "'zero_expert_type' = \"constant\"",
+                 "identity");
+    fixture_variant(dir, "longcat_flash_f32", "zero_expert_num", NULL, NULL, NULL); /* absent: 256 */
+    expect_error(ctx, variant_desc(ctx, dir, 0, &d), MOE_ESHAPE, "router.classifier.weight", "[E + Z, H]");
+    fixture_variant(dir, "longcat_flash_f32", "zero_expert_num", json_null(), NULL, NULL); /* null: none */
+    expect_error(ctx, variant_desc(ctx, dir, 0, &d), MOE_ESHAPE, "router.classifier.weight", "[E, H]");
+    fixture_variant(dir, "longcat_flash_f32", "moe_topk", json_integer(10), NULL, NULL);
+    expect_error(ctx, variant_desc(ctx, dir, 0, &d), MOE_EFORMAT, cfg, "'moe_topk' = 10", "9 experts (routed and identity)");
+    fixture_variant(dir, "longcat_flash_f32", "num_layers", NULL, NULL, NULL);
+    expect_error(ctx, variant_desc(ctx, dir, 0, &d), MOE_ENOTFOUND, "'num_layers'");
     tu_rm_tree(dir);
     moe_ctx_free(ctx);
 }

@@ -50,6 +50,7 @@ typedef struct fam_cfg {
     moe_activation sh_act;
     float renorm_eps; /* renormalize_eps (LFM2-MoE 1e-6, Cohere2-MoE 0); default 1e-20 */
     float sh_scale;   /* shared_expert_scale (Cohere2-MoE's "average" 0.5); default 1 */
+    int64_t Z;     /* num_identity_experts (LongCat-Flash): router and its biases [E + Z] */
 } fam_cfg;
 
 static fam_cfg cfg_default(int64_t H, int64_t I, int64_t E, int64_t K)
@@ -147,9 +148,11 @@ static void layer_build(fam_layer *L, const fam_cfg *c, uint64_t seed)
     L->d.shared_expert_scale = c->sh_scale;
     L->d.has_output_norm = c->out_norm;
     L->d.output_norm_eps = 1e-5f;
+    L->d.num_identity_experts = c->Z;
+    const int64_t R = E + c->Z; /* the router's rows */
 
     const float sh = 1.0f / sqrtf((float)H), si = 1.0f / sqrtf((float)I);
-    L->router = rand_dt(E * H, c->dt, seed + 1, -4.0f * sh, 4.0f * sh);
+    L->router = rand_dt(R * H, c->dt, seed + 1, -4.0f * sh, 4.0f * sh);
     L->gf = malloc(sizeof(float) * (size_t)(E * I * H));
     L->uf = malloc(sizeof(float) * (size_t)(E * I * H));
     L->df = malloc(sizeof(float) * (size_t)(E * H * I));
@@ -225,7 +228,7 @@ static void layer_build(fam_layer *L, const fam_cfg *c, uint64_t seed)
         }
     }
     if (c->router_bias) {
-        L->rbias = rand_dt(E, c->bias_dt, seed + 11, -1.0f, 1.0f);
+        L->rbias = rand_dt(R, c->bias_dt, seed + 11, -1.0f, 1.0f);
         L->src.router_bias = L->rbias;
         L->src.router_bias_dtype = c->bias_dt;
     }
@@ -240,7 +243,7 @@ static void layer_build(fam_layer *L, const fam_cfg *c, uint64_t seed)
         L->src.output_norm_dtype = c->bias_dt;
     }
     if (c->sel_bias) {
-        L->sbias = rand_dt(E, c->bias_dt, seed + 12, -0.3f, 0.3f);
+        L->sbias = rand_dt(R, c->bias_dt, seed + 12, -0.3f, 0.3f);
         L->src.selection_bias = L->sbias;
         L->src.selection_bias_dtype = c->bias_dt;
     }
@@ -311,10 +314,13 @@ static void layer_free(fam_layer *L)
 
 /* ---- running ------------------------------------------------------------------------- */
 
+static const char *g_permute; /* moe_options.permute of the next make_ctx (NULL: auto) */
+
 static moe_ctx *make_ctx(const char *isa, int threads, int64_t chunk, const char *topk)
 {
     moe_options o;
     moe_options_init(&o);
+    o.permute = g_permute;
     o.isa = isa;
     o.num_threads = threads;
     o.chunk_size = chunk;
@@ -377,7 +383,7 @@ static void check_bits(fam_layer *L, const float *x, int64_t T, const float *log
     float *rw = malloc(sizeof(float) * (nk + 1));
     assert_int_equal(moe_ref_forward(&L->d, &L->src, x, T, logits, ref, rid, rw), MOE_OK);
     for (size_t i = 0; i < nk; i++) {
-        assert_in_range(rid[i], 0, L->c.E - 1);
+        assert_in_range(rid[i], 0, L->c.E + L->c.Z - 1); /* ids >= E: identity experts */
         for (size_t j = i - i % (size_t)K; j < i; j++)
             assert_int_not_equal(rid[i], rid[j]);
     }
@@ -390,18 +396,21 @@ static void check_bits(fam_layer *L, const float *x, int64_t T, const float *log
         int64_t chunk;
         const char *topk;
         int pf;
+        const char *permute; /* NULL: auto */
     } run_cfg;
     const char *isas[16]; /* the kernel registry's rows */
     const size_t n_isas = tu_isa_names(isas, sizeof isas / sizeof isas[0]);
-    run_cfg runs[4 * 16 + 3];
+    run_cfg runs[4 * 16 + 5];
     size_t nr = 0;
     for (size_t i = 0; i < n_isas; i++)
         for (int th = 1; th <= 2; th++)
             for (int ch = 0; ch < 2; ch++)
-                runs[nr++] = (run_cfg){isas[i], th, ch ? 7 : 1 << 20, "sort", 0};
-    runs[nr++] = (run_cfg){NULL, 2, 7, "rowmax", 0};
-    runs[nr++] = (run_cfg){NULL, 2, 1 << 20, "sort", 1};
-    runs[nr++] = (run_cfg){"ref", 1, 7, "rowmax", 1};
+                runs[nr++] = (run_cfg){isas[i], th, ch ? 7 : 1 << 20, "sort", 0, NULL};
+    runs[nr++] = (run_cfg){NULL, 2, 7, "rowmax", 0, NULL};
+    runs[nr++] = (run_cfg){NULL, 2, 1 << 20, "sort", 1, NULL};
+    runs[nr++] = (run_cfg){"ref", 1, 7, "rowmax", 1, NULL};
+    runs[nr++] = (run_cfg){NULL, 2, 7, "sort", 0, "onehot"};
+    runs[nr++] = (run_cfg){NULL, 1, 1 << 20, "sort", 0, "packed"};
     float *out = malloc(sizeof(float) * (nx + 1));
     int32_t *id = malloc(sizeof(int32_t) * (nk + 1));
     float *w = malloc(sizeof(float) * (nk + 1));
@@ -410,7 +419,9 @@ static void check_bits(fam_layer *L, const float *x, int64_t T, const float *log
         const int thr = runs[r].threads, pf = runs[r].pf;
         const int64_t chunk = runs[r].chunk;
         const char *tkm = runs[r].topk;
+        g_permute = runs[r].permute;
         moe_ctx *ctx = make_ctx(isa, thr, chunk, tkm);
+        g_permute = NULL;
         if (!ctx)
             continue;
         moe_plan_config pc;
@@ -826,7 +837,7 @@ static void test_output_norm(void **state)
     }
 }
 
-/* Branch routerknobs: renormalize_eps (LFM2-MoE's sum + 1e-6, Cohere2-MoE's sum alone) and
+/* Router knobs: renormalize_eps (LFM2-MoE's sum + 1e-6, Cohere2-MoE's sum alone) and
  * shared_expert_scale (Cohere2-MoE's "average"). The plan gives src/ref's bits on every table,
  * thread count, chunk size and prepare/finalize (check_bits) for each family's mode; src/ref's
  * renormalized weights are its unrenormalized ones divided by (sum in top-k order + eps) in f32;
@@ -931,6 +942,106 @@ static void test_router_knobs(void **state)
     moe_plan_free(p);
     moe_ctx_free(ctx);
     free(x), free(out), free(out2);
+    layer_free(&L);
+}
+
+/* Identity experts (num_identity_experts, LongCat-Flash): the plan gives src/ref's bits in every
+ * configuration check_bits runs (every table, 1 / 2 threads, chunks of 7 tokens, both top-k
+ * methods, the three permutations, the batched format), with LongCat's routing (softmax over
+ * E + Z, a selection bias, no renormalization, scale 1.5) and with a shared expert, a router bias,
+ * the weight on the input, sigmoid groups over E + Z and bf16 weights; enough tokens pick an
+ * identity expert; with caller-given routing to identity experts only, the output is exactly
+ * ((0 + w_0 x) + w_1 x) * scale (the combine's f32 operations), and the description is
+ * validated by name. */
+static void test_identity_experts(void **state)
+{
+    (void)state;
+    for (int v = 0; v < 5; v++) {
+        fam_cfg c = cfg_default(40, 16, 6, 3);
+        c.Z = 3;
+        c.sel_bias = 1;
+        c.scale = 1.5f;
+        if (v == 1)
+            c.Is = 16, c.gated = 1, c.router_bias = 1;
+        if (v == 2)
+            c.on_input = 1, c.K = 1, c.Z = 5; /* Llama-4's weight on the input: the same w * x */
+        if (v == 3)
+            c.scoring = MOE_SCORING_SIGMOID, c.renorm = 1, c.n_group = 3, c.topk_group = 2,
+            c.gscore = MOE_GROUP_SCORE_TOP2_SUM; /* 3 groups of (6 + 3) / 3 */
+        if (v == 4)
+            c.dt = MOE_DTYPE_BF16, c.bias_dt = MOE_DTYPE_BF16, c.K = 4, c.Z = 8;
+        fam_layer L;
+        layer_build(&L, &c, 1200 + (uint64_t)v);
+        const int64_t T = 29;
+        float *x = rand_x(T, c.H, 1210 + (uint64_t)v, 1.5f);
+        int32_t *rid = NULL;
+        check_bits(&L, x, T, NULL, NULL, &rid, NULL);
+        int64_t n_id = 0;
+        for (int64_t i = 0; i < T * c.K; i++)
+            n_id += rid[i] >= c.E;
+        if (n_id < 3 || n_id == T * c.K)
+            fail_msg("identity case %d: %lld of %lld rows pick an identity expert", v, (long long)n_id,
+                     (long long)(T * c.K));
+        free(rid);
+        free(x);
+        layer_free(&L);
+    }
+
+    /* caller-given routing onto identity experts only: exact values */
+    fam_cfg c = cfg_default(24, 8, 4, 2);
+    c.Z = 2;
+    c.scale = 6.0f;
+    fam_layer L;
+    layer_build(&L, &c, 1230);
+    const int64_t T = 3, H = c.H;
+    float *x = rand_x(T, H, 1231, 2.0f);
+    int32_t gid[6] = {4, 5, 5, 4, 5, 1};
+    float gw[6] = {0.3f, 0.7f, 0.125f, 0.61f, 0.9f, 0.2f};
+    float *out = malloc(sizeof(float) * (size_t)(T * H)), *ref = malloc(sizeof(float) * (size_t)(T * H));
+    moe_ctx *ctx = tu_ctx();
+    moe_plan *p = NULL;
+    assert_int_equal(moe_plan_create(ctx, &L.d, &p), MOE_OK);
+    moe_weights *w = NULL;
+    assert_int_equal(moe_weights_create(p, &L.src, &w), MOE_OK);
+    const size_t wsz = moe_plan_workspace_size(p, T);
+    void *ws = malloc(wsz);
+    moe_exec_args a;
+    memset(&a, 0, sizeof a);
+    a.hidden_states = x, a.hidden_dtype = MOE_DTYPE_F32, a.n_tokens = T, a.output = out;
+    a.in_topk_ids = gid, a.in_topk_weights = gw, a.workspace = ws, a.workspace_size = wsz;
+    int64_t load[4] = {0, 0, 0, 0};
+    a.expert_load = load;
+    assert_int_equal(moe_plan_execute_ex(p, w, &a), MOE_OK);
+    assert_int_equal(moe_ref_forward_given(&L.d, &L.src, MOE_COMPUTE_F32, x, T, NULL, gid, gw, ref, NULL, NULL), MOE_OK);
+    assert_true(same_bits(out, ref, sizeof(float) * (size_t)(T * H)));
+    for (int64_t t = 0; t < 2; t++) /* tokens 0 and 1: identity experts only */
+        for (int64_t h = 0; h < H; h++) {
+            float acc = 0.0f;
+            acc += gw[t * 2] * x[t * H + h];
+            acc += gw[t * 2 + 1] * x[t * H + h];
+            assert_true(out[t * H + h] == acc * 6.0f);
+        }
+    /* expert_load counts the routed rows only: expert 1 once */
+    assert_true(load[0] == 0 && load[1] == 1 && load[2] == 0 && load[3] == 0);
+    gid[0] = 6; /* outside [0, E + Z) */
+    assert_int_equal(moe_plan_execute_ex(p, w, &a), MOE_EINVAL);
+    assert_non_null(strstr(moe_ctx_last_error(ctx), "num_experts + num_identity_experts"));
+    free(ws);
+    moe_weights_free(w);
+    moe_plan_free(p);
+    /* validation by name */
+    L.d.num_identity_experts = -1;
+    assert_int_equal(moe_plan_create(ctx, &L.d, &p), MOE_EINVAL);
+    assert_non_null(strstr(moe_ctx_last_error(ctx), "num_identity_experts"));
+    L.d.num_identity_experts = 2;
+    L.d.top_k = 7;
+    assert_int_equal(moe_plan_create(ctx, &L.d, &p), MOE_EINVAL);
+    assert_non_null(strstr(moe_ctx_last_error(ctx), "num_experts + num_identity_experts"));
+    L.d.top_k = 5; /* K > E is fine with identity experts: K <= E + Z */
+    assert_int_equal(moe_plan_create(ctx, &L.d, &p), MOE_OK);
+    moe_plan_free(p);
+    moe_ctx_free(ctx);
+    free(x), free(out), free(ref);
     layer_free(&L);
 }
 
@@ -1590,6 +1701,7 @@ int main(void)
         cmocka_unit_test(test_validation),        cmocka_unit_test(test_sparsemixer_bits),
         cmocka_unit_test(test_hand_sparsemixer),  cmocka_unit_test(test_output_bias), cmocka_unit_test(test_acts_modes), cmocka_unit_test(test_output_norm),
         cmocka_unit_test(test_router_knobs),
+        cmocka_unit_test(test_identity_experts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

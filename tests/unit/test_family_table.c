@@ -215,6 +215,8 @@ static const struct {
      * 0.5 with the shared expert this test gives */
     {MOE_FAMILY_COHERE2_MOE, MOE_SCORING_TOPK_SOFTMAX, 0, 0.5f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0,
      MOE_ACT_SWIGLU},
+    /* LongcatFlashConfig: softmax over E + zero_expert_num (256), not renormalized, 6.0 */
+    {MOE_FAMILY_LONGCAT_FLASH, MOE_SCORING_SOFTMAX, 0, 6.0f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
 };
 
 /* the renormalization's epsilon of a family's router (moe_layer_desc.renormalize_eps) */
@@ -277,6 +279,8 @@ static void test_layer_defaults(void **state)
         /* LFM2-MoE's (sum + 1e-6), Cohere2-MoE's sum alone; Cohere2-MoE's "average" halves the shared expert */
         assert_true(d.renormalize_eps == renorm_eps_of(expect[i].family));
         assert_true(d.shared_expert_scale == (expect[i].family == MOE_FAMILY_COHERE2_MOE ? 0.5f : 1.0f));
+        /* LongCat-Flash's identity experts: LongcatFlashConfig zero_expert_num 256 */
+        assert_int_equal(d.num_identity_experts, expect[i].family == MOE_FAMILY_LONGCAT_FLASH ? 256 : 0);
         /* sizes, dtype and quant untouched */
         assert_int_equal(d.hidden_size, 64);
         assert_int_equal(d.moe_intermediate_size, 32);
@@ -453,6 +457,8 @@ static void preset_desc(const char *dir, const json_t *meta, moe_layer_desc *d)
         d->swiglu_limit = (float)json_number_value(v);
     if ((v = json_object_get(cfg, "rms_norm_eps")) && json_is_number(v) && d->has_output_norm) /* A.X-K1 */
         d->output_norm_eps = (float)json_number_value(v);
+    if ((v = json_object_get(cfg, "zero_expert_num")) && d->num_identity_experts > 0) /* LongCat-Flash; null: 0 */
+        d->num_identity_experts = json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
     if ((v = json_object_get(cfg, "mlp_gate_softcap")) && json_is_number(v)) /* Inkling2 */
         d->softcap_gate = (float)json_number_value(v);
     if ((v = json_object_get(cfg, "mlp_up_softcap")) && json_is_number(v))

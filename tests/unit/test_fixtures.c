@@ -113,6 +113,7 @@ static const char *const k_required[] = {
     "glm_moe_dsa_f32", "solar_open_f32", "glm4v_moe_f32", "kimi_linear_f32", "bailing_hybrid_f32",
     "minimax_m2_f32", "hy_v3_f32", "axk2_f32", "glm5_next_f32",
     "lfm2_moe_f32", "lfm2_moe_nobias_f32", "cohere2_moe_f32", "cohere2_moe_sigmoid_f32",
+    "longcat_flash_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
@@ -302,6 +303,7 @@ static void run_fixture(const fixture *fx, const json_t *meta, int threads, cons
     assert_int_equal(!!desc.apply_router_weight_on_input, meta_bool_or(meta, "apply_router_weight_on_input", 0));
     assert_int_equal(!!desc.has_output_bias, meta_bool_or(meta, "has_output_bias", 0));
     assert_int_equal(!!desc.has_output_norm, meta_bool_or(meta, "has_output_norm", 0)); /* A.X-K1 */
+    assert_int_equal(desc.num_identity_experts, meta_int_or(meta, "num_identity_experts", 0)); /* LongCat-Flash */
     if (desc.has_output_norm)
         assert_true(desc.output_norm_eps == (float)meta_num_or(meta, "output_norm_eps", NAN));
     const char *act = meta_str_or(meta, "activation", "swiglu");
@@ -586,8 +588,9 @@ static void test_fixture(void **state)
 {
     const fixture *fx = (const fixture *)*state;
     json_t *meta = load_meta(fx);
+    /* E: the router's width, E + the identity experts (LongCat-Flash's router_logits [T, E + Z]) */
     const int64_t T = meta_int(meta, "T"), H = meta_int(meta, "H"), K = meta_int(meta, "K"),
-                  E = meta_int(meta, "E");
+                  E = meta_int(meta, "E") + meta_int_or(meta, "num_identity_experts", 0);
     const moe_family fam = family_of(meta_str(meta, "family"));
 
     check_layers(fx, meta);
