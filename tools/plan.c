@@ -422,7 +422,8 @@ int cli_cmd_plan(int argc, char **argv)
     printf(", weights %s\n", dtname);
     if (ckdir) {
         /* the family row the checkpoint was read with (docs/families.md) and the routing it gave */
-        static const char *const scoring[] = {"softmax", "sigmoid", "topk_softmax", "topk_sigmoid", "sparsemixer"};
+        static const char *const scoring[] = {"softmax", "sigmoid", "topk_softmax", "topk_sigmoid", "sparsemixer",
+                                              "sqrtsoftplus"};
         const unsigned sc = (unsigned)d.scoring_func;
         printf("family: %s (scoring %s, renormalize %s, routed_scaling_factor %g", moe_family_name(d.family),
                sc < sizeof scoring / sizeof scoring[0] ? scoring[sc] : "?", d.renormalize ? "yes" : "no",

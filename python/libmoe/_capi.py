@@ -82,7 +82,9 @@ class LayerDesc(C.Structure):
                 ("softcap_gate", f32), ("softcap_up", f32), ("has_shared_activation", i32),
                 ("shared_activation", i32),
                 # branch acts: the block's output RMSNorm (A.X-K1)
-                ("has_output_norm", i32), ("output_norm_eps", f32)]
+                ("has_output_norm", i32), ("output_norm_eps", f32),
+                # branch v4step: the shared expert's own clamp limit (Step-3.7)
+                ("shared_swiglu_limit", f32)]
 
 
 PP = C.POINTER(vp)

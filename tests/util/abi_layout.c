@@ -80,6 +80,7 @@ int main(void)
     FIELD(moe_layer_desc, shared_activation, 0);
     FIELD(moe_layer_desc, has_output_norm, 0);
     FIELD(moe_layer_desc, output_norm_eps, 0);
+    FIELD(moe_layer_desc, shared_swiglu_limit, 0);
     printf("]}");
     printf(", \"moe_weight_source\": {\"size\": %zu, \"fields\": [", sizeof(moe_weight_source));
     FIELD(moe_weight_source, router, 1);
