@@ -337,9 +337,10 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
     if (row->activation.rule == MOE_FAM_ACT_CLAMPED_SILU) {
         if (strcmp(a, "silu") != 0 && strcmp(a, "swish") != 0)
             return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
-                                 "%s: field '%shidden_act' = \"%s\": family %s's routed experts apply silu whatever "
-                                 "hidden_act says and its shared expert applies hidden_act; libmoe computes one "
-                                 "function for both, so only silu / swish is read",
+                                 "%s: field '%shidden_act' = \"%s\": family %s's experts clamp the gate before the "
+                                 "activation (GLM-5-Next's routed experts apply silu whatever hidden_act says, its "
+                                 "shared expert and DeepSeek-V4's experts apply hidden_act); libmoe computes that clamp "
+                                 "for silu only (MOE_ACT_SWIGLU_CLAMP), so only silu / swish is read",
                                  c->path, c->prefix, a, row->name);
         d->activation = MOE_ACT_SWIGLU_CLAMP;
         return moe_cfg_float(f, row->activation.limit_field, row->activation.limit, true, 0.0, &d->swiglu_limit);
