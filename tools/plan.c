@@ -349,10 +349,21 @@ int cli_cmd_plan(int argc, char **argv)
             cli_err(CMD, "%s", moe_ctx_last_error(ctx));
             goto done;
         }
-        if (!have_layer)
-            for (int64_t l = 0; l < moe_checkpoint_num_layers(ck) && layer < 0; l++)
-                if (moe_checkpoint_is_moe_layer(ck, l))
+        if (!have_layer) {
+            /* the first MoE layer libmoe runs (a DeepSeek-V4 hash_moe layer is refused: the next
+             * one); when none runs, the first, whose refusal is then reported */
+            int64_t first = -1;
+            for (int64_t l = 0; l < moe_checkpoint_num_layers(ck) && layer < 0; l++) {
+                if (!moe_checkpoint_is_moe_layer(ck, l))
+                    continue;
+                if (first < 0)
+                    first = l;
+                if (moe_checkpoint_layer_desc(ck, l, &d) != MOE_EUNSUPPORTED)
                     layer = l;
+            }
+            if (layer < 0)
+                layer = first;
+        }
         moe_status st = moe_checkpoint_layer_desc(ck, layer, &d);
         moe_checkpoint_free(ck);
         if (st != MOE_OK) {
