@@ -399,6 +399,10 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *                 routed_scaling_factor = shared_expert_scale = 0.5, "sum": both 1
  *   LongCat-Flash softmax over E + zero_expert_num, selection bias, no renormalize,
  *                 routed_scaling_factor; ids >= E identity experts (num_identity_experts): w * x
+ *   DeepSeek-V4   sqrt(softplus(l)) + e_score_correction_bias, no groups, renormalize always,
+ *                 routed_scaling_factor; MOE_ACT_SWIGLU_CLAMP routed and shared (= I) experts
+ *   Step-3.7      MiniMax-M3's router; MOE_ACT_SWIGLU_POSTCLAMP with per-layer limits
+ *                 (swiglu_limits[L], swiglu_limits_shared[L]: shared_swiglu_limit)
  * ------------------------------------------------------------------------------------- */
 
 /* Router scoring: the scores, the selection key and the weights, from the logits l. */
@@ -427,7 +431,17 @@ typedef enum moe_scoring {
      * (m - l[e]) / max(|l[e]|, m) > thr (NaN compares false: kept); w_k = softmax of the
      * unmasked logits (masked ones -inf), at ids[k]. Jitter and Gumbel sampling are training
      * only. renormalize (off in Phi-MoE) would divide the two weights by their sum. */
-    MOE_SCORING_SPARSEMIXER = 4
+    MOE_SCORING_SPARSEMIXER = 4,
+    /* s = sqrt(softplus(l)) elementwise, in f32: softplus(l) = log1p(exp(-|l|)) + max(l, 0)
+     * (log1pf, expf, fmaxf, sqrtf; the form that neither overflows nor loses the small
+     * values: equal in exact arithmetic to log(1 + exp(l))); select on s (+ b_s), groups as
+     * configured; w_k = s[ids[k]]. DeepSeek-V4 (transformers 5.24
+     * deepseek_v4/modeling_deepseek_v4.py DeepseekV4TopKRouter, `scoring_func`
+     * "sqrtsoftplus": activations.py SqrtSoftplusActivation, F.softplus(l).sqrt()).
+     * NaN stays NaN (then ranked last, as the other scorings' NaN); l = +inf: s = +inf;
+     * l = -inf: s = +0; s >= 0 otherwise, and s > 0 for l > -104 (softplus underflows
+     * below). */
+    MOE_SCORING_SQRTSOFTPLUS = 5
 } moe_scoring;
 
 /* The score of a group of experts in group-limited selection (n_group > 1), from the
@@ -455,7 +469,7 @@ typedef enum moe_activation {
                                Glm5NextTextMLP): g' = min(g, limit), u' = clamp(u, -limit, limit),
                                h = silu(g') * u' (no alpha, no + 1), limit = swiglu_limit; the
                                routed and the shared expert alike. NaN stays NaN. */
-    MOE_ACT_SWIGLU_SOFTCAP = 5 /* Inkling2 (transformers 5.24 inkling2/modeling_inkling2.py
+    MOE_ACT_SWIGLU_SOFTCAP = 5, /* Inkling2 (transformers 5.24 inkling2/modeling_inkling2.py
                                Inkling2SoftcappedSwiGLU, the routed experts; Inkling2Loop's is the
                                same): h = (cap(g, c_g) * sigmoid(g)) * cap(u, c_u),
                                cap(v, c) = tanh(v / c) * c, sigmoid(v) = 1 / (1 + exp(-v)) of the
@@ -464,6 +478,19 @@ typedef enum moe_activation {
                                c_u = softcap_up (`mlp_up_softcap`, 25), each finite and > 0.
                                NaN stays NaN; +-inf in g or u gives a finite h (the caps bound
                                it: |h| <= c_g c_u). */
+    /* 6..9: other branches' activations (numbered by the lead) */
+    MOE_ACT_SWIGLU_POSTCLAMP = 10 /* Step-3.7 (transformers 5.24 step3p7/modeling_step3p7.py
+                               Step3p7Experts._apply_gate, the routed experts, and Step3p7MLP.forward,
+                               the shared expert): the clamp AFTER the activation,
+                               h = min(silu(g), limit) * clamp(u, -limit, limit),
+                               silu(v) = v / (1 + exp(-v)) of the raw gate, in f32; limit =
+                               swiglu_limit (the shared expert's: shared_swiglu_limit when set),
+                               > 0, +inf allowed (no clamp: h = silu(g) * u). min and clamp keep
+                               NaN (torch.clamp); g = +inf: silu = +inf, min gives limit; g = -inf:
+                               silu = NaN (-inf / inf; torch's g * sigmoid(g) is NaN too). Unlike
+                               MOE_ACT_SWIGLU_CLAMP (min(g, limit) before the silu) the gate's
+                               silu may reach limit (for g >= limit + small) and negative gates
+                               are not clamped (silu >= -0.279 there). */
 } moe_activation;
 
 #include "moe_quant.h"
@@ -549,9 +576,14 @@ typedef enum moe_family {
     MOE_FAMILY_COHERE2_MOE = 57,   /* Cohere2MoeForCausalLM: top-k on the logits, then softmax of the k
                                       or sigmoid (expert_selection_fn); shared experts averaged or
                                       summed (shared_expert_scale) */
-    MOE_FAMILY_LONGCAT_FLASH = 58  /* LongcatFlashForCausalLM: softmax over E + zero_expert_num, the
+    MOE_FAMILY_LONGCAT_FLASH = 58, /* LongcatFlashForCausalLM: softmax over E + zero_expert_num, the
                                       correction bias for the choice, not renormalized, scaled; ids
                                       >= E are identity experts (num_identity_experts) */
+    MOE_FAMILY_DEEPSEEK_V4 = 59,   /* DeepseekV4ForCausalLM: MOE_SCORING_SQRTSOFTPLUS + correction bias,
+                                      renormalized, MOE_ACT_SWIGLU_CLAMP experts and shared expert;
+                                      its "hash_moe" layers are refused (token-id routing) */
+    MOE_FAMILY_STEP3P7 = 60        /* Step3p7ForConditionalGeneration (text MoE): MiniMax-M3's router,
+                                      MOE_ACT_SWIGLU_POSTCLAMP experts with per-layer limits */
 } moe_family;
 
 /* Static name of a family: "custom" for MOE_FAMILY_CUSTOM, else its row's name, the config
@@ -682,6 +714,15 @@ typedef struct moe_layer_desc {
                                       (n_group divides E + Z); with apply_router_weight_on_input
                                       the term is the same w * x; caller-given in_topk_ids may
                                       be in [0, E + Z). */
+    /* ---- the shared expert's own clamp (appended: the fields above keep their offsets) ---- */
+    float shared_swiglu_limit;     /* the shared expert's limit for MOE_ACT_SWIGLU_OAI /
+                                      MOE_ACT_SWIGLU_CLAMP / MOE_ACT_SWIGLU_POSTCLAMP (its
+                                      `activation`, or shared_activation with
+                                      has_shared_activation); 0 (default): swiglu_limit, as the
+                                      routed experts; else > 0 (+inf allowed), MOE_EINVAL naming
+                                      the field otherwise. Step-3.7 (transformers 5.24
+                                      step3p7/modeling_step3p7.py Step3p7MLP: config
+                                      `swiglu_limits_shared[L]`, the routed `swiglu_limits[L]`) */
 } moe_layer_desc;
 
 /* Defaults: family custom, softmax, renormalize 0, routed_scaling_factor 1, SwiGLU, no
@@ -689,7 +730,8 @@ typedef struct moe_layer_desc {
  * to the output, swiglu_alpha 1.702, swiglu_limit 7, sparsemixer_jitter_eps 0.01, no output
  * bias, softcap_gate 4, softcap_up 25, the shared expert applying `activation`
  * (has_shared_activation 0, shared_activation SwiGLU), no output norm (eps 1e-6), no identity
- * experts (num_identity_experts 0); sizes 0
+ * experts (num_identity_experts 0), shared_swiglu_limit 0 (the shared expert's limit is
+ * swiglu_limit); sizes 0
  * (must be set). */
 MOE_API void moe_layer_desc_init(moe_layer_desc *desc);
 

@@ -183,8 +183,9 @@ MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
  * first_k_dense_replace (3, 1, 2; Hunyuan-V3: 1); A.X-K2 (axk2): mlp_layer_types, else layer >=
  * first_k_dense_replace (1) and layer % moe_layer_freq (1) == 0; GLM-5-Next (glm5_next):
  * text_config.mlp_layer_types, else layer >= 3; GLM-4.5V (glm4v_moe): layer >=
- * first_k_dense_replace (1); Solar-Open, MiniMax-M2, LongCat-Flash: every layer. No layer is MoE when the expert
- * count is 0. */
+ * first_k_dense_replace (1); Solar-Open, MiniMax-M2, LongCat-Flash: every layer; DeepSeek-V4: every layer, its
+ * "hash_moe" ones included (moe_checkpoint_layer_desc refuses those); Step-3.7: mlp_layer_types,
+ * else layer >= 3. No layer is MoE when the expert count is 0. */
 MOE_API int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
 
 /* The layer description of MoE layer `layer`, from config.json and the tensors' dtype (moe.h
@@ -198,7 +199,10 @@ MOE_API int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer)
  * MOE_EFORMAT (MXFP4 with H or I not a multiple of 32, or *_blocks without quantization_config
  * mxfp4; a compressed-tensors shared expert inconsistent with itself or config.json, see
  * docs/checkpoints.md), MOE_EUNSUPPORTED (quant_method mxfp4 on a family other than gpt-oss, from
- * moe_checkpoint_open); with moe_checkpoint_options.strict, MOE_EFORMAT for a tensor under the
+ * moe_checkpoint_open; a DeepSeek-V4 "hash_moe" layer, mlp_layer_types[L]: DeepseekV4HashRouter
+ * picks its experts by tid2eid[input_ids], token ids the layer is never given; the message names
+ * the layer, the value, what a caller would need -- moe_exec_args.in_topk_ids -- and the first
+ * score-routed layer); with moe_checkpoint_options.strict, MOE_EFORMAT for a tensor under the
  * layer's block prefix that the loader does not read (the message names them). */
 MOE_API moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_layer_desc *out);
 
@@ -218,6 +222,7 @@ MOE_API moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer
  *                         OpenAI Privacy Filter, Granite-MoE and JetMoE, TOPK_SIGMOID for Llama-4,
  *                         SPARSEMIXER for Phi-MoE
  *                         (sparsemixer_jitter_eps: PhimoeConfig's router_jitter_noise, 0.01),
+ *                         SQRTSOFTPLUS for DeepSeek-V4 (1.5, selection bias, renormalized),
  *                         SOFTMAX for the others
  *   renormalize           1 for Mixtral and Qwen3.5-MoE (their routers always renormalize);
  *                         the config class's `norm_topk_prob` for Qwen2-MoE (false), Qwen3-MoE
@@ -247,8 +252,12 @@ MOE_API moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer
  *   num_identity_experts  256 for LongCat-Flash (LongcatFlashConfig zero_expert_num; a caller
  *                         sets its config's value), else 0
  *   activation            MOE_ACT_SWIGLU_OAI for gpt-oss, MOE_ACT_SWIGLU_CLAMP for GLM-5-Next,
- *                         HY-V4 and HY-V4-VL, MOE_ACT_SWIGLU_SOFTCAP for Inkling2 and
- *                         Inkling2-Loop, else MOE_ACT_SWIGLU (`hidden_act`'s default "silu")
+ *                         HY-V4, HY-V4-VL and DeepSeek-V4 (swiglu_limit 10),
+ *                         MOE_ACT_SWIGLU_SOFTCAP for Inkling2 and Inkling2-Loop, else
+ *                         MOE_ACT_SWIGLU (`hidden_act`'s default "silu"; Step-3.7 without
+ *                         swiglu_limits: its per-layer MOE_ACT_SWIGLU_POSTCLAMP limits come from
+ *                         config.json, moe_checkpoint_layer_desc)
+ *   shared_swiglu_limit   0 (Step-3.7's swiglu_limits_shared[L] is config.json's)
  *   softcap_gate, softcap_up  4 and 25 (Inkling2TextConfig's mlp_gate_softcap / mlp_up_softcap)
  *   has_shared_activation, shared_activation  1 and MOE_ACT_SWIGLU for HY-V4 / HY-V4-VL when
  *                         desc->shared_expert_intermediate_size > 0 (HYV4MLP), else 0

@@ -1342,7 +1342,12 @@ int cli_bench_main(int argc, char **argv, const cli_bench_hook *hook)
                 cli_err(CMD, "%s: no MoE layer among its %lld layers", cfg.ckdir, (long long)n);
                 goto done;
             }
-            cfg.layer = l;
+            /* past the MoE layers libmoe refuses (DeepSeek-V4's hash_moe ones), when one runs */
+            int64_t r = l;
+            while (r < n && (!moe_checkpoint_is_moe_layer(ck, r) ||
+                             moe_checkpoint_layer_desc(ck, r, &s->desc) == MOE_EUNSUPPORTED))
+                r++;
+            cfg.layer = r < n ? r : l;
         }
         if ((st = moe_checkpoint_layer_desc(ck, cfg.layer, &s->desc)) != MOE_OK) {
             rc = lib_fail(s, st);

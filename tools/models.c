@@ -142,6 +142,7 @@ const char *cli_scoring_name(const moe_layer_desc *d)
                        : d->scoring_func == MOE_SCORING_TOPK_SOFTMAX ? "topk_softmax"
                        : d->scoring_func == MOE_SCORING_TOPK_SIGMOID ? "topk_sigmoid"
                        : d->scoring_func == MOE_SCORING_SPARSEMIXER  ? "sparsemixer"
+                       : d->scoring_func == MOE_SCORING_SQRTSOFTPLUS ? "sqrtsoftplus"
                                                                      : "softmax";
     snprintf(buf, sizeof buf, "%s%s%s", base, d->n_group > 1 ? "+groups" : "",
              d->apply_router_weight_on_input ? "+weight_on_input" : "");

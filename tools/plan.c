@@ -350,11 +350,19 @@ int cli_cmd_plan(int argc, char **argv)
             goto done;
         }
         if (!have_layer) {
-            for (int64_t l = 0; l < moe_checkpoint_num_layers(ck) && layer < 0; l++)
-                if (moe_checkpoint_is_moe_layer(ck, l))
+            /* the first MoE layer libmoe runs (a DeepSeek-V4 hash_moe layer is refused: the next
+             * one); when none runs, the first, whose refusal is then reported */
+            int64_t first = -1;
+            for (int64_t l = 0; l < moe_checkpoint_num_layers(ck) && layer < 0; l++) {
+                if (!moe_checkpoint_is_moe_layer(ck, l))
+                    continue;
+                if (first < 0)
+                    first = l;
+                if (moe_checkpoint_layer_desc(ck, l, &d) != MOE_EUNSUPPORTED)
                     layer = l;
-            if (layer < 0)
-                layer = 0; /* no MoE layer: layer 0's error says the model has none, and why */
+            }
+            if (layer < 0) /* none runs: the first's refusal; none at all: layer 0's error says so */
+                layer = first >= 0 ? first : 0;
         }
         moe_status st = moe_checkpoint_layer_desc(ck, layer, &d);
         moe_checkpoint_free(ck);
@@ -425,7 +433,8 @@ int cli_cmd_plan(int argc, char **argv)
     printf(", weights %s\n", dtname);
     if (ckdir) {
         /* the family row the checkpoint was read with (docs/families.md) and the routing it gave */
-        static const char *const scoring[] = {"softmax", "sigmoid", "topk_softmax", "topk_sigmoid", "sparsemixer"};
+        static const char *const scoring[] = {"softmax", "sigmoid", "topk_softmax", "topk_sigmoid", "sparsemixer",
+                                              "sqrtsoftplus"};
         const unsigned sc = (unsigned)d.scoring_func;
         printf("family: %s (scoring %s, renormalize %s", moe_family_name(d.family),
                sc < sizeof scoring / sizeof scoring[0] ? scoring[sc] : "?", d.renormalize ? "yes" : "no");

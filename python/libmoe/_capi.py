@@ -87,7 +87,9 @@ class LayerDesc(C.Structure):
                 # expert's scale (Cohere2-MoE's "average": 0.5)
                 ("renormalize_eps", f32), ("shared_expert_scale", f32),
                 # identity ("zero") experts (LongCat-Flash)
-                ("num_identity_experts", i64)]
+                ("num_identity_experts", i64),
+                # the shared expert's own clamp limit (Step-3.7)
+                ("shared_swiglu_limit", f32)]
 
 
 PP = C.POINTER(vp)

@@ -87,6 +87,14 @@ static inline float moe_act_apply(const moe_layer_desc *d, float g, float u)
         float uc = tanhf(u / cu) * cu;
         return (gc * sig) * uc;
     }
+    case MOE_ACT_SWIGLU_POSTCLAMP: {
+        /* Step3p7Experts._apply_gate: act_fn(gate).clamp(max=limit) * up.clamp(-limit, limit) */
+        const float limit = d->swiglu_limit;
+        float silu = g / (1.0f + moe_expf(-g));
+        float sc = silu > limit ? limit : silu;                   /* min(silu(g), limit), NaN kept */
+        float uc = u > limit ? limit : (u < -limit ? -limit : u); /* clamp, NaN kept */
+        return sc * uc;
+    }
     default: {
         float silu = g / (1.0f + moe_expf(-g));
         return silu * u;

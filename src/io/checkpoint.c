@@ -152,8 +152,24 @@ static size_t moe_layer_list(const moe_checkpoint *ck, char *list, size_t len)
 static moe_status check_layer_index(const moe_checkpoint *ck, int64_t layer)
 {
     const int64_t L = ck->cfg.num_layers;
-    if (layer >= 0 && layer < L && moe_checkpoint_is_moe_layer(ck, layer))
-        return MOE_OK;
+    if (layer >= 0 && layer < L && moe_checkpoint_is_moe_layer(ck, layer)) {
+        if (!moe_ck_config_layer_refused(&ck->cfg, layer))
+            return MOE_OK;
+        const moe_fam_row *row = ck->cfg.row;
+        int64_t first = -1; /* the first MoE layer libmoe routes */
+        for (int64_t l = 0; l < L && first < 0; l++)
+            if (moe_checkpoint_is_moe_layer(ck, l) && !moe_ck_config_layer_refused(&ck->cfg, l))
+                first = l;
+        char alt[96];
+        if (first >= 0)
+            snprintf(alt, sizeof alt, "; layer %" PRId64 " is the first whose experts the router scores", first);
+        else
+            snprintf(alt, sizeof alt, "; no layer of this model is score-routed");
+        return moe_set_error(ck->ctx, MOE_EUNSUPPORTED,
+                             "%s: layer %" PRId64 ": field '%s%s'[%" PRId64 "] = \"%s\": %s%s",
+                             ck->config_path, layer, ck->cfg.prefix, row->refuse_layers.field, layer,
+                             row->refuse_layers.value, row->refuse_layers.what, alt);
+    }
     char list[160];
     const size_t total = moe_layer_list(ck, list, sizeof list);
     char moe_layers[200];
@@ -411,7 +427,7 @@ static moe_status resolve_checked(moe_checkpoint *ck, int64_t layer, moe_ck_laye
 
 /* The layer description of a resolved layer: config.json's (ck->cfg.desc) with what the
  * tensors decide. */
-static void fill_desc(const moe_checkpoint *ck, const moe_ck_layer *lt, moe_layer_desc *d)
+static void fill_desc(const moe_checkpoint *ck, int64_t layer, const moe_ck_layer *lt, moe_layer_desc *d)
 {
     const moe_ck_config *c = &ck->cfg;
     *d = c->desc;
@@ -437,6 +453,7 @@ static void fill_desc(const moe_checkpoint *ck, const moe_ck_layer *lt, moe_laye
     }
     if (lt->ckq)
         moe_ckq_layer_quant(lt->ckq, &d->quant);
+    moe_ck_config_layer_desc(c, layer, d); /* Step-3.7's per-layer limits */
 }
 
 moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_layer_desc *out)
@@ -448,7 +465,7 @@ moe_status moe_checkpoint_layer_desc(moe_checkpoint *ck, int64_t layer, moe_laye
     moe_ck_layer lt;
     moe_status st = resolve_checked(ck, layer, &lt, 0, ck->cfg.desc.num_experts, 1);
     if (st == MOE_OK)
-        fill_desc(ck, &lt, out);
+        fill_desc(ck, layer, &lt, out);
     moe_ck_layer_free(&lt);
     return st;
 }
@@ -505,6 +522,13 @@ static moe_status check_plan_desc(const moe_checkpoint *ck, int64_t layer, const
         return moe_set_error(ck->ctx, MOE_EINVAL,
                              "%s: plan does not match layer %" PRId64 ": desc field 'weight_dtype' is %s in the plan, %s in the checkpoint",
                              ck->dir, layer, moe_dtype_name(have->weight_dtype), moe_dtype_name(want->weight_dtype));
+    /* swiglu_limit matters when the routed or the shared expert's activation reads it */
+    const moe_activation sact = want->has_shared_activation ? want->shared_activation : want->activation;
+    const int limit_read = want->activation == MOE_ACT_SWIGLU_OAI || want->activation == MOE_ACT_SWIGLU_CLAMP ||
+                           want->activation == MOE_ACT_SWIGLU_POSTCLAMP ||
+                           (want->shared_expert_intermediate_size > 0 && want->shared_swiglu_limit == 0.0f &&
+                            (sact == MOE_ACT_SWIGLU_OAI || sact == MOE_ACT_SWIGLU_CLAMP ||
+                             sact == MOE_ACT_SWIGLU_POSTCLAMP));
     const struct {
         const char *field;
         float h, w;
@@ -512,9 +536,8 @@ static moe_status check_plan_desc(const moe_checkpoint *ck, int64_t layer, const
         {"routed_scaling_factor", have->routed_scaling_factor, want->routed_scaling_factor},
         {"swiglu_alpha", want->activation == MOE_ACT_SWIGLU_OAI ? have->swiglu_alpha : 0.0f,
          want->activation == MOE_ACT_SWIGLU_OAI ? want->swiglu_alpha : 0.0f},
-        {"swiglu_limit",
-         want->activation == MOE_ACT_SWIGLU_OAI || want->activation == MOE_ACT_SWIGLU_CLAMP ? have->swiglu_limit : 0.0f,
-         want->activation == MOE_ACT_SWIGLU_OAI || want->activation == MOE_ACT_SWIGLU_CLAMP ? want->swiglu_limit : 0.0f},
+        {"swiglu_limit", limit_read ? have->swiglu_limit : 0.0f, limit_read ? want->swiglu_limit : 0.0f},
+        {"shared_swiglu_limit", have->shared_swiglu_limit, want->shared_swiglu_limit},
         {"output_norm_eps", want->has_output_norm ? have->output_norm_eps : 0.0f,
          want->has_output_norm ? want->output_norm_eps : 0.0f},
         {"softcap_gate", want->activation == MOE_ACT_SWIGLU_SOFTCAP ? have->softcap_gate : 0.0f,
@@ -567,7 +590,7 @@ moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer, const 
     moe_layer_desc want;
     moe_status st = resolve_checked(ck, layer, &lt, e_lo, e_hi, 0);
     if (st == MOE_OK) {
-        fill_desc(ck, &lt, &want);
+        fill_desc(ck, layer, &lt, &want);
         st = check_plan_desc(ck, layer, moe_plan_desc(plan), &want);
         if (st == MOE_OK && want.quant.act == MOE_QACT_STATIC && moe_plan_desc(plan)->quant.act == MOE_QACT_NONE)
             moe_log(ck->ctx, MOE_LOG_INFO,

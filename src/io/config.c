@@ -329,6 +329,35 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
                                  "LongcatFlashExperts' identity_expert); another zero-expert function is not computed",
                                  c->path, c->prefix, row->identity.type_field, type, row->identity.type_value);
     }
+    if (row->refuse_layers.field) {
+        /* DeepSeek-V4: the layers whose router libmoe cannot compute (hash_moe), refused per layer */
+        bool present = false;
+        size_t n_entries = 0;
+        if ((st = moe_cfg_index_list_of(f, row->refuse_layers.field, row->refuse_layers.value,
+                                        row->refuse_layers.other, &c->refused_layers, &c->n_refused_layers,
+                                        &n_entries, &present)) != MOE_OK)
+            return st;
+        if (present && (int64_t)n_entries != c->num_layers) /* one entry per decoder layer */
+            return moe_set_error(c->ctx, MOE_EFORMAT,
+                                 "%s: field '%s%s' has %zu entries, but num_hidden_layers is %" PRId64
+                                 ": it needs one \"%s\" or \"%s\" per layer",
+                                 c->path, c->prefix, row->refuse_layers.field, n_entries, c->num_layers,
+                                 row->refuse_layers.other, row->refuse_layers.value);
+        if (!present) {
+            int64_t n = 0;
+            if ((st = moe_cfg_int(f, row->refuse_layers.count_field, false, row->refuse_layers.count_default, 0, &n)) !=
+                MOE_OK)
+                return st;
+            n = n < c->num_layers ? n : c->num_layers;
+            if (n > 0) {
+                if (!(c->refused_layers = malloc((size_t)n * sizeof *c->refused_layers)))
+                    return moe_set_error(c->ctx, MOE_ENOMEM, "%s: out of memory", c->path);
+                for (int64_t l = 0; l < n; l++)
+                    c->refused_layers[l] = l;
+                c->n_refused_layers = (size_t)n;
+            }
+        }
+    }
     if (row->refuse_true.field) {
         int on = 0;
         if ((st = moe_cfg_bool(f, row->refuse_true.field, 0, &on)) != MOE_OK)
@@ -379,6 +408,22 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
     moe_status st = moe_cfg_str(f, field, "silu", &a);
     if (st != MOE_OK)
         return st;
+    if (row->activation.rule == MOE_FAM_ACT_POSTCLAMP_LAYER_LISTS) {
+        /* Step-3.7: act_fn(gate).clamp(max=limit) * up.clamp(+-limit), a limit per layer for the
+         * routed and for the shared expert (moe_ck_config_layer_desc); plain SwiGLU where none */
+        if (strcmp(a, "silu") != 0 && strcmp(a, "swish") != 0)
+            return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%s%s' = \"%s\": family %s clamps ACT2FN[hidden_act](gate) after the "
+                                 "activation; libmoe computes that clamp for silu / swish only "
+                                 "(MOE_ACT_SWIGLU_POSTCLAMP)",
+                                 c->path, c->prefix, field, a, row->name);
+        d->activation = MOE_ACT_SWIGLU;
+        bool present = false;
+        if ((st = moe_cfg_limit_list(f, row->activation.limit_field, &c->limits, &c->n_limits, &present)) != MOE_OK)
+            return st;
+        return moe_cfg_limit_list(f, row->activation.shared_limit_field, &c->limits_shared, &c->n_limits_shared,
+                                  &present);
+    }
     if (row->activation.rule == MOE_FAM_ACT_SILU_ONLY && strcmp(a, "silu") != 0 && strcmp(a, "swish") != 0)
         return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
                              "%s: field '%shidden_act' = \"%s\": family %s's routed experts are always SiLU-gated "
@@ -388,9 +433,10 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
     if (row->activation.rule == MOE_FAM_ACT_CLAMPED_SILU) {
         if (strcmp(a, "silu") != 0 && strcmp(a, "swish") != 0)
             return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
-                                 "%s: field '%shidden_act' = \"%s\": family %s's routed experts apply silu whatever "
-                                 "hidden_act says and its shared expert applies hidden_act; libmoe computes one "
-                                 "function for both, so only silu / swish is read",
+                                 "%s: field '%shidden_act' = \"%s\": family %s's experts clamp the gate before the "
+                                 "activation (GLM-5-Next's routed experts apply silu whatever hidden_act says, its "
+                                 "shared expert and DeepSeek-V4's experts apply hidden_act); libmoe computes that clamp "
+                                 "for silu only (MOE_ACT_SWIGLU_CLAMP), so only silu / swish is read",
                                  c->path, c->prefix, a, row->name);
         d->activation = MOE_ACT_SWIGLU_CLAMP;
         return moe_cfg_float(f, row->activation.limit_field, row->activation.limit, true, 0.0, &d->swiglu_limit);
@@ -658,9 +704,46 @@ void moe_ck_config_free(moe_ck_config *c)
     if (!c)
         return;
     free(c->layer_list);
+    free(c->limits);
+    free(c->limits_shared);
+    free(c->refused_layers);
     moe_ckq_free(c->ct);
     c->layer_list = NULL;
+    c->limits = c->limits_shared = NULL;
+    c->refused_layers = NULL;
     c->ct = NULL;
+}
+
+int moe_ck_config_layer_refused(const moe_ck_config *c, int64_t layer)
+{
+    for (size_t i = 0; i < c->n_refused_layers; i++)
+        if (c->refused_layers[i] == layer)
+            return 1;
+    return 0;
+}
+
+void moe_ck_config_layer_desc(const moe_ck_config *c, int64_t layer, moe_layer_desc *d)
+{
+    if (c->row->activation.rule != MOE_FAM_ACT_POSTCLAMP_LAYER_LISTS)
+        return;
+    /* Step3p7SparseMoeBlock: swiglu_limits[L] or None -> inf; Step3p7MLP: swiglu_limits_shared[L]
+     * or 0 -> inf: no clamp is plain SwiGLU */
+    const float lr = layer >= 0 && (size_t)layer < c->n_limits ? c->limits[layer] : 0.0f;
+    const float ls = layer >= 0 && (size_t)layer < c->n_limits_shared ? c->limits_shared[layer] : 0.0f;
+    const int has_shared = d->shared_expert_intermediate_size > 0;
+    d->activation = lr > 0.0f ? MOE_ACT_SWIGLU_POSTCLAMP : MOE_ACT_SWIGLU;
+    d->swiglu_limit = lr > 0.0f ? lr : 7.0f; /* moe_layer_desc_init's when unread */
+    d->has_shared_activation = 0;
+    d->shared_activation = MOE_ACT_SWIGLU;
+    d->shared_swiglu_limit = 0.0f;
+    if (!has_shared)
+        return;
+    if ((ls > 0.0f) != (lr > 0.0f)) { /* one of the two clamps: the shared expert's activation of its own */
+        d->has_shared_activation = 1;
+        d->shared_activation = ls > 0.0f ? MOE_ACT_SWIGLU_POSTCLAMP : MOE_ACT_SWIGLU;
+    }
+    if (ls > 0.0f)
+        d->shared_swiglu_limit = ls;
 }
 
 /* 1 if `layer` is in the row's layer list (sorted by config_layer_rule). */

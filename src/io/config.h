@@ -38,6 +38,13 @@ typedef struct moe_ck_config {
     int64_t *layer_list;        /* [n_layer_list] row->layers.list_field */
     size_t n_layer_list;
     bool have_layer_list;       /* the list was given (not absent or null) */
+
+    /* per-layer limits (row->activation.rule MOE_FAM_ACT_POSTCLAMP_LAYER_LISTS; 0: no clamp) */
+    float *limits, *limits_shared; /* [n_limits], [n_limits_shared] */
+    size_t n_limits, n_limits_shared;
+    /* MoE layers refused (row->refuse_layers): sorted layer indices */
+    int64_t *refused_layers;    /* [n_refused_layers] */
+    size_t n_refused_layers;
 } moe_ck_config;
 
 /* Parse config.json's object `root` (read from `path`, borrowed for c's life) into *c: the
@@ -54,6 +61,11 @@ void moe_ck_config_free(moe_ck_config *c);
 
 /* 1 if `layer` in [0, num_layers) holds an MoE block (moe_checkpoint_is_moe_layer), else 0. */
 int moe_ck_config_is_moe_layer(const moe_ck_config *c, int64_t layer);
+/* 1 if MoE layer `layer` is one of row->refuse_layers' (DeepSeek-V4's hash layers), else 0. */
+int moe_ck_config_layer_refused(const moe_ck_config *c, int64_t layer);
+/* The per-layer parts of layer `layer`'s description (Step-3.7's limits) into d, which holds
+ * c->desc's routing and sizes. */
+void moe_ck_config_layer_desc(const moe_ck_config *c, int64_t layer, moe_layer_desc *d);
 /* Why `layer` (a dense one) is dense, in config.json's terms, into why [n]. */
 void moe_ck_config_dense_reason(const moe_ck_config *c, int64_t layer, char *why, size_t n);
 

@@ -89,6 +89,27 @@ static moe_status sigmoid_groups_routing(const moe_cfg_fields *f, const moe_fam_
     return MOE_OK;
 }
 
+/* DeepseekV4TopKRouter: score_fn = ACT2FN[scoring_func] (DeepseekV4Config: "sqrtsoftplus",
+ * `softmax` or `sigmoid` by its docstring); libmoe computes "sqrtsoftplus" (MOE_SCORING_SQRTSOFTPLUS),
+ * the released models' and the class's default. The router has no groups. */
+static moe_status deepseek_v4_routing(const moe_cfg_fields *f, const moe_fam_row *row, int64_t *n_group,
+                                      int64_t *topk_group)
+{
+    (void)row;
+    (void)n_group;
+    (void)topk_group;
+    const char *scoring = NULL;
+    moe_status st = moe_cfg_str(f, "scoring_func", "sqrtsoftplus", &scoring);
+    if (st != MOE_OK)
+        return st;
+    if (strcmp(scoring, "sqrtsoftplus") != 0)
+        return moe_set_error(f->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%sscoring_func' = \"%s\": libmoe computes DeepseekV4TopKRouter with "
+                             "\"sqrtsoftplus\" (sqrt(softplus(l)) + e_score_correction_bias, renormalized) only",
+                             f->path, f->prefix, scoring);
+    return MOE_OK;
+}
+
 /* Inkling2TopKRouter: score_fn = ACT2FN[scoring_func]; libmoe computes "sigmoid" (the config
  * classes' default), any other is refused by name; no expert groups */
 static moe_status inkling2_routing(const moe_cfg_fields *f, const moe_fam_row *row, int64_t *n_group,
@@ -1043,6 +1064,65 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_EVERY},
      .prefixes = {"model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}},
+
+    /* DeepseekV4SparseMoeBlock (transformers 5.24 deepseek_v4/modeling_deepseek_v4.py; the
+     * hyper-connections, compressed attention and the decoder's norms are not the block):
+     * DeepseekV4TopKRouter scores s = sqrt(softplus(l)) (scoring_func "sqrtsoftplus"), selects
+     * the top-k of s + e_score_correction_bias (no groups), w = s / (sum + 1e-20) always
+     * (norm_topk_prob is not read), times routed_scaling_factor (default 1.5); DeepseekV4Experts
+     * and the one shared DeepseekV4MLP (intermediate_size = moe_intermediate_size: I, whatever
+     * n_shared_experts says) both compute act(min(g, swiglu_limit)) * clamp(u, +-limit):
+     * MOE_ACT_SWIGLU_CLAMP (limit default 10). Every layer is an MoE block; the "hash_moe" ones
+     * of mlp_layer_types (DeepseekV4HashRouter: experts = tid2eid[input_ids]) are refused per
+     * layer. mlp_bias (biased shared expert) is refused. Saved in the released names:
+     * model.layers.L.ffn., gate.bias (the correction bias), experts.<e>.w1 / w3 / w2,
+     * shared_experts.w1 / w3 / w2 */
+    {.family = MOE_FAMILY_DEEPSEEK_V4, .name = "deepseek_v4", .names = {{"DeepseekV4ForCausalLM", "deepseek_v4"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .shared = {MOE_FAM_SHARED_SAME_AS_I, NULL, 0, false, "shared_experts", .gate_proj = "w1" /* as saved */,
+                .up_proj = "w3", .down_proj = "w2"},
+     .scoring = MOE_SCORING_SQRTSOFTPLUS, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .routed_scaling = {"routed_scaling_factor", 1.5},
+     .router = {"gate.weight"}, .selection_bias = "gate.bias" /* as saved */, .routing_hook = deepseek_v4_routing,
+     .activation = {MOE_FAM_ACT_CLAMPED_SILU, NULL, "swiglu_limit", 0.0, 10.0},
+     .refuse_true = {"mlp_bias", "DeepseekV4MLP's biased gate / up / down projections (the shared expert)"},
+     .refuse_layers = {"mlp_layer_types", "hash_moe", "moe", "num_hash_layers", 3,
+                       "DeepseekV4HashRouter chooses this layer's experts by tid2eid[input_ids], a table of token "
+                       "ids the MoE layer is never given; running it would take caller-given top-k ids "
+                       "(moe_exec_args.in_topk_ids = tid2eid[input_ids], weights from the sqrtsoftplus scores), "
+                       "which moe_checkpoint does not load"},
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"model.layers.%L.ffn." /* as saved */, "model.layers.%L.mlp."},
+     .per_expert = {{"w1", "w3", "w2"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* Step3p7SparseMoeBlock (transformers 5.24 step3p7/modeling_step3p7.py, text MoE under
+     * text_config): Step3p7TopKRouter is MiniMax-M3's (f32 sigmoid, top-k of s +
+     * e_score_correction_bias, renormalized without an epsilon), the routed sum times
+     * moe_router_scaling_factor (default 1); Step3p7Experts._apply_gate and the shared
+     * Step3p7MLP (share_expert_dim) clamp after the activation, min(silu(g), limit) *
+     * clamp(u, +-limit) (MOE_ACT_SWIGLU_POSTCLAMP) with per-layer limits swiglu_limits[L] and
+     * swiglu_limits_shared[L] (absent, null or 0: no clamp); mlp_bias (a biased shared expert)
+     * is refused. MoE layers by mlp_layer_types (Step3p7TextConfig writes it; absent: every layer
+     * from 3). Saved in the released names: model.layers.L.moe. with gate.weight, router_bias,
+     * the gate and up stacks apart (gate_proj / up_proj.weight [E, I, H]) and down_proj.weight;
+     * the shared expert beside the block, model.layers.L.share_expert. */
+    {.family = MOE_FAMILY_STEP3P7, .name = "step3p7", .text_config = true,
+     .names = {{"Step3p7ForConditionalGeneration", "step3p7"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 1,
+     .shared = {MOE_FAM_SHARED_FIELD, "share_expert_dim", 0, false, "share_expert", .prefix = "model.layers.%L.",
+                .field_optional = true, .field_default = 1280},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .routed_scaling = {"moe_router_scaling_factor", 1.0},
+     .router = {"gate.weight"}, .selection_bias = "router_bias" /* as saved */,
+     .activation = {MOE_FAM_ACT_POSTCLAMP_LAYER_LISTS, NULL, "swiglu_limits", 0.0, 0.0,
+                    .shared_limit_field = "swiglu_limits_shared"},
+     .refuse_true = {"mlp_bias", "Step3p7MLP's biased gate / up / down projections (the shared expert)"},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 3, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.moe." /* as saved */},
+     .stacked = {{"gate_proj.weight", "down_proj.weight", false, "up_proj.weight"},
+                 {"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 

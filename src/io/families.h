@@ -36,10 +36,16 @@ typedef enum moe_fam_act {
                                    (mlp_gate_softcap), c_u from limit_field (mlp_up_softcap),
                                    defaults alpha / limit; hidden_act is not read (Inkling2's
                                    experts hard-code the sigmoid) */
-    MOE_FAM_ACT_CLAMPED_SILU_OWN_SHARED /* routed MOE_ACT_SWIGLU_CLAMP (limit_field) and the
+    MOE_FAM_ACT_CLAMPED_SILU_OWN_SHARED, /* routed MOE_ACT_SWIGLU_CLAMP (limit_field) and the
                                    shared expert its own activation from hidden_act
                                    (has_shared_activation: HY-V4's HYV4MLP applies
                                    ACT2FN[hidden_act] unclamped) */
+    MOE_FAM_ACT_POSTCLAMP_LAYER_LISTS /* Step-3.7: MOE_ACT_SWIGLU_POSTCLAMP with a limit per layer,
+                                   limit_field the routed experts' list (swiglu_limits[L]),
+                                   shared_limit_field the shared expert's (swiglu_limits_shared[L]);
+                                   an absent list, a null or 0 entry, or a layer past the list's
+                                   end: that expert is plain SwiGLU there (the modeling code's
+                                   float("inf")); hidden_act must be silu / swish */
 } moe_fam_act;
 
 /* Which decoder layers hold an MoE block, from the fields of moe_fam_row.layers. */
@@ -87,6 +93,10 @@ typedef struct moe_fam_stacked {
     bool interleaved;                      /* gate = the even rows of gate_up, up = the odd ones
                                               (Inkling2's saved w13_weight, which its conversion
                                               mapping de-interleaves with Interleave(dim=1)) */
+    const char *up;                        /* set: gate_up names the gate stack alone, P<gate_up>
+                                              [E, I, H], and this the up stack P<up> [E, I, H]
+                                              (Step-3.7's saved moe.gate_proj / moe.up_proj
+                                              .weight, which its conversion mapping concatenates) */
 } moe_fam_stacked;
 
 typedef struct moe_fam_row moe_fam_row;
@@ -194,6 +204,8 @@ struct moe_fam_row {
             const char *dflt;
             moe_fam_combine_choice choices[MOE_FAM_MAX_CHOICES];
         } combine;
+        const char *up_proj, *down_proj;   /* likewise (DeepSeek-V4 saves shared_experts.w3 / .w2);
+                                              NULL: up_proj, down_proj */
     } shared;
 
     /* ---- routing and expert math (moe.h "Layer description") ---- */
@@ -258,6 +270,7 @@ struct moe_fam_row {
         double alpha, limit;               /* their defaults */
         const char *field;                 /* HIDDEN_ACT: the ACT2FN name's field; NULL: "hidden_act"
                                               (JetMoE: "activation_function") */
+        const char *shared_limit_field;    /* POSTCLAMP_LAYER_LISTS: the shared expert's list */
     } activation;
     moe_fam_routing_hook routing_hook;     /* or NULL */
     moe_fam_refuse refuse[MOE_FAM_MAX_REFUSE]; /* config values refused by name (field NULL: none) */
@@ -288,6 +301,18 @@ struct moe_fam_row {
                                               (LongCat-Flash saves "num_layers": its
                                               num_hidden_layers is a property, 2 * num_layers
                                               attention sublayers) */
+    struct {                               /* MoE layers libmoe cannot route, by a per-layer string
+                                              list (DeepSeek-V4's mlp_layer_types "hash_moe": the
+                                              experts chosen by token id). Such a layer is an MoE
+                                              layer (moe_checkpoint_is_moe_layer) whose description
+                                              and weights are refused, naming the layer, the value
+                                              and `what`. Every entry must be `value` or `other`. */
+        const char *field;                 /* "mlp_layer_types" */
+        const char *value, *other;         /* "hash_moe", "moe" */
+        const char *count_field;           /* absent list: layers < this field are `value` ... */
+        int64_t count_default;             /* ... (default: DeepseekV4Config's 3) */
+        const char *what;                  /* for the message */
+    } refuse_layers;
 
     /* ---- which layers are MoE ---- */
     struct {

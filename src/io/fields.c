@@ -197,6 +197,43 @@ moe_status moe_cfg_int_list(const moe_cfg_fields *f, const char *key, int64_t **
     return MOE_OK;
 }
 
+moe_status moe_cfg_limit_list(const moe_cfg_fields *f, const char *key, float **out, size_t *n_out, bool *present)
+{
+    *out = NULL;
+    *n_out = 0;
+    *present = false;
+    const json_t *v = given(f, &key);
+    if (!v) {
+        moe_cfg_note_default(f, key, "none");
+        return MOE_OK;
+    }
+    if (!json_is_array(v))
+        return wrong_type(f, key, "an array of numbers or null", v);
+    const size_t n = json_array_size(v);
+    float *a = calloc(n ? n : 1, sizeof *a); /* [n] */
+    if (!a)
+        return moe_set_error(f->ctx, MOE_ENOMEM, "%s: out of memory", f->path);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *x = json_array_get(v, i);
+        if (json_is_null(x))
+            continue; /* no clamp on this layer */
+        const double d = json_is_number(x) ? json_number_value(x) : -1.0;
+        if (!json_is_number(x) || !(d >= 0.0) || !isfinite((float)d)) {
+            free(a);
+            if (!json_is_number(x))
+                return moe_set_error(f->ctx, MOE_EFORMAT, "%s: field '%s%s'[%zu] must be a number or null, found %s",
+                                     f->path, f->prefix, key, i, moe_io_json_found(x));
+            return moe_set_error(f->ctx, MOE_EFORMAT, "%s: field '%s%s'[%zu] = %g must be finite and >= 0 (0 or null: "
+                                 "no clamp)", f->path, f->prefix, key, i, d);
+        }
+        a[i] = (float)d;
+    }
+    *out = a;
+    *n_out = n;
+    *present = true;
+    return MOE_OK;
+}
+
 moe_status moe_cfg_index_list_of(const moe_cfg_fields *f, const char *key, const char *match, const char *other,
                                  int64_t **out, size_t *n_out, size_t *n_entries, bool *present)
 {

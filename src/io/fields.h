@@ -74,10 +74,14 @@ moe_status moe_cfg_str(const moe_cfg_fields *f, const char *key, const char *dfl
  * false, *out NULL (noted in f->assumed as "none"). */
 moe_status moe_cfg_int_list(const moe_cfg_fields *f, const char *key, int64_t **out, size_t *n_out,
                             bool *present);
+/* A per-layer list of non-negative numbers (Step-3.7's swiglu_limits): *out [*n_out] (malloc'ed),
+ * a null entry read as 0 (no clamp), *present false when the field is absent or null.
+ * MOE_EFORMAT naming the field and the index for an entry that is not a number or null, or is
+ * negative or not finite; MOE_ENOMEM. */
+moe_status moe_cfg_limit_list(const moe_cfg_fields *f, const char *key, float **out, size_t *n_out, bool *present);
 /* A per-layer list of strings (config `mlp_layer_types`: "dense" / "sparse"): *out [*n_out]
  * (malloc'd, caller frees) = the indices whose entry is `match`, *n_entries the list's
- * length; every entry must be `match`
- * or `other` (else MOE_EFORMAT naming the field, the entry and both values). Absent or null:
+ * length; every entry must be `match` or `other` (else MOE_EFORMAT naming the field, the entry and both values). Absent or null:
  * *present false, *out NULL, the default noted as "none". */
 moe_status moe_cfg_index_list_of(const moe_cfg_fields *f, const char *key, const char *match, const char *other,
                                  int64_t **out, size_t *n_out, size_t *n_entries, bool *present);

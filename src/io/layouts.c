@@ -49,10 +49,28 @@ static void tensor_name(char *out, const char *prefix, const char *tail)
 
 /* Stacked output-major experts: gate_up [E, 2I, H] (gate rows first), down [E, H, I]. */
 static moe_status stacked_experts(const moe_ck_index *ix, const moe_ck_config *c, moe_ck_layer *lt,
-                                  const char *gu_name, const char *dn_name, bool interleaved)
+                                  const char *gu_name, const char *dn_name, bool interleaved, const char *up_name)
 {
     const int64_t E = c->desc.num_experts, H = c->desc.hidden_size, I = c->desc.moe_intermediate_size;
     moe_tensor_info gu, dn;
+    if (up_name) {
+        /* gate [E, I, H] and up [E, I, H] stacked apart (Step-3.7), down [E, H, I] */
+        moe_tensor_info up;
+        const int64_t g_shape[3] = {E, I, H};
+        const int64_t d_shape[3] = {E, H, I};
+        moe_status st;
+        if ((st = moe_ck_get_weight(ix, lt, gu_name, "[E, I, H]", 3, g_shape, &gu)) != MOE_OK ||
+            (st = moe_ck_get_weight(ix, lt, up_name, "[E, I, H]", 3, g_shape, &up)) != MOE_OK ||
+            (st = moe_ck_get_weight(ix, lt, dn_name, "[E, H, I]", 3, d_shape, &dn)) != MOE_OK)
+            return st;
+        const size_t es = moe_dtype_size(lt->weight_dtype);
+        for (int64_t e = lt->e_lo; e < lt->e_hi; e++) {
+            lt->gate[e] = (const uint8_t *)gu.data + (size_t)e * (size_t)(I * H) * es;
+            lt->up[e] = (const uint8_t *)up.data + (size_t)e * (size_t)(I * H) * es;
+            lt->down[e] = (const uint8_t *)dn.data + (size_t)e * (size_t)(H * I) * es;
+        }
+        return MOE_OK;
+    }
     const int64_t gu_shape[3] = {E, 2 * I, H};
     const int64_t dn_shape[3] = {E, H, I};
     moe_status st;
@@ -405,10 +423,12 @@ moe_status moe_ck_experts_resolve(const moe_ck_index *ix, const moe_ck_config *c
         break;
     case CK_LAYOUT_INPUT_MAJOR: st = input_major_experts(ix, c, lt, prefix); break;
     case CK_LAYOUT_STACKED: {
-        char dn_name[MOE_CK_NAME_LEN];
+        char dn_name[MOE_CK_NAME_LEN], up_name[MOE_CK_NAME_LEN];
         tensor_name(name, prefix, stacked->gate_up);
         tensor_name(dn_name, prefix, stacked->down);
-        st = stacked_experts(ix, c, lt, name, dn_name, stacked->interleaved);
+        if (stacked->up)
+            tensor_name(up_name, prefix, stacked->up);
+        st = stacked_experts(ix, c, lt, name, dn_name, stacked->interleaved, stacked->up ? up_name : NULL);
         break;
     }
     case CK_LAYOUT_PER_EXPERT: st = per_expert_experts(ix, c, lt, prefix, describe); break;

@@ -35,6 +35,7 @@ void moe_layer_desc_init(moe_layer_desc *d)
     d->renormalize_eps = 1e-20f; /* numerics contract 4 */
     d->shared_expert_scale = 1.0f;
     d->num_identity_experts = 0;
+    d->shared_swiglu_limit = 0.0f; /* the shared expert's limit is swiglu_limit */
 }
 
 /* `act` (the field `field` of d: "activation" or "shared_activation") a moe_activation value,
@@ -42,10 +43,11 @@ void moe_layer_desc_init(moe_layer_desc *d)
 static moe_status check_activation(moe_ctx *ctx, const moe_layer_desc *d, moe_activation act, const char *field)
 {
     if (act != MOE_ACT_SWIGLU && act != MOE_ACT_GEGLU && act != MOE_ACT_GEGLU_TANH && act != MOE_ACT_SWIGLU_OAI &&
-        act != MOE_ACT_SWIGLU_CLAMP && act != MOE_ACT_SWIGLU_SOFTCAP)
+        act != MOE_ACT_SWIGLU_CLAMP && act != MOE_ACT_SWIGLU_SOFTCAP && act != MOE_ACT_SWIGLU_POSTCLAMP)
         return moe_set_error(ctx, MOE_EINVAL, "layer description: %s = %d is not a moe_activation value", field,
                              (int)act);
-    if ((act == MOE_ACT_SWIGLU_OAI || act == MOE_ACT_SWIGLU_CLAMP) && !(d->swiglu_limit > 0.0f))
+    if ((act == MOE_ACT_SWIGLU_OAI || act == MOE_ACT_SWIGLU_CLAMP || act == MOE_ACT_SWIGLU_POSTCLAMP) &&
+        !(d->swiglu_limit > 0.0f))
         return moe_set_error(ctx, MOE_EINVAL, "layer description: swiglu_limit = %g, must be > 0", (double)d->swiglu_limit);
     if (act == MOE_ACT_SWIGLU_OAI && !isfinite(d->swiglu_alpha))
         return moe_set_error(ctx, MOE_EINVAL, "layer description: swiglu_alpha = %g, must be finite",
@@ -107,13 +109,21 @@ moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
                              (double)d->routed_scaling_factor);
     if (d->scoring_func != MOE_SCORING_SOFTMAX && d->scoring_func != MOE_SCORING_SIGMOID &&
         d->scoring_func != MOE_SCORING_TOPK_SOFTMAX && d->scoring_func != MOE_SCORING_TOPK_SIGMOID &&
-        d->scoring_func != MOE_SCORING_SPARSEMIXER)
+        d->scoring_func != MOE_SCORING_SPARSEMIXER && d->scoring_func != MOE_SCORING_SQRTSOFTPLUS)
         return moe_set_error(ctx, MOE_EINVAL, "layer description: scoring_func = %d is not a moe_scoring value",
                              (int)d->scoring_func);
     {
         moe_status ast = check_activation(ctx, d, d->activation, "activation");
         if (ast != MOE_OK)
             return ast;
+        if (!(d->shared_swiglu_limit >= 0.0f))
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "layer description: shared_swiglu_limit = %g, must be 0 (swiglu_limit) or > 0",
+                                 (double)d->shared_swiglu_limit);
+        if (d->shared_swiglu_limit > 0.0f && d->shared_expert_intermediate_size == 0)
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "layer description: shared_swiglu_limit set without a shared expert "
+                                 "(shared_expert_intermediate_size = 0)");
         if (d->has_shared_activation && d->shared_expert_intermediate_size == 0)
             return moe_set_error(ctx, MOE_EINVAL,
                                  "layer description: has_shared_activation set without a shared expert "

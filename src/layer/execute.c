@@ -282,6 +282,8 @@ static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const m
         moe_layer_desc sd = *d;
         if (d->has_shared_activation)
             sd.activation = d->shared_activation;
+        if (d->shared_swiglu_limit > 0.0f) /* its own limit (Step-3.7's swiglu_limits_shared) */
+            sd.swiglu_limit = d->shared_swiglu_limit;
         moe_mlp_run(ctx, &sd, &sg, scratch, c.item_off, NULL);
         if (d->shared_expert_gated) {
             moe_gemm_rows(ctx, &w->shared_gate, x, H, Tc, sgate, 1, scratch);

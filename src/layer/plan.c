@@ -140,6 +140,10 @@ static void plan_text(moe_plan *p)
         size_t used = strlen(p->text);
         snprintf(p->text + used, sizeof p->text - used, "num_identity_experts=%lld;", (long long)d->num_identity_experts);
     }
+    if (d->shared_swiglu_limit > 0.0f) { /* descriptions without it keep their text and hash */
+        size_t used = strlen(p->text);
+        snprintf(p->text + used, sizeof p->text - used, "shared_swiglu_limit=%.9g;", (double)d->shared_swiglu_limit);
+    }
     if (d->scoring_func == MOE_SCORING_SPARSEMIXER) { /* the other modes keep their text and hash */
         size_t used = strlen(p->text);
         snprintf(p->text + used, sizeof p->text - used, "sparsemixer_jitter_eps=%.9g;",

@@ -28,6 +28,10 @@ void moe_ref_softmax(const float *logits, int64_t n, float *out);
 /* sigmoid(v) = 1 / (1 + exp(-v)), in f32. */
 float moe_ref_sigmoid(float v);
 
+/* sqrt(softplus(v)), softplus(v) = log1p(exp(-|v|)) + max(v, 0), in f32 (moe.h
+ * MOE_SCORING_SQRTSOFTPLUS). */
+float moe_ref_sqrtsoftplus(float v);
+
 /* Route T tokens (docs/numerics.md section 1): scores from logits [T, E] by
  * desc->scoring_func, selection key (+ selection_bias [E] in dtype bias_dtype when non-NULL),
  * group-limited masking when desc->n_group > 1, top-k by rounds of row-max (value

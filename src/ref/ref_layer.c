@@ -139,6 +139,8 @@ routed:
         moe_layer_desc sd = *desc; /* its activation: the routed one or its own (HY-V4's plain SwiGLU) */
         if (desc->has_shared_activation)
             sd.activation = desc->shared_activation;
+        if (desc->shared_swiglu_limit > 0.0f) /* its own limit (moe.h shared_swiglu_limit) */
+            sd.swiglu_limit = desc->shared_swiglu_limit;
         moe_ref_mlp sm = {.gate = src->shared_gate_proj, .up = src->shared_up_proj,
                           .down = src->shared_down_proj, .dt = dt, .gu_so = H, .gu_si = 1,
                           .dn_so = Is, .dn_si = 1};

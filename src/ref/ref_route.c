@@ -73,6 +73,14 @@ float moe_ref_sigmoid(float v)
     return 1.0f / (1.0f + expf(-v));
 }
 
+float moe_ref_sqrtsoftplus(float v)
+{
+    /* softplus(v) = log(1 + e^v) = log1p(e^-|v|) + max(v, 0): no overflow for large v, no
+     * cancellation for very negative v; NaN stays NaN (the log1pf term carries it) */
+    float sp = log1pf(expf(-fabsf(v))) + fmaxf(v, 0.0f);
+    return sqrtf(sp);
+}
+
 /* a ranks above b: larger value, NaN below every number, ties to the lower index */
 static bool ranks_above(float va, int64_t ia, float vb, int64_t ib)
 {
@@ -134,6 +142,9 @@ static void route_token(const moe_layer_desc *d, const void *bias, moe_dtype bia
     } else if (d->scoring_func == MOE_SCORING_SIGMOID) {
         for (int64_t e = 0; e < E; e++)
             s[e] = moe_ref_sigmoid(l[e]);
+    } else if (d->scoring_func == MOE_SCORING_SQRTSOFTPLUS) {
+        for (int64_t e = 0; e < E; e++)
+            s[e] = moe_ref_sqrtsoftplus(l[e]);
     } else {
         for (int64_t e = 0; e < E; e++)
             s[e] = l[e]; /* the top-k-first modes select on the logits */

@@ -49,6 +49,13 @@ static inline float sigmoid(float v)
     return 1.0f / (1.0f + expf(-v));
 }
 
+/* sqrt(softplus(v)), softplus(v) = log1p(exp(-|v|)) + max(v, 0) (moe.h MOE_SCORING_SQRTSOFTPLUS;
+ * src/ref writes the same operations). NaN: log1pf(expf(NaN)) is NaN, so the sum is. */
+static inline float sqrtsoftplus(float v)
+{
+    return sqrtf(log1pf(expf(-fabsf(v))) + fmaxf(v, 0.0f));
+}
+
 /* a before b in top-k order */
 static inline bool before(float va, int32_t ia, float vb, int32_t ib)
 {
@@ -238,6 +245,9 @@ void moe_route_topk(const moe_layer_desc *desc, const float *sel_bias, const flo
         } else if (sf == MOE_SCORING_SIGMOID) {
             for (int64_t e = 0; e < E; e++)
                 s[e] = sigmoid(l[e]);
+        } else if (sf == MOE_SCORING_SQRTSOFTPLUS) {
+            for (int64_t e = 0; e < E; e++)
+                s[e] = sqrtsoftplus(l[e]);
         } else {
             memcpy(s, l, sizeof(float) * (size_t)E);
         }

@@ -222,6 +222,8 @@ _FAMILIES = {
     "Lfm2MoeForCausalLM": "lfm2_moe", "lfm2_moe": "lfm2_moe",
     "Cohere2MoeForCausalLM": "cohere2_moe", "cohere2_moe": "cohere2_moe",
     "LongcatFlashForCausalLM": "longcat_flash", "longcat_flash": "longcat_flash",
+    "DeepseekV4ForCausalLM": "deepseek_v4", "deepseek_v4": "deepseek_v4",
+    "Step3p7ForConditionalGeneration": "step3p7", "step3p7": "step3p7",
 }
 # Branch routerknobs: LFM2-MoE's (sum + 1e-6) and Cohere2-MoE's configured scoring / shared mix
 _KNOBS = ("lfm2_moe", "cohere2_moe")
@@ -246,7 +248,7 @@ def text_config(cfg, family):
     if family == "qwen3_omni_moe" and isinstance((cfg.get("thinker_config") or {}).get("text_config"), dict):
         return cfg["thinker_config"]["text_config"]  # Qwen3OmniMoeConfig: the thinker's text model
     if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "qwen4_exp", "minimax_m3_vl", "qwen3_omni_moe", "aria",
-                  "glm4v_moe", "glm5_next", "inkling2", "inkling2_loop", "hy_v4_vl") and isinstance(
+                  "glm4v_moe", "glm5_next", "inkling2", "inkling2_loop", "hy_v4_vl", "step3p7") and isinstance(
                       cfg.get("text_config"), dict):
         return cfg["text_config"]
     return cfg
@@ -567,6 +569,68 @@ def layer_params_knobs(ck, layer):
     return p
 
 
+def layer_params_v4step(ck, layer):
+    """layer_params for DeepSeek-V4 and Step-3.7, from their modeling files (transformers 5.24).
+    DeepSeek-V4 (deepseek_v4/modeling_deepseek_v4.py): DeepseekV4TopKRouter scores
+    sqrt(softplus(l)), top-k of the scores + e_score_correction_bias (saved as ffn.gate.bias), w /
+    (sum + 1e-20) * routed_scaling_factor (default 1.5); DeepseekV4Experts and the one shared
+    DeepseekV4MLP (moe_intermediate_size wide) apply act(min(g, L)) * clamp(u, -L, L), L =
+    swiglu_limit (10); experts saved per expert as ffn.experts.e.w1 / w3 / w2, the shared one as
+    ffn.shared_experts.w1 / w3 / w2; the "hash_moe" layers route by token id: not modelled.
+    Step-3.7 (step3p7/modeling_step3p7.py, text_config): Step3p7TopKRouter sigmoid + bias
+    (moe.router_bias), w / sum; the routed sum times moe_router_scaling_factor (1); experts
+    min(act(g), L) * clamp(u, -L, L) with L = swiglu_limits[layer] (None / 0: no clamp), the
+    shared Step3p7MLP (share_expert_dim, saved beside the block as share_expert.) with
+    swiglu_limits_shared[layer]; experts stacked as moe.gate_proj / up_proj / down_proj.weight."""
+    fam = ck.family
+    cfg = text_config(ck.config, fam)
+    nl = int(cfg["num_hidden_layers"])
+    if not 0 <= layer < nl:
+        raise IndexError(f"layer {layer} outside [0, {nl})")
+    types = cfg.get("mlp_layer_types")
+    H, K = int(cfg["hidden_size"]), int(cfg["num_experts_per_tok"])
+    E = int(cfg.get("n_routed_experts") or cfg.get("num_local_experts"))
+    I = int(cfg["moe_intermediate_size"])
+    if _get(cfg, "hidden_act", "silu") not in ("silu", "swish"):
+        raise ValueError("only silu is modelled here")
+    p = {"family": fam, "H": H, "K": K, "E": E, "I": I, "renormalize": True, "n_group": 1, "topk_group": 1,
+         "group_score": "max", "router_bias": None, "on_input": False, "shared_gated": False, "biases": None}
+    if fam == "deepseek_v4":
+        if types is not None and types[layer] == "hash_moe":
+            raise ValueError(f"layer {layer} is a hash_moe layer (token-id routing)")
+        if _get(cfg, "scoring_func", "sqrtsoftplus") != "sqrtsoftplus":
+            raise ValueError("DeepSeek-V4 scoring other than sqrtsoftplus is not modelled here")
+        moe = f"model.layers.{layer}.ffn."
+        p.update(scoring="sqrtsoftplus", scale=float(_get(cfg, "routed_scaling_factor", 1.5)), act="swiglu_clamp",
+                 limit=float(_get(cfg, "swiglu_limit", 10.0)), Is=I)
+        p["router"], p["sel_bias"] = ck.get(moe + "gate.weight"), ck.get(moe + "gate.bias")
+        for k, n in (("w_gate", "w1"), ("w_up", "w3"), ("w_down", "w2")):
+            p[k] = np.stack([ck.get(f"{moe}experts.{e}.{n}.weight") for e in range(E)])
+        s = moe + "shared_experts."
+        p["s_gate"], p["s_up"], p["s_down"] = (ck.get(s + n + ".weight") for n in ("w1", "w3", "w2"))
+    else:
+        if not (types[layer] == "sparse" if types is not None else layer >= 3):
+            raise ValueError(f"layer {layer} is a dense layer")
+        moe = f"model.layers.{layer}.moe."
+        lim = (cfg.get("swiglu_limits") or [])
+        lsh = (cfg.get("swiglu_limits_shared") or [])
+        lr = (lim[layer] if layer < len(lim) else None) or 0.0
+        ls = (lsh[layer] if layer < len(lsh) else None) or 0.0
+        p.update(scoring="sigmoid", scale=float(_get(cfg, "moe_router_scaling_factor", 1.0)),
+                 act="swiglu_postclamp" if lr else "swiglu", limit=float(lr),
+                 s_act="swiglu_postclamp" if ls else "swiglu", s_limit=float(ls),
+                 Is=int(_get(cfg, "share_expert_dim", 1280)))
+        p["router"], p["sel_bias"] = ck.get(moe + "gate.weight"), ck.get(moe + "router_bias")
+        p["w_gate"], p["w_up"] = ck.get(moe + "gate_proj.weight"), ck.get(moe + "up_proj.weight")
+        p["w_down"] = ck.get(moe + "down_proj.weight")
+        s = f"model.layers.{layer}.share_expert."
+        p["s_gate"], p["s_up"], p["s_down"] = (ck.get(s + n + "_proj.weight") for n in ("gate", "up", "down"))
+    for k, shape in (("router", (E, H)), ("w_gate", (E, I, H)), ("w_up", (E, I, H)), ("w_down", (E, H, I))):
+        if tuple(p[k].shape) != shape:
+            raise ValueError(f"layer {layer}: {k} has shape {p[k].shape}, expected {shape}")
+    return p
+
+
 def layer_params_longcat(ck, layer):
     """LongCat-Flash (transformers 5.24 longcat_flash/modeling_longcat_flash.py): every layer's
     LongcatFlashMoE; LongcatFlashTopkRouter: logits = classifier.weight [E + Z, H] x (no bias),
@@ -606,6 +670,8 @@ def layer_params_new(ck, layer):
         return layer_params_acts(ck, layer)
     if fam in _KNOBS:
         return layer_params_knobs(ck, layer)
+    if fam in ("deepseek_v4", "step3p7"):
+        return layer_params_v4step(ck, layer)
     cfg = text_config(ck.config, fam)
     nl = int(cfg["num_hidden_layers"])
     if not 0 <= layer < nl:
@@ -879,6 +945,9 @@ def expert(p, x, e):
     elif p.get("act") == "swiglu_clamp":
         lim = p["limit"]
         h = silu(np.minimum(g, lim)) * np.clip(u, -lim, lim)
+    elif p.get("act") == "swiglu_postclamp":  # Step3p7Experts._apply_gate: the clamp after the SiLU
+        lim = p["limit"]
+        h = np.minimum(silu(g), lim) * np.clip(u, -lim, lim)
     elif p.get("act") == "swiglu_softcap":  # Inkling2SoftcappedSwiGLU: the sigmoid of the raw gate
         cg, cu = p["cg"], p["cu"]
         h = (np.tanh(g / cg) * cg) * sigmoid(g) * (np.tanh(u / cu) * cu)
@@ -949,6 +1018,8 @@ def route(p, x):
         scores = softmax(logits)
     elif scoring == "sigmoid":
         scores = sigmoid(logits)
+    elif scoring == "sqrtsoftplus":           # DeepSeek-V4: sqrt(log(1 + e^l))
+        scores = np.sqrt(np.logaddexp(0.0, logits))
     else:
         scores = logits                       # top-k first, on the logits
     key = scores if p.get("sel_bias") is None else scores + p["sel_bias"]
@@ -1001,7 +1072,7 @@ def moe_forward(p, x):
             gate = 1.0 / (1.0 + np.exp(-(x @ p["s_expert_gate"].T)))  # [T, 1]
         if p.get("s_act"):  # HY-V4: the shared expert's own activation (HYV4MLP: ACT2FN[hidden_act])
             sh = {"w_gate": p["s_gate"][None], "w_up": p["s_up"][None], "w_down": p["s_down"][None],
-                  "act": p["s_act"]}
+                  "act": p["s_act"], "limit": p.get("s_limit")}
             out += gate * expert(sh, x, 0)
         elif p.get("family") == "minimax_m3_vl":  # MiniMaxM3VLDenseMLP: the experts' clamped SwiGLU
             sh = {"w_gate": p["s_gate"][None], "w_up": p["s_up"][None], "w_down": p["s_down"][None],

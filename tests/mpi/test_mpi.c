@@ -879,10 +879,25 @@ static void random_suite(const pcfg *base, double tol)
                 free(lg);
                 rlayer_free(&L);
             }
+            /* 7. DeepSeek-V4's sqrt(softplus) scores (router computed on every
+             *    rank), Step-3.7's clamp after the SiLU in the routed experts, the shared expert
+             *    clamped before it at a limit of its own (shared_swiglu_limit) */
+            {
+                rlayer_make(&L, 24, 16, 8, 3, 12, 0, 0, 0, MOE_DTYPE_F32, 81);
+                L.d.scoring_func = MOE_SCORING_SQRTSOFTPLUS;
+                L.d.routed_scaling_factor = 1.5f;
+                L.d.activation = MOE_ACT_SWIGLU_POSTCLAMP;
+                L.d.swiglu_limit = 0.25f;
+                L.d.has_shared_activation = 1;
+                L.d.shared_activation = MOE_ACT_SWIGLU_CLAMP;
+                L.d.shared_swiglu_limit = 0.2f;
+                random_case("sqrtsoftplus + postclamp, shared clamp E=8 K=3", &L, NULL, 41, &c, tol, 1024);
+                rlayer_free(&L);
+            }
         }
     }
     say("  random layers (skewed routing, uneven placement, bf16, biases, weight on input, shared, renormalize_eps, "
-        "shared_expert_scale, identity experts): ep %d x tp %d, both "
+        "shared_expert_scale, identity experts, sqrtsoftplus, postclamp): ep %d x tp %d, both "
         "formats: %s\n",
         base->ep, base->tp, tol < 0 ? "bit-identical to one process" : "within bound");
 }

@@ -113,7 +113,7 @@ static void fill_inputs(float *g, float *u, float *bg, float *bu, unsigned seed)
 static void check_table(const moe_kernels *k)
 {
     const moe_activation acts[] = {MOE_ACT_SWIGLU, MOE_ACT_SWIGLU_OAI, MOE_ACT_GEGLU, MOE_ACT_GEGLU_TANH,
-                                   MOE_ACT_SWIGLU_CLAMP, MOE_ACT_SWIGLU_SOFTCAP};
+                                   MOE_ACT_SWIGLU_CLAMP, MOE_ACT_SWIGLU_SOFTCAP, MOE_ACT_SWIGLU_POSTCLAMP};
     float g[N], u[N], bg[N], bu[N], want[N], got[N];
     for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
         for (int biased = 0; biased < 2; biased++) {
@@ -225,9 +225,63 @@ static void test_swiglu_softcap(void **state)
     assert_true(isnan(moe_act_apply(&d, NAN, 1.0f)) && isnan(moe_act_apply(&d, 1.0f, NAN)));
 }
 
+/* MOE_ACT_SWIGLU_POSTCLAMP (Step3p7Experts._apply_gate, Step3p7MLP) against its definition in
+ * double, min(silu(g), L) * clamp(u, -L, L), within a few ulp (the exp, the division and the
+ * product round); the clamp is on silu(g), not on g: a gate just above L is not clamped
+ * (silu(L + 0.01) < L), a large one gives exactly L; negative gates are not clamped; +inf in the
+ * gate gives L, -inf NaN (as torch's g * sigmoid(g)), NaN stays NaN; an infinite limit is plain
+ * SwiGLU bit for bit. */
+static void test_swiglu_postclamp(void **state)
+{
+    (void)state;
+    moe_layer_desc d;
+    moe_layer_desc_init(&d);
+    d.activation = MOE_ACT_SWIGLU_POSTCLAMP;
+    d.swiglu_limit = 7.0f;
+    const double L = 7.0;
+    double worst = 0.0;
+    for (int i = 0; i < 4001; i++) {
+        const float g = -30.0f + 0.015f * (float)i, u = 25.0f - 0.0123f * (float)i;
+        const double s = (double)g / (1.0 + exp(-(double)g));
+        const double want = fmin(s, L) * fmax(fmin((double)u, L), -L);
+        if (fabs(want) < 1e-30)
+            continue;
+        const double e = ulp_err(moe_act_apply(&d, g, u), want);
+        worst = e > worst ? e : worst;
+    }
+    print_message("swiglu_postclamp: worst %.2f ulp against the double definition\n", worst);
+    assert_true(worst <= 4.0);
+    /* the gate side: silu(7.01) = 7.0036.. > 7 is clamped, silu(7.0) = 6.9936.. is not */
+    assert_true(moe_act_apply(&d, 50.0f, 1.0f) == 7.0f && moe_act_apply(&d, 7.01f, 1.0f) == 7.0f);
+    assert_true(moe_act_apply(&d, 7.0f, 1.0f) < 7.0f);
+    d.activation = MOE_ACT_SWIGLU_CLAMP; /* GLM-5-Next's clamp before the silu: silu(7) there */
+    const float pre = moe_act_apply(&d, 50.0f, 1.0f);
+    d.activation = MOE_ACT_SWIGLU_POSTCLAMP;
+    assert_true(pre < 7.0f && pre != moe_act_apply(&d, 50.0f, 1.0f));
+    /* the up side, both ways */
+    assert_true(f_bits(moe_act_apply(&d, 2.0f, 40.0f)) == f_bits(moe_act_apply(&d, 2.0f, 7.0f)));
+    assert_true(f_bits(moe_act_apply(&d, 2.0f, -40.0f)) == f_bits(moe_act_apply(&d, 2.0f, -7.0f)));
+    /* negative gates pass (silu >= -0.2785) */
+    assert_true(moe_act_apply(&d, -1.0f, 1.0f) < -0.26f);
+    /* specials */
+    assert_true(moe_act_apply(&d, INFINITY, 2.0f) == 14.0f);
+    assert_true(moe_act_apply(&d, INFINITY, INFINITY) == 49.0f);
+    assert_true(isnan(moe_act_apply(&d, -INFINITY, 1.0f)));
+    assert_true(isnan(moe_act_apply(&d, NAN, 1.0f)) && isnan(moe_act_apply(&d, 1.0f, NAN)));
+    /* no limit (Step-3.7's None / 0 reads as plain SwiGLU; +inf computes it too, bit for bit) */
+    d.swiglu_limit = INFINITY;
+    moe_layer_desc s;
+    moe_layer_desc_init(&s);
+    for (int i = 0; i < 2001; i++) {
+        const float g = -40.0f + 0.04f * (float)i, u = 9.0f - 0.009f * (float)i;
+        assert_true(f_bits(moe_act_apply(&d, g, u)) == f_bits(moe_act_apply(&s, g, u)));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_swiglu_postclamp),
         cmocka_unit_test(test_expf_accuracy),
         cmocka_unit_test(test_expf_special),
         cmocka_unit_test(test_act_rows_all_tables),

@@ -445,6 +445,19 @@ static void test_every_fixture_clean_under_strict(void **state)
             moe_layer_desc d;
             moe_plan *plan = NULL;
             moe_weights *w = NULL;
+            if (moe_checkpoint_family(ck) == MOE_FAMILY_DEEPSEEK_V4 && l == 0) {
+                /* its "hash_moe" layer (token-id routing) is refused by name, as run / load say */
+                const char *const subs[] = {"layer 0", "'mlp_layer_types'[0] = \"hash_moe\"", "tid2eid[input_ids]",
+                                            "in_topk_ids", "layer 1 is the first", NULL};
+                tu_check_error(ctx, moe_checkpoint_layer_desc(ck, l, &d), MOE_EUNSUPPORTED, subs);
+                /* and its weights, even into a plan of the score-routed layer's shape */
+                assert_int_equal(moe_checkpoint_layer_desc(ck, 1, &d), MOE_OK);
+                assert_int_equal(moe_plan_create(ctx, &d, &plan), MOE_OK);
+                tu_check_error(ctx, moe_checkpoint_load_weights(ck, l, plan, &w), MOE_EUNSUPPORTED, subs);
+                assert_null(w);
+                moe_plan_free(plan);
+                continue;
+            }
             if ((st = moe_checkpoint_layer_desc(ck, l, &d)) == MOE_OK && (st = moe_plan_create(ctx, &d, &plan)) == MOE_OK)
                 st = moe_checkpoint_load_weights(ck, l, plan, &w);
             if (st != MOE_OK)
@@ -971,6 +984,144 @@ static void test_other_dtypes_outside_block(void **state)
     moe_ctx_free(c1);
 }
 
+/* ---- Step-3.7's per-layer limits and DeepSeek-V4's config checks ---------- */
+
+/* step3p7_f32 with text_config edited by `edit` (NULL: as generated); the status of layer
+ * `layer`'s description, into *d. */
+static moe_status step_desc(const char *fixture, void (*edit)(json_t *cfg), int64_t layer, moe_layer_desc *d,
+                            moe_ctx *ctx)
+{
+    char dir[1024];
+    copy_fixture(fixture, dir, sizeof dir);
+    if (edit) {
+        json_t *root = load_json_file(dir, "config.json");
+        json_t *tc = json_object_get(root, "text_config");
+        edit(json_is_object(tc) ? tc : root);
+        save_json_file(root, dir, "config.json");
+    }
+    moe_checkpoint *ck = NULL;
+    moe_status st = moe_checkpoint_open(ctx, dir, &ck);
+    if (st == MOE_OK)
+        st = moe_checkpoint_layer_desc(ck, layer, d);
+    if (st == MOE_OK) { /* and it loads and runs into a plan of that description */
+        moe_plan *plan = NULL;
+        moe_weights *w = NULL;
+        assert_int_equal(moe_plan_create(ctx, d, &plan), MOE_OK);
+        assert_int_equal(moe_checkpoint_load_weights(ck, layer, plan, &w), MOE_OK);
+        moe_weights_free(w);
+        moe_plan_free(plan);
+    }
+    moe_checkpoint_free(ck);
+    return st;
+}
+
+static void no_limits(json_t *c)
+{
+    json_object_del(c, "swiglu_limits");
+}
+static void null_shared_limits(json_t *c)
+{
+    json_object_set_new(c, "swiglu_limits_shared", json_null());
+}
+static void negative_limit(json_t *c)
+{
+    json_array_set_new(json_object_get(c, "swiglu_limits"), 1, json_real(-2.0));
+}
+static void string_limit(json_t *c)
+{
+    json_array_set_new(json_object_get(c, "swiglu_limits"), 1, json_string("7"));
+}
+static void biased(json_t *c)
+{
+    json_object_set_new(c, "mlp_bias", json_true());
+}
+static void gelu(json_t *c)
+{
+    json_object_set_new(c, "hidden_act", json_string("gelu"));
+}
+
+/* Step3p7SparseMoeBlock's limits per layer (swiglu_limits[L] routed, swiglu_limits_shared[L]
+ * shared; None / 0 / absent: plain SwiGLU there): step3p7_f32 layer 1 clamps both (2.5 and 4),
+ * layer 2 only the shared expert (3); mlp_bias, a negative or non-number limit and a non-silu
+ * hidden_act are refused by name. */
+static void test_step3p7_layers(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    moe_layer_desc d;
+    assert_int_equal(step_desc("step3p7_f32", NULL, 1, &d, ctx), MOE_OK);
+    assert_int_equal(d.activation, MOE_ACT_SWIGLU_POSTCLAMP);
+    assert_true(d.swiglu_limit == 2.5f && d.shared_swiglu_limit == 4.0f && !d.has_shared_activation);
+    assert_int_equal(d.shared_expert_intermediate_size, 16);
+    assert_true(d.routed_scaling_factor == 1.5f && d.renormalize && d.has_selection_bias);
+    assert_int_equal(step_desc("step3p7_f32", NULL, 2, &d, ctx), MOE_OK);
+    assert_int_equal(d.activation, MOE_ACT_SWIGLU);
+    assert_true(d.has_shared_activation && d.shared_activation == MOE_ACT_SWIGLU_POSTCLAMP);
+    assert_true(d.shared_swiglu_limit == 3.0f);
+    /* no routed list: layer 1's routed experts plain, its shared expert still clamped at 4 */
+    assert_int_equal(step_desc("step3p7_f32", no_limits, 1, &d, ctx), MOE_OK);
+    assert_true(d.activation == MOE_ACT_SWIGLU && d.has_shared_activation &&
+                d.shared_activation == MOE_ACT_SWIGLU_POSTCLAMP && d.shared_swiglu_limit == 4.0f);
+    /* no shared list: the shared expert plain beside the clamped routed ones */
+    assert_int_equal(step_desc("step3p7_f32", null_shared_limits, 1, &d, ctx), MOE_OK);
+    assert_true(d.activation == MOE_ACT_SWIGLU_POSTCLAMP && d.swiglu_limit == 2.5f && d.has_shared_activation &&
+                d.shared_activation == MOE_ACT_SWIGLU && d.shared_swiglu_limit == 0.0f);
+    tu_check_error(ctx, step_desc("step3p7_f32", negative_limit, 1, &d, ctx), MOE_EFORMAT,
+                   (const char *const[]){"'text_config.swiglu_limits'[1] = -2", "0 or null: no clamp", NULL});
+    tu_check_error(ctx, step_desc("step3p7_f32", string_limit, 1, &d, ctx), MOE_EFORMAT,
+                   (const char *const[]){"'text_config.swiglu_limits'[1] must be a number or null", NULL});
+    tu_check_error(ctx, step_desc("step3p7_f32", biased, 1, &d, ctx), MOE_EUNSUPPORTED,
+                   (const char *const[]){"'text_config.mlp_bias' is true", "Step3p7MLP's biased", NULL});
+    tu_check_error(ctx, step_desc("step3p7_f32", gelu, 1, &d, ctx), MOE_EUNSUPPORTED,
+                   (const char *const[]){"'text_config.hidden_act' = \"gelu\"", "MOE_ACT_SWIGLU_POSTCLAMP", NULL});
+    moe_ctx_free(ctx);
+}
+
+static void v4_sigmoid(json_t *c)
+{
+    json_object_set_new(c, "scoring_func", json_string("sigmoid"));
+}
+static void v4_types_absent_one(json_t *c)
+{
+    json_object_del(c, "mlp_layer_types");
+    json_object_set_new(c, "num_hash_layers", json_integer(1));
+}
+static void v4_types_absent(json_t *c)
+{
+    json_object_del(c, "mlp_layer_types");
+}
+static void v4_types_bad(json_t *c)
+{
+    json_array_set_new(json_object_get(c, "mlp_layer_types"), 1, json_string("sparse"));
+}
+
+/* DeepseekV4Config: scoring_func other than sqrtsoftplus, mlp_bias and an unknown
+ * mlp_layer_types value are refused by name; without mlp_layer_types the first num_hash_layers
+ * (default 3) layers are the hash ones, refused with the first score-routed layer named (or
+ * none). */
+static void test_deepseek_v4_config(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    moe_layer_desc d;
+    assert_int_equal(step_desc("deepseek_v4_f32", NULL, 1, &d, ctx), MOE_OK);
+    assert_true(d.scoring_func == MOE_SCORING_SQRTSOFTPLUS && d.activation == MOE_ACT_SWIGLU_CLAMP &&
+                d.swiglu_limit == 3.0f && d.renormalize && d.has_selection_bias && d.n_group == 0 &&
+                d.shared_expert_intermediate_size == d.moe_intermediate_size && d.routed_scaling_factor == 2.0f);
+    tu_check_error(ctx, step_desc("deepseek_v4_f32", v4_sigmoid, 1, &d, ctx), MOE_EUNSUPPORTED,
+                   (const char *const[]){"'scoring_func' = \"sigmoid\"", "sqrtsoftplus", NULL});
+    tu_check_error(ctx, step_desc("deepseek_v4_f32", biased, 1, &d, ctx), MOE_EUNSUPPORTED,
+                   (const char *const[]){"'mlp_bias' is true", "DeepseekV4MLP", NULL});
+    tu_check_error(ctx, step_desc("deepseek_v4_f32", v4_types_bad, 1, &d, ctx), MOE_EFORMAT,
+                   (const char *const[]){"'mlp_layer_types'[1] = \"sparse\"", "\"hash_moe\" or \"moe\"", NULL});
+    assert_int_equal(step_desc("deepseek_v4_f32", v4_types_absent_one, 1, &d, ctx), MOE_OK);
+    tu_check_error(ctx, step_desc("deepseek_v4_f32", v4_types_absent_one, 0, &d, ctx), MOE_EUNSUPPORTED,
+                   (const char *const[]){"layer 0", "hash_moe", "layer 1 is the first", NULL});
+    tu_check_error(ctx, step_desc("deepseek_v4_f32", v4_types_absent, 1, &d, ctx), MOE_EUNSUPPORTED,
+                   (const char *const[]){"layer 1", "hash_moe", "no layer of this model is score-routed", NULL});
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -988,6 +1139,8 @@ int main(void)
         cmocka_unit_test(test_cli_family),
         cmocka_unit_test(test_control_chars_escaped),
         cmocka_unit_test(test_other_dtypes_outside_block),
+        cmocka_unit_test(test_step3p7_layers),
+        cmocka_unit_test(test_deepseek_v4_config),
     };
     return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);
 }

@@ -51,6 +51,8 @@ typedef struct fam_cfg {
     float renorm_eps; /* renormalize_eps (LFM2-MoE 1e-6, Cohere2-MoE 0); default 1e-20 */
     float sh_scale;   /* shared_expert_scale (Cohere2-MoE's "average" 0.5); default 1 */
     int64_t Z;     /* num_identity_experts (LongCat-Flash): router and its biases [E + Z] */
+    float limit, sh_limit; /* swiglu_limit (0: the default 7), shared_swiglu_limit (Step-3.7) */
+    float sh_wscale;       /* shared gate/up weight scale multiplier (0: 1) */
 } fam_cfg;
 
 static fam_cfg cfg_default(int64_t H, int64_t I, int64_t E, int64_t K)
@@ -150,6 +152,9 @@ static void layer_build(fam_layer *L, const fam_cfg *c, uint64_t seed)
     L->d.output_norm_eps = 1e-5f;
     L->d.num_identity_experts = c->Z;
     const int64_t R = E + c->Z; /* the router's rows */
+    if (c->limit > 0.0f)
+        L->d.swiglu_limit = c->limit;
+    L->d.shared_swiglu_limit = c->sh_limit;
 
     const float sh = 1.0f / sqrtf((float)H), si = 1.0f / sqrtf((float)I);
     L->router = rand_dt(R * H, c->dt, seed + 1, -4.0f * sh, 4.0f * sh);
@@ -216,8 +221,9 @@ static void layer_build(fam_layer *L, const fam_cfg *c, uint64_t seed)
     }
     if (c->Is > 0) {
         const float ss = 1.0f / sqrtf((float)c->Is);
-        L->sg = rand_dt(c->Is * H, c->dt, seed + 7, -sh, sh);
-        L->su = rand_dt(c->Is * H, c->dt, seed + 8, -sh, sh);
+        const float sw = c->sh_wscale > 0.0f ? c->sh_wscale * sh : sh;
+        L->sg = rand_dt(c->Is * H, c->dt, seed + 7, -sw, sw);
+        L->su = rand_dt(c->Is * H, c->dt, seed + 8, -sw, sw);
         L->sd = rand_dt(H * c->Is, c->dt, seed + 9, -ss, ss);
         L->src.shared_gate_proj = L->sg;
         L->src.shared_up_proj = L->su;
@@ -767,6 +773,89 @@ static void test_acts_modes(void **state)
     d.softcap_gate = NAN;
     assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EINVAL);
     d.softcap_gate = 4.0f;
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_OK);
+    moe_plan_free(p);
+    moe_ctx_free(ctx);
+}
+
+/* DeepSeek-V4 and Step-3.7: MOE_SCORING_SQRTSOFTPLUS with a correction bias (DeepSeek-V4; and with groups),
+ * MOE_ACT_SWIGLU_POSTCLAMP (Step-3.7) in the routed and the shared expert with its own limit
+ * (shared_swiglu_limit), or beside a plain / clamped shared expert (has_shared_activation), in
+ * f32 and bf16: src/ref's bits on every table, thread count, chunk size and prepare/finalize
+ * (check_bits); the shared limit is applied (changing it changes the output); bad values are
+ * refused naming the field. */
+static void test_v4step_modes(void **state)
+{
+    (void)state;
+    for (int v = 0; v < 6; v++) {
+        fam_cfg c = cfg_default(40, 16, 8, 3);
+        c.scoring = v <= 1 ? MOE_SCORING_SQRTSOFTPLUS : MOE_SCORING_SIGMOID;
+        c.sel_bias = 1;
+        c.renorm = 1;
+        c.scale = v <= 1 ? 1.5f : 2.0f;
+        c.Is = v == 5 ? 0 : 16;
+        c.wscale = 4.0f; /* gate / up values past the limits, routed and shared */
+        c.sh_wscale = 4.0f;
+        c.act = v <= 1 ? MOE_ACT_SWIGLU_CLAMP : v == 4 ? MOE_ACT_SWIGLU : MOE_ACT_SWIGLU_POSTCLAMP;
+        c.limit = v <= 1 ? 3.0f : 1.5f;
+        if (v == 1) { /* groups on the sqrtsoftplus keys */
+            c.n_group = 4, c.topk_group = 2, c.gscore = MOE_GROUP_SCORE_TOP2_SUM;
+        }
+        if (v == 2 || v == 4) /* the shared expert's own limit */
+            c.sh_limit = 2.5f;
+        if (v == 3) { /* clamped routed, plain shared */
+            c.sh_act_on = 1;
+            c.sh_act = MOE_ACT_SWIGLU;
+        }
+        if (v == 4) { /* plain routed, clamped shared (Step-3.7 layer 2) */
+            c.sh_act_on = 1;
+            c.sh_act = MOE_ACT_SWIGLU_POSTCLAMP;
+        }
+        c.dt = v == 2 || v == 1 ? MOE_DTYPE_BF16 : MOE_DTYPE_F32;
+        check_cfg(&c, 13, 900 + (uint64_t)v);
+        if (c.Is > 0 && c.sh_limit > 0.0f) { /* the shared limit is what the shared expert reads */
+            fam_layer L;
+            layer_build(&L, &c, 910 + (uint64_t)v);
+            const int64_t T = 5;
+            float *x = rand_x(T, c.H, 911, 1.5f);
+            float *a = malloc(sizeof(float) * (size_t)(T * c.H)), *b = malloc(sizeof(float) * (size_t)(T * c.H));
+            assert_int_equal(moe_ref_forward(&L.d, &L.src, x, T, NULL, a, NULL, NULL), MOE_OK);
+            L.d.shared_swiglu_limit = 0.0f; /* back to swiglu_limit */
+            assert_int_equal(moe_ref_forward(&L.d, &L.src, x, T, NULL, b, NULL, NULL), MOE_OK);
+            if (same_bits(a, b, sizeof(float) * (size_t)(T * c.H)))
+                fail_msg("v %d: shared_swiglu_limit changed nothing", v);
+            free(x), free(a), free(b);
+            layer_free(&L);
+        }
+    }
+
+    /* validation, by field name */
+    moe_ctx *ctx = tu_ctx();
+    moe_layer_desc d;
+    moe_layer_desc_init(&d);
+    d.hidden_size = 16, d.moe_intermediate_size = 8, d.num_experts = 4, d.top_k = 2;
+    moe_plan *p = NULL;
+    d.activation = MOE_ACT_SWIGLU_POSTCLAMP;
+    d.swiglu_limit = 0.0f;
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EINVAL);
+    assert_non_null(strstr(moe_ctx_last_error(ctx), "swiglu_limit = 0"));
+    d.swiglu_limit = INFINITY; /* no clamp: allowed */
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_OK);
+    moe_plan_free(p);
+    d.shared_swiglu_limit = 2.0f; /* without a shared expert */
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EINVAL);
+    assert_non_null(strstr(moe_ctx_last_error(ctx), "shared_swiglu_limit set without a shared expert"));
+    d.shared_expert_intermediate_size = 8;
+    d.shared_swiglu_limit = -1.0f;
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EINVAL);
+    assert_non_null(strstr(moe_ctx_last_error(ctx), "shared_swiglu_limit = -1"));
+    d.shared_swiglu_limit = NAN;
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EINVAL);
+    d.shared_swiglu_limit = 2.0f;
+    d.scoring_func = (moe_scoring)6;
+    assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_EINVAL);
+    assert_non_null(strstr(moe_ctx_last_error(ctx), "scoring_func = 6"));
+    d.scoring_func = MOE_SCORING_SQRTSOFTPLUS;
     assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_OK);
     moe_plan_free(p);
     moe_ctx_free(ctx);
@@ -1702,6 +1791,7 @@ int main(void)
         cmocka_unit_test(test_hand_sparsemixer),  cmocka_unit_test(test_output_bias), cmocka_unit_test(test_acts_modes), cmocka_unit_test(test_output_norm),
         cmocka_unit_test(test_router_knobs),
         cmocka_unit_test(test_identity_experts),
+        cmocka_unit_test(test_v4step_modes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -100,9 +100,16 @@ static void test_rows_complete(void **state)
             assert_true(row->layers.first_field && row->layers.step_field && row->layers.last_field);
             break;
         }
-        /* a routing hook reads the group fields, but Inkling2's (scoring_func only: no groups) */
+        if (row->activation.rule == MOE_FAM_ACT_POSTCLAMP_LAYER_LISTS)
+            assert_true(row->activation.limit_field && row->activation.shared_limit_field);
+        if (row->refuse_layers.field)
+            assert_true(row->refuse_layers.value && row->refuse_layers.other && row->refuse_layers.count_field &&
+                        row->refuse_layers.what);
+        /* a routing hook reads the group fields, but Inkling2's and DeepSeek-V4's (scoring_func
+         * only: no groups) */
         if (row->groups.n_group > 1 ||
-            (row->routing_hook && row->family != MOE_FAMILY_INKLING2 && row->family != MOE_FAMILY_INKLING2_LOOP))
+            (row->routing_hook && row->family != MOE_FAMILY_INKLING2 && row->family != MOE_FAMILY_INKLING2_LOOP &&
+             row->family != MOE_FAMILY_DEEPSEEK_V4))
             assert_true(row->groups.n_group_field && row->groups.topk_group_field);
     }
 }
@@ -217,6 +224,11 @@ static const struct {
      MOE_ACT_SWIGLU},
     /* LongcatFlashConfig: softmax over E + zero_expert_num (256), not renormalized, 6.0 */
     {MOE_FAMILY_LONGCAT_FLASH, MOE_SCORING_SOFTMAX, 0, 6.0f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    /* DeepseekV4Config: sqrtsoftplus, always renormalized, 1.5, no groups, swiglu_limit 10 */
+    {MOE_FAMILY_DEEPSEEK_V4, MOE_SCORING_SQRTSOFTPLUS, 1, 1.5f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU_CLAMP},
+    /* Step3p7TextConfig: sigmoid + bias, renormalized, moe_router_scaling_factor 1; no limits: SwiGLU */
+    {MOE_FAMILY_STEP3P7, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
 };
 
 /* the renormalization's epsilon of a family's router (moe_layer_desc.renormalize_eps) */
@@ -420,6 +432,8 @@ static void preset_desc(const char *dir, const json_t *meta, moe_layer_desc *d)
         d->routed_scaling_factor = (float)json_number_value(v);
     if ((v = json_object_get(cfg, "route_scale")) && json_is_number(v))
         d->routed_scaling_factor = (float)json_number_value(v);
+    if ((v = json_object_get(cfg, "moe_router_scaling_factor")) && json_is_number(v)) /* Step-3.7 */
+        d->routed_scaling_factor = (float)json_number_value(v);
     /* the same fields under the names the config classes' attribute_map writes (Kimi-Linear,
      * Ling hybrid: moe_renormalize, num_expert_group) or their own (Hunyuan-V3:
      * router_scaling_factor) */
@@ -455,6 +469,29 @@ static void preset_desc(const char *dir, const json_t *meta, moe_layer_desc *d)
         d->swiglu_alpha = (float)json_number_value(v);
     if ((v = json_object_get(cfg, "swiglu_limit")) && json_is_number(v))
         d->swiglu_limit = (float)json_number_value(v);
+    {
+        /* Step-3.7: Step3p7Experts / Step3p7MLP clamp after the SiLU at swiglu_limits[L] /
+         * swiglu_limits_shared[L] of the fixture's layer (null or 0: no clamp, plain SwiGLU) */
+        const int64_t L = json_int_field("meta.json", meta, "layer");
+        const json_t *lr = json_array_get(json_object_get(cfg, "swiglu_limits"), (size_t)L);
+        const json_t *ls = json_array_get(json_object_get(cfg, "swiglu_limits_shared"), (size_t)L);
+        const double r = json_is_number(lr) ? json_number_value(lr) : 0.0;
+        const double s = json_is_number(ls) ? json_number_value(ls) : 0.0;
+        if (r > 0.0) {
+            d->activation = MOE_ACT_SWIGLU_POSTCLAMP;
+            d->swiglu_limit = (float)r;
+        }
+        if (s > 0.0 && d->shared_expert_intermediate_size > 0) {
+            if (!(r > 0.0)) {
+                d->has_shared_activation = 1;
+                d->shared_activation = MOE_ACT_SWIGLU_POSTCLAMP;
+            }
+            d->shared_swiglu_limit = (float)s;
+        } else if (r > 0.0 && d->shared_expert_intermediate_size > 0) {
+            d->has_shared_activation = 1;
+            d->shared_activation = MOE_ACT_SWIGLU;
+        }
+    }
     if ((v = json_object_get(cfg, "rms_norm_eps")) && json_is_number(v) && d->has_output_norm) /* A.X-K1 */
         d->output_norm_eps = (float)json_number_value(v);
     if ((v = json_object_get(cfg, "zero_expert_num")) && d->num_identity_experts > 0) /* LongCat-Flash; null: 0 */

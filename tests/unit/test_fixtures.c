@@ -114,6 +114,7 @@ static const char *const k_required[] = {
     "minimax_m2_f32", "hy_v3_f32", "axk2_f32", "glm5_next_f32",
     "lfm2_moe_f32", "lfm2_moe_nobias_f32", "cohere2_moe_f32", "cohere2_moe_sigmoid_f32",
     "longcat_flash_f32",
+    "deepseek_v4_f32", "step3p7_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
@@ -188,6 +189,7 @@ static moe_activation act_of(const char *act)
     return !strcmp(act, "swiglu_oai")       ? MOE_ACT_SWIGLU_OAI
            : !strcmp(act, "swiglu_clamp")   ? MOE_ACT_SWIGLU_CLAMP
            : !strcmp(act, "swiglu_softcap") ? MOE_ACT_SWIGLU_SOFTCAP
+           : !strcmp(act, "swiglu_postclamp") ? MOE_ACT_SWIGLU_POSTCLAMP
            : !strcmp(act, "geglu")          ? MOE_ACT_GEGLU
            : !strcmp(act, "geglu_tanh")     ? MOE_ACT_GEGLU_TANH
                                             : MOE_ACT_SWIGLU;
@@ -278,6 +280,7 @@ static void run_fixture(const fixture *fx, const json_t *meta, int threads, cons
                                         : !strcmp(scoring, "topk_softmax") ? MOE_SCORING_TOPK_SOFTMAX
                                         : !strcmp(scoring, "topk_sigmoid") ? MOE_SCORING_TOPK_SIGMOID
                                         : !strcmp(scoring, "sparsemixer")  ? MOE_SCORING_SPARSEMIXER
+                                        : !strcmp(scoring, "sqrtsoftplus") ? MOE_SCORING_SQRTSOFTPLUS
                                                                            : MOE_SCORING_SOFTMAX);
     if (desc.scoring_func == MOE_SCORING_SPARSEMIXER)
         assert_true(desc.sparsemixer_jitter_eps == (float)meta_num_or(meta, "sparsemixer_jitter_eps", 0.01));
@@ -317,6 +320,10 @@ static void run_fixture(const fixture *fx, const json_t *meta, int threads, cons
     assert_int_equal(!!desc.has_shared_activation, sh_act != NULL);
     if (sh_act)
         assert_int_equal(desc.shared_activation, act_of(sh_act));
+    /* the clamp limits the config gives (DeepSeek-V4's swiglu_limit, Step-3.7's per-layer lists) */
+    if (json_is_number(json_object_get(meta, "swiglu_limit")))
+        assert_true(desc.swiglu_limit == (float)meta_num_or(meta, "swiglu_limit", NAN));
+    assert_true(desc.shared_swiglu_limit == (float)meta_num_or(meta, "shared_swiglu_limit", 0.0));
     /* quantized experts (gpt_oss_mxfp4): the scheme the checkpoint's tensors give */
     assert_string_equal(moe_quant_name(&desc.quant), meta_str_or(meta, "quant", "none"));
     const char *wdt = meta_str(meta, "weight_dtype");

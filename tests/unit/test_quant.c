@@ -173,6 +173,9 @@ typedef struct qlayer {
 
 /* Identity experts of the next qlayer_init (num_identity_experts; the router [E + Z, H]). */
 static int64_t g_Z;
+/* Applied to both descriptions of every qlayer when set (test_v4step_quant: other routing and
+ * activation modes over the same quantized weights). */
+static void (*g_desc_edit)(moe_layer_desc *d);
 
 /* Optional spread: each weight of row n, column k scaled by 2^(((n / 37) * 7 + (k / 29) * 5) % 41 - 20)
  * so block scales cover 2^-20 .. 2^20 (R12). */
@@ -189,6 +192,8 @@ static void qlayer_init(qlayer *L, const moe_quant_config *q, int64_t H, int64_t
     L->fdesc.weight_dtype = MOE_DTYPE_F32;
     L->fdesc.shared_expert_intermediate_size = Is;
     L->fdesc.num_identity_experts = g_Z;
+    if (g_desc_edit)
+        g_desc_edit(&L->fdesc);
     L->desc = L->fdesc;
     L->desc.quant = *q;
     L->H = H, L->I = I, L->E = E;
@@ -413,6 +418,41 @@ static void test_identity_quant(void **state)
                "vs unquantized max-rel %.4f\n", names[i], last_deq_rel, last_max_rel);
         (void)err;
     }
+}
+
+/* DeepSeek-V4's and Step-3.7's modes over quantized experts: DeepSeek-V4's sqrtsoftplus scores with
+ * Step-3.7's clamp after the SiLU in the routed experts (limit 0.3: it binds on these weights)
+ * (g and u have a std of about 0.33 on these weights: the clamps bind on a good share of them)
+ * and a shared expert clamped before it at its own limit (shared_swiglu_limit 0.02): every
+ * table and thread count bit-identical to the ref table's plan, the ref plan within
+ * TU_REASSOC_REL of f32 on the dequantized weights (check_weight_only), and the stated bounds of
+ * test_weight_only_exact against the unquantized layer. */
+static void v4step_modes(moe_layer_desc *d)
+{
+    d->scoring_func = MOE_SCORING_SQRTSOFTPLUS;
+    d->routed_scaling_factor = 1.5f;
+    d->activation = MOE_ACT_SWIGLU_POSTCLAMP;
+    d->swiglu_limit = 0.3f;
+    d->has_shared_activation = 1;
+    d->shared_activation = MOE_ACT_SWIGLU_CLAMP;
+    d->shared_swiglu_limit = 0.02f;
+}
+
+static void test_v4step_quant(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"fp8-block", "int8-channel", "int4-g32-zp", "mxfp4"};
+    static const double bound[] = {0.06, 0.015, 0.16, 0.3};
+    g_desc_edit = v4step_modes;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        moe_quant_config q;
+        assert_int_equal(moe_quant_from_name(names[i], &q), MOE_OK);
+        double err = check_weight_only(&q, 160, 192, 48, 0);
+        printf("  v4step modes %-13s: tables bit-identical; vs f32 on the dequantized weights %.2g of max; vs "
+               "unquantized: mean-rel %.4f (bound %.3f)\n", names[i], last_deq_rel, err, bound[i]);
+        assert_true(err <= bound[i]);
+    }
+    g_desc_edit = NULL;
 }
 
 /* R12: non-square block grids and scales over 2^-20 .. 2^20; each dequantized element within
@@ -846,6 +886,8 @@ int main(void)
         cmocka_unit_test(test_e4m3_all_codes),        cmocka_unit_test(test_e2m1_e8m0),
         cmocka_unit_test(test_int4_packing),          cmocka_unit_test(test_act_quant),
         cmocka_unit_test(test_validation),            cmocka_unit_test(test_weight_only_exact), cmocka_unit_test(test_identity_quant),
+        cmocka_unit_test(test_validation),            cmocka_unit_test(test_weight_only_exact),
+        cmocka_unit_test(test_v4step_quant),
         cmocka_unit_test(test_block_grids_wide_scales), cmocka_unit_test(test_w8a8_int8), cmocka_unit_test(test_quantize_matrix_public),
         cmocka_unit_test(test_packed_kernels),        cmocka_unit_test(test_weights_for_other_plan),
     };

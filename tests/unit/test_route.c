@@ -211,6 +211,88 @@ static void test_nan_inf(void **state)
     assert_float_equal(w[0], 0.5f, 0);
 }
 
+/* MOE_SCORING_SQRTSOFTPLUS (DeepSeek-V4's DeepseekV4TopKRouter): s = sqrt(softplus(l)) against
+ * its double definition sqrt(log(1 + e^l)) within 2 ulp over l in [-80, 100] (below about -87
+ * softplus(l) ~ e^l is an f32 denormal and keeps fewer bits, as torch's f32 softplus does) and at the
+ * extremes (no overflow for large l, where s = sqrt(l); the tiny values kept for very negative
+ * l); selection on s + the correction bias, weights the unbiased s renormalized (+ 1e-20), with
+ * and without groups; NaN ranked last, +-inf; the production path and src/ref bit for bit
+ * (route_row) */
+static void test_sqrtsoftplus(void **state)
+{
+    (void)state;
+    double worst = 0.0;
+    for (int i = 0; i <= 18000; i++) {
+        const float l = -80.0f + 0.01f * (float)i;
+        const double want = sqrt(log1p(exp((double)l)));
+        const float got = moe_ref_sqrtsoftplus(l);
+        const double ulp = nextafterf((float)want, INFINITY) - (float)want;
+        const double e = fabs((double)got - want) / ulp;
+        worst = e > worst ? e : worst;
+    }
+    print_message("sqrtsoftplus: worst %.2f ulp against the double definition\n", worst);
+    assert_true(worst <= 2.0);
+    assert_true(moe_ref_sqrtsoftplus(1e30f) == sqrtf(1e30f));    /* no exp overflow */
+    assert_true(moe_ref_sqrtsoftplus(-80.0f) > 0.0f);            /* e^-40, not 0 */
+    assert_true(moe_ref_sqrtsoftplus(INFINITY) == INFINITY);
+    assert_true(moe_ref_sqrtsoftplus(-INFINITY) == 0.0f && !signbit(moe_ref_sqrtsoftplus(-INFINITY)));
+    assert_true(isnan(moe_ref_sqrtsoftplus(NAN)));
+    assert_true(moe_ref_sqrtsoftplus(0.0f) == sqrtf(logf(2.0f)) ||
+                fabsf(moe_ref_sqrtsoftplus(0.0f) - 0.8325546f) <= 1e-7f);
+
+    tiny t;
+    int32_t ids[MAXK];
+    float w[MAXK], out[H];
+    /* by hand: l = [0, 2, -1, 1, 3, -2], no bias, top-3 = 4, 1, 3, weights s / sum */
+    float l6[6] = {0, 2, -1, 1, 3, -2};
+    tiny_init(&t, 6, 3, 1);
+    t.d.scoring_func = MOE_SCORING_SQRTSOFTPLUS;
+    route_row(&t, l6, ids, w, out);
+    assert_int_equal(ids[0], 4);
+    assert_int_equal(ids[1], 1);
+    assert_int_equal(ids[2], 3);
+    double s[3] = {sqrt(log1p(exp(3.0))), sqrt(log1p(exp(2.0))), sqrt(log1p(exp(1.0)))};
+    for (int k = 0; k < 3; k++)
+        assert_true(fabs(w[k] - s[k] / (s[0] + s[1] + s[2])) <= 2e-7);
+
+    /* a correction bias moves the choice, not the weights: expert 5 (l = -2) gets +2 */
+    float bias[6] = {0, 0, 0, 0, 0, 2.0f};
+    t.d.has_selection_bias = 1;
+    t.src.selection_bias = bias;
+    t.src.selection_bias_dtype = MOE_DTYPE_F32;
+    t.d.renormalize = 0;
+    route_row(&t, l6, ids, w, out);
+    assert_int_equal(ids[0], 5); /* sqrtsoftplus(-2) + 2 = 2.357 > 1.84 (l = 3) */
+    assert_true(fabs(w[0] - sqrt(log1p(exp(-2.0)))) <= 1e-7);
+
+    /* groups (2 of 3, keep 1, top-2 sum) on the biased keys: the group of 5 wins */
+    t.d.n_group = 2;
+    t.d.topk_group = 1;
+    t.d.group_score = MOE_GROUP_SCORE_TOP2_SUM;
+    t.d.renormalize = 1;
+    t.d.top_k = 2;
+    route_row(&t, l6, ids, w, out);
+    assert_int_equal(ids[0], 5);
+    assert_int_equal(ids[1], 4); /* group 1 (3, 4, 5) kept: 2.357 + 1.840 > group 0's 1.404 + 0.833 */
+    assert_true(fabsf(w[0] + w[1] - 1.0f) <= 1e-7f);
+
+    /* NaN last, +inf first (its score +inf, not renormalized here), -inf scores +0 */
+    float odd[5] = {NAN, -INFINITY, 1.0f, INFINITY, 0.0f};
+    tiny_init(&t, 5, 4, 0);
+    t.d.scoring_func = MOE_SCORING_SQRTSOFTPLUS;
+    route_row(&t, odd, ids, w, out);
+    const int32_t want[4] = {3, 2, 4, 1};
+    assert_memory_equal(ids, want, sizeof want);
+    assert_true(w[0] == INFINITY && w[3] == 0.0f);
+    float some_nan[4] = {NAN, 1.0f, NAN, -3.0f};
+    tiny_init(&t, 4, 2, 1);
+    t.d.scoring_func = MOE_SCORING_SQRTSOFTPLUS;
+    route_row(&t, some_nan, ids, w, out);
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[1], 3);
+    assert_true(isfinite(w[0]) && isfinite(w[1]));
+}
+
 /* R6 on hidden states: NaN / Inf inputs give distinct in-range ids, and only that token's
  * output is affected. */
 static void test_nan_hidden_states(void **state)
@@ -361,6 +443,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hand_checked),     cmocka_unit_test(test_ties),
         cmocka_unit_test(test_nan_inf),          cmocka_unit_test(test_nan_hidden_states),
+        cmocka_unit_test(test_sqrtsoftplus),
         cmocka_unit_test(test_shift_invariance), cmocka_unit_test(test_scaling_once),
         cmocka_unit_test(test_plan_validation),  cmocka_unit_test(test_ctx_options),
     };
