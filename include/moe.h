@@ -533,14 +533,17 @@ typedef enum moe_family {
     MOE_FAMILY_HY_V4 = 53,         /* HYV4ForCausalLM: Glm4Moe's routing, MOE_ACT_SWIGLU_CLAMP routed
                                       experts, a plain SwiGLU shared expert (has_shared_activation) */
     MOE_FAMILY_HY_V4_VL = 54,      /* HYV4VLForConditionalGeneration (text MoE): HY-V4's block */
-    MOE_FAMILY_AXK1 = 55           /* AXK1ForCausalLM (A.X-K1): DeepSeek-V3's block + an output RMSNorm
+    MOE_FAMILY_AXK1 = 55,          /* AXK1ForCausalLM (A.X-K1): DeepSeek-V3's block + an output RMSNorm
                                       (has_output_norm) */
+    /* branch wrappers (numbered from 62; the lead renumbers at merge) */
+    MOE_FAMILY_MISTRAL_LARGE4 = 64 /* MistralLarge4ForConditionalGeneration (text MoE): Mistral-4's
+                                      router in f32, always renormalized; saved in Mistral's names */
 } moe_family;
 
 /* Static name of a family: "custom" for MOE_FAMILY_CUSTOM, else its row's name, the config
  * `model_type` of its first architecture ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
  * "gpt_oss", ...: docs/families.md "Supported" lists every one); "?" for a value without a row.
- * The values are dense from 1 to the last enumerator. */
+ * Branches number their families in ranges of their own, so the values may leave gaps (named "?"). */
 MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */

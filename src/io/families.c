@@ -977,6 +977,32 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 1, .list_field = "mlp_layer_types"},
      .prefixes = {"model.layers.%L.mlp." /* as saved */, "model.language_model.layers.%L.mlp."},
      .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* ---- branch wrappers ---- */
+
+    /* MistralLarge4TextMoE (transformers 5.24 mistral_large4/modeling_mistral_large4.py; its
+     * indexer / sparse attention is not the block): MistralLarge4TextTopkRouter is
+     * Mistral4TopkRouter with f32 logits (libmoe's router is f32) and the renormalization always
+     * on: softmax scores, n_group groups by the sum of their two best (the others masked to 0, the
+     * same choice as -inf over positive scores), top-k, w / (sum + 1e-20), times
+     * routed_scaling_factor; MistralLarge4TextExperts (SwiGLU, hidden_act) and the ungated
+     * shared expert (n_shared_experts * I). MistralLarge4TextConfig defaults: n_group 1, scale 1,
+     * one shared expert; MoE layers by mlp_layer_types (the class writes it: first_k_dense_replace
+     * (1) dense layers, then sparse). Under text_config. save_pretrained writes Mistral's own
+     * names (its conversion mapping reversed): layers.L.gate.weight, layers.L.experts.<e>.w1 / w3
+     * / w2, layers.L.shared_experts.w1 / w3 / w2 */
+    {.family = MOE_FAMILY_MISTRAL_LARGE4, .name = "mistral_large4", .text_config = true,
+     .names = {{"MistralLarge4ForConditionalGeneration", "mistral_large4"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts",
+                .gate_proj = "w1", .up_proj = "w3", .down_proj = "w2" /* as saved */},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"layers.%L." /* as saved */}, .block_parts = {"gate.", "experts.", "shared_experts."},
+     .per_expert = {{"w1", "w3", "w2"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 

@@ -103,6 +103,7 @@ typedef moe_status (*moe_fam_routing_hook)(const moe_cfg_fields *f, const moe_fa
 #define MOE_FAM_MAX_STACKED 2  /* stacked output-major layouts per family */
 #define MOE_FAM_MAX_REFUSE 2   /* refused config values per family */
 #define MOE_FAM_MAX_LIST_DEFAULT 4 /* entries of a layer list's class default */
+#define MOE_FAM_MAX_PARTS 4    /* block_parts per family */
 
 /* A config.json field whose non-zero value (true, or a number != 0) asks for maths the row
  * does not compute (Laguna's moe_router_logit_softcapping): such a config is refused by name,
@@ -166,6 +167,10 @@ struct moe_fam_row {
         const char *gate_proj;             /* the gate projection's name instead of gate_proj
                                               (HY-V4 saves HYV4MLP.gate_proj as linear_gate: its
                                               conversion mapping's rename reversed); NULL: gate_proj */
+        const char *up_proj;               /* the up and down projections' saved names instead of */
+        const char *down_proj;             /* up_proj / down_proj (Mistral-Large-4's checkpoints, as
+                                              save_pretrained writes them: shared_experts.w1 / w3 /
+                                              w2, its conversion mapping reversed); NULL: the usual */
     } shared;
 
     /* ---- routing and expert math (moe.h "Layer description") ---- */
@@ -250,6 +255,11 @@ struct moe_fam_row {
     /* ---- tensors of layer L ---- */
     const char *prefixes[MOE_FAM_MAX_PREFIXES]; /* P candidates, "%L" = the layer; the first
                                                    that holds a router is the block */
+    const char *block_parts[MOE_FAM_MAX_PARTS]; /* when P is the whole decoder layer (Mistral-
+                                                   Large-4's layers.L., its attention beside the
+                                                   block): the block's own names under P ("gate.",
+                                                   "experts.", "shared_experts."), the only ones
+                                                   the unread-tensor check looks at; NULL: all of P */
     struct {
         const char *proj[3];               /* P experts.<e>.<proj[j]>.weight (j = gate, up, down:
                                               [I, H], [I, H], [H, I]); also fp8 and

@@ -209,6 +209,9 @@ static const struct {
      MOE_ACT_SWIGLU_CLAMP},
     {MOE_FAMILY_HY_V4_VL, MOE_SCORING_SIGMOID, 1, 2.827f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
      MOE_ACT_SWIGLU_CLAMP},
+    /* branch wrappers */
+    {MOE_FAMILY_MISTRAL_LARGE4, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 0, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
 };
 
 /* HY-V4: the shared expert's own activation (plain SwiGLU beside the clamped routed experts) */
