@@ -536,6 +536,10 @@ typedef enum moe_family {
     MOE_FAMILY_AXK1 = 55,          /* AXK1ForCausalLM (A.X-K1): DeepSeek-V3's block + an output RMSNorm
                                       (has_output_norm) */
     /* branch wrappers (numbered from 62; the lead renumbers at merge) */
+    MOE_FAMILY_DEEPSEEK_OCR2 = 62, /* DeepseekOcr2ForConditionalGeneration (text MoE): DeepSeek-V2's
+                                      router and ungated shared experts */
+    MOE_FAMILY_UNLIMITED_OCR = 63, /* UnlimitedOcrForConditionalGeneration (text MoE): DeepSeek-OCR-2's
+                                      block */
     MOE_FAMILY_MISTRAL_LARGE4 = 64 /* MistralLarge4ForConditionalGeneration (text MoE): Mistral-4's
                                       router in f32, always renormalized; saved in Mistral's names */
 } moe_family;

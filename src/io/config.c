@@ -117,8 +117,16 @@ static moe_status config_layer_rule(moe_ck_config *c, const moe_cfg_fields *f)
         if (row->layers.first_field &&
             (st = moe_cfg_int(f, row->layers.first_field, false, row->layers.first_default, 0, &c->layer_first)) != MOE_OK)
             return st;
-        return moe_cfg_index_list_of(f, row->layers.list_field, "sparse", "dense", &c->layer_list, &c->n_layer_list,
-                                     &c->have_layer_list); /* ascending: no sort needed */
+        if ((st = moe_cfg_index_list_of(f, row->layers.list_field, "sparse", "dense", &c->layer_list, &c->n_layer_list,
+                                        &c->have_layer_list)) != MOE_OK) /* ascending: no sort needed */
+            return st;
+        if (row->layers.list_required && !c->have_layer_list)
+            return moe_set_error(c->ctx, MOE_EFORMAT,
+                                 "%s: field '%s%s' is absent or null: family %s's decoder layers read it per layer "
+                                 "(\"dense\" / \"sparse\") and its config class has no default, so which layers are "
+                                 "MoE is not known; config.json must list one entry per layer",
+                                 c->path, c->prefix, row->layers.list_field, row->name);
+        return MOE_OK;
     }
     if (row->layers.list_field &&
         (st = moe_cfg_int_list(f, row->layers.list_field, &c->layer_list, &c->n_layer_list, &c->have_layer_list)) !=

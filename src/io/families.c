@@ -980,6 +980,48 @@ static const moe_fam_row fam_rows[] = {
 
     /* ---- branch wrappers ---- */
 
+    /* DeepseekOcr2TextMoe (transformers 5.24 deepseek_ocr2/modeling_deepseek_ocr2.py; the SAM /
+     * Qwen2 vision towers are not the block): DeepseekOcr2TextTopkRouter is DeepseekV2TopkRouter
+     * line for line (f32 softmax, topk_method "greedy" or "group_limited_greedy" by the group max
+     * with n_group / topk_group, never renormalized, times routed_scaling_factor), the experts
+     * SwiGLU (hidden_act), n_shared_experts (2) * I ungated shared experts (DeepseekOcr2TextMLP,
+     * biased when mlp_bias: refused). MoE layers: mlp_layer_types[L] == "sparse", which the
+     * decoder layer indexes and DeepseekOcr2TextConfig does not default (list_required). Under
+     * text_config; saved as model.layers.L.mlp. (the conversion mapping's language_model.
+     * reversed) */
+    {.family = MOE_FAMILY_DEEPSEEK_OCR2, .name = "deepseek_ocr2", .text_config = true,
+     .names = {{"DeepseekOcr2ForConditionalGeneration", "deepseek_ocr2"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 2, false, "shared_experts"},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_NEVER, "norm_topk_prob", false},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_MAX},
+     .router = {"gate.weight"}, .routing_hook = deepseek_v2_routing,
+     .refuse_true = {"mlp_bias", "the shared experts' projections get biases"},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .list_field = "mlp_layer_types", .list_required = true},
+     .prefixes = {"model.layers.%L.mlp." /* as saved */, "model.language_model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* UnlimitedOcrTextMoe (transformers 5.24 unlimited_ocr/modeling_unlimited_ocr.py): DeepSeek-OCR-2's
+     * block line for line (UnlimitedOcrTextTopkRouter = DeepseekV2TopkRouter's code, the same
+     * experts and ungated shared experts, mlp_bias refused). UnlimitedOcrTextConfig fills an absent
+     * mlp_layer_types from first_k_dense_replace (1); the original checkpoints keep the text fields
+     * in language_config (read first), save_pretrained in text_config; saved as
+     * model.layers.L.mlp. */
+    {.family = MOE_FAMILY_UNLIMITED_OCR, .name = "unlimited_ocr", .text_config = true,
+     .config_path = "language_config.",
+     .names = {{"UnlimitedOcrForConditionalGeneration", "unlimited_ocr"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 2, false, "shared_experts"},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_NEVER, "norm_topk_prob", false},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_MAX},
+     .router = {"gate.weight"}, .routing_hook = deepseek_v2_routing,
+     .refuse_true = {"mlp_bias", "the shared experts' projections get biases"},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp." /* as saved */, "model.language_model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
     /* MistralLarge4TextMoE (transformers 5.24 mistral_large4/modeling_mistral_large4.py; its
      * indexer / sparse attention is not the block): MistralLarge4TextTopkRouter is
      * Mistral4TopkRouter with f32 logits (libmoe's router is f32) and the renormalization always

@@ -250,6 +250,10 @@ struct moe_fam_row {
                                               null (FlintConfig's mlp_only_layers [0, 1]) ... */
         int n_list_default;                /* ... of this many entries (0: an empty list) */
         const char *last_field;            /* INTERVAL_RANGE: the last MoE layer (-1: the last) */
+        bool list_required;                /* TYPES_ELSE_PREFIX: list_field must be given (the
+                                              decoder layer indexes it and the config class has no
+                                              default: DeepseekOcr2TextDecoderLayer); absent or null
+                                              is refused by name, not read as the prefix rule */
     } layers;
 
     /* ---- tensors of layer L ---- */

@@ -220,6 +220,8 @@ _FAMILIES = {
     "HYV4VLForConditionalGeneration": "hy_v4_vl", "hy_v4_vl": "hy_v4_vl",
     "AXK1ForCausalLM": "axk1", "axk1": "axk1",
     "MistralLarge4ForConditionalGeneration": "mistral_large4", "mistral_large4": "mistral_large4",
+    "DeepseekOcr2ForConditionalGeneration": "deepseek_ocr2", "deepseek_ocr2": "deepseek_ocr2",
+    "UnlimitedOcrForConditionalGeneration": "unlimited_ocr", "unlimited_ocr": "unlimited_ocr",
 }
 # Branch acts: Inkling2's softcapped SwiGLU, HY-V4's clamped routed / plain shared experts
 _INKLING2 = ("inkling2", "inkling2_loop")
@@ -239,10 +241,12 @@ def family_of(cfg):
 
 def text_config(cfg, family):
     """The decoder's fields: text_config for the multimodal wrappers."""
+    if family == "unlimited_ocr" and isinstance(cfg.get("language_config"), dict):
+        return cfg["language_config"]  # UnlimitedOcrConfig: the original checkpoints' name for text_config
     if family == "qwen3_omni_moe" and isinstance((cfg.get("thinker_config") or {}).get("text_config"), dict):
         return cfg["thinker_config"]["text_config"]  # Qwen3OmniMoeConfig: the thinker's text model
     if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "qwen4_exp", "minimax_m3_vl", "qwen3_omni_moe", "aria",
-                  "glm4v_moe", "glm5_next", "inkling2", "inkling2_loop", "hy_v4_vl", "mistral_large4") and isinstance(
+                  "glm4v_moe", "glm5_next", "inkling2", "inkling2_loop", "hy_v4_vl", "mistral_large4", "deepseek_ocr2", "unlimited_ocr") and isinstance(
                       cfg.get("text_config"), dict):
         return cfg["text_config"]
     return cfg
@@ -302,8 +306,14 @@ def is_moe_layer(cfg, family, layer):
         # AXK2Config also steps by moe_layer_freq (default 1)
         freq = int(_get(cfg, "moe_layer_freq", 1)) if family == "axk2" else 1
         return layer >= (_TYPES_A[family] if first is None else int(first)) and layer % freq == 0
-    if family == "mistral_large4":
-        # MistralLarge4TextDecoderLayer: mlp_layer_types[layer] == "sparse"; MistralLarge4TextConfig
+    if family == "deepseek_ocr2":
+        # DeepseekOcr2TextDecoderLayer indexes config.mlp_layer_types (the config class has no default)
+        types = cfg.get("mlp_layer_types")
+        if types is None:
+            raise ValueError("deepseek_ocr2: mlp_layer_types absent (its decoder layers index it)")
+        return types[layer] == "sparse"
+    if family in ("mistral_large4", "unlimited_ocr"):
+        # MistralLarge4TextDecoderLayer, UnlimitedOcrTextDecoderLayer: mlp_layer_types[layer] == "sparse"; MistralLarge4TextConfig
         # fills an absent list with first_k_dense_replace (1) dense layers, then sparse
         types = cfg.get("mlp_layer_types")
         if types is not None:
@@ -539,7 +549,7 @@ def layer_params_new(ck, layer):
     if fam in _FAM_A:
         E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["intermediate_size" if fam == "minimax_m2" else "moe_intermediate_size"])
-    elif fam in ("deepseek_v2", "deepseek_v3", "mistral4", "mistral_large4") + _V3_LIKE:
+    elif fam in ("deepseek_v2", "deepseek_v3", "mistral4", "mistral_large4", "deepseek_ocr2", "unlimited_ocr") + _V3_LIKE:
         E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
     elif fam == "ernie4_5_moe":
@@ -605,7 +615,10 @@ def layer_params_new(ck, layer):
         p["renormalize"] = True
     elif fam in ("minimax", "qwen3_vl_moe", "hunyuan_v1_moe"):
         p["renormalize"] = True  # their TopKRouters divide by the top-k sum unconditionally
-    elif fam == "deepseek_v2":
+    elif fam in ("deepseek_v2", "deepseek_ocr2", "unlimited_ocr"):
+        # DeepseekV2TopkRouter; DeepseekOcr2TextTopkRouter and UnlimitedOcrTextTopkRouter are the same code
+        if fam != "deepseek_v2" and _get(cfg, "mlp_bias", False):
+            raise ValueError(f"{fam}: mlp_bias (biased shared experts) is not modelled here")
         p["scale"] = float(_get(cfg, "routed_scaling_factor", 1.0))
         if _get(cfg, "topk_method", "greedy") == "group_limited_greedy":
             p.update(n_group=int(cfg["n_group"]), topk_group=int(cfg["topk_group"]))
@@ -719,9 +732,9 @@ def layer_params_new(ck, layer):
         ns = 0 if fam == "minimax_m2" else cfg.get(key, cfg.get("n_shared_experts", 1) if fam in _KIMI_NAMES else 1)
         p["Is"] = int(ns or 0) * I
         s = moe + ("shared_mlp." if fam == "hy_v3" else "shared_experts.")
-    elif fam in ("deepseek_v2", "deepseek_v3", "mistral4", "mistral_large4") + _V3_LIKE:
+    elif fam in ("deepseek_v2", "deepseek_v3", "mistral4", "mistral_large4", "deepseek_ocr2", "unlimited_ocr") + _V3_LIKE:
         key = "num_shared_experts" if fam == "exaone_moe" else "n_shared_experts"
-        ns = cfg.get(key, {"deepseek_v2": 2, "dots1": 0, "mimo_v2_flash": 0}.get(fam, 1))
+        ns = cfg.get(key, {"deepseek_v2": 2, "deepseek_ocr2": 2, "unlimited_ocr": 2, "dots1": 0, "mimo_v2_flash": 0}.get(fam, 1))
         p["Is"] = int(ns or 0) * I
         s = moe + "shared_experts."
     elif fam == "llama4":

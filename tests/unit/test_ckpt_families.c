@@ -731,6 +731,20 @@ static void test_mlp_layer_types(void **state)
                       " \"mlp_layer_types\": [\"dense\", \"moe\"]}";
     expect_error(ctx, open_desc(ctx, dir, bad, tl, 1), MOE_EFORMAT, "mlp_layer_types'[1] = \"moe\"",
                  "must be \"sparse\" or \"dense\"");
+    /* DeepSeek-OCR-2 (layers.list_required): its decoder layers index mlp_layer_types, which its
+     * config class does not default, so an absent list is refused by name */
+    const char *ocr2 = "{\"architectures\": [\"DeepseekOcr2ForConditionalGeneration\"], \"text_config\": {"
+                       "\"hidden_size\": 16, \"num_hidden_layers\": 2, \"moe_intermediate_size\": 8,"
+                       " \"n_routed_experts\": 8, \"num_experts_per_tok\": 2}}";
+    expect_error(ctx, open_desc(ctx, dir, ocr2, tl, 1), MOE_EFORMAT, "'text_config.mlp_layer_types' is absent",
+                 "deepseek_ocr2", "no default");
+    /* Unlimited-OCR: the original checkpoints' language_config is read first (here: its mlp_bias) */
+    const char *uocr = "{\"architectures\": [\"UnlimitedOcrForConditionalGeneration\"], \"language_config\": {"
+                       "\"hidden_size\": 16, \"num_hidden_layers\": 2, \"moe_intermediate_size\": 8,"
+                       " \"n_routed_experts\": 8, \"num_experts_per_tok\": 2, \"mlp_bias\": true},"
+                       " \"text_config\": {\"hidden_size\": 16}}";
+    expect_error(ctx, open_desc(ctx, dir, uocr, tl, 1), MOE_EUNSUPPORTED, "'language_config.mlp_bias'",
+                 "shared experts' projections get biases");
     tl_free(tl);
     free(tl);
     tu_rm_tree(dir);

@@ -112,7 +112,7 @@ static const char *const k_required[] = {
     "ernie4_5_moe_f32",
     "glm_moe_dsa_f32", "solar_open_f32", "glm4v_moe_f32", "kimi_linear_f32", "bailing_hybrid_f32",
     "minimax_m2_f32", "hy_v3_f32", "axk2_f32", "glm5_next_f32",
-    "mistral_large4_f32", /* branch wrappers */
+    "mistral_large4_f32", "deepseek_ocr2_f32", "unlimited_ocr_f32", /* branch wrappers */
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
