@@ -390,6 +390,8 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *   HY-V4         DeepSeek-V3's router (n_group 1); MOE_ACT_SWIGLU_CLAMP routed experts, the
  *                 shared expert plain SwiGLU (has_shared_activation, shared_activation)
  *   A.X-K1        DeepSeek-V3's block, then an output RMSNorm (has_output_norm, rms_norm_eps)
+ *   DeepSeek-OCR-2, Unlimited-OCR  DeepSeek-V2's block (their text decoders' copies of it)
+ *   Mistral-Large-4  Mistral-4's router (softmax, top-2-sum groups), renormalize always
  * ------------------------------------------------------------------------------------- */
 
 /* Router scoring: the scores, the selection key and the weights, from the logits l. */
