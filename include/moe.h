@@ -403,6 +403,8 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *                 routed_scaling_factor; MOE_ACT_SWIGLU_CLAMP routed and shared (= I) experts
  *   Step-3.7      MiniMax-M3's router; MOE_ACT_SWIGLU_POSTCLAMP with per-layer limits
  *                 (swiglu_limits[L], swiglu_limits_shared[L]: shared_swiglu_limit)
+ *   DeepSeek-OCR-2, Unlimited-OCR  DeepSeek-V2's block (their text decoders' copies of it)
+ *   Mistral-Large-4  Mistral-4's router (softmax, top-2-sum groups), renormalize always
  * ------------------------------------------------------------------------------------- */
 
 /* Router scoring: the scores, the selection key and the weights, from the logits l. */
@@ -582,15 +584,20 @@ typedef enum moe_family {
     MOE_FAMILY_DEEPSEEK_V4 = 59,   /* DeepseekV4ForCausalLM: MOE_SCORING_SQRTSOFTPLUS + correction bias,
                                       renormalized, MOE_ACT_SWIGLU_CLAMP experts and shared expert;
                                       its "hash_moe" layers are refused (token-id routing) */
-    MOE_FAMILY_STEP3P7 = 60        /* Step3p7ForConditionalGeneration (text MoE): MiniMax-M3's router,
+    MOE_FAMILY_STEP3P7 = 60,       /* Step3p7ForConditionalGeneration (text MoE): MiniMax-M3's router,
                                       MOE_ACT_SWIGLU_POSTCLAMP experts with per-layer limits */
+    MOE_FAMILY_DEEPSEEK_OCR2 = 61, /* DeepseekOcr2ForConditionalGeneration (text MoE): DeepSeek-V2's
+                                      router and ungated shared experts */
+    MOE_FAMILY_UNLIMITED_OCR = 62, /* UnlimitedOcrForConditionalGeneration (text MoE): DeepSeek-OCR-2's
+                                      block */
+    MOE_FAMILY_MISTRAL_LARGE4 = 63 /* MistralLarge4ForConditionalGeneration (text MoE): Mistral-4's
+                                      router in f32, always renormalized; saved in Mistral's names */
 } moe_family;
 
 /* Static name of a family: "custom" for MOE_FAMILY_CUSTOM, else its row's name, the config
  * `model_type` of its first architecture ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
  * "gpt_oss", ...: docs/families.md "Supported" lists every one); "?" for a value without a row.
- * The values are dense from 1 to 55; 68 (LongCat-Flash) is a branch's value, the lead renumbers
- * at merge (56..67 have no row: "?"). */
+ * The values are dense from 1 to 63. */
 MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */

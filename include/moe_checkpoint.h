@@ -185,7 +185,10 @@ MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
  * text_config.mlp_layer_types, else layer >= 3; GLM-4.5V (glm4v_moe): layer >=
  * first_k_dense_replace (1); Solar-Open, MiniMax-M2, LongCat-Flash: every layer; DeepSeek-V4: every layer, its
  * "hash_moe" ones included (moe_checkpoint_layer_desc refuses those); Step-3.7: mlp_layer_types,
- * else layer >= 3. No layer is MoE when the expert count is 0. */
+ * else layer >= 3. Mistral-Large-4 (mistral_large4), Unlimited-OCR (unlimited_ocr):
+ * text_config.mlp_layer_types, else layer >= first_k_dense_replace (1); DeepSeek-OCR-2
+ * (deepseek_ocr2): text_config.mlp_layer_types, which must be given (moe_checkpoint_open refuses
+ * a config without it, MOE_EFORMAT). No layer is MoE when the expert count is 0. */
 MOE_API int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
 
 /* The layer description of MoE layer `layer`, from config.json and the tensors' dtype (moe.h
@@ -228,7 +231,8 @@ MOE_API moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer
  *                         the config class's `norm_topk_prob` for Qwen2-MoE (false), Qwen3-MoE
  *                         (false; the released Qwen3 models set true), Qwen3-Next (true), OLMoE
  *                         (false) and DeepSeek-V3 (true); 0 for the others (DeepSeek-V2 ignores
- *                         norm_topk_prob, as transformers does)
+ *                         norm_topk_prob, as transformers does, and so do DeepSeek-OCR-2 and
+ *                         Unlimited-OCR, its router's copies; Mistral-Large-4 always: 1)
  *   routed_scaling_factor `routed_scaling_factor`'s default: 2.5 for DeepSeek-V3, 1 for
  *                         DeepSeek-V2 and the families without the field
  *   n_group, topk_group, group_score

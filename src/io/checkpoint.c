@@ -356,7 +356,17 @@ static moe_status check_unread(moe_checkpoint *ck, int64_t layer, moe_ck_seen *s
     ul.prefix = prefix;
     ul.E = ck->cfg.desc.num_experts;
     ul.R = ck->cfg.desc.num_experts + ck->cfg.desc.num_identity_experts;
-    moe_ck_each_with_prefix(&ck->ix, prefix, note_unread, &ul);
+    const moe_fam_row *frow = ck->cfg.row;
+    if (frow->block_parts[0]) {
+        /* the prefix is the whole decoder layer (Mistral's layers.L.): only the block's parts */
+        char part[MOE_CK_NAME_LEN];
+        for (int i = 0; i < MOE_FAM_MAX_PARTS && frow->block_parts[i]; i++) {
+            snprintf(part, sizeof part, "%s%s", prefix, frow->block_parts[i]);
+            moe_ck_each_with_prefix(&ck->ix, part, note_unread, &ul);
+        }
+    } else {
+        moe_ck_each_with_prefix(&ck->ix, prefix, note_unread, &ul);
+    }
     if (ul.count == 0) {
         atomic_store_explicit(&ck->checked[layer], 1, memory_order_relaxed);
         return MOE_OK;

@@ -128,6 +128,12 @@ static moe_status config_layer_rule(moe_ck_config *c, const moe_cfg_fields *f)
                                  "%s: field '%s%s' has %zu entries, but num_hidden_layers is %" PRId64
                                  ": it needs one \"dense\" or \"sparse\" per layer",
                                  c->path, c->prefix, row->layers.list_field, n_entries, c->num_layers);
+        if (row->layers.list_required && !c->have_layer_list)
+            return moe_set_error(c->ctx, MOE_EFORMAT,
+                                 "%s: field '%s%s' is absent or null: family %s's decoder layers read it per layer "
+                                 "(\"dense\" / \"sparse\") and its config class has no default, so which layers are "
+                                 "MoE is not known; config.json must list one entry per layer",
+                                 c->path, c->prefix, row->layers.list_field, row->name);
         return MOE_OK;
     }
     if (row->layers.list_field &&

@@ -1123,6 +1123,72 @@ static const moe_fam_row fam_rows[] = {
      .prefixes = {"model.layers.%L.moe." /* as saved */},
      .stacked = {{"gate_proj.weight", "down_proj.weight", false, "up_proj.weight"},
                  {"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* DeepseekOcr2TextMoe (transformers 5.24 deepseek_ocr2/modeling_deepseek_ocr2.py; the SAM /
+     * Qwen2 vision towers are not the block): DeepseekOcr2TextTopkRouter is DeepseekV2TopkRouter
+     * line for line (f32 softmax, topk_method "greedy" or "group_limited_greedy" by the group max
+     * with n_group / topk_group, never renormalized, times routed_scaling_factor), the experts
+     * SwiGLU (hidden_act), n_shared_experts (2) * I ungated shared experts (DeepseekOcr2TextMLP,
+     * biased when mlp_bias: refused). MoE layers: mlp_layer_types[L] == "sparse", which the
+     * decoder layer indexes and DeepseekOcr2TextConfig does not default (list_required). Under
+     * text_config; saved as model.layers.L.mlp. (the conversion mapping's language_model.
+     * reversed) */
+    {.family = MOE_FAMILY_DEEPSEEK_OCR2, .name = "deepseek_ocr2", .text_config = true,
+     .names = {{"DeepseekOcr2ForConditionalGeneration", "deepseek_ocr2"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 2, false, "shared_experts"},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_NEVER, "norm_topk_prob", false},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_MAX},
+     .router = {"gate.weight"}, .routing_hook = deepseek_v2_routing,
+     .refuse_true = {"mlp_bias", "the shared experts' projections get biases"},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .list_field = "mlp_layer_types", .list_required = true},
+     .prefixes = {"model.layers.%L.mlp." /* as saved */, "model.language_model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* UnlimitedOcrTextMoe (transformers 5.24 unlimited_ocr/modeling_unlimited_ocr.py): DeepSeek-OCR-2's
+     * block line for line (UnlimitedOcrTextTopkRouter = DeepseekV2TopkRouter's code, the same
+     * experts and ungated shared experts, mlp_bias refused). UnlimitedOcrTextConfig fills an absent
+     * mlp_layer_types from first_k_dense_replace (1); the original checkpoints keep the text fields
+     * in language_config (read first), save_pretrained in text_config; saved as
+     * model.layers.L.mlp. */
+    {.family = MOE_FAMILY_UNLIMITED_OCR, .name = "unlimited_ocr", .text_config = true,
+     .config_path = "language_config.",
+     .names = {{"UnlimitedOcrForConditionalGeneration", "unlimited_ocr"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 2, false, "shared_experts"},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_NEVER, "norm_topk_prob", false},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_MAX},
+     .router = {"gate.weight"}, .routing_hook = deepseek_v2_routing,
+     .refuse_true = {"mlp_bias", "the shared experts' projections get biases"},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp." /* as saved */, "model.language_model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
+
+    /* MistralLarge4TextMoE (transformers 5.24 mistral_large4/modeling_mistral_large4.py; its
+     * indexer / sparse attention is not the block): MistralLarge4TextTopkRouter is
+     * Mistral4TopkRouter with f32 logits (libmoe's router is f32) and the renormalization always
+     * on: softmax scores, n_group groups by the sum of their two best (the others masked to 0, the
+     * same choice as -inf over positive scores), top-k, w / (sum + 1e-20), times
+     * routed_scaling_factor; MistralLarge4TextExperts (SwiGLU, hidden_act) and the ungated
+     * shared expert (n_shared_experts * I). MistralLarge4TextConfig defaults: n_group 1, scale 1,
+     * one shared expert; MoE layers by mlp_layer_types (the class writes it: first_k_dense_replace
+     * (1) dense layers, then sparse). Under text_config. save_pretrained writes Mistral's own
+     * names (its conversion mapping reversed): layers.L.gate.weight, layers.L.experts.<e>.w1 / w3
+     * / w2, layers.L.shared_experts.w1 / w3 / w2 */
+    {.family = MOE_FAMILY_MISTRAL_LARGE4, .name = "mistral_large4", .text_config = true,
+     .names = {{"MistralLarge4ForConditionalGeneration", "mistral_large4"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {MOE_FAM_SHARED_COUNT, "n_shared_experts", 1, false, "shared_experts",
+                .gate_proj = "w1", .up_proj = "w3", .down_proj = "w2" /* as saved */},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"layers.%L." /* as saved */}, .block_parts = {"gate.", "experts.", "shared_experts."},
+     .per_expert = {{"w1", "w3", "w2"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 

@@ -134,6 +134,7 @@ typedef moe_status (*moe_fam_routing_hook)(const moe_cfg_fields *f, const moe_fa
 #define MOE_FAM_MAX_STACKED 2  /* stacked output-major layouts per family */
 #define MOE_FAM_MAX_REFUSE 2   /* refused config values per family */
 #define MOE_FAM_MAX_LIST_DEFAULT 4 /* entries of a layer list's class default */
+#define MOE_FAM_MAX_PARTS 4    /* block_parts per family */
 
 /* A config.json field whose non-zero value (true, or a number != 0) asks for maths the row
  * does not compute (Laguna's moe_router_logit_softcapping): such a config is refused by name,
@@ -330,11 +331,20 @@ struct moe_fam_row {
                                               null (FlintConfig's mlp_only_layers [0, 1]) ... */
         int n_list_default;                /* ... of this many entries (0: an empty list) */
         const char *last_field;            /* INTERVAL_RANGE: the last MoE layer (-1: the last) */
+        bool list_required;                /* TYPES_ELSE_PREFIX: list_field must be given (the
+                                              decoder layer indexes it and the config class has no
+                                              default: DeepseekOcr2TextDecoderLayer); absent or null
+                                              is refused by name, not read as the prefix rule */
     } layers;
 
     /* ---- tensors of layer L ---- */
     const char *prefixes[MOE_FAM_MAX_PREFIXES]; /* P candidates, "%L" = the layer; the first
                                                    that holds a router is the block */
+    const char *block_parts[MOE_FAM_MAX_PARTS]; /* when P is the whole decoder layer (Mistral-
+                                                   Large-4's layers.L., its attention beside the
+                                                   block): the block's own names under P ("gate.",
+                                                   "experts.", "shared_experts."), the only ones
+                                                   the unread-tensor check looks at; NULL: all of P */
     struct {
         const char *proj[3];               /* P experts.<e>.<proj[j]>.weight (j = gate, up, down:
                                               [I, H], [I, H], [H, I]); also fp8 and

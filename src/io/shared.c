@@ -204,7 +204,8 @@ moe_status moe_ck_shared_resolve(const moe_ck_index *ix, const moe_ck_config *c,
     char name[MOE_CK_NAME_LEN];
     const char *path = NULL;
     moe_status st = MOE_OK;
-    /* the projections' names: gate_proj (or the row's saved name: HY-V4's linear_gate), up_proj, down_proj */
+    /* the projections' names: gate_proj, up_proj, down_proj, or the row's saved names (HY-V4's
+     * linear_gate; Mistral-Large-4's w1 / w3 / w2) */
     const char *const shared_proj[3] = {c->row->shared.gate_proj ? c->row->shared.gate_proj : "gate_proj",
                                         c->row->shared.up_proj ? c->row->shared.up_proj : "up_proj",
                                         c->row->shared.down_proj ? c->row->shared.down_proj : "down_proj"};

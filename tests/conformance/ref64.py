@@ -224,6 +224,9 @@ _FAMILIES = {
     "LongcatFlashForCausalLM": "longcat_flash", "longcat_flash": "longcat_flash",
     "DeepseekV4ForCausalLM": "deepseek_v4", "deepseek_v4": "deepseek_v4",
     "Step3p7ForConditionalGeneration": "step3p7", "step3p7": "step3p7",
+    "MistralLarge4ForConditionalGeneration": "mistral_large4", "mistral_large4": "mistral_large4",
+    "DeepseekOcr2ForConditionalGeneration": "deepseek_ocr2", "deepseek_ocr2": "deepseek_ocr2",
+    "UnlimitedOcrForConditionalGeneration": "unlimited_ocr", "unlimited_ocr": "unlimited_ocr",
 }
 # Branch routerknobs: LFM2-MoE's (sum + 1e-6) and Cohere2-MoE's configured scoring / shared mix
 _KNOBS = ("lfm2_moe", "cohere2_moe")
@@ -245,10 +248,13 @@ def family_of(cfg):
 
 def text_config(cfg, family):
     """The decoder's fields: text_config for the multimodal wrappers."""
+    if family == "unlimited_ocr" and isinstance(cfg.get("language_config"), dict):
+        return cfg["language_config"]  # UnlimitedOcrConfig: the original checkpoints' name for text_config
     if family == "qwen3_omni_moe" and isinstance((cfg.get("thinker_config") or {}).get("text_config"), dict):
         return cfg["thinker_config"]["text_config"]  # Qwen3OmniMoeConfig: the thinker's text model
     if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "qwen4_exp", "minimax_m3_vl", "qwen3_omni_moe", "aria",
-                  "glm4v_moe", "glm5_next", "inkling2", "inkling2_loop", "hy_v4_vl", "step3p7") and isinstance(
+                  "glm4v_moe", "glm5_next", "inkling2", "inkling2_loop", "hy_v4_vl", "step3p7", "mistral_large4", "deepseek_ocr2",
+                  "unlimited_ocr") and isinstance(
                       cfg.get("text_config"), dict):
         return cfg["text_config"]
     return cfg
@@ -308,6 +314,19 @@ def is_moe_layer(cfg, family, layer):
         # AXK2Config also steps by moe_layer_freq (default 1)
         freq = int(_get(cfg, "moe_layer_freq", 1)) if family == "axk2" else 1
         return layer >= (_TYPES_A[family] if first is None else int(first)) and layer % freq == 0
+    if family == "deepseek_ocr2":
+        # DeepseekOcr2TextDecoderLayer indexes config.mlp_layer_types (the config class has no default)
+        types = cfg.get("mlp_layer_types")
+        if types is None:
+            raise ValueError("deepseek_ocr2: mlp_layer_types absent (its decoder layers index it)")
+        return types[layer] == "sparse"
+    if family in ("mistral_large4", "unlimited_ocr"):
+        # MistralLarge4TextDecoderLayer, UnlimitedOcrTextDecoderLayer: mlp_layer_types[layer] == "sparse"; MistralLarge4TextConfig
+        # fills an absent list with first_k_dense_replace (1) dense layers, then sparse
+        types = cfg.get("mlp_layer_types")
+        if types is not None:
+            return types[layer] == "sparse"
+        return layer >= int(_get(cfg, "first_k_dense_replace", 1))
     if family == "glm4v_moe":  # Glm4vMoeTextDecoderLayer: layer_idx >= first_k_dense_replace (1)
         return layer >= int(_get(cfg, "first_k_dense_replace", 1))
     if family in _MLP_TYPES:
@@ -366,6 +385,8 @@ def _prefix(ck, fam, layer):
         # transformers' conversion mappings save these under Mixtral's old block name
         "kimi_linear": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
         "minimax_m2": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
+        # Mistral's own checkpoint names (save_pretrained reverses mistral_large4's conversion mapping)
+        "mistral_large4": [f"layers.{layer}."],
     }.get(fam, [f"model.layers.{layer}.mlp."])
     routers = {"gpt_oss": ["router.weight"], "llama4": ["router.weight"], "afmoe": ["router.gate.weight"],
                "hy_v3": ["router.gate.weight", "gate.weight"],
@@ -693,7 +714,7 @@ def layer_params_new(ck, layer):
     if fam in _FAM_A:
         E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["intermediate_size" if fam == "minimax_m2" else "moe_intermediate_size"])
-    elif fam in ("deepseek_v2", "deepseek_v3", "mistral4") + _V3_LIKE:
+    elif fam in ("deepseek_v2", "deepseek_v3", "mistral4", "mistral_large4", "deepseek_ocr2", "unlimited_ocr") + _V3_LIKE:
         E = int(cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts"))
         I = int(cfg["moe_intermediate_size"])
     elif fam == "ernie4_5_moe":
@@ -747,6 +768,11 @@ def layer_params_new(ck, layer):
         p.update(renormalize=bool(_get(cfg, "norm_topk_prob", True)),
                  scale=float(_get(cfg, "routed_scaling_factor", 1.0)), n_group=int(_get(cfg, "n_group", 1)),
                  topk_group=int(_get(cfg, "topk_group", 1)), group_score="top2_sum")
+    elif fam == "mistral_large4":
+        # MistralLarge4TextTopkRouter: Mistral4TopkRouter in f32 with the renormalization always on
+        p.update(renormalize=True, scale=float(_get(cfg, "routed_scaling_factor", 1.0)),
+                 n_group=int(_get(cfg, "n_group", 1)), topk_group=int(_get(cfg, "topk_group", 1)),
+                 group_score="top2_sum")
     elif fam == "ernie4_5_moe":
         # Ernie4_5_MoeTopKRouter: / clamp(sum, moe_norm_min): the sum itself for any norm_min <= 1/E
         if float(_get(cfg, "moe_norm_min", 1e-12)) > 1.0 / E:
@@ -754,7 +780,10 @@ def layer_params_new(ck, layer):
         p["renormalize"] = True
     elif fam in ("minimax", "qwen3_vl_moe", "hunyuan_v1_moe"):
         p["renormalize"] = True  # their TopKRouters divide by the top-k sum unconditionally
-    elif fam == "deepseek_v2":
+    elif fam in ("deepseek_v2", "deepseek_ocr2", "unlimited_ocr"):
+        # DeepseekV2TopkRouter; DeepseekOcr2TextTopkRouter and UnlimitedOcrTextTopkRouter are the same code
+        if fam != "deepseek_v2" and _get(cfg, "mlp_bias", False):
+            raise ValueError(f"{fam}: mlp_bias (biased shared experts) is not modelled here")
         p["scale"] = float(_get(cfg, "routed_scaling_factor", 1.0))
         if _get(cfg, "topk_method", "greedy") == "group_limited_greedy":
             p.update(n_group=int(cfg["n_group"]), topk_group=int(cfg["topk_group"]))
@@ -852,7 +881,8 @@ def layer_params_new(ck, layer):
         p["w_gate"], p["w_up"] = gu[:, :I, :], gu[:, I:, :]
         p["w_down"] = ck.get(moe + ("output_linear.weight" if inl else "experts.down_proj"))
     else:
-        g, u, dn = (("w1", "w3", "w2") if fam in ("minimax", "minimax_m3_vl", "phimoe", "kimi_linear", "minimax_m2")
+        g, u, dn = (("w1", "w3", "w2") if fam in ("minimax", "minimax_m3_vl", "phimoe", "kimi_linear", "minimax_m2",
+                                         "mistral_large4")
                     else ("gate_proj", "up_proj", "down_proj"))
         p["w_gate"] = np.stack([ck.get(f"{moe}experts.{e}.{g}.weight") for e in range(E)])
         p["w_up"] = np.stack([ck.get(f"{moe}experts.{e}.{u}.weight") for e in range(E)])
@@ -867,9 +897,9 @@ def layer_params_new(ck, layer):
         ns = 0 if fam == "minimax_m2" else cfg.get(key, cfg.get("n_shared_experts", 1) if fam in _KIMI_NAMES else 1)
         p["Is"] = int(ns or 0) * I
         s = moe + ("shared_mlp." if fam == "hy_v3" else "shared_experts.")
-    elif fam in ("deepseek_v2", "deepseek_v3", "mistral4") + _V3_LIKE:
+    elif fam in ("deepseek_v2", "deepseek_v3", "mistral4", "mistral_large4", "deepseek_ocr2", "unlimited_ocr") + _V3_LIKE:
         key = "num_shared_experts" if fam == "exaone_moe" else "n_shared_experts"
-        ns = cfg.get(key, {"deepseek_v2": 2, "dots1": 0, "mimo_v2_flash": 0}.get(fam, 1))
+        ns = cfg.get(key, {"deepseek_v2": 2, "deepseek_ocr2": 2, "unlimited_ocr": 2, "dots1": 0, "mimo_v2_flash": 0}.get(fam, 1))
         p["Is"] = int(ns or 0) * I
         s = moe + "shared_experts."
     elif fam == "llama4":
@@ -900,9 +930,10 @@ def layer_params_new(ck, layer):
             p.update(Is=Is, s_gate=gu[:Is], s_up=gu[Is:], s_down=ck.get(base + "output_linear.weight"))
         return p
     if p["Is"]:
-        p["s_gate"] = ck.get(s + "gate_proj.weight")
-        p["s_up"] = ck.get(s + "up_proj.weight")
-        p["s_down"] = ck.get(s + "down_proj.weight")
+        names = ("w1", "w3", "w2") if fam == "mistral_large4" else ("gate_proj", "up_proj", "down_proj")
+        p["s_gate"] = ck.get(s + names[0] + ".weight")
+        p["s_up"] = ck.get(s + names[1] + ".weight")
+        p["s_down"] = ck.get(s + names[2] + ".weight")
         if p["shared_gated"]:
             p["s_expert_gate"] = ck.get(moe + "shared_expert_gate.weight")  # [1, H]
     return p

@@ -757,6 +757,20 @@ static void test_mlp_layer_types(void **state)
     expect_error(ctx, open_desc(ctx, dir, alld, tl, 1), MOE_EDENSE, "no MoE layers", "layer 1:");
     expect_error(ctx, open_desc(ctx, dir, alld, tl, -1), MOE_ERANGE, "layer -1 out of range", "no MoE layers");
     expect_error(ctx, open_desc(ctx, dir, alld, tl, 2), MOE_ERANGE, "layer 2 out of range", "no MoE layers");
+    /* DeepSeek-OCR-2 (layers.list_required): its decoder layers index mlp_layer_types, which its
+     * config class does not default, so an absent list is refused by name */
+    const char *ocr2 = "{\"architectures\": [\"DeepseekOcr2ForConditionalGeneration\"], \"text_config\": {"
+                       "\"hidden_size\": 16, \"num_hidden_layers\": 2, \"moe_intermediate_size\": 8,"
+                       " \"n_routed_experts\": 8, \"num_experts_per_tok\": 2}}";
+    expect_error(ctx, open_desc(ctx, dir, ocr2, tl, 1), MOE_EFORMAT, "'text_config.mlp_layer_types' is absent",
+                 "deepseek_ocr2", "no default");
+    /* Unlimited-OCR: the original checkpoints' language_config is read first (here: its mlp_bias) */
+    const char *uocr = "{\"architectures\": [\"UnlimitedOcrForConditionalGeneration\"], \"language_config\": {"
+                       "\"hidden_size\": 16, \"num_hidden_layers\": 2, \"moe_intermediate_size\": 8,"
+                       " \"n_routed_experts\": 8, \"num_experts_per_tok\": 2, \"mlp_bias\": true},"
+                       " \"text_config\": {\"hidden_size\": 16}}";
+    expect_error(ctx, open_desc(ctx, dir, uocr, tl, 1), MOE_EUNSUPPORTED, "'language_config.mlp_bias'",
+                 "shared experts' projections get biases");
     tl_free(tl);
     free(tl);
     tu_rm_tree(dir);

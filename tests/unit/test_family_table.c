@@ -229,6 +229,13 @@ static const struct {
      MOE_ACT_SWIGLU_CLAMP},
     /* Step3p7TextConfig: sigmoid + bias, renormalized, moe_router_scaling_factor 1; no limits: SwiGLU */
     {MOE_FAMILY_STEP3P7, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    /* DeepseekOcr2TextConfig, UnlimitedOcrTextConfig: DeepSeek-V2's softmax, greedy, not
+     * renormalized, routed_scaling_factor 1; MistralLarge4TextConfig: Mistral-4's router, always
+     * renormalized */
+    {MOE_FAMILY_DEEPSEEK_OCR2, MOE_SCORING_SOFTMAX, 0, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_UNLIMITED_OCR, MOE_SCORING_SOFTMAX, 0, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
+    {MOE_FAMILY_MISTRAL_LARGE4, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 0, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
 };
 
 /* the renormalization's epsilon of a family's router (moe_layer_desc.renormalize_eps) */

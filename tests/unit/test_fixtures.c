@@ -115,6 +115,7 @@ static const char *const k_required[] = {
     "lfm2_moe_f32", "lfm2_moe_nobias_f32", "cohere2_moe_f32", "cohere2_moe_sigmoid_f32",
     "longcat_flash_f32",
     "deepseek_v4_f32", "step3p7_f32",
+    "mistral_large4_f32", "deepseek_ocr2_f32", "unlimited_ocr_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
