@@ -564,7 +564,6 @@ typedef enum moe_family {
     MOE_FAMILY_AXK2 = 49,          /* AXK2ForCausalLM (A.X-K2): DeepSeek-V3's routing, no groups */
     MOE_FAMILY_GLM5_NEXT = 50,      /* Glm5NextForConditionalGeneration (text MoE): DeepSeek-V3's
                                       routing, MOE_ACT_SWIGLU_CLAMP experts */
-    /* branch acts (numbered from 51; the lead renumbers at merge) */
     MOE_FAMILY_INKLING2 = 51,      /* Inkling2ForConditionalGeneration (text MoE): sigmoid + bias, no
                                       groups, renormalized, MOE_ACT_SWIGLU_SOFTCAP experts */
     MOE_FAMILY_INKLING2_LOOP = 52, /* Inkling2LoopForConditionalGeneration: Inkling2's block */
@@ -662,7 +661,7 @@ typedef struct moe_layer_desc {
                                       JetMoeMoE `bias` (layer_output + self.bias, transformers
                                       5.24 jetmoe/modeling_jetmoe.py). moe_weight_source.output_bias */
 
-    /* ---- branch acts: the softcapped SwiGLU's constants and a shared-expert activation of
+    /* ---- the softcapped SwiGLU's constants and a shared-expert activation of
      * its own (appended: the fields above keep their offsets) ---- */
     float softcap_gate;            /* MOE_ACT_SWIGLU_SOFTCAP: c_g, config `mlp_gate_softcap`
                                       (Inkling2TextConfig default 4); finite and > 0; read by no
@@ -1041,7 +1040,7 @@ typedef struct moe_weight_source {
                                       to up_proj's), finite and > 0; NULL otherwise */
     const float *w2_input_scale;   /* [E] f32: expert e's input scale of down_proj
                                       (`<expert>.down_proj.input_scale`), finite and > 0 */
-    /* branch acts (appended) */
+    /* appended: the fields above keep their offsets */
     const void *output_norm;       /* [H] when desc->has_output_norm (A.X-K1 post_mlp_layernorm
                                       weight), converted to f32 at weights creation */
     moe_dtype output_norm_dtype;   /* F32, BF16 or F16 */

@@ -228,9 +228,9 @@ _FAMILIES = {
     "DeepseekOcr2ForConditionalGeneration": "deepseek_ocr2", "deepseek_ocr2": "deepseek_ocr2",
     "UnlimitedOcrForConditionalGeneration": "unlimited_ocr", "unlimited_ocr": "unlimited_ocr",
 }
-# Branch routerknobs: LFM2-MoE's (sum + 1e-6) and Cohere2-MoE's configured scoring / shared mix
+# LFM2-MoE's (sum + 1e-6) and Cohere2-MoE's configured scoring / shared mix
 _KNOBS = ("lfm2_moe", "cohere2_moe")
-# Branch acts: Inkling2's softcapped SwiGLU, HY-V4's clamped routed / plain shared experts
+# Inkling2's softcapped SwiGLU, HY-V4's clamped routed / plain shared experts
 _INKLING2 = ("inkling2", "inkling2_loop")
 _HY_V4 = ("hy_v4", "hy_v4_vl")
 _ACTS = _INKLING2 + _HY_V4 + ("axk1",)

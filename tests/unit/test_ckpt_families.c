@@ -842,7 +842,7 @@ static void test_hybrid_rows(void **state)
     check_family(&f);
 }
 
-/* Cohere2-MoE's config strings (branch routerknobs): expert_selection_fn picks the scoring
+/* Cohere2-MoE's config strings: expert_selection_fn picks the scoring
  * ("softmax" of the k, never renormalized; "sigmoid", / sum when norm_topk_prob), and
  * shared_expert_combination_strategy the shared expert's mix ("average": routed_scaling_factor and
  * shared_expert_scale 0.5; "sum": 1), read only with a shared expert; any other string is refused

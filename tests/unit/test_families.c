@@ -692,7 +692,7 @@ static void test_sparsemixer_bits(void **state)
     }
 }
 
-/* Branch acts: MOE_ACT_SWIGLU_SOFTCAP (Inkling2) and a shared expert with its own activation
+/* MOE_ACT_SWIGLU_SOFTCAP (Inkling2) and a shared expert with its own activation
  * (HY-V4: clamped routed experts, plain SwiGLU shared; and other pairs) give src/ref's bits on
  * every table, thread count, chunk size and prepare/finalize (check_bits); the plan's output
  * of a batch is row for row its output of each token alone; the shared activation changes the
