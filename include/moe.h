@@ -429,8 +429,9 @@ typedef enum moe_group_score {
                                     its c): DeepSeek-V3 `topk_method` "noaux_tc" */
 } moe_group_score;
 
-/* Expert MLP activation. Every expert computes g = Wg x (+ b_g), u = Wu x (+ b_u) (I each),
- * h = act(g, u), y = Wd h (+ b_d). Config `hidden_act` picks the gate function (gpt-oss:
+/* Expert MLP activation. A gated expert (values 0 .. 5) computes g = Wg x (+ b_g),
+ * u = Wu x (+ b_u) (I each), h = act(g, u), y = Wd h (+ b_d); a non-gated one (6 .. 9) has no
+ * Wg: h = act(u). Config `hidden_act` picks the gate function (gpt-oss:
  * always MOE_ACT_SWIGLU_OAI). No family of ../shared/MODELS.md uses the GELU gates today
  * (every one has hidden_act "silu"); they are here for checkpoints that set them. */
 typedef enum moe_activation {
@@ -446,7 +447,7 @@ typedef enum moe_activation {
                                Glm5NextTextMLP): g' = min(g, limit), u' = clamp(u, -limit, limit),
                                h = silu(g') * u' (no alpha, no + 1), limit = swiglu_limit; the
                                routed and the shared expert alike. NaN stays NaN. */
-    MOE_ACT_SWIGLU_SOFTCAP = 5 /* Inkling2 (transformers 5.24 inkling2/modeling_inkling2.py
+    MOE_ACT_SWIGLU_SOFTCAP = 5, /* Inkling2 (transformers 5.24 inkling2/modeling_inkling2.py
                                Inkling2SoftcappedSwiGLU, the routed experts; Inkling2Loop's is the
                                same): h = (cap(g, c_g) * sigmoid(g)) * cap(u, c_u),
                                cap(v, c) = tanh(v / c) * c, sigmoid(v) = 1 / (1 + exp(-v)) of the
@@ -455,7 +456,24 @@ typedef enum moe_activation {
                                c_u = softcap_up (`mlp_up_softcap`, 25), each finite and > 0.
                                NaN stays NaN; +-inf in g or u gives a finite h (the caps bound
                                it: |h| <= c_g c_u). */
+    /* Non-gated experts (values 6 .. 9): the expert has no gate projection; it computes
+     * u = W1 x (+ b_1) (I), h = act(u), y = W2 h (+ b_2). W1 is passed as the expert's up_proj
+     * (moe_weight_source: gate_proj, gate_bias, gate_scale, gate_zero are not read and may be
+     * NULL), W2 as its down_proj; libmoe packs no gate matrix and holds no gate memory. The
+     * shared expert follows the same rule with its own activation (shared_activation when
+     * has_shared_activation, else `activation`): non-gated, shared_gate_proj is not read. */
+    MOE_ACT_RELU = 6,       /* h = max(u, 0) (NaN stays NaN); hidden_act "relu" */
+    MOE_ACT_RELU2 = 7,      /* h = r * r, r = max(u, 0) (one f32 product; NaN stays NaN): Nemotron-H's
+                               "relu2" (transformers 5.24 activations.py ReLUSquaredActivation) */
+    MOE_ACT_GELU = 8,       /* h = (0.5 u) (1 + erf(u / sqrt(2))): "gelu" on a non-gated expert */
+    MOE_ACT_GELU_TANH = 9   /* h = (0.5 u) (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))): "gelu_new",
+                               "gelu_pytorch_tanh" on a non-gated expert */
 } moe_activation;
+
+/* 1 for the gated activations (MOE_ACT_SWIGLU .. MOE_ACT_SWIGLU_SOFTCAP: the expert has a gate
+ * and an up projection), 0 for the non-gated ones (MOE_ACT_RELU .. MOE_ACT_GELU_TANH: W1 passed
+ * as up_proj, no gate) and for a value out of range. */
+MOE_API int moe_activation_gated(moe_activation a);
 
 #include "moe_quant.h"
 
@@ -884,10 +902,14 @@ MOE_API const char *moe_plan_tuning_file(const moe_plan *plan);
 typedef struct moe_weight_source {
     const void *router;            /* [E, H], dtype router_dtype. Required. */
     moe_dtype router_dtype;        /* F32, BF16 or F16 */
-    const void *const *gate_proj;  /* E pointers, each [I, H] (Mixtral w1) */
-    const void *const *up_proj;    /* E pointers, each [I, H] (Mixtral w3) */
+    const void *const *gate_proj;  /* E pointers, each [I, H] (Mixtral w1); not read (may be NULL,
+                                      as gate_bias, gate_scale, gate_zero) for a non-gated
+                                      activation (moe_activation_gated 0) */
+    const void *const *up_proj;    /* E pointers, each [I, H] (Mixtral w3); non-gated experts:
+                                      W1 (Nemotron-H `experts.up_proj`, Switch `wi`) */
     const void *const *down_proj;  /* E pointers, each [H, I] (Mixtral w2) */
-    const void *shared_gate_proj;  /* [I_s, H] or NULL when there is no shared expert */
+    const void *shared_gate_proj;  /* [I_s, H] or NULL when there is no shared expert or its
+                                      activation is non-gated (then W1 is shared_up_proj) */
     const void *shared_up_proj;    /* [I_s, H] */
     const void *shared_down_proj;  /* [H, I_s] */
     const void *shared_expert_gate;/* [1, H], dtype router_dtype; when shared_expert_gated */
