@@ -551,8 +551,12 @@ typedef enum moe_family {
     MOE_FAMILY_HY_V4 = 53,         /* HYV4ForCausalLM: Glm4Moe's routing, MOE_ACT_SWIGLU_CLAMP routed
                                       experts, a plain SwiGLU shared expert (has_shared_activation) */
     MOE_FAMILY_HY_V4_VL = 54,      /* HYV4VLForConditionalGeneration (text MoE): HY-V4's block */
-    MOE_FAMILY_AXK1 = 55           /* AXK1ForCausalLM (A.X-K1): DeepSeek-V3's block + an output RMSNorm
+    MOE_FAMILY_AXK1 = 55,          /* AXK1ForCausalLM (A.X-K1): DeepSeek-V3's block + an output RMSNorm
                                       (has_output_norm) */
+    MOE_FAMILY_NEMOTRON_H = 56     /* NemotronHForCausalLM (transformers 5.24 nemotron_h NemotronHMoE):
+                                      DeepSeek-V3's router (groups default 1, scaling default 1),
+                                      non-gated experts and shared MLP (MOE_ACT_RELU2 from
+                                      mlp_hidden_act "relu2"); MoE layers layers_block_type "moe" */
 } moe_family;
 
 /* Static name of a family: "custom" for MOE_FAMILY_CUSTOM, else its row's name, the config

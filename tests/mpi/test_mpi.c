@@ -312,11 +312,11 @@ static void local_src_make(local_src *ls, const rlayer *L, const moe_plan *plan)
             ls->dbp[e] = L->dbp[e];
         }
     }
-    ls->src.gate_proj = ls->gp;
+    ls->src.gate_proj = L->src.gate_proj ? ls->gp : NULL; /* NULL: non-gated experts */
     ls->src.up_proj = ls->up;
     ls->src.down_proj = ls->dp;
     if (L->gbp) {
-        ls->src.gate_bias = ls->gbp;
+        ls->src.gate_bias = L->src.gate_bias ? ls->gbp : NULL;
         ls->src.up_bias = ls->ubp;
         ls->src.down_bias = ls->dbp;
     }
@@ -825,9 +825,24 @@ static void random_suite(const pcfg *base, double tol)
                 rlayer_free(&L);
                 g_threads = 1;
             }
+            /* 5. non-gated experts (Nemotron-H's relu2: W1 as up_proj, no gate array given, a
+             *    read of one crashes), expert biases, a non-gated ungated shared expert; and GELU */
+            for (int a = 0; a < 2; a++) {
+                const int64_t E = 8, T = 41;
+                rlayer_make(&L, 24, 20, E, 2, 12, 0, 1, 0, a ? MOE_DTYPE_BF16 : MOE_DTYPE_F32, 37 + (uint64_t)a);
+                L.d.activation = a ? MOE_ACT_GELU : MOE_ACT_RELU2;
+                L.src.gate_proj = NULL;
+                L.src.gate_bias = NULL;
+                L.src.shared_gate_proj = NULL;
+                float *lg = skewed_logits(T, E, 2, 7);
+                random_case(a ? "non-gated gelu bf16 E=8 K=2 biases shared" : "non-gated relu2 E=8 K=2 biases shared",
+                            &L, lg, T, &c, tol, 16);
+                free(lg);
+                rlayer_free(&L);
+            }
         }
     }
-    say("  random layers (skewed routing, uneven placement, bf16, biases, weight on input, shared): ep %d x tp %d, both "
+    say("  random layers (skewed routing, uneven placement, bf16, biases, weight on input, shared, non-gated): ep %d x tp %d, both "
         "formats: %s\n",
         base->ep, base->tp, tol < 0 ? "bit-identical to one process" : "within bound");
 }
@@ -2077,11 +2092,11 @@ static void subset_src(local_src *ls, const rlayer *L, const int *want)
                 ls->dbp[e] = L->dbp[e];
             }
         }
-    ls->src.gate_proj = ls->gp;
+    ls->src.gate_proj = L->src.gate_proj ? ls->gp : NULL; /* NULL: non-gated experts */
     ls->src.up_proj = ls->up;
     ls->src.down_proj = ls->dp;
     if (L->gbp) {
-        ls->src.gate_bias = ls->gbp;
+        ls->src.gate_bias = L->src.gate_bias ? ls->gbp : NULL;
         ls->src.up_bias = ls->ubp;
         ls->src.down_bias = ls->dbp;
     }

@@ -112,6 +112,7 @@ static const char *const k_required[] = {
     "ernie4_5_moe_f32",
     "glm_moe_dsa_f32", "solar_open_f32", "glm4v_moe_f32", "kimi_linear_f32", "bailing_hybrid_f32",
     "minimax_m2_f32", "hy_v3_f32", "axk2_f32", "glm5_next_f32",
+    "nemotron_h_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
@@ -188,6 +189,10 @@ static moe_activation act_of(const char *act)
            : !strcmp(act, "swiglu_softcap") ? MOE_ACT_SWIGLU_SOFTCAP
            : !strcmp(act, "geglu")          ? MOE_ACT_GEGLU
            : !strcmp(act, "geglu_tanh")     ? MOE_ACT_GEGLU_TANH
+           : !strcmp(act, "relu")           ? MOE_ACT_RELU
+           : !strcmp(act, "relu2")          ? MOE_ACT_RELU2
+           : !strcmp(act, "gelu")           ? MOE_ACT_GELU
+           : !strcmp(act, "gelu_tanh")      ? MOE_ACT_GELU_TANH
                                             : MOE_ACT_SWIGLU;
 }
 
