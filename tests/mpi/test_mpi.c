@@ -605,7 +605,10 @@ static void fixture_case(const fixture *f, const pcfg *c, double tol, int64_t ch
     int64_t Is = d.shared_expert_intermediate_size;
     int64_t Isl = Is ? Is / c->tp + (pc->tp_rank < Is % c->tp ? 1 : 0) : 0;
     size_t es = moe_dtype_size(d.weight_dtype);
-    size_t want = (size_t)(El * 3 * H * Il + 3 * H * Isl) * es;
+    /* matrices per expert: gate, up, down; a non-gated activation (Nemotron-H) packs no gate */
+    const int64_t nm = moe_activation_gated(d.activation) ? 3 : 2;
+    const int64_t nms = moe_activation_gated(d.has_shared_activation ? d.shared_activation : d.activation) ? 3 : 2;
+    size_t want = (size_t)(El * nm * H * Il + nms * H * Isl) * es;
     if (quantized) /* codes + scales: tests/mpi "qexperts" checks the exact per-rank layout */
         CHECK(moe_weights_expert_bytes(wp) < moe_weights_expert_bytes(w1), "%s: resident quantized expert bytes %zu, "
               "not below one process's %zu", f->name, moe_weights_expert_bytes(wp), moe_weights_expert_bytes(w1));
