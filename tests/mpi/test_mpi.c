@@ -1186,11 +1186,16 @@ typedef struct qlayer {
     float *in13, *in2; /* [E] static FP8 activations (act STATIC): the input scales, else NULL */
 } qlayer;
 
+/* The experts' activation of the qexperts layers (mode_qexperts' non-gated cases set
+ * MOE_ACT_RELU2: qsrc_make then leaves the gate arrays NULL) */
+static moe_activation g_qact = MOE_ACT_SWIGLU;
+
 static void qlayer_make(qlayer *L, const char *scheme, int64_t bn, int64_t H, int64_t I, int64_t E, int64_t K,
                         uint64_t seed)
 {
     memset(L, 0, sizeof *L);
     moe_layer_desc_init(&L->d);
+    L->d.activation = g_qact;
     L->d.hidden_size = H;
     L->d.moe_intermediate_size = I;
     L->d.num_experts = E;
@@ -1296,6 +1301,8 @@ static void qsrc_make(qsrc *q, const qlayer *L, const moe_plan *plan)
     }
     if (L->d.quant.w2.has_zero_point)
         q->src.down_zero = (const uint8_t *const *)q->p[8];
+    if (!moe_activation_gated(L->d.activation)) /* non-gated: W1 is up_proj, no gate array read */
+        q->src.gate_proj = NULL, q->src.gate_scale = NULL, q->src.gate_zero = NULL;
     q->src.w13_input_scale = L->in13; /* static FP8: [E], every rank reads its experts' */
     q->src.w2_input_scale = L->in2;
     free(map);
@@ -1433,8 +1440,9 @@ static void qexperts_case(const char *scheme, int64_t bn, int64_t H, int64_t I, 
     const int w8a8 = L.d.quant.act == MOE_QACT_TOKEN, f8a8 = L.d.quant.act == MOE_QACT_TOKEN_GROUP;
     const int f8s = L.d.quant.act == MOE_QACT_STATIC; /* static fp8: the shard oracle on the codes too */
     char name[96];
-    snprintf(name, sizeof name, "%s%s (H %lld, I %lld, top_k %lld)", scheme,
-             bn ? (bn == 16 ? " 16x16" : " custom") : "", (long long)H, (long long)I, (long long)K);
+    snprintf(name, sizeof name, "%s%s%s (H %lld, I %lld, top_k %lld)", scheme,
+             bn ? (bn == 16 ? " 16x16" : " custom") : "", moe_activation_gated(L.d.activation) ? "" : " non-gated relu2",
+             (long long)H, (long long)I, (long long)K);
     float *x = xmalloc(sizeof(float) * (size_t)(T * H));
     tu_fill_uniform(x, (size_t)(T * H), 91, -1.0f, 1.0f);
     moe_ctx *ctx = make_ctx(16, -1, NULL);
@@ -1586,6 +1594,14 @@ static void mode_qexperts(void)
     qexperts_case("int4-g32", 0, 64, 96, 4, 2);
     qexperts_case("int4-g32-zp", 0, 64, 96, 4, 2);
     qexperts_case("mxfp4", 0, 64, 96, 4, 2);
+    /* non-gated experts (relu2; no gate arrays given): weight-only, w8a8 and static schemes
+     * under EP and TP, shards cutting the groups */
+    g_qact = MOE_ACT_RELU2;
+    qexperts_case("int8-channel", 0, 48, 40, 5, 2);
+    qexperts_case("int4-g32", 0, 64, 96, 4, 2);
+    qexperts_case("fp8-block-w8a8", 16, 40, 192, 6, 2);
+    qexperts_case("fp8-channel-static", 0, 48, 40, 5, 2);
+    g_qact = MOE_ACT_SWIGLU;
     /* a 4-bit down projection whose shard is odd cannot be expressed: refused on those ranks */
     {
         qlayer L;

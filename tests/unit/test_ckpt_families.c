@@ -1333,6 +1333,16 @@ static void test_nemotron_h_config(void **state)
              " \"activation_scheme\": \"dynamic\", \"weight_block_size\": [128, 128]}");
     expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EUNSUPPORTED, cfg, "nemotron_h", "non-gated",
                  "quantization_config");
+    static const char *const qcs[] = {
+        "{\"quant_method\": \"gptq\", \"bits\": 4, \"group_size\": 128, \"desc_act\": false, \"sym\": true}",
+        "{\"quant_method\": \"awq\", \"bits\": 4, \"group_size\": 64, \"zero_point\": true, \"version\": \"gemm\"}"};
+    for (int q = 0; q < 2; q++) { /* GPTQ, AWQ */
+        snprintf(buf, sizeof buf, nh, ", \"layers_block_type\": [\"moe\"], \"quantization_config\": %s");
+        char buf2[1200];
+        snprintf(buf2, sizeof buf2, buf, qcs[q]);
+        expect_error(ctx, open_desc(ctx, dir, buf2, tl, 0), MOE_EUNSUPPORTED, cfg, "nemotron_h", "non-gated",
+                     "GPTQ, AWQ");
+    }
     tl_free(tl);
     free(tl);
     tu_rm_tree(dir);
