@@ -183,8 +183,10 @@ MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
  * first_k_dense_replace (3, 1, 2; Hunyuan-V3: 1); A.X-K2 (axk2): mlp_layer_types, else layer >=
  * first_k_dense_replace (1) and layer % moe_layer_freq (1) == 0; GLM-5-Next (glm5_next):
  * text_config.mlp_layer_types, else layer >= 3; GLM-4.5V (glm4v_moe): layer >=
- * first_k_dense_replace (1); Solar-Open, MiniMax-M2: every layer. No layer is MoE when the expert
- * count is 0. */
+ * first_k_dense_replace (1); Solar-Open, MiniMax-M2: every layer. Nemotron-H (nemotron_h):
+ * layers_block_type[layer] == "moe" (the list's length is the layer count), else the legacy
+ * hybrid_override_pattern[layer] == 'E', else NemotronHConfig's default list (layer 1 of 4). No
+ * layer is MoE when the expert count is 0. */
 MOE_API int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
 
 /* The layer description of MoE layer `layer`, from config.json and the tensors' dtype (moe.h
@@ -239,7 +241,9 @@ MOE_API moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer
  *                         rms_norm_eps), else 0 and 1e-6
  *   activation            MOE_ACT_SWIGLU_OAI for gpt-oss, MOE_ACT_SWIGLU_CLAMP for GLM-5-Next,
  *                         HY-V4 and HY-V4-VL, MOE_ACT_SWIGLU_SOFTCAP for Inkling2 and
- *                         Inkling2-Loop, else MOE_ACT_SWIGLU (`hidden_act`'s default "silu")
+ *                         Inkling2-Loop, MOE_ACT_RELU2 for Nemotron-H (non-gated experts,
+ *                         `mlp_hidden_act`'s default "relu2"), else MOE_ACT_SWIGLU (`hidden_act`'s
+ *                         default "silu")
  *   softcap_gate, softcap_up  4 and 25 (Inkling2TextConfig's mlp_gate_softcap / mlp_up_softcap)
  *   has_shared_activation, shared_activation  1 and MOE_ACT_SWIGLU for HY-V4 / HY-V4-VL when
  *                         desc->shared_expert_intermediate_size > 0 (HYV4MLP), else 0
