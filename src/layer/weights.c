@@ -786,7 +786,7 @@ void moe_weights_stage_commit(moe_weights *w, moe_weights_stage *s)
         if (s->expert_bias) {
             float *b = s->expert_bias + (size_t)le * brow; /* [2Il + H] */
             memcpy(b, from->expert_bias + (size_t)j * brow, brow * sizeof(float));
-            em->bg = b;
+            em->bg = moe_activation_gated(d->activation) ? b : NULL; /* non-gated: b_1 = bu (weights_build) */
             em->bu = b + Il;
             em->bd = s->shard.down_bias ? b + 2 * Il : NULL;
         }
