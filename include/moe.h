@@ -454,8 +454,9 @@ typedef enum moe_group_score {
                                     its c): DeepSeek-V3 `topk_method` "noaux_tc" */
 } moe_group_score;
 
-/* Expert MLP activation. Every expert computes g = Wg x (+ b_g), u = Wu x (+ b_u) (I each),
- * h = act(g, u), y = Wd h (+ b_d). Config `hidden_act` picks the gate function (gpt-oss:
+/* Expert MLP activation. A gated expert (values 0 .. 5 and 10) computes g = Wg x (+ b_g),
+ * u = Wu x (+ b_u) (I each), h = act(g, u), y = Wd h (+ b_d); a non-gated one (6 .. 9) has no
+ * Wg: h = act(u). Config `hidden_act` picks the gate function (gpt-oss:
  * always MOE_ACT_SWIGLU_OAI). No family of ../shared/MODELS.md uses the GELU gates today
  * (every one has hidden_act "silu"); they are here for checkpoints that set them. */
 typedef enum moe_activation {
@@ -480,7 +481,19 @@ typedef enum moe_activation {
                                c_u = softcap_up (`mlp_up_softcap`, 25), each finite and > 0.
                                NaN stays NaN; +-inf in g or u gives a finite h (the caps bound
                                it: |h| <= c_g c_u). */
-    /* 6..9: other branches' activations (numbered by the lead) */
+    /* Non-gated experts (values 6 .. 9): the expert has no gate projection; it computes
+     * u = W1 x (+ b_1) (I), h = act(u), y = W2 h (+ b_2). W1 is passed as the expert's up_proj
+     * (moe_weight_source: gate_proj, gate_bias, gate_scale, gate_zero are not read and may be
+     * NULL), W2 as its down_proj; libmoe packs no gate matrix and holds no gate memory. The
+     * shared expert follows the same rule with its own activation (shared_activation when
+     * has_shared_activation, else `activation`): non-gated, shared_gate_proj is not read. */
+    MOE_ACT_RELU = 6,       /* h = max(u, 0) (NaN stays NaN); hidden_act "relu" */
+    MOE_ACT_RELU2 = 7,      /* h = r * r, r = max(u, 0) (one f32 product; NaN stays NaN): Nemotron-H's
+                               "relu2" (transformers 5.24 activations.py ReLUSquaredActivation) */
+    MOE_ACT_GELU = 8,       /* h = (0.5 u) (1 + erf(u / sqrt(2))): "gelu" on a non-gated expert */
+    MOE_ACT_GELU_TANH = 9,  /* h = (0.5 u) (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))): "gelu_new",
+                               "gelu_pytorch_tanh" on a non-gated expert */
+    /* gated again (value 10) */
     MOE_ACT_SWIGLU_POSTCLAMP = 10 /* Step-3.7 (transformers 5.24 step3p7/modeling_step3p7.py
                                Step3p7Experts._apply_gate, the routed experts, and Step3p7MLP.forward,
                                the shared expert): the clamp AFTER the activation,
@@ -494,6 +507,11 @@ typedef enum moe_activation {
                                silu may reach limit (for g >= limit + small) and negative gates
                                are not clamped (silu >= -0.279 there). */
 } moe_activation;
+
+/* 1 for the gated activations (MOE_ACT_SWIGLU .. MOE_ACT_SWIGLU_SOFTCAP and
+ * MOE_ACT_SWIGLU_POSTCLAMP: the expert has a gate and an up projection), 0 for the non-gated ones (MOE_ACT_RELU .. MOE_ACT_GELU_TANH: W1 passed
+ * as up_proj, no gate) and for a value out of range. */
+MOE_API int moe_activation_gated(moe_activation a);
 
 #include "moe_quant.h"
 
@@ -589,14 +607,18 @@ typedef enum moe_family {
                                       router and ungated shared experts */
     MOE_FAMILY_UNLIMITED_OCR = 62, /* UnlimitedOcrForConditionalGeneration (text MoE): DeepSeek-OCR-2's
                                       block */
-    MOE_FAMILY_MISTRAL_LARGE4 = 63 /* MistralLarge4ForConditionalGeneration (text MoE): Mistral-4's
+    MOE_FAMILY_MISTRAL_LARGE4 = 63, /* MistralLarge4ForConditionalGeneration (text MoE): Mistral-4's
                                       router in f32, always renormalized; saved in Mistral's names */
+    MOE_FAMILY_NEMOTRON_H = 64     /* NemotronHForCausalLM (transformers 5.24 nemotron_h NemotronHMoE):
+                                      DeepSeek-V3's router (groups default 1, scaling default 1),
+                                      non-gated experts and shared MLP (MOE_ACT_RELU2 from
+                                      mlp_hidden_act "relu2"); MoE layers layers_block_type "moe" */
 } moe_family;
 
 /* Static name of a family: "custom" for MOE_FAMILY_CUSTOM, else its row's name, the config
  * `model_type` of its first architecture ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
  * "gpt_oss", ...: docs/families.md "Supported" lists every one); "?" for a value without a row.
- * The values are dense from 1 to 63. */
+ * The values are dense from 1 to 64. */
 MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */
@@ -987,10 +1009,14 @@ MOE_API const char *moe_plan_tuning_file(const moe_plan *plan);
 typedef struct moe_weight_source {
     const void *router;            /* [E, H], dtype router_dtype. Required. */
     moe_dtype router_dtype;        /* F32, BF16 or F16 */
-    const void *const *gate_proj;  /* E pointers, each [I, H] (Mixtral w1) */
-    const void *const *up_proj;    /* E pointers, each [I, H] (Mixtral w3) */
+    const void *const *gate_proj;  /* E pointers, each [I, H] (Mixtral w1); not read (may be NULL,
+                                      as gate_bias, gate_scale, gate_zero) for a non-gated
+                                      activation (moe_activation_gated 0) */
+    const void *const *up_proj;    /* E pointers, each [I, H] (Mixtral w3); non-gated experts:
+                                      W1 (Nemotron-H `experts.up_proj`, Switch `wi`) */
     const void *const *down_proj;  /* E pointers, each [H, I] (Mixtral w2) */
-    const void *shared_gate_proj;  /* [I_s, H] or NULL when there is no shared expert */
+    const void *shared_gate_proj;  /* [I_s, H] or NULL when there is no shared expert or its
+                                      activation is non-gated (then W1 is shared_up_proj) */
     const void *shared_up_proj;    /* [I_s, H] */
     const void *shared_down_proj;  /* [H, I_s] */
     const void *shared_expert_gate;/* [1, H], dtype router_dtype; when shared_expert_gated */

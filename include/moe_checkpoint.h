@@ -188,7 +188,9 @@ MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
  * else layer >= 3. Mistral-Large-4 (mistral_large4), Unlimited-OCR (unlimited_ocr):
  * text_config.mlp_layer_types, else layer >= first_k_dense_replace (1); DeepSeek-OCR-2
  * (deepseek_ocr2): text_config.mlp_layer_types, which must be given (moe_checkpoint_open refuses
- * a config without it, MOE_EFORMAT). No layer is MoE when the expert count is 0. */
+ * a config without it, MOE_EFORMAT). Nemotron-H (nemotron_h): layers_block_type[layer] == "moe"
+ * (the list's length is the layer count), else the legacy hybrid_override_pattern[layer] == 'E',
+ * else NemotronHConfig's default list (layer 1 of 4). No layer is MoE when the expert count is 0. */
 MOE_API int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
 
 /* The layer description of MoE layer `layer`, from config.json and the tensors' dtype (moe.h
@@ -260,7 +262,8 @@ MOE_API moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer
  *                         MOE_ACT_SWIGLU_SOFTCAP for Inkling2 and Inkling2-Loop, else
  *                         MOE_ACT_SWIGLU (`hidden_act`'s default "silu"; Step-3.7 without
  *                         swiglu_limits: its per-layer MOE_ACT_SWIGLU_POSTCLAMP limits come from
- *                         config.json, moe_checkpoint_layer_desc)
+ *                         config.json, moe_checkpoint_layer_desc); MOE_ACT_RELU2 for Nemotron-H
+ *                         (non-gated experts, `mlp_hidden_act`'s default "relu2")
  *   shared_swiglu_limit   0 (Step-3.7's swiglu_limits_shared[L] is config.json's)
  *   softcap_gate, softcap_up  4 and 25 (Inkling2TextConfig's mlp_gate_softcap / mlp_up_softcap)
  *   has_shared_activation, shared_activation  1 and MOE_ACT_SWIGLU for HY-V4 / HY-V4-VL when

@@ -83,7 +83,10 @@ static inline float moe_act_apply(const moe_layer_desc *d, float g, float u)
          * the sigmoid sees the raw gate. NaN kept (tanhf, moe_expf and the products keep it) */
         const float cg = d->softcap_gate, cu = d->softcap_up;
         float gc = tanhf(g / cg) * cg;
-        float sig = 1.0f / (1.0f + moe_expf(-g));
+        /* 0 - g, not -g: for a NaN g the sigmoid keeps g's NaN (as gc does), so the product of
+         * the two NaNs is that NaN whichever operand order a compiler picks; equal otherwise
+         * (exp(+-0) = 1) */
+        float sig = 1.0f / (1.0f + moe_expf(0.0f - g));
         float uc = tanhf(u / cu) * cu;
         return (gc * sig) * uc;
     }
@@ -95,6 +98,19 @@ static inline float moe_act_apply(const moe_layer_desc *d, float g, float u)
         float uc = u > limit ? limit : (u < -limit ? -limit : u); /* clamp, NaN kept */
         return sc * uc;
     }
+    /* non-gated (g not read): h = act(u) */
+    case MOE_ACT_RELU:
+        return u < 0.0f ? 0.0f : u; /* NaN stays NaN, -0 stays -0 (as torch.relu) */
+    case MOE_ACT_RELU2: {
+        float r = u < 0.0f ? 0.0f : u;
+        return r * r;
+    }
+    case MOE_ACT_GELU:
+        return (0.5f * u) * (1.0f + erff(u * 0.70710678118654752f));
+    case MOE_ACT_GELU_TANH: {
+        float inner = 0.79788456080286536f * (u + 0.044715f * ((u * u) * u));
+        return (0.5f * u) * (1.0f + tanhf(inner));
+    }
     default: {
         float silu = g / (1.0f + moe_expf(-g));
         return silu * u;
@@ -103,10 +119,17 @@ static inline float moe_act_apply(const moe_layer_desc *d, float g, float u)
 }
 
 /* One row of the gate/up epilogue, the scalar form every table may use:
- *   h[j] = act(g[j] (+ bg[j]), u[j] (+ bu[j])), j in [0, n); bg, bu NULL or both set. */
+ *   h[j] = act(g[j] (+ bg[j]), u[j] (+ bu[j])), j in [0, n); bg, bu NULL or both set.
+ * Non-gated activations (moe_activation_gated 0): g and bg are NULL, h[j] = act(u[j] (+ bu[j])),
+ * bu NULL or set. */
 static inline void moe_act_row_scalar(const moe_layer_desc *d, const float *g, const float *u, const float *bg,
                                       const float *bu, float *h, int64_t n)
 {
+    if (!g) {
+        for (int64_t j = 0; j < n; j++)
+            h[j] = moe_act_apply(d, 0.0f, bu ? u[j] + bu[j] : u[j]);
+        return;
+    }
     for (int64_t j = 0; j < n; j++) {
         float gv = g[j], uv = u[j];
         if (bg) {

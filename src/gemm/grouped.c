@@ -60,23 +60,26 @@ typedef struct qrows {
                                   matrix's for h), never per token; quant is not used */
 } qrows;
 
-/* Phase 1 item: rows of group g, gate/up panels [p0, p1) -> h[:, 16*p0 .. 16*p1). */
+/* Phase 1 item: rows of group g, gate/up panels [p0, p1) -> h[:, 16*p0 .. 16*p1). Non-gated
+ * experts (moe_activation_gated 0: em->gate is empty, W1 is em->up): the up GEMM only, and the
+ * activation of u alone in the epilogue. */
 static void gate_up_item(const moe_kernels *kern, const moe_layer_desc *d, const moe_expert_mats *em, const float *x,
                          int64_t H, const int32_t *rows, int64_t row_div, int64_t r0, int64_t r1, int64_t p0,
                          int64_t p1, float *h, const qrows *q8, const void *pf_next, int64_t pf_next_bytes, float *tls)
 {
+    const int gated = moe_activation_gated(d->activation);
     const moe_pmat *gate = &em->gate, *up = &em->up;
-    const int64_t I = gate->n;
+    const int64_t I = up->n;
     const int64_t ld = PG_MAX * MOE_PANEL;
     float *gt = tls;                                /* [RB][ld] */
     float *ut = tls + TILE_FLOATS;                  /* [RB][ld] */
     const float **xr = (const float **)(tls + 2 * TILE_FLOATS); /* [RB] */
     const uint8_t **xq = (const uint8_t **)(tls + 2 * TILE_FLOATS); /* [RB] (quantized, instead of xr) */
     const float **sx = (const float **)(tls + 2 * TILE_FLOATS + PTR_FLOATS); /* [RB] row scales (quantized) */
-    const moe_linear_fn lin = kern->linear[moe_pmat_format(gate)];
+    const moe_linear_fn lin = kern->linear[moe_pmat_format(up)];
     const int64_t n0 = p0 * MOE_PANEL;
     const int64_t n1 = (p1 * MOE_PANEL < I) ? p1 * MOE_PANEL : I;
-    const int64_t fb = q8 ? moe_format_row(moe_pmat_format(gate))->feature_bytes(gate->k) : 0;
+    const int64_t fb = q8 ? moe_format_row(moe_pmat_format(up))->feature_bytes(up->k) : 0;
     for (int64_t b = r0; b < r1; b += MOE_GEMM_RB) {
         int mb = (int)((r1 - b) < MOE_GEMM_RB ? (r1 - b) : MOE_GEMM_RB);
         if (q8) {
@@ -90,19 +93,21 @@ static void gate_up_item(const moe_kernels *kern, const moe_layer_desc *d, const
             const int last = b + MOE_GEMM_RB >= r1;
             const uint8_t *up_panels = (const uint8_t *)up->data + n0 * fb; /* [n1 - n0][fb] */
             const int pf1 = q8->prefetch && b == r0, pf2 = q8->prefetch && last;
-            q8->rows(gate, p0, p1, xq, sx, mb, gt, ld, pf1 ? up_panels : NULL, pf1 ? (n1 - n0) * fb : 0);
+            if (gated)
+                q8->rows(gate, p0, p1, xq, sx, mb, gt, ld, pf1 ? up_panels : NULL, pf1 ? (n1 - n0) * fb : 0);
             q8->rows(up, p0, p1, xq, sx, mb, ut, ld, pf2 ? pf_next : NULL, pf2 ? pf_next_bytes : 0);
         } else {
             for (int m = 0; m < mb; m++) {
                 int64_t tok = rows ? rows[b + m] / row_div : b + m;
                 xr[m] = x + tok * H;
             }
-            lin(gate, p0, p1, xr, mb, gt, ld);
+            if (gated)
+                lin(gate, p0, p1, xr, mb, gt, ld);
             lin(up, p0, p1, xr, mb, ut, ld);
         }
         for (int m = 0; m < mb; m++) /* h[b + m][n0, n1) */
-            kern->act_row(d, gt + m * ld, ut + m * ld, em->bg ? em->bg + n0 : NULL, em->bu ? em->bu + n0 : NULL,
-                          h + (b + m) * I + n0, n1 - n0);
+            kern->act_row(d, gated ? gt + m * ld : NULL, ut + m * ld, gated && em->bg ? em->bg + n0 : NULL,
+                          em->bu ? em->bu + n0 : NULL, h + (b + m) * I + n0, n1 - n0);
     }
 }
 
@@ -185,17 +190,17 @@ static void item_panels(const moe_mlp_groups *gr, const int64_t *item_off, int64
 }
 
 /* Formats with the prefetch flag: the packed bytes of panels [p0, p1) of matrix `which` (0
- * gate, 2 down) of the next item this thread runs (it + 1 in the same claim of `claim` items),
+ * the first w13 matrix: gate, or up for non-gated experts; 2 down) of the next item this thread runs (it + 1 in the same claim of `claim` items),
  * for the prefetch hint; NULL otherwise. */
 static const void *next_item_weights(const moe_mlp_groups *gr, const int64_t *item_off, int64_t panels,
-                                     int64_t n_items, int64_t it, int which, int claim, int64_t *bytes)
+                                     int64_t n_items, int64_t it, int which, int claim, int gated, int64_t *bytes)
 {
     *bytes = 0;
     if ((it + 1) % claim == 0 || it + 1 >= n_items)
         return NULL;
     int64_t g, p0, p1;
     item_panels(gr, item_off, panels, it + 1, &g, &p0, &p1);
-    const moe_pmat *x = which == 2 ? &gr->experts[g].down : &gr->experts[g].gate;
+    const moe_pmat *x = which == 2 ? &gr->experts[g].down : gated ? &gr->experts[g].gate : &gr->experts[g].up;
     const moe_format *f = moe_format_row(moe_pmat_format(x));
     if (!f->prefetch)
         return NULL;
@@ -235,7 +240,8 @@ static void run_phase(int phase, const moe_kernels *kern, const moe_layer_desc *
         int64_t g, p0, p1;
         item_panels(gr, item_off, panels, it, &g, &p0, &p1);
         int64_t pfn = 0;
-        const void *pf = q8 ? next_item_weights(gr, item_off, panels, n, it, phase == 1 ? 0 : 2, chunk, &pfn) : NULL;
+        const void *pf = q8 ? next_item_weights(gr, item_off, panels, n, it, phase == 1 ? 0 : 2, chunk,
+                                                    moe_activation_gated(desc->activation), &pfn) : NULL;
         if (phase == 1)
             gate_up_item(kern, desc, &gr->experts[g], xin, desc->hidden_size, xrows, xdiv, gr->begin[g], gr->end[g],
                          p0, p1, gr->h, q8, pf, pfn, tls);
@@ -255,7 +261,8 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_layer_desc *desc, const moe_mlp_g
     const float *xin = gr->in_scale ? gr->y : gr->x;
     const int32_t *xrows = gr->in_scale ? NULL : gr->rows;
     const int64_t xdiv = gr->in_scale ? 1 : gr->row_div;
-    const moe_pmat *g0 = &gr->experts[0].gate, *d0 = &gr->experts[0].down;
+    /* w13's shape and format from up: a non-gated expert (moe_activation_gated 0) has no gate */
+    const moe_pmat *g0 = &gr->experts[0].up, *d0 = &gr->experts[0].down;
     const int64_t pi = moe_pmat_panels(g0->n); /* panels of I */
     const int64_t ph = moe_pmat_panels(H);     /* panels of H */
 
@@ -337,7 +344,7 @@ void moe_mlp_run(const moe_ctx *ctx, const moe_layer_desc *desc, const moe_mlp_g
                         const float *xr = gr->x + (gr->rows ? r / gr->row_div : i) * H; /* [H] */
                         const float *mul = gr->in_scale ? &gr->in_scale[r] : NULL;
                         if (q8->stat) /* the expert's w13 input scale */
-                            moe_quant_row_f8_static(xr, H, q8->ngH, mul, gr->experts[g].gate.q->in_scale,
+                            moe_quant_row_f8_static(xr, H, q8->ngH, mul, gr->experts[g].up.q->in_scale,
                                                     x8 + i * q8->H4, xs + i * q8->ngH);
                         else
                             q8->quant(xr, H, q8->gH, mul, x8 + i * q8->H4, xs + i * q8->ngH);

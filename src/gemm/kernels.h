@@ -34,7 +34,8 @@ typedef void (*moe_linear_fn)(const moe_pmat *w, int64_t p0, int64_t p1, const f
 
 /* One row of the gate/up epilogue: h[j] = act(g[j] (+ bg[j]), u[j] (+ bu[j])) for j in
  * [0, n), with exactly the operations of core/act.h (moe_act_row_scalar); bg and bu are both
- * NULL or both set. */
+ * NULL or both set. Non-gated activations (moe.h moe_activation_gated 0): g and bg are NULL and
+ * h[j] = act(u[j] (+ bu[j])), bu NULL or set. */
 typedef void (*moe_act_row_fn)(const moe_layer_desc *d, const float *g, const float *u, const float *bg,
                                const float *bu, float *h, int64_t n);
 

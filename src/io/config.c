@@ -90,12 +90,77 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* MOE_FAM_LAYERS_BLOCK_TYPES (Nemotron-H): the layer count and the MoE layers from the
+ * per-layer list_field (layers_block_type: entries "moe"), else the legacy pattern_field string
+ * (hybrid_override_pattern: characters 'E'), else the config class's default list; the
+ * NemotronHConfig property num_hidden_layers is the list's length and is not read. */
+static moe_status config_block_types(moe_ck_config *c, const moe_cfg_fields *f)
+{
+    const moe_fam_row *row = c->row;
+    const json_t *lst = json_object_get(f->obj, row->layers.list_field);
+    const json_t *pat = row->layers.pattern_field ? json_object_get(f->obj, row->layers.pattern_field) : NULL;
+    if (lst && json_is_null(lst))
+        lst = NULL;
+    if (pat && json_is_null(pat))
+        pat = NULL;
+    if (lst && !json_is_array(lst))
+        return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field '%s%s' must be an array of strings (one per layer)",
+                             c->path, c->prefix, row->layers.list_field);
+    if (!lst && pat && !json_is_string(pat))
+        return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field '%s%s' must be a string (one character per layer)",
+                             c->path, c->prefix, row->layers.pattern_field);
+    const size_t n = lst ? json_array_size(lst)
+                     : pat ? strlen(json_string_value(pat))
+                           : (size_t)row->layers.n_layers_default;
+    if (n == 0)
+        return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field '%s%s' lists no layer", c->path, c->prefix,
+                             lst ? row->layers.list_field : row->layers.pattern_field);
+    if (n > (size_t)MOE_MAX_LAYERS)
+        return moe_set_error(c->ctx, MOE_EFORMAT,
+                             "%s: field '%s%s' has %zu layers, beyond libmoe's limit of %" PRId64 " (MOE_MAX_LAYERS)",
+                             c->path, c->prefix, lst ? row->layers.list_field : row->layers.pattern_field, n,
+                             MOE_MAX_LAYERS);
+    int64_t *a = calloc(n, sizeof *a); /* [n]: at most every layer */
+    if (!a)
+        return moe_set_error(c->ctx, MOE_ENOMEM, "%s: out of memory", c->path);
+    size_t m = 0;
+    if (lst) {
+        for (size_t i = 0; i < n; i++) {
+            const json_t *x = json_array_get(lst, i);
+            if (!json_is_string(x)) {
+                free(a);
+                return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field '%s%s'[%zu] must be a string, found %s", c->path,
+                                     c->prefix, row->layers.list_field, i, moe_io_json_found(x));
+            }
+            if (strcmp(json_string_value(x), "moe") == 0)
+                a[m++] = (int64_t)i;
+        }
+    } else if (pat) {
+        const char *p = json_string_value(pat);
+        for (size_t i = 0; i < n; i++)
+            if (p[i] == 'E')
+                a[m++] = (int64_t)i;
+    } else {
+        for (int i = 0; i < row->layers.n_list_default; i++)
+            a[m++] = row->layers.list_default[i];
+        moe_cfg_note_default(f, row->layers.list_field, "the config class's %" PRId64 "-layer list",
+                             row->layers.n_layers_default);
+    }
+    c->num_layers = (int64_t)n;
+    c->layer_list = a;
+    c->n_layer_list = m;
+    c->have_layer_list = lst || pat;
+    return MOE_OK;
+}
+
 /* The fields of the row's MoE-layer rule (first, step, list: the order every rule reads
  * them in), with the row's defaults. */
 static moe_status config_layer_rule(moe_ck_config *c, const moe_cfg_fields *f)
 {
     const moe_fam_row *row = c->row;
     moe_status st;
+    if (row->layers.rule == MOE_FAM_LAYERS_BLOCK_TYPES)
+        return MOE_OK; /* read with the layer count (config_block_types) */
     if (row->layers.first_field &&
         (st = moe_cfg_int(f, row->layers.first_field, false, row->layers.first_default, 0, &c->layer_first)) != MOE_OK)
         return st;
@@ -409,6 +474,27 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
             st = moe_cfg_float(f, row->activation.limit_field, row->activation.limit, true, 0.0, &d->softcap_up);
         return st;
     }
+    if (row->activation.rule == MOE_FAM_ACT_NONGATED) {
+        /* ACT2FN[mlp_hidden_act] on u = W1 x: the routed experts and the shared MLP alike */
+        const char *a = NULL;
+        moe_status st = moe_cfg_str(f, row->activation.field, "relu2", &a);
+        if (st != MOE_OK)
+            return st;
+        if (strcmp(a, "relu") == 0)
+            d->activation = MOE_ACT_RELU;
+        else if (strcmp(a, "relu2") == 0)
+            d->activation = MOE_ACT_RELU2;
+        else if (strcmp(a, "gelu") == 0)
+            d->activation = MOE_ACT_GELU;
+        else if (strcmp(a, "gelu_pytorch_tanh") == 0 || strcmp(a, "gelu_new") == 0)
+            d->activation = MOE_ACT_GELU_TANH;
+        else
+            return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                                 "%s: field '%s%s' = \"%s\": family %s's experts are non-gated (h = act(W1 x)); "
+                                 "libmoe computes relu, relu2, gelu and gelu_pytorch_tanh / gelu_new there",
+                                 c->path, c->prefix, row->activation.field, a, row->name);
+        return MOE_OK;
+    }
     const char *a = NULL;
     const char *field = row->activation.field ? row->activation.field : "hidden_act";
     moe_status st = moe_cfg_str(f, field, "silu", &a);
@@ -668,8 +754,10 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
                              "level: add the text_config object save_pretrained writes",
                              path, c->row->name, tc ? "not an object" : "absent");
     if ((st = moe_cfg_int(&f, "hidden_size", true, 0, 1, &d->hidden_size)) != MOE_OK ||
-        (st = moe_cfg_int(&f, c->row->num_layers_field ? c->row->num_layers_field : "num_hidden_layers", true, 0, 1,
-                          &c->num_layers)) != MOE_OK)
+        (st = c->row->layers.rule == MOE_FAM_LAYERS_BLOCK_TYPES
+                  ? config_block_types(c, &f)
+                  : moe_cfg_int(&f, c->row->num_layers_field ? c->row->num_layers_field : "num_hidden_layers", true,
+                                0, 1, &c->num_layers)) != MOE_OK)
         return st;
     if (c->num_layers > MOE_MAX_LAYERS)
         return moe_set_error(ctx, MOE_EFORMAT,
@@ -700,6 +788,15 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
                              "%s: field '%s%s' = %" PRId64 ": %s routes with the sparsemixer, which selects exactly 2 "
                              "experts per token (PhimoeSparseMoeBlock); give 2",
                              path, c->prefix, k_field, d->top_k, c->row->name);
+    if (!moe_activation_gated(d->activation) && (c->fp8 || c->ct || c->mxfp4))
+        /* src/io's quantized layouts (fp8 block, compressed-tensors, GPTQ, AWQ, MXFP4) are read
+         * with a gate projection per expert */
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "%s: family %s has non-gated experts (moe_activation %d: up_proj, down_proj, no gate_proj) "
+                             "and config.json has a quantization_config: libmoe does not read quantized non-gated "
+                             "checkpoints (fp8, compressed-tensors, GPTQ, AWQ, MXFP4); load the f32 / bf16 "
+                             "checkpoint and quantize with the plan (moe_layer_desc.quant) instead",
+                             path, c->row->name, (int)d->activation);
     if (forced)
         warn_family(c, arch, model_type, named, &assumed);
     return MOE_OK;
@@ -773,6 +870,7 @@ int moe_ck_config_is_moe_layer(const moe_ck_config *c, int64_t layer)
     case MOE_FAM_LAYERS_PERIOD_OFFSET: return c->desc.num_experts > 1 && layer % c->layer_step == c->layer_first;
     case MOE_FAM_LAYERS_INTERVAL_RANGE:
         return (layer + 1) % c->layer_step == 0 && layer >= c->layer_first && layer <= c->layer_last;
+    case MOE_FAM_LAYERS_BLOCK_TYPES: return listed(c, layer);
     }
     return 0;
 }
@@ -814,6 +912,12 @@ void moe_ck_config_dense_reason(const moe_ck_config *c, int64_t layer, char *why
             snprintf(why, n, "layer %" PRId64 " < %s%s = %" PRId64 " (%s%s absent)", layer, pre,
                      row->layers.first_field ? row->layers.first_field : "the first MoE layer", c->layer_first, pre,
                      row->layers.list_field);
+    } else if (row->layers.rule == MOE_FAM_LAYERS_BLOCK_TYPES) {
+        if (c->have_layer_list)
+            snprintf(why, n, "its entry of %s%s (or %s%s) is not \"moe\" ('E')", pre, row->layers.list_field, pre,
+                     row->layers.pattern_field ? row->layers.pattern_field : row->layers.list_field);
+        else
+            snprintf(why, n, "it is not an MoE layer of the config class's default %s", row->layers.list_field);
     } else if (row->layers.rule == MOE_FAM_LAYERS_LISTED_ELSE_STEP && c->have_layer_list) {
         snprintf(why, n, "it is not listed in %s%s", pre, row->layers.list_field);
     } else if (row->layers.rule == MOE_FAM_LAYERS_SPARSE_STEP && listed(c, layer)) {

@@ -1189,6 +1189,35 @@ static const moe_fam_row fam_rows[] = {
      .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 1, .list_field = "mlp_layer_types"},
      .prefixes = {"layers.%L." /* as saved */}, .block_parts = {"gate.", "experts.", "shared_experts."},
      .per_expert = {{"w1", "w3", "w2"}}},
+    /* NemotronHMoE (transformers 5.24 nemotron_h/modeling_nemotron_h.py; the "moe" mixer of a
+     * NemotronHBlock, between its pre-norm and its residual): NemotronHTopkRouter, f32 sigmoid
+     * scores + e_score_correction_bias for the choice, groups by the top-2 sum masked with -inf
+     * (n_group, topk_group; NemotronHConfig's default 1 / 1: no group-limited selection), the
+     * weights the unbiased scores, renormalized (sum + 1e-20) when norm_topk_prob (default
+     * true), then times routed_scaling_factor (default 1.0) either way; NemotronHExperts are
+     * non-gated, down_proj(ACT2FN[mlp_hidden_act](up_proj x)) (MOE_FAM_ACT_NONGATED, default
+     * "relu2": MOE_ACT_RELU2); shared_experts a NemotronHMLP of
+     * moe_shared_expert_intermediate_size (default 7688) with the same activation, ungated,
+     * added unscaled. MoE layers: layers_block_type[L] == "moe" (the legacy
+     * hybrid_override_pattern's 'E'; default list [linear_attention, moe, full_attention, mlp]).
+     * moe_latent_size (fc1 / fc2 latent projections around the routed experts) and mlp_bias
+     * (biased shared MLP and latent projections) are refused. save_pretrained writes
+     * backbone.layers.L.mixer. with experts.<e>.up_proj / down_proj.weight (no gate_proj) */
+    {.family = MOE_FAMILY_NEMOTRON_H, .name = "nemotron_h", .names = {{"NemotronHForCausalLM", "nemotron_h"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     .shared = {.rule = MOE_FAM_SHARED_FIELD, .field = "moe_shared_expert_intermediate_size", .gated = false,
+                .module = "shared_experts", .field_optional = true, .field_default = 7688},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .activation = {.rule = MOE_FAM_ACT_NONGATED, .field = "mlp_hidden_act"},
+     .refuse = {{"moe_latent_size", "latent projections (fc1_latent_proj / fc2_latent_proj) around the routed experts"}},
+     .refuse_true = {"mlp_bias", "biases on the shared expert (NemotronHMLP) and the latent projections"},
+     .layers = {.rule = MOE_FAM_LAYERS_BLOCK_TYPES, .list_field = "layers_block_type", .list_default = {1},
+                .n_list_default = 1, .pattern_field = "hybrid_override_pattern", .n_layers_default = 4},
+     .prefixes = {"backbone.layers.%L.mixer." /* as saved */, "model.layers.%L.mixer."},
+     .per_expert = {{NULL, "up_proj", "down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 
@@ -1362,6 +1391,7 @@ void moe_fam_layer_defaults(const moe_fam_row *row, moe_layer_desc *d)
     d->activation = rule == MOE_FAM_ACT_CLAMPED_SWIGLU      ? MOE_ACT_SWIGLU_OAI
                     : clamped_silu                          ? MOE_ACT_SWIGLU_CLAMP
                     : rule == MOE_FAM_ACT_SOFTCAPPED_SWIGLU ? MOE_ACT_SWIGLU_SOFTCAP
+                    : rule == MOE_FAM_ACT_NONGATED          ? MOE_ACT_RELU2 /* NemotronHConfig's mlp_hidden_act */
                                                             : MOE_ACT_SWIGLU;
     d->swiglu_alpha = rule == MOE_FAM_ACT_CLAMPED_SWIGLU ? (float)row->activation.alpha : 1.702f;
     d->swiglu_limit = rule == MOE_FAM_ACT_CLAMPED_SWIGLU || clamped_silu ? (float)row->activation.limit : 7.0f;

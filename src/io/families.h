@@ -40,12 +40,18 @@ typedef enum moe_fam_act {
                                    shared expert its own activation from hidden_act
                                    (has_shared_activation: HY-V4's HYV4MLP applies
                                    ACT2FN[hidden_act] unclamped) */
-    MOE_FAM_ACT_POSTCLAMP_LAYER_LISTS /* Step-3.7: MOE_ACT_SWIGLU_POSTCLAMP with a limit per layer,
+    MOE_FAM_ACT_POSTCLAMP_LAYER_LISTS, /* Step-3.7: MOE_ACT_SWIGLU_POSTCLAMP with a limit per layer,
                                    limit_field the routed experts' list (swiglu_limits[L]),
                                    shared_limit_field the shared expert's (swiglu_limits_shared[L]);
                                    an absent list, a null or 0 entry, or a layer past the list's
                                    end: that expert is plain SwiGLU there (the modeling code's
                                    float("inf")); hidden_act must be silu / swish */
+    MOE_FAM_ACT_NONGATED        /* non-gated experts, routed and shared (moe.h
+                                   moe_activation_gated 0): the ACT2FN name of `field`
+                                   (Nemotron-H's mlp_hidden_act; absent: its config class's
+                                   "relu2") picks MOE_ACT_RELU ("relu"), MOE_ACT_RELU2
+                                   ("relu2"), MOE_ACT_GELU ("gelu") or MOE_ACT_GELU_TANH
+                                   ("gelu_new", "gelu_pytorch_tanh"); any other is refused */
 } moe_fam_act;
 
 /* Which decoder layers hold an MoE block, from the fields of moe_fam_row.layers. */
@@ -65,9 +71,16 @@ typedef enum moe_fam_layers {
                                         period), and more than one expert (Jamba:
                                         expert_layer_period / expert_layer_offset; one expert is
                                         its dense MLP) */
-    MOE_FAM_LAYERS_INTERVAL_RANGE    /* (layer + 1) % step_field == 0 and first_field <= layer
+    MOE_FAM_LAYERS_INTERVAL_RANGE,   /* (layer + 1) % step_field == 0 and first_field <= layer
                                         <= last_field (-1 or absent: the last layer): ERNIE-4.5's
                                         moe_layer_interval / start_index / end_index */
+    MOE_FAM_LAYERS_BLOCK_TYPES       /* list_field (Nemotron-H's layers_block_type, one string per
+                                        layer) [L] == "moe"; the list's length is the layer count
+                                        (num_hidden_layers is not read). Without it, the legacy
+                                        pattern_field string (hybrid_override_pattern, one
+                                        character per layer) [L] == 'E'; without either, the
+                                        config class's default list (list_default: its MoE
+                                        layers, of n_layers_default layers) */
 } moe_fam_layers;
 
 /* How config.json gives I_s, the shared expert's intermediate size (0: none). */
@@ -335,6 +348,8 @@ struct moe_fam_row {
                                               decoder layer indexes it and the config class has no
                                               default: DeepseekOcr2TextDecoderLayer); absent or null
                                               is refused by name, not read as the prefix rule */
+        const char *pattern_field;         /* BLOCK_TYPES: the legacy one-character-per-layer string */
+        int64_t n_layers_default;          /* BLOCK_TYPES: the layers of the class's default list */
     } layers;
 
     /* ---- tensors of layer L ---- */
@@ -348,7 +363,10 @@ struct moe_fam_row {
     struct {
         const char *proj[3];               /* P experts.<e>.<proj[j]>.weight (j = gate, up, down:
                                               [I, H], [I, H], [H, I]); also fp8 and
-                                              compressed-tensors */
+                                              compressed-tensors. proj[0] NULL with proj[1] set:
+                                              non-gated experts (no gate tensor; the row's
+                                              activation rule is MOE_FAM_ACT_NONGATED); proj[1]
+                                              NULL: no per-expert layout */
         bool quantized_only;               /* read only in fp8 / compressed-tensors checkpoints
                                               that lack input_major.gate_up */
     } per_expert;

@@ -321,8 +321,9 @@ static moe_status per_expert_experts(const moe_ck_index *ix, const moe_ck_config
     const void **s[3] = {lt->gate_scale, lt->up_scale, lt->down_scale};
     char name[MOE_CK_NAME_LEN];
     moe_status st;
+    const int j0 = proj[0] ? 0 : 1; /* no gate tensor: non-gated experts (lt->gate stays NULL) */
     for (int64_t e = lt->e_lo; c->fp8 && e < lt->e_hi; e++)
-        for (int j = 0; j < 3; j++) {
+        for (int j = j0; j < 3; j++) {
             snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e, proj[j]);
             if ((st = moe_ck_get_fp8_weight(ix, c->fp8_bn, c->fp8_bk, name, label[j], shape[j], &w[j][e], &s[j][e])) !=
                 MOE_OK)
@@ -339,7 +340,7 @@ static moe_status per_expert_experts(const moe_ck_index *ix, const moe_ck_config
         }
     }
     for (int64_t e = lt->e_lo; !c->fp8 && !lt->ckq && e < lt->e_hi; e++)
-        for (int j = 0; j < 3; j++) {
+        for (int j = j0; j < 3; j++) {
             moe_tensor_info t;
             snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e, proj[j]);
             if ((st = moe_ck_get_weight(ix, lt, name, label[j], 2, shape[j], &t)) != MOE_OK)
@@ -399,7 +400,7 @@ moe_status moe_ck_experts_resolve(const moe_ck_index *ix, const moe_ck_config *c
             if (moe_ck_has(ix, name))
                 stacked = &row->stacked[i];
         }
-        if (!stacked && !row->per_expert.proj[0]) {
+        if (!stacked && !row->per_expert.proj[1]) {
             /* no per-expert layout to fall back to: the last output-major one, whose missing
              * tensor is then reported */
             for (int i = 0; i < MOE_FAM_MAX_STACKED && row->stacked[i].gate_up; i++)

@@ -345,7 +345,7 @@ j.mxfp4 = j.q.w13.dtype == MOE_QTYPE_MXFP4;
                            moe_fam_names_with(MOE_FAM_QUANTIZE_INPUT_MAJOR, ", ", false, fams, sizeof fams));
         goto out;
     }
-    if (j.row && !j.row->per_expert.proj[0] && !moe_fam_quantize_input_major(j.row)) {
+    if (j.row && !j.row->per_expert.proj[1] && !moe_fam_quantize_input_major(j.row)) {
         /* the layout read without per_expert is the row's input-major one, else its last
          * stacked one (families.h) */
         const moe_fam_stacked *sk = &j.row->stacked[0];
@@ -358,6 +358,14 @@ j.mxfp4 = j.q.w13.dtype == MOE_QTYPE_MXFP4;
                            im ? j.row->input_major.gate_up : sk->gate_up ? sk->gate_up : "?",
                            im ? j.row->input_major.down : sk->down ? sk->down : "?",
                            moe_fam_names_with(MOE_FAM_QUANTIZE_INPUT_MAJOR, ", ", false, fams, sizeof fams));
+        goto out;
+    }
+    if (j.row && j.row->activation.rule == MOE_FAM_ACT_NONGATED) {
+        /* src/io reads quantized checkpoints with a gate projection per expert only */
+        st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: %s's experts are non-gated (up_proj, down_proj; no gate_proj): "
+                           "moe quantize does not write them and libmoe does not read quantized non-gated "
+                           "checkpoints; run the f32 / bf16 checkpoint with a quantized plan (moe_layer_desc.quant) "
+                           "instead", in_dir, j.row->name);
         goto out;
     }
     if (writes_mxfp4 && !j.mxfp4) {

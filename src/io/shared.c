@@ -237,7 +237,10 @@ moe_status moe_ck_shared_resolve(const moe_ck_index *ix, const moe_ck_config *c,
                              "%s: shared expert '%s': %d of its 3 projections are F8_E4M3: all three or none", ix->dir,
                              name, n_fp8);
     } else {
-        for (int j = 0; j < 3 && st == MOE_OK; j++) {
+        /* a non-gated shared expert (Nemotron-H's NemotronHMLP: up_proj, down_proj) has no gate
+         * tensor; lt->sh_gate stays empty */
+        const moe_activation sa = c->desc.has_shared_activation ? c->desc.shared_activation : c->desc.activation;
+        for (int j = moe_activation_gated(sa) ? 0 : 1; j < 3 && st == MOE_OK; j++) {
             snprintf(name, sizeof name, "%s%s.%s.weight", prefix, sh, shared_proj[j]);
             st = moe_ck_get_weight(ix, lt, name, label[j], 2, shape[j], dst[j]);
         }

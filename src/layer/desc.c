@@ -38,12 +38,18 @@ void moe_layer_desc_init(moe_layer_desc *d)
     d->shared_swiglu_limit = 0.0f; /* the shared expert's limit is swiglu_limit */
 }
 
+int moe_activation_gated(moe_activation a)
+{
+    return a == MOE_ACT_SWIGLU || a == MOE_ACT_GEGLU || a == MOE_ACT_GEGLU_TANH || a == MOE_ACT_SWIGLU_OAI ||
+           a == MOE_ACT_SWIGLU_CLAMP || a == MOE_ACT_SWIGLU_SOFTCAP || a == MOE_ACT_SWIGLU_POSTCLAMP;
+}
+
 /* `act` (the field `field` of d: "activation" or "shared_activation") a moe_activation value,
  * with the constants it reads valid */
 static moe_status check_activation(moe_ctx *ctx, const moe_layer_desc *d, moe_activation act, const char *field)
 {
-    if (act != MOE_ACT_SWIGLU && act != MOE_ACT_GEGLU && act != MOE_ACT_GEGLU_TANH && act != MOE_ACT_SWIGLU_OAI &&
-        act != MOE_ACT_SWIGLU_CLAMP && act != MOE_ACT_SWIGLU_SOFTCAP && act != MOE_ACT_SWIGLU_POSTCLAMP)
+    if (!moe_activation_gated(act) && act != MOE_ACT_RELU && act != MOE_ACT_RELU2 && act != MOE_ACT_GELU &&
+        act != MOE_ACT_GELU_TANH)
         return moe_set_error(ctx, MOE_EINVAL, "layer description: %s = %d is not a moe_activation value", field,
                              (int)act);
     if ((act == MOE_ACT_SWIGLU_OAI || act == MOE_ACT_SWIGLU_CLAMP || act == MOE_ACT_SWIGLU_POSTCLAMP) &&

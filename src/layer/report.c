@@ -38,13 +38,15 @@ typedef struct shard_bytes {
 static uint64_t shared_bytes(const moe_layer_desc *d, int64_t Is, moe_compute c)
 {
     const int64_t H = d->hidden_size;
+    /* matrices of [Is, H]: gate and up, or up alone for a non-gated activation */
+    const int64_t nk = moe_activation_gated(d->has_shared_activation ? d->shared_activation : d->activation) ? 2 : 1;
     if (Is <= 0)
         return 0;
     if (c == MOE_COMPUTE_BF16) {
         const moe_format *f = moe_format_row(MOE_WF_BF16P);
-        return (uint64_t)(2 * Is * f->feature_bytes(H) + H * f->feature_bytes(Is));
+        return (uint64_t)(nk * Is * f->feature_bytes(H) + H * f->feature_bytes(Is));
     }
-    return (uint64_t)(3 * H * Is) * (uint64_t)moe_dtype_size(d->weight_dtype);
+    return (uint64_t)((nk + 1) * H * Is) * (uint64_t)moe_dtype_size(d->weight_dtype);
 }
 
 static shard_bytes routed_bytes(const moe_layer_desc *d, const moe_shard *sh, moe_compute c)
@@ -58,6 +60,8 @@ static shard_bytes routed_bytes(const moe_layer_desc *d, const moe_shard *sh, mo
                   moe_quant_slice_qweight(&qc->w2, 0, H, i0, Il, &q2) != 0))
         return b; /* not packable: report() refused the layout first (moe_weights_check_shard) */
     for (int mat = 0; mat < 3; mat++) {
+        if (mat == 0 && !moe_activation_gated(d->activation))
+            continue; /* non-gated experts: no gate matrix (weights.c) */
         const moe_format *f = moe_format_row(routed_format(d, mat == 2, c));
         const int64_t N = mat == 2 ? H : Il, K = mat == 2 ? Il : H;
         const uint64_t packed = (uint64_t)f->packed_bytes(N, K);
@@ -103,12 +107,21 @@ static void add_cost(moe_rank_report *r, const char *kind, double bytes, double 
     va_end(ap);
 }
 
+/* Matrices of an expert: 3 (gate, up, down), 2 for a non-gated activation (up, down); shared:
+ * the shared expert's. */
+static double n_mats(const moe_layer_desc *d, int shared)
+{
+    const moe_activation a = shared && d->has_shared_activation ? d->shared_activation : d->activation;
+    return moe_activation_gated(a) ? 3.0 : 2.0;
+}
+
 /* The share of the layer's FLOPs (router + routed experts + shared expert) the routed experts are. */
 static double routed_flop_share(const moe_layer_desc *d)
 {
     const double H = (double)d->hidden_size, I = (double)d->moe_intermediate_size;
-    const double ex = 2.0 * (double)d->top_k * 3.0 * H * I;
-    const double all = ex + 2.0 * (double)moe_route_width(d) * H + 2.0 * 3.0 * H * (double)d->shared_expert_intermediate_size;
+    const double ex = 2.0 * (double)d->top_k * n_mats(d, 0) * H * I;
+    const double all =
+        ex + 2.0 * (double)d->num_experts * H + 2.0 * n_mats(d, 1) * H * (double)d->shared_expert_intermediate_size;
     return ex / all;
 }
 
@@ -118,7 +131,7 @@ static double tail_share(const moe_layer_desc *d)
 {
     const double H = (double)d->hidden_size, I = (double)d->moe_intermediate_size;
     const double tail = (double)(d->moe_intermediate_size % MOE_PANEL), tail_h = (double)(d->hidden_size % MOE_PANEL);
-    return (2.0 * tail * H + tail_h * I) / (3.0 * I * H);
+    return ((n_mats(d, 0) - 1.0) * tail * H + tail_h * I) / (n_mats(d, 0) * I * H);
 }
 
 /* 1 when the kernel table runs format f (under compute c) on the ref's scalar entries (never
@@ -246,7 +259,7 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
     const shard_bytes all1 = routed_bytes(d, &whole, cm);
     r->layer_bytes = all1.codes + shared_bytes(d, Is, cm);
     const double expert_codes = E > 0 ? (double)all1.codes / (double)E : 0.0; /* one expert's packed weights */
-    r->flops_per_token = 2.0 * (double)K * 3.0 * (double)H * (double)I + 2.0 * 3.0 * (double)H * (double)Is +
+    r->flops_per_token = 2.0 * (double)K * n_mats(d, 0) * (double)H * (double)I + 2.0 * n_mats(d, 1) * (double)H * (double)Is +
                          2.0 * (double)E * (double)H;
     r->decode_bytes_per_token = (double)K * expert_codes + (double)shared_bytes(d, Is, cm);
     uint64_t max_dup = 0, total_dup = 0, max_pad = 0;

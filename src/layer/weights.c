@@ -42,6 +42,23 @@ static int64_t cells_owned(const moe_qweight *qw, int64_t K, int64_t k0, int64_t
     return (k0 + Ks - 1) / gk - (k0 + gk - 1) / gk + 1;
 }
 
+/* The source as the checks see it: a non-gated activation (moe_activation_gated 0) reads no
+ * gate array, so the routed gate arrays are checked as up's (NULL allowed), and the shared
+ * expert's gate as its up when its activation is non-gated. */
+static moe_weight_source gate_view(const moe_layer_desc *d, const moe_weight_source *src)
+{
+    moe_weight_source v = *src;
+    if (!moe_activation_gated(d->activation)) {
+        v.gate_proj = src->up_proj;
+        v.gate_bias = src->up_bias;
+        v.gate_scale = src->up_scale;
+        v.gate_zero = src->up_zero;
+    }
+    if (!moe_activation_gated(d->has_shared_activation ? d->shared_activation : d->activation))
+        v.shared_gate_proj = src->shared_up_proj;
+    return v;
+}
+
 /* The checks every format shares (the caller's pointers, strides and bias dtypes).
  * experts_only: the router, its biases and the shared expert are not read (not checked). */
 static moe_status check_source(const moe_plan *plan, const moe_shard *shp, const moe_weight_source *src,
@@ -49,6 +66,7 @@ static moe_status check_source(const moe_plan *plan, const moe_shard *shp, const
 {
     moe_ctx *ctx = plan->st.ctx;
     const moe_layer_desc *d = &plan->st.desc;
+    const moe_weight_source v = gate_view(d, src);
     const moe_shard sh = *shp;
     const int64_t Is = experts_only ? 0 : d->shared_expert_intermediate_size, El = sh.n_experts;
     if (!experts_only && !src->router)
@@ -56,21 +74,21 @@ static moe_status check_source(const moe_plan *plan, const moe_shard *shp, const
     if (!experts_only && !dtype_ok(src->router_dtype))
         return moe_set_error(ctx, MOE_EDTYPE, "moe_weights_create: router dtype %s, expected F32, BF16 or F16",
                              moe_dtype_name(src->router_dtype));
-    if (!src->gate_proj || !src->up_proj || !src->down_proj)
+    if (!v.gate_proj || !src->up_proj || !src->down_proj)
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: src->%s is NULL",
-                             !src->gate_proj ? "gate_proj" : !src->up_proj ? "up_proj" : "down_proj");
+                             !v.gate_proj ? "gate_proj" : !src->up_proj ? "up_proj" : "down_proj");
     for (int64_t le = 0; le < El; le++) { /* only this rank's experts are read */
         const int64_t e = moe_shard_logical(&sh, le);
-        if (!src->gate_proj[e] || !src->up_proj[e] || !src->down_proj[e])
+        if (!v.gate_proj[e] || !src->up_proj[e] || !src->down_proj[e])
             return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: expert %lld: %s pointer is NULL",
                                  (long long)e,
-                                 !src->gate_proj[e] ? "gate_proj" : !src->up_proj[e] ? "up_proj" : "down_proj");
+                                 !v.gate_proj[e] ? "gate_proj" : !src->up_proj[e] ? "up_proj" : "down_proj");
     }
-    if (Is > 0 && (!src->shared_gate_proj || !src->shared_up_proj || !src->shared_down_proj))
+    if (Is > 0 && (!v.shared_gate_proj || !src->shared_up_proj || !src->shared_down_proj))
         return moe_set_error(ctx, MOE_EINVAL,
                              "moe_weights_create: the layer has a shared expert (I_shared %lld) but src->shared_%s is NULL",
                              (long long)Is,
-                             !src->shared_gate_proj ? "gate_proj" : !src->shared_up_proj ? "up_proj" : "down_proj");
+                             !v.shared_gate_proj ? "gate_proj" : !src->shared_up_proj ? "up_proj" : "down_proj");
     if (Is > 0 && d->shared_expert_gated && !src->shared_expert_gate) /* Is = 0 when experts_only */
         return moe_set_error(ctx, MOE_EINVAL,
                              "moe_weights_create: shared_expert_gated is set but src->shared_expert_gate is NULL");
@@ -98,16 +116,16 @@ static moe_status check_source(const moe_plan *plan, const moe_shard *shp, const
     if (d->has_selection_bias && !experts_only && !src->selection_bias)
         return moe_set_error(ctx, MOE_EINVAL,
                              "moe_weights_create: has_selection_bias is set but src->selection_bias is NULL");
-    if (d->has_expert_bias && (!src->gate_bias || !src->up_bias || !src->down_bias))
+    if (d->has_expert_bias && (!v.gate_bias || !src->up_bias || !src->down_bias))
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: has_expert_bias is set but src->%s is NULL",
-                             !src->gate_bias ? "gate_bias" : !src->up_bias ? "up_bias" : "down_bias");
+                             !v.gate_bias ? "gate_bias" : !src->up_bias ? "up_bias" : "down_bias");
     if (d->has_expert_bias) {
         for (int64_t le = 0; le < El; le++) {
             const int64_t e = moe_shard_logical(&sh, le);
-            if (!src->gate_bias[e] || !src->up_bias[e] || !src->down_bias[e])
+            if (!v.gate_bias[e] || !src->up_bias[e] || !src->down_bias[e])
                 return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: expert %lld: %s pointer is NULL",
                                      (long long)e,
-                                     !src->gate_bias[e] ? "gate_bias" : !src->up_bias[e] ? "up_bias" : "down_bias");
+                                     !v.gate_bias[e] ? "gate_bias" : !src->up_bias[e] ? "up_bias" : "down_bias");
         }
     }
     const struct {
@@ -133,25 +151,26 @@ static moe_status check_quant_source(const moe_plan *plan, const moe_shard *shp,
 {
     moe_ctx *ctx = plan->st.ctx;
     const moe_layer_desc *d = &plan->st.desc;
+    const moe_weight_source v = gate_view(d, src);
     const moe_quant_config *qc = &d->quant;
     const moe_shard sh = *shp;
     const int64_t El = sh.n_experts;
     if (src->gate_up_stride_out || src->gate_up_stride_in || src->down_stride_out || src->down_stride_in)
         return moe_set_error(ctx, MOE_EUNSUPPORTED,
                              "moe_weights_create: quantized experts must be row-major (src strides must be 0)");
-    if (!src->gate_scale || !src->up_scale || !src->down_scale)
+    if (!v.gate_scale || !src->up_scale || !src->down_scale)
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: quantized experts (%s) but src->%s is NULL",
-                             moe_quant_name(qc), !src->gate_scale ? "gate_scale" : !src->up_scale ? "up_scale" : "down_scale");
-    if ((qc->w13.has_zero_point && (!src->gate_zero || !src->up_zero)) || (qc->w2.has_zero_point && !src->down_zero))
+                             moe_quant_name(qc), !v.gate_scale ? "gate_scale" : !src->up_scale ? "up_scale" : "down_scale");
+    if ((qc->w13.has_zero_point && (!v.gate_zero || !src->up_zero)) || (qc->w2.has_zero_point && !src->down_zero))
         return moe_set_error(ctx, MOE_EINVAL, "moe_weights_create: zero points requested but src->%s is NULL",
                              qc->w2.has_zero_point && !src->down_zero ? "down_zero"
-                             : !src->gate_zero                        ? "gate_zero"
+                             : !v.gate_zero                        ? "gate_zero"
                                                                       : "up_zero");
     for (int64_t le = 0; le < El; le++) { /* only this rank's experts are read */
         const int64_t e = moe_shard_logical(&sh, le);
-        const char *bad = !src->gate_scale[e] ? "gate_scale" : !src->up_scale[e] ? "up_scale"
+        const char *bad = !v.gate_scale[e] ? "gate_scale" : !src->up_scale[e] ? "up_scale"
                                              : !src->down_scale[e]              ? "down_scale"
-                          : (qc->w13.has_zero_point && (!src->gate_zero[e] || !src->up_zero[e])) ? "gate_zero/up_zero"
+                          : (qc->w13.has_zero_point && (!v.gate_zero[e] || !src->up_zero[e])) ? "gate_zero/up_zero"
                           : (qc->w2.has_zero_point && !src->down_zero[e])                        ? "down_zero"
                                                                                                  : NULL;
         if (bad)
@@ -317,9 +336,15 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
     const moe_wfmt f13 = quant ? moe_quant_kind(&qc->w13, qc->act) : fplain;
     const moe_wfmt f2 = quant ? moe_quant_kind(&qc->w2, qc->act) : fplain;
     const size_t es = moe_dtype_size(d->weight_dtype);
-    /* the shared expert's packed bytes: gate, up [Isl, H] and down [H, Isl], plain or pairs */
+    /* non-gated experts (moe_activation_gated 0): local matrix 3 le (the gate) is not packed:
+     * no bytes, a NULL slot, an empty pmat; W1 is the up matrix. The shared expert by its own
+     * activation. */
+    const int gated = moe_activation_gated(d->activation);
+    const int sgated = moe_activation_gated(d->has_shared_activation ? d->shared_activation : d->activation);
+#define MOE_NO_GATE(i) (!gated && (i) % 3 == 0)
+    /* the shared expert's packed bytes: gate (gated only), up [Isl, H] and down [H, Isl], plain or pairs */
     const moe_format *fs = moe_format_row(fplain);
-    const size_t shared_bytes = Is > 0 ? 2 * fs->packed_bytes(Isl, H) + fs->packed_bytes(H, Isl) : 0;
+    const size_t shared_bytes = Is > 0 ? (sgated ? 2 : 1) * fs->packed_bytes(Isl, H) + fs->packed_bytes(H, Isl) : 0;
     /* Every byte packed below, summed before anything is allocated: a layer that cannot fit is
      * refused with the sizes (core/mem.c), not failed half-way or killed by the OOM killer. */
     uint64_t need = experts_only ? 0
@@ -331,6 +356,8 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
                                                       (d->has_output_norm ? d->hidden_size : 0));
     need += d->has_expert_bias ? sizeof(float) * (uint64_t)El * (uint64_t)(2 * Il + H) : 0;
     for (int64_t i = 0; i < 3 * El; i++) {
+        if (MOE_NO_GATE(i))
+            continue;
         const int mat = (int)(i % 3);
         const moe_format *f = moe_format_row(mat == 2 ? f2 : f13);
         const int64_t N = mat == 2 ? H : Il, K = mat == 2 ? Il : H; /* shard [N, K] */
@@ -371,6 +398,8 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
     /* packed bytes of the routed experts; quantized: f32 scale (and zero) bytes repeated by cut cells */
     size_t bytes = 0, dup = 0;
     for (int64_t i = 0; !fail && i < n; i++) {
+        if (MOE_NO_GATE(i))
+            continue;
         const int mat = (int)(i % 3);
         const moe_format *f = moe_format_row(mat == 2 ? f2 : f13);
         const int64_t N = mat == 2 ? H : Il, K = mat == 2 ? Il : H; /* shard [N, K] */
@@ -442,13 +471,17 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
         moe_pmat *mp[3] = {&em->gate, &em->up, &em->down};
         for (int mat = 0; mat < 3; mat++) {
             const int64_t N = mat == 2 ? H : Il, K = mat == 2 ? Il : H;
+            if (MOE_NO_GATE(mat)) { /* non-gated: no gate matrix */
+                *mp[mat] = (moe_pmat){0};
+                continue;
+            }
             *mp[mat] = (moe_pmat){.data = w->mats[3 * le + mat],
                                   .dtype = quant ? MOE_DTYPE_U8 : pairs ? MOE_DTYPE_BF16 : w->dtype, .n = N, .k = K,
                                   .q = quant ? &w->qm[3 * le + mat] : NULL, .pairs = pairs && !quant};
         }
         if (w->expert_bias) {
             float *b = w->expert_bias + (size_t)le * (size_t)(2 * Il + H); /* [2Il + H] */
-            em->bg = b;
+            em->bg = gated ? b : NULL; /* non-gated: [0, Il) unused, b_1 = bu */
             em->bu = b + Il;
             em->bd = sh.down_bias ? b + 2 * Il : NULL; /* under TP one rank adds b_d */
         }
@@ -465,11 +498,14 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
     moe_pack_progress_fn progress = ctx->pack_progress_fn;
     uint64_t prog_total = 0, prog_done = 0, prog_said = 0;
     for (int64_t i = 0; progress && i < n; i++)
-        prog_total += moe_format_row(i % 3 == 2 ? f2 : f13)->packed_bytes(i % 3 == 2 ? H : Il, i % 3 == 2 ? Il : H);
+        if (!MOE_NO_GATE(i))
+            prog_total += moe_format_row(i % 3 == 2 ? f2 : f13)->packed_bytes(i % 3 == 2 ? H : Il, i % 3 == 2 ? Il : H);
     if (progress)
         progress(0, prog_total, ctx->pack_progress_user);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ctx->num_threads)
     for (int64_t i = 0; i < n; i++) {
+        if (MOE_NO_GATE(i))
+            continue;
         const int64_t e = w->logical[i / 3]; /* the logical expert of local matrix i */
         const int mat = (int)(i % 3);
         const moe_format *f = moe_format_row(mat == 2 ? f2 : f13);
@@ -516,7 +552,7 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
         int64_t exact_f8 = 0; /* fp8 matrices on the exact (slower) e4m3 decode, format.h moe_qmat.f8h */
         size_t exact_f8_bytes = 0;
         for (int64_t i = 0; i < n; i++)
-            if (moe_format_row(w->qm[i].kind)->fast_decode && !w->qm[i].f8h) {
+            if (!MOE_NO_GATE(i) && moe_format_row(w->qm[i].kind)->fast_decode && !w->qm[i].f8h) {
                 exact_f8++;
                 exact_f8_bytes += moe_format_row(w->qm[i].kind)->packed_bytes(i % 3 == 2 ? H : Il, i % 3 == 2 ? Il : H);
             }
@@ -532,7 +568,10 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
         const int64_t e = w->logical[le];
         float *b = w->expert_bias + (size_t)le * (size_t)(2 * Il + H); /* [2Il + H] */
         const size_t boff = (size_t)(i0 * gub_stride) * bes;
-        bias_to_f32(b, (const unsigned char *)src->gate_bias[e] + boff, src->expert_bias_dtype, Il, gub_stride);
+        if (gated)
+            bias_to_f32(b, (const unsigned char *)src->gate_bias[e] + boff, src->expert_bias_dtype, Il, gub_stride);
+        else
+            memset(b, 0, sizeof(float) * (size_t)Il); /* not read (em->bg NULL) */
         bias_to_f32(b + Il, (const unsigned char *)src->up_bias[e] + boff, src->expert_bias_dtype, Il, gub_stride);
         bias_to_f32(b + 2 * Il, src->down_bias[e], src->expert_bias_dtype, H, 1);
     }
@@ -550,18 +589,22 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
         unsigned char *b = w->shared_buf;
         const size_t gb = fs->packed_bytes(Isl, H); /* bytes of gate (and of up) */
         const moe_dtype pdt = pairs ? MOE_DTYPE_BF16 : w->dtype;
-        w->shared.gate = (moe_pmat){.data = b, .dtype = pdt, .n = Isl, .k = H, .pairs = pairs};
-        w->shared.up = (moe_pmat){.data = b + gb, .dtype = pdt, .n = Isl, .k = H, .pairs = pairs};
-        w->shared.down = (moe_pmat){.data = b + 2 * gb, .dtype = pdt, .n = H, .k = Isl, .pairs = pairs};
-        const unsigned char *sg = (const unsigned char *)src->shared_gate_proj + (size_t)(sh.is0 * H) * es;
+        const size_t uo = sgated ? gb : 0; /* non-gated shared expert: up, down; no gate (an empty pmat) */
+        w->shared.gate = sgated ? (moe_pmat){.data = b, .dtype = pdt, .n = Isl, .k = H, .pairs = pairs} : (moe_pmat){0};
+        w->shared.up = (moe_pmat){.data = b + uo, .dtype = pdt, .n = Isl, .k = H, .pairs = pairs};
+        w->shared.down = (moe_pmat){.data = b + uo + gb, .dtype = pdt, .n = H, .k = Isl, .pairs = pairs};
+        const unsigned char *sg =
+            sgated ? (const unsigned char *)src->shared_gate_proj + (size_t)(sh.is0 * H) * es : NULL;
         const unsigned char *su = (const unsigned char *)src->shared_up_proj + (size_t)(sh.is0 * H) * es;
         const unsigned char *sd = (const unsigned char *)src->shared_down_proj + (size_t)sh.is0 * es;
         if (pairs) {
-            moe_pack_bf16_pairs((void *)w->shared.gate.data, sg, w->dtype, Isl, H, H, 1);
+            if (sgated)
+                moe_pack_bf16_pairs((void *)w->shared.gate.data, sg, w->dtype, Isl, H, H, 1);
             moe_pack_bf16_pairs((void *)w->shared.up.data, su, w->dtype, Isl, H, H, 1);
             moe_pack_bf16_pairs((void *)w->shared.down.data, sd, w->dtype, H, Isl, Is, 1);
         } else {
-            moe_pack_panels((void *)w->shared.gate.data, sg, w->dtype, Isl, H);
+            if (sgated)
+                moe_pack_panels((void *)w->shared.gate.data, sg, w->dtype, Isl, H);
             moe_pack_panels((void *)w->shared.up.data, su, w->dtype, Isl, H);
             moe_pack_panels_ld((void *)w->shared.down.data, sd, w->dtype, H, Isl, Is);
         }
@@ -614,6 +657,7 @@ static moe_status weights_build(const moe_plan *plan, const moe_shard *shp, cons
     *out = w;
     return MOE_OK;
 }
+#undef MOE_NO_GATE
 
 moe_status moe_weights_create(const moe_plan *plan, const moe_weight_source *src, moe_weights **out)
 {
@@ -737,13 +781,13 @@ void moe_weights_stage_commit(moe_weights *w, moe_weights_stage *s)
         }
         moe_expert_mats *em = &s->experts[le];
         *em = from->experts[j];
-        em->gate.q = quant ? &s->qm[3 * le] : NULL;
+        em->gate.q = quant && moe_activation_gated(d->activation) ? &s->qm[3 * le] : NULL; /* non-gated: empty */
         em->up.q = quant ? &s->qm[3 * le + 1] : NULL;
         em->down.q = quant ? &s->qm[3 * le + 2] : NULL;
         if (s->expert_bias) {
             float *b = s->expert_bias + (size_t)le * brow; /* [2Il + H] */
             memcpy(b, from->expert_bias + (size_t)j * brow, brow * sizeof(float));
-            em->bg = b;
+            em->bg = moe_activation_gated(d->activation) ? b : NULL; /* non-gated: b_1 = bu (weights_build) */
             em->bu = b + Il;
             em->bd = s->shard.down_bias ? b + 2 * Il : NULL;
         }

@@ -16,14 +16,16 @@ float moe_ref_activation(const moe_layer_desc *d, float g, float u)
 void moe_ref_expert_ex(const moe_layer_desc *desc, const moe_ref_mlp *m, int64_t H, int64_t I,
                        const float *x, float *y, float *h)
 {
+    const int gated = moe_activation_gated(desc->activation); /* 0: no gate, m->gate not read */
     for (int64_t i = 0; i < I; i++) {
         float g = 0.0f, u = 0.0f;
-        for (int64_t k = 0; k < H; k++)
+        for (int64_t k = 0; gated && k < H; k++)
             g = fmaf(x[k], moe_ref_load(m->gate, m->dt, i * m->gu_so + k * m->gu_si), g);
         for (int64_t k = 0; k < H; k++)
             u = fmaf(x[k], moe_ref_load(m->up, m->dt, i * m->gu_so + k * m->gu_si), u);
-        if (m->gate_bias) {
-            g = g + moe_ref_load(m->gate_bias, m->bias_dt, i * m->gu_bias_stride);
+        if (m->up_bias) {
+            if (gated)
+                g = g + moe_ref_load(m->gate_bias, m->bias_dt, i * m->gu_bias_stride);
             u = u + moe_ref_load(m->up_bias, m->bias_dt, i * m->gu_bias_stride);
         }
         h[i] = moe_ref_activation(desc, g, u);
@@ -60,11 +62,13 @@ void moe_ref_expert_bf16(const moe_layer_desc *desc, const moe_ref_mlp *m, int64
 {
     for (int64_t k = 0; k < H; k++) /* the hidden state entering gate/up, in bf16 */
         xb[k] = moe_bf16_value(moe_bf16_round(x[k]));
+    const int gated = moe_activation_gated(desc->activation); /* 0: no gate, m->gate not read */
     for (int64_t i = 0; i < I; i++) {
-        float g = dot_bf16(xb, m, m->gate, i, m->gu_so, m->gu_si, H);
+        float g = gated ? dot_bf16(xb, m, m->gate, i, m->gu_so, m->gu_si, H) : 0.0f;
         float u = dot_bf16(xb, m, m->up, i, m->gu_so, m->gu_si, H);
-        if (m->gate_bias) {
-            g = g + moe_ref_load(m->gate_bias, m->bias_dt, i * m->gu_bias_stride);
+        if (m->up_bias) {
+            if (gated)
+                g = g + moe_ref_load(m->gate_bias, m->bias_dt, i * m->gu_bias_stride);
             u = u + moe_ref_load(m->up_bias, m->bias_dt, i * m->gu_bias_stride);
         }
         h[i] = moe_ref_activation(desc, g, u);
@@ -116,11 +120,13 @@ void moe_ref_expert_f8static(const moe_layer_desc *desc, const moe_ref_f8s *m, c
 {
     for (int64_t k = 0; k < H; k++) /* the codes of x [H]: e4m3 saturates (the clamp), keeps NaN */
         cq[k] = moe_f32_to_e4m3(x[k] / m->s13);
+    const int gated = moe_activation_gated(desc->activation); /* 0: no gate, m->gate not read */
     for (int64_t i = 0; i < I; i++) {
-        float g = f8s_out(&m->q13, m->gate, m->gate_s, H, i, cq, m->s13);
+        float g = gated ? f8s_out(&m->q13, m->gate, m->gate_s, H, i, cq, m->s13) : 0.0f;
         float u = f8s_out(&m->q13, m->up, m->up_s, H, i, cq, m->s13);
-        if (bias && bias->gate_bias) {
-            g = g + moe_ref_load(bias->gate_bias, bias->bias_dt, i * bias->gu_bias_stride);
+        if (bias && bias->up_bias) {
+            if (gated)
+                g = g + moe_ref_load(bias->gate_bias, bias->bias_dt, i * bias->gu_bias_stride);
             u = u + moe_ref_load(bias->up_bias, bias->bias_dt, i * bias->gu_bias_stride);
         }
         h[i] = moe_ref_activation(desc, g, u);

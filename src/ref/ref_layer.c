@@ -94,10 +94,12 @@ routed:
                      .bias_dt = src->expert_bias_dtype,
                      .gu_bias_stride = src->gate_up_bias_stride ? src->gate_up_bias_stride : 1};
     for (int64_t e = 0; e < E; e++) {
-        m.gate = src->gate_proj[e];
+        /* non-gated experts (moe_activation_gated 0): the gate arrays are not read */
+        const int gated = moe_activation_gated(desc->activation);
+        m.gate = gated ? src->gate_proj[e] : NULL;
         m.up = src->up_proj[e];
         m.down = src->down_proj[e];
-        m.gate_bias = desc->has_expert_bias ? src->gate_bias[e] : NULL;
+        m.gate_bias = desc->has_expert_bias && gated ? src->gate_bias[e] : NULL;
         m.up_bias = desc->has_expert_bias ? src->up_bias[e] : NULL;
         m.down_bias = desc->has_expert_bias ? src->down_bias[e] : NULL;
         for (int64_t i = offsets[e]; i < offsets[e + 1]; i++) {
@@ -111,8 +113,9 @@ routed:
                 in = xs;
             }
             if (f8s) {
-                const moe_ref_f8s q = {.gate = src->gate_proj[e], .up = src->up_proj[e], .down = src->down_proj[e],
-                                       .gate_s = src->gate_scale[e], .up_s = src->up_scale[e],
+                const moe_ref_f8s q = {.gate = gated ? src->gate_proj[e] : NULL, .up = src->up_proj[e],
+                                       .down = src->down_proj[e], .gate_s = gated ? src->gate_scale[e] : NULL,
+                                       .up_s = src->up_scale[e],
                                        .down_s = src->down_scale[e], .q13 = desc->quant.w13, .q2 = desc->quant.w2,
                                        .s13 = src->w13_input_scale[e], .s2 = src->w2_input_scale[e]};
                 moe_ref_expert_f8static(desc, &q, &m, H, I, in, y + r * H, h, (uint8_t *)xb);

@@ -227,6 +227,7 @@ _FAMILIES = {
     "MistralLarge4ForConditionalGeneration": "mistral_large4", "mistral_large4": "mistral_large4",
     "DeepseekOcr2ForConditionalGeneration": "deepseek_ocr2", "deepseek_ocr2": "deepseek_ocr2",
     "UnlimitedOcrForConditionalGeneration": "unlimited_ocr", "unlimited_ocr": "unlimited_ocr",
+    "NemotronHForCausalLM": "nemotron_h", "nemotron_h": "nemotron_h",
 }
 # LFM2-MoE's (sum + 1e-6) and Cohere2-MoE's configured scoring / shared mix
 _KNOBS = ("lfm2_moe", "cohere2_moe")
@@ -234,6 +235,8 @@ _KNOBS = ("lfm2_moe", "cohere2_moe")
 _INKLING2 = ("inkling2", "inkling2_loop")
 _HY_V4 = ("hy_v4", "hy_v4_vl")
 _ACTS = _INKLING2 + _HY_V4 + ("axk1",)
+# Branch nongated: experts without a gate projection (h = act(W1 x))
+_NONGATED = ("nemotron_h",)
 
 
 def family_of(cfg):
@@ -682,6 +685,59 @@ def layer_params_longcat(ck, layer):
     return p
 
 
+def layer_params_nongated(ck, layer):
+    """layer_params for _NONGATED, from transformers 5.24 nemotron_h/modeling_nemotron_h.py:
+    NemotronHTopkRouter (sigmoid of f32 logits; top-k of s + e_score_correction_bias among the
+    topk_group groups best by their top-2 sum, n_group default 1; weights = s of the chosen,
+    / (sum + 1e-20) when norm_topk_prob (default true), * routed_scaling_factor (default 1.0));
+    NemotronHExperts down_proj(ACT2FN[mlp_hidden_act](up_proj x)), default relu2; plus
+    shared_experts, a NemotronHMLP of moe_shared_expert_intermediate_size (default 7688) with the
+    same activation, ungated. The MoE layers: layers_block_type[L] == "moe", else the legacy
+    hybrid_override_pattern[L] == "E"; saved under backbone.layers.L.mixer."""
+    cfg = ck.config
+    types = cfg.get("layers_block_type")
+    if types is None and cfg.get("hybrid_override_pattern") is not None:
+        types = ["moe" if ch == "E" else "other" for ch in cfg["hybrid_override_pattern"]]
+    if types is None:
+        types = ["linear_attention", "moe", "full_attention", "mlp"]
+    if not 0 <= layer < len(types):
+        raise IndexError(f"layer {layer} outside [0, {len(types)})")
+    if types[layer] != "moe":
+        raise ValueError(f"layer {layer} is a dense layer")
+    if cfg.get("moe_latent_size") is not None or cfg.get("mlp_bias"):
+        raise ValueError("Nemotron-H with latent projections or mlp_bias is not modelled here")
+    H, K = int(cfg["hidden_size"]), int(cfg["num_experts_per_tok"])
+    E = int(cfg.get("n_routed_experts") or cfg.get("num_local_experts"))
+    I = int(cfg["moe_intermediate_size"])
+    act = {"relu": "relu", "relu2": "relu2", "gelu": "gelu", "gelu_new": "gelu_tanh",
+           "gelu_pytorch_tanh": "gelu_tanh"}[_get(cfg, "mlp_hidden_act", "relu2")]
+    p = {"family": ck.family, "H": H, "K": K, "E": E, "I": I, "scoring": "sigmoid",
+         "renormalize": bool(_get(cfg, "norm_topk_prob", True)), "scale": float(_get(cfg, "routed_scaling_factor", 1.0)),
+         "n_group": int(_get(cfg, "n_group", 1)), "topk_group": int(_get(cfg, "topk_group", 1)),
+         "group_score": "top2_sum", "router_bias": None, "act": act, "on_input": False, "shared_gated": False,
+         "biases": None, "w_gate": None}
+    moe = None
+    for c in (f"backbone.layers.{layer}.mixer.", f"model.layers.{layer}.mixer."):
+        if ck.has(c + "gate.weight"):
+            moe = c
+            break
+    if moe is None:
+        raise ValueError(f"layer {layer}: no mixer.gate.weight")
+    p["router"] = ck.get(moe + "gate.weight")
+    p["sel_bias"] = ck.get(moe + "gate.e_score_correction_bias")
+    p["w_up"] = np.stack([ck.get(f"{moe}experts.{e}.up_proj.weight") for e in range(E)])
+    p["w_down"] = np.stack([ck.get(f"{moe}experts.{e}.down_proj.weight") for e in range(E)])
+    p["Is"] = int(_get(cfg, "moe_shared_expert_intermediate_size", 7688) or 0)
+    if p["Is"]:
+        s = moe + "shared_experts."
+        p["s_gate"], p["s_up"], p["s_down"] = None, ck.get(s + "up_proj.weight"), ck.get(s + "down_proj.weight")
+        p["s_act"] = act
+    for k, shape in (("router", (E, H)), ("w_up", (E, I, H)), ("w_down", (E, H, I))):
+        if tuple(p[k].shape) != shape:
+            raise ValueError(f"layer {layer}: {k} has shape {p[k].shape}, expected {shape}")
+    return p
+
+
 def layer_params_new(ck, layer):
     """layer_params for the families after Mixtral / Qwen2/3-MoE."""
     fam = ck.family
@@ -693,6 +749,8 @@ def layer_params_new(ck, layer):
         return layer_params_knobs(ck, layer)
     if fam in ("deepseek_v4", "step3p7"):
         return layer_params_v4step(ck, layer)
+    if fam in _NONGATED:
+        return layer_params_nongated(ck, layer)
     cfg = text_config(ck.config, fam)
     nl = int(cfg["num_hidden_layers"])
     if not 0 <= layer < nl:
@@ -964,8 +1022,21 @@ def sigmoid(v):
 
 
 def expert(p, x, e):
-    """x [n, H] -> [n, H] through expert e, with the family's activation and biases."""
-    g, u = x @ p["w_gate"][e].T, x @ p["w_up"][e].T
+    """x [n, H] -> [n, H] through expert e, with the family's activation and biases (a
+    non-gated activation, relu / relu2 / gelu / gelu_tanh, reads no w_gate: h = act(W_up x))."""
+    u = x @ p["w_up"][e].T
+    act = p.get("act")
+    if act in ("relu", "relu2", "gelu", "gelu_tanh"):
+        if act == "relu":
+            h = np.maximum(u, 0.0)
+        elif act == "relu2":
+            h = np.maximum(u, 0.0) ** 2
+        elif act == "gelu":
+            h = 0.5 * u * (1.0 + np.vectorize(math.erf)(u / math.sqrt(2.0)))
+        else:
+            h = 0.5 * u * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (u + 0.044715 * u ** 3)))
+        return h @ p["w_down"][e].T
+    g = x @ p["w_gate"][e].T
     if p.get("biases") is not None:
         g, u = g + p["biases"][0][e], u + p["biases"][1][e]
     if p.get("act") == "swiglu_oai":
@@ -1102,8 +1173,8 @@ def moe_forward(p, x):
         if p.get("shared_gated", p.get("family") == "qwen2_moe"):
             gate = 1.0 / (1.0 + np.exp(-(x @ p["s_expert_gate"].T)))  # [T, 1]
         if p.get("s_act"):  # HY-V4: the shared expert's own activation (HYV4MLP: ACT2FN[hidden_act])
-            sh = {"w_gate": p["s_gate"][None], "w_up": p["s_up"][None], "w_down": p["s_down"][None],
-                  "act": p["s_act"], "limit": p.get("s_limit")}
+            sh = {"w_gate": None if p["s_gate"] is None else p["s_gate"][None], "w_up": p["s_up"][None],
+                  "w_down": p["s_down"][None], "act": p["s_act"], "limit": p.get("s_limit")}
             out += gate * expert(sh, x, 0)
         elif p.get("family") == "minimax_m3_vl":  # MiniMaxM3VLDenseMLP: the experts' clamped SwiGLU
             sh = {"w_gate": p["s_gate"][None], "w_up": p["s_up"][None], "w_down": p["s_down"][None],

@@ -332,11 +332,11 @@ static void local_src_make(local_src *ls, const rlayer *L, const moe_plan *plan)
             ls->dbp[e] = L->dbp[e];
         }
     }
-    ls->src.gate_proj = ls->gp;
+    ls->src.gate_proj = L->src.gate_proj ? ls->gp : NULL; /* NULL: non-gated experts */
     ls->src.up_proj = ls->up;
     ls->src.down_proj = ls->dp;
     if (L->gbp) {
-        ls->src.gate_bias = ls->gbp;
+        ls->src.gate_bias = L->src.gate_bias ? ls->gbp : NULL;
         ls->src.up_bias = ls->ubp;
         ls->src.down_bias = ls->dbp;
     }
@@ -625,7 +625,10 @@ static void fixture_case(const fixture *f, const pcfg *c, double tol, int64_t ch
     int64_t Is = d.shared_expert_intermediate_size;
     int64_t Isl = Is ? Is / c->tp + (pc->tp_rank < Is % c->tp ? 1 : 0) : 0;
     size_t es = moe_dtype_size(d.weight_dtype);
-    size_t want = (size_t)(El * 3 * H * Il + 3 * H * Isl) * es;
+    /* matrices per expert: gate, up, down; a non-gated activation (Nemotron-H) packs no gate */
+    const int64_t nm = moe_activation_gated(d.activation) ? 3 : 2;
+    const int64_t nms = moe_activation_gated(d.has_shared_activation ? d.shared_activation : d.activation) ? 3 : 2;
+    size_t want = (size_t)(El * nm * H * Il + nms * H * Isl) * es;
     if (quantized) /* codes + scales: tests/mpi "qexperts" checks the exact per-rank layout */
         CHECK(moe_weights_expert_bytes(wp) < moe_weights_expert_bytes(w1), "%s: resident quantized expert bytes %zu, "
               "not below one process's %zu", f->name, moe_weights_expert_bytes(wp), moe_weights_expert_bytes(w1));
@@ -894,10 +897,25 @@ static void random_suite(const pcfg *base, double tol)
                 random_case("sqrtsoftplus + postclamp, shared clamp E=8 K=3", &L, NULL, 41, &c, tol, 1024);
                 rlayer_free(&L);
             }
+            /* 8. non-gated experts (Nemotron-H's relu2: W1 as up_proj, no gate array given, a
+             *    read of one crashes), expert biases, a non-gated ungated shared expert; and GELU */
+            for (int a = 0; a < 2; a++) {
+                const int64_t E = 8, T = 41;
+                rlayer_make(&L, 24, 20, E, 2, 12, 0, 1, 0, a ? MOE_DTYPE_BF16 : MOE_DTYPE_F32, 37 + (uint64_t)a);
+                L.d.activation = a ? MOE_ACT_GELU : MOE_ACT_RELU2;
+                L.src.gate_proj = NULL;
+                L.src.gate_bias = NULL;
+                L.src.shared_gate_proj = NULL;
+                float *lg = skewed_logits(T, E, 2, 7);
+                random_case(a ? "non-gated gelu bf16 E=8 K=2 biases shared" : "non-gated relu2 E=8 K=2 biases shared",
+                            &L, lg, T, &c, tol, 16);
+                free(lg);
+                rlayer_free(&L);
+            }
         }
     }
     say("  random layers (skewed routing, uneven placement, bf16, biases, weight on input, shared, renormalize_eps, "
-        "shared_expert_scale, identity experts, sqrtsoftplus, postclamp): ep %d x tp %d, both "
+        "shared_expert_scale, identity experts, sqrtsoftplus, postclamp, non-gated): ep %d x tp %d, both "
         "formats: %s\n",
         base->ep, base->tp, tol < 0 ? "bit-identical to one process" : "within bound");
 }
@@ -1238,11 +1256,16 @@ typedef struct qlayer {
     float *in13, *in2; /* [E] static FP8 activations (act STATIC): the input scales, else NULL */
 } qlayer;
 
+/* The experts' activation of the qexperts layers (mode_qexperts' non-gated cases set
+ * MOE_ACT_RELU2: qsrc_make then leaves the gate arrays NULL) */
+static moe_activation g_qact = MOE_ACT_SWIGLU;
+
 static void qlayer_make(qlayer *L, const char *scheme, int64_t bn, int64_t H, int64_t I, int64_t E, int64_t K,
                         uint64_t seed)
 {
     memset(L, 0, sizeof *L);
     moe_layer_desc_init(&L->d);
+    L->d.activation = g_qact;
     L->d.hidden_size = H;
     L->d.moe_intermediate_size = I;
     L->d.num_experts = E;
@@ -1348,6 +1371,8 @@ static void qsrc_make(qsrc *q, const qlayer *L, const moe_plan *plan)
     }
     if (L->d.quant.w2.has_zero_point)
         q->src.down_zero = (const uint8_t *const *)q->p[8];
+    if (!moe_activation_gated(L->d.activation)) /* non-gated: W1 is up_proj, no gate array read */
+        q->src.gate_proj = NULL, q->src.gate_scale = NULL, q->src.gate_zero = NULL;
     q->src.w13_input_scale = L->in13; /* static FP8: [E], every rank reads its experts' */
     q->src.w2_input_scale = L->in2;
     free(map);
@@ -1485,8 +1510,9 @@ static void qexperts_case(const char *scheme, int64_t bn, int64_t H, int64_t I, 
     const int w8a8 = L.d.quant.act == MOE_QACT_TOKEN, f8a8 = L.d.quant.act == MOE_QACT_TOKEN_GROUP;
     const int f8s = L.d.quant.act == MOE_QACT_STATIC; /* static fp8: the shard oracle on the codes too */
     char name[96];
-    snprintf(name, sizeof name, "%s%s (H %lld, I %lld, top_k %lld)", scheme,
-             bn ? (bn == 16 ? " 16x16" : " custom") : "", (long long)H, (long long)I, (long long)K);
+    snprintf(name, sizeof name, "%s%s%s (H %lld, I %lld, top_k %lld)", scheme,
+             bn ? (bn == 16 ? " 16x16" : " custom") : "", moe_activation_gated(L.d.activation) ? "" : " non-gated relu2",
+             (long long)H, (long long)I, (long long)K);
     float *x = xmalloc(sizeof(float) * (size_t)(T * H));
     tu_fill_uniform(x, (size_t)(T * H), 91, -1.0f, 1.0f);
     moe_ctx *ctx = make_ctx(16, -1, NULL);
@@ -1638,6 +1664,14 @@ static void mode_qexperts(void)
     qexperts_case("int4-g32", 0, 64, 96, 4, 2);
     qexperts_case("int4-g32-zp", 0, 64, 96, 4, 2);
     qexperts_case("mxfp4", 0, 64, 96, 4, 2);
+    /* non-gated experts (relu2; no gate arrays given): weight-only, w8a8 and static schemes
+     * under EP and TP, shards cutting the groups */
+    g_qact = MOE_ACT_RELU2;
+    qexperts_case("int8-channel", 0, 48, 40, 5, 2);
+    qexperts_case("int4-g32", 0, 64, 96, 4, 2);
+    qexperts_case("fp8-block-w8a8", 16, 40, 192, 6, 2);
+    qexperts_case("fp8-channel-static", 0, 48, 40, 5, 2);
+    g_qact = MOE_ACT_SWIGLU;
     /* a 4-bit down projection whose shard is odd cannot be expressed: refused on those ranks */
     {
         qlayer L;
@@ -2158,11 +2192,11 @@ static void subset_src(local_src *ls, const rlayer *L, const int *want)
                 ls->dbp[e] = L->dbp[e];
             }
         }
-    ls->src.gate_proj = ls->gp;
+    ls->src.gate_proj = L->src.gate_proj ? ls->gp : NULL; /* NULL: non-gated experts */
     ls->src.up_proj = ls->up;
     ls->src.down_proj = ls->dp;
     if (L->gbp) {
-        ls->src.gate_bias = ls->gbp;
+        ls->src.gate_bias = L->src.gate_bias ? ls->gbp : NULL;
         ls->src.up_bias = ls->ubp;
         ls->src.down_bias = ls->dbp;
     }

@@ -138,6 +138,53 @@ static void check_table(const moe_kernels *k)
             }
         }
     }
+    /* non-gated activations: g and bg NULL, h = act(u (+ bu)); against the scalar row and the
+     * definitions (relu, relu^2 exact; the two gelus within 4 ulp of the double formula) */
+    (void)bg;
+    const moe_activation acts1[] = {MOE_ACT_RELU, MOE_ACT_RELU2, MOE_ACT_GELU, MOE_ACT_GELU_TANH};
+    for (size_t a = 0; a < sizeof acts1 / sizeof acts1[0]; a++) {
+        for (int biased = 0; biased < 2; biased++) {
+            for (int n = 1; n <= N; n += (n < 40 ? 1 : 37)) {
+                moe_layer_desc d;
+                moe_layer_desc_init(&d);
+                d.activation = acts1[a];
+                fill_inputs(g, u, bg, bu, (unsigned)(n * 11 + (int)a));
+                memset(want, 0x5a, sizeof want);
+                memset(got, 0x5a, sizeof got);
+                moe_act_row_scalar(&d, NULL, u, NULL, biased ? bu : NULL, want, n);
+                k->act_row(&d, NULL, u, NULL, biased ? bu : NULL, got, n);
+                for (int j = 0; j < N; j++)
+                    if (f_bits(want[j]) != f_bits(got[j]))
+                        fail_msg("table %s act %d biased %d n %d: h[%d] = %a, scalar %a (u %a)", k->name,
+                                 (int)acts1[a], biased, n, j, (double)got[j], (double)want[j], (double)u[j]);
+                for (int j = 0; j < n; j++) {
+                    const float v = biased ? u[j] + bu[j] : u[j];
+                    const double x = v;
+                    double ref;
+                    if (acts1[a] == MOE_ACT_RELU)
+                        ref = v < 0.0f ? 0.0 : x;
+                    else if (acts1[a] == MOE_ACT_RELU2)
+                        ref = v < 0.0f ? 0.0 : (double)(v * v); /* one f32 product */
+                    else if (acts1[a] == MOE_ACT_GELU)
+                        ref = 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+                    else
+                        ref = 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+                    if (isnan(ref) || isnan(v)) {
+                        if (!isnan(want[j]))
+                            fail_msg("act %d: NaN in, %a out", (int)acts1[a], (double)want[j]);
+                        continue;
+                    }
+                    /* relu, relu^2: exact; gelu: 4 ulp, or where 1 + erf(v) cancels (v << 0) the f32
+                     * rounding of 1 + erf scaled by 0.5 |v| */
+                    const int ok = acts1[a] <= MOE_ACT_RELU2
+                                       ? (double)want[j] == ref
+                                       : ulp_err(want[j], ref) <= 4.0 || fabs((double)want[j] - ref) <= 0x1p-24 * fabs(x);
+                    if (!ok)
+                        fail_msg("act %d (u %a): %a, want %a", (int)acts1[a], (double)v, (double)want[j], ref);
+                }
+            }
+        }
+    }
 }
 
 static void test_act_rows_all_tables(void **state)

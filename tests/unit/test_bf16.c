@@ -362,6 +362,21 @@ static double act64(const moe_layer_desc *d, double g, double u, double *phi, do
         *L = 1.1;
         break;
     }
+    /* non-gated (g not read): phi = 1 exactly, uf = f(u), L bounds |f'| near u (expert64 multiplies
+     * it by e_u alone): relu 1; relu^2 2 |u| + e_u ((u + d)^2 - u^2 = (2u + d) d); the gelus 1.13
+     * (max |gelu'| = 1.129 at u = 2.4), as GEGLU's 1.15 */
+    case MOE_ACT_RELU:
+        *phi = 1.0, *uf = u > 0.0 ? u : 0.0, *L = 1.0;
+        break;
+    case MOE_ACT_RELU2:
+        *phi = 1.0, *uf = u > 0.0 ? u * u : 0.0, *L = 2.0 * fabs(u); /* + e_u: expert64 */
+        break;
+    case MOE_ACT_GELU:
+        *phi = 1.0, *uf = 0.5 * u * (1.0 + erf(u / sqrt(2.0))), *L = 1.15;
+        break;
+    case MOE_ACT_GELU_TANH:
+        *phi = 1.0, *uf = 0.5 * u * (1.0 + tanh(0.7978845608028654 * (u + 0.044715 * u * u * u))), *L = 1.15;
+        break;
     default:
         *phi = g / (1.0 + exp(-g));
         *uf = u;
@@ -406,8 +421,14 @@ static void expert64(const moe_layer_desc *d, int64_t H, int64_t I, const double
         }
         double phi, uf, L;
         h[i] = act64(d, g, uu, &phi, &uf, &L);
-        double e = L * eg * (fabs(uf) + eu) + fabs(phi) * eu;
-        e += 16.0 * u * (fabs(h[i]) + fabs(g) * fabs(uf) + fabs(uf)) + 16.0 * u * e;
+        double e;
+        if (!moe_activation_gated(d->activation)) { /* h = f(u): |f(u + d) - f(u)| <= L |d| (relu^2: + d^2) */
+            e = (d->activation == MOE_ACT_RELU2 ? L + eu : L) * eu;
+            e += 16.0 * u * (fabs(h[i]) + fabs(uf)) + 16.0 * u * e;
+        } else {
+            e = L * eg * (fabs(uf) + eu) + fabs(phi) * eu;
+            e += 16.0 * u * (fabs(h[i]) + fabs(g) * fabs(uf) + fabs(uf)) + 16.0 * u * e;
+        }
         eh[i] = e + b * (fabs(h[i]) + e); /* rounded to bf16 before down */
     }
     for (int64_t j = 0; j < H; j++) {
@@ -440,7 +461,8 @@ static void check_bound(moe_family fam, moe_dtype wdt, double *worst_ratio, doub
     const int shared = fam == MOE_FAMILY_QWEN2_MOE || fam == MOE_FAMILY_DEEPSEEK_V2 ||
                        fam == MOE_FAMILY_DEEPSEEK_V3 || fam == MOE_FAMILY_LLAMA4 || fam == MOE_FAMILY_QWEN3_NEXT ||
                        fam == MOE_FAMILY_QWEN3_5_MOE || fam == MOE_FAMILY_GLM4_MOE || fam == MOE_FAMILY_DOTS1 ||
-                       fam == MOE_FAMILY_GLM4_MOE_LITE || fam == MOE_FAMILY_DEEPSEEK_V32 || fam == MOE_FAMILY_EXAONE_MOE;
+                       fam == MOE_FAMILY_GLM4_MOE_LITE || fam == MOE_FAMILY_DEEPSEEK_V32 || fam == MOE_FAMILY_EXAONE_MOE ||
+                       fam == MOE_FAMILY_NEMOTRON_H;
     const int64_t Is = shared ? 19 : 0;
     bound_layer L;
     memset(&L, 0, sizeof L);

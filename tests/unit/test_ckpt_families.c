@@ -1455,6 +1455,63 @@ static void test_types_else_prefix_step(void **state)
     moe_ctx_free(ctx);
 }
 
+/* Nemotron-H: the MoE layers are layers_block_type's "moe" entries (the layer count is the
+ * list's length: NemotronHConfig writes no num_hidden_layers), else the legacy
+ * hybrid_override_pattern's 'E' characters, else the config class's default list (layer 1 of
+ * 4); moe_latent_size, mlp_bias, a gated or unknown mlp_hidden_act and a quantized checkpoint
+ * (non-gated experts are read in f32 / bf16 only) are refused by name. (The maths, relu2
+ * experts and shared MLP, is checked against transformers on nemotron_h_f32.) */
+static void test_nemotron_h_config(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    char dir[512], cfg[700];
+    tu_tmpdir(dir, sizeof dir, "ck-nemotron-h");
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    float dummy[4] = {0};
+    tl_add(tl, "model.norm.weight", MOE_DTYPE_F32, 1, (int64_t[]){4}, dummy);
+    const char *nh = "{\"architectures\": [\"NemotronHForCausalLM\"], \"hidden_size\": 16,"
+                     " \"moe_intermediate_size\": 8, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2%s}";
+    char buf[800];
+    snprintf(buf, sizeof buf, nh, ", \"layers_block_type\": [\"mlp\", \"moe\", \"full_attention\", \"moe\"]");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EDENSE, "layers_block_type", "MoE layers (2): 1, 3");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 2), MOE_EDENSE, "is not \"moe\"");
+    snprintf(buf, sizeof buf, nh, ", \"hybrid_override_pattern\": \"M-E*E\"");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EDENSE, "MoE layers (2): 2, 4");
+    snprintf(buf, sizeof buf, nh, ""); /* the class's [linear_attention, moe, full_attention, mlp] */
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 3), MOE_EDENSE, "MoE layers (1): 1");
+    snprintf(buf, sizeof buf, nh, ", \"layers_block_type\": [\"moe\", 3]");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EFORMAT, cfg, "'layers_block_type'[1]");
+    snprintf(buf, sizeof buf, nh, ", \"layers_block_type\": [\"moe\"], \"moe_latent_size\": 8");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EUNSUPPORTED, cfg, "'moe_latent_size' = 8", "latent");
+    snprintf(buf, sizeof buf, nh, ", \"layers_block_type\": [\"moe\"], \"mlp_bias\": true");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EUNSUPPORTED, cfg, "'mlp_bias'", "biases");
+    snprintf(buf, sizeof buf, nh, ", \"layers_block_type\": [\"moe\"], \"mlp_hidden_act\": \"silu\"");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EUNSUPPORTED, cfg, "'mlp_hidden_act' = \"silu\"",
+                 "non-gated");
+    snprintf(buf, sizeof buf, nh,
+             ", \"layers_block_type\": [\"moe\"], \"quantization_config\": {\"quant_method\": \"fp8\","
+             " \"activation_scheme\": \"dynamic\", \"weight_block_size\": [128, 128]}");
+    expect_error(ctx, open_desc(ctx, dir, buf, tl, 0), MOE_EUNSUPPORTED, cfg, "nemotron_h", "non-gated",
+                 "quantization_config");
+    static const char *const qcs[] = {
+        "{\"quant_method\": \"gptq\", \"bits\": 4, \"group_size\": 128, \"desc_act\": false, \"sym\": true}",
+        "{\"quant_method\": \"awq\", \"bits\": 4, \"group_size\": 64, \"zero_point\": true, \"version\": \"gemm\"}"};
+    for (int q = 0; q < 2; q++) { /* GPTQ, AWQ */
+        snprintf(buf, sizeof buf, nh, ", \"layers_block_type\": [\"moe\"], \"quantization_config\": %s");
+        char buf2[1200];
+        snprintf(buf2, sizeof buf2, buf, qcs[q]);
+        expect_error(ctx, open_desc(ctx, dir, buf2, tl, 0), MOE_EUNSUPPORTED, cfg, "nemotron_h", "non-gated",
+                     "GPTQ, AWQ");
+    }
+    tl_free(tl);
+    free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1470,6 +1527,7 @@ int main(void)
         cmocka_unit_test(test_aria_refusals), cmocka_unit_test(test_cohere2_strings),
         cmocka_unit_test(test_ernie_layers),
         cmocka_unit_test(test_row_field_names), cmocka_unit_test(test_types_else_prefix_step),
+        cmocka_unit_test(test_nemotron_h_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

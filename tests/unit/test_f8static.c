@@ -184,6 +184,10 @@ static void slayer_free(slayer *L)
     free(L->codes), free(L->scales), free(L->orig), free(L->router), free(L->s13), free(L->s2);
 }
 
+/* test_layer_nongated: a non-gated activation; the gate arrays of the source are then NULL (a
+ * read of them crashes) */
+static int g_nongated;
+
 /* which: 1 static, 0 the f32 layer on the originals, 2 weight-only on the codes. s13 / s2: the
  * input scales (NULL: L's). */
 static void slayer_src(const slayer *L, int which, const void **p[3], const void **s[3], const float *s13,
@@ -206,6 +210,8 @@ static void slayer_src(const slayer *L, int which, const void **p[3], const void
         src->w13_input_scale = s13 ? s13 : L->s13;
         src->w2_input_scale = s2 ? s2 : L->s2;
     }
+    if (g_nongated)
+        src->gate_proj = NULL, src->gate_scale = NULL;
 }
 
 static void src_free(const void **p[3], const void **s[3])
@@ -336,6 +342,60 @@ static void test_layer(void **state)
             }
 }
 
+/* Non-gated experts (MOE_ACT_RELU2, MOE_ACT_GELU_TANH: h = act(W1 x), W1 as up_proj, the gate
+ * arrays NULL) with static FP8 activations: every table, the per-item path, batched, 1 and 2
+ * threads, bit-identical to src/ref (moe_ref_expert_f8static), for TENSOR, CHANNEL and BLOCK
+ * weights, with saturating input scales, a NaN token and the in-place-less shape H = 2. */
+static void test_layer_nongated(void **state)
+{
+    (void)state;
+    const int64_t sizes[][4] = {{64, 48, 16, 16}, {2, 5, 4, 2}};
+    const moe_kernels *ref = tu_table("ref");
+    assert_non_null(ref);
+    moe_kernels per_item = *ref;
+    per_item.linear_rows[MOE_WF_F8A8] = NULL;
+    per_item.quant_row[MOE_WF_F8A8] = NULL;
+    g_nongated = 1;
+    for (int a = 0; a < 2; a++)
+        for (int scheme = 0; scheme < 3; scheme++)
+            for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+                const int64_t H = sizes[si][0], I = sizes[si][1], E = 6, K = 2, T = 23;
+                slayer L;
+                slayer_init(&L, scheme, H, I, E, K, 0, 1, sizes[si][2], sizes[si][3], 950 + si);
+                const moe_activation act = a ? MOE_ACT_GELU_TANH : MOE_ACT_RELU2;
+                L.desc.activation = L.wdesc.activation = L.fdesc.activation = act;
+                float *x = malloc(sizeof(float) * (size_t)(T * H));
+                tu_fill_uniform(x, (size_t)(T * H), 61 + si, -1.0f, 1.0f);
+                x[9 * H + H / 2] = NAN; /* token 9: a NaN element */
+                const size_t n = (size_t)(T * H);
+                float *want = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
+                ref_layer(&L, x, T, want);
+                assert_true(saturated_x(&L, x, T) > 0);
+                for (int64_t h = 0; h < H; h++)
+                    assert_true(isnan(want[9 * H + h]));
+                run_layer(&L, &per_item, 1, 1, 0, 64, x, T, NULL, NULL, got);
+                if (!tu_same_bits(got, want, n))
+                    fail_msg("act %d scheme %d H=%lld: the per-item path differs from src/ref (max %g)", (int)act,
+                             scheme, (long long)H, tu_max_abs_diff(got, want, n));
+                for (size_t t = 0; t < n_tables; t++) {
+                    if (!tu_table_ok(tables[t]))
+                        continue;
+                    for (int batched = 0; batched <= 1; batched++)
+                        for (int th = 1; th <= 2; th++) {
+                            run_layer(&L, tables[t], 1, th, batched, 16, x, T, NULL, NULL, got);
+                            if (!tu_same_bits(got, want, n))
+                                fail_msg("act %d scheme %d H=%lld %s batched %d threads %d differs from src/ref "
+                                         "(max diff %g)",
+                                         (int)act, scheme, (long long)H, tables[t]->name, batched, th,
+                                         tu_max_abs_diff(got, want, n));
+                        }
+                }
+                free(x), free(want), free(got);
+                slayer_free(&L);
+            }
+    g_nongated = 0;
+}
+
 /* Error against the unquantized f32 layer, mean |out - f32| / mean |f32| (test_f8a8.c's
  * metric), scales calibrated to max |.| / 448 without saturation. Stated bound: 0.10, and at
  * most 2x weight-only fp8 on the same codes (one e4m3 rounding per x and per h element on top of
@@ -453,6 +513,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quantizer),
         cmocka_unit_test(test_layer),
+        cmocka_unit_test(test_layer_nongated),
         cmocka_unit_test(test_error_vs_f32),
         cmocka_unit_test(test_refusals),
     };

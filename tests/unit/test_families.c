@@ -290,6 +290,14 @@ static void layer_build(fam_layer *L, const fam_cfg *c, uint64_t seed)
         L->src.expert_bias_dtype = c->bias_dt;
         L->src.gate_up_bias_stride = inter ? 2 : 1;
     }
+    /* non-gated experts (moe_activation_gated 0): W1 is up_proj; the gate arrays are left
+     * NULL, so a read of them crashes the test */
+    if (!moe_activation_gated(c->act)) {
+        L->src.gate_proj = NULL;
+        L->src.gate_bias = NULL;
+    }
+    if (c->Is > 0 && !moe_activation_gated(c->sh_act_on ? c->sh_act : c->act))
+        L->src.shared_gate_proj = NULL;
 }
 
 static void layer_free(fam_layer *L)
@@ -859,6 +867,133 @@ static void test_v4step_modes(void **state)
     assert_int_equal(moe_plan_create(ctx, &d, &p), MOE_OK);
     moe_plan_free(p);
     moe_ctx_free(ctx);
+}
+
+/* Non-gated experts (MOE_ACT_RELU, RELU2, GELU, GELU_TANH; y = W2 act(W1 x + b1) + b2, W1 as
+ * up_proj, no gate arrays given): src/ref's bits on every table, thread count, chunk size and
+ * prepare/finalize (check_bits), with Nemotron-H's routing (sigmoid + selection bias + groups,
+ * renormalized, scaled) and a shared expert of the same mode, with expert biases, in bf16,
+ * strided W1, and a shared expert of the other kind (gated routed + non-gated shared and back);
+ * src/ref's output equals a double-precision hand computation; the packed bytes hold no gate;
+ * moe_activation_gated answers 1 for 0 .. 5 and 0 for 6 .. 9. */
+static double hand_act1(moe_activation a, double u)
+{
+    switch (a) {
+    case MOE_ACT_RELU:
+        return u > 0.0 ? u : 0.0;
+    case MOE_ACT_RELU2:
+        return u > 0.0 ? u * u : 0.0;
+    case MOE_ACT_GELU:
+        return 0.5 * u * (1.0 + erf(u / sqrt(2.0)));
+    default:
+        return 0.5 * u * (1.0 + tanh(sqrt(2.0 / M_PI) * (u + 0.044715 * u * u * u)));
+    }
+}
+
+static void test_nongated_modes(void **state)
+{
+    (void)state;
+    /* gated: SWIGLU .. SWIGLU_SOFTCAP (0 .. 5) and SWIGLU_POSTCLAMP (10); non-gated: 6 .. 9 */
+    for (int a = 0; a <= 10; a++)
+        assert_int_equal(moe_activation_gated((moe_activation)a), a <= 5 || a == MOE_ACT_SWIGLU_POSTCLAMP);
+    assert_int_equal(moe_activation_gated((moe_activation)11), 0);
+    const moe_activation acts[] = {MOE_ACT_RELU, MOE_ACT_RELU2, MOE_ACT_GELU, MOE_ACT_GELU_TANH};
+    for (int v = 0; v < 8; v++) {
+        fam_cfg c = cfg_default(40, 20, 8, 3); /* I = 20: a partial last panel */
+        c.act = acts[v % 4];
+        c.scoring = MOE_SCORING_SIGMOID;
+        c.sel_bias = 1;
+        c.renorm = v != 3;
+        c.scale = v == 2 ? 1.0f : 2.5f;
+        c.n_group = v == 1 || v == 5 ? 4 : 0;
+        c.topk_group = c.n_group ? 2 : 0;
+        c.gscore = MOE_GROUP_SCORE_TOP2_SUM;
+        c.Is = v == 3 ? 0 : 24;
+        c.expert_bias = v == 4 || v == 6;
+        c.dt = v == 5 ? MOE_DTYPE_BF16 : MOE_DTYPE_F32;
+        c.layout = v == 6 ? LAYOUT_HALVES : LAYOUT_ROW; /* v 6: W1 and W2 through strides */
+        if (v == 7) { /* gated routed experts, non-gated shared expert */
+            c.act = MOE_ACT_SWIGLU;
+            c.sh_act_on = 1;
+            c.sh_act = MOE_ACT_RELU2;
+        }
+        if (v == 2) { /* non-gated routed, gated shared */
+            c.sh_act_on = 1;
+            c.sh_act = MOE_ACT_GEGLU;
+        }
+        check_cfg(&c, 13, 900 + (uint64_t)v);
+    }
+
+    /* src/ref against the formula in double: y = sum_k w_k W2 act(W1 x + b1) + b2, + shared */
+    for (int a = 0; a < 4; a++) {
+        fam_cfg c = cfg_default(24, 12, 6, 2);
+        c.act = acts[a];
+        c.scoring = MOE_SCORING_SIGMOID;
+        c.renorm = 1;
+        c.scale = 2.0f;
+        c.Is = 8;
+        c.expert_bias = 1;
+        fam_layer L;
+        layer_build(&L, &c, 950 + (uint64_t)a);
+        const int64_t T = 5, H = c.H, I = c.I, K = c.K, Is = c.Is;
+        float *x = rand_x(T, H, 951, 1.5f);
+        float *out = malloc(sizeof(float) * (size_t)(T * H));
+        int32_t ids[5 * 2];
+        float wts[5 * 2];
+        assert_int_equal(moe_ref_forward(&L.d, &L.src, x, T, NULL, out, ids, wts), MOE_OK);
+        const float *ub = L.gub, *db = L.db, *su = L.su, *sd = L.sd;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t o = 0; o < H; o++) {
+                double y = 0.0;
+                for (int64_t k = 0; k < K; k++) {
+                    const int64_t e = ids[t * K + k];
+                    double acc = 0.0;
+                    for (int64_t i = 0; i < I; i++) {
+                        double u = ub[e * 2 * I + I + i];
+                        for (int64_t j = 0; j < H; j++)
+                            u += (double)x[t * H + j] * L.uf[(e * I + i) * H + j];
+                        acc += hand_act1(c.act, u) * L.df[(e * H + o) * I + i];
+                    }
+                    y += (double)wts[t * K + k] * (acc + db[e * H + o]);
+                }
+                double s = 0.0;
+                for (int64_t i = 0; i < Is; i++) {
+                    double u = 0.0;
+                    for (int64_t j = 0; j < H; j++)
+                        u += (double)x[t * H + j] * su[i * H + j];
+                    s += hand_act1(c.act, u) * sd[o * Is + i];
+                }
+                const double want = (double)c.scale * y + s; /* weights_out: unscaled */
+                const double got = out[t * H + o];
+                if (fabs(got - want) > 2e-5 * fmax(1.0, fabs(want)))
+                    fail_msg("act %d t %lld o %lld: %.9g, want %.9g", (int)c.act, (long long)t, (long long)o, got,
+                             want);
+            }
+        free(x), free(out);
+        layer_free(&L);
+    }
+
+    /* no gate memory: the packed experts of a non-gated layer are 2/3 of the gated ones */
+    {
+        fam_cfg c = cfg_default(32, 16, 4, 2);
+        fam_layer L;
+        size_t bytes[2];
+        for (int g = 0; g < 2; g++) {
+            c.act = g ? MOE_ACT_SWIGLU : MOE_ACT_RELU2;
+            layer_build(&L, &c, 970);
+            moe_ctx *ctx = tu_ctx();
+            moe_plan *plan = NULL;
+            moe_weights *w = NULL;
+            assert_int_equal(moe_plan_create(ctx, &L.d, &plan), MOE_OK);
+            assert_int_equal(moe_weights_create(plan, &L.src, &w), MOE_OK);
+            bytes[g] = moe_weights_expert_bytes(w);
+            moe_weights_free(w);
+            moe_plan_free(plan);
+            moe_ctx_free(ctx);
+            layer_free(&L);
+        }
+        assert_int_equal(bytes[0] * 3, bytes[1] * 2);
+    }
 }
 
 /* A.X-K1's output RMSNorm: src/ref's bits on every table, thread count, chunk size and
@@ -1792,6 +1927,7 @@ int main(void)
         cmocka_unit_test(test_router_knobs),
         cmocka_unit_test(test_identity_experts),
         cmocka_unit_test(test_v4step_modes),
+        cmocka_unit_test(test_nongated_modes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

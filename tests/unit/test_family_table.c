@@ -66,9 +66,10 @@ static void test_rows_complete(void **state)
             assert_non_null(strstr(row->prefixes[p], "%L"));
         assert_non_null(row->router[0]);
         /* a layout the readers can fall back to */
-        assert_true(row->per_expert.proj[0] || row->stacked[0].gate_up || row->input_major.gate_up);
-        if (row->per_expert.proj[0])
-            assert_true(row->per_expert.proj[1] && row->per_expert.proj[2]);
+        assert_true(row->per_expert.proj[1] || row->stacked[0].gate_up || row->input_major.gate_up);
+        if (row->per_expert.proj[0] || row->per_expert.proj[1]) /* proj[0] NULL: non-gated experts */
+            assert_true(row->per_expert.proj[1] && row->per_expert.proj[2] &&
+                        (row->per_expert.proj[0] != NULL) == (row->activation.rule != MOE_FAM_ACT_NONGATED));
         if (row->per_expert.quantized_only)
             assert_non_null(row->input_major.gate_up);
         if (row->mxfp4.gate_up_blocks)
@@ -98,6 +99,9 @@ static void test_rows_complete(void **state)
         case MOE_FAM_LAYERS_PERIOD_OFFSET: assert_true(row->layers.first_field && row->layers.step_field); break;
         case MOE_FAM_LAYERS_INTERVAL_RANGE:
             assert_true(row->layers.first_field && row->layers.step_field && row->layers.last_field);
+            break;
+        case MOE_FAM_LAYERS_BLOCK_TYPES:
+            assert_true(row->layers.list_field && row->layers.n_layers_default > 0);
             break;
         }
         if (row->activation.rule == MOE_FAM_ACT_POSTCLAMP_LAYER_LISTS)
@@ -236,6 +240,9 @@ static const struct {
     {MOE_FAMILY_UNLIMITED_OCR, MOE_SCORING_SOFTMAX, 0, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
     {MOE_FAMILY_MISTRAL_LARGE4, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 0, 0, 0, 0, 0,
      MOE_ACT_SWIGLU},
+    /* NemotronHConfig: n_group 1 (no groups), routed_scaling_factor 1.0, mlp_hidden_act relu2 */
+    {MOE_FAMILY_NEMOTRON_H, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_RELU2},
 };
 
 /* the renormalization's epsilon of a family's router (moe_layer_desc.renormalize_eps) */

@@ -116,6 +116,7 @@ static const char *const k_required[] = {
     "longcat_flash_f32",
     "deepseek_v4_f32", "step3p7_f32",
     "mistral_large4_f32", "deepseek_ocr2_f32", "unlimited_ocr_f32",
+    "nemotron_h_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
@@ -193,6 +194,10 @@ static moe_activation act_of(const char *act)
            : !strcmp(act, "swiglu_postclamp") ? MOE_ACT_SWIGLU_POSTCLAMP
            : !strcmp(act, "geglu")          ? MOE_ACT_GEGLU
            : !strcmp(act, "geglu_tanh")     ? MOE_ACT_GEGLU_TANH
+           : !strcmp(act, "relu")           ? MOE_ACT_RELU
+           : !strcmp(act, "relu2")          ? MOE_ACT_RELU2
+           : !strcmp(act, "gelu")           ? MOE_ACT_GELU
+           : !strcmp(act, "gelu_tanh")      ? MOE_ACT_GELU_TANH
                                             : MOE_ACT_SWIGLU;
 }
 

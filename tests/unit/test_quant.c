@@ -176,6 +176,9 @@ static int64_t g_Z;
 /* Applied to both descriptions of every qlayer when set (test_v4step_quant: other routing and
  * activation modes over the same quantized weights). */
 static void (*g_desc_edit)(moe_layer_desc *d);
+/* The layers' expert activation (test_nongated_quant sets a non-gated one: the gate arrays of
+ * the source are then left NULL). */
+static moe_activation g_act = MOE_ACT_SWIGLU;
 
 /* Optional spread: each weight of row n, column k scaled by 2^(((n / 37) * 7 + (k / 29) * 5) % 41 - 20)
  * so block scales cover 2^-20 .. 2^20 (R12). */
@@ -191,6 +194,7 @@ static void qlayer_init(qlayer *L, const moe_quant_config *q, int64_t H, int64_t
     L->fdesc.renormalize = 1;
     L->fdesc.weight_dtype = MOE_DTYPE_F32;
     L->fdesc.shared_expert_intermediate_size = Is;
+    L->fdesc.activation = g_act;
     L->fdesc.num_identity_experts = g_Z;
     if (g_desc_edit)
         g_desc_edit(&L->fdesc);
@@ -283,6 +287,10 @@ static void qsource_init(qsource *S, const qlayer *L, int which)
     if (which == 0) {
         src.gate_scale = S->gs, src.up_scale = S->us, src.down_scale = S->ds;
         src.gate_zero = S->gz, src.up_zero = S->uz, src.down_zero = S->dz;
+    }
+    if (!moe_activation_gated(g_act)) { /* non-gated: W1 is up_proj; no gate array is read */
+        src.gate_proj = NULL, src.gate_scale = NULL, src.gate_zero = NULL;
+        src.shared_gate_proj = NULL;
     }
     S->src = src;
 }
@@ -453,6 +461,62 @@ static void test_v4step_quant(void **state)
         assert_true(err <= bound[i]);
     }
     g_desc_edit = NULL;
+}
+
+/* Non-gated experts (MOE_ACT_RELU2, MOE_ACT_GELU_TANH; W1 as up_proj, the gate arrays NULL) under
+ * every weight-only scheme and both w8a8 schemes: every table bit-identical to the ref table's
+ * plan, and within the stated bounds of f32 on the dequantized / unquantized weights. */
+static void test_nongated_quant(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"fp8-tensor", "fp8-block", "int8-channel", "int4-g32", "int4-g128-zp", "mxfp4"};
+    static const double bound[] = {0.06, 0.06, 0.015, 0.16, 0.16, 0.3};
+    for (int a = 0; a < 2; a++) {
+        g_act = a == 0 ? MOE_ACT_RELU2 : MOE_ACT_GELU_TANH;
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            moe_quant_config q;
+            assert_int_equal(moe_quant_from_name(names[i], &q), MOE_OK);
+            double err = check_weight_only(&q, 160, 80, a == 0 ? 48 : 0, 0);
+            printf("  non-gated act %d %-13s: tables bit-identical; vs f32 on the dequantized weights %.2g of max; "
+                   "vs unquantized: mean-rel %.4f (bound %.3f)\n",
+                   (int)g_act, names[i], last_deq_rel, err, bound[i]);
+            assert_true(err <= bound[i]);
+        }
+        /* the schemes' stated bounds against the unquantized layer: test_w8a8_int8 (0.02),
+         * test_f8a8.c test_error_vs_f32 (0.10) */
+        static const char *const w8[] = {"int8-w8a8", "fp8-block-w8a8"};
+        static const double w8_bound[] = {0.02, 0.10};
+        for (int s = 0; s < 2; s++) {
+            moe_quant_config q;
+            assert_int_equal(moe_quant_from_name(w8[s], &q), MOE_OK);
+            const int64_t H = 256, I = 128, T = 29;
+            qlayer L;
+            qlayer_init(&L, &q, H, I, 6, 2, 0, 0, 600 + (uint64_t)s);
+            float *x = malloc(sizeof(float) * (size_t)(T * H));
+            tu_fill_uniform(x, (size_t)(T * H), 79, -1.0f, 1.0f);
+            float *want = malloc(sizeof(float) * (size_t)(T * H)), *got = malloc(sizeof(float) * (size_t)(T * H)),
+                  *orig = malloc(sizeof(float) * (size_t)(T * H));
+            run(&L, 0, "ref", 1, x, T, want);
+            for (size_t t = 0; t < n_isas; t++) {
+                if (!isa_ok(isas[t]))
+                    continue;
+                for (int th = 1; th <= 2; th++) {
+                    run(&L, 0, isas[t], th, x, T, got);
+                    if (memcmp(got, want, sizeof(float) * (size_t)(T * H)) != 0)
+                        fail_msg("non-gated %s isa %s threads %d differs from ref (max %g)", w8[s], isas[t], th,
+                                 tu_max_abs_diff(got, want, (size_t)(T * H)));
+                }
+            }
+            run(&L, 2, "ref", 1, x, T, orig);
+            double err = rel_to_max(want, orig, (size_t)(T * H));
+            printf("  non-gated act %d %s: tables bit-identical; vs unquantized: mean-rel %.4f (bound %.2f)\n",
+                   (int)g_act, w8[s], err, w8_bound[s]);
+            assert_true(err <= w8_bound[s]);
+            free(x), free(want), free(got), free(orig);
+            qlayer_free(&L);
+        }
+    }
+    g_act = MOE_ACT_SWIGLU;
 }
 
 /* R12: non-square block grids and scales over 2^-20 .. 2^20; each dequantized element within
@@ -889,6 +953,7 @@ int main(void)
         cmocka_unit_test(test_validation),            cmocka_unit_test(test_weight_only_exact),
         cmocka_unit_test(test_v4step_quant),
         cmocka_unit_test(test_block_grids_wide_scales), cmocka_unit_test(test_w8a8_int8), cmocka_unit_test(test_quantize_matrix_public),
+        cmocka_unit_test(test_block_grids_wide_scales), cmocka_unit_test(test_w8a8_int8), cmocka_unit_test(test_nongated_quant), cmocka_unit_test(test_quantize_matrix_public),
         cmocka_unit_test(test_packed_kernels),        cmocka_unit_test(test_weights_for_other_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -709,12 +709,34 @@ static void test_gpt_oss_transformers(void **state)
     tu_rm_tree(root);
 }
 
+/* tests/fixtures/nemotron_h_f32: non-gated experts (up_proj, down_proj, no gate_proj) are not a
+ * layout moe quantize writes or src/io reads quantized: refused by name, nothing written. */
+static void test_nongated_refused(void **state)
+{
+    (void)state;
+    char fx[700], root[512], out[700];
+    tu_data_path(fx, sizeof fx, "nemotron_h_f32");
+    tu_tmpdir(root, sizeof root, "quantize_nongated");
+    tu_join(out, sizeof out, root, "q");
+    moe_ctx *ctx = tu_ctx();
+    static const char *const schemes[] = {"int8-channel", "fp8-block", "int4-g128"};
+    for (int i = 0; i < 3; i++) {
+        expect_error(ctx, quantize_checked(ctx, fx, out, schemes[i]), MOE_EUNSUPPORTED, "nemotron_h",
+                     "non-gated", "moe_layer_desc.quant");
+        struct stat st;
+        assert_true(stat(out, &st) != 0);
+    }
+    moe_ctx_free(ctx);
+    tu_rm_tree(root);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt_oss_mxfp4),
         cmocka_unit_test(test_gpt_oss_transformers),
         cmocka_unit_test(test_llama4),
+        cmocka_unit_test(test_nongated_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

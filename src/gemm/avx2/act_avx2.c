@@ -62,7 +62,7 @@ void moe_act_row_avx2(const moe_layer_desc *d, const float *g, const float *u, c
                       float *h, int64_t n)
 {
     int64_t j = 0;
-    if (d->activation == MOE_ACT_SWIGLU || d->activation == MOE_ACT_SWIGLU_OAI) {
+    if (g && (d->activation == MOE_ACT_SWIGLU || d->activation == MOE_ACT_SWIGLU_OAI)) { /* !g: non-gated */
         for (; j + 8 <= n; j += 8) {
             __m256 gv = _mm256_loadu_ps(g + j), uv = _mm256_loadu_ps(u + j);
             if (bg) {
@@ -77,5 +77,5 @@ void moe_act_row_avx2(const moe_layer_desc *d, const float *g, const float *u, c
                 moe_act_row_scalar(d, g + j, u + j, bg ? bg + j : NULL, bu ? bu + j : NULL, h + j, 8);
         }
     }
-    moe_act_row_scalar(d, g + j, u + j, bg ? bg + j : NULL, bu ? bu + j : NULL, h + j, n - j);
+    moe_act_row_scalar(d, g ? g + j : NULL, u + j, bg ? bg + j : NULL, bu ? bu + j : NULL, h + j, n - j);
 }

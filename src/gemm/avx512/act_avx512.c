@@ -58,7 +58,7 @@ MOE_AI __m512 act16(const moe_layer_desc *d, __m512 g, __m512 u)
 void moe_act_row_avx512(const moe_layer_desc *d, const float *g, const float *u, const float *bg, const float *bu,
                         float *h, int64_t n)
 {
-    if (d->activation != MOE_ACT_SWIGLU && d->activation != MOE_ACT_SWIGLU_OAI) {
+    if ((d->activation != MOE_ACT_SWIGLU && d->activation != MOE_ACT_SWIGLU_OAI) || !g) { /* !g: non-gated */
         moe_act_row_scalar(d, g, u, bg, bu, h, n);
         return;
     }
