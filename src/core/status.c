@@ -1,8 +1,17 @@
-/* Names of status codes, dtypes and compute modes; the version. (Family names are the family
- * table's: src/io/families.c.) */
+/* Names of status codes, dtypes and compute modes; which activations are gated; the version.
+ * (Family names are the family table's: src/io/families.c.) Here in src/core because every
+ * stage reads them (src/gemm's grouped driver as much as src/layer). */
 #include "core/internal.h"
 
 #include <string.h>
+
+/* moe.h: the gated activations have a gate and an up projection; the non-gated ones
+ * (MOE_ACT_RELU .. MOE_ACT_GELU_TANH) pass W1 as up_proj */
+int moe_activation_gated(moe_activation a)
+{
+    return a == MOE_ACT_SWIGLU || a == MOE_ACT_GEGLU || a == MOE_ACT_GEGLU_TANH || a == MOE_ACT_SWIGLU_OAI ||
+           a == MOE_ACT_SWIGLU_CLAMP || a == MOE_ACT_SWIGLU_SOFTCAP || a == MOE_ACT_SWIGLU_POSTCLAMP;
+}
 
 int moe_version_number(void)
 {

@@ -38,12 +38,6 @@ void moe_layer_desc_init(moe_layer_desc *d)
     d->shared_swiglu_limit = 0.0f; /* the shared expert's limit is swiglu_limit */
 }
 
-int moe_activation_gated(moe_activation a)
-{
-    return a == MOE_ACT_SWIGLU || a == MOE_ACT_GEGLU || a == MOE_ACT_GEGLU_TANH || a == MOE_ACT_SWIGLU_OAI ||
-           a == MOE_ACT_SWIGLU_CLAMP || a == MOE_ACT_SWIGLU_SOFTCAP || a == MOE_ACT_SWIGLU_POSTCLAMP;
-}
-
 /* `act` (the field `field` of d: "activation" or "shared_activation") a moe_activation value,
  * with the constants it reads valid */
 static moe_status check_activation(moe_ctx *ctx, const moe_layer_desc *d, moe_activation act, const char *field)
