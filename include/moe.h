@@ -493,7 +493,7 @@ typedef enum moe_activation {
     MOE_ACT_GELU = 8,       /* h = (0.5 u) (1 + erf(u / sqrt(2))): "gelu" on a non-gated expert */
     MOE_ACT_GELU_TANH = 9,  /* h = (0.5 u) (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3))): "gelu_new",
                                "gelu_pytorch_tanh" on a non-gated expert */
-    /* gated again (value 10) */
+    /* a gated activation again (10: numbered after the non-gated ones) */
     MOE_ACT_SWIGLU_POSTCLAMP = 10 /* Step-3.7 (transformers 5.24 step3p7/modeling_step3p7.py
                                Step3p7Experts._apply_gate, the routed experts, and Step3p7MLP.forward,
                                the shared expert): the clamp AFTER the activation,
@@ -509,8 +509,9 @@ typedef enum moe_activation {
 } moe_activation;
 
 /* 1 for the gated activations (MOE_ACT_SWIGLU .. MOE_ACT_SWIGLU_SOFTCAP and
- * MOE_ACT_SWIGLU_POSTCLAMP: the expert has a gate and an up projection), 0 for the non-gated ones (MOE_ACT_RELU .. MOE_ACT_GELU_TANH: W1 passed
- * as up_proj, no gate) and for a value out of range. */
+ * MOE_ACT_SWIGLU_POSTCLAMP: the expert has a gate and an up projection), 0 for the non-gated
+ * ones (MOE_ACT_RELU .. MOE_ACT_GELU_TANH: W1 passed as up_proj, no gate) and for a value out
+ * of range. */
 MOE_API int moe_activation_gated(moe_activation a);
 
 #include "moe_quant.h"
@@ -618,7 +619,7 @@ typedef enum moe_family {
 /* Static name of a family: "custom" for MOE_FAMILY_CUSTOM, else its row's name, the config
  * `model_type` of its first architecture ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3",
  * "gpt_oss", ...: docs/families.md "Supported" lists every one); "?" for a value without a row.
- * The values are dense from 1 to 64. */
+ * The values are dense from 1 to the last enumerator. */
 MOE_API const char *moe_family_name(moe_family f);
 
 /* One MoE layer. Initialise with moe_layer_desc_init(), then set the fields. */
