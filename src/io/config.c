@@ -182,17 +182,9 @@ static moe_status config_layer_rule(moe_ck_config *c, const moe_cfg_fields *f)
         if (row->layers.first_field &&
             (st = moe_cfg_int(f, row->layers.first_field, false, row->layers.first_default, 0, &c->layer_first)) != MOE_OK)
             return st;
-        size_t n_entries = 0;
-        if ((st = moe_cfg_index_list_of(f, row->layers.list_field, "sparse", "dense", &c->layer_list, &c->n_layer_list,
-                                        &n_entries, &c->have_layer_list)) != MOE_OK) /* ascending: no sort needed */
+        if ((st = moe_cfg_index_list_of(f, row->layers.list_field, "sparse", "dense", c->num_layers, &c->layer_list,
+                                        &c->n_layer_list, &c->have_layer_list)) != MOE_OK) /* ascending: no sort needed */
             return st;
-        /* one entry per layer, as the config classes validate (layer_types / mlp_layer_types):
-         * a shorter list would leave layers with no rule, a longer one names layers that do not exist */
-        if (c->have_layer_list && (int64_t)n_entries != c->num_layers)
-            return moe_set_error(c->ctx, MOE_EFORMAT,
-                                 "%s: field '%s%s' has %zu entries, but num_hidden_layers is %" PRId64
-                                 ": it needs one \"dense\" or \"sparse\" per layer",
-                                 c->path, c->prefix, row->layers.list_field, n_entries, c->num_layers);
         if (row->layers.list_required && !c->have_layer_list)
             return moe_set_error(c->ctx, MOE_EFORMAT,
                                  "%s: field '%s%s' is absent or null: family %s's decoder layers read it per layer "
@@ -403,17 +395,10 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     if (row->refuse_layers.field) {
         /* DeepSeek-V4: the layers whose router libmoe cannot compute (hash_moe), refused per layer */
         bool present = false;
-        size_t n_entries = 0;
         if ((st = moe_cfg_index_list_of(f, row->refuse_layers.field, row->refuse_layers.value,
-                                        row->refuse_layers.other, &c->refused_layers, &c->n_refused_layers,
-                                        &n_entries, &present)) != MOE_OK)
+                                        row->refuse_layers.other, c->num_layers, &c->refused_layers,
+                                        &c->n_refused_layers, &present)) != MOE_OK)
             return st;
-        if (present && (int64_t)n_entries != c->num_layers) /* one entry per decoder layer */
-            return moe_set_error(c->ctx, MOE_EFORMAT,
-                                 "%s: field '%s%s' has %zu entries, but num_hidden_layers is %" PRId64
-                                 ": it needs one \"%s\" or \"%s\" per layer",
-                                 c->path, c->prefix, row->refuse_layers.field, n_entries, c->num_layers,
-                                 row->refuse_layers.other, row->refuse_layers.value);
         if (!present) {
             int64_t n = 0;
             if ((st = moe_cfg_int(f, row->refuse_layers.count_field, false, row->refuse_layers.count_default, 0, &n)) !=

@@ -235,11 +235,10 @@ moe_status moe_cfg_limit_list(const moe_cfg_fields *f, const char *key, float **
 }
 
 moe_status moe_cfg_index_list_of(const moe_cfg_fields *f, const char *key, const char *match, const char *other,
-                                 int64_t **out, size_t *n_out, size_t *n_entries, bool *present)
+                                 int64_t n_layers, int64_t **out, size_t *n_out, bool *present)
 {
     *out = NULL;
     *n_out = 0;
-    *n_entries = 0;
     *present = false;
     const json_t *v = given(f, &key);
     if (!v) {
@@ -249,6 +248,13 @@ moe_status moe_cfg_index_list_of(const moe_cfg_fields *f, const char *key, const
     if (!json_is_array(v))
         return wrong_type(f, key, "an array of strings", v);
     const size_t n = json_array_size(v);
+    /* one entry per layer, as the config classes validate (layer_types / mlp_layer_types): a
+     * shorter list would leave layers with no rule, a longer one names layers that do not exist */
+    if ((int64_t)n != n_layers)
+        return moe_set_error(f->ctx, MOE_EFORMAT,
+                             "%s: field '%s%s' has %zu entries, but num_hidden_layers is %" PRId64
+                             ": it needs one \"%s\" or \"%s\" per layer",
+                             f->path, f->prefix, key, n, n_layers, other, match);
     int64_t *a = calloc(n ? n : 1, sizeof *a); /* [n]: at most every index matches */
     if (!a)
         return moe_set_error(f->ctx, MOE_ENOMEM, "%s: out of memory", f->path);
@@ -269,7 +275,6 @@ moe_status moe_cfg_index_list_of(const moe_cfg_fields *f, const char *key, const
     }
     *out = a;
     *n_out = m;
-    *n_entries = n;
     *present = true;
     return MOE_OK;
 }

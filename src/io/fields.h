@@ -80,11 +80,12 @@ moe_status moe_cfg_int_list(const moe_cfg_fields *f, const char *key, int64_t **
  * negative or not finite; MOE_ENOMEM. */
 moe_status moe_cfg_limit_list(const moe_cfg_fields *f, const char *key, float **out, size_t *n_out, bool *present);
 /* A per-layer list of strings (config `mlp_layer_types`: "dense" / "sparse"): *out [*n_out]
- * (malloc'd, caller frees) = the indices whose entry is `match`, *n_entries the list's
- * length; every entry must be `match` or `other` (else MOE_EFORMAT naming the field, the entry and both values). Absent or null:
- * *present false, *out NULL, the default noted as "none". */
+ * (malloc'd, caller frees) = the indices whose entry is `match`. The list must have n_layers
+ * entries, each `match` or `other` (else MOE_EFORMAT naming the field and the length, or the
+ * entry and both values). Absent or null: *present false, *out NULL, the default noted as
+ * "none". */
 moe_status moe_cfg_index_list_of(const moe_cfg_fields *f, const char *key, const char *match, const char *other,
-                                 int64_t **out, size_t *n_out, size_t *n_entries, bool *present);
+                                 int64_t n_layers, int64_t **out, size_t *n_out, bool *present);
 
 /* Load the JSON object at `path` (opened by moe_io_open_regular), at most max_bytes long (the
  * size checked by fstat before reading; over it is MOE_EFORMAT naming the file, its size, the
