@@ -121,7 +121,7 @@ static double routed_flop_share(const moe_layer_desc *d)
     const double H = (double)d->hidden_size, I = (double)d->moe_intermediate_size;
     const double ex = 2.0 * (double)d->top_k * n_mats(d, 0) * H * I;
     const double all =
-        ex + 2.0 * (double)d->num_experts * H + 2.0 * n_mats(d, 1) * H * (double)d->shared_expert_intermediate_size;
+        ex + 2.0 * (double)moe_route_width(d) * H + 2.0 * n_mats(d, 1) * H * (double)d->shared_expert_intermediate_size;
     return ex / all;
 }
 
@@ -260,7 +260,7 @@ static moe_status report(moe_ctx *ctx, const moe_layer_desc *d, const moe_parall
     r->layer_bytes = all1.codes + shared_bytes(d, Is, cm);
     const double expert_codes = E > 0 ? (double)all1.codes / (double)E : 0.0; /* one expert's packed weights */
     r->flops_per_token = 2.0 * (double)K * n_mats(d, 0) * (double)H * (double)I + 2.0 * n_mats(d, 1) * (double)H * (double)Is +
-                         2.0 * (double)E * (double)H;
+                         2.0 * (double)moe_route_width(d) * (double)H; /* the router: [E + Z, H] */
     r->decode_bytes_per_token = (double)K * expert_codes + (double)shared_bytes(d, Is, cm);
     uint64_t max_dup = 0, total_dup = 0, max_pad = 0;
     double min_rank_bytes = -1.0; /* the expert bytes (codes + scales + shared) of the rank holding the fewest */
