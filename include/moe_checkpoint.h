@@ -157,6 +157,18 @@ typedef struct moe_checkpoint_options {
      * when config.json already names that family. An unknown name is MOE_EINVAL listing the
      * families. */
     const char *family;
+    /* The expert set of a block that holds several, one per token modality, or NULL (default):
+     * the family's first. ERNIE-4.5-VL (ernie4_5_vl_moe, Ernie4_5_VLMoeMoeBlock, transformers
+     * 5.24): "text" (default: text_moe, for tokens with moe_mm_token_type_ids 0 or none given:
+     * router mlp.gate.weight, moe_statics.e_score_correction_bias row 0, experts 0..E-1 of
+     * moe_intermediate_size[0]) or "vision" (vision_moe, for image / video tokens: mlp.gate.
+     * weight_1, bias row 1, experts E..2E-1 of moe_intermediate_size[1]); the shared experts
+     * (moe_intermediate_size[0] * moe_num_shared_experts) belong to both. The layer then
+     * computes that modality's block for every token it is given: splitting a batch by
+     * modality, and running one layer per set, is the caller's. Another name, or any name for a
+     * family with one set, is MOE_EINVAL naming the family's sets. moe_checkpoint_expert_set
+     * says which set was read. */
+    const char *expert_set;
 } moe_checkpoint_options;
 
 MOE_API void moe_checkpoint_options_init(moe_checkpoint_options *opt);
@@ -168,6 +180,9 @@ MOE_API moe_status moe_checkpoint_open_opts(moe_ctx *ctx, const char *dir, const
                                     moe_checkpoint **out);
 
 MOE_API moe_family moe_checkpoint_family(const moe_checkpoint *ck);
+/* The expert set read (moe_checkpoint_options.expert_set: "text", "vision" for ernie4_5_vl_moe),
+ * static; NULL for a family with one set of experts (or ck NULL). */
+MOE_API const char *moe_checkpoint_expert_set(const moe_checkpoint *ck);
 /* config `num_hidden_layers` (LongCat-Flash: `num_layers`, each layer one MoE block). */
 MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
 /* 1 if layer `layer` is an MoE layer, else 0. Qwen2/3-MoE, Qwen3-Next, Qwen3-Omni: not in

@@ -25,7 +25,8 @@ def load(name):
 @pytest.mark.parametrize("name", F32_FIXTURES)
 def test_from_checkpoint_matches_transformers(name):
     meta, x, exp = load(name)
-    layer = libmoe.MoELayer.from_checkpoint(FIXTURES / name, meta["layer"], num_threads=1)
+    layer = libmoe.MoELayer.from_checkpoint(FIXTURES / name, meta["layer"], num_threads=1,
+                                            expert_set=meta.get("expert_set"))
     y = layer(x)
     assert y.dtype == np.float32 and y.shape == exp["output"].shape
     bound = 1e-5 * np.abs(exp["output"]).max()
