@@ -205,7 +205,10 @@ MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
  * (deepseek_ocr2): text_config.mlp_layer_types, which must be given (moe_checkpoint_open refuses
  * a config without it, MOE_EFORMAT). Nemotron-H (nemotron_h): layers_block_type[layer] == "moe"
  * (the list's length is the layer count), else the legacy hybrid_override_pattern[layer] == 'E',
- * else NemotronHConfig's default list (layer 1 of 4). No layer is MoE when the expert count is 0. */
+ * else NemotronHConfig's default list (layer 1 of 4). ERNIE-4.5-VL (ernie4_5_vl_moe):
+ * text_config.mlp_layer_types[layer] == "sparse", else layer >= 1 (Ernie4_5_VLMoeTextConfig's
+ * default; moe_layer_start_index / interval / end_index are not read, as transformers 5.24 does
+ * not). No layer is MoE when the expert count is 0. */
 MOE_API int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
 
 /* The layer description of MoE layer `layer`, from config.json and the tensors' dtype (moe.h
