@@ -172,7 +172,7 @@ def test_ctypes_mirrors_match_c():
     mirrors = {"moe_options": _capi.Options, "moe_qweight": _capi.QWeight,
                "moe_quant_config": _capi.QuantConfig, "moe_layer_desc": _capi.LayerDesc,
                "moe_weight_source": _capi.WeightSource, "moe_stacked_experts": _capi.StackedExperts,
-               "moe_exec_args": _capi.ExecArgs}
+               "moe_exec_args": _capi.ExecArgs, "moe_checkpoint_options": _capi.CheckpointOptions}
     assert sorted(c) == sorted(mirrors)
     for name, cls in mirrors.items():
         py = [(f[0], getattr(cls, f[0]).offset) for f in cls._fields_]
