@@ -252,14 +252,17 @@ MOE_API moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer
  *                         (false; the released Qwen3 models set true), Qwen3-Next (true), OLMoE
  *                         (false) and DeepSeek-V3 (true); 0 for the others (DeepSeek-V2 ignores
  *                         norm_topk_prob, as transformers does, and so do DeepSeek-OCR-2 and
- *                         Unlimited-OCR, its router's copies; Mistral-Large-4 always: 1)
+ *                         Unlimited-OCR, its router's copies; Mistral-Large-4 always: 1;
+ *                         ERNIE-4.5-MoE and ERNIE-4.5-VL always: 1)
  *   routed_scaling_factor `routed_scaling_factor`'s default: 2.5 for DeepSeek-V3, 1 for
  *                         DeepSeek-V2 and the families without the field
  *   n_group, topk_group, group_score
  *                         8, 4, MOE_GROUP_SCORE_TOP2_SUM for DeepSeek-V3 (`n_group`,
  *                         `topk_group`, topk_method "noaux_tc"); 0, 0, MOE_GROUP_SCORE_MAX for
  *                         the others (DeepSeek-V2: topk_method "greedy")
- *   has_selection_bias    1 for DeepSeek-V3 (e_score_correction_bias), else 0
+ *   has_selection_bias    1 for DeepSeek-V3 (e_score_correction_bias), ERNIE-4.5-MoE and
+ *                         ERNIE-4.5-VL (moe_statics.e_score_correction_bias; VL: the expert set's
+ *                         row) and the other rows docs/families.md gives one; else 0
  *   has_router_bias       1 for gpt-oss (router.bias), else 0
  *   has_expert_bias       1 for gpt-oss (gate_up_proj_bias, down_proj_bias), else 0
  *   apply_router_weight_on_input  1 for Llama-4, else 0
