@@ -2125,8 +2125,8 @@ static void test_plan_small_costs_info(void **state)
     result_free(&r);
 }
 
-/* moe plan --checkpoint names the family row it read the checkpoint with and the routing it
- * gave (the fixtures' meta.json: dots1_f32 sigmoid, not renormalized, 1.5, 4 groups keep 2 by
+/* moe plan --checkpoint names the family row it read the checkpoint with, the routing it
+ * gave and the experts' activation (the fixtures' meta.json: dots1_f32 sigmoid, not renormalized, 1.5, 4 groups keep 2 by
  * the top-2 sum, e_score_correction_bias, two ungated shared experts; mixtral_f32 softmax,
  * renormalized, no shared expert). */
 static void test_plan_family_row(void **state)
@@ -2148,6 +2148,23 @@ static void test_plan_family_row(void **state)
     expect(&r, 0, NULL);
     assert_non_null(strstr(r.out, "family: mixtral (scoring softmax, renormalize yes, routed_scaling_factor 1; shared "
                                   "expert none)\n"));
+    assert_non_null(strstr(r.out, "\nexperts: swiglu (silu(g) * u)\n"));
+    result_free(&r);
+    /* the experts line: step3p7_f32 layer 1 clamps after the SiLU, routed limit 2.5, shared 4
+     * (config swiglu_limits[1] / swiglu_limits_shared[1]); nemotron_h_f32 non-gated relu2 */
+    tu_data_path(fx, sizeof fx, "step3p7_f32");
+    const char *a3[] = {"plan", "--checkpoint", fx, "--layer", "1", NULL};
+    run_moe(&r, a3);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "\nexperts: swiglu_postclamp (min(silu(g), L) * clamp(u, +-L), L 2.5); shared expert "
+                                  "swiglu_postclamp (min(silu(g), L) * clamp(u, +-L), L 4)\n"));
+    result_free(&r);
+    tu_data_path(fx, sizeof fx, "nemotron_h_f32");
+    const char *a4[] = {"plan", "--checkpoint", fx, "--layer", "1", NULL};
+    run_moe(&r, a4);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "\nexperts: relu2 (non-gated, relu(u)^2); shared expert relu2 (non-gated, "
+                                  "relu(u)^2)\n"));
     result_free(&r);
 }
 
