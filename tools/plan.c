@@ -362,13 +362,19 @@ int cli_cmd_plan(int argc, char **argv)
             moe_ctx_free(ctx);
             return cli_model_unknown(CMD, model);
         }
+        /* the preset's family, routing and expert math, as moe bench runs it (a non-gated
+         * activation packs two matrices per expert: the bytes below depend on it) */
+        d.family = m->family;
         d.hidden_size = m->hidden_size;
         d.moe_intermediate_size = m->intermediate_size;
         d.num_experts = m->num_experts;
         d.top_k = m->top_k;
+        d.renormalize = m->renormalize;
+        d.routed_scaling_factor = m->routed_scaling_factor;
         d.shared_expert_intermediate_size = m->shared_intermediate_size;
         d.shared_expert_gated = m->shared_gated;
         d.weight_dtype = MOE_DTYPE_BF16;
+        (void)cli_model_routing(m, &d);
     } else {
         moe_checkpoint *ck = NULL;
         if (moe_checkpoint_open_opts(ctx, ckdir, &ck_opt, &ck) != MOE_OK) {
