@@ -1085,14 +1085,18 @@ typedef struct moe_weight_source {
  * Shapes with E num_experts, H hidden_size, I moe_intermediate_size; tensors contiguous,
  * in desc->weight_dtype (biases in bias_dtype). */
 typedef struct moe_stacked_experts {
-    const void *gate_up_proj;      /* [E, 2I, H] (nn.Linear layout), or [E, H, 2I] when is_transposed */
+    const void *gate_up_proj;      /* [E, 2I, H] (nn.Linear layout), or [E, H, 2I] when is_transposed.
+                                      Non-gated experts (moe_activation_gated(desc->activation) 0;
+                                      transformers' has_gate=False, Nemotron-H's experts.up_proj):
+                                      up_proj alone, [E, I, H] or [E, H, I] */
     const void *down_proj;         /* [E, H, I], or [E, I, H] when is_transposed */
-    const void *gate_up_proj_bias; /* [E, 2I] when has_bias, else ignored */
+    const void *gate_up_proj_bias; /* [E, 2I] ([E, I] non-gated) when has_bias, else ignored */
     const void *down_proj_bias;    /* [E, H] when has_bias, else ignored */
     int is_transposed;             /* 1: input-major ([E, in, out]); both projections */
     int is_concatenated;           /* 1: the 2I outputs are gate [0, I) then up [I, 2I) (the
                                       default; torch chunk(2)); 0: interleaved, gate = even,
-                                      up = odd outputs (gpt-oss [..., ::2], [..., 1::2]) */
+                                      up = odd outputs (gpt-oss [..., ::2], [..., 1::2]).
+                                      Not read for non-gated experts */
     int has_bias;                  /* per-expert biases (gpt-oss); needs desc->has_expert_bias */
     moe_dtype bias_dtype;          /* F32, BF16 or F16 */
 } moe_stacked_experts;
@@ -1101,7 +1105,8 @@ typedef struct moe_stacked_experts {
 #define MOE_STACKED_POINTERS(E) ((size_t)(E) * 6)
 
 /* Fill the routed-expert fields of `src` (gate_proj, up_proj, down_proj, their strides and,
- * with has_bias, gate_bias, up_bias, down_bias, expert_bias_dtype, gate_up_bias_stride) from
+ * with has_bias, gate_bias, up_bias, down_bias, expert_bias_dtype, gate_up_bias_stride; gate_proj
+ * and gate_bias NULL for non-gated experts, whose W1 is up_proj) from
  * the stacked tensors `st`, without copying: the per-expert pointer arrays are written into
  * `ptrs`, caller storage of n_ptrs >= MOE_STACKED_POINTERS(desc->num_experts) entries that
  * must outlive every use of src (moe_weights_create copies the weights and keeps nothing).

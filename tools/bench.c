@@ -448,7 +448,7 @@ typedef struct bench_state {
     moe_weights **w;
     int copies;
     int copies_wanted;
-    double expert_bytes; /* one routed expert, nominal (3 * H * I * dtype size) */
+    double expert_bytes; /* one routed expert, nominal (3 * H * I * dtype size; 2 * when non-gated) */
     double shared_bytes;
     double layer_bytes; /* E experts + shared */
     double packed_bytes; /* moe_weights_expert_bytes of one copy */
@@ -581,6 +581,19 @@ static void row_roofline(const bench_state *s, bench_row *r)
     }
 }
 
+/* [I, H]-sized matrices of one routed expert: 3 (gate, up, down) for a gated activation, 2
+ * (up, down) for a non-gated one (moe_activation_gated: Nemotron-H's relu2) */
+static int expert_mats(const moe_layer_desc *d)
+{
+    return moe_activation_gated(d->activation) ? 3 : 2;
+}
+
+/* the same for the shared expert, whose activation may be its own (has_shared_activation) */
+static int shared_mats(const moe_layer_desc *d)
+{
+    return moe_activation_gated(d->has_shared_activation ? d->shared_activation : d->activation) ? 3 : 2;
+}
+
 /* Generate the embedded layer and pack `copies` copies of it. */
 static int build_embedded(bench_state *s)
 {
@@ -595,41 +608,44 @@ static int build_embedded(bench_state *s)
     void *pool = NULL, *shared = NULL;
     float *router = NULL, *sgate = NULL;
     const void **ptrs = NULL;
+    /* a routed expert's matrices in the pool: [gate,] up, down (non-gated: no gate) */
+    const int nm = expert_mats(d), up_m = nm - 2, down_m = nm - 1, snm = shared_mats(d);
 
     int G = s->pool;
     const moe_quant_config *qc = &d->quant;
     const int quant = moe_quant_name(qc)[0] != 'n';
     float *in_scales = NULL; /* [2E] static FP8 activations: w13 then w2 input scales */
-    size_t qoff[4] = {0}, qsoff[4] = {0}, qzoff[4] = {0}; /* per matrix: code/scale/zero offsets */
+    size_t qoff[4] = {0}, qsoff[4] = {0}, qzoff[4] = {0}; /* per matrix: code/scale/zero offsets (nm + 1 used) */
     unsigned char *qpool = NULL, *qscales = NULL, *qzeros = NULL;
     const void **sptrs = NULL;
     const uint8_t **zptrs = NULL;
     if (quant) {
-        for (int m = 0; m < 3; m++) {
+        for (int m = 0; m < nm; m++) {
+            const int dn = m == down_m;
             size_t cb, sb, zb;
-            (void)moe_quantize_matrix_sizes(m == 2 ? &qc->w2 : &qc->w13, m == 2 ? H : I, m == 2 ? I : H, &cb, &sb,
+            (void)moe_quantize_matrix_sizes(dn ? &qc->w2 : &qc->w13, dn ? H : I, dn ? I : H, &cb, &sb,
                                             &zb); /* checked in cli_cmd_bench */
             qoff[m + 1] = qoff[m] + cb;
             qsoff[m + 1] = qsoff[m] + (sb + 63) / 64 * 64;
             qzoff[m + 1] = qzoff[m] + zb;
         }
-        qpool = alloc64((size_t)G * qoff[3]);
-        qscales = alloc64((size_t)G * qsoff[3]);
-        qzeros = qzoff[3] ? alloc64((size_t)G * qzoff[3]) : NULL;
+        qpool = alloc64((size_t)G * qoff[nm]);
+        qscales = alloc64((size_t)G * qsoff[nm]);
+        qzeros = qzoff[nm] ? alloc64((size_t)G * qzoff[nm]) : NULL;
         sptrs = calloc((size_t)E * 3, sizeof *sptrs);
         zptrs = calloc((size_t)E * 3, sizeof *zptrs);
         pool = alloc64(mat * sizeof(float) * (size_t)s->threads); /* f32 scratch per thread */
-        if (!qpool || !qscales || (qzoff[3] && !qzeros) || !sptrs || !zptrs) {
+        if (!qpool || !qscales || (qzoff[nm] && !qzeros) || !sptrs || !zptrs) {
             cli_err(CMD, "out of memory generating the quantized weights");
             goto done;
         }
     } else {
-        pool = alloc64((size_t)G * 3 * mat * ds);
+        pool = alloc64((size_t)G * (size_t)nm * mat * ds);
     }
     router = alloc64((size_t)E * (size_t)H * sizeof(float));
     ptrs = calloc((size_t)E * 3, sizeof *ptrs);
     if (Is > 0) {
-        shared = alloc64(3 * (size_t)Is * (size_t)H * ds);
+        shared = alloc64((size_t)snm * (size_t)Is * (size_t)H * ds); /* [gate,] up, down */
         sgate = alloc64((size_t)H * sizeof(float));
     }
     if (!pool || !router || !ptrs || (Is > 0 && (!shared || !sgate))) {
@@ -641,26 +657,26 @@ static int build_embedded(bench_state *s)
     cli_progress_start(&pr);
     const float bh = 1.0f / sqrtf((float)H), bi = 1.0f / sqrtf((float)I);
     if (quant) {
-        /* f32 weights, quantized matrix by matrix (G * 3 in parallel, one scratch each) */
+        /* f32 weights, quantized matrix by matrix (G * nm in parallel, one scratch each) */
         int qfail = 0;
-        int64_t nm = (int64_t)G * 3;
+        const int64_t nq = (int64_t)G * nm;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(s->threads) reduction(| : qfail)
 #endif
-        for (int64_t i = 0; i < nm; i++) {
+        for (int64_t i = 0; i < nq; i++) {
             int tid = 0;
 #ifdef _OPENMP
             tid = omp_get_thread_num();
 #endif
             float *scratch = (float *)pool + (size_t)tid * mat;
-            const int g = (int)(i / 3), m = (int)(i % 3);
-            const float b = m == 2 ? bi : bh;
+            const int g = (int)(i / nm), m = (int)(i % nm), dn = m == down_m;
+            const float b = dn ? bi : bh;
             for (size_t j = 0; j < mat; j++)
-                scratch[j] = b * cli_uniform_pm1(seed, (uint64_t)g * 3 * mat + (uint64_t)m * mat + j);
-            moe_status qs = moe_quantize_matrix(m == 2 ? &qc->w2 : &qc->w13, scratch, m == 2 ? H : I, m == 2 ? I : H,
-                                                qpool + (size_t)g * qoff[3] + qoff[m],
-                                                qscales + (size_t)g * qsoff[3] + qsoff[m],
-                                                qzeros ? qzeros + (size_t)g * qzoff[3] + qzoff[m] : NULL);
+                scratch[j] = b * cli_uniform_pm1(seed, (uint64_t)g * (uint64_t)nm * mat + (uint64_t)m * mat + j);
+            moe_status qs = moe_quantize_matrix(dn ? &qc->w2 : &qc->w13, scratch, dn ? H : I, dn ? I : H,
+                                                qpool + (size_t)g * qoff[nm] + qoff[m],
+                                                qscales + (size_t)g * qsoff[nm] + qsoff[m],
+                                                qzeros ? qzeros + (size_t)g * qzoff[nm] + qzoff[m] : NULL);
             qfail |= qs != MOE_OK;
         }
         if (qfail) {
@@ -671,11 +687,11 @@ static int build_embedded(bench_state *s)
         cli_progress_update(&pr, "quantizing weights (%s) done", moe_quant_name(qc));
     }
     for (int g = 0; !quant && g < G; g++) {
-        char *base = (char *)pool + (size_t)g * 3 * mat * ds;
-        uint64_t first = (uint64_t)g * 3 * mat;
-        gen_uniform(base, dt, mat, seed, first, bh, s->threads);                       /* gate */
-        gen_uniform(base + mat * ds, dt, mat, seed, first + mat, bh, s->threads);      /* up */
-        gen_uniform(base + 2 * mat * ds, dt, mat, seed, first + 2 * mat, bi, s->threads); /* down */
+        char *base = (char *)pool + (size_t)g * (size_t)nm * mat * ds;
+        uint64_t first = (uint64_t)g * (uint64_t)nm * mat;
+        for (int m = 0; m < nm; m++) /* [gate,] up (scale 1/sqrt(H)), down (1/sqrt(I)) */
+            gen_uniform(base + (size_t)m * mat * ds, dt, mat, seed, first + (uint64_t)m * mat, m == down_m ? bi : bh,
+                        s->threads);
         cli_progress_update(&pr, "generating weights %d%%...", (int)(100.0 * (g + 1) / G));
     }
     /* Router [E, H]: 8 at (e, e), plus small noise: the input spikes choose the experts. */
@@ -686,39 +702,40 @@ static int build_embedded(bench_state *s)
     if (Is > 0) {
         size_t smat = (size_t)Is * (size_t)H;
         uint64_t ss = seed ^ 0x5EED5EED5EEDull;
-        gen_uniform(shared, dt, smat, ss, 0, bh, s->threads);
-        gen_uniform((char *)shared + smat * ds, dt, smat, ss, smat, bh, s->threads);
-        gen_uniform((char *)shared + 2 * smat * ds, dt, smat, ss, 2 * smat,
-                    1.0f / sqrtf((float)Is), s->threads);
+        for (int m = 0; m < snm; m++) /* [gate,] up, down */
+            gen_uniform((char *)shared + (size_t)m * smat * ds, dt, smat, ss, (uint64_t)m * smat,
+                        m == snm - 1 ? 1.0f / sqrtf((float)Is) : bh, s->threads);
         gen_uniform(sgate, MOE_DTYPE_F32, (size_t)H, ss ^ 0x77ull, 0, bh, s->threads);
     }
     for (int64_t e = 0; !quant && e < E; e++) {
-        const char *base = (const char *)pool + (size_t)(e % G) * 3 * mat * ds;
-        ptrs[e] = base;
-        ptrs[E + e] = base + mat * ds;
-        ptrs[2 * E + e] = base + 2 * mat * ds;
+        /* ptrs [3E]: gate (NULL when non-gated), up, down pointers */
+        const char *base = (const char *)pool + (size_t)(e % G) * (size_t)nm * mat * ds;
+        ptrs[e] = nm == 3 ? base : NULL;
+        ptrs[E + e] = base + (size_t)up_m * mat * ds;
+        ptrs[2 * E + e] = base + (size_t)down_m * mat * ds;
     }
     for (int64_t e = 0; quant && e < E; e++) {
         const size_t g = (size_t)(e % G);
-        for (int m = 0; m < 3; m++) {
-            ptrs[m * E + e] = qpool + g * qoff[3] + qoff[m];
-            sptrs[m * E + e] = qscales + g * qsoff[3] + qsoff[m];
-            zptrs[m * E + e] = qzeros ? qzeros + g * qzoff[3] + qzoff[m] : NULL;
+        for (int m = 0; m < nm; m++) {
+            const int slot = m + 3 - nm; /* gate 0, up 1, down 2 */
+            ptrs[slot * E + e] = qpool + g * qoff[nm] + qoff[m];
+            sptrs[slot * E + e] = qscales + g * qsoff[nm] + qsoff[m];
+            zptrs[slot * E + e] = qzeros ? qzeros + g * qzoff[nm] + qzoff[m] : NULL;
         }
     }
     moe_weight_source src;
     memset(&src, 0, sizeof src);
     src.router = router;
     src.router_dtype = MOE_DTYPE_F32;
-    src.gate_proj = ptrs;
+    src.gate_proj = nm == 3 ? ptrs : NULL;
     src.up_proj = ptrs + E;
     src.down_proj = ptrs + 2 * E;
     if (quant) {
-        src.gate_scale = sptrs;
+        src.gate_scale = nm == 3 ? sptrs : NULL;
         src.up_scale = sptrs + E;
         src.down_scale = sptrs + 2 * E;
         if (qzeros) {
-            src.gate_zero = zptrs;
+            src.gate_zero = nm == 3 ? zptrs : NULL;
             src.up_zero = zptrs + E;
             src.down_zero = zptrs + 2 * E;
         }
@@ -739,9 +756,9 @@ static int build_embedded(bench_state *s)
     }
     if (Is > 0) {
         size_t smat = (size_t)Is * (size_t)H;
-        src.shared_gate_proj = shared;
-        src.shared_up_proj = (const char *)shared + smat * ds;
-        src.shared_down_proj = (const char *)shared + 2 * smat * ds;
+        src.shared_gate_proj = snm == 3 ? shared : NULL;
+        src.shared_up_proj = (const char *)shared + (size_t)(snm - 2) * smat * ds;
+        src.shared_down_proj = (const char *)shared + (size_t)(snm - 1) * smat * ds;
         src.shared_expert_gate = d->shared_expert_gated ? sgate : NULL;
     }
     for (int c = 0; c < s->copies; c++) {
@@ -939,8 +956,8 @@ static int run_row(bench_state *s, int64_t T, bench_row *row)
     row->best_ms = times[0] * 1e3;
     row->mean_ms = mean * 1e3;
     row->distinct_experts = distinct_sum / n_timed;
-    row->flops_per_forward = 2.0 * (double)T * (double)K * 3.0 * (double)H * (double)I +
-                             2.0 * (double)T * 3.0 * (double)H * (double)Is +
+    row->flops_per_forward = 2.0 * (double)T * (double)K * expert_mats(d) * (double)H * (double)I +
+                             2.0 * (double)T * shared_mats(d) * (double)H * (double)Is +
                              2.0 * (double)T * (double)E * (double)H;
     row->bytes_per_forward = row->distinct_experts * s->expert_bytes + s->shared_bytes;
     row->tokens_per_s = (double)T / med;
@@ -984,8 +1001,9 @@ static void print_header(bench_state *s)
     if (d->shared_expert_intermediate_size)
         printf(", shared %lld%s", (long long)d->shared_expert_intermediate_size,
                d->shared_expert_gated ? " gated" : "");
-    printf(", %s%s, scale %g, %s weights%s%s, compute %s\n", cli_scoring_name(d),
+    printf(", %s%s, scale %g,%s %s weights%s%s, compute %s\n", cli_scoring_name(d),
            d->renormalize ? " + renormalize" : "", (double)d->routed_scaling_factor,
+           expert_mats(d) == 2 ? " non-gated experts (up, down)," : "",
            moe_dtype_name(d->weight_dtype), moe_quant_name(&d->quant)[0] != 'n' ? ", experts quantized " : "",
            moe_quant_name(&d->quant)[0] != 'n' ? moe_quant_name(&d->quant) : "", moe_compute_name(cfg->compute));
     if (s->llc_sysfs >= PROJECT_LLC_BYTES)
@@ -1243,8 +1261,8 @@ static double fixed_bytes(const bench_state *s, int64_t E)
     double b = ring_max + (double)tmax * ((double)H * 4.0 + (double)K * 8.0) + (double)s->ws_size;
     if (s->embedded) {
         int64_t G = s->pool < E ? s->pool : E;
-        b += (double)G * 3.0 * (double)H * (double)I * ds + (double)E * (double)H * 4.0 +
-             3.0 * (double)H * (double)d->shared_expert_intermediate_size * ds + (double)H * 4.0;
+        b += (double)G * expert_mats(d) * (double)H * (double)I * ds + (double)E * (double)H * 4.0 +
+             shared_mats(d) * (double)H * (double)d->shared_expert_intermediate_size * ds + (double)H * 4.0;
     }
     return b + 64.0 * 1048576.0; /* allocator and library slack */
 }
@@ -1367,13 +1385,14 @@ int cli_bench_main(int argc, char **argv, const cli_bench_hook *hook)
     const double ds = (double)moe_dtype_size(d->weight_dtype);
     /* bytes per weight the kernels read: compute bf16 packs f32 and f16 weights as bf16 */
     const double dk = cfg.compute == MOE_COMPUTE_BF16 ? 2.0 : ds;
-    s->expert_bytes = 3.0 * (double)H * (double)I * dk;
+    s->expert_bytes = expert_mats(d) * (double)H * (double)I * dk;
     if (cfg.quant && moe_quant_name(&d->quant)[0] != 'n') {
         /* source bytes until packing gives the bytes the kernels read */
         size_t cb, sb, zb, tot = 0;
-        for (int m = 0; m < 3; m++) {
-            const moe_qweight *qw = m == 2 ? &d->quant.w2 : &d->quant.w13;
-            if (moe_quantize_matrix_sizes(qw, m == 2 ? H : I, m == 2 ? I : H, &cb, &sb, &zb) != MOE_OK) {
+        for (int m = 0, nm = expert_mats(d); m < nm; m++) {
+            const int dn = m == nm - 1;
+            const moe_qweight *qw = dn ? &d->quant.w2 : &d->quant.w13;
+            if (moe_quantize_matrix_sizes(qw, dn ? H : I, dn ? I : H, &cb, &sb, &zb) != MOE_OK) {
                 cli_err(CMD, "--quant %s: the layer's shapes (H %lld, I %lld) cannot be quantized so",
                         cfg.quant, (long long)H, (long long)I);
                 goto done;
@@ -1382,7 +1401,7 @@ int cli_bench_main(int argc, char **argv, const cli_bench_hook *hook)
         }
         s->expert_bytes = (double)tot;
     }
-    s->shared_bytes = 3.0 * (double)H * (double)d->shared_expert_intermediate_size * dk;
+    s->shared_bytes = shared_mats(d) * (double)H * (double)d->shared_expert_intermediate_size * dk;
     if (dk != ds)
         add_note(s, "compute bf16: the %s weights are rounded to bf16 once at packing, so the kernels read 2 bytes "
                  "per weight (GB/s and the roofline count those)", moe_dtype_name(d->weight_dtype));
@@ -1390,7 +1409,7 @@ int cli_bench_main(int argc, char **argv, const cli_bench_hook *hook)
     {
         /* the generated experts are in the source dtype (quantized: the codes and scales) */
         const double gen = cfg.quant && moe_quant_name(&d->quant)[0] != 'n' ? s->expert_bytes
-                                                                             : 3.0 * (double)H * (double)I * ds;
+                                                                             : expert_mats(d) * (double)H * (double)I * ds;
         double p = floor((double)POOL_BUDGET / gen);
         s->pool = p < 1 ? 1 : p > (double)E ? (int)E : (int)p;
     }
@@ -1544,7 +1563,7 @@ int cli_bench_main(int argc, char **argv, const cli_bench_hook *hook)
         s->layer_bytes = (double)E * s->expert_bytes + s->shared_bytes;
         add_note(s, "routed experts quantized as %s (moe_quantize_matrix of f32 weights): %.2f MB "
                  "per expert read (codes + f32 scales as packed) vs %.2f MB in %s",
-                 moe_quant_name(&d->quant), s->expert_bytes * 1e-6, 3.0 * (double)H * (double)I * ds * 1e-6,
+                 moe_quant_name(&d->quant), s->expert_bytes * 1e-6, expert_mats(d) * (double)H * (double)I * ds * 1e-6,
                  moe_dtype_name(d->weight_dtype));
     }
     if (s->shared_bytes > 0)

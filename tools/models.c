@@ -19,42 +19,47 @@ typedef struct cli_preset {
     int64_t shared_intermediate_size;
     int norm_topk_prob;
     const char *differs;
+    float routed_scaling_factor; /* the released config's, where the row's default differs; 0: the row's */
 } cli_preset;
 
 #define FAMILY_DEFAULT (-1)
 
 static const cli_preset presets[] = {
     /* Qwen3MoeConfig defaults norm_topk_prob to false; the released models set true */
-    {"qwen3-30b-a3b", "Qwen3-30B-A3B", "qwen3_moe", MOE_FAMILY_QWEN3_MOE, 2048, 768, 128, 8, 0, 1, NULL},
-    {"qwen3-235b-a22b", "Qwen3-235B-A22B", "qwen3_moe", MOE_FAMILY_QWEN3_MOE, 4096, 1536, 128, 8, 0, 1, NULL},
+    {"qwen3-30b-a3b", "Qwen3-30B-A3B", "qwen3_moe", MOE_FAMILY_QWEN3_MOE, 2048, 768, 128, 8, 0, 1, NULL, 0},
+    {"qwen3-235b-a22b", "Qwen3-235B-A22B", "qwen3_moe", MOE_FAMILY_QWEN3_MOE, 4096, 1536, 128, 8, 0, 1, NULL, 0},
     {"qwen3.5-35b-a3b", "Qwen3.5-35B-A3B", "qwen3_5_moe", MOE_FAMILY_QWEN3_5_MOE, 2048, 512, 256, 8, 512,
-     FAMILY_DEFAULT, NULL},
+     FAMILY_DEFAULT, NULL, 0},
     {"qwen3-next-80b-a3b", "Qwen3-Next-80B-A3B", "qwen3_next", MOE_FAMILY_QWEN3_NEXT, 2048, 512, 512, 10, 512,
-     FAMILY_DEFAULT, NULL},
+     FAMILY_DEFAULT, NULL, 0},
     {"qwen1.5-moe-a2.7b", "Qwen1.5-MoE-A2.7B", "qwen2_moe", MOE_FAMILY_QWEN2_MOE, 2048, 1408, 60, 4, 5632,
-     FAMILY_DEFAULT, NULL},
-    {"mixtral-8x7b", "Mixtral-8x7B", "mixtral", MOE_FAMILY_MIXTRAL, 4096, 14336, 8, 2, 0, FAMILY_DEFAULT, NULL},
+     FAMILY_DEFAULT, NULL, 0},
+    {"mixtral-8x7b", "Mixtral-8x7B", "mixtral", MOE_FAMILY_MIXTRAL, 4096, 14336, 8, 2, 0, FAMILY_DEFAULT, NULL, 0},
     /* sigmoid + e_score_correction_bias, 8 groups keep 4 by top-2 sums, renormalized, x 2.5 */
     {"deepseek-v3", "DeepSeek-V3", "deepseek_v3", MOE_FAMILY_DEEPSEEK_V3, 7168, 2048, 256, 8, 2048, FAMILY_DEFAULT,
      "e_score_correction_bias is not generated (zero): it moves which experts win, not the "
-     "cost; the released experts are FP8 (benched in --dtype)"},
+     "cost; the released experts are FP8 (benched in --dtype)", 0},
     /* greedy softmax, no renormalization, two shared experts */
     {"deepseek-v2-lite", "DeepSeek-V2-Lite", "deepseek_v2", MOE_FAMILY_DEEPSEEK_V2, 2048, 1408, 64, 6, 2816,
-     FAMILY_DEFAULT, NULL},
+     FAMILY_DEFAULT, NULL, 0},
     /* top-k softmax over the biased logits; clamped SwiGLU */
     {"gpt-oss-20b", "gpt-oss-20b", "gpt_oss", MOE_FAMILY_GPT_OSS, 2880, 2880, 32, 4, 0, FAMILY_DEFAULT,
      "the router and expert biases are not generated (omitted: one add per output); the "
-     "released experts are MXFP4 (benched in --dtype)"},
+     "released experts are MXFP4 (benched in --dtype)", 0},
     {"gpt-oss-120b", "gpt-oss-120b", "gpt_oss", MOE_FAMILY_GPT_OSS, 2880, 2880, 128, 4, 0, FAMILY_DEFAULT,
      "the router and expert biases are not generated (omitted: one add per output); the "
-     "released experts are MXFP4 (benched in --dtype)"},
-    {"olmoe-1b-7b", "OLMoE-1B-7B-0924", "olmoe", MOE_FAMILY_OLMOE, 2048, 1024, 64, 8, 0, FAMILY_DEFAULT, NULL},
+     "released experts are MXFP4 (benched in --dtype)", 0},
+    {"olmoe-1b-7b", "OLMoE-1B-7B-0924", "olmoe", MOE_FAMILY_OLMOE, 2048, 1024, 64, 8, 0, FAMILY_DEFAULT, NULL, 0},
     /* top-1 on the logits, sigmoid weight on the expert input, ungated shared expert */
     {"llama4-scout", "Llama-4-Scout-17B-16E", "llama4", MOE_FAMILY_LLAMA4, 5120, 8192, 16, 1, 8192, FAMILY_DEFAULT,
-     NULL},
+     NULL, 0},
+    /* Nemotron-H (NemotronHMoE): sigmoid + e_score_correction_bias, n_group 1, renormalized,
+     * x 2.5; non-gated relu2 experts and shared MLP (up_proj, down_proj: two matrices each) */
+    {"nemotron-3-nano-30b-a3b", "Nemotron-3-Nano-30B-A3B", "nemotron_h", MOE_FAMILY_NEMOTRON_H, 2688, 1856, 128, 6,
+     3712, 1, "e_score_correction_bias is not generated (zero): it moves which experts win, not the cost", 2.5f},
     /* top-k on the logits, softmax over the k */
     {"granite-3.0-1b-a400m", "granite-3.0-1b-a400m", "granitemoe", MOE_FAMILY_GRANITE_MOE, 1024, 512, 32, 8, 0,
-     FAMILY_DEFAULT, NULL},
+     FAMILY_DEFAULT, NULL, 0},
 };
 
 const size_t cli_num_models = sizeof presets / sizeof presets[0];
@@ -80,7 +85,7 @@ static cli_model resolve(const cli_preset *p)
         .shared_intermediate_size = p->shared_intermediate_size,
         .shared_gated = d.shared_expert_gated,
         .renormalize = p->norm_topk_prob == FAMILY_DEFAULT ? d.renormalize : p->norm_topk_prob,
-        .routed_scaling_factor = d.routed_scaling_factor,
+        .routed_scaling_factor = p->routed_scaling_factor > 0.0f ? p->routed_scaling_factor : d.routed_scaling_factor,
         .differs = p->differs,
         .scoring = d.scoring_func,
         .n_group = d.n_group,
@@ -161,7 +166,8 @@ void cli_model_list(FILE *f)
                      m->shared_gated ? " gated" : "");
         else
             snprintf(shared, sizeof shared, "-");
-        double b = 2.0 * 3.0 * (double)m->hidden_size *
+        /* bf16 bytes: gate, up, down per expert (non-gated activations: up, down) */
+        double b = 2.0 * (moe_activation_gated(m->activation) ? 3.0 : 2.0) * (double)m->hidden_size *
                    ((double)m->intermediate_size * (double)m->num_experts +
                     (double)m->shared_intermediate_size);
         fprintf(f, "%-22s %-24s %6lld %6lld %5lld %3lld %12s %11s  %s\n", m->name, m->display,

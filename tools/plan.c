@@ -9,6 +9,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* "name (parameters)" of an expert activation (moe.h moe_activation), the parameters those of
+ * `d` it reads, `limit` the clamp (swiglu_limit, or the shared expert's own) */
+static void activation_text(moe_activation a, const moe_layer_desc *d, float limit, char *out, size_t len)
+{
+    switch (a) {
+    case MOE_ACT_SWIGLU: snprintf(out, len, "swiglu (silu(g) * u)"); break;
+    case MOE_ACT_GEGLU: snprintf(out, len, "geglu (gelu(g) * u)"); break;
+    case MOE_ACT_GEGLU_TANH: snprintf(out, len, "geglu_tanh (gelu_tanh(g) * u)"); break;
+    case MOE_ACT_SWIGLU_OAI:
+        snprintf(out, len, "swiglu_oai (alpha %g, limit %g)", (double)d->swiglu_alpha, (double)limit);
+        break;
+    case MOE_ACT_SWIGLU_CLAMP: snprintf(out, len, "swiglu_clamp (silu(min(g, L)) * clamp(u, +-L), L %g)", (double)limit); break;
+    case MOE_ACT_SWIGLU_SOFTCAP:
+        snprintf(out, len, "swiglu_softcap (gate cap %g, up cap %g)", (double)d->softcap_gate, (double)d->softcap_up);
+        break;
+    case MOE_ACT_SWIGLU_POSTCLAMP:
+        snprintf(out, len, "swiglu_postclamp (min(silu(g), L) * clamp(u, +-L), L %g)", (double)limit);
+        break;
+    case MOE_ACT_RELU: snprintf(out, len, "relu (non-gated)"); break;
+    case MOE_ACT_RELU2: snprintf(out, len, "relu2 (non-gated, relu(u)^2)"); break;
+    case MOE_ACT_GELU: snprintf(out, len, "gelu (non-gated)"); break;
+    case MOE_ACT_GELU_TANH: snprintf(out, len, "gelu_tanh (non-gated)"); break;
+    default: snprintf(out, len, "activation %d", (int)a); break;
+    }
+}
+
 static const char *const CMD = "moe plan";
 
 static void plan_usage(FILE *f)
@@ -341,13 +367,19 @@ int cli_cmd_plan(int argc, char **argv)
             moe_ctx_free(ctx);
             return cli_model_unknown(CMD, model);
         }
+        /* the preset's family, routing and expert math, as moe bench runs it (a non-gated
+         * activation packs two matrices per expert: the bytes below depend on it) */
+        d.family = m->family;
         d.hidden_size = m->hidden_size;
         d.moe_intermediate_size = m->intermediate_size;
         d.num_experts = m->num_experts;
         d.top_k = m->top_k;
+        d.renormalize = m->renormalize;
+        d.routed_scaling_factor = m->routed_scaling_factor;
         d.shared_expert_intermediate_size = m->shared_intermediate_size;
         d.shared_expert_gated = m->shared_gated;
         d.weight_dtype = MOE_DTYPE_BF16;
+        (void)cli_model_routing(m, &d);
     } else {
         moe_checkpoint *ck = NULL;
         if (moe_checkpoint_open_opts(ctx, ckdir, &ck_opt, &ck) != MOE_OK) {
@@ -459,6 +491,17 @@ int cli_cmd_plan(int argc, char **argv)
                Is ? (d.shared_expert_gated ? "gated" : "ungated") : "none");
         if (Is && d.shared_expert_scale != 1.0f) /* Cohere2-MoE's "average" */
             printf("shared expert scale: %g\n", (double)d.shared_expert_scale);
+        /* the experts' MLP (moe.h moe_activation) with the parameters it reads */
+        char act[128], sact[128];
+        activation_text(d.activation, &d, d.swiglu_limit, act, sizeof act);
+        printf("experts: %s%s%s%s", act, d.has_expert_bias ? ", biases" : "", d.has_output_bias ? ", output bias" : "",
+               d.has_output_norm ? ", output RMSNorm" : "");
+        if (Is) {
+            const float slim = d.shared_swiglu_limit > 0.0f ? d.shared_swiglu_limit : d.swiglu_limit;
+            activation_text(d.has_shared_activation ? d.shared_activation : d.activation, &d, slim, sact, sizeof sact);
+            printf("; shared expert %s", sact);
+        }
+        printf("\n");
         if (expert_set) /* a modality-isolated block (ERNIE-4.5-VL): the set this layer is */
             printf("expert set: %s (the block's experts for %s tokens; the others are another layer: --experts "
                    "NAME)\n", expert_set, expert_set);

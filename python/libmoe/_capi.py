@@ -150,6 +150,7 @@ for _v in range(1, 256):
     if _n and _n != b"?":
         FAMILIES[_n.decode()] = _v
 _sig("moe_family_layer_defaults", i32, i32, R(LayerDesc))
+_sig("moe_activation_gated", i32, i32)
 _sig("moe_plan_create", i32, vp, R(LayerDesc), R(vp))
 _sig("moe_plan_free", None, vp)
 _sig("moe_plan_workspace_size", sz, vp, i64)

@@ -104,6 +104,12 @@ class MoELayer:
         (moe_family_layer_defaults); `desc` is a dict of moe_layer_desc fields that override
         them (renormalize, scoring_func, routed_scaling_factor, n_group, ...). The arrays
         are copied while packing and may be freed afterwards.
+        Non-gated experts (the activation, from `family` or desc["activation"], is one of
+        moe.h's non-gated ones, relu / relu2 / gelu / gelu_tanh: Nemotron-H's
+        NemotronHExperts, transformers' has_gate=False): gate_up_proj is the experts'
+        up_proj alone, [E, I, H] (is_transposed: [E, H, I]), its bias [E, I]; a shared
+        expert is non-gated too: shared_up_proj [I_s, H] and shared_down_proj [H, I_s],
+        no shared_gate_proj.
         Identity experts (LongCat-Flash, moe.h num_identity_experts): a router [E + Z, H] with
         down_proj [E, H, I] gives Z = its extra rows; gate_up_proj may then be [E, 2I, H] or
         transformers' LongcatFlashExperts [E + Z, 2I, H] (the last Z never read); router_bias
@@ -120,32 +126,42 @@ class MoELayer:
             Z = ER - E  # identity experts: the router's rows beyond down_proj's experts
             if Z < 0:
                 raise ShapeError("MOE_ESHAPE", "router has %d rows, fewer than down_proj's %d experts" % (ER, E))
-            gu = _Buf("gate_up_proj", gate_up_proj, ("f32", "bf16", "f16"))
-            if len(gu.shape) != 3 or gu.shape[0] not in (E, ER):
-                raise ShapeError("MOE_ESHAPE", "gate_up_proj has shape %s; expected [E=%d, 2I, H]"
-                                 % (list(gu.shape), E))
-            EG = gu.shape[0]
-            two_i = gu.shape[2] if is_transposed else gu.shape[1]
-            I = two_i // 2
-            if two_i % 2 or I == 0:
-                raise ShapeError("MOE_ESHAPE", "gate_up_proj's output dimension %d is not 2I" % two_i)
-            gshape = (EG, H, 2 * I) if is_transposed else (EG, 2 * I, H)
-            dshape = (E, I, H) if is_transposed else (E, H, I)
-            gu = _Buf("gate_up_proj", gate_up_proj, ("f32", "bf16", "f16"), gshape)
-            dn = _Buf("down_proj", down_proj, (gu.name,), dshape)
             d = A.LayerDesc()
             A.lib.moe_layer_desc_init(C.byref(d))
             fam = A.FAMILIES.get(family)
             if fam is None:
                 raise InvalidArgumentError("MOE_EINVAL", "family %r is unknown; one of %s"
                                            % (family, ", ".join(A.FAMILIES)))
-            d.hidden_size, d.moe_intermediate_size, d.num_experts, d.top_k = H, I, E, top_k
-            d.weight_dtype = gu.dtype
-            if shared_gate_proj is not None:
-                d.shared_expert_intermediate_size = _Buf(
-                    "shared_gate_proj", shared_gate_proj, (gu.name,)).shape[0]
             if fam:
                 self._check(A.lib.moe_family_layer_defaults(fam, C.byref(d)))
+            # gated experts (gate_up_proj [E, 2I, H]) or non-gated (up_proj alone, [E, I, H]):
+            # the family's activation unless desc sets one
+            act = (desc or {}).get("activation", d.activation)
+            gated = bool(A.lib.moe_activation_gated(int(act)))
+            w1 = "2I" if gated else "I"
+            gu = _Buf("gate_up_proj", gate_up_proj, ("f32", "bf16", "f16"))
+            if len(gu.shape) != 3 or gu.shape[0] not in (E, ER):
+                raise ShapeError("MOE_ESHAPE", "gate_up_proj has shape %s; expected [E=%d, %s, H]%s"
+                                 % (list(gu.shape), E, w1, "" if gated else
+                                    " (non-gated experts: their up_proj)"))
+            EG = gu.shape[0]
+            n_w1 = gu.shape[2] if is_transposed else gu.shape[1]
+            I = n_w1 // 2 if gated else n_w1
+            if (gated and n_w1 % 2) or I == 0:
+                raise ShapeError("MOE_ESHAPE", "gate_up_proj's output dimension %d is not %s"
+                                 % (n_w1, w1))
+            gshape = (EG, H, n_w1) if is_transposed else (EG, n_w1, H)
+            dshape = (E, I, H) if is_transposed else (E, H, I)
+            gu = _Buf("gate_up_proj", gate_up_proj, ("f32", "bf16", "f16"), gshape)
+            dn = _Buf("down_proj", down_proj, (gu.name,), dshape)
+            d.hidden_size, d.moe_intermediate_size, d.num_experts, d.top_k = H, I, E, top_k
+            d.weight_dtype = gu.dtype
+            if shared_up_proj is not None:
+                d.shared_expert_intermediate_size = _Buf(
+                    "shared_up_proj", shared_up_proj, (gu.name,)).shape[0]
+            elif shared_gate_proj is not None or shared_down_proj is not None:
+                raise InvalidArgumentError("MOE_EINVAL", "a shared expert needs shared_up_proj "
+                                           "(and shared_down_proj%s)" % (", shared_gate_proj" if gated else ""))
             d.num_identity_experts = Z  # the router's shape decides (LongCat's default 256 is a config's)
             d.has_router_bias = int(router_bias is not None)
             d.has_selection_bias = int(selection_bias is not None)
@@ -163,7 +179,7 @@ class MoELayer:
             st.is_transposed, st.is_concatenated = int(is_transposed), int(is_concatenated)
             keep = [r, gu, dn]
             if gate_up_proj_bias is not None:
-                b1 = _Buf("gate_up_proj_bias", gate_up_proj_bias, ("f32", "bf16", "f16"), (E, 2 * I))
+                b1 = _Buf("gate_up_proj_bias", gate_up_proj_bias, ("f32", "bf16", "f16"), (E, n_w1))
                 b2 = _Buf("down_proj_bias", down_proj_bias, (b1.name,), (E, H))
                 st.gate_up_proj_bias, st.down_proj_bias = b1.ptr, b2.ptr
                 st.has_bias, st.bias_dtype = 1, b1.dtype
@@ -181,11 +197,17 @@ class MoELayer:
                     setattr(src, name, b.ptr)
                     setattr(src, name + "_dtype", b.dtype)
                     keep.append(b)
-            if shared_gate_proj is not None:
+            if shared_up_proj is not None:
                 Is = d.shared_expert_intermediate_size
-                for name, x, shape in (("shared_gate_proj", shared_gate_proj, (Is, H)),
-                                       ("shared_up_proj", shared_up_proj, (Is, H)),
-                                       ("shared_down_proj", shared_down_proj, (H, Is))):
+                sh_gated = bool(A.lib.moe_activation_gated(int(
+                    d.shared_activation if d.has_shared_activation else d.activation)))
+                parts = ((("shared_gate_proj", shared_gate_proj, (Is, H)),) if sh_gated else ()) + \
+                    (("shared_up_proj", shared_up_proj, (Is, H)),
+                     ("shared_down_proj", shared_down_proj, (H, Is)))
+                if not sh_gated and shared_gate_proj is not None:
+                    raise InvalidArgumentError("MOE_EINVAL", "shared_gate_proj is given but the shared "
+                                               "expert's activation is non-gated (it has no gate)")
+                for name, x, shape in parts:
                     if x is None:
                         raise InvalidArgumentError("MOE_EINVAL", "%s is missing" % name)
                     b = _Buf(name, x, (gu.name,), shape)

@@ -77,7 +77,22 @@ def _experts_fake(hidden_states, topk_ids, topk_weights, handle):
 # Mode 1: experts_implementation="libmoe"
 # ---------------------------------------------------------------------------------------
 _HIDDEN_ACT = {"silu": 0, "swish": 0, "gelu": 1, "gelu_pytorch_tanh": 2, "gelu_new": 2}
-_EXPERT_PARAMS = ("gate_up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias")
+# non-gated experts (has_gate=False: h = act_fn(up_proj x)): the class of the module's act_fn
+# (transformers/activations.py ACT2CLS) -> moe_activation (moe.h: MOE_ACT_RELU .. GELU_TANH)
+_NONGATED_ACT = {"ReLU": 6, "ReLUSquaredActivation": 7, "GELUActivation": 8, "GELUTanh": 9,
+                 "NewGELUActivation": 9}
+_EXPERT_PARAMS = ("gate_up_proj", "up_proj", "down_proj", "gate_up_proj_bias", "up_proj_bias",
+                  "down_proj_bias")
+
+
+def _gated(experts):
+    """transformers' use_experts_implementation(has_gate=...): True (the default) for
+    gate_up_proj experts, False for up_proj-only (non-gated) ones (Nemotron-H)."""
+    return bool(getattr(experts, "has_gate", True))
+
+
+def _w1_name(experts):
+    return "gate_up_proj" if _gated(experts) else "up_proj"
 
 
 def _param_bytes(tensors):
@@ -95,7 +110,16 @@ def _free(module, names):
 
 def _activation(experts, cls):
     """(activation, swiglu_alpha, swiglu_limit) of an experts module, from its _apply_gate and
-    its config's hidden_act; UnsupportedError naming what is not libmoe's."""
+    its config's hidden_act (non-gated experts: the class of its act_fn); UnsupportedError
+    naming what is not libmoe's."""
+    if not _gated(experts):
+        fn = getattr(experts, "act_fn", None)
+        name = type(fn).__name__
+        if name not in _NONGATED_ACT:
+            raise UnsupportedError("MOE_EUNSUPPORTED", "%s: non-gated experts with act_fn %s; libmoe's "
+                                   "non-gated activations are relu, relu2, gelu, gelu_pytorch_tanh / "
+                                   "gelu_new (%s)" % (cls, name, ", ".join(_NONGATED_ACT)))
+        return _NONGATED_ACT[name], 1.702, 7.0
     gate = getattr(type(experts), "_apply_gate", _default_apply_gate)
     if gate is not _default_apply_gate:
         # gpt-oss's clamped SwiGLU (GptOssExperts._apply_gate): interleaved gate/up,
@@ -114,12 +138,11 @@ def _activation(experts, cls):
 
 def _check_experts(experts):
     cls = type(experts).__name__
-    for flag, bad, what in (("has_gate", False, "non-gated experts (has_gate=False)"),
-                            ("has_post_expert_norm", True, "a post-expert norm"),
+    for flag, bad, what in (("has_post_expert_norm", True, "a post-expert norm"),
                             ("_is_expert_parallel", True, "transformers' expert parallelism")):
         if getattr(experts, flag, not bad) == bad:
             raise UnsupportedError("MOE_EUNSUPPORTED", "%s: %s is not supported by libmoe" % (cls, what))
-    for n in ("gate_up_proj", "down_proj"):
+    for n in (_w1_name(experts), "down_proj"):
         p = getattr(experts, n, None)
         if not isinstance(p, torch.Tensor):
             raise UnsupportedError("MOE_EUNSUPPORTED", "%s has no %s tensor (quantized or "
@@ -134,14 +157,16 @@ def _check_experts(experts):
 
 
 def _stacked_args(experts):
-    """MoELayer keyword arguments for an experts module's stacked tensors."""
+    """MoELayer keyword arguments for an experts module's stacked tensors (non-gated experts:
+    their up_proj [E, I, H] goes in as gate_up_proj, as MoELayer takes it)."""
     has_bias = bool(getattr(experts, "has_bias", False))
-    kw = dict(gate_up_proj=experts.gate_up_proj.detach().contiguous(),
+    w1 = _w1_name(experts)
+    kw = dict(gate_up_proj=getattr(experts, w1).detach().contiguous(),
               down_proj=experts.down_proj.detach().contiguous(),
               is_transposed=bool(getattr(experts, "is_transposed", False)),
               is_concatenated=bool(getattr(experts, "is_concatenated", True)))
     if has_bias:
-        kw["gate_up_proj_bias"] = experts.gate_up_proj_bias.detach().contiguous()
+        kw["gate_up_proj_bias"] = getattr(experts, w1 + "_bias").detach().contiguous()
         kw["down_proj_bias"] = experts.down_proj_bias.detach().contiguous()
     return kw
 
@@ -217,7 +242,7 @@ def pack(model, **options):
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     n = 0
     for m in model.modules():
-        if hasattr(m, "has_gate") and hasattr(m, "gate_up_proj") and \
+        if hasattr(m, "has_gate") and hasattr(m, _w1_name(m)) and \
                 m.__dict__.get("_libmoe_handle") is None:
             if getattr(m.config, "_experts_implementation", None) != "libmoe":
                 raise InvalidArgumentError("MOE_EINVAL", "pack: %s runs experts_implementation=%r;"
@@ -243,15 +268,18 @@ _BLOCKS = {
     "OlmoeSparseMoeBlock": dict(family="olmoe", router="gate"),
     "DeepseekV3MoE": dict(family="deepseek_v3", router="gate", shared="shared_experts"),
     "GptOssMLP": dict(family="gpt_oss", router="router", returns_scores=True),
+    # non-gated experts and shared MLP (NemotronHMLP: up_proj, down_proj); the block adds the
+    # shared output to the experts' (moe_latent_size, the fc1 / fc2 latent projections, refused)
+    "NemotronHMoE": dict(family="nemotron_h", router="gate", shared="shared_experts"),
 }
 
 
 def _routing_desc(family, cfg, router):
     """moe_layer_desc overrides from the model config (the fields moe.h's family list names)."""
     d = {}
-    if family in ("qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3"):
+    if family in ("qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v3", "nemotron_h"):
         d["renormalize"] = int(bool(getattr(cfg, "norm_topk_prob", False)))
-    if family == "deepseek_v3":
+    if family in ("deepseek_v3", "nemotron_h"):
         d["routed_scaling_factor"] = float(cfg.routed_scaling_factor)
         n_group = int(getattr(cfg, "n_group", 1) or 1)
         d["n_group"], d["topk_group"] = n_group, int(getattr(cfg, "topk_group", 1) or 1)
@@ -307,12 +335,16 @@ def _patch_block(block, spec, cfg, options):
     if getattr(router, "weight", None) is None or router.weight.numel() == 0:
         raise UnsupportedError("MOE_EUNSUPPORTED", "%s: its router %s has no weight"
                                % (cls, type(router).__name__))
+    for n in ("fc1_latent_proj", "fc2_latent_proj"):
+        if not isinstance(getattr(block, n, nn.Identity()), nn.Identity):
+            raise UnsupportedError("MOE_EUNSUPPORTED", "%s: %s (moe_latent_size: the experts run in a "
+                                   "latent space) is not supported by libmoe" % (cls, n))
     sh = spec.get("shared")
     tensors = [router.weight, getattr(router, "bias", None)] + \
         [getattr(experts, n, None) for n in _EXPERT_PARAMS]
     if sh:
         mlp = getattr(block, sh)
-        for n in ("gate_proj", "up_proj", "down_proj"):
+        for n in (("gate_proj", "up_proj", "down_proj") if _gated(experts) else ("up_proj", "down_proj")):
             lin = getattr(mlp, n)
             if getattr(lin, "bias", None) is not None:
                 raise UnsupportedError("MOE_EUNSUPPORTED", "%s: shared expert %s has a bias" % (cls, n))

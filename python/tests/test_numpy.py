@@ -91,6 +91,38 @@ def test_identity_experts_arrays_equal_checkpoint():
     assert np.abs(yg - exp["output"]).max() <= 1e-5 * np.abs(exp["output"]).max()
 
 
+def test_nongated_arrays_equal_checkpoint():
+    """Nemotron-H's non-gated experts from arrays: gate_up_proj is the experts' up_proj
+    [E, I, H] (transposed: [E, H, I]), the shared expert up / down only; the checkpoint's bits,
+    within the f32 bound of transformers' block. A shared_gate_proj for a non-gated shared
+    expert, or a gated [E, 2I, H] tensor beside down_proj [E, H, I], is an error naming it."""
+    name = "nemotron_h_f32"
+    meta, x, exp = load(name)
+    w = read_safetensors(FIXTURES / name / "model.safetensors")
+    p, E = "backbone.layers.%d.mixer." % meta["layer"], meta["E"]
+    up = np.ascontiguousarray(np.stack([w[p + "experts.%d.up_proj.weight" % e] for e in range(E)]))
+    dn = np.ascontiguousarray(np.stack([w[p + "experts.%d.down_proj.weight" % e] for e in range(E)]))
+    kw = dict(top_k=meta["K"], family="nemotron_h", selection_bias=w[p + "gate.e_score_correction_bias"],
+              shared_up_proj=w[p + "shared_experts.up_proj.weight"],
+              shared_down_proj=w[p + "shared_experts.down_proj.weight"],
+              desc={"routed_scaling_factor": meta["routed_scaling_factor"], "n_group": meta["n_group"],
+                    "topk_group": meta["topk_group"], "renormalize": int(meta["renormalize"])},
+              num_threads=1)
+    arr = libmoe.MoELayer(w[p + "gate.weight"], up, dn, **kw)
+    ck = libmoe.MoELayer.from_checkpoint(FIXTURES / name, meta["layer"], num_threads=1)
+    y = arr(x)
+    assert np.array_equal(y, ck(x))
+    assert np.abs(y - exp["output"]).max() <= 1e-5 * np.abs(exp["output"]).max()
+    tr = libmoe.MoELayer(w[p + "gate.weight"], np.ascontiguousarray(up.transpose(0, 2, 1)),
+                         np.ascontiguousarray(dn.transpose(0, 2, 1)), is_transposed=True, **kw)
+    assert np.array_equal(tr(x), y)
+    with pytest.raises(libmoe.InvalidArgumentError, match="shared_gate_proj.*non-gated"):
+        libmoe.MoELayer(w[p + "gate.weight"], up, dn, shared_gate_proj=kw["shared_up_proj"], **kw)
+    # gated-layout [E, 2I, H]: read as I' = 2I up outputs, which down_proj [E, H, I] contradicts
+    with pytest.raises(libmoe.ShapeError, match=r"down_proj has shape \[8, 32, 12\]; expected \[8, 32, 24\]"):
+        libmoe.MoELayer(w[p + "gate.weight"], np.concatenate([up, up], axis=1), dn, **kw)
+
+
 def test_given_routing_equals_routed():
     meta, x, exp = load("qwen3_moe_f32")
     layer = libmoe.MoELayer.from_checkpoint(FIXTURES / "qwen3_moe_f32", 0, num_threads=1)

@@ -1,6 +1,7 @@
-"""libmoe inside real transformers models (libmoe.transformers): tiny random models of six
-families built from their config classes (tiny_models.py, seeded), stock (transformers'
-eager experts) against experts_implementation="libmoe" and against patch().
+"""libmoe inside real transformers models (libmoe.transformers): tiny random models of seven
+families (Nemotron-H's non-gated experts among them) built from their config classes
+(tiny_models.py, seeded), stock (transformers' eager experts) against
+experts_implementation="libmoe" and against patch().
 
 - f32: greedy generate() of 32 tokens from fixed prompt ids gives the same ids; every MoE
   module's output (experts module, or whole block for patch) on the inputs the stock model
@@ -60,16 +61,19 @@ def capture(model, seq):
 
 
 def expert_weight_bytes(model, with_shared):
-    """Bytes of the expert matrices (gate_up_proj, down_proj; shared expert's projections
-    when with_shared) of the stock model: what libmoe packs (w13 + w2 + shared)."""
+    """Bytes of the expert matrices (gate_up_proj, or up_proj when non-gated, and down_proj;
+    the shared expert's projections when with_shared) of the stock model: what libmoe packs
+    (w13 + w2 + shared)."""
     n = 0
     for m in model.modules():
         if type(m).__name__ in BLOCKS:
-            ts = [m.experts.gate_up_proj, m.experts.down_proj]
+            gated = getattr(m.experts, "has_gate", True)  # Nemotron-H: up_proj alone
+            ts = [m.experts.gate_up_proj if gated else m.experts.up_proj, m.experts.down_proj]
             for sh in ("shared_expert", "shared_experts"):
                 if with_shared and hasattr(m, sh):
                     s = getattr(m, sh)
-                    ts += [s.gate_proj.weight, s.up_proj.weight, s.down_proj.weight]
+                    ts += [s.gate_proj.weight] if gated else []
+                    ts += [s.up_proj.weight, s.down_proj.weight]
             n += sum(t.numel() * t.element_size() for t in ts)
     return n
 
@@ -108,8 +112,13 @@ def bf16_bound(experts, x, ids, w, routing=None):
     the weighted product and K - 1 adds of index_add_ (c_y = 1 + 1 + K - 1 times Q); libmoe
     adds its final rounding to bf16 (u |out| <= u Q) and its f32 error (1e-5 max |out|).
     In float64 from the bf16 values: P_tj = sum_k |w_k| sum_i |Wd_ji| |h_ki| (|kappa(g_ki)| + 3),
-    Q_tj = sum_k |w_k| |y_kj|, kappa(g) = 1 + g (1 - sigmoid(g)). Silu experts only."""
-    gu, wd = experts.gate_up_proj.double(), experts.down_proj.double()
+    Q_tj = sum_k |w_k| |y_kj|, kappa(g) = 1 + g (1 - sigmoid(g)). Silu experts, and
+    Nemotron-H's non-gated relu2 ones (h = r^2, r = relu(u)): rounding u moves h by 2 u |h|,
+    rounding h by u |h|, so their P term is |h_ki| 3 (stock's f32 weighted sum, which
+    top_k_weights' dtype gives there, rounds less than the c_y counted)."""
+    gated = getattr(experts, "has_gate", True)
+    gu = (experts.gate_up_proj if gated else experts.up_proj).detach().double()
+    wd = experts.down_proj.detach().double()
     I = wd.shape[-1]
     xd, wt = x.double(), w.double()
     T, K = ids.shape
@@ -117,14 +126,20 @@ def bf16_bound(experts, x, ids, w, routing=None):
     Q, exact = torch.zeros_like(P), torch.zeros_like(P)
     for k in range(K):
         e = ids[:, k]
-        gv = torch.einsum("toh,th->to", gu[e], xd)  # [T, 2I]
-        g, v = gv[:, :I], gv[:, I:]
-        sg = torch.sigmoid(g)
-        h = g * sg * v  # [T, I]
-        kappa = 1 + g * (1 - sg)
+        gv = torch.einsum("toh,th->to", gu[e], xd)  # [T, 2I] (non-gated: [T, I])
+        if gated:
+            g, v = gv[:, :I], gv[:, I:]
+            sg = torch.sigmoid(g)
+            h = g * sg * v  # [T, I]
+            kappa = 1 + g * (1 - sg)
+            amp = kappa.abs() + 3
+        else:
+            assert type(experts.act_fn).__name__ == "ReLUSquaredActivation"
+            h = torch.relu(gv) ** 2  # [T, I]
+            amp = 3.0
         W = wd[e]  # [T, H, I]
         y = torch.einsum("thi,ti->th", W, h)
-        P += wt[:, k, None].abs() * torch.einsum("thi,ti->th", W.abs(), h.abs() * (kappa.abs() + 3))
+        P += wt[:, k, None].abs() * torch.einsum("thi,ti->th", W.abs(), h.abs() * amp)
         Q += wt[:, k, None].abs() * y.abs()
         exact += wt[:, k, None] * y
     c_y = 1 + 1 + (K - 1)
@@ -362,6 +377,19 @@ def test_unsupported_raise_naming_class():
     with pytest.raises(libmoe.UnsupportedError, match="OddExperts"):
         odd(torch.randn(2, 8), torch.tensor([[0, 1], [2, 3]]), torch.ones(2, 2))
     assert odd.gate_up_proj.numel() == 4 * 16 * 8  # nothing freed on a refusal
+
+    # non-gated experts with an activation libmoe has no non-gated form of (tanh)
+    nh = build("nemotron_h", experts_implementation="libmoe")
+    ex = nh.model.layers[1].mixer.experts
+    ex.act_fn = nn.Tanh()
+    with pytest.raises(libmoe.UnsupportedError, match="NemotronHExperts.*Tanh"):
+        with torch.no_grad():
+            nh(PROMPT)
+    assert ex.up_proj.numel() > 0  # nothing freed on a refusal
+    # Nemotron-H's latent projections (moe_latent_size) are refused by patch(), naming them
+    nl = build("nemotron_h", moe_latent_size=16)
+    with pytest.raises(libmoe.UnsupportedError, match="NemotronHMoE.*fc1_latent_proj"):
+        lt.patch(nl)
 
 
 def build_dense():

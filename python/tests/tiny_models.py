@@ -27,6 +27,15 @@ FAMILIES = {
                   dict(moe_intermediate_size=32, intermediate_size=96, num_experts=8,
                        num_experts_per_tok=2, shared_expert_intermediate_size=48,
                        norm_topk_prob=False)),
+    # non-gated relu2 experts and shared MLP (has_gate=False), DeepSeek-V3's grouped sigmoid
+    # router; the layer count is len(layers_block_type): attention then MoE, twice
+    "nemotron_h": ("NemotronHConfig", "NemotronHForCausalLM",
+                   dict(layers_block_type=["attention", "moe", "attention", "moe"],
+                        num_hidden_layers=None, moe_intermediate_size=32, intermediate_size=96,
+                        n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
+                        moe_shared_expert_intermediate_size=48, norm_topk_prob=True,
+                        routed_scaling_factor=2.5, mlp_hidden_act="relu2", head_dim=16,
+                        mamba_num_heads=2, mamba_head_dim=8, ssm_state_size=8, n_groups=1)),
 }
 
 
@@ -35,6 +44,7 @@ def build(family, seed=0, dtype=torch.float32, experts_implementation="eager", *
     cfg_name, model_name, kw = FAMILIES[family]
     kw = dict(_COMMON, **kw)
     kw.update(over)
+    kw = {k: v for k, v in kw.items() if v is not None}  # None: the config class derives it
     cfg = getattr(transformers, cfg_name)(**kw)
     torch.manual_seed(seed)
     model = getattr(transformers, model_name)(cfg)

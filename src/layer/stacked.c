@@ -58,6 +58,11 @@ moe_status moe_weight_source_from_stacked(const moe_layer_desc *desc, const moe_
         return fail(err, err_len, MOE_EINVAL, "%s: ptrs holds %zu pointers, %zu needed (MOE_STACKED_POINTERS(%lld))", fn,
                     n_ptrs, need, (long long)E);
 
+    /* Non-gated experts (moe_activation_gated 0: Nemotron-H's NemotronHExperts, has_gate=False in
+     * transformers' use_experts_implementation): gate_up_proj holds up_proj alone, [E, I, H] or, with
+     * is_transposed, [E, H, I]; its bias [E, I]. is_concatenated has no meaning then and is not read. */
+    const int gated = moe_activation_gated(desc->activation);
+    const int64_t W1 = gated ? 2 * I : I; /* gate_up_proj's outputs per expert */
     /* pointer arrays, each [E]: gate, up, down, gate bias, up bias, down bias */
     const void **gp = ptrs, **up = ptrs + E, **dp = ptrs + 2 * E;
     const void **gb = ptrs + 3 * E, **ub = ptrs + 4 * E, **db = ptrs + 5 * E;
@@ -68,7 +73,12 @@ moe_status moe_weight_source_from_stacked(const moe_layer_desc *desc, const moe_
      *   [H, 2I] concatenated: gate i*2I + o, up i*2I + I + o    -> strides (1, 2I), up at +I
      *   [H, 2I] interleaved:  gate i*2I + 2o, up i*2I + 2o + 1  -> strides (2, 2I), up at +1 */
     int64_t so, si, up_off;
-    if (!st->is_transposed) {
+    if (!gated) {
+        /* up element (o, i): [I, H] at o*H + i, (H, 1); [H, I] at i*I + o, (1, I) */
+        so = st->is_transposed ? 1 : H;
+        si = st->is_transposed ? I : 1;
+        up_off = 0;
+    } else if (!st->is_transposed) {
         so = st->is_concatenated ? H : 2 * H;
         si = 1;
         up_off = st->is_concatenated ? I * H : H;
@@ -78,11 +88,11 @@ moe_status moe_weight_source_from_stacked(const moe_layer_desc *desc, const moe_
         up_off = st->is_concatenated ? I : 1;
     }
     for (int64_t e = 0; e < E; e++) {
-        gp[e] = gu + (size_t)(e * 2 * I * H) * es;
-        up[e] = gu + (size_t)(e * 2 * I * H + up_off) * es;
+        gp[e] = gated ? gu + (size_t)(e * W1 * H) * es : NULL;
+        up[e] = gu + (size_t)(e * W1 * H + up_off) * es;
         dp[e] = dn + (size_t)(e * H * I) * es;
     }
-    src->gate_proj = gp;
+    src->gate_proj = gated ? gp : NULL;
     src->up_proj = up;
     src->down_proj = dp;
     src->gate_up_stride_out = so;
@@ -94,15 +104,15 @@ moe_status moe_weight_source_from_stacked(const moe_layer_desc *desc, const moe_
         const size_t bs = moe_dtype_size(st->bias_dtype);
         const unsigned char *gub = st->gate_up_proj_bias, *dnb = st->down_proj_bias;
         for (int64_t e = 0; e < E; e++) {
-            gb[e] = gub + (size_t)(e * 2 * I) * bs;
-            ub[e] = gub + (size_t)(e * 2 * I + (st->is_concatenated ? I : 1)) * bs;
+            gb[e] = gated ? gub + (size_t)(e * 2 * I) * bs : NULL;
+            ub[e] = gub + (size_t)(e * W1 + (!gated ? 0 : st->is_concatenated ? I : 1)) * bs;
             db[e] = dnb + (size_t)(e * H) * bs;
         }
-        src->gate_bias = gb;
+        src->gate_bias = gated ? gb : NULL;
         src->up_bias = ub;
         src->down_bias = db;
         src->expert_bias_dtype = st->bias_dtype;
-        src->gate_up_bias_stride = st->is_concatenated ? 1 : 2;
+        src->gate_up_bias_stride = !gated || st->is_concatenated ? 1 : 2;
     } else {
         src->gate_bias = src->up_bias = src->down_bias = NULL;
         src->gate_up_bias_stride = 0;

@@ -43,6 +43,8 @@
  *              bit-identical to one process after each, the report checked, only the new experts
  *              read; a different next / a staging failure on one rank fail every rank, nothing
  *              moves; a rebalance on rank 0 alone times out there, the plan still runs and frees.
+ *   eplb_nongated, rebal_nongated   the same on non-gated relu2 experts (Nemotron-H: no gate
+ *              arrays given), so placement, redundant copies and moves never read a gate.
  *   bench      dispatch / combine seconds and bytes per token (printed, not checked).
  *   kill       rank 1 dies (SIGKILL) before an execute: the job must end, not hang (driven by
  *              tests/mpi/kill_rank.sh).
@@ -259,6 +261,19 @@ static void rlayer_make(rlayer *L, int64_t H, int64_t I, int64_t E, int64_t K, i
         L->src.output_norm_dtype = MOE_DTYPE_F32;
     }
 }
+
+/* Make L's experts non-gated (Nemotron-H's relu2: W1 is up_proj; the gate arrays, gate biases
+ * and the shared expert's gate_proj are not given, so a read of one crashes). */
+static void rlayer_nongated(rlayer *L)
+{
+    L->d.activation = MOE_ACT_RELU2;
+    L->src.gate_proj = NULL;
+    L->src.gate_bias = NULL;
+    L->src.shared_gate_proj = NULL;
+}
+
+/* modes eplb_nongated and rebal_nongated: mode_eplb / mode_rebal on non-gated experts */
+static int g_nongated;
 
 static void rlayer_free(rlayer *L)
 {
@@ -909,10 +924,9 @@ static void random_suite(const pcfg *base, double tol)
             for (int a = 0; a < 2; a++) {
                 const int64_t E = 8, T = 41;
                 rlayer_make(&L, 24, 20, E, 2, 12, 0, 1, 0, a ? MOE_DTYPE_BF16 : MOE_DTYPE_F32, 37 + (uint64_t)a);
-                L.d.activation = a ? MOE_ACT_GELU : MOE_ACT_RELU2;
-                L.src.gate_proj = NULL;
-                L.src.gate_bias = NULL;
-                L.src.shared_gate_proj = NULL;
+                rlayer_nongated(&L);
+                if (a)
+                    L.d.activation = MOE_ACT_GELU;
                 float *lg = skewed_logits(T, E, 2, 7);
                 random_case(a ? "non-gated gelu bf16 E=8 K=2 biases shared" : "non-gated relu2 E=8 K=2 biases shared",
                             &L, lg, T, &c, tol, 16);
@@ -1882,6 +1896,9 @@ static void mode_eplb(void)
     const int64_t E = 16, K = 4, T = 67;
     rlayer L;
     rlayer_make(&L, 48, 24, E, K, 16, 1, 0, 0, MOE_DTYPE_F32, 91);
+    if (g_nongated)
+        rlayer_nongated(&L);
+    say("  experts: %s\n", g_nongated ? "non-gated relu2, no gate arrays given" : "gated SwiGLU");
     moe_ctx *ctx = make_ctx(1024, -1, NULL);
     const int hot[4] = {0, 1, 2, 5}; /* on ranks 0 (and 1 at 4 ranks) under contiguous */
     float *skew = hot_logits(T, E, K, hot, 4, 0.75, 17);
@@ -2237,6 +2254,9 @@ static void mode_rebal(void)
     const int64_t E = 16, K = 6, T = 67, H = 48;
     rlayer L;
     rlayer_make(&L, H, 24, E, K, 16, 1, 1, 0, MOE_DTYPE_F32, 93);
+    if (g_nongated)
+        rlayer_nongated(&L);
+    say("  experts: %s\n", g_nongated ? "non-gated relu2, no gate arrays given" : "gated SwiGLU");
     moe_ctx *ctx = make_ctx(16, -1, NULL);
     const int hot[4] = {0, 1, 2, 5};
     float *skew = hot_logits(T, E, K, hot, 4, 0.75, 19);
@@ -2591,10 +2611,13 @@ int main(int argc, char **argv)
         mode_qexperts();
     else if (!strcmp(g_mode, "placement"))
         mode_placement();
-    else if (!strcmp(g_mode, "eplb"))
+    else if (!strcmp(g_mode, "eplb") || !strcmp(g_mode, "eplb_nongated")) {
+        g_nongated = g_mode[4] != '\0';
         mode_eplb();
-    else if (!strcmp(g_mode, "rebal"))
+    } else if (!strcmp(g_mode, "rebal") || !strcmp(g_mode, "rebal_nongated")) {
+        g_nongated = g_mode[5] != '\0';
         mode_rebal();
+    }
     else if (!strcmp(g_mode, "bench"))
         mode_bench();
     else if (!strcmp(g_mode, "kill"))
@@ -2604,7 +2627,8 @@ int main(int argc, char **argv)
     else if (!strcmp(g_mode, "compare"))
         mode_compare(argc, argv);
     else
-        FAIL("unknown mode '%s' (ep, tp, errors, quant, placement, eplb, rebal, bench, kill, late)", g_mode);
+        FAIL("unknown mode '%s' (ep, tp, errors, quant, placement, eplb, eplb_nongated, rebal, rebal_nongated, "
+             "bench, kill, late)", g_mode);
     MPI_Barrier(MPI_COMM_WORLD);
     say("test_mpi %s on %d ranks: OK (%.1f s)\n", g_mode, N, MPI_Wtime() - t0);
     MPI_Finalize();

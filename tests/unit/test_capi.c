@@ -33,7 +33,9 @@ typedef struct layer {
 
 /* kinds: 0 Qwen2-MoE (softmax, renormalize, gated shared expert), 1 DeepSeek-V3 (sigmoid,
  * groups, selection bias, routed_scaling_factor, ungated shared), 2 gpt-oss (top-k softmax,
- * router and expert biases, clamped SwiGLU), 3 Llama-4 (top-k sigmoid, weight on input). */
+ * router and expert biases, clamped SwiGLU), 3 Llama-4 (top-k sigmoid, weight on input),
+ * 4 Nemotron-H-like (sigmoid + selection bias, non-gated relu2 experts with biases and a
+ * non-gated shared expert: gate_proj / gate_bias / shared_gate_proj are not given). */
 static layer *make_layer(int kind)
 {
     layer *L = calloc(1, sizeof *L);
@@ -73,6 +75,16 @@ static layer *make_layer(int kind)
         d->has_expert_bias = 1;
         d->activation = MOE_ACT_SWIGLU_OAI;
         break;
+    case 4:
+        d->family = MOE_FAMILY_NEMOTRON_H;
+        d->scoring_func = MOE_SCORING_SIGMOID;
+        d->has_selection_bias = 1;
+        d->renormalize = 1;
+        d->routed_scaling_factor = 2.5f;
+        d->activation = MOE_ACT_RELU2;
+        d->has_expert_bias = 1; /* not Nemotron-H's: covers the non-gated up bias [E, I] */
+        d->shared_expert_intermediate_size = IS;
+        break;
     default:
         d->family = MOE_FAMILY_LLAMA4;
         d->top_k = 1;
@@ -107,11 +119,12 @@ static layer *make_layer(int kind)
     moe_weight_source *s = &L->src;
     s->router = L->router;
     s->router_dtype = MOE_DTYPE_F32;
-    s->gate_proj = L->gp;
+    const int gated = moe_activation_gated(d->activation);
+    s->gate_proj = gated ? L->gp : NULL;
     s->up_proj = L->upp;
     s->down_proj = L->dp;
     if (d->shared_expert_intermediate_size) {
-        s->shared_gate_proj = L->sg;
+        s->shared_gate_proj = gated ? L->sg : NULL;
         s->shared_up_proj = L->su;
         s->shared_down_proj = L->sd;
         s->shared_expert_gate = L->sgate;
@@ -121,7 +134,7 @@ static layer *make_layer(int kind)
     if (d->has_selection_bias)
         s->selection_bias = L->sbias;
     if (d->has_expert_bias) {
-        s->gate_bias = L->gbp;
+        s->gate_bias = gated ? L->gbp : NULL;
         s->up_bias = L->ubp;
         s->down_bias = L->dbp;
     }
@@ -200,7 +213,7 @@ static uint16_t bf16_rne(float v)
 static void test_given_equals_routed(void **state)
 {
     (void)state;
-    for (int kind = 0; kind < 4; kind++)
+    for (int kind = 0; kind < 5; kind++)
         for (int comp = 0; comp < 2; comp++) {
             layer *L = make_layer(kind);
             const int64_t K = L->d.top_k;
@@ -236,7 +249,7 @@ static void test_given_equals_routed(void **state)
 static void test_given_vs_ref(void **state)
 {
     (void)state;
-    for (int kind = 0; kind < 4; kind++)
+    for (int kind = 0; kind < 5; kind++)
         for (int comp = 0; comp < 2; comp++) {
             layer *L = make_layer(kind);
             const int64_t E = L->d.num_experts, K = L->d.top_k;
@@ -327,7 +340,7 @@ static void test_given_errors(void **state)
 static void test_bf16_output(void **state)
 {
     (void)state;
-    for (int kind = 0; kind < 4; kind++)
+    for (int kind = 0; kind < 5; kind++)
         for (int comp = 0; comp < 2; comp++) {
             layer *L = make_layer(kind);
             run r;
@@ -374,36 +387,42 @@ static void test_bf16_output(void **state)
 static void test_stacked_layouts(void **state)
 {
     (void)state;
-    for (int kind = 0; kind < 3; kind += 2) { /* 0: no biases; 2: gpt-oss biases */
+    for (int kind = 0; kind <= 4; kind += 2) { /* 0: no biases; 2: gpt-oss biases; 4: non-gated, biases */
         layer *L = make_layer(kind);
         const int64_t E = L->d.num_experts;
+        const int gated = moe_activation_gated(L->d.activation);
+        const int64_t W1 = gated ? 2 * I : I; /* gate_up_proj's outputs per expert */
         run r;
         run_open(&r, L, MOE_COMPUTE_F32, 2);
         float x[T * H], want[T * H], got[T * H];
         tu_fill_uniform(x, T * H, 9, -1, 1);
         assert_int_equal(exec(&r, x, MOE_DTYPE_F32, NULL, NULL, want, MOE_DTYPE_F32, NULL, NULL), MOE_OK);
-        float *gu = malloc(sizeof(float) * (size_t)(E * 2 * I * H)); /* [E, 2I, H] or [E, H, 2I] */
+        float *gu = malloc(sizeof(float) * (size_t)(E * 2 * I * H)); /* [E, W1, H] or [E, H, W1] */
         float *dn = malloc(sizeof(float) * (size_t)(E * H * I));     /* [E, H, I] or [E, I, H] */
-        float gub[MAXE * 2 * I], dnb[MAXE * H];                      /* [E, 2I], [E, H] */
+        float gub[MAXE * 2 * I], dnb[MAXE * H];                      /* [E, W1], [E, H] */
         assert_non_null(gu);
         assert_non_null(dn);
         for (int tr = 0; tr < 2; tr++)
             for (int cat = 0; cat < 2; cat++) {
+                /* non-gated: one up row per output (cat is not read: both give the same layout) */
                 for (int64_t e = 0; e < E; e++) {
                     for (int64_t o = 0; o < I; o++) {
-                        const int64_t og = cat ? o : 2 * o, ou = cat ? I + o : 2 * o + 1; /* rows of 2I */
+                        const int64_t og = cat ? o : 2 * o, ou = !gated ? o : cat ? I + o : 2 * o + 1; /* rows of W1 */
                         for (int64_t i = 0; i < H; i++) {
                             const float g = L->g[(e * I + o) * H + i], u = L->u[(e * I + o) * H + i];
                             if (!tr) {
-                                gu[(e * 2 * I + og) * H + i] = g;
-                                gu[(e * 2 * I + ou) * H + i] = u;
+                                if (gated)
+                                    gu[(e * W1 + og) * H + i] = g;
+                                gu[(e * W1 + ou) * H + i] = u;
                             } else {
-                                gu[(e * H + i) * 2 * I + og] = g;
-                                gu[(e * H + i) * 2 * I + ou] = u;
+                                if (gated)
+                                    gu[(e * H + i) * W1 + og] = g;
+                                gu[(e * H + i) * W1 + ou] = u;
                             }
                         }
-                        gub[e * 2 * I + og] = L->gb[e * I + o];
-                        gub[e * 2 * I + ou] = L->ub[e * I + o];
+                        if (gated)
+                            gub[e * W1 + og] = L->gb[e * I + o];
+                        gub[e * W1 + ou] = L->ub[e * I + o];
                     }
                     for (int64_t o = 0; o < H; o++) {
                         dnb[e * H + o] = L->db[e * H + o];
@@ -428,6 +447,10 @@ static void test_stacked_layouts(void **state)
                 if (st != MOE_OK)
                     fail_msg("%s", err);
                 assert_ptr_equal(src.router, L->src.router);
+                if (!gated) {
+                    assert_null(src.gate_proj);
+                    assert_null(src.gate_bias);
+                }
                 moe_weights *w2 = NULL;
                 assert_int_equal(moe_weights_create(r.plan, &src, &w2), MOE_OK);
                 assert_int_equal(moe_weights_expert_bytes(w2), moe_weights_expert_bytes(r.w));

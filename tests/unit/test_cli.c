@@ -440,7 +440,7 @@ static void test_bench_unknown_model(void **state)
     static const char *const models[] = {
         "qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b",
         "qwen1.5-moe-a2.7b", "mixtral-8x7b", "deepseek-v3", "deepseek-v2-lite", "gpt-oss-20b",
-        "gpt-oss-120b", "olmoe-1b-7b", "llama4-scout", "granite-3.0-1b-a400m"};
+        "gpt-oss-120b", "olmoe-1b-7b", "llama4-scout", "nemotron-3-nano-30b-a3b", "granite-3.0-1b-a400m"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
         if (!strstr(r.out, models[i]))
             fail_msg("--list-models lacks %s:\n%s", models[i], r.out);
@@ -514,6 +514,51 @@ static json_t *bench_json(const char *const *args)
         fail_msg("stdout is not JSON (line %d: %s):\n%s", jerr.line, jerr.text, r.out);
     result_free(&r);
     return doc;
+}
+
+/* The Nemotron-3-Nano preset: non-gated relu2 experts and shared MLP read two matrices each
+ * (up, down), so a forward's bytes and FLOPs count 2 H I per routed expert and 2 H I_s for the
+ * shared one (bf16: 2 bytes a weight), not the gated layers' 3; the released
+ * routed_scaling_factor 2.5 is the preset's. */
+static void test_bench_nongated_preset(void **state)
+{
+    (void)state;
+    SKIP_WITHOUT_BIN();
+    const char *a[] = {"bench", "--model", "nemotron-3-nano-30b-a3b", "--num-experts", "8", "--tokens", "1,3",
+                       "--iters", "1", "--json", NULL};
+    json_t *doc = bench_json(a);
+    json_t *layer = json_object_get(doc, "layer");
+    const double H = (double)json_integer_value(json_object_get(layer, "hidden_size"));
+    const double I = (double)json_integer_value(json_object_get(layer, "moe_intermediate_size"));
+    const double Is = (double)json_integer_value(json_object_get(layer, "shared_expert_intermediate_size"));
+    const double E = (double)json_integer_value(json_object_get(layer, "num_experts"));
+    const double K = (double)json_integer_value(json_object_get(layer, "top_k"));
+    assert_true(H == 2688 && I == 1856 && Is == 3712 && E == 8 && K == 6);
+    assert_true(json_number_value(json_object_get(layer, "routed_scaling_factor")) == 2.5);
+    json_t *rows = json_object_get(doc, "rows");
+    assert_int_equal(json_array_size(rows), 2);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *row = json_array_get(rows, i);
+        const double T = (double)json_integer_value(json_object_get(row, "tokens"));
+        const double n = json_number_value(json_object_get(row, "distinct_experts"));
+        const double bytes = json_number_value(json_object_get(row, "bytes_per_forward"));
+        const double flops = json_number_value(json_object_get(row, "flops_per_forward"));
+        const double want_b = n * 2.0 * H * I * 2.0 + 2.0 * H * Is * 2.0;
+        const double want_f = 2.0 * T * K * 2.0 * H * I + 2.0 * T * 2.0 * H * Is + 2.0 * T * E * H;
+        if (fabs(bytes - want_b) > 1e-9 * want_b || fabs(flops - want_f) > 1e-9 * want_f)
+            fail_msg("T %g: bytes %.0f (expected %.0f), flops %.0f (expected %.0f)", T, bytes, want_b, flops, want_f);
+    }
+    json_decref(doc);
+    /* moe plan --model packs the same two matrices per expert: E 128 x 2 H I bf16, shared 2 H I_s */
+    cli_result r;
+    const char *p[] = {"plan", "--model", "nemotron-3-nano-30b-a3b", NULL};
+    run_moe(&r, p);
+    expect(&r, 0, NULL);
+    char want[128];
+    snprintf(want, sizeof want, " %.0f %14.0f ", 128.0 * 2.0 * H * I * 2.0, 2.0 * H * Is * 2.0);
+    if (!strstr(r.out, want))
+        fail_msg("moe plan --model nemotron-3-nano-30b-a3b lacks the bytes '%s':\n%s", want, r.out);
+    result_free(&r);
 }
 
 /* The library's compute roof (moe_rank_report.compute_roof) for compute `c` on bf16 experts of
@@ -2125,8 +2170,8 @@ static void test_plan_small_costs_info(void **state)
     result_free(&r);
 }
 
-/* moe plan --checkpoint names the family row it read the checkpoint with and the routing it
- * gave (the fixtures' meta.json: dots1_f32 sigmoid, not renormalized, 1.5, 4 groups keep 2 by
+/* moe plan --checkpoint names the family row it read the checkpoint with, the routing it
+ * gave and the experts' activation (the fixtures' meta.json: dots1_f32 sigmoid, not renormalized, 1.5, 4 groups keep 2 by
  * the top-2 sum, e_score_correction_bias, two ungated shared experts; mixtral_f32 softmax,
  * renormalized, no shared expert). */
 static void test_plan_family_row(void **state)
@@ -2148,6 +2193,23 @@ static void test_plan_family_row(void **state)
     expect(&r, 0, NULL);
     assert_non_null(strstr(r.out, "family: mixtral (scoring softmax, renormalize yes, routed_scaling_factor 1; shared "
                                   "expert none)\n"));
+    assert_non_null(strstr(r.out, "\nexperts: swiglu (silu(g) * u)\n"));
+    result_free(&r);
+    /* the experts line: step3p7_f32 layer 1 clamps after the SiLU, routed limit 2.5, shared 4
+     * (config swiglu_limits[1] / swiglu_limits_shared[1]); nemotron_h_f32 non-gated relu2 */
+    tu_data_path(fx, sizeof fx, "step3p7_f32");
+    const char *a3[] = {"plan", "--checkpoint", fx, "--layer", "1", NULL};
+    run_moe(&r, a3);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "\nexperts: swiglu_postclamp (min(silu(g), L) * clamp(u, +-L), L 2.5); shared expert "
+                                  "swiglu_postclamp (min(silu(g), L) * clamp(u, +-L), L 4)\n"));
+    result_free(&r);
+    tu_data_path(fx, sizeof fx, "nemotron_h_f32");
+    const char *a4[] = {"plan", "--checkpoint", fx, "--layer", "1", NULL};
+    run_moe(&r, a4);
+    expect(&r, 0, NULL);
+    assert_non_null(strstr(r.out, "\nexperts: relu2 (non-gated, relu(u)^2); shared expert relu2 (non-gated, "
+                                  "relu(u)^2)\n"));
     result_free(&r);
 }
 
@@ -2159,6 +2221,7 @@ int main(void)
         cmocka_unit_test(test_unknown),
         cmocka_unit_test(test_bench_bad_numbers), cmocka_unit_test(test_bench_par_bad_lists),
         cmocka_unit_test(test_bench_unknown_model),
+        cmocka_unit_test(test_bench_nongated_preset),
         cmocka_unit_test(test_bench_does_not_fit),
         cmocka_unit_test(test_bench_json),
         cmocka_unit_test(test_bench_compute_bf16),
