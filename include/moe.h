@@ -610,10 +610,15 @@ typedef enum moe_family {
                                       block */
     MOE_FAMILY_MISTRAL_LARGE4 = 63, /* MistralLarge4ForConditionalGeneration (text MoE): Mistral-4's
                                       router in f32, always renormalized; saved in Mistral's names */
-    MOE_FAMILY_NEMOTRON_H = 64     /* NemotronHForCausalLM (transformers 5.24 nemotron_h NemotronHMoE):
+    MOE_FAMILY_NEMOTRON_H = 64,    /* NemotronHForCausalLM (transformers 5.24 nemotron_h NemotronHMoE):
                                       DeepSeek-V3's router (groups default 1, scaling default 1),
                                       non-gated experts and shared MLP (MOE_ACT_RELU2 from
                                       mlp_hidden_act "relu2"); MoE layers layers_block_type "moe" */
+    MOE_FAMILY_ERNIE4_5_VL_MOE = 66 /* Ernie4_5_VLMoeForConditionalGeneration (transformers 5.24
+                                      ernie4_5_vl_moe Ernie4_5_VLMoeMoeBlock): ERNIE-4.5-MoE's router
+                                      per modality; the text experts (default) or, with
+                                      moe_checkpoint_options.expert_set "vision", the vision ones,
+                                      each with the shared experts */
 } moe_family;
 
 /* Static name of a family: "custom" for MOE_FAMILY_CUSTOM, else its row's name, the config

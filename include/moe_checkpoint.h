@@ -157,6 +157,18 @@ typedef struct moe_checkpoint_options {
      * when config.json already names that family. An unknown name is MOE_EINVAL listing the
      * families. */
     const char *family;
+    /* The expert set of a block that holds several, one per token modality, or NULL (default):
+     * the family's first. ERNIE-4.5-VL (ernie4_5_vl_moe, Ernie4_5_VLMoeMoeBlock, transformers
+     * 5.24): "text" (default: text_moe, for tokens with moe_mm_token_type_ids 0 or none given:
+     * router mlp.gate.weight, moe_statics.e_score_correction_bias row 0, experts 0..E-1 of
+     * moe_intermediate_size[0]) or "vision" (vision_moe, for image / video tokens: mlp.gate.
+     * weight_1, bias row 1, experts E..2E-1 of moe_intermediate_size[1]); the shared experts
+     * (moe_intermediate_size[0] * moe_num_shared_experts) belong to both. The layer then
+     * computes that modality's block for every token it is given: splitting a batch by
+     * modality, and running one layer per set, is the caller's. Another name, or any name for a
+     * family with one set, is MOE_EINVAL naming the family's sets. moe_checkpoint_expert_set
+     * says which set was read. */
+    const char *expert_set;
 } moe_checkpoint_options;
 
 MOE_API void moe_checkpoint_options_init(moe_checkpoint_options *opt);
@@ -168,6 +180,9 @@ MOE_API moe_status moe_checkpoint_open_opts(moe_ctx *ctx, const char *dir, const
                                     moe_checkpoint **out);
 
 MOE_API moe_family moe_checkpoint_family(const moe_checkpoint *ck);
+/* The expert set read (moe_checkpoint_options.expert_set: "text", "vision" for ernie4_5_vl_moe),
+ * static; NULL for a family with one set of experts (or ck NULL). */
+MOE_API const char *moe_checkpoint_expert_set(const moe_checkpoint *ck);
 /* config `num_hidden_layers` (LongCat-Flash: `num_layers`, each layer one MoE block). */
 MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
 /* 1 if layer `layer` is an MoE layer, else 0. Qwen2/3-MoE, Qwen3-Next, Qwen3-Omni: not in
@@ -190,7 +205,10 @@ MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
  * (deepseek_ocr2): text_config.mlp_layer_types, which must be given (moe_checkpoint_open refuses
  * a config without it, MOE_EFORMAT). Nemotron-H (nemotron_h): layers_block_type[layer] == "moe"
  * (the list's length is the layer count), else the legacy hybrid_override_pattern[layer] == 'E',
- * else NemotronHConfig's default list (layer 1 of 4). No layer is MoE when the expert count is 0. */
+ * else NemotronHConfig's default list (layer 1 of 4). ERNIE-4.5-VL (ernie4_5_vl_moe):
+ * text_config.mlp_layer_types[layer] == "sparse", else layer >= 1 (Ernie4_5_VLMoeTextConfig's
+ * default; moe_layer_start_index / interval / end_index are not read, as transformers 5.24 does
+ * not). No layer is MoE when the expert count is 0. */
 MOE_API int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
 
 /* The layer description of MoE layer `layer`, from config.json and the tensors' dtype (moe.h
@@ -234,14 +252,17 @@ MOE_API moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer
  *                         (false; the released Qwen3 models set true), Qwen3-Next (true), OLMoE
  *                         (false) and DeepSeek-V3 (true); 0 for the others (DeepSeek-V2 ignores
  *                         norm_topk_prob, as transformers does, and so do DeepSeek-OCR-2 and
- *                         Unlimited-OCR, its router's copies; Mistral-Large-4 always: 1)
+ *                         Unlimited-OCR, its router's copies; Mistral-Large-4 always: 1;
+ *                         ERNIE-4.5-MoE and ERNIE-4.5-VL always: 1)
  *   routed_scaling_factor `routed_scaling_factor`'s default: 2.5 for DeepSeek-V3, 1 for
  *                         DeepSeek-V2 and the families without the field
  *   n_group, topk_group, group_score
  *                         8, 4, MOE_GROUP_SCORE_TOP2_SUM for DeepSeek-V3 (`n_group`,
  *                         `topk_group`, topk_method "noaux_tc"); 0, 0, MOE_GROUP_SCORE_MAX for
  *                         the others (DeepSeek-V2: topk_method "greedy")
- *   has_selection_bias    1 for DeepSeek-V3 (e_score_correction_bias), else 0
+ *   has_selection_bias    1 for DeepSeek-V3 (e_score_correction_bias), ERNIE-4.5-MoE and
+ *                         ERNIE-4.5-VL (moe_statics.e_score_correction_bias; VL: the expert set's
+ *                         row) and the other rows docs/families.md gives one; else 0
  *   has_router_bias       1 for gpt-oss (router.bias), else 0
  *   has_expert_bias       1 for gpt-oss (gate_up_proj_bias, down_proj_bias), else 0
  *   apply_router_weight_on_input  1 for Llama-4, else 0

@@ -120,7 +120,8 @@ for meta_path in sorted(glob.glob(os.path.join(SRC, "tests", "fixtures", "*", "m
         shutil.copy(os.path.join(ckdir, "input.safetensors"), os.path.join(tmp, "in.safetensors"))
         shutil.copy(os.path.join(ckdir, "expected.safetensors"), os.path.join(tmp, "expected.safetensors"))
         r = subprocess.run([BIN, "run", "--checkpoint", ckdir, "--layer", str(meta["layer"]), "--input",
-                            "in.safetensors", "--output", "out.safetensors", "--threads", "2"],
+                            "in.safetensors", "--output", "out.safetensors", "--threads", "2"]
+                           + (["--experts", meta["expert_set"]] if meta.get("expert_set") else []),
                            cwd=tmp, capture_output=True, text=True)
         if r.returncode != 0:
             fail(f"{meta['name']}: moe run exited {r.returncode}: {r.stderr.strip()}")

@@ -118,6 +118,8 @@ static void bench_usage(FILE *f)
           "                     block that libmoe does not read (default: a WARNING names them)\n"
           "  --family NAME      with --checkpoint: read it as family NAME whatever config.json\n"
           "                     names (moe run --help; a WARNING names both)\n"
+          "  --experts SET      with --checkpoint: the expert set of a block with one per\n"
+          "                     modality (ernie4_5_vl_moe: text, the default, or vision)\n"
           "  --tokens LIST      comma-separated token counts, each >= 1 (default 1,16,256,2048)\n"
           "  --threads N        worker threads (default: MOE_NUM_THREADS, OMP_NUM_THREADS,\n"
           "                     else all cores)\n"
@@ -272,6 +274,9 @@ static int parse_bench_args(int argc, char **argv, bench_cfg *cfg, const cli_ben
         {.name = "--strict", .kind = CLI_FLAG, .dst = &cfg->ck_opt.strict, .seen = &cfg->have_ck_opt},
         {.name = "--family", .kind = CLI_CUSTOM, .dst = &cfg->ck_opt.family, .parse = cli_parse_family,
          .seen = &cfg->have_ck_opt},
+        /* the expert set (ERNIE-4.5-VL's text / vision); the library checks the name */
+        {.name = "--experts", .kind = CLI_STR, .dst = &cfg->ck_opt.expert_set, .nonempty = 1,
+         .seen = &cfg->have_ck_opt},
         /* moe tune only, the last two (the first three are bench's only) */
         {.name = "--output", .kind = CLI_STR, .dst = &cfg->output, .nonempty = 1},
         {.name = "--rounds", .kind = CLI_I64, .dst = &cfg->rounds, .lo = 1, .hi = 100},
@@ -302,7 +307,8 @@ static int parse_bench_args(int argc, char **argv, bench_cfg *cfg, const cli_ben
     } else {
         if (cfg->have_layer || cfg->have_ck_opt) {
             cli_err(CMD, "%s needs --checkpoint",
-                    cfg->have_layer ? "--layer" : cfg->ck_opt.strict ? "--strict" : "--family");
+                    cfg->have_layer ? "--layer" : cfg->ck_opt.strict ? "--strict"
+                                        : cfg->ck_opt.family ? "--family" : "--experts");
             return CLI_USAGE;
         }
         if (!cfg->model)

@@ -59,6 +59,8 @@ static void plan_usage(FILE *f)
           "                     block that libmoe does not read (default: a WARNING names them)\n"
           "  --family NAME      with --checkpoint: read it as family NAME whatever config.json\n"
           "                     names (moe run --help; a WARNING names both)\n"
+          "  --experts SET      with --checkpoint: the expert set of a block with one per\n"
+          "                     modality (ernie4_5_vl_moe: text, the default, or vision)\n"
           "  --tp N             tensor-parallel ranks: I is split across them (default 1)\n"
           "  --ep N             expert-parallel groups: experts placed E/N per group, the first\n"
           "                     E % N groups holding one more (default 1)\n"
@@ -277,6 +279,7 @@ int cli_cmd_plan(int argc, char **argv)
     moe_checkpoint_options ck_opt;
     moe_checkpoint_options_init(&ck_opt);
     int have_ck_opt = 0, have_family = 0;
+    const char *expert_set = NULL; /* the checkpoint's expert set read (moe_checkpoint_expert_set) */
     const cli_opt opts[] = {
         /* the layer: exactly one of an embedded model (by name) or a checkpoint folder */
         {.name = "--model", .kind = CLI_STR, .dst = &model},
@@ -300,6 +303,8 @@ int cli_cmd_plan(int argc, char **argv)
         /* how --checkpoint is read (moe_checkpoint_options) */
         {.name = "--strict", .kind = CLI_FLAG, .dst = &ck_opt.strict, .seen = &have_ck_opt},
         {.name = "--family", .kind = CLI_CUSTOM, .dst = &ck_opt.family, .parse = cli_parse_family, .seen = &have_family},
+        /* the expert set (ERNIE-4.5-VL's text / vision); the library checks the name */
+        {.name = "--experts", .kind = CLI_STR, .dst = &ck_opt.expert_set, .nonempty = 1, .seen = &have_ck_opt},
     };
     const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), plan_usage);
     if (prc != CLI_GO_ON)
@@ -318,7 +323,7 @@ int cli_cmd_plan(int argc, char **argv)
     }
     if (!ckdir && (have_ck_opt || have_family)) {
         cli_err(CMD, "%s needs --checkpoint (an embedded --model has no checkpoint to read)",
-                have_ck_opt ? "--strict" : "--family");
+                have_ck_opt ? (ck_opt.strict ? "--strict" : "--experts") : "--family");
         return CLI_USAGE;
     }
     const int policy_balanced = placement_arg && !strcmp(placement_arg, "balanced");
@@ -397,6 +402,7 @@ int cli_cmd_plan(int argc, char **argv)
                 layer = first >= 0 ? first : 0;
         }
         moe_status st = moe_checkpoint_layer_desc(ck, layer, &d);
+        expert_set = moe_checkpoint_expert_set(ck); /* static */
         moe_checkpoint_free(ck);
         if (st != MOE_OK) {
             cli_err(CMD, "%s", moe_ctx_last_error(ctx));
@@ -496,6 +502,9 @@ int cli_cmd_plan(int argc, char **argv)
             printf("; shared expert %s", sact);
         }
         printf("\n");
+        if (expert_set) /* a modality-isolated block (ERNIE-4.5-VL): the set this layer is */
+            printf("expert set: %s (the block's experts for %s tokens; the others are another layer: --experts "
+                   "NAME)\n", expert_set, expert_set);
     }
     printf("ranks: tp %lld x ep %lld = %lld; kernel table %s; compute %s; options hash %016llx\n", (long long)tp,
            (long long)ep, (long long)(tp * ep), r0.kernel_table, moe_compute_name(compute),

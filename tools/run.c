@@ -17,6 +17,7 @@ static void run_usage(FILE *f)
     fputs("usage: moe run --checkpoint DIR --layer L --input IN.safetensors\n"
           "               --output OUT.safetensors [--threads N] [--compute f32|bf16]\n"
           "               [--ep N] [--tp N] [--placement FILE] [--strict] [--family NAME]\n"
+          "               [--experts SET]\n"
           "\n"
           "Runs MoE layer L of the Hugging Face checkpoint in DIR (config.json plus\n"
           "model.safetensors or shards) on the tensor `hidden_states` [T, H] (F32 or BF16) of\n"
@@ -65,6 +66,9 @@ static void run_usage(FILE *f)
           "                     granitemoe, qwen3_5_moe, qwen3_next) whatever config.json's\n"
           "                     architectures / model_type say; a WARNING names both and the\n"
           "                     config defaults assumed (docs/checkpoints.md)\n"
+          "  --experts SET      the expert set of a block with one per token modality\n"
+          "                     (ernie4_5_vl_moe: text, the default, or vision): the layer\n"
+          "                     computes that set's block for every input token\n"
           "  -h, --help         this text\n"
           "\n"
           "A one-line summary goes to stderr. With --ep / --tp every rank prints its resident\n"
@@ -144,6 +148,8 @@ int cli_cmd_run(int argc, char **argv)
          * the library, which lists the families */
         {.name = "--strict", .kind = CLI_FLAG, .dst = &ck_opt.strict},
         {.name = "--family", .kind = CLI_CUSTOM, .dst = &ck_opt.family, .parse = cli_parse_family},
+        /* the expert set (ERNIE-4.5-VL's text / vision); the library checks the name */
+        {.name = "--experts", .kind = CLI_STR, .dst = &ck_opt.expert_set, .nonempty = 1},
     };
     const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), run_usage);
     if (prc != CLI_GO_ON)

@@ -162,6 +162,14 @@ _sig("moe_weight_source_from_stacked", i32, R(LayerDesc), R(StackedExperts), R(v
      R(WeightSource), C.c_char_p, sz)
 _sig("moe_plan_execute_ex", i32, vp, vp, R(ExecArgs))
 _sig("moe_checkpoint_open", i32, vp, cp, R(vp))
+
+
+class CheckpointOptions(C.Structure):
+    """moe_checkpoint.h moe_checkpoint_options."""
+    _fields_ = [("strict", C.c_int), ("family", cp), ("expert_set", cp)]
+
+
+_sig("moe_checkpoint_open_opts", i32, vp, cp, R(CheckpointOptions), R(vp))
 _sig("moe_checkpoint_free", None, vp)
 _sig("moe_checkpoint_num_layers", i64, vp)
 _sig("moe_checkpoint_layer_desc", i32, vp, i64, R(LayerDesc))

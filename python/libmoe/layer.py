@@ -226,9 +226,11 @@ class MoELayer:
                 self.close()
 
     @classmethod
-    def from_checkpoint(cls, path, layer, **options):
+    def from_checkpoint(cls, path, layer, *, expert_set=None, **options):
         """Layer `layer` of the Hugging Face checkpoint folder `path` (config.json +
-        safetensors; moe_checkpoint_open). Errors: those of moe_checkpoint_open,
+        safetensors; moe_checkpoint_open). `expert_set` (moe_checkpoint_options.expert_set):
+        the expert set of a block with one per token modality (ernie4_5_vl_moe: "text", the
+        default, or "vision"); None: the family's first. Errors: those of moe_checkpoint_open,
         moe_checkpoint_layer_desc (RangeError, DenseLayerError, ...) and
         moe_checkpoint_load_weights, as libmoe.Error subclasses; a `layer` that is not an
         integer (a str, a float, a bool) is InvalidArgumentError, not silently converted."""
@@ -246,7 +248,8 @@ class MoELayer:
         ok = False
         ck = C.c_void_p()
         try:
-            self._check(A.lib.moe_checkpoint_open(self._ctx, str(path).encode(), C.byref(ck)))
+            opt = A.CheckpointOptions(0, None, None if expert_set is None else str(expert_set).encode())
+            self._check(A.lib.moe_checkpoint_open_opts(self._ctx, str(path).encode(), C.byref(opt), C.byref(ck)))
             d = A.LayerDesc()
             self._check(A.lib.moe_checkpoint_layer_desc(ck, int(layer), C.byref(d)))
             self._plan_from(d)

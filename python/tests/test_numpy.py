@@ -25,7 +25,8 @@ def load(name):
 @pytest.mark.parametrize("name", F32_FIXTURES)
 def test_from_checkpoint_matches_transformers(name):
     meta, x, exp = load(name)
-    layer = libmoe.MoELayer.from_checkpoint(FIXTURES / name, meta["layer"], num_threads=1)
+    layer = libmoe.MoELayer.from_checkpoint(FIXTURES / name, meta["layer"], num_threads=1,
+                                            expert_set=meta.get("expert_set"))
     y = layer(x)
     assert y.dtype == np.float32 and y.shape == exp["output"].shape
     bound = 1e-5 * np.abs(exp["output"]).max()
@@ -203,7 +204,7 @@ def test_ctypes_mirrors_match_c():
     mirrors = {"moe_options": _capi.Options, "moe_qweight": _capi.QWeight,
                "moe_quant_config": _capi.QuantConfig, "moe_layer_desc": _capi.LayerDesc,
                "moe_weight_source": _capi.WeightSource, "moe_stacked_experts": _capi.StackedExperts,
-               "moe_exec_args": _capi.ExecArgs}
+               "moe_exec_args": _capi.ExecArgs, "moe_checkpoint_options": _capi.CheckpointOptions}
     assert sorted(c) == sorted(mirrors)
     for name, cls in mirrors.items():
         py = [(f[0], getattr(cls, f[0]).offset) for f in cls._fields_]

@@ -85,7 +85,8 @@ moe_status moe_checkpoint_open_opts(moe_ctx *ctx, const char *dir, const moe_che
     json_t *cfg = NULL;
     moe_status st = moe_json_load_object(ctx, ck->config_path, MOE_CONFIG_MAX_BYTES, "(MOE_CONFIG_MAX_BYTES)", &cfg);
     if (st == MOE_OK) {
-        st = moe_ck_config_parse(ctx, ck->config_path, cfg, opt ? opt->family : NULL, &ck->cfg);
+        st = moe_ck_config_parse(ctx, ck->config_path, cfg, opt ? opt->family : NULL, opt ? opt->expert_set : NULL,
+                                 &ck->cfg);
         json_decref(cfg);
     }
     if (st == MOE_OK)
@@ -113,6 +114,11 @@ moe_status moe_checkpoint_open_opts(moe_ctx *ctx, const char *dir, const moe_che
 moe_family moe_checkpoint_family(const moe_checkpoint *ck)
 {
     return ck ? ck->cfg.desc.family : MOE_FAMILY_CUSTOM;
+}
+
+const char *moe_checkpoint_expert_set(const moe_checkpoint *ck)
+{
+    return ck && ck->cfg.set ? ck->cfg.set->name : NULL;
 }
 
 int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck)
@@ -203,10 +209,13 @@ static void find_block(const moe_checkpoint *ck, int64_t layer, char prefix[MOE_
                        char router_name[MOE_CK_NAME_LEN])
 {
     const moe_fam_row *row = ck->cfg.row;
+    /* an expert set's own router (ERNIE-4.5-VL's gate.weight / gate.weight_1), else the row's */
+    const char *const set_router[MOE_FAM_MAX_ROUTERS] = {ck->cfg.set ? ck->cfg.set->router : NULL};
+    const char *const *routers = ck->cfg.set ? set_router : row->router;
     char cand[MOE_CK_PREFIX_LEN];
     for (int p = 0; moe_fam_prefix(row, p, layer, cand, sizeof cand); p++) {
-        for (int i = 0; i < MOE_FAM_MAX_ROUTERS && row->router[i]; i++) {
-            int len = snprintf(router_name, MOE_CK_NAME_LEN, "%s%s", cand, row->router[i]);
+        for (int i = 0; i < MOE_FAM_MAX_ROUTERS && routers[i]; i++) {
+            int len = snprintf(router_name, MOE_CK_NAME_LEN, "%s%s", cand, routers[i]);
             if (len > 0 && len < MOE_CK_NAME_LEN && moe_ck_has(&ck->ix, router_name)) {
                 memcpy(prefix, cand, MOE_CK_PREFIX_LEN);
                 return;
@@ -214,7 +223,28 @@ static void find_block(const moe_checkpoint *ck, int64_t layer, char prefix[MOE_
         }
     }
     moe_fam_prefix(row, 0, layer, prefix, MOE_CK_PREFIX_LEN);
-    snprintf(router_name, MOE_CK_NAME_LEN, "%s%s", prefix, row->router[0]);
+    snprintf(router_name, MOE_CK_NAME_LEN, "%s%s", prefix, routers[0]);
+}
+
+/* The router saved [H, E] (an expert set's router_transposed) as the [E, H] copy lt->router_t,
+ * made once per load; lt->router then describes the copy. */
+static moe_status router_transpose(const moe_ck_index *ix, moe_ck_layer *lt, int64_t layer)
+{
+    const int64_t H = lt->router.shape[0], E = lt->router.shape[1];
+    const size_t es = moe_dtype_size(lt->router.dtype);
+    unsigned char *t = malloc((size_t)(H * E) * es); /* [E, H] */
+    if (!t)
+        return moe_set_error(ix->ctx, MOE_ENOMEM, "%s: layer %" PRId64 ": out of memory transposing the router",
+                             ix->dir, layer);
+    const unsigned char *src = lt->router.data; /* [H, E] */
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t e = 0; e < E; e++)
+            memcpy(t + (size_t)(e * H + h) * es, src + (size_t)(h * E + e) * es, es);
+    lt->router_t = t;
+    lt->router.data = t;
+    lt->router.shape[0] = E;
+    lt->router.shape[1] = H;
+    return MOE_OK;
 }
 
 /* Resolve MoE layer `layer` for experts [e_lo, e_hi): find every tensor the row names, check
@@ -241,10 +271,14 @@ static moe_status resolve_layer(const moe_checkpoint *ck, int64_t layer, moe_ck_
     char name[MOE_CK_NAME_LEN];
     const char *path = NULL;
     const int64_t R = E + c->desc.num_identity_experts; /* the router's rows: E + Z identity experts */
-    const int64_t router_shape[2] = {R, H};
+    const bool transposed = c->set && c->set->router_transposed; /* saved [H, E] (ERNIE-4.5-VL) */
+    const int64_t router_shape[2] = {transposed ? H : R, transposed ? R : H};
     find_block(ck, layer, prefix, name);
-    if ((st = moe_ck_get_checked(ix, name, "the router", MOE_CK_ANY_FLOAT, R > E ? "[E + Z, H]" : "[E, H]", 2, router_shape, &lt->router,
-                                 &path)) != MOE_OK)
+    if ((st = moe_ck_get_checked(ix, name, "the router", MOE_CK_ANY_FLOAT,
+                                 transposed ? "[H, E] (saved transposed)" : R > E ? "[E + Z, H]" : "[E, H]", 2,
+                                 router_shape, &lt->router, &path)) != MOE_OK)
+        return st;
+    if (transposed && !describe && (st = router_transpose(ix, lt, layer)) != MOE_OK)
         return st;
     /* the selection bias only when the config turns it on (LFM2-MoE's use_expert_bias) */
     const char *const bias[2] = {row->router_bias, c->desc.has_selection_bias ? row->selection_bias : NULL};
@@ -258,7 +292,22 @@ static moe_status resolve_layer(const moe_checkpoint *ck, int64_t layer, moe_ck_
         if ((st = moe_ck_get_checked(ix, name, "a bias", MOE_CK_ANY_FLOAT, NULL, 0, NULL, bias_info[b], &path)) != MOE_OK)
             return st;
         const int64_t one_by_e[2] = {1, R};
-        if (bias_info[b]->ndim == 2 && bias_info[b]->shape[0] == 1) { /* [1, E] (ERNIE-4.5's moe_statics): as [E] */
+        const int64_t set_row = b == 1 && c->set ? c->set->selection_bias_row : -1;
+        if (set_row >= 0) {
+            /* one row per expert set, [n_sets, E] (ERNIE-4.5-VL's moe_statics [2, E]): the set's */
+            int64_t n_sets = 0;
+            while (n_sets < MOE_FAM_MAX_SETS && row->sets[n_sets].name)
+                n_sets++;
+            const int64_t sets_by_e[2] = {n_sets, R};
+            if ((st = moe_ck_check_shape(ix, path, bias_info[b], "[expert sets, E]", 2, sets_by_e)) != MOE_OK)
+                return st;
+            bias_info[b]->data = (const char *)bias_info[b]->data +
+                                 (size_t)(set_row * R) * moe_dtype_size(bias_info[b]->dtype);
+            bias_info[b]->nbytes = (size_t)R * moe_dtype_size(bias_info[b]->dtype);
+            bias_info[b]->ndim = 1;
+            bias_info[b]->shape[0] = R;
+            bias_info[b]->shape[1] = 0;
+        } else if (bias_info[b]->ndim == 2 && bias_info[b]->shape[0] == 1) { /* [1, E] (ERNIE-4.5's moe_statics): as [E] */
             if ((st = moe_ck_check_shape(ix, path, bias_info[b], "[1, E]", 2, one_by_e)) != MOE_OK)
                 return st;
             bias_info[b]->ndim = 1;
@@ -313,7 +362,28 @@ typedef struct unread_list {
     int64_t E, R;               /* identity experts' slots [E, R): their stored tensors are
                                    expected unread (LongCat-Flash's gate_up_proj [E + Z, 2I, H]
                                    saves experts.e.{gate,up}_proj for e >= E; nothing reads them) */
+    const moe_fam_row *row;     /* with expert sets: the other sets' routers and experts
+                                   (ERNIE-4.5-VL's vision ones when the text set is read) are
+                                   expected unread */
+    const moe_fam_expert_set *set;
 } unread_list;
+
+/* 1 when `rest` (a name under the block prefix) is another expert set's router or expert. */
+static int other_set_tensor(const unread_list *ul, const char *rest)
+{
+    if (!ul->set)
+        return 0;
+    int64_t n_sets = 0;
+    for (; n_sets < MOE_FAM_MAX_SETS && ul->row->sets[n_sets].name; n_sets++)
+        if (&ul->row->sets[n_sets] != ul->set && strcmp(rest, ul->row->sets[n_sets].router) == 0)
+            return 1;
+    if (strncmp(rest, "experts.", 8) != 0)
+        return 0;
+    char *end = NULL;
+    const long long e = strtoll(rest + 8, &end, 10);
+    const int64_t lo = ul->set->expert_offset * ul->E;
+    return end != rest + 8 && *end == '.' && e >= 0 && e < n_sets * ul->E && (e < lo || e >= lo + ul->E);
+}
 
 #define UNREAD_SHOWN 6 /* names a message lists before "and N more" */
 
@@ -331,6 +401,8 @@ static void note_unread(const char *name, void *u)
                 return; /* an identity expert's slot */
         }
     }
+    if (strncmp(name, ul->prefix, strlen(ul->prefix)) == 0 && other_set_tensor(ul, name + strlen(ul->prefix)))
+        return; /* another expert set's (the modality the caller did not ask for) */
     ul->count++;
     if (strstr(name, "shared_expert"))
         ul->shared = true;
@@ -356,6 +428,8 @@ static moe_status check_unread(moe_checkpoint *ck, int64_t layer, moe_ck_seen *s
     ul.prefix = prefix;
     ul.E = ck->cfg.desc.num_experts;
     ul.R = ck->cfg.desc.num_experts + ck->cfg.desc.num_identity_experts;
+    ul.row = ck->cfg.row;
+    ul.set = ck->cfg.set;
     const moe_fam_row *frow = ck->cfg.row;
     if (frow->block_parts[0]) {
         /* the prefix is the whole decoder layer (Mistral's layers.L.): only the block's parts */

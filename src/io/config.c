@@ -267,6 +267,36 @@ static moe_status config_choice(const moe_cfg_fields *f, const moe_fam_row *row,
                          f->prefix, field, v, row->name, list);
 }
 
+/* Entry `index` of the row's intermediate_field list (ERNIE-4.5-VL's moe_intermediate_size
+ * [text, vision], one I per expert set) into *out; absent or null: the config class's list
+ * (row->intermediate_list). A number or a list without that entry is MOE_EFORMAT: the modeling
+ * code indexes the list. */
+static moe_status config_intermediate_entry(const moe_ck_config *c, const moe_cfg_fields *f, int64_t index,
+                                            int64_t *out)
+{
+    const moe_fam_row *row = c->row;
+    const char *key = row->intermediate_field;
+    const json_t *v = moe_cfg_get(f, &key);
+    if (!v || json_is_null(v)) {
+        *out = row->intermediate_list[index];
+        moe_cfg_note_default(f, key, "[%" PRId64 ", %" PRId64 "]", row->intermediate_list[0],
+                             row->intermediate_list[1]);
+        return MOE_OK;
+    }
+    char sets[64];
+    if (!json_is_array(v) || (int64_t)json_array_size(v) <= index)
+        return moe_set_error(c->ctx, MOE_EFORMAT,
+                             "%s: field '%s%s' must be a list of one intermediate size per expert set (%s), found %s",
+                             c->path, c->prefix, key, moe_fam_expert_set_names(row, sets, sizeof sets),
+                             json_is_array(v) ? "a shorter list" : moe_io_json_found(v));
+    const json_t *x = json_array_get(v, (size_t)index);
+    if (!json_is_integer(x) || json_integer_value(x) < 1)
+        return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field '%s%s'[%" PRId64 "] must be an integer >= 1, found %s",
+                             c->path, c->prefix, key, index, moe_io_json_found(x));
+    *out = (int64_t)json_integer_value(x);
+    return MOE_OK;
+}
+
 /* The sizes, routing and MoE-layer fields of the row, into c->desc and c->layer_*. The reads
  * keep one order (it decides which of two bad fields a message names): I, E, a shared-expert
  * count, a dense-prefix layer rule, routed_scaling_factor, norm_topk_prob, the other layer
@@ -277,7 +307,10 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     moe_layer_desc *d = &c->desc;
     moe_status st;
     int64_t n_shared = 0;
-    if ((st = moe_cfg_int(f, row->intermediate_field, true, 0, 1, &d->moe_intermediate_size)) != MOE_OK ||
+    int64_t i_shared = 0; /* MOE_FAM_SHARED_COUNT's I (an expert set's list entry; else I) */
+    if ((st = c->set ? config_intermediate_entry(c, f, c->set->intermediate_index, &d->moe_intermediate_size)
+                     : moe_cfg_int(f, row->intermediate_field, true, 0, 1, &d->moe_intermediate_size)) != MOE_OK ||
+        (c->set && (st = config_intermediate_entry(c, f, c->set->shared_intermediate_index, &i_shared)) != MOE_OK) ||
         (st = row->per_layer_lists
                   ? moe_cfg_int_uniform(f, row->experts_field, row->experts_alias, row->experts_min, c->num_layers,
                                         &d->num_experts)
@@ -336,7 +369,9 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
                               &d->shared_expert_intermediate_size)) != MOE_OK)
             return st;
         break;
-    case MOE_FAM_SHARED_COUNT: d->shared_expert_intermediate_size = n_shared * d->moe_intermediate_size; break;
+    case MOE_FAM_SHARED_COUNT:
+        d->shared_expert_intermediate_size = n_shared * (c->set ? i_shared : d->moe_intermediate_size);
+        break;
     case MOE_FAM_SHARED_SAME_AS_I: d->shared_expert_intermediate_size = d->moe_intermediate_size; break;
     }
     d->shared_expert_gated = row->shared.gated && d->shared_expert_intermediate_size > 0;
@@ -557,6 +592,13 @@ static moe_status config_quant(moe_ck_config *c, const json_t *root, const json_
     }
     if (!qc || json_is_null(qc))
         return MOE_OK;
+    if (c->row->float_only) {
+        const json_t *qm = json_is_object(qc) ? json_object_get(qc, "quant_method") : NULL;
+        return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%squantization_config' (quant_method %s): %s; dequantize it to bf16 first",
+                             c->path, qpre, qm && json_is_string(qm) ? json_string_value(qm) : "not given",
+                             c->row->float_only);
+    }
     if (!json_is_object(qc))
         return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field '%squantization_config' must be an object, found %s",
                              c->path, qpre, moe_io_json_found(qc));
@@ -697,7 +739,7 @@ static void warn_family(const moe_ck_config *c, const char *arch, const char *mo
 }
 
 moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *root, const char *family,
-                               moe_ck_config *c)
+                               const char *expert_set, moe_ck_config *c)
 {
     memset(c, 0, sizeof *c);
     c->ctx = ctx;
@@ -708,6 +750,22 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
     moe_status st = config_family(c, root, family, &arch, &model_type, &named);
     if (st != MOE_OK)
         return st;
+    /* the expert set of a modality-isolated block (ERNIE-4.5-VL): the row's first unless named */
+    c->set = moe_fam_expert_set_of(c->row, expert_set);
+    if (expert_set && !c->set) {
+        char sets[64];
+        moe_fam_expert_set_names(c->row, sets, sizeof sets);
+        if (!sets[0])
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "%s: expert set '%s' asked for (moe_checkpoint_options.expert_set, --experts), but "
+                                 "family %s's MoE block has one set of experts; expert sets are read for "
+                                 "ernie4_5_vl_moe (text, vision)",
+                                 path, expert_set, c->row->name);
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "%s: unknown expert set '%s' (moe_checkpoint_options.expert_set, --experts) of family %s: "
+                             "its sets are %s",
+                             path, expert_set, c->row->name, sets);
+    }
     moe_cfg_assumed assumed;
     memset(&assumed, 0, sizeof assumed);
     const bool forced = family && named != c->row;

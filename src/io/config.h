@@ -18,6 +18,8 @@ typedef struct moe_ck_config {
     const char *prefix;         /* "", "text_config." or the row's config_path (static): where the
                                    decoder fields were read */
     const moe_fam_row *row;     /* the family */
+    const moe_fam_expert_set *set; /* the expert set read (a row with sets: the one asked for, else
+                                   its first), or NULL */
     int64_t num_layers;         /* num_hidden_layers */
     /* Every MoE layer's description as config.json gives it: family, H, I, E, K, I_s and
      * gating, routing, activation (the raw n_group and topk_group: 0 or 1 mean no groups).
@@ -51,12 +53,14 @@ typedef struct moe_ck_config {
  * family from `architectures` (or `model_type`), or the row named `family` when not NULL
  * (moe_checkpoint_options.family: a WARNING names both and the defaults assumed when config.json
  * names another family or none libmoe knows), the decoder fields where the row says
- * (text_config for multimodal wrappers), the routing and the quantization_config. Errors
+ * (text_config for multimodal wrappers), the routing and the quantization_config. `expert_set`
+ * (moe_checkpoint_options.expert_set, or NULL: the row's first) picks the expert set of a row
+ * with several (c->set; MOE_EINVAL naming the row's sets, or saying it has none). Errors
  * (the message names the file and the field): MOE_ENOTFOUND, MOE_EFORMAT, MOE_EUNSUPPORTED
  * (as moe_checkpoint_open says), MOE_EINVAL (no row named `family`), MOE_ENOMEM. Free with
  * moe_ck_config_free, also on error. */
 moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *root, const char *family,
-                               moe_ck_config *c);
+                               const char *expert_set, moe_ck_config *c);
 void moe_ck_config_free(moe_ck_config *c);
 
 /* 1 if `layer` in [0, num_layers) holds an MoE block (moe_checkpoint_is_moe_layer), else 0. */

@@ -1218,6 +1218,41 @@ static const moe_fam_row fam_rows[] = {
                 .n_list_default = 1, .pattern_field = "hybrid_override_pattern", .n_layers_default = 4},
      .prefixes = {"backbone.layers.%L.mixer." /* as saved */, "model.layers.%L.mixer."},
      .per_expert = {{NULL, "up_proj", "down_proj"}}},
+
+    /* Ernie4_5_VLMoeMoeBlock (transformers 5.24 ernie4_5_vl_moe/modeling_ernie4_5_vl_moe.py, under
+     * Ernie4_5_VLMoeForConditionalGeneration: text_config): text tokens (moe_mm_token_type_ids 0
+     * or absent) go to text_moe, image / video tokens to vision_moe, two Ernie4_5_VLMoeSparseMoeBlock
+     * with their own Ernie4_5_VLMoeMoeTopKRouter (ERNIE-4.5-MoE's: f32 softmax, top-k on the
+     * scores + moe_statics.e_score_correction_bias, weights the unbiased scores / clamp(sum,
+     * moe_norm_min)) and experts; the shared experts (moe_intermediate_size[0] *
+     * moe_num_shared_experts, ungated) are added for every token. libmoe's layer is one
+     * modality's block (expert_set; the modality split is the caller's). save_pretrained writes
+     * the released layout (conversion_mapping.py's ernie4_5_vl_moe entries reversed): mlp.gate.
+     * weight [H, E] (text) and mlp.gate.weight_1 [H, E] (vision), transposed;
+     * moe_statics.e_score_correction_bias [2, E] (row 0 text, row 1 vision); experts.<e>.
+     * {gate,up,down}_proj, text 0..E-1 with I = moe_intermediate_size[0], vision E..2E-1 with
+     * moe_intermediate_size[1] (ErnieFuseAndSplitTextVisionExperts). MoE layers:
+     * mlp_layer_types[L] == "sparse" (absent: every layer but the first); use_bias would bias the
+     * MLPs; quantized checkpoints are refused (no released quantized layout read) */
+    {.family = MOE_FAMILY_ERNIE4_5_VL_MOE, .name = "ernie4_5_vl_moe",
+     .names = {{"Ernie4_5_VLMoeForConditionalGeneration", "ernie4_5_vl_moe"}}, .text_config = true,
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "moe_num_experts", .experts_alias = "num_experts", .experts_min = 0,
+     .top_k_field = "moe_k",
+     .shared = {MOE_FAM_SHARED_COUNT, "moe_num_shared_experts", 2, false, "shared_experts"},
+     .scoring = MOE_SCORING_SOFTMAX, .renormalize = {MOE_FAM_RENORM_ALWAYS},
+     .router = {"gate.weight"}, .selection_bias = "moe_statics.e_score_correction_bias",
+     .renorm_min_field = "moe_norm_min", .renorm_min = 1e-12, .refuse_true = {"use_bias", "the MLPs get biases"},
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, .first_default = 1, .list_field = "mlp_layer_types"},
+     .prefixes = {"model.layers.%L.mlp." /* as saved */},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}},
+     .sets = {{.name = "text", .router = "gate.weight", .router_transposed = true, .selection_bias_row = 0,
+               .intermediate_index = 0, .shared_intermediate_index = 0, .expert_offset = 0},
+              {.name = "vision", .router = "gate.weight_1", .router_transposed = true, .selection_bias_row = 1,
+               .intermediate_index = 1, .shared_intermediate_index = 0, .expert_offset = 1}},
+     .intermediate_list = {1536, 512},
+     .float_only = "ERNIE-4.5-VL's modality-split experts are read from f32 / bf16 / f16 checkpoints only (the "
+                   "quantized readers number experts 0..E-1; the vision experts are saved at E..2E-1)"},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 
@@ -1227,6 +1262,28 @@ const moe_fam_row *moe_fam_row_of(moe_family family)
         if (fam_rows[i].family == family)
             return &fam_rows[i];
     return NULL;
+}
+
+const moe_fam_expert_set *moe_fam_expert_set_of(const moe_fam_row *row, const char *name)
+{
+    for (int i = 0; row && i < MOE_FAM_MAX_SETS && row->sets[i].name; i++)
+        if (!name || strcmp(name, row->sets[i].name) == 0)
+            return &row->sets[i];
+    return NULL;
+}
+
+const char *moe_fam_expert_set_names(const moe_fam_row *row, char *out, size_t n)
+{
+    size_t used = 0;
+    if (n)
+        out[0] = '\0';
+    for (int i = 0; row && i < MOE_FAM_MAX_SETS && row->sets[i].name && used < n; i++) {
+        int len = snprintf(out + used, n - used, "%s%s", i ? ", " : "", row->sets[i].name);
+        if (len < 0)
+            break;
+        used += (size_t)len;
+    }
+    return out;
 }
 
 const moe_fam_row *moe_fam_by_arch(const char *arch)

@@ -159,6 +159,35 @@ typedef struct moe_fam_refuse {
 } moe_fam_refuse;
 #define MOE_FAM_MAX_ALIASES 4  /* config field aliases per family */
 
+#define MOE_FAM_MAX_SETS 2     /* expert sets of a modality-isolated block */
+
+/* One set of routed experts of a block that holds several, each with its own router, selection
+ * bias and experts, chosen per token by modality (ERNIE-4.5-VL's Ernie4_5_VLMoeMoeBlock: text_moe
+ * for text tokens, vision_moe for image / video tokens, the shared experts for both). libmoe's
+ * layer is one set: moe_checkpoint_options.expert_set names which (NULL: the row's first). The
+ * set's fields replace the row's router, the selection bias's row, I and the expert numbering;
+ * every other field is the row's. */
+typedef struct moe_fam_expert_set {
+    const char *name;                      /* "text", "vision": what expert_set names */
+    const char *router;                    /* P<router>, instead of the row's router[] */
+    bool router_transposed;                /* saved [H, E] (input-major; ERNIE-4.5-VL's released
+                                              mlp.gate.weight, which transformers' conversion
+                                              mapping transposes on load and back on save): read
+                                              once into an [E, H] copy at load */
+    int64_t selection_bias_row;            /* the selection bias is saved [n, E], one row per set
+                                              (moe_statics.e_score_correction_bias [2, E]); this
+                                              set's row */
+    int64_t intermediate_index;            /* intermediate_field is a list, one I per set
+                                              (moe_intermediate_size [text, vision]); I is this
+                                              entry (absent field: the row's intermediate_list) */
+    int64_t shared_intermediate_index;     /* MOE_FAM_SHARED_COUNT: I_s = count * this entry of the
+                                              list (the shared experts are the text I's:
+                                              moe_intermediate_size[0] * moe_num_shared_experts) */
+    int64_t expert_offset;                 /* the set's expert e is saved as experts.<e +
+                                              expert_offset * E> (per-expert layout; the vision
+                                              experts follow the text ones: E..2E-1) */
+} moe_fam_expert_set;
+
 /* One family. A NULL name means "none": the field is not read, the tensor not looked up, the
  * layout not used. Fields are named as config.json names them; tensor names are relative to
  * the block prefix P. */
@@ -352,6 +381,14 @@ struct moe_fam_row {
         int64_t n_layers_default;          /* BLOCK_TYPES: the layers of the class's default list */
     } layers;
 
+    /* ---- a modality-isolated block: several expert sets, one read (moe_fam_expert_set) ---- */
+    moe_fam_expert_set sets[MOE_FAM_MAX_SETS]; /* name NULL: none (the row's router and I) */
+    int64_t intermediate_list[MOE_FAM_MAX_SETS]; /* the config class's intermediate_field list
+                                              when absent or null (Ernie4_5_VLMoeTextConfig:
+                                              [1536, 512]) */
+    const char *float_only;                /* set: quantized checkpoints (any quantization_config)
+                                              are refused with this reason */
+
     /* ---- tensors of layer L ---- */
     const char *prefixes[MOE_FAM_MAX_PREFIXES]; /* P candidates, "%L" = the layer; the first
                                                    that holds a router is the block */
@@ -390,6 +427,12 @@ struct moe_fam_row {
         const char *down_scales;           /* U8 [E, H, I/32] */
     } mxfp4;
 };
+
+/* The row's expert set named `name` (NULL: its first), or NULL when it has none of that name
+ * (a row without sets has none). */
+const moe_fam_expert_set *moe_fam_expert_set_of(const moe_fam_row *row, const char *name);
+/* "text, vision": the names of the row's expert sets into out [n] ("" when it has none). */
+const char *moe_fam_expert_set_names(const moe_fam_row *row, char *out, size_t n);
 
 /* The row of `family`, or NULL (MOE_FAMILY_CUSTOM, an unknown value). */
 const moe_fam_row *moe_fam_row_of(moe_family family);

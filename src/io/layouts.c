@@ -322,9 +322,11 @@ static moe_status per_expert_experts(const moe_ck_index *ix, const moe_ck_config
     char name[MOE_CK_NAME_LEN];
     moe_status st;
     const int j0 = proj[0] ? 0 : 1; /* no gate tensor: non-gated experts (lt->gate stays NULL) */
+    const int64_t off = c->set ? c->set->expert_offset * E : 0; /* an expert set's numbering (ERNIE-4.5-VL's
+                                                                  vision experts: E..2E-1) */
     for (int64_t e = lt->e_lo; c->fp8 && e < lt->e_hi; e++)
         for (int j = j0; j < 3; j++) {
-            snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e, proj[j]);
+            snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e + off, proj[j]);
             if ((st = moe_ck_get_fp8_weight(ix, c->fp8_bn, c->fp8_bk, name, label[j], shape[j], &w[j][e], &s[j][e])) !=
                 MOE_OK)
                 return st;
@@ -342,7 +344,7 @@ static moe_status per_expert_experts(const moe_ck_index *ix, const moe_ck_config
     for (int64_t e = lt->e_lo; !c->fp8 && !lt->ckq && e < lt->e_hi; e++)
         for (int j = j0; j < 3; j++) {
             moe_tensor_info t;
-            snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e, proj[j]);
+            snprintf(name, sizeof name, "%sexperts.%" PRId64 ".%s.weight", prefix, e + off, proj[j]);
             if ((st = moe_ck_get_weight(ix, lt, name, label[j], 2, shape[j], &t)) != MOE_OK)
                 return st;
             w[j][e] = t.data;

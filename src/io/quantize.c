@@ -360,6 +360,13 @@ j.mxfp4 = j.q.w13.dtype == MOE_QTYPE_MXFP4;
                            moe_fam_names_with(MOE_FAM_QUANTIZE_INPUT_MAJOR, ", ", false, fams, sizeof fams));
         goto out;
     }
+    if (j.row && j.row->float_only) {
+        /* ERNIE-4.5-VL: libmoe reads no quantized checkpoint of the family, so writes none */
+        st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: family %s: moe quantize does not write it, as libmoe does not "
+                           "read it quantized (%s); run the f32 / bf16 checkpoint with a quantized plan "
+                           "(moe_layer_desc.quant) instead", in_dir, j.row->name, j.row->float_only);
+        goto out;
+    }
     if (j.row && j.row->activation.rule == MOE_FAM_ACT_NONGATED) {
         /* src/io reads quantized checkpoints with a gate projection per expert only */
         st = moe_set_error(ctx, MOE_EUNSUPPORTED, "%s: %s's experts are non-gated (up_proj, down_proj; no gate_proj): "

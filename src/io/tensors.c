@@ -11,7 +11,7 @@
 void moe_ck_layer_free(moe_ck_layer *lt)
 {
     void *owned[] = {lt->gate,      lt->up,      lt->down,      lt->gate_scale, lt->up_scale, lt->down_scale,
-                     lt->gate_bias, lt->up_bias, lt->down_bias, lt->gu_split,   lt->sh_deq};
+                     lt->gate_bias, lt->up_bias, lt->down_bias, lt->gu_split,   lt->sh_deq, lt->router_t};
     for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
         free(owned[i]);
     moe_ckq_layer_free(lt->ckq);

@@ -15,7 +15,9 @@
 
 /* Everything one MoE layer needs, resolved and checked against config.json. */
 typedef struct moe_ck_layer {
-    moe_tensor_info router;     /* [E, H] */
+    moe_tensor_info router;     /* [E, H] (a transposed router, when loading: router_t's) */
+    void *router_t;             /* the router saved [H, E] (ERNIE-4.5-VL), when loading: its [E, H]
+                                   copy, owned; NULL otherwise */
     bool have_weight_dtype;
     moe_dtype weight_dtype;     /* of every expert and shared-expert tensor */
     char weight_dtype_from[MOE_CK_NAME_LEN]; /* the tensor that set weight_dtype */

@@ -205,6 +205,7 @@ _FAMILIES = {
     "Mistral4ForCausalLM": "mistral4", "mistral4": "mistral4",
     "AriaForConditionalGeneration": "aria", "aria": "aria", "AriaTextForCausalLM": "aria", "aria_text": "aria",
     "Ernie4_5_MoeForCausalLM": "ernie4_5_moe", "ernie4_5_moe": "ernie4_5_moe",
+    "Ernie4_5_VLMoeForConditionalGeneration": "ernie4_5_vl_moe", "ernie4_5_vl_moe": "ernie4_5_vl_moe",
     "GlmMoeDsaForCausalLM": "glm_moe_dsa", "glm_moe_dsa": "glm_moe_dsa",
     "SolarOpenForCausalLM": "solar_open", "solar_open": "solar_open",
     "Glm4vMoeForConditionalGeneration": "glm4v_moe", "glm4v_moe": "glm4v_moe",
@@ -738,9 +739,62 @@ def layer_params_nongated(ck, layer):
     return p
 
 
+def layer_params_ernie_vl(ck, layer):
+    """layer_params for ernie4_5_vl_moe, from transformers 5.24 ernie4_5_vl_moe/
+    modeling_ernie4_5_vl_moe.py: Ernie4_5_VLMoeMoeBlock sends text tokens to text_moe and image /
+    video tokens to vision_moe, each an Ernie4_5_VLMoeSparseMoeBlock whose
+    Ernie4_5_VLMoeMoeTopKRouter takes the f32 softmax of the logits, the top-k of the scores +
+    its moe_statics.e_score_correction_bias, and weights the unbiased scores / clamp(sum,
+    moe_norm_min); plus shared_experts, an Ernie4_5_VLMoeMLP of moe_intermediate_size[0] *
+    moe_num_shared_experts, for every token. The fields are in text_config; decoder layer L is
+    MoE when mlp_layer_types[L] == "sparse" (absent: every layer but the first). The saved
+    (released) names, conversion_mapping.py's ernie4_5_vl_moe entries reversed: mlp.gate.weight
+    (text) and mlp.gate.weight_1 (vision), each [H, E]; moe_statics.e_score_correction_bias
+    [2, E], its rows the text's and the vision's; experts.<e>.{gate,up,down}_proj, the text
+    experts first (0..E-1), then the vision ones. ck.expert_set picks the modality ("text" or
+    None, "vision"): one block of the two, run on every token."""
+    cfg = ck.config.get("text_config") if isinstance(ck.config.get("text_config"), dict) else ck.config
+    nl = int(cfg["num_hidden_layers"])
+    if not 0 <= layer < nl:
+        raise IndexError(f"layer {layer} outside [0, {nl})")
+    types = cfg.get("mlp_layer_types") or ["dense"] + ["sparse"] * (nl - 1)
+    if types[layer] != "sparse":
+        raise ValueError(f"layer {layer} is a dense layer")
+    if cfg.get("use_bias"):
+        raise ValueError("ERNIE-4.5-VL with use_bias is not modelled here")
+    vision = getattr(ck, "expert_set", None) == "vision"
+    sizes = cfg.get("moe_intermediate_size") or [1536, 512]
+    H, K = int(cfg["hidden_size"]), int(cfg.get("moe_k", cfg.get("num_experts_per_tok", 6)))
+    E = int(cfg.get("moe_num_experts") or cfg.get("num_experts") or 64)
+    I = int(sizes[1 if vision else 0])
+    if float(_get(cfg, "moe_norm_min", 1e-12)) > 1.0 / E:
+        raise ValueError("moe_norm_min > 1/E: the clamp may bind; not modelled here")
+    act = {"silu": "swiglu", "swish": "swiglu"}[_get(cfg, "hidden_act", "silu")]
+    moe = f"model.layers.{layer}.mlp."
+    p = {"family": ck.family, "H": H, "K": K, "E": E, "I": I, "scoring": "softmax", "renormalize": True,
+         "scale": 1.0, "n_group": 1, "topk_group": 1, "group_score": "max", "router_bias": None, "act": act,
+         "on_input": False, "shared_gated": False, "biases": None}
+    p["router"] = ck.get(moe + ("gate.weight_1" if vision else "gate.weight")).T  # saved [H, E]
+    p["sel_bias"] = ck.get(moe + "moe_statics.e_score_correction_bias")[1 if vision else 0]
+    base = E if vision else 0
+    for k, proj in (("w_gate", "gate_proj"), ("w_up", "up_proj"), ("w_down", "down_proj")):
+        p[k] = np.stack([ck.get(f"{moe}experts.{base + e}.{proj}.weight") for e in range(E)])
+    p["Is"] = int(_get(cfg, "moe_num_shared_experts", 2) or 0) * int(sizes[0])
+    if p["Is"]:
+        s = moe + "shared_experts."
+        p["s_gate"], p["s_up"], p["s_down"] = (ck.get(s + "gate_proj.weight"), ck.get(s + "up_proj.weight"),
+                                               ck.get(s + "down_proj.weight"))
+    for k, shape in (("router", (E, H)), ("w_gate", (E, I, H)), ("w_up", (E, I, H)), ("w_down", (E, H, I))):
+        if tuple(p[k].shape) != shape:
+            raise ValueError(f"layer {layer}: {k} has shape {p[k].shape}, expected {shape}")
+    return p
+
+
 def layer_params_new(ck, layer):
     """layer_params for the families after Mixtral / Qwen2/3-MoE."""
     fam = ck.family
+    if fam == "ernie4_5_vl_moe":
+        return layer_params_ernie_vl(ck, layer)
     if fam == "longcat_flash":
         return layer_params_longcat(ck, layer)
     if fam in _ACTS:
@@ -1209,6 +1263,7 @@ def routing_margin(probs, K):
     return (s[:, : n - 1] - s[:, 1:n]).min(axis=-1)
 
 
-def run_checkpoint(ckpt_dir, layer, hidden_states):
+def run_checkpoint(ckpt_dir, layer, hidden_states, expert_set=None):
     ck = Checkpoint(ckpt_dir)
+    ck.expert_set = expert_set  # ERNIE-4.5-VL's modality (layer_params_ernie_vl)
     return moe_forward(layer_params(ck, layer), hidden_states)

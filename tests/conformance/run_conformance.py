@@ -124,10 +124,10 @@ def draw_input(case, params, rng):
     return x
 
 
-def run_cli(ckpt, layer, inp, out, threads, expect_ok=True):
+def run_cli(ckpt, layer, inp, out, threads, expect_ok=True, experts=None):
     moe_bin = os.environ["LIBMOE_BIN"]
     cmd = [moe_bin, "run", "--checkpoint", ckpt, "--layer", str(layer), "--input", inp,
-           "--output", out, "--threads", str(threads)]
+           "--output", out, "--threads", str(threads)] + (["--experts", experts] if experts else [])
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if expect_ok and p.returncode != 0:
         raise CaseFailure(f"`{' '.join(cmd)}` exited {p.returncode}: {p.stderr.strip()}")
@@ -242,7 +242,7 @@ def run_fixture_ref(name):
     d = os.path.join(FIXTURES, name)
     meta = json.load(open(os.path.join(d, "meta.json")))
     x = ref64.read_safetensors(os.path.join(d, "input.safetensors"))["hidden_states"][1]
-    ref = ref64.run_checkpoint(d, meta["layer"], x)
+    ref = ref64.run_checkpoint(d, meta["layer"], x, meta.get("expert_set"))
     hf = {k: v[1] for k, v in ref64.read_safetensors(os.path.join(d, "expected.safetensors")).items()}
     lerr = np.abs(ref["router_logits"] - hf["router_logits"]).max()
     lmx = np.abs(ref["router_logits"]).max()
@@ -259,9 +259,9 @@ def run_fixture_cli(name, tmp):
     meta = json.load(open(os.path.join(d, "meta.json")))
     inp = os.path.join(d, "input.safetensors")
     x = ref64.read_safetensors(inp)["hidden_states"][1]
-    ref = ref64.run_checkpoint(d, meta["layer"], x)
+    ref = ref64.run_checkpoint(d, meta["layer"], x, meta.get("expert_set"))
     out = os.path.join(tmp, "out.safetensors")
-    run_cli(d, meta["layer"], inp, out, 2)
+    run_cli(d, meta["layer"], inp, out, 2, experts=meta.get("expert_set"))
     return compare(read_out(out, meta["T"], meta["H"], meta["K"]), ref, "moe run")
 
 

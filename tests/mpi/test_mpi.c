@@ -543,6 +543,7 @@ typedef struct fixture {
     char dir[1400];
     int64_t layer, T;
     moe_dtype xdt;
+    char expert_set[32];        /* meta.json expert_set (ERNIE-4.5-VL's text / vision), or "" */
 } fixture;
 
 static int list_fixtures(fixture *fx, int max)
@@ -568,6 +569,8 @@ static int list_fixtures(fixture *fx, int max)
         fx[n].T = (int64_t)json_integer_value(json_object_get(m, "T"));
         const char *idt = json_string_value(json_object_get(m, "input_dtype"));
         fx[n].xdt = idt && !strcmp(idt, "BF16") ? MOE_DTYPE_BF16 : MOE_DTYPE_F32;
+        const char *set = json_string_value(json_object_get(m, "expert_set"));
+        snprintf(fx[n].expert_set, sizeof fx[n].expert_set, "%s", set ? set : "");
         json_decref(m);
         n++;
     }
@@ -603,7 +606,10 @@ static void fixture_case(const fixture *f, const pcfg *c, double tol, int64_t ch
 {
     moe_ctx *ctx = make_ctx(chunk, c->tp > 1 ? 0 : -1, NULL);
     moe_checkpoint *ck = NULL;
-    OKC(ctx, moe_checkpoint_open(ctx, f->dir, &ck));
+    moe_checkpoint_options fo; /* the fixture's expert set (ERNIE-4.5-VL's vision fixture) */
+    moe_checkpoint_options_init(&fo);
+    fo.expert_set = f->expert_set[0] ? f->expert_set : NULL;
+    OKC(ctx, moe_checkpoint_open_opts(ctx, f->dir, &fo, &ck));
     moe_layer_desc d;
     OKC(ctx, moe_checkpoint_layer_desc(ck, f->layer, &d));
     void *x = fixture_input(ctx, f, d.hidden_size);
@@ -626,6 +632,7 @@ static void fixture_case(const fixture *f, const pcfg *c, double tol, int64_t ch
         moe_checkpoint_options o;
         moe_checkpoint_options_init(&o);
         o.strict = 1;
+        o.expert_set = fo.expert_set;
         moe_checkpoint *ck2 = NULL;
         moe_weights *w2 = NULL;
         OKC(ctx, moe_checkpoint_open_opts(ctx, f->dir, &o, &ck2));

@@ -1122,6 +1122,102 @@ static void test_deepseek_v4_config(void **state)
     moe_ctx_free(ctx);
 }
 
+/* ernie4_5_vl_moe_f32 with its config.json edited by `edit` (the root object; NULL: as
+ * generated), read with expert set `set` (NULL: the default): the status of layer `layer`'s
+ * description into *d, the set read into *read_set; a description that succeeds is loaded too. */
+static moe_status ernie_vl_desc(const char *fixture, void (*edit)(json_t *root), const char *set, int64_t layer,
+                                moe_layer_desc *d, const char **read_set, moe_ctx *ctx)
+{
+    char dir[1024];
+    copy_fixture(fixture, dir, sizeof dir);
+    if (edit) {
+        json_t *root = load_json_file(dir, "config.json");
+        edit(root);
+        save_json_file(root, dir, "config.json");
+    }
+    moe_checkpoint_options opt;
+    moe_checkpoint_options_init(&opt);
+    opt.strict = 1; /* the set not read is not an unread tensor */
+    opt.expert_set = set;
+    moe_checkpoint *ck = NULL;
+    moe_status st = moe_checkpoint_open_opts(ctx, dir, &opt, &ck);
+    if (st == MOE_OK) {
+        *read_set = moe_checkpoint_expert_set(ck);
+        st = moe_checkpoint_layer_desc(ck, layer, d);
+    }
+    if (st == MOE_OK) {
+        moe_plan *plan = NULL;
+        moe_weights *w = NULL;
+        assert_int_equal(moe_plan_create(ctx, d, &plan), MOE_OK);
+        st = moe_checkpoint_load_weights(ck, layer, plan, &w);
+        moe_weights_free(w);
+        moe_plan_free(plan);
+    }
+    moe_checkpoint_free(ck);
+    return st;
+}
+
+static void vl_i_number(json_t *root)
+{
+    json_object_set_new(json_object_get(root, "text_config"), "moe_intermediate_size", json_integer(8));
+}
+static void vl_i_absent(json_t *root)
+{
+    json_object_del(json_object_get(root, "text_config"), "moe_intermediate_size");
+}
+static void vl_types_absent(json_t *root)
+{
+    json_object_del(json_object_get(root, "text_config"), "mlp_layer_types");
+}
+static void vl_quantized(json_t *root)
+{
+    json_object_set_new(root, "quantization_config", json_pack("{s:s, s:[i, i]}", "quant_method", "fp8",
+                                                               "weight_block_size", 128, 128));
+}
+static void vl_shared_two(json_t *root)
+{
+    json_object_set_new(json_object_get(root, "text_config"), "moe_num_shared_experts", json_integer(2));
+}
+
+/* ERNIE-4.5-VL's expert sets: text by default (I = moe_intermediate_size[0]), vision on request
+ * (I = [1]), the shared experts [0] * moe_num_shared_experts in both; an unknown set, a set asked
+ * of a family with one, a number or a short list for moe_intermediate_size and a quantized
+ * checkpoint are refused by name; absent moe_intermediate_size is the class's [1536, 512] (which
+ * the tensors then contradict), absent mlp_layer_types every layer but the first. */
+static void test_ernie_vl_sets(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    moe_layer_desc d;
+    const char *set = NULL;
+    assert_int_equal(ernie_vl_desc("ernie4_5_vl_moe_f32", NULL, NULL, 1, &d, &set, ctx), MOE_OK);
+    assert_string_equal(set, "text");
+    assert_true(d.family == MOE_FAMILY_ERNIE4_5_VL_MOE && d.moe_intermediate_size == 8 && d.num_experts == 6 &&
+                d.top_k == 2 && d.shared_expert_intermediate_size == 8 && d.has_selection_bias && d.renormalize &&
+                d.scoring_func == MOE_SCORING_SOFTMAX && !d.shared_expert_gated);
+    assert_int_equal(ernie_vl_desc("ernie4_5_vl_moe_f32", NULL, "vision", 1, &d, &set, ctx), MOE_OK);
+    assert_string_equal(set, "vision");
+    assert_true(d.moe_intermediate_size == 6 && d.shared_expert_intermediate_size == 8);
+    expect_error(ctx, ernie_vl_desc("ernie4_5_vl_moe_f32", NULL, "audio", 1, &d, &set, ctx), MOE_EINVAL,
+                 "unknown expert set 'audio'", "ernie4_5_vl_moe", "text, vision");
+    expect_error(ctx, ernie_vl_desc("ernie4_5_moe_f32", NULL, "vision", 2, &d, &set, ctx), MOE_EINVAL,
+                 "expert set 'vision'", "family ernie4_5_moe's MoE block has one set of experts");
+    expect_error(ctx, ernie_vl_desc("ernie4_5_vl_moe_f32", vl_i_number, NULL, 1, &d, &set, ctx), MOE_EFORMAT,
+                 "'text_config.moe_intermediate_size' must be a list", "(text, vision)", "found an integer");
+    expect_error(ctx, ernie_vl_desc("ernie4_5_vl_moe_f32", vl_i_absent, "vision", 1, &d, &set, ctx), MOE_ESHAPE,
+                 "experts.6.gate_proj.weight", "512");
+    expect_error(ctx, ernie_vl_desc("ernie4_5_vl_moe_f32", vl_quantized, NULL, 1, &d, &set, ctx),
+                 MOE_EUNSUPPORTED, "'quantization_config' (quant_method fp8)", "f32 / bf16 / f16 checkpoints only");
+    /* the shared experts' size follows moe_num_shared_experts * moe_intermediate_size[0]: 2 * 8
+     * disagrees with the saved [8, H] */
+    expect_error(ctx, ernie_vl_desc("ernie4_5_vl_moe_f32", vl_shared_two, "vision", 1, &d, &set, ctx), MOE_ESHAPE,
+                 "shared_experts", "16");
+    assert_int_equal(ernie_vl_desc("ernie4_5_vl_moe_f32", vl_types_absent, NULL, 1, &d, &set, ctx), MOE_OK);
+    expect_error(ctx, ernie_vl_desc("ernie4_5_vl_moe_f32", vl_types_absent, NULL, 0, &d, &set, ctx), MOE_EDENSE,
+                 "layer 0 is a dense MLP layer");
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1141,6 +1237,7 @@ int main(void)
         cmocka_unit_test(test_other_dtypes_outside_block),
         cmocka_unit_test(test_step3p7_layers),
         cmocka_unit_test(test_deepseek_v4_config),
+        cmocka_unit_test(test_ernie_vl_sets),
     };
     return cmocka_run_group_tests(tests, tu_group_tmp_setup, tu_group_tmp_teardown);
 }

@@ -243,6 +243,9 @@ static const struct {
     /* NemotronHConfig: n_group 1 (no groups), routed_scaling_factor 1.0, mlp_hidden_act relu2 */
     {MOE_FAMILY_NEMOTRON_H, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
      MOE_ACT_RELU2},
+    /* Ernie4_5_VLMoeTextConfig: each modality's router is ERNIE-4.5-MoE's */
+    {MOE_FAMILY_ERNIE4_5_VL_MOE, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
 };
 
 /* the renormalization's epsilon of a family's router (moe_layer_desc.renormalize_eps) */
@@ -607,7 +610,11 @@ static void test_fixtures_match_defaults(void **state)
         assert_non_null(wts);
 
         moe_checkpoint *ck = NULL;
-        if (moe_checkpoint_open(ctx, d, &ck) != MOE_OK)
+        moe_checkpoint_options opt; /* the fixture's expert set (ERNIE-4.5-VL's text / vision) */
+        moe_checkpoint_options_init(&opt);
+        const json_t *set = json_object_get(meta, "expert_set");
+        opt.expert_set = json_is_string(set) ? json_string_value(set) : NULL;
+        if (moe_checkpoint_open_opts(ctx, d, &opt, &ck) != MOE_OK)
             fail_msg("%s: %s", de->d_name, moe_ctx_last_error(ctx));
         printf("  %s (%s): preset-style description on the checkpoint's weights\n", de->d_name,
                moe_family_name(desc.family));

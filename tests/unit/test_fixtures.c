@@ -117,6 +117,7 @@ static const char *const k_required[] = {
     "deepseek_v4_f32", "step3p7_f32",
     "mistral_large4_f32", "deepseek_ocr2_f32", "unlimited_ocr_f32",
     "nemotron_h_f32",
+    "ernie4_5_vl_moe_f32", "ernie4_5_vl_moe_vision_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
@@ -186,6 +187,21 @@ static const char *meta_str_or(const json_t *m, const char *key, const char *dfl
 }
 
 /* meta.json's activation names (gen_fixtures.py routing_meta) as moe_activation values */
+/* moe_checkpoint_open with the fixture's expert set (meta.json expert_set: ERNIE-4.5-VL's "text"
+ * or "vision"; absent: the family's only one), checked to be the set the checkpoint reads. */
+static moe_status open_fixture(moe_ctx *ctx, const fixture *fx, const json_t *meta, moe_checkpoint **ck)
+{
+    moe_checkpoint_options opt;
+    moe_checkpoint_options_init(&opt);
+    opt.expert_set = meta_str_or(meta, "expert_set", NULL);
+    moe_status st = moe_checkpoint_open_opts(ctx, fx->dir, &opt, ck);
+    if (st == MOE_OK && opt.expert_set)
+        assert_string_equal(moe_checkpoint_expert_set(*ck), opt.expert_set);
+    if (st == MOE_OK && !opt.expert_set)
+        assert_null(moe_checkpoint_expert_set(*ck));
+    return st;
+}
+
 static moe_activation act_of(const char *act)
 {
     return !strcmp(act, "swiglu_oai")       ? MOE_ACT_SWIGLU_OAI
@@ -269,7 +285,7 @@ static void run_fixture(const fixture *fx, const json_t *meta, int threads, cons
     assert_int_equal(moe_ctx_num_threads(ctx), threads);
 
     moe_checkpoint *ck = NULL;
-    CHECK_OK(ctx, moe_checkpoint_open(ctx, fx->dir, &ck), "moe_checkpoint_open");
+    CHECK_OK(ctx, open_fixture(ctx, fx, meta, &ck), "moe_checkpoint_open");
     assert_int_equal(moe_checkpoint_family(ck), family_of(meta_str(meta, "family")));
     assert_int_equal(moe_checkpoint_num_layers(ck), meta_int(meta, "num_layers"));
 
@@ -401,7 +417,7 @@ static void check_layers(const fixture *fx, const json_t *meta)
 {
     moe_ctx *ctx = make_ctx(1, NULL);
     moe_checkpoint *ck = NULL;
-    CHECK_OK(ctx, moe_checkpoint_open(ctx, fx->dir, &ck), "moe_checkpoint_open");
+    CHECK_OK(ctx, open_fixture(ctx, fx, meta, &ck), "moe_checkpoint_open");
     size_t i;
     json_t *v;
     json_array_foreach(json_object_get(meta, "dense_layers"), i, v) {

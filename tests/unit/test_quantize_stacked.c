@@ -730,9 +730,32 @@ static void test_nongated_refused(void **state)
     tu_rm_tree(root);
 }
 
+/* tests/fixtures/ernie4_5_vl_moe_f32: libmoe reads no quantized ERNIE-4.5-VL checkpoint (the
+ * vision experts are saved at E..2E-1, which the quantized readers do not number), so moe
+ * quantize writes none: refused by name, nothing written. */
+static void test_ernie_vl_refused(void **state)
+{
+    (void)state;
+    char fx[700], root[512], out[700];
+    tu_data_path(fx, sizeof fx, "ernie4_5_vl_moe_f32");
+    tu_tmpdir(root, sizeof root, "quantize_ernie_vl");
+    tu_join(out, sizeof out, root, "q");
+    moe_ctx *ctx = tu_ctx();
+    static const char *const schemes[] = {"int8-channel", "fp8-block", "int4-g128"};
+    for (int i = 0; i < 3; i++) {
+        expect_error(ctx, quantize_checked(ctx, fx, out, schemes[i]), MOE_EUNSUPPORTED, "ernie4_5_vl_moe",
+                     "E..2E-1", "moe_layer_desc.quant");
+        struct stat st;
+        assert_true(stat(out, &st) != 0);
+    }
+    moe_ctx_free(ctx);
+    tu_rm_tree(root);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ernie_vl_refused),
         cmocka_unit_test(test_gpt_oss_mxfp4),
         cmocka_unit_test(test_gpt_oss_transformers),
         cmocka_unit_test(test_llama4),

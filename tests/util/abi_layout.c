@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "moe.h"
+#include "moe_checkpoint.h"
 #include "moe_quant.h"
 
 #define FIELD(s, f, first) printf("%s[\"%s\", %zu]", (first) ? "" : ", ", #f, offsetof(s, f))
@@ -146,6 +147,11 @@ int main(void)
     FIELD(moe_exec_args, in_topk_weights, 0);
     FIELD(moe_exec_args, output_dtype, 0);
     FIELD(moe_exec_args, expert_load, 0);
+    printf("]}");
+    printf(", \"moe_checkpoint_options\": {\"size\": %zu, \"fields\": [", sizeof(moe_checkpoint_options));
+    FIELD(moe_checkpoint_options, strict, 1);
+    FIELD(moe_checkpoint_options, family, 0);
+    FIELD(moe_checkpoint_options, expert_set, 0);
     printf("]}");
     printf("}\n");
     return 0;
