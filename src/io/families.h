@@ -251,7 +251,8 @@ struct moe_fam_row {
     moe_scoring scoring;
     struct {
         moe_fam_renorm rule;
-        const char *field;                 /* FIELD: "norm_topk_prob"; NEVER: a field the
+        const char *field;                 /* FIELD: "norm_topk_prob"; PNORM: the p field
+                                              ("moe_normalize_expert_weights"); NEVER: a field the
                                               routing hook reads only to warn that it is ignored */
         bool dflt;                         /* FIELD: the config class's default */
         bool has_eps;                      /* the router divides by (sum + eps), not libmoe's
