@@ -5,7 +5,8 @@
  * Multimodal wrappers (Llama4ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration)
  * keep the decoder's fields in "text_config"; those are read from there, and messages name
  * them "text_config.<field>". A row's config_path reaches deeper wrappers the same way
- * (Qwen3-Omni: "thinker_config.text_config.<field>"). */
+ * (Qwen3-Omni: "thinker_config.text_config.<field>"). A row's moe_object keeps the MoE block's
+ * own fields in a sub-object of the decoder's (DBRX: "ffn_config.<field>"). */
 #include "io/config.h"
 #include "io/safetensors.h"
 
@@ -306,7 +307,9 @@ static moe_status config_pnorm(moe_ck_config *c, const moe_cfg_fields *fm)
 /* The sizes, routing and MoE-layer fields of the row, into c->desc and c->layer_*. The reads
  * keep one order (it decides which of two bad fields a message names): I, E, a shared-expert
  * count, a dense-prefix layer rule, routed_scaling_factor, norm_topk_prob, the other layer
- * rules, a shared-expert size, then the row's routing hook. */
+ * rules, a shared-expert size, then the row's routing hook. The layer rules (and DeepSeek-V4's
+ * refused layers) read the decoder's object f, everything else fm: f itself, or the row's
+ * moe_object (DBRX's ffn_config). */
 static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f, const moe_cfg_fields *fm)
 {
     const moe_fam_row *row = c->row;
