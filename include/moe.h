@@ -355,7 +355,7 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *   ids = the K best experts by c: descending, ties to the lower id, NaN below every number
  *   w_k = the weight of ids[k] (scoring_func; never includes b_s);
  *         w_k = w_k / (sum_k w_k + renormalize_eps) with renormalize (sum in top-k order;
- *         renormalize_eps 1e-20 by default)
+ *         renormalize_eps 1e-20 by default; the sum is the p-norm with renormalize_p != 1)
  *   y_k = expert_{ids[k]}(x), or expert_{ids[k]}(w_k * x) with apply_router_weight_on_input
  *   out = routed_scaling_factor * sum_k w_k y_k      (sum_k y_k with apply_router_weight_on_input)
  *         + g_sh * shared(x)                         g_sh = sigmoid(w_sg . x) if gated, else 1;
@@ -405,6 +405,8 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *                 (swiglu_limits[L], swiglu_limits_shared[L]: shared_swiglu_limit)
  *   DeepSeek-OCR-2, Unlimited-OCR  DeepSeek-V2's block (their text decoders' copies of it)
  *   Mistral-Large-4  Mistral-4's router (softmax, top-2-sum groups), renormalize always
+ *   DBRX          softmax; renormalize unless ffn_config.moe_normalize_expert_weights is null,
+ *                 dividing by its p-norm (renormalize_p = that p, default 1: the sum)
  * ------------------------------------------------------------------------------------- */
 
 /* Router scoring: the scores, the selection key and the weights, from the logits l. */
@@ -614,6 +616,10 @@ typedef enum moe_family {
                                       DeepSeek-V3's router (groups default 1, scaling default 1),
                                       non-gated experts and shared MLP (MOE_ACT_RELU2 from
                                       mlp_hidden_act "relu2"); MoE layers layers_block_type "moe" */
+    MOE_FAMILY_DBRX = 65,          /* DbrxForCausalLM (transformers 5.24 dbrx DbrxFFN): softmax top-k
+                                      divided by the p-norm ffn_config.moe_normalize_expert_weights
+                                      (renormalize_p; null: not renormalized), SwiGLU experts; the
+                                      MoE fields in config ffn_config; every layer */
     MOE_FAMILY_ERNIE4_5_VL_MOE = 66 /* Ernie4_5_VLMoeForConditionalGeneration (transformers 5.24
                                       ernie4_5_vl_moe Ernie4_5_VLMoeMoeBlock): ERNIE-4.5-MoE's router
                                       per modality; the text experts (default) or, with
@@ -757,6 +763,22 @@ typedef struct moe_layer_desc {
                                       the field otherwise. Step-3.7 (transformers 5.24
                                       step3p7/modeling_step3p7.py Step3p7MLP: config
                                       `swiglu_limits_shared[L]`, the routed `swiglu_limits[L]`) */
+    /* ---- the renormalization's p-norm (appended: the fields above keep their offsets) ---- */
+    float renormalize_p;           /* with renormalize, the K weights are divided by their p-norm
+                                      N_p plus renormalize_eps: w_k = w_k / (N_p + renormalize_eps),
+                                      one f32 add and one f32 division. p = 1 (default): N_1 = the
+                                      plain f32 sum in top-k order, the renormalization every other
+                                      family has (the same operations, bit for bit; the weights of
+                                      every scoring are >= 0, so the sum is |w|'s). p = +inf: N =
+                                      max_k |w_k| (exact). Any other finite p > 0: N_p = (sum_k
+                                      |w_k|^p)^(1/p) computed in double (pow, k in top-k order),
+                                      then rounded once to f32. Must be > 0 (+inf allowed) when
+                                      renormalize is set (MOE_EINVAL naming the field; 0, < 0 and
+                                      NaN are refused); not read otherwise. DBRX (transformers 5.24
+                                      dbrx/modeling_dbrx.py DbrxFFN.route_tokens_to_experts: w /
+                                      torch.norm(w, p = moe_normalize_expert_weights), no epsilon:
+                                      N_p >= max_k w_k >= 1/E, so the default 1e-20 leaves N_p
+                                      unchanged in f32) */
 } moe_layer_desc;
 
 /* Defaults: family custom, softmax, renormalize 0, routed_scaling_factor 1, SwiGLU, no
@@ -765,7 +787,7 @@ typedef struct moe_layer_desc {
  * bias, softcap_gate 4, softcap_up 25, the shared expert applying `activation`
  * (has_shared_activation 0, shared_activation SwiGLU), no output norm (eps 1e-6), no identity
  * experts (num_identity_experts 0), shared_swiglu_limit 0 (the shared expert's limit is
- * swiglu_limit); sizes 0
+ * swiglu_limit), renormalize_p 1 (the plain sum); sizes 0
  * (must be set). */
 MOE_API void moe_layer_desc_init(moe_layer_desc *desc);
 

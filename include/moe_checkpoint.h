@@ -183,7 +183,8 @@ MOE_API moe_family moe_checkpoint_family(const moe_checkpoint *ck);
 /* The expert set read (moe_checkpoint_options.expert_set: "text", "vision" for ernie4_5_vl_moe),
  * static; NULL for a family with one set of experts (or ck NULL). */
 MOE_API const char *moe_checkpoint_expert_set(const moe_checkpoint *ck);
-/* config `num_hidden_layers` (LongCat-Flash: `num_layers`, each layer one MoE block). */
+/* config `num_hidden_layers` (LongCat-Flash: `num_layers`, each layer one MoE block; DBRX:
+ * `n_layers`). */
 MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
 /* 1 if layer `layer` is an MoE layer, else 0. Qwen2/3-MoE, Qwen3-Next, Qwen3-Omni: not in
  * mlp_only_layers and (layer + 1) % decoder_sparse_step == 0; DeepSeek-V2/V3: layer >=
@@ -205,10 +206,10 @@ MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
  * (deepseek_ocr2): text_config.mlp_layer_types, which must be given (moe_checkpoint_open refuses
  * a config without it, MOE_EFORMAT). Nemotron-H (nemotron_h): layers_block_type[layer] == "moe"
  * (the list's length is the layer count), else the legacy hybrid_override_pattern[layer] == 'E',
- * else NemotronHConfig's default list (layer 1 of 4). ERNIE-4.5-VL (ernie4_5_vl_moe):
- * text_config.mlp_layer_types[layer] == "sparse", else layer >= 1 (Ernie4_5_VLMoeTextConfig's
- * default; moe_layer_start_index / interval / end_index are not read, as transformers 5.24 does
- * not). No layer is MoE when the expert count is 0. */
+ * else NemotronHConfig's default list (layer 1 of 4). DBRX (dbrx): every layer (DbrxBlock.ffn).
+ * ERNIE-4.5-VL (ernie4_5_vl_moe): text_config.mlp_layer_types[layer] == "sparse", else
+ * layer >= 1 (Ernie4_5_VLMoeTextConfig's default; moe_layer_start_index / interval / end_index
+ * are not read, as transformers 5.24 does not). No layer is MoE when the expert count is 0. */
 MOE_API int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
 
 /* The layer description of MoE layer `layer`, from config.json and the tensors' dtype (moe.h
@@ -253,7 +254,8 @@ MOE_API moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer
  *                         (false) and DeepSeek-V3 (true); 0 for the others (DeepSeek-V2 ignores
  *                         norm_topk_prob, as transformers does, and so do DeepSeek-OCR-2 and
  *                         Unlimited-OCR, its router's copies; Mistral-Large-4 always: 1;
- *                         ERNIE-4.5-MoE and ERNIE-4.5-VL always: 1)
+ *                         ERNIE-4.5-MoE and ERNIE-4.5-VL always: 1; DBRX 1:
+ *                         moe_normalize_expert_weights' default 1.0 is the sum)
  *   routed_scaling_factor `routed_scaling_factor`'s default: 2.5 for DeepSeek-V3, 1 for
  *                         DeepSeek-V2 and the families without the field
  *   n_group, topk_group, group_score
@@ -271,6 +273,9 @@ MOE_API moe_status moe_checkpoint_load_weights(moe_checkpoint *ck, int64_t layer
  *                         rms_norm_eps), else 0 and 1e-6
  *   renormalize_eps       1e-6 for LFM2-MoE (Lfm2MoeTopKRouter), 0 for Cohere2-MoE
  *                         (Cohere2MoeTopKRouter's sigmoid branch), else 1e-20
+ *   renormalize_p         1 (the plain sum) for every family, DBRX included
+ *                         (DbrxFFNConfig's moe_normalize_expert_weights 1.0; a config's other p
+ *                         or null is config.json's, moe_checkpoint_layer_desc)
  *   shared_expert_scale   0.5 for Cohere2-MoE when desc->shared_expert_intermediate_size > 0
  *                         (shared_expert_combination_strategy "average", with
  *                         routed_scaling_factor 0.5), else 1

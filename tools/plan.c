@@ -476,8 +476,10 @@ int cli_cmd_plan(int argc, char **argv)
         const unsigned sc = (unsigned)d.scoring_func;
         printf("family: %s (scoring %s, renormalize %s", moe_family_name(d.family),
                sc < sizeof scoring / sizeof scoring[0] ? scoring[sc] : "?", d.renormalize ? "yes" : "no");
+        if (d.renormalize && d.renormalize_p != 1.0f) /* DBRX's moe_normalize_expert_weights */
+            printf(" (by the %g-norm%s)", (double)d.renormalize_p, isinf(d.renormalize_p) ? ": the max" : "");
         if (d.renormalize && d.renormalize_eps != 1e-20f) /* LFM2-MoE's 1e-6, Cohere2-MoE's 0 */
-            printf(" (sum + %g)", (double)d.renormalize_eps);
+            printf(" (%s + %g)", d.renormalize_p != 1.0f ? "norm" : "sum", (double)d.renormalize_eps);
         printf(", routed_scaling_factor %g", (double)d.routed_scaling_factor);
         if (d.n_group > 1)
             printf(", groups %lld keep %lld by %s", (long long)d.n_group, (long long)d.topk_group,

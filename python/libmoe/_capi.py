@@ -89,7 +89,9 @@ class LayerDesc(C.Structure):
                 # identity ("zero") experts (LongCat-Flash)
                 ("num_identity_experts", i64),
                 # the shared expert's own clamp limit (Step-3.7)
-                ("shared_swiglu_limit", f32)]
+                ("shared_swiglu_limit", f32),
+                # the renormalization's p-norm (DBRX's moe_normalize_expert_weights; 1: the sum)
+                ("renormalize_p", f32)]
 
 
 PP = C.POINTER(vp)

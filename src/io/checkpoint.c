@@ -631,6 +631,7 @@ static moe_status check_plan_desc(const moe_checkpoint *ck, int64_t layer, const
         {"sparsemixer_jitter_eps", want->scoring_func == MOE_SCORING_SPARSEMIXER ? have->sparsemixer_jitter_eps : 0.0f,
          want->scoring_func == MOE_SCORING_SPARSEMIXER ? want->sparsemixer_jitter_eps : 0.0f},
         {"renormalize_eps", want->renormalize ? have->renormalize_eps : 0.0f, want->renormalize ? want->renormalize_eps : 0.0f},
+        {"renormalize_p", want->renormalize ? have->renormalize_p : 1.0f, want->renormalize ? want->renormalize_p : 1.0f},
         {"shared_expert_scale", want->shared_expert_intermediate_size > 0 ? have->shared_expert_scale : 0.0f,
          want->shared_expert_intermediate_size > 0 ? want->shared_expert_scale : 0.0f},
     };

@@ -5,7 +5,8 @@
  * Multimodal wrappers (Llama4ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration)
  * keep the decoder's fields in "text_config"; those are read from there, and messages name
  * them "text_config.<field>". A row's config_path reaches deeper wrappers the same way
- * (Qwen3-Omni: "thinker_config.text_config.<field>"). */
+ * (Qwen3-Omni: "thinker_config.text_config.<field>"). A row's moe_object keeps the MoE block's
+ * own fields in a sub-object of the decoder's (DBRX: "ffn_config.<field>"). */
 #include "io/config.h"
 #include "io/safetensors.h"
 
@@ -297,49 +298,94 @@ static moe_status config_intermediate_entry(const moe_ck_config *c, const moe_cf
     return MOE_OK;
 }
 
+/* MOE_FAM_RENORM_PNORM (DBRX's moe_normalize_expert_weights): a number p > 0 divides the top-k
+ * weights by their p-norm (DbrxFFN.route_tokens_to_experts: torch.norm(w, p)), rounded to the
+ * f32 of moe_layer_desc.renormalize_p; null: not renormalized; absent: the row's p. */
+static moe_status config_pnorm(moe_ck_config *c, const moe_cfg_fields *fm)
+{
+    const moe_fam_row *row = c->row;
+    moe_layer_desc *d = &c->desc;
+    const char *key = row->renormalize.field;
+    const json_t *v = moe_cfg_get(fm, &key);
+    if (!v) {
+        d->renormalize = 1;
+        d->renormalize_p = (float)row->renormalize.p;
+        moe_cfg_note_default(fm, row->renormalize.field, "%g", row->renormalize.p);
+        return MOE_OK;
+    }
+    if (json_is_null(v)) { /* "if self.moe_normalize_expert_weights is not None" */
+        d->renormalize = 0;
+        return MOE_OK;
+    }
+    if (!json_is_number(v))
+        return moe_set_error(c->ctx, MOE_EFORMAT,
+                             "%s: field '%s%s' must be a number (the p of the norm the top-k weights are divided "
+                             "by) or null (not renormalized), found %s",
+                             c->path, fm->prefix, key, moe_io_json_found(v));
+    const double p = json_number_value(v);
+    if (!(p > 0.0) || !((float)p > 0.0f))
+        return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
+                             "%s: field '%s%s' = %g: %s divides the top-k weights by torch.norm(w, p); libmoe "
+                             "computes p > 0 (moe_layer_desc.renormalize_p: 1 the sum, 2 the Euclidean norm, ...), "
+                             "not p <= 0 (0 counts the non-zero weights)",
+                             c->path, fm->prefix, key, p, row->name);
+    d->renormalize = 1;
+    d->renormalize_p = (float)p; /* +inf when p exceeds FLT_MAX: the max, as torch.norm's limit */
+    return MOE_OK;
+}
+
 /* The sizes, routing and MoE-layer fields of the row, into c->desc and c->layer_*. The reads
  * keep one order (it decides which of two bad fields a message names): I, E, a shared-expert
  * count, a dense-prefix layer rule, routed_scaling_factor, norm_topk_prob, the other layer
- * rules, a shared-expert size, then the row's routing hook. */
-static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
+ * rules, a shared-expert size, then the row's routing hook. The layer rules (and DeepSeek-V4's
+ * refused layers) read the decoder's object f, everything else fm: f itself, or the row's
+ * moe_object (DBRX's ffn_config). */
+static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f, const moe_cfg_fields *fm)
 {
     const moe_fam_row *row = c->row;
     moe_layer_desc *d = &c->desc;
     moe_status st;
     int64_t n_shared = 0;
     int64_t i_shared = 0; /* MOE_FAM_SHARED_COUNT's I (an expert set's list entry; else I) */
-    if ((st = c->set ? config_intermediate_entry(c, f, c->set->intermediate_index, &d->moe_intermediate_size)
-                     : moe_cfg_int(f, row->intermediate_field, true, 0, 1, &d->moe_intermediate_size)) != MOE_OK ||
-        (c->set && (st = config_intermediate_entry(c, f, c->set->shared_intermediate_index, &i_shared)) != MOE_OK) ||
-        (st = row->per_layer_lists
-                  ? moe_cfg_int_uniform(f, row->experts_field, row->experts_alias, row->experts_min, c->num_layers,
+    /* I (an expert set's entry of the I list) and E: required, unless the row gives the config
+     * class's default (DbrxFFNConfig) */
+    if ((st = c->set ? config_intermediate_entry(c, fm, c->set->intermediate_index, &d->moe_intermediate_size)
+                     : moe_cfg_int(fm, row->intermediate_field, row->intermediate_default == 0,
+                                   row->intermediate_default, 1, &d->moe_intermediate_size)) != MOE_OK ||
+        (c->set && (st = config_intermediate_entry(c, fm, c->set->shared_intermediate_index, &i_shared)) != MOE_OK) ||
+        (st = row->experts_default > 0
+                  ? moe_cfg_int(fm, row->experts_field, false, row->experts_default, row->experts_min, &d->num_experts)
+              : row->per_layer_lists
+                  ? moe_cfg_int_uniform(fm, row->experts_field, row->experts_alias, row->experts_min, c->num_layers,
                                         &d->num_experts)
-                  : moe_cfg_int_alias(f, row->experts_field, row->experts_alias, row->experts_min, &d->num_experts)) !=
+                  : moe_cfg_int_alias(fm, row->experts_field, row->experts_alias, row->experts_min, &d->num_experts)) !=
             MOE_OK)
         return st;
     if (row->shared.rule == MOE_FAM_SHARED_COUNT) {
         /* the class default when absent; null means none, as the published code's "if
          * config.n_shared_experts is not None" */
         const char *key = row->shared.field;
-        if (!moe_cfg_get(f, &key)) {
+        if (!moe_cfg_get(fm, &key)) {
             n_shared = row->shared.count_default;
-            moe_cfg_note_default(f, row->shared.field, "%" PRId64, n_shared);
-        } else if ((st = moe_cfg_int(f, row->shared.field, false, 0, 0, &n_shared)) != MOE_OK) {
+            moe_cfg_note_default(fm, row->shared.field, "%" PRId64, n_shared);
+        } else if ((st = moe_cfg_int(fm, row->shared.field, false, 0, 0, &n_shared)) != MOE_OK) {
             return st;
         }
     }
     if (row->layers.rule == MOE_FAM_LAYERS_DENSE_PREFIX && (st = config_layer_rule(c, f)) != MOE_OK)
         return st;
     if (row->routed_scaling.field &&
-        (st = moe_cfg_float(f, row->routed_scaling.field, row->routed_scaling.dflt, true, 0.0,
+        (st = moe_cfg_float(fm, row->routed_scaling.field, row->routed_scaling.dflt, true, 0.0,
                             &d->routed_scaling_factor)) != MOE_OK)
         return st;
     if (row->renormalize.rule == MOE_FAM_RENORM_FIELD &&
-        (st = moe_cfg_bool(f, row->renormalize.field, row->renormalize.dflt, &d->renormalize)) != MOE_OK)
+        (st = moe_cfg_bool(fm, row->renormalize.field, row->renormalize.dflt, &d->renormalize)) != MOE_OK)
+        return st;
+    if (row->renormalize.rule == MOE_FAM_RENORM_PNORM && (st = config_pnorm(c, fm)) != MOE_OK)
         return st;
     if (row->scoring_by.field) { /* Cohere2-MoE's expert_selection_fn: softmax of the k, or sigmoid */
         int i = 0;
-        if ((st = config_choice(f, row, row->scoring_by.field, row->scoring_by.dflt, &row->scoring_by.choices[0].value,
+        if ((st = config_choice(fm, row, row->scoring_by.field, row->scoring_by.dflt, &row->scoring_by.choices[0].value,
                                 sizeof row->scoring_by.choices[0], &i)) != MOE_OK)
             return st;
         d->scoring_func = row->scoring_by.choices[i].scoring;
@@ -348,16 +394,16 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     }
     if (row->selection_bias_on.field) { /* LFM2-MoE's use_expert_bias */
         int on = 0;
-        if ((st = moe_cfg_bool(f, row->selection_bias_on.field, row->selection_bias_on.dflt, &on)) != MOE_OK)
+        if ((st = moe_cfg_bool(fm, row->selection_bias_on.field, row->selection_bias_on.dflt, &on)) != MOE_OK)
             return st;
         d->has_selection_bias = row->selection_bias != NULL && on;
     }
     if (row->output_norm_eps.field && /* A.X-K1's post_mlp_layernorm eps */
-        (st = moe_cfg_float(f, row->output_norm_eps.field, row->output_norm_eps.dflt, false, 0.0,
+        (st = moe_cfg_float(fm, row->output_norm_eps.field, row->output_norm_eps.dflt, false, 0.0,
                             &d->output_norm_eps)) != MOE_OK)
         return st;
     if (row->sparsemixer_eps.field &&
-        (st = moe_cfg_float(f, row->sparsemixer_eps.field, row->sparsemixer_eps.dflt, false, 0.0,
+        (st = moe_cfg_float(fm, row->sparsemixer_eps.field, row->sparsemixer_eps.dflt, false, 0.0,
                             &d->sparsemixer_jitter_eps)) != MOE_OK)
         return st;
     if (row->layers.rule != MOE_FAM_LAYERS_DENSE_PREFIX && (st = config_layer_rule(c, f)) != MOE_OK)
@@ -365,7 +411,7 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     switch (row->shared.rule) {
     case MOE_FAM_SHARED_NONE: d->shared_expert_intermediate_size = 0; break;
     case MOE_FAM_SHARED_FIELD:
-        if ((st = moe_cfg_int(f, row->shared.field, !row->shared.field_optional, row->shared.field_default, 0,
+        if ((st = moe_cfg_int(fm, row->shared.field, !row->shared.field_optional, row->shared.field_default, 0,
                               &d->shared_expert_intermediate_size)) != MOE_OK)
             return st;
         break;
@@ -379,53 +425,53 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     if (row->shared.combine.field && d->shared_expert_intermediate_size > 0) {
         /* Cohere2-MoE's shared_expert_combination_strategy: "average" halves both sums */
         int i = 0;
-        if ((st = config_choice(f, row, row->shared.combine.field, row->shared.combine.dflt,
+        if ((st = config_choice(fm, row, row->shared.combine.field, row->shared.combine.dflt,
                                 &row->shared.combine.choices[0].value, sizeof row->shared.combine.choices[0], &i)) !=
             MOE_OK)
             return st;
         d->routed_scaling_factor = (float)((double)d->routed_scaling_factor * row->shared.combine.choices[i].routed_scale);
         d->shared_expert_scale = (float)row->shared.combine.choices[i].shared_scale;
     }
-    if ((st = config_refused(f, row)) != MOE_OK)
+    if ((st = config_refused(fm, row)) != MOE_OK)
         return st;
-    if (row->routing_hook && (st = row->routing_hook(f, row, &d->n_group, &d->topk_group)) != MOE_OK)
+    if (row->routing_hook && (st = row->routing_hook(fm, row, &d->n_group, &d->topk_group)) != MOE_OK)
         return st;
     if (row->renorm_min_field && d->num_experts > 0) {
         float m = 0.0f;
-        if ((st = moe_cfg_float(f, row->renorm_min_field, row->renorm_min, false, 0.0, &m)) != MOE_OK)
+        if ((st = moe_cfg_float(fm, row->renorm_min_field, row->renorm_min, false, 0.0, &m)) != MOE_OK)
             return st;
         if (m > 1.0 / (double)d->num_experts)
             return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
                                  "%s: field '%s%s' = %g exceeds 1 / %s = %g: the router's clamp of the top-k sum "
                                  "could then bind, which libmoe's renormalization (sum + 1e-20) does not do",
-                                 c->path, c->prefix, row->renorm_min_field, m, row->experts_field,
+                                 c->path, fm->prefix, row->renorm_min_field, m, row->experts_field,
                                  1.0 / (double)d->num_experts);
     }
     if (row->identity.field) {
         /* LongCat-Flash: zero_expert_num identity experts (LongcatFlashExperts `identity_expert`;
          * `config.zero_expert_num or 0`: null is none) */
         const char *key = row->identity.field;
-        const json_t *v = moe_cfg_get(f, &key);
+        const json_t *v = moe_cfg_get(fm, &key);
         if (!v) {
             d->num_identity_experts = row->identity.dflt;
-            moe_cfg_note_default(f, row->identity.field, "%" PRId64, row->identity.dflt);
+            moe_cfg_note_default(fm, row->identity.field, "%" PRId64, row->identity.dflt);
         } else if (json_is_null(v)) {
             d->num_identity_experts = 0;
-        } else if ((st = moe_cfg_int(f, row->identity.field, false, 0, 0, &d->num_identity_experts)) != MOE_OK) {
+        } else if ((st = moe_cfg_int(fm, row->identity.field, false, 0, 0, &d->num_identity_experts)) != MOE_OK) {
             return st;
         }
         if (d->num_identity_experts > (int64_t)1 << 24)
             return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field '%s%s' = %" PRId64 " exceeds libmoe's limit of 2^24",
-                                 c->path, c->prefix, row->identity.field, d->num_identity_experts);
+                                 c->path, fm->prefix, row->identity.field, d->num_identity_experts);
         const char *type = NULL;
         if (row->identity.type_field &&
-            (st = moe_cfg_str(f, row->identity.type_field, NULL, &type)) != MOE_OK)
+            (st = moe_cfg_str(fm, row->identity.type_field, NULL, &type)) != MOE_OK)
             return st;
         if (type && d->num_identity_experts > 0 && strcmp(type, row->identity.type_value) != 0)
             return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
                                  "%s: field '%s%s' = \"%s\": libmoe computes %s zero experts only (the term w * x, "
                                  "LongcatFlashExperts' identity_expert); another zero-expert function is not computed",
-                                 c->path, c->prefix, row->identity.type_field, type, row->identity.type_value);
+                                 c->path, fm->prefix, row->identity.type_field, type, row->identity.type_value);
     }
     if (row->refuse_layers.field) {
         /* DeepSeek-V4: the layers whose router libmoe cannot compute (hash_moe), refused per layer */
@@ -451,22 +497,22 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f)
     }
     if (row->refuse_true.field) {
         int on = 0;
-        if ((st = moe_cfg_bool(f, row->refuse_true.field, 0, &on)) != MOE_OK)
+        if ((st = moe_cfg_bool(fm, row->refuse_true.field, 0, &on)) != MOE_OK)
             return st;
         if (on)
             return moe_set_error(c->ctx, MOE_EUNSUPPORTED, "%s: field '%s%s' is true: %s, which libmoe does not compute",
-                                 c->path, c->prefix, row->refuse_true.field, row->refuse_true.what);
+                                 c->path, fm->prefix, row->refuse_true.field, row->refuse_true.what);
     }
     if (d->n_group > 1 && d->num_experts > 0) {
         const int64_t E = d->num_experts, G = d->n_group;
         if (E % G != 0)
             return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field '%s%s' = %" PRId64 " is not a multiple of '%s' = %" PRId64,
-                                 c->path, c->prefix, row->experts_field, E, row->groups.n_group_field, G);
+                                 c->path, fm->prefix, row->experts_field, E, row->groups.n_group_field, G);
         if (d->topk_group > G || d->topk_group * (E / G) < d->top_k)
             return moe_set_error(c->ctx, MOE_EFORMAT,
                                  "%s: field '%s%s' = %" PRId64 ": must be <= %s = %" PRId64
                                  " and keep at least %s = %" PRId64 " experts (%" PRId64 " per group)",
-                                 c->path, c->prefix, row->groups.topk_group_field, d->topk_group,
+                                 c->path, fm->prefix, row->groups.topk_group_field, d->topk_group,
                                  row->groups.n_group_field, G, row->top_k_field ? row->top_k_field : "num_experts_per_tok",
                                  d->top_k, E / G);
     }
@@ -517,7 +563,28 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
     }
     const char *a = NULL;
     const char *field = row->activation.field ? row->activation.field : "hidden_act";
-    moe_status st = moe_cfg_str(f, field, "silu", &a);
+    const char *apre = f->prefix; /* how the message spells the activation field */
+    moe_status st = MOE_OK;
+    char kpre[200];
+    if (row->activation.key) {
+        /* DbrxExpertGLU: ACT2FN[ffn_act_fn.get("name", "silu")], ffn_act_fn None -> {"name": "silu"} */
+        const json_t *o = json_object_get(f->obj, field);
+        a = "silu";
+        if (o && !json_is_null(o) && !json_is_object(o))
+            return moe_set_error(c->ctx, MOE_EFORMAT, "%s: field '%s%s' must be an object ({\"%s\": ...}), found %s",
+                                 c->path, f->prefix, field, row->activation.key, moe_io_json_found(o));
+        snprintf(kpre, sizeof kpre, "%s%s.", f->prefix, field);
+        if (o && json_is_object(o)) {
+            const moe_cfg_fields fo = {f->ctx, f->path, kpre, o, f->assumed, NULL, 0};
+            st = moe_cfg_str(&fo, row->activation.key, "silu", &a);
+        } else {
+            moe_cfg_note_default(f, field, "{\"%s\": \"silu\"}", row->activation.key);
+        }
+        apre = kpre;
+        field = row->activation.key;
+    } else {
+        st = moe_cfg_str(f, field, "silu", &a);
+    }
     if (st != MOE_OK)
         return st;
     if (row->activation.rule == MOE_FAM_ACT_POSTCLAMP_LAYER_LISTS) {
@@ -574,7 +641,7 @@ static moe_status config_activation(moe_ck_config *c, const moe_cfg_fields *f)
         return moe_set_error(c->ctx, MOE_EUNSUPPORTED,
                              "%s: field '%s%s' = \"%s\": libmoe's experts support silu / swish (SwiGLU), "
                              "gelu and gelu_pytorch_tanh / gelu_new (GEGLU)",
-                             c->path, c->prefix, field, a);
+                             c->path, apre, field, a);
     return MOE_OK;
 }
 
@@ -783,6 +850,22 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
     while (n_alias < MOE_FAM_MAX_ALIASES && c->row->aliases[n_alias][0])
         n_alias++;
     const moe_cfg_fields f = {ctx, path, c->prefix, cfg, forced ? &assumed : NULL, c->row->aliases, n_alias};
+    /* the MoE block's fields: the decoder's object, or the row's sub-object of it (DBRX's ffn_config) */
+    const json_t *mo = cfg;
+    if (c->row->moe_object) {
+        snprintf(c->moe_prefix, sizeof c->moe_prefix, "%s%s.", c->prefix, c->row->moe_object);
+        mo = json_object_get(cfg, c->row->moe_object);
+        if (mo && !json_is_null(mo) && !json_is_object(mo))
+            return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s%s' must be an object (%s's MoE fields), found %s",
+                                 path, c->prefix, c->row->moe_object, c->row->name, moe_io_json_found(mo));
+        if (!mo || json_is_null(mo)) { /* the sub-config class's defaults, field by field */
+            if (!(c->moe_empty = json_object()))
+                return moe_set_error(ctx, MOE_ENOMEM, "%s: out of memory", path);
+            mo = c->moe_empty;
+        }
+    }
+    const moe_cfg_fields fm = {ctx, path, c->row->moe_object ? c->moe_prefix : c->prefix, mo,
+                               forced ? &assumed : NULL, c->row->aliases, n_alias};
     moe_layer_desc *d = &c->desc;
     moe_layer_desc_init(d);
     moe_fam_layer_defaults(c->row, d);
@@ -812,17 +895,18 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
      * unless the row names another) */
     const char *k_field = c->row->top_k_field ? c->row->top_k_field : "num_experts_per_tok";
     const char *k_alias = c->row->top_k_alias ? c->row->top_k_alias : c->row->top_k_field ? "num_experts_per_tok" : NULL;
-    if (k_alias && !json_object_get(cfg, k_field) && json_object_get(cfg, k_alias))
+    if (k_alias && !json_object_get(mo, k_field) && json_object_get(mo, k_alias))
         k_field = k_alias;
-    st = c->row->per_layer_lists ? moe_cfg_int_uniform(&f, k_field, k_alias, 1, c->num_layers, &d->top_k)
-         : k_alias              ? moe_cfg_int_alias(&f, k_field, k_alias, 1, &d->top_k)
-                                : moe_cfg_int(&f, k_field, true, 0, 1, &d->top_k);
-    if (st != MOE_OK || (st = config_decoder(c, &f)) != MOE_OK || (st = config_activation(c, &f)) != MOE_OK ||
+    st = c->row->top_k_default > 0 ? moe_cfg_int(&fm, k_field, false, c->row->top_k_default, 1, &d->top_k)
+         : c->row->per_layer_lists ? moe_cfg_int_uniform(&fm, k_field, k_alias, 1, c->num_layers, &d->top_k)
+         : k_alias                 ? moe_cfg_int_alias(&fm, k_field, k_alias, 1, &d->top_k)
+                                   : moe_cfg_int(&fm, k_field, true, 0, 1, &d->top_k);
+    if (st != MOE_OK || (st = config_decoder(c, &f, &fm)) != MOE_OK || (st = config_activation(c, &fm)) != MOE_OK ||
         (st = config_quant(c, root, cfg)) != MOE_OK)
         return st;
     if (d->num_experts > 0 && d->top_k > d->num_experts + d->num_identity_experts)
         return moe_set_error(ctx, MOE_EFORMAT, "%s: field '%s%s' = %" PRId64 " exceeds the %" PRId64 " experts%s", path,
-                             c->prefix, k_field, d->top_k, d->num_experts + d->num_identity_experts,
+                             fm.prefix, k_field, d->top_k, d->num_experts + d->num_identity_experts,
                              d->num_identity_experts ? " (routed and identity)" : "");
     /* the sparsemixer (Phi-MoE's PhimoeSparseMoeBlock: sparsemixer()) takes the top 1 and then the
      * top 1 of the rest: K = 2 whatever the config says; named here as the config's field */
@@ -840,6 +924,15 @@ moe_status moe_ck_config_parse(moe_ctx *ctx, const char *path, const json_t *roo
                              "checkpoints (fp8, compressed-tensors, GPTQ, AWQ, MXFP4); load the f32 / bf16 "
                              "checkpoint and quantize with the plan (moe_layer_desc.quant) instead",
                              path, c->row->name, (int)d->activation);
+    if (moe_fam_flat_experts(c->row) && (c->fp8 || c->ct || c->mxfp4))
+        /* the experts are 2-D concatenations ([E I, H]) that no quantized format libmoe reads has */
+        return moe_set_error(ctx, MOE_EUNSUPPORTED,
+                             "%s: family %s stores its experts as [E I, H] concatenations (%s, %s, %s) and config.json "
+                             "has a quantization_config: libmoe reads no quantized checkpoint in that layout (fp8, "
+                             "compressed-tensors, GPTQ, AWQ, MXFP4); load the f32 / bf16 checkpoint and quantize with "
+                             "the plan (moe_layer_desc.quant) instead",
+                             path, c->row->name, c->row->stacked[0].gate_up, c->row->stacked[0].up,
+                             c->row->stacked[0].down);
     if (forced)
         warn_family(c, arch, model_type, named, &assumed);
     return MOE_OK;
@@ -854,6 +947,9 @@ void moe_ck_config_free(moe_ck_config *c)
     free(c->limits_shared);
     free(c->refused_layers);
     moe_ckq_free(c->ct);
+    if (c->moe_empty)
+        json_decref(c->moe_empty);
+    c->moe_empty = NULL;
     c->layer_list = NULL;
     c->limits = c->limits_shared = NULL;
     c->refused_layers = NULL;

@@ -20,6 +20,10 @@ typedef struct moe_ck_config {
     const moe_fam_row *row;     /* the family */
     const moe_fam_expert_set *set; /* the expert set read (a row with sets: the one asked for, else
                                    its first), or NULL */
+    char moe_prefix[160];       /* row->moe_object: prefix + "ffn_config.", how messages spell the
+                                   MoE fields read there ("" when the row has none) */
+    json_t *moe_empty;          /* row->moe_object absent or null: an empty object standing for it
+                                   (owned; every field takes its default), else NULL */
     int64_t num_layers;         /* num_hidden_layers */
     /* Every MoE layer's description as config.json gives it: family, H, I, E, K, I_s and
      * gating, routing, activation (the raw n_group and topk_group: 0 or 1 mean no groups).

@@ -1219,6 +1219,32 @@ static const moe_fam_row fam_rows[] = {
      .prefixes = {"backbone.layers.%L.mixer." /* as saved */, "model.layers.%L.mixer."},
      .per_expert = {{NULL, "up_proj", "down_proj"}}},
 
+    /* DbrxFFN (transformers 5.24 dbrx/modeling_dbrx.py; DbrxBlock.ffn, every layer): DbrxRouter's
+     * layer (no bias, logits in the model's dtype: libmoe's are f32), softmax over the E logits,
+     * top-k (moe_top_k), divided by torch.norm(w, p = moe_normalize_expert_weights) when that is
+     * not None (DbrxFFNConfig default 1.0: the sum, Mixtral's renormalization) and left as they
+     * are when None; DbrxExperts / DbrxExpertGLU: act(x w1_e^T) * (x v1_e^T) @ w2_e with
+     * act = ACT2FN[ffn_act_fn["name"]] (default silu), no biases, no shared expert. The MoE
+     * fields are in config ffn_config (DbrxFFNConfig; its defaults when a key is absent: 3584,
+     * 4 experts, top-1), the model's in d_model / n_layers (DbrxConfig's attribute_map: hidden_size,
+     * num_hidden_layers). moe_jitter_eps (training only) and moe_loss_weight are not the block's.
+     * save_pretrained writes transformer.blocks.L.ffn.{router.layer.weight, experts.mlp.w1 / v1 /
+     * w2} (no conversion mapping), each expert tensor [E I, H] */
+    {.family = MOE_FAMILY_DBRX, .name = "dbrx", .names = {{"DbrxForCausalLM", "dbrx"}},
+     .moe_object = "ffn_config",
+     .aliases = {{"hidden_size", "d_model"}},
+     .intermediate_field = "ffn_hidden_size", .intermediate_default = 3584,
+     .experts_field = "moe_num_experts", .experts_min = 1, .experts_default = 4,
+     .top_k_field = "moe_top_k", .top_k_alias = "moe_top_k" /* no alias */,
+     .top_k_default = 1,
+     .scoring = MOE_SCORING_SOFTMAX,
+     .renormalize = {MOE_FAM_RENORM_PNORM, "moe_normalize_expert_weights", true, .p = 1.0},
+     .router = {"router.layer.weight"},
+     .activation = {.rule = MOE_FAM_ACT_HIDDEN_ACT, .field = "ffn_act_fn", .key = "name"},
+     .num_layers_field = "n_layers",
+     .layers = {MOE_FAM_LAYERS_EVERY},
+     .prefixes = {"transformer.blocks.%L.ffn." /* as saved */},
+     .stacked = {{"experts.mlp.w1", "experts.mlp.w2", .up = "experts.mlp.v1", .flat = true}}},
     /* Ernie4_5_VLMoeMoeBlock (transformers 5.24 ernie4_5_vl_moe/modeling_ernie4_5_vl_moe.py, under
      * Ernie4_5_VLMoeForConditionalGeneration: text_config): text tokens (moe_mm_token_type_ids 0
      * or absent) go to text_moe, image / video tokens to vision_moe, two Ernie4_5_VLMoeSparseMoeBlock
@@ -1377,6 +1403,14 @@ bool moe_fam_quantize_input_major(const moe_fam_row *row)
            (!row->input_major.gate_up_bias || row->mxfp4.gate_up_blocks);
 }
 
+bool moe_fam_flat_experts(const moe_fam_row *row)
+{
+    for (int i = 0; i < MOE_FAM_MAX_STACKED && row->stacked[i].gate_up; i++)
+        if (row->stacked[i].flat)
+            return true;
+    return false;
+}
+
 bool moe_fam_prefix(const moe_fam_row *row, int i, int64_t layer, char *out, size_t n)
 {
     if (i < 0 || i >= MOE_FAM_MAX_PREFIXES || !row->prefixes[i])
@@ -1414,8 +1448,10 @@ void moe_fam_layer_defaults(const moe_fam_row *row, moe_layer_desc *d)
 {
     d->family = row->family;
     d->scoring_func = row->scoring;
-    d->renormalize = row->renormalize.rule == MOE_FAM_RENORM_ALWAYS ||
+    d->renormalize = row->renormalize.rule == MOE_FAM_RENORM_ALWAYS || row->renormalize.rule == MOE_FAM_RENORM_PNORM ||
                      (row->renormalize.rule == MOE_FAM_RENORM_FIELD && row->renormalize.dflt);
+    /* DbrxFFNConfig's moe_normalize_expert_weights (1.0: the sum); every other row the sum */
+    d->renormalize_p = row->renormalize.rule == MOE_FAM_RENORM_PNORM ? (float)row->renormalize.p : 1.0f;
     d->renormalize_eps = row->renormalize.has_eps ? (float)row->renormalize.eps : 1e-20f;
     if (row->scoring_by.field) { /* the config class's default string (Cohere2-MoE: "softmax") */
         const moe_fam_scoring_choice *sc = moe_fam_scoring_choice_of(row, row->scoring_by.dflt);

@@ -17,7 +17,12 @@
 typedef enum moe_fam_renorm {
     MOE_FAM_RENORM_NEVER = 0, /* the weights stay the scores */
     MOE_FAM_RENORM_ALWAYS,    /* the family's router always renormalizes */
-    MOE_FAM_RENORM_FIELD      /* a boolean field (norm_topk_prob); absent: the config class's default */
+    MOE_FAM_RENORM_FIELD,     /* a boolean field (norm_topk_prob); absent: the config class's default */
+    MOE_FAM_RENORM_PNORM      /* a number field p (DBRX's moe_normalize_expert_weights): the weights
+                                 are divided by their p-norm (moe_layer_desc.renormalize_p = p, > 0;
+                                 1: the sum); null: not renormalized; absent: renormalize.p, the
+                                 config class's default. 0, a negative p or another type is refused
+                                 by name */
 } moe_fam_renorm;
 
 /* How the expert activation is chosen (moe_layer_desc.activation). */
@@ -110,6 +115,14 @@ typedef struct moe_fam_stacked {
                                               [E, I, H], and this the up stack P<up> [E, I, H]
                                               (Step-3.7's saved moe.gate_proj / moe.up_proj
                                               .weight, which its conversion mapping concatenates) */
+    bool flat;                             /* with up: the experts concatenated along the rows of
+                                              2-D tensors (DBRX's DbrxExpertGLU w1 / v1 / w2): P<gate_up>
+                                              and P<up> [E I, H], expert e's [I, H] output-major block
+                                              at rows e I .. (e + 1) I, and P<down> [E I, H] whose block
+                                              e is [I, H] INPUT-major (y = h @ w2_e: down_e is its
+                                              transpose, read through strides, never copied). No
+                                              quantized checkpoint is read in this layout (refused by
+                                              name) */
 } moe_fam_stacked;
 
 typedef struct moe_fam_row moe_fam_row;
@@ -203,6 +216,14 @@ struct moe_fam_row {
                                               dot ("thinker_config.text_config."), tried first;
                                               when it does not lead to an object, text_config
                                               applies (NULL: text_config only) */
+    const char *moe_object;                /* the key of an object inside the decoder's object that
+                                              holds the MoE block's fields (DBRX's "ffn_config"): I, E,
+                                              K, the renormalize field, the activation and `refuse` are
+                                              read there (messages spell them "ffn_config.<field>");
+                                              hidden_size, the layer count, the layer rule and
+                                              quantization_config from the decoder's object. Absent or
+                                              null: the sub-config class's defaults (an empty object);
+                                              not an object: MOE_EFORMAT. NULL: one object */
 
     /* ---- sizes ---- */
     const char *intermediate_field;        /* I: "moe_intermediate_size" or "intermediate_size" */
@@ -214,6 +235,10 @@ struct moe_fam_row {
     const char *top_k_alias;               /* the alias of top_k_field: NULL = "num_experts_per_tok"
                                               (Kimi-Linear: num_experts_per_token, then
                                               num_experts_per_tok) */
+    int64_t intermediate_default;          /* the config class's I, E and K when the field is absent
+                                              (DbrxFFNConfig: 3584, 4, 1; with a default E the alias
+                                              is not read); 0: the field is required */
+    int64_t experts_default, top_k_default;
     bool per_layer_lists;                  /* E and K may be per-layer lists (Hunyuan): read when
                                               every entry is equal, else refused by name */
     const char *aliases[MOE_FAM_MAX_ALIASES][2]; /* {field, alias}: a config field the row reads
@@ -255,12 +280,14 @@ struct moe_fam_row {
     moe_scoring scoring;
     struct {
         moe_fam_renorm rule;
-        const char *field;                 /* FIELD: "norm_topk_prob"; NEVER: a field the
+        const char *field;                 /* FIELD: "norm_topk_prob"; PNORM: the p field
+                                              ("moe_normalize_expert_weights"); NEVER: a field the
                                               routing hook reads only to warn that it is ignored */
         bool dflt;                         /* FIELD: the config class's default */
         bool has_eps;                      /* the router divides by (sum + eps), not libmoe's
                                               sum + 1e-20 (moe_layer_desc.renormalize_eps): */
         double eps;                        /* LFM2-MoE 1e-6; Cohere2-MoE 0 (the sum alone) */
+        double p;                          /* PNORM: the config class's p (DbrxFFNConfig: 1.0) */
     } renormalize;
     struct {                               /* the scoring is a config string (NULL field: the
                                               row's `scoring`); absent or null: dflt; a value not
@@ -313,6 +340,11 @@ struct moe_fam_row {
         double alpha, limit;               /* their defaults */
         const char *field;                 /* HIDDEN_ACT: the ACT2FN name's field; NULL: "hidden_act"
                                               (JetMoE: "activation_function") */
+        const char *key;                   /* HIDDEN_ACT: `field` is an object and the ACT2FN name
+                                              is its `key` (DBRX's ffn_act_fn {"name": "silu"}; its
+                                              other keys are not read, as DbrxExpertGLU's
+                                              ACT2FN[name]); the object absent or null, or the key
+                                              absent: "silu" */
         const char *shared_limit_field;    /* POSTCLAMP_LAYER_LISTS: the shared expert's list */
     } activation;
     moe_fam_routing_hook routing_hook;     /* or NULL */
@@ -468,6 +500,9 @@ const char *moe_fam_names_with(moe_fam_layout layout, const char *sep, bool arch
  * stacked tensors moe quantize recognizes, and has no expert biases unless the row also has an
  * MXFP4 layout, which carries them (MOE_FAM_QUANTIZE_INPUT_MAJOR). */
 bool moe_fam_quantize_input_major(const moe_fam_row *row);
+/* true when the row's experts are read from a flat layout (moe_fam_stacked.flat: DBRX), which no
+ * quantized checkpoint format has. */
+bool moe_fam_flat_experts(const moe_fam_row *row);
 /* Block prefix candidate i (< MOE_FAM_MAX_PREFIXES) of layer `layer` into out [n]: false when
  * the row has no candidate i (or it does not fit). */
 bool moe_fam_prefix(const moe_fam_row *row, int i, int64_t layer, char *out, size_t n);

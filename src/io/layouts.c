@@ -8,6 +8,8 @@
  *  - stacked output-major: P gate_up [E, 2I, H] (gate rows first) and P down [E, H, I]: the
  *    transformers >= 5 in-memory names experts.gate_up_proj / experts.down_proj (no
  *    ".weight"), Granite's input_linear.weight / output_linear.weight;
+ *  - flat (DBRX): P experts.mlp.w1 / v1 [E I, H] (expert e's gate / up rows at e I ..) and
+ *    P experts.mlp.w2 [E I, H] (expert e's [I, H] block input-major: down read with strides);
  *  - stacked input-major: P experts.gate_up_proj [E, H, 2I] and experts.down_proj [E, I, H],
  *    gate = the first I columns (Llama-4) or the even columns (gpt-oss, with the biases
  *    experts.gate_up_proj_bias [E, 2I], interleaved too, and experts.down_proj_bias [E, H]);
@@ -49,10 +51,33 @@ static void tensor_name(char *out, const char *prefix, const char *tail)
 
 /* Stacked output-major experts: gate_up [E, 2I, H] (gate rows first), down [E, H, I]. */
 static moe_status stacked_experts(const moe_ck_index *ix, const moe_ck_config *c, moe_ck_layer *lt,
-                                  const char *gu_name, const char *dn_name, bool interleaved, const char *up_name)
+                                  const char *gu_name, const char *dn_name, bool interleaved, const char *up_name,
+                                  bool flat)
 {
     const int64_t E = c->desc.num_experts, H = c->desc.hidden_size, I = c->desc.moe_intermediate_size;
     moe_tensor_info gu, dn;
+    if (up_name && flat) {
+        /* DBRX: gate w1 [E I, H] and up v1 [E I, H], expert e's rows e I .. (e + 1) I (output-major
+         * [I, H]); down w2 [E I, H] whose block e is [I, H] input-major (y = h @ w2_e), so
+         * down_e [H, I] element (h, i) is at i H + h: strides out 1, in H (no copy) */
+        moe_tensor_info up;
+        const int64_t shape[2] = {E * I, H};
+        moe_status st;
+        if ((st = moe_ck_get_weight(ix, lt, gu_name, "[E I, H]", 2, shape, &gu)) != MOE_OK ||
+            (st = moe_ck_get_weight(ix, lt, up_name, "[E I, H]", 2, shape, &up)) != MOE_OK ||
+            (st = moe_ck_get_weight(ix, lt, dn_name, "[E I, H] (per expert [I, H] input-major)", 2, shape, &dn)) !=
+                MOE_OK)
+            return st;
+        const size_t es = moe_dtype_size(lt->weight_dtype);
+        for (int64_t e = lt->e_lo; e < lt->e_hi; e++) {
+            lt->gate[e] = (const uint8_t *)gu.data + (size_t)e * (size_t)(I * H) * es;
+            lt->up[e] = (const uint8_t *)up.data + (size_t)e * (size_t)(I * H) * es;
+            lt->down[e] = (const uint8_t *)dn.data + (size_t)e * (size_t)(I * H) * es;
+        }
+        lt->dn_so = 1;
+        lt->dn_si = H;
+        return MOE_OK;
+    }
     if (up_name) {
         /* gate [E, I, H] and up [E, I, H] stacked apart (Step-3.7), down [E, H, I] */
         moe_tensor_info up;
@@ -431,7 +456,8 @@ moe_status moe_ck_experts_resolve(const moe_ck_index *ix, const moe_ck_config *c
         tensor_name(dn_name, prefix, stacked->down);
         if (stacked->up)
             tensor_name(up_name, prefix, stacked->up);
-        st = stacked_experts(ix, c, lt, name, dn_name, stacked->interleaved, stacked->up ? up_name : NULL);
+        st = stacked_experts(ix, c, lt, name, dn_name, stacked->interleaved, stacked->up ? up_name : NULL,
+                             stacked->flat);
         break;
     }
     case CK_LAYOUT_PER_EXPERT: st = per_expert_experts(ix, c, lt, prefix, describe); break;

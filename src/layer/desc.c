@@ -36,6 +36,7 @@ void moe_layer_desc_init(moe_layer_desc *d)
     d->shared_expert_scale = 1.0f;
     d->num_identity_experts = 0;
     d->shared_swiglu_limit = 0.0f; /* the shared expert's limit is swiglu_limit */
+    d->renormalize_p = 1.0f;       /* the plain sum (DbrxFFNConfig's moe_normalize_expert_weights) */
 }
 
 /* `act` (the field `field` of d: "activation" or "shared_activation") a moe_activation value,
@@ -98,6 +99,11 @@ moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
     if (!(d->renormalize_eps >= 0.0f) || isinf(d->renormalize_eps))
         return moe_set_error(ctx, MOE_EINVAL, "layer description: renormalize_eps = %g, must be finite and >= 0",
                              (double)d->renormalize_eps);
+    if (d->renormalize && !(d->renormalize_p > 0.0f)) /* NaN fails too; +inf is max |w| */
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "layer description: renormalize_p = %g, must be > 0 (1: the sum, +inf: the max) with "
+                             "renormalize (moe_layer_desc_init sets 1)",
+                             (double)d->renormalize_p);
     if (d->shared_expert_intermediate_size > 0 &&
         (!(d->shared_expert_scale > 0.0f) || isinf(d->shared_expert_scale)))
         return moe_set_error(ctx, MOE_EINVAL,

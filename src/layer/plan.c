@@ -132,6 +132,10 @@ static void plan_text(moe_plan *p)
         size_t used = strlen(p->text);
         snprintf(p->text + used, sizeof p->text - used, "renormalize_eps=%.9g;", (double)d->renormalize_eps);
     }
+    if (d->renormalize && d->renormalize_p != 1.0f) { /* the sum (p = 1) keeps the text and hash */
+        size_t used = strlen(p->text);
+        snprintf(p->text + used, sizeof p->text - used, "renormalize_p=%.9g;", (double)d->renormalize_p);
+    }
     if (d->shared_expert_intermediate_size > 0 && d->shared_expert_scale != 1.0f) {
         size_t used = strlen(p->text);
         snprintf(p->text + used, sizeof p->text - used, "shared_expert_scale=%.9g;", (double)d->shared_expert_scale);

@@ -201,14 +201,29 @@ static void route_token(const moe_layer_desc *d, const void *bias, moe_dtype bia
             w[k] = s[ids[k]];
     }
 
-    /* 6. renormalize, summing in top-k order */
+    /* 6. renormalize: divide by the p-norm (renormalize_p) plus eps, in top-k order */
 renormalize:
     if (d->renormalize) {
-        float sum = 0.0f;
+        const float p = d->renormalize_p;
+        float norm = 0.0f;
+        if (p == 1.0f) { /* the sum (every family but DBRX with another p) */
+            for (int64_t k = 0; k < K; k++)
+                norm += w[k];
+        } else if (isinf(p)) { /* torch.norm(p = inf): the largest |w|, NaN if any is NaN */
+            norm = fabsf(w[0]);
+            for (int64_t k = 1; k < K; k++) {
+                const float a = fabsf(w[k]);
+                if (isnan(a) || a > norm)
+                    norm = a;
+            }
+        } else { /* (sum |w|^p)^(1/p) in double, rounded once */
+            double acc = 0.0;
+            for (int64_t k = 0; k < K; k++)
+                acc += pow(fabs((double)w[k]), (double)p);
+            norm = (float)pow(acc, 1.0 / (double)p);
+        }
         for (int64_t k = 0; k < K; k++)
-            sum += w[k];
-        for (int64_t k = 0; k < K; k++)
-            w[k] = w[k] / (sum + d->renormalize_eps);
+            w[k] = w[k] / (norm + d->renormalize_eps);
     }
 }
 

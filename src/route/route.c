@@ -189,6 +189,29 @@ void moe_route_add_bias(const float *bias, int64_t T, int64_t E, float *logits)
             logits[t * E + e] = logits[t * E + e] + bias[e];
 }
 
+/* N_p of the K weights w (moe.h renormalize_p): p = 1 the f32 sum in top-k order (every
+ * family's renormalization), p = +inf the largest |w_k|, any other p (sum_k |w_k|^p)^(1/p) in
+ * double, rounded once to f32. src/ref's operations in src/ref's order. */
+static float renorm_norm(const float *w, int64_t K, float p)
+{
+    if (p == 1.0f) {
+        float sum = 0.0f;
+        for (int64_t k = 0; k < K; k++)
+            sum += w[k];
+        return sum;
+    }
+    if (isinf(p)) {
+        float m = fabsf(w[0]);
+        for (int64_t k = 1; k < K; k++)
+            m = fabsf(w[k]) > m || isnan(w[k]) ? fabsf(w[k]) : m;
+        return m;
+    }
+    double acc = 0.0;
+    for (int64_t k = 0; k < K; k++)
+        acc += pow(fabs((double)w[k]), (double)p);
+    return (float)pow(acc, 1.0 / (double)p);
+}
+
 void moe_route_topk(const moe_layer_desc *desc, const float *sel_bias, const float *logits,
                     int64_t T, int32_t *ids, float *weights, void *scratch,
                     moe_topk_method method)
@@ -300,9 +323,7 @@ void moe_route_topk(const moe_layer_desc *desc, const float *sel_bias, const flo
         }
     renormalize:
         if (desc->renormalize) {
-            float sum = 0.0f;
-            for (int64_t k = 0; k < K; k++)
-                sum += w[k];
+            const float sum = renorm_norm(w, K, desc->renormalize_p); /* src/ref's N_p */
             for (int64_t k = 0; k < K; k++)
                 w[k] = w[k] / (sum + desc->renormalize_eps);
         }

@@ -229,6 +229,7 @@ _FAMILIES = {
     "DeepseekOcr2ForConditionalGeneration": "deepseek_ocr2", "deepseek_ocr2": "deepseek_ocr2",
     "UnlimitedOcrForConditionalGeneration": "unlimited_ocr", "unlimited_ocr": "unlimited_ocr",
     "NemotronHForCausalLM": "nemotron_h", "nemotron_h": "nemotron_h",
+    "DbrxForCausalLM": "dbrx", "dbrx": "dbrx",
 }
 # LFM2-MoE's (sum + 1e-6) and Cohere2-MoE's configured scoring / shared mix
 _KNOBS = ("lfm2_moe", "cohere2_moe")
@@ -790,11 +791,44 @@ def layer_params_ernie_vl(ck, layer):
     return p
 
 
+def layer_params_dbrx(ck, layer):
+    """layer_params for DBRX, from transformers 5.24 dbrx/configuration_dbrx.py and
+    modeling_dbrx.py: DbrxConfig's d_model and n_layers; the block's fields in ffn_config
+    (DbrxFFNConfig: ffn_hidden_size 3584, moe_num_experts 4, moe_top_k 1, ffn_act_fn {"name":
+    "silu"}, moe_normalize_expert_weights 1.0 when absent); every DbrxBlock has a DbrxFFN.
+    DbrxFFN.route_tokens_to_experts: softmax, top-k, w / torch.norm(w, p) unless p is None (no
+    epsilon). DbrxExpertGLU: w1, v1, w2 [E I, H], viewed per expert as [I, H]; expert e is
+    act(x w1_e^T) * (x v1_e^T) @ w2_e. Saved as transformer.blocks.L.ffn."""
+    cfg = ck.config
+    nl = int(cfg["n_layers"])
+    if not 0 <= layer < nl:
+        raise IndexError(f"layer {layer} outside [0, {nl})")
+    ffn = cfg.get("ffn_config") or {}
+    H = int(cfg["d_model"])
+    I, E, K = int(ffn.get("ffn_hidden_size", 3584)), int(ffn.get("moe_num_experts", 4)), int(ffn.get("moe_top_k", 1))
+    pnorm = ffn.get("moe_normalize_expert_weights", 1.0)
+    name = (ffn.get("ffn_act_fn") or {}).get("name", "silu")
+    act = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_new": "geglu_tanh",
+           "gelu_pytorch_tanh": "geglu_tanh"}[name]
+    pre = f"transformer.blocks.{layer}.ffn."
+    split = lambda t: ck.get(pre + "experts.mlp." + t).reshape(E, I, H)  # DbrxExperts' view(-1, I, H)
+    p = {"family": "dbrx", "H": H, "K": K, "E": E, "I": I, "scoring": "softmax", "renormalize": pnorm is not None,
+         "renorm_p": None if pnorm is None else float(pnorm), "renorm_eps": 0.0, "scale": 1.0, "n_group": 1,
+         "router_bias": None, "sel_bias": None, "act": act, "on_input": False, "biases": None, "Is": 0,
+         "router": ck.get(pre + "router.layer.weight"), "w_gate": split("w1"), "w_up": split("v1"),
+         "w_down": np.transpose(split("w2"), (0, 2, 1))}  # h @ w2_e = (w2_e^T) h
+    if tuple(p["router"].shape) != (E, H):
+        raise ValueError(f"layer {layer}: router has shape {p['router'].shape}, expected {(E, H)}")
+    return p
+
+
 def layer_params_new(ck, layer):
     """layer_params for the families after Mixtral / Qwen2/3-MoE."""
     fam = ck.family
     if fam == "ernie4_5_vl_moe":
         return layer_params_ernie_vl(ck, layer)
+    if fam == "dbrx":
+        return layer_params_dbrx(ck, layer)
     if fam == "longcat_flash":
         return layer_params_longcat(ck, layer)
     if fam in _ACTS:
@@ -1199,7 +1233,11 @@ def route(p, x):
         w = sigmoid(np.take_along_axis(logits, ids, axis=-1))
     else:
         w = np.take_along_axis(scores, ids, axis=-1)
-    if p["renormalize"]:  # LFM2-MoE: + 1e-6; Cohere2-MoE: the sum alone
+    if p["renormalize"] and p.get("renorm_p") not in (None, 1.0):  # DBRX: torch.norm(w, p)
+        q = p["renorm_p"]
+        n = np.abs(w).max(axis=-1, keepdims=True) if np.isinf(q) else (np.abs(w) ** q).sum(-1, keepdims=True) ** (1 / q)
+        w = w / n
+    elif p["renormalize"]:  # LFM2-MoE: + 1e-6; Cohere2-MoE: the sum alone
         w = w / (w.sum(axis=-1, keepdims=True) + p.get("renorm_eps", 1e-20))
     return logits, key, ids, w
 

@@ -889,6 +889,13 @@ static void random_suite(const pcfg *base, double tol)
                 random_case("renormalize_eps 1e-6, shared_expert_scale 0.5", &L, NULL, 31, &c, tol, 16);
                 rlayer_free(&L);
             }
+            /* 5b. DBRX's p-norm renormalization (renormalize_p 2: the top-k over its 2-norm) */
+            {
+                rlayer_make(&L, 24, 16, 8, 3, 0, 0, 0, 0, MOE_DTYPE_F32, 39);
+                L.d.renormalize_p = 2.0f;
+                random_case("renormalize_p 2 (DBRX)", &L, NULL, 23, &c, tol, 16);
+                rlayer_free(&L);
+            }
             /* 6. identity experts (LongCat-Flash): E = 6 + Z = 4 scored, K = 3, a gated shared
              *    expert, router computed; then E = 5 + Z = 3 with skewed caller logits [T, E + Z] */
             {
@@ -936,7 +943,7 @@ static void random_suite(const pcfg *base, double tol)
         }
     }
     say("  random layers (skewed routing, uneven placement, bf16, biases, weight on input, shared, renormalize_eps, "
-        "shared_expert_scale, identity experts, sqrtsoftplus, postclamp, non-gated): ep %d x tp %d, both "
+        "renormalize_p, shared_expert_scale, identity experts, sqrtsoftplus, postclamp, non-gated): ep %d x tp %d, both "
         "formats: %s\n",
         base->ep, base->tp, tol < 0 ? "bit-identical to one process" : "within bound");
 }

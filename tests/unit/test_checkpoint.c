@@ -913,9 +913,10 @@ static void test_config_errors(void **state)
                "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 16}");
     expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED, cfg, "'LlamaForCausalLM'",
                  "nearest family name: llama4", "mixtral, qwen2_moe, qwen3_moe", "docs/families.md");
-    write_text(dir, "config.json", "{\"model_type\": \"dbrx\", \"hidden_size\": 16}");
-    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED, cfg, "'dbrx'", "deepseek_v3",
-                 "gpt_oss", "llama4", "granitemoe", "glm5_next", "step3p7, deepseek_ocr2, unlimited_ocr, mistral_large4, nemotron_h, ernie4_5_vl_moe)");
+    write_text(dir, "config.json", "{\"model_type\": \"switch_transformers\", \"hidden_size\": 16}");
+    expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED, cfg, "'switch_transformers'",
+                 "deepseek_v3", "gpt_oss", "llama4", "granitemoe", "glm5_next",
+                 "step3p7, deepseek_ocr2, unlimited_ocr, mistral_large4, nemotron_h, dbrx, ernie4_5_vl_moe)");
     write_text(dir, "config.json", "{\"architectures\": \"MixtralForCausalLM\"}");
     expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "'architectures' must be an array",
                  "found a string (\"MixtralForCausalLM\")");

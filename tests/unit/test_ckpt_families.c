@@ -1512,6 +1512,137 @@ static void test_nemotron_h_config(void **state)
     moe_ctx_free(ctx);
 }
 
+/* DBRX (config.json of DbrxConfig.save_pretrained: d_model, n_layers, and the block's fields in
+ * the ffn_config object) into d: the router and the three fused [E I, H] expert tensors of layer
+ * 0 are written for E, I, H; returns what moe_checkpoint_open / moe_checkpoint_layer_desc return. */
+static moe_status dbrx_desc(moe_ctx *ctx, const char *dir, const char *config, int64_t E, int64_t I, int64_t H,
+                            int64_t w2_rows, moe_layer_desc *d)
+{
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    float *z = calloc((size_t)(E * I * H + E * H), sizeof(float)); /* values do not matter here */
+    assert_non_null(z);
+    tl_add(tl, "transformer.blocks.0.ffn.router.layer.weight", MOE_DTYPE_F32, 2, (int64_t[]){E, H}, z);
+    tl_add(tl, "transformer.blocks.0.ffn.experts.mlp.w1", MOE_DTYPE_F32, 2, (int64_t[]){E * I, H}, z);
+    tl_add(tl, "transformer.blocks.0.ffn.experts.mlp.v1", MOE_DTYPE_F32, 2, (int64_t[]){E * I, H}, z);
+    tl_add(tl, "transformer.blocks.0.ffn.experts.mlp.w2", MOE_DTYPE_F32, 2, (int64_t[]){w2_rows, H}, z);
+    write_text(dir, "config.json", config);
+    char path[700];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    assert_int_equal(moe_safetensors_write(ctx, path, tl->t, tl->n), MOE_OK);
+    moe_checkpoint *ck = NULL;
+    moe_status st = moe_checkpoint_open(ctx, dir, &ck);
+    if (st == MOE_OK) {
+        assert_int_equal(moe_checkpoint_num_layers(ck), 2);
+        assert_int_equal(moe_checkpoint_is_moe_layer(ck, 1), 1); /* every DbrxBlock has a DbrxFFN */
+        st = moe_checkpoint_layer_desc(ck, 0, d);
+        moe_checkpoint_free(ck);
+    }
+    tl_free(tl);
+    free(tl);
+    free(z);
+    return st;
+}
+
+/* DBRX: the MoE fields are read in ffn_config (DbrxFFNConfig's defaults when a key, or the whole
+ * object, is absent: 3584, 4 experts, top-1, silu, p 1.0), H in d_model and the layer count in
+ * n_layers; moe_normalize_expert_weights gives renormalize_p (null: not renormalized; 0, a
+ * negative p or a string refused by name); ffn_act_fn.name picks the activation (another refused
+ * by its full name); a quantization_config is refused for the fused layout; a w2 of another shape
+ * is an MOE_ESHAPE naming it. (The maths is checked against transformers on dbrx_f32 and
+ * dbrx_p2_f32.) */
+static void test_dbrx_config(void **state)
+{
+    (void)state;
+    moe_ctx *ctx = tu_ctx();
+    char dir[512], cfg[700], buf[1200];
+    tu_tmpdir(dir, sizeof dir, "ck-dbrx");
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    const char *db = "{\"architectures\": [\"DbrxForCausalLM\"], \"model_type\": \"dbrx\", \"d_model\": 8,"
+                     " \"n_layers\": 2%s}";
+    moe_layer_desc d;
+    struct {
+        const char *ffn;
+        int renorm;
+        float p;
+        moe_activation act;
+    } ok[] = {
+        {", \"ffn_config\": {\"ffn_hidden_size\": 4, \"moe_num_experts\": 6, \"moe_top_k\": 3}", 1, 1.0f,
+         MOE_ACT_SWIGLU},
+        {", \"ffn_config\": {\"ffn_hidden_size\": 4, \"moe_num_experts\": 6, \"moe_top_k\": 3,"
+         " \"moe_normalize_expert_weights\": null, \"ffn_act_fn\": {\"name\": \"gelu_pytorch_tanh\"}}", 0, 1.0f,
+         MOE_ACT_GEGLU_TANH},
+        {", \"ffn_config\": {\"ffn_hidden_size\": 4, \"moe_num_experts\": 6, \"moe_top_k\": 3,"
+         " \"moe_normalize_expert_weights\": 2.0, \"ffn_act_fn\": {\"name\": \"gelu\", \"approximate\": 1},"
+         " \"moe_jitter_eps\": 0.01, \"moe_loss_weight\": 0.05}", 1, 2.0f, MOE_ACT_GEGLU},
+        {", \"ffn_config\": {\"ffn_hidden_size\": 4, \"moe_num_experts\": 6, \"moe_top_k\": 3,"
+         " \"moe_normalize_expert_weights\": 3, \"ffn_act_fn\": null}", 1, 3.0f, MOE_ACT_SWIGLU},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        snprintf(buf, sizeof buf, db, ok[i].ffn);
+        if (dbrx_desc(ctx, dir, buf, 6, 4, 8, 24, &d) != MOE_OK)
+            fail_msg("case %zu: %s", i, moe_ctx_last_error(ctx));
+        assert_int_equal(d.family, MOE_FAMILY_DBRX);
+        assert_int_equal(d.hidden_size, 8);
+        assert_int_equal(d.moe_intermediate_size, 4);
+        assert_int_equal(d.num_experts, 6);
+        assert_int_equal(d.top_k, 3);
+        assert_int_equal(d.scoring_func, MOE_SCORING_SOFTMAX);
+        assert_int_equal(d.renormalize, ok[i].renorm);
+        if (d.renormalize)
+            assert_true(d.renormalize_p == ok[i].p && d.renormalize_eps == 1e-20f);
+        assert_int_equal(d.activation, ok[i].act);
+        assert_int_equal(d.shared_expert_intermediate_size, 0);
+    }
+    /* DbrxFFNConfig's defaults: ffn_config absent, or present without the sizes */
+    for (int v = 0; v < 2; v++) {
+        snprintf(buf, sizeof buf, db, v ? ", \"ffn_config\": {\"moe_jitter_eps\": null}" : "");
+        if (dbrx_desc(ctx, dir, buf, 4, 3584, 8, 4 * 3584, &d) != MOE_OK)
+            fail_msg("defaults %d: %s", v, moe_ctx_last_error(ctx));
+        assert_true(d.moe_intermediate_size == 3584 && d.num_experts == 4 && d.top_k == 1);
+        assert_true(d.renormalize == 1 && d.renormalize_p == 1.0f && d.activation == MOE_ACT_SWIGLU);
+    }
+    /* refused by name */
+    const char *sizes = "\"ffn_hidden_size\": 4, \"moe_num_experts\": 6, \"moe_top_k\": 3";
+    struct {
+        const char *extra;
+        moe_status st;
+        const char *a, *b;
+    } bad[] = {
+        {", \"moe_normalize_expert_weights\": 0", MOE_EUNSUPPORTED, "'ffn_config.moe_normalize_expert_weights' = 0",
+         "p > 0"},
+        {", \"moe_normalize_expert_weights\": -1.5", MOE_EUNSUPPORTED, "'ffn_config.moe_normalize_expert_weights' = -1.5",
+         "torch.norm"},
+        {", \"moe_normalize_expert_weights\": \"2\"", MOE_EFORMAT, "'ffn_config.moe_normalize_expert_weights'",
+         "must be a number"},
+        {", \"ffn_act_fn\": {\"name\": \"relu\"}", MOE_EUNSUPPORTED, "'ffn_config.ffn_act_fn.name' = \"relu\"", "silu"},
+        {", \"ffn_act_fn\": \"silu\"", MOE_EFORMAT, "'ffn_config.ffn_act_fn' must be an object", "name"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char ffn[400];
+        snprintf(ffn, sizeof ffn, ", \"ffn_config\": {%s%s}", sizes, bad[i].extra);
+        snprintf(buf, sizeof buf, db, ffn);
+        expect_error(ctx, dbrx_desc(ctx, dir, buf, 6, 4, 8, 24, &d), bad[i].st, cfg, bad[i].a, bad[i].b);
+    }
+    snprintf(buf, sizeof buf, db, ", \"ffn_config\": {\"ffn_hidden_size\": 4, \"moe_num_experts\": 6, \"moe_top_k\": 7}");
+    expect_error(ctx, dbrx_desc(ctx, dir, buf, 6, 4, 8, 24, &d), MOE_EFORMAT, cfg, "'ffn_config.moe_top_k' = 7",
+                 "exceeds the 6 experts");
+    snprintf(buf, sizeof buf, db, ", \"ffn_config\": [4]");
+    expect_error(ctx, dbrx_desc(ctx, dir, buf, 6, 4, 8, 24, &d), MOE_EFORMAT, cfg, "'ffn_config' must be an object");
+    char ffn[400];
+    snprintf(ffn, sizeof ffn, ", \"ffn_config\": {%s}, \"quantization_config\": {\"quant_method\": \"fp8\","
+             " \"activation_scheme\": \"dynamic\", \"weight_block_size\": [128, 128]}", sizes);
+    snprintf(buf, sizeof buf, db, ffn);
+    expect_error(ctx, dbrx_desc(ctx, dir, buf, 6, 4, 8, 24, &d), MOE_EUNSUPPORTED, cfg, "family dbrx",
+                 "experts.mlp.w1, experts.mlp.v1, experts.mlp.w2", "quantization_config");
+    snprintf(ffn, sizeof ffn, ", \"ffn_config\": {%s}", sizes);
+    snprintf(buf, sizeof buf, db, ffn);
+    expect_error(ctx, dbrx_desc(ctx, dir, buf, 6, 4, 8, 25, &d), MOE_ESHAPE, "transformer.blocks.0.ffn.experts.mlp.w2",
+                 "[E I, H]");
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1528,6 +1659,7 @@ int main(void)
         cmocka_unit_test(test_ernie_layers),
         cmocka_unit_test(test_row_field_names), cmocka_unit_test(test_types_else_prefix_step),
         cmocka_unit_test(test_nemotron_h_config),
+        cmocka_unit_test(test_dbrx_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

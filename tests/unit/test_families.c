@@ -53,6 +53,7 @@ typedef struct fam_cfg {
     int64_t Z;     /* num_identity_experts (LongCat-Flash): router and its biases [E + Z] */
     float limit, sh_limit; /* swiglu_limit (0: the default 7), shared_swiglu_limit (Step-3.7) */
     float sh_wscale;       /* shared gate/up weight scale multiplier (0: 1) */
+    float renorm_p;        /* renormalize_p (DBRX's moe_normalize_expert_weights); default 1 */
 } fam_cfg;
 
 static fam_cfg cfg_default(int64_t H, int64_t I, int64_t E, int64_t K)
@@ -72,6 +73,7 @@ static fam_cfg cfg_default(int64_t H, int64_t I, int64_t E, int64_t K)
     c.wscale = 1.0f;
     c.renorm_eps = 1e-20f;
     c.sh_scale = 1.0f;
+    c.renorm_p = 1.0f;
     return c;
 }
 
@@ -147,6 +149,7 @@ static void layer_build(fam_layer *L, const fam_cfg *c, uint64_t seed)
     L->d.has_shared_activation = c->sh_act_on;
     L->d.shared_activation = c->sh_act;
     L->d.renormalize_eps = c->renorm_eps;
+    L->d.renormalize_p = c->renorm_p;
     L->d.shared_expert_scale = c->sh_scale;
     L->d.has_output_norm = c->out_norm;
     L->d.output_norm_eps = 1e-5f;
@@ -1269,6 +1272,126 @@ static void test_identity_experts(void **state)
     layer_free(&L);
 }
 
+/* DBRX's renormalization by a p-norm (renormalize_p: DbrxFFN.route_tokens_to_experts divides the
+ * top-k softmax weights by torch.norm(w, p = moe_normalize_expert_weights)). The plan gives
+ * src/ref's bits on every table, thread count, chunk size and prepare/finalize (check_bits) for
+ * p = 1, 2, 3, 0.5 and +inf (softmax, and sigmoid + a selection bias, bf16 weights, K 4);
+ * src/ref's weights are its unrenormalized ones divided by moe.h's N_p (written here from the
+ * header's definition) plus eps, bit for bit, and within an f32 rounding of the long-double
+ * p-norm; p = 1 is the plain sum (the same bits as every other family's renormalization, and the
+ * same plan text); renormalize_p is read only with renormalize and refused by name when <= 0 or
+ * NaN. */
+static void test_renorm_pnorm(void **state)
+{
+    (void)state;
+    const float ps[] = {1.0f, 2.0f, 3.0f, 0.5f, INFINITY};
+    for (int v = 0; v < 7; v++) {
+        fam_cfg c = cfg_default(36, 16, 8, v >= 5 ? 4 : 2);
+        c.renorm = 1;
+        c.renorm_p = ps[v % 5];
+        if (v >= 5) { /* sigmoid scores + a selection bias (any scoring's weights may be divided) */
+            c.scoring = MOE_SCORING_SIGMOID;
+            c.sel_bias = 1;
+            c.dt = v == 6 ? MOE_DTYPE_BF16 : MOE_DTYPE_F32;
+        }
+        check_cfg(&c, 13, 1100 + (uint64_t)v);
+    }
+
+    /* src/ref against N_p by its definition, eps 1e-20 and 0.25 */
+    fam_cfg c = cfg_default(32, 12, 8, 3);
+    fam_layer L;
+    layer_build(&L, &c, 1110);
+    const int64_t T = 9, K = c.K;
+    float *x = rand_x(T, c.H, 1111, 1.5f);
+    float raw[9 * 3], w[9 * 3], wsum[9 * 3];
+    int32_t ids[9 * 3], ids2[9 * 3];
+    float *out = malloc(sizeof(float) * (size_t)(T * c.H));
+    assert_int_equal(moe_ref_forward(&L.d, &L.src, x, T, NULL, out, ids, raw), MOE_OK);
+    L.d.renormalize = 1;
+    assert_int_equal(moe_ref_forward(&L.d, &L.src, x, T, NULL, out, ids2, wsum), MOE_OK); /* p = 1 */
+    const float epss[] = {1e-20f, 0.25f};
+    for (int e = 0; e < 2; e++)
+        for (int i = 0; i < 5; i++) {
+            const float p = ps[i];
+            L.d.renormalize_p = p;
+            L.d.renormalize_eps = epss[e];
+            assert_int_equal(moe_ref_forward(&L.d, &L.src, x, T, NULL, out, ids2, w), MOE_OK);
+            assert_true(same_bits(ids, ids2, sizeof ids));
+            for (int64_t t = 0; t < T; t++) {
+                const float *r = raw + t * K;
+                float n = 0.0f;
+                long double nl = 0.0L;
+                if (p == 1.0f) {
+                    for (int64_t k = 0; k < K; k++)
+                        n += r[k];
+                    nl = (long double)n;
+                } else if (isinf(p)) {
+                    for (int64_t k = 0; k < K; k++)
+                        n = fmaxf(n, fabsf(r[k]));
+                    nl = (long double)n;
+                } else {
+                    double acc = 0.0;
+                    for (int64_t k = 0; k < K; k++) {
+                        acc += pow(fabs((double)r[k]), (double)p);
+                        nl += powl(fabsl((long double)r[k]), (long double)p);
+                    }
+                    n = (float)pow(acc, 1.0 / (double)p);
+                    nl = powl(nl, 1.0L / (long double)p);
+                }
+                /* N_p in f32 is the long-double p-norm rounded (within one f32 ulp) */
+                assert_true(fabsl((long double)n - nl) <= 1.2e-7L * nl);
+                for (int64_t k = 0; k < K; k++) {
+                    const float want = r[k] / (n + epss[e]);
+                    assert_true(same_bits(&w[t * K + k], &want, sizeof want));
+                }
+                if (e == 0 && p == 1.0f) /* the plain renormalization's bits */
+                    assert_true(same_bits(w + t * K, wsum + t * K, sizeof(float) * (size_t)K));
+                if (e == 0 && p == 2.0f) { /* unit 2-norm */
+                    double ss = 0.0;
+                    for (int64_t k = 0; k < K; k++)
+                        ss += (double)w[t * K + k] * w[t * K + k];
+                    assert_true(fabs(ss - 1.0) < 1e-6);
+                }
+                if (e == 0 && isinf(p)) { /* the largest weight becomes 1 exactly */
+                    float m = 0.0f;
+                    for (int64_t k = 0; k < K; k++)
+                        m = fmaxf(m, w[t * K + k]);
+                    assert_true(m == 1.0f);
+                }
+            }
+        }
+    free(x);
+    free(out);
+
+    /* validation by name; p = 1 keeps the plan text, another p is in it; unread without renormalize */
+    moe_ctx *ctx = tu_ctx();
+    moe_plan *p1 = NULL, *p2 = NULL;
+    L.d.renormalize_eps = 1e-20f;
+    L.d.renormalize_p = 1.0f;
+    assert_int_equal(moe_plan_create(ctx, &L.d, &p1), MOE_OK);
+    assert_null(strstr(moe_plan_text(p1), "renormalize_p"));
+    L.d.renormalize_p = 2.0f;
+    assert_int_equal(moe_plan_create(ctx, &L.d, &p2), MOE_OK);
+    assert_non_null(strstr(moe_plan_text(p2), "renormalize_p=2;"));
+    assert_true(moe_plan_hash(p1) != moe_plan_hash(p2));
+    moe_plan_free(p1);
+    moe_plan_free(p2);
+    const float bad[] = {0.0f, -2.0f, NAN, -INFINITY};
+    for (int i = 0; i < 4; i++) {
+        moe_plan *p = NULL;
+        L.d.renormalize = 1;
+        L.d.renormalize_p = bad[i];
+        assert_int_equal(moe_plan_create(ctx, &L.d, &p), MOE_EINVAL);
+        assert_non_null(strstr(moe_ctx_last_error(ctx), "renormalize_p"));
+        L.d.renormalize = 0; /* not read */
+        assert_int_equal(moe_plan_create(ctx, &L.d, &p), MOE_OK);
+        assert_null(strstr(moe_plan_text(p), "renormalize_p"));
+        moe_plan_free(p);
+    }
+    moe_ctx_free(ctx);
+    layer_free(&L);
+}
+
 /* JetMoE's output bias: the plan gives src/ref's bits in every configuration check_bits runs
  * (bf16 / f32 bias, with a gated shared expert, scaling, the weight on the input), and src/ref's
  * output is its output without the bias plus b_o, one f32 add per element; a description
@@ -1924,7 +2047,7 @@ int main(void)
         cmocka_unit_test(test_r8_scaling_once),   cmocka_unit_test(test_r8_weight_on_input),
         cmocka_unit_test(test_validation),        cmocka_unit_test(test_sparsemixer_bits),
         cmocka_unit_test(test_hand_sparsemixer),  cmocka_unit_test(test_output_bias), cmocka_unit_test(test_acts_modes), cmocka_unit_test(test_output_norm),
-        cmocka_unit_test(test_router_knobs),
+        cmocka_unit_test(test_router_knobs),      cmocka_unit_test(test_renorm_pnorm),
         cmocka_unit_test(test_identity_experts),
         cmocka_unit_test(test_v4step_modes),
         cmocka_unit_test(test_nongated_modes),

@@ -60,7 +60,12 @@ static void test_rows_complete(void **state)
         }
         assert_non_null(row->intermediate_field);
         assert_non_null(row->experts_field);
-        assert_non_null(row->experts_alias);
+        if (!row->experts_default) /* a default E: the field alone (DbrxFFNConfig's moe_num_experts) */
+            assert_non_null(row->experts_alias);
+        if (row->renormalize.rule == MOE_FAM_RENORM_PNORM)
+            assert_true(row->renormalize.field && row->renormalize.p > 0.0);
+        if (moe_fam_flat_experts(row))
+            assert_true(row->stacked[0].up && !row->per_expert.proj[1] && !row->input_major.gate_up);
         assert_non_null(row->prefixes[0]);
         for (int p = 0; p < MOE_FAM_MAX_PREFIXES && row->prefixes[p]; p++)
             assert_non_null(strstr(row->prefixes[p], "%L"));
@@ -243,6 +248,9 @@ static const struct {
     /* NemotronHConfig: n_group 1 (no groups), routed_scaling_factor 1.0, mlp_hidden_act relu2 */
     {MOE_FAMILY_NEMOTRON_H, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
      MOE_ACT_RELU2},
+    /* DbrxFFNConfig: softmax, moe_normalize_expert_weights 1.0 (renormalized by the sum),
+     * ffn_act_fn silu */
+    {MOE_FAMILY_DBRX, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 0, 0, 0, 0, 0, MOE_ACT_SWIGLU},
     /* Ernie4_5_VLMoeTextConfig: each modality's router is ERNIE-4.5-MoE's */
     {MOE_FAMILY_ERNIE4_5_VL_MOE, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0,
      MOE_ACT_SWIGLU},
@@ -307,6 +315,7 @@ static void test_layer_defaults(void **state)
         assert_true(d.output_norm_eps == 1e-6f);
         /* LFM2-MoE's (sum + 1e-6), Cohere2-MoE's sum alone; Cohere2-MoE's "average" halves the shared expert */
         assert_true(d.renormalize_eps == renorm_eps_of(expect[i].family));
+        assert_true(d.renormalize_p == 1.0f); /* DbrxFFNConfig's p 1.0 too: the sum */
         assert_true(d.shared_expert_scale == (expect[i].family == MOE_FAMILY_COHERE2_MOE ? 0.5f : 1.0f));
         /* LongCat-Flash's identity experts: LongcatFlashConfig zero_expert_num 256 */
         assert_int_equal(d.num_identity_experts, expect[i].family == MOE_FAMILY_LONGCAT_FLASH ? 256 : 0);
@@ -507,6 +516,23 @@ static void preset_desc(const char *dir, const json_t *meta, moe_layer_desc *d)
         } else if (r > 0.0 && d->shared_expert_intermediate_size > 0) {
             d->has_shared_activation = 1;
             d->shared_activation = MOE_ACT_SWIGLU;
+        }
+    }
+    {
+        /* DBRX: the block's fields in ffn_config (DbrxFFNConfig): ffn_act_fn {"name"} and the
+         * p-norm moe_normalize_expert_weights (null: not renormalized) */
+        const json_t *ffn = json_object_get(cfg, "ffn_config");
+        if (json_is_object(ffn)) {
+            const json_t *a = json_object_get(json_object_get(ffn, "ffn_act_fn"), "name");
+            if (json_is_string(a) && !strcmp(json_string_value(a), "gelu"))
+                d->activation = MOE_ACT_GEGLU;
+            else if (json_is_string(a) && strcmp(json_string_value(a), "silu") != 0)
+                fail_msg("%s: ffn_act_fn %s: not described here", path, json_string_value(a));
+            v = json_object_get(ffn, "moe_normalize_expert_weights");
+            if (v && json_is_null(v))
+                d->renormalize = 0;
+            else if (v && json_is_number(v))
+                d->renormalize_p = (float)json_number_value(v);
         }
     }
     if ((v = json_object_get(cfg, "rms_norm_eps")) && json_is_number(v) && d->has_output_norm) /* A.X-K1 */

@@ -117,6 +117,7 @@ static const char *const k_required[] = {
     "deepseek_v4_f32", "step3p7_f32",
     "mistral_large4_f32", "deepseek_ocr2_f32", "unlimited_ocr_f32",
     "nemotron_h_f32",
+    "dbrx_f32", "dbrx_p2_f32",
     "ernie4_5_vl_moe_f32", "ernie4_5_vl_moe_vision_f32",
 };
 
@@ -310,6 +311,8 @@ static void run_fixture(const fixture *fx, const json_t *meta, int threads, cons
     assert_true(desc.routed_scaling_factor == (float)meta_num_or(meta, "routed_scaling_factor", 1.0));
     if (desc.renormalize) /* LFM2-MoE 1e-6, Cohere2-MoE's sigmoid 0, else 1e-20 */
         assert_true(desc.renormalize_eps == (float)meta_num_or(meta, "renormalize_eps", 1e-20));
+    if (desc.renormalize) /* DBRX's moe_normalize_expert_weights (2.0 in dbrx_p2_f32), else the sum */
+        assert_true(desc.renormalize_p == (float)meta_num_or(meta, "renormalize_p", 1.0));
     if (desc.shared_expert_intermediate_size > 0) /* Cohere2-MoE's "average": 0.5 */
         assert_true(desc.shared_expert_scale == (float)meta_num_or(meta, "shared_expert_scale", 1.0));
     assert_int_equal(desc.shared_expert_intermediate_size,

@@ -730,6 +730,27 @@ static void test_nongated_refused(void **state)
     tu_rm_tree(root);
 }
 
+/* tests/fixtures/dbrx_f32: DBRX's fused [E I, H] experts (experts.mlp.w1 / v1 / w2) are not a layout
+ * moe quantize writes: refused by name, nothing written. */
+static void test_dbrx_refused(void **state)
+{
+    (void)state;
+    char fx[700], root[512], out[700];
+    tu_data_path(fx, sizeof fx, "dbrx_f32");
+    tu_tmpdir(root, sizeof root, "quantize_dbrx");
+    tu_join(out, sizeof out, root, "q");
+    moe_ctx *ctx = tu_ctx();
+    static const char *const schemes[] = {"int8-channel", "fp8-block", "int4-g128"};
+    for (int i = 0; i < 3; i++) {
+        expect_error(ctx, quantize_checked(ctx, fx, out, schemes[i]), MOE_EUNSUPPORTED, "dbrx stores its experts",
+                     "experts.mlp.w1", "per-expert layout");
+        struct stat st;
+        assert_true(stat(out, &st) != 0);
+    }
+    moe_ctx_free(ctx);
+    tu_rm_tree(root);
+}
+
 /* tests/fixtures/ernie4_5_vl_moe_f32: libmoe reads no quantized ERNIE-4.5-VL checkpoint (the
  * vision experts are saved at E..2E-1, which the quantized readers do not number), so moe
  * quantize writes none: refused by name, nothing written. */
@@ -760,6 +781,7 @@ int main(void)
         cmocka_unit_test(test_gpt_oss_transformers),
         cmocka_unit_test(test_llama4),
         cmocka_unit_test(test_nongated_refused),
+        cmocka_unit_test(test_dbrx_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

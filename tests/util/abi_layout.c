@@ -85,6 +85,7 @@ int main(void)
     FIELD(moe_layer_desc, shared_expert_scale, 0);
     FIELD(moe_layer_desc, num_identity_experts, 0);
     FIELD(moe_layer_desc, shared_swiglu_limit, 0);
+    FIELD(moe_layer_desc, renormalize_p, 0);
     printf("]}");
     printf(", \"moe_weight_source\": {\"size\": %zu, \"fields\": [", sizeof(moe_weight_source));
     FIELD(moe_weight_source, router, 1);
