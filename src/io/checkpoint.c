@@ -295,10 +295,7 @@ static moe_status resolve_layer(const moe_checkpoint *ck, int64_t layer, moe_ck_
         const int64_t set_row = b == 1 && c->set ? c->set->selection_bias_row : -1;
         if (set_row >= 0) {
             /* one row per expert set, [n_sets, E] (ERNIE-4.5-VL's moe_statics [2, E]): the set's */
-            int64_t n_sets = 0;
-            while (n_sets < MOE_FAM_MAX_SETS && row->sets[n_sets].name)
-                n_sets++;
-            const int64_t sets_by_e[2] = {n_sets, R};
+            const int64_t sets_by_e[2] = {moe_fam_num_expert_sets(row), R};
             if ((st = moe_ck_check_shape(ix, path, bias_info[b], "[expert sets, E]", 2, sets_by_e)) != MOE_OK)
                 return st;
             bias_info[b]->data = (const char *)bias_info[b]->data +
@@ -373,9 +370,9 @@ static int other_set_tensor(const unread_list *ul, const char *rest)
 {
     if (!ul->set)
         return 0;
-    int64_t n_sets = 0;
-    for (; n_sets < MOE_FAM_MAX_SETS && ul->row->sets[n_sets].name; n_sets++)
-        if (&ul->row->sets[n_sets] != ul->set && strcmp(rest, ul->row->sets[n_sets].router) == 0)
+    const int64_t n_sets = moe_fam_num_expert_sets(ul->row);
+    for (int64_t i = 0; i < n_sets; i++)
+        if (&ul->row->sets[i] != ul->set && strcmp(rest, ul->row->sets[i].router) == 0)
             return 1;
     if (strncmp(rest, "experts.", 8) != 0)
         return 0;

@@ -1298,6 +1298,14 @@ const moe_fam_expert_set *moe_fam_expert_set_of(const moe_fam_row *row, const ch
     return NULL;
 }
 
+int64_t moe_fam_num_expert_sets(const moe_fam_row *row)
+{
+    int64_t n = 0;
+    while (row && n < MOE_FAM_MAX_SETS && row->sets[n].name)
+        n++;
+    return n;
+}
+
 const char *moe_fam_expert_set_names(const moe_fam_row *row, char *out, size_t n)
 {
     size_t used = 0;

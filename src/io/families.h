@@ -463,6 +463,8 @@ struct moe_fam_row {
 /* The row's expert set named `name` (NULL: its first), or NULL when it has none of that name
  * (a row without sets has none). */
 const moe_fam_expert_set *moe_fam_expert_set_of(const moe_fam_row *row, const char *name);
+/* How many expert sets `row` has (0: one block, the row's own router and I). */
+int64_t moe_fam_num_expert_sets(const moe_fam_row *row);
 /* "text, vision": the names of the row's expert sets into out [n] ("" when it has none). */
 const char *moe_fam_expert_set_names(const moe_fam_row *row, char *out, size_t n);
 

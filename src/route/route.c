@@ -323,9 +323,9 @@ void moe_route_topk(const moe_layer_desc *desc, const float *sel_bias, const flo
         }
     renormalize:
         if (desc->renormalize) {
-            const float sum = renorm_norm(w, K, desc->renormalize_p); /* src/ref's N_p */
+            const float norm = renorm_norm(w, K, desc->renormalize_p); /* src/ref's N_p */
             for (int64_t k = 0; k < K; k++)
-                w[k] = w[k] / (sum + desc->renormalize_eps);
+                w[k] = w[k] / (norm + desc->renormalize_eps);
         }
     }
 }
