@@ -779,6 +779,28 @@ typedef struct moe_layer_desc {
                                       torch.norm(w, p = moe_normalize_expert_weights), no epsilon:
                                       N_p >= max_k w_k >= 1/E, so the default 1e-20 leaves N_p
                                       unchanged in f32) */
+    /* ---- expert capacity (appended: the fields above keep their offsets) ---- */
+    int64_t expert_capacity;       /* 0 (default): every routed slot runs. C > 0: the Switch
+                                      Transformer's top-1 capacity (Fedus et al. 2021, "Switch
+                                      Transformers", section 2.2; transformers 5.24
+                                      switch_transformers/modeling_switch_transformers.py
+                                      SwitchTransformersTop1Router: token_priority = cumsum of
+                                      the one-hot choice along the sequence, kept while <=
+                                      expert_capacity, in eval mode too; config
+                                      `expert_capacity`, default 64). Within one sequence
+                                      (moe_exec_args.sequence_lengths), in token order, the
+                                      tokens routed to expert e after its first C are dropped:
+                                      that slot runs no expert and adds nothing (its routed term
+                                      is +0, not 0 * y), topk_ids reports it as -1 and
+                                      topk_weights as 0; the shared expert and the output bias
+                                      / norm still apply. The count restarts at each sequence
+                                      and crosses chunks, threads and EP dispatch unchanged; a
+                                      token's output depends on the tokens before it in its own
+                                      sequence and on nothing else (docs/numerics.md "Expert
+                                      capacity"). Needs top_k 1 (Switch routes top-1) and no
+                                      identity experts; in [0, 2^31) (MOE_EINVAL naming the
+                                      field). Caller-given routing (in_topk_ids) is used as
+                                      given: no capacity is applied to it */
 } moe_layer_desc;
 
 /* Defaults: family custom, softmax, renormalize 0, routed_scaling_factor 1, SwiGLU, no
@@ -1183,9 +1205,11 @@ typedef struct moe_exec_args {
                                    (MOE_TP_REDUCE=reduce_scatter under TP: only this rank's
                                    rows, moe_plan_tp_rows) */
     int32_t *topk_ids;          /* [T, K] or NULL; written in top-k order; an id >= E is an
-                                   identity expert (num_identity_experts) */
+                                   identity expert (num_identity_experts); -1 an empty slot
+                                   (dropped by expert_capacity, or given as -1) */
     float *topk_weights;        /* [T, K] or NULL; the routing weights after
-                                   renormalization, before routed_scaling_factor */
+                                   renormalization, before routed_scaling_factor (0 for a
+                                   slot dropped by expert_capacity) */
     void *workspace;            /* moe_plan_workspace_size(plan, n_tokens) bytes (parallel
                                    plans: for the most tokens any rank passes), 64-byte
                                    aligned is best; may be NULL when that size is 0 */
@@ -1209,11 +1233,13 @@ typedef struct moe_exec_args {
      * writes to topk_ids / topk_weights, the output is bit-identical to that routed path.
      * Under EP each rank passes the routing of its own tokens (routing precedes dispatch);
      * under TP every rank of a TP group passes the same ids and weights, as it passes the
-     * same hidden_states. Validated before anything runs: every id in [0, E) and the K ids of
-     * a token distinct, else MOE_EINVAL naming the token and slot; one of the two NULL, or
+     * same hidden_states. Validated before anything runs: every id in [0, E) or -1 (an empty
+     * slot: no expert runs and it adds nothing, as a slot dropped by expert_capacity, which
+     * topk_ids reports as -1), and the experts of a token distinct, else MOE_EINVAL naming
+     * the token and slot; one of the two NULL, or
      * router_logits also set, MOE_EINVAL. Weights are not checked (NaN or Inf follow IEEE
      * arithmetic through the combine). topk_ids / topk_weights, when set, receive copies. */
-    const int32_t *in_topk_ids;     /* [T, K] i32, or NULL; ids in [0, E + Z) (Z identity experts) */
+    const int32_t *in_topk_ids;     /* [T, K] i32, or NULL; ids in [0, E + Z) (Z identity experts) or -1 */
     const float *in_topk_weights;   /* [T, K] f32, or NULL */
     /* F32 (0: the default) or BF16: output then holds [T, H] bf16 (uint16_t bits), each the
      * f32 result rounded to nearest even (NaN stays NaN, quieted; torch's f32 -> bf16
@@ -1226,6 +1252,17 @@ typedef struct moe_exec_args {
                                    logical expert e by this execute (the caller zeroes it to
                                    reset; sum over ranks: moe_plan_gather_load). Counted
                                    after routing, before any dispatch; untouched on error */
+    /* Sequence boundaries, read only by a plan with expert_capacity > 0 (which counts each
+     * expert's tokens per sequence). sequence_lengths [n_sequences] i64: the T tokens are
+     * n_sequences consecutive sequences of these lengths, each >= 0, summing to n_tokens
+     * (MOE_EINVAL naming the entry otherwise). transformers' [B, S, H] batch of a Switch
+     * block is B sequences of S (padding included, as it counts them); a decode step of B
+     * sequences is B sequences of 1 (no token is ever dropped). NULL (n_sequences 0): when
+     * n_tokens <= expert_capacity no token can be dropped and none is; a longer call without
+     * boundaries is refused (MOE_EINVAL saying to give them), never guessed. Under EP each
+     * rank gives its own tokens' sequences; under TP the ranks of a group give the same. */
+    const int64_t *sequence_lengths;
+    int64_t n_sequences;
 } moe_exec_args;
 
 /* What one moe_plan_execute_ex call ran: the knobs' effect made observable. Names are

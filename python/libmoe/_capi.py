@@ -91,7 +91,9 @@ class LayerDesc(C.Structure):
                 # the shared expert's own clamp limit (Step-3.7)
                 ("shared_swiglu_limit", f32),
                 # the renormalization's p-norm (DBRX's moe_normalize_expert_weights; 1: the sum)
-                ("renormalize_p", f32)]
+                ("renormalize_p", f32),
+                # Switch Transformers' top-1 expert capacity (0: none)
+                ("expert_capacity", i64)]
 
 
 PP = C.POINTER(vp)
@@ -125,7 +127,9 @@ class ExecArgs(C.Structure):
                 ("router_logits", vp), ("output", vp), ("topk_ids", vp), ("topk_weights", vp),
                 ("workspace", vp), ("workspace_size", sz), ("stats", vp),
                 ("in_topk_ids", vp), ("in_topk_weights", vp), ("output_dtype", i32),
-                ("expert_load", vp)]
+                ("expert_load", vp),
+                # sequence boundaries for expert_capacity: int64 [n_sequences]
+                ("sequence_lengths", vp), ("n_sequences", i64)]
 
 
 def _sig(name, res, *args):
