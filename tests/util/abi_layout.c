@@ -86,6 +86,7 @@ int main(void)
     FIELD(moe_layer_desc, num_identity_experts, 0);
     FIELD(moe_layer_desc, shared_swiglu_limit, 0);
     FIELD(moe_layer_desc, renormalize_p, 0);
+    FIELD(moe_layer_desc, expert_capacity, 0);
     printf("]}");
     printf(", \"moe_weight_source\": {\"size\": %zu, \"fields\": [", sizeof(moe_weight_source));
     FIELD(moe_weight_source, router, 1);
@@ -148,6 +149,8 @@ int main(void)
     FIELD(moe_exec_args, in_topk_weights, 0);
     FIELD(moe_exec_args, output_dtype, 0);
     FIELD(moe_exec_args, expert_load, 0);
+    FIELD(moe_exec_args, sequence_lengths, 0);
+    FIELD(moe_exec_args, n_sequences, 0);
     printf("]}");
     printf(", \"moe_checkpoint_options\": {\"size\": %zu, \"fields\": [", sizeof(moe_checkpoint_options));
     FIELD(moe_checkpoint_options, strict, 1);
