@@ -104,6 +104,19 @@ moe_status moe_plan_check_desc(moe_ctx *ctx, const moe_layer_desc *d)
                              "layer description: renormalize_p = %g, must be > 0 (1: the sum, +inf: the max) with "
                              "renormalize (moe_layer_desc_init sets 1)",
                              (double)d->renormalize_p);
+    if (d->expert_capacity < 0 || d->expert_capacity > INT32_MAX)
+        return moe_set_error(ctx, MOE_EINVAL, "layer description: expert_capacity = %lld, must be in [0, %d] (0: none)",
+                             (long long)d->expert_capacity, INT32_MAX);
+    if (d->expert_capacity > 0 && d->top_k != 1)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "layer description: expert_capacity = %lld with top_k = %lld: the capacity rule is Switch "
+                             "Transformers' top-1 one (top_k must be 1)",
+                             (long long)d->expert_capacity, (long long)d->top_k);
+    if (d->expert_capacity > 0 && d->num_identity_experts > 0)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "layer description: expert_capacity = %lld with num_identity_experts = %lld: no family "
+                             "combines them and libmoe does not",
+                             (long long)d->expert_capacity, (long long)d->num_identity_experts);
     if (d->shared_expert_intermediate_size > 0 &&
         (!(d->shared_expert_scale > 0.0f) || isinf(d->shared_expert_scale)))
         return moe_set_error(ctx, MOE_EINVAL,

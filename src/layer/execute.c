@@ -29,7 +29,7 @@ typedef struct ws_layout {
     size_t pos;      /* [Tc * K] i32, position of each (t, k) row in y */
     size_t keys;     /* [Tc * K] u64 (packed permute) */
     size_t keys_tmp; /* [Tc * K] u64 */
-    size_t bids;     /* [Tc * K] i32 bucketed ids (identity experts only) */
+    size_t bids;     /* [Tc * K] i32 bucketed ids (identity experts, empty slots) */
     size_t slots;    /* local batched: [E * cap, H] f32 */
     size_t h;        /* [max(positions * I, Tc * Is)] f32; positions = Tc*K or E*cap (0 under EP) */
     size_t y;        /* [positions, H] f32 */
@@ -40,6 +40,8 @@ typedef struct ws_layout {
     size_t par;      /* moe_par_workspace_bytes(plan, Tc): EP buffers, TP gather */
     size_t load;     /* [E] i64 expert_load of this execute so far, over its chunks (added
                         to moe_exec_args.expert_load only once every chunk succeeded) */
+    size_t capcount; /* [E] i64 (expert_capacity > 0): tokens of the current sequence each
+                        expert has taken so far, over the chunks */
     size_t total;
 } ws_layout;
 
@@ -74,7 +76,7 @@ static ws_layout layout(const moe_plan *p, int64_t Tc)
     l.pos = take(&c, T * K * 4);
     l.keys = take(&c, T * K * 8);
     l.keys_tmp = take(&c, T * K * 8);
-    l.bids = take(&c, R > E ? T * K * 4 : 0);
+    l.bids = take(&c, T * K * 4); /* any plan may get empty slots (given -1) */
     const size_t cap = ep_mode ? 0 : (size_t)st->capacity;
     const size_t positions = ep_mode ? 0 : cap > 0 ? E * cap : T * K;
     l.slots = take(&c, cap > 0 ? E * cap * H * 4 : 0);
@@ -87,6 +89,7 @@ static ws_layout layout(const moe_plan *p, int64_t Tc)
     l.scratch = take(&c, (size_t)st->ctx->num_threads * moe_gemm_thread_scratch_floats() * 4);
     l.par = take(&c, moe_par_workspace_bytes(st, Tc));
     l.load = take(&c, E * 8);
+    l.capcount = take(&c, d->expert_capacity > 0 ? E * 8 : 0);
     l.total = c + 64; /* room to align the caller's pointer up to 64 bytes */
     return l;
 }
@@ -196,12 +199,40 @@ static void moe_output_rmsnorm(float *y, const float *w, int64_t H, float eps)
         y[k] = w[k] * (y[k] * r);
 }
 
+/* Where the expert-capacity count stands between chunks: the sequence the next token
+ * belongs to and how many of that sequence's tokens are still to come. */
+typedef struct cap_cursor {
+    int64_t next_seq; /* next entry of sequence_lengths to start */
+    int64_t left;     /* tokens of the current sequence not yet seen */
+} cap_cursor;
+
+/* moe.h expert_capacity: the K = 1 slots of tokens [0, Tc) of this chunk, in token order,
+ * counted per expert within each sequence; a slot past the expert's first C of its sequence
+ * becomes empty (id -1, weight 0). count [E] and *cur carry the state over the chunks. */
+static void apply_capacity(const moe_layer_desc *d, const moe_exec_args *a, int64_t Tc, int32_t *ids, float *wts,
+                           int64_t *count, cap_cursor *cur)
+{
+    const int64_t E = d->num_experts, C = d->expert_capacity;
+    for (int64_t t = 0; t < Tc; t++) {
+        while (cur->left == 0 && cur->next_seq < a->n_sequences) { /* empty sequences are skipped */
+            cur->left = a->sequence_lengths[cur->next_seq++];
+            memset(count, 0, sizeof(int64_t) * (size_t)E);
+        }
+        const int32_t e = ids[t]; /* [K = 1] */
+        if (e >= 0 && e < E && ++count[e] > C) {
+            ids[t] = -1;
+            wts[t] = 0.0f;
+        }
+        cur->left--;
+    }
+}
+
 /* One chunk: tokens [t0, t0 + Tc): route, shared expert, prepare, experts, finalize (and under
  * TP the sum of the partial outputs). Parallel plans run every chunk index on every rank,
  * so Tc may be 0 here (a rank out of tokens still serves its peers' rows). */
 static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const moe_weights *w,
                             const moe_exec_args *a, int64_t t0, int64_t Tc, int64_t tc_max, unsigned char *ws,
-                            const ws_layout *l, moe_exec_stats *stats)
+                            const ws_layout *l, moe_exec_stats *stats, cap_cursor *cap)
 {
     const moe_stage *st = &p->st;
     const moe_ctx *ctx = st->ctx;
@@ -243,6 +274,8 @@ static moe_status run_chunk(const moe_plan *p, const moe_exec_knobs *kn, const m
             logits = lg;
         }
         moe_route_topk(d, w->sel_bias, logits, Tc, ids, wts, ws + l->scores, (moe_topk_method)kn->topk);
+        if (d->expert_capacity > 0) /* Switch's capacity, on libmoe's routing only */
+            apply_capacity(d, a, Tc, ids, wts, (int64_t *)(ws + l->capcount), cap);
     }
     /* expert load: this rank's (t, k) rows per logical expert, after routing (libmoe's or the
      * caller's), before any dispatch; into the workspace's per-execute counts (see
@@ -360,10 +393,12 @@ static moe_status check_given_routing(const moe_plan *plan, const moe_exec_args 
     for (int64_t t = 0; t < a->n_tokens; t++) {
         const int32_t *row = a->in_topk_ids + t * K; /* [K] */
         for (int64_t k = 0; k < K; k++) {
+            if (row[k] == -1)
+                continue; /* an empty slot (moe.h: as expert_capacity's drop) */
             if (row[k] < 0 || row[k] >= E)
                 return moe_set_error(ctx, MOE_EINVAL,
                                      "moe_plan_execute: in_topk_ids[%lld][%lld] = %d (token %lld, slot %lld) is outside "
-                                     "[0, %lld) (num_experts%s)",
+                                     "[0, %lld) (num_experts%s) and is not -1 (an empty slot)",
                                      (long long)t, (long long)k, (int)row[k], (long long)t, (long long)k, (long long)E,
                                      plan->st.desc.num_identity_experts ? " + num_identity_experts" : "");
             for (int64_t j = 0; j < k; j++)
@@ -374,6 +409,48 @@ static moe_status check_given_routing(const moe_plan *plan, const moe_exec_args 
                                          (long long)t, (long long)k, (int)row[k], (long long)j, (long long)t);
         }
     }
+    return MOE_OK;
+}
+
+/* moe_exec_args.sequence_lengths for a plan with expert_capacity (other plans do not read
+ * them): a count and array that agree, lengths >= 0 summing to n_tokens; none only where no
+ * token can be dropped (n_tokens <= expert_capacity) or the routing is the caller's. */
+static moe_status check_sequences(const moe_plan *plan, const moe_exec_args *a)
+{
+    moe_ctx *ctx = plan->st.ctx;
+    const long long C = (long long)plan->st.desc.expert_capacity;
+    if (C == 0)
+        return MOE_OK;
+    if (!a->sequence_lengths) {
+        if (a->n_sequences != 0)
+            return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: n_sequences = %lld but sequence_lengths is NULL",
+                                 (long long)a->n_sequences);
+        if (a->n_tokens > C && !a->in_topk_ids)
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "moe_plan_execute: expert_capacity = %lld counts each expert's tokens per sequence and "
+                                 "this call has %lld tokens without sequence boundaries: give sequence_lengths / "
+                                 "n_sequences (a decode step of B sequences: B lengths of 1)",
+                                 C, (long long)a->n_tokens);
+        return MOE_OK;
+    }
+    if (a->n_sequences < 1)
+        return moe_set_error(ctx, MOE_EINVAL, "moe_plan_execute: sequence_lengths is set but n_sequences = %lld (>= 1)",
+                             (long long)a->n_sequences);
+    int64_t sum = 0;
+    for (int64_t i = 0; i < a->n_sequences; i++) {
+        const int64_t n = a->sequence_lengths[i];
+        if (n < 0 || n > a->n_tokens - sum)
+            return moe_set_error(ctx, MOE_EINVAL,
+                                 "moe_plan_execute: sequence_lengths[%lld] = %lld %s (the lengths must be >= 0 and sum "
+                                 "to n_tokens = %lld)",
+                                 (long long)i, (long long)n, n < 0 ? "is negative" : "runs past the tokens",
+                                 (long long)a->n_tokens);
+        sum += n;
+    }
+    if (sum != a->n_tokens)
+        return moe_set_error(ctx, MOE_EINVAL,
+                             "moe_plan_execute: sequence_lengths sum to %lld over %lld sequences, n_tokens = %lld",
+                             (long long)sum, (long long)a->n_sequences, (long long)a->n_tokens);
     return MOE_OK;
 }
 
@@ -411,6 +488,8 @@ static moe_status check_args(const moe_plan *plan, const moe_weights *weights, c
                              moe_dtype_name(a->output_dtype));
     moe_status rs = check_given_routing(plan, a);
     if (rs != MOE_OK)
+        return rs;
+    if ((rs = check_sequences(plan, a)) != MOE_OK)
         return rs;
     if (plan->st.parallel)
         return MOE_OK;
@@ -470,10 +549,16 @@ moe_status moe_plan_execute_ex(const moe_plan *plan, const moe_weights *weights,
     const int64_t E = plan->st.desc.num_experts;
     if (a->expert_load)
         memset(load, 0, sizeof(int64_t) * (size_t)E);
+    /* expert_capacity: one sequence of all the tokens without sequence_lengths (check_args
+     * allowed that only where no token can be dropped), else the first is started by
+     * apply_capacity */
+    cap_cursor cap = {.next_seq = 0, .left = a->sequence_lengths ? 0 : a->n_tokens};
+    if (plan->st.desc.expert_capacity > 0)
+        memset(ws + l.capcount, 0, sizeof(int64_t) * (size_t)E);
     for (int64_t c = 0; c < n_chunks; c++) {
         const int64_t t0 = c * Tc;
         const int64_t n = a->n_tokens - t0 < 0 ? 0 : a->n_tokens - t0 < Tc ? a->n_tokens - t0 : Tc;
-        st = run_chunk(plan, kn, weights, a, t0, n, Tc, ws, &l, stp);
+        st = run_chunk(plan, kn, weights, a, t0, n, Tc, ws, &l, stp, &cap);
         if (st != MOE_OK)
             return st;
         if (n > 0)

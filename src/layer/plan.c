@@ -144,6 +144,10 @@ static void plan_text(moe_plan *p)
         size_t used = strlen(p->text);
         snprintf(p->text + used, sizeof p->text - used, "num_identity_experts=%lld;", (long long)d->num_identity_experts);
     }
+    if (d->expert_capacity > 0) { /* descriptions without a capacity keep their text and hash */
+        size_t used = strlen(p->text);
+        snprintf(p->text + used, sizeof p->text - used, "expert_capacity=%lld;", (long long)d->expert_capacity);
+    }
     if (d->shared_swiglu_limit > 0.0f) { /* descriptions without it keep their text and hash */
         size_t used = strlen(p->text);
         snprintf(p->text + used, sizeof p->text - used, "shared_swiglu_limit=%.9g;", (double)d->shared_swiglu_limit);

@@ -220,13 +220,14 @@ static int32_t rec_lid(const unsigned char *rec)
     return lid;
 }
 
-/* The first routed row whose id is outside [0, E + Z), or -1 (ids in [E, E + Z) are identity
- * experts: never sent, added by the sender's combine). */
+/* The first routed row whose id is outside [-1, E + Z), or -1 (ids in [E, E + Z) are identity
+ * experts: never sent, added by the sender's combine; id -1 is an empty slot (dropped by
+ * expert_capacity, or given as -1): never sent, adds nothing). */
 static int64_t bad_row(const moe_chunk *c)
 {
     const int64_t E = moe_route_width(&c->st->desc), n = c->T * c->st->desc.top_k;
     for (int64_t r = 0; r < n; r++)
-        if (c->ids[r] < 0 || c->ids[r] >= E)
+        if (c->ids[r] < -1 || c->ids[r] >= E)
             return r;
     return -1;
 }
@@ -273,7 +274,7 @@ static void group_send(moe_chunk *c, int *dcount, int *ddispl)
     for (int dd = 0; dd <= ep; dd++)
         cur[dd] = 0;
     for (int64_t r = 0; r < n; r++)
-        if (c->ids[r] < E) /* identity experts' rows are not sent */
+        if (c->ids[r] >= 0 && c->ids[r] < E) /* identity experts' and empty slots' rows are not sent */
             cur[mp->phys_rank[row_phys(c, r)] + 1]++;
     for (int dd = 0; dd < ep; dd++) {
         dcount[dd] = (int)cur[dd + 1];
@@ -281,7 +282,7 @@ static void group_send(moe_chunk *c, int *dcount, int *ddispl)
         ddispl[dd] = (int)cur[dd];
     }
     for (int64_t r = 0; r < n; r++) {
-        if (c->ids[r] >= E)
+        if (c->ids[r] < 0 || c->ids[r] >= E)
             continue;
         const int64_t i = cur[mp->phys_rank[row_phys(c, r)]]++;
         c->rows[i] = (int32_t)r;
@@ -289,7 +290,8 @@ static void group_send(moe_chunk *c, int *dcount, int *ddispl)
     }
 }
 
-/* The rows this rank sends (group_send's counts summed): T*K less the identity experts' rows. */
+/* The rows this rank sends (group_send's counts summed): T*K less the identity experts' rows
+ * and the empty slots. */
 static int64_t sent_rows(const int *dcount, int ep)
 {
     int64_t n = 0;

@@ -87,6 +87,8 @@ void moe_combine(const moe_layer_desc *desc, int64_t t0, int64_t t1, const float
                 acc[j] = 0.0f;
             for (int64_t k = 0; k < K; k++) {
                 const float w = weights[t * K + k];
+                if (ids && ids[t * K + k] < 0)
+                    continue; /* an empty slot (expert_capacity's drop, or given -1): adds nothing */
                 if (identity && ids[t * K + k] >= E) {
                     /* an identity expert: w * x, the same operations as a routed term */
                     if (x) {

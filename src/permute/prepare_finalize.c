@@ -13,10 +13,14 @@ void moe_pf_group_rows(moe_chunk *c)
     const int64_t K = c->st->desc.top_k;
     int64_t E = c->st->desc.num_experts;
     const int32_t *ids = c->ids;
-    if (c->st->desc.num_identity_experts > 0) {
-        /* identity experts: ids in [E, E + Z) into one last bucket E (kept out of the experts) */
+    int spare = c->st->desc.num_identity_experts > 0; /* rows kept out of the experts */
+    for (int64_t r = 0; r < c->T * K && !spare; r++)
+        spare = c->ids[r] < 0; /* an empty slot (expert_capacity's drop, or given -1) */
+    if (spare) {
+        /* identity experts (ids in [E, E + Z)) and empty slots (-1) into one last bucket E,
+         * kept out of the experts; the combine adds w * x or nothing for them */
         for (int64_t r = 0; r < c->T * K; r++)
-            c->bids[r] = c->ids[r] < E ? c->ids[r] : (int32_t)E;
+            c->bids[r] = c->ids[r] >= 0 && c->ids[r] < E ? c->ids[r] : (int32_t)E;
         ids = c->bids;
         E += 1;
     }

@@ -102,6 +102,18 @@ void moe_ref_expert(const void *gate, const void *up, const void *down, moe_dtyp
  * y [T*K, H] indexed by row id; shared_y [T, H]; shared_scale [T] (1 when ungated). */
 void moe_ref_finalize(const moe_layer_desc *desc, int64_t T, const float *weights, const float *y,
                       const float *shared_y, const float *shared_scale, float *out);
+/* The same, skipping the empty slots: a row whose ids [T, K] entry is -1 adds nothing (its y
+ * row is not read). ids NULL: every slot is full (moe_ref_finalize). */
+void moe_ref_finalize_ids(const moe_layer_desc *desc, int64_t T, const int32_t *ids, const float *weights,
+                          const float *y, const float *shared_y, const float *shared_scale, float *out);
+
+/* Expert capacity (moe.h expert_capacity C > 0, top_k 1), as Switch Transformers' router
+ * writes it: per sequence, for each expert, the running count of its tokens in token order
+ * (the cumsum of the one-hot choice); a token whose count exceeds C is dropped: ids -1,
+ * weights 0. ids, weights [T, 1]; sequence_lengths [n_sequences] (summing to T), or NULL:
+ * one sequence of T. C == 0: nothing. */
+void moe_ref_expert_capacity(const moe_layer_desc *desc, int64_t T, const int64_t *sequence_lengths,
+                             int64_t n_sequences, int32_t *ids, float *weights);
 
 /* The whole layer. x [T, H] f32; router_logits [T, E] (complete: no router bias is added)
  * or NULL; out [T, H]; ids, weights [T, K] or NULL. Allocates (it is the oracle, not the
@@ -121,5 +133,12 @@ moe_status moe_ref_forward_compute(const moe_layer_desc *desc, const moe_weight_
 moe_status moe_ref_forward_given(const moe_layer_desc *desc, const moe_weight_source *src, moe_compute compute,
                                  const float *x, int64_t T, const float *router_logits, const int32_t *given_ids,
                                  const float *given_weights, float *out, int32_t *ids, float *weights);
+/* moe_ref_forward_given with the sequences expert_capacity counts in (moe_ref_expert_capacity:
+ * sequence_lengths [n_sequences], or NULL: one sequence of T), applied to the routing computed
+ * here (not to given ids, which may hold -1: empty slots). The others pass NULL. */
+moe_status moe_ref_forward_seq(const moe_layer_desc *desc, const moe_weight_source *src, moe_compute compute,
+                               const float *x, int64_t T, const float *router_logits, const int32_t *given_ids,
+                               const float *given_weights, const int64_t *sequence_lengths, int64_t n_sequences,
+                               float *out, int32_t *ids, float *weights);
 
 #endif

@@ -23,6 +23,15 @@ moe_status moe_ref_forward_given(const moe_layer_desc *desc, const moe_weight_so
                                  const float *x, int64_t T, const float *router_logits, const int32_t *given_ids,
                                  const float *given_weights, float *out, int32_t *ids_out, float *weights_out)
 {
+    return moe_ref_forward_seq(desc, src, compute, x, T, router_logits, given_ids, given_weights, NULL, 0, out,
+                               ids_out, weights_out);
+}
+
+moe_status moe_ref_forward_seq(const moe_layer_desc *desc, const moe_weight_source *src, moe_compute compute,
+                               const float *x, int64_t T, const float *router_logits, const int32_t *given_ids,
+                               const float *given_weights, const int64_t *sequence_lengths, int64_t n_sequences,
+                               float *out, int32_t *ids_out, float *weights_out)
+{
     const int bf16 = compute == MOE_COMPUTE_BF16;
     const int64_t H = desc->hidden_size, I = desc->moe_intermediate_size;
     const int64_t E = desc->num_experts, K = desc->top_k;
@@ -80,6 +89,7 @@ moe_status moe_ref_forward_given(const moe_layer_desc *desc, const moe_weight_so
     }
     if (st != MOE_OK)
         goto done;
+    moe_ref_expert_capacity(desc, T, sequence_lengths, n_sequences, ids, weights); /* Switch's drops */
 
 routed:
     /* permute */
@@ -130,7 +140,7 @@ routed:
     /* identity experts (ids >= E, never permuted above): the row's output is its input x (with
      * apply_router_weight_on_input w * x, one rounding, and the finalize sums it unweighted) */
     for (int64_t r = 0; r < T * K; r++) {
-        if (ids[r] < E)
+        if (ids[r] < E) /* routed experts and empty slots (-1) */
             continue;
         const int64_t t = r / K;
         for (int64_t k = 0; k < H; k++)
@@ -166,7 +176,7 @@ routed:
     }
 
     /* finalize */
-    moe_ref_finalize(desc, T, weights, y, shared_y, shared_scale, out);
+    moe_ref_finalize_ids(desc, T, ids, weights, y, shared_y, shared_scale, out); /* -1: empty slots */
     if (desc->has_output_bias) /* JetMoE: the block's bias [H], last, one f32 add */
         for (int64_t t = 0; t < T; t++)
             for (int64_t k = 0; k < H; k++)
