@@ -356,6 +356,8 @@ MOE_API moe_status moe_isa_describe(size_t i, moe_isa_info *out);
  *   w_k = the weight of ids[k] (scoring_func; never includes b_s);
  *         w_k = w_k / (sum_k w_k + renormalize_eps) with renormalize (sum in top-k order;
  *         renormalize_eps 1e-20 by default; the sum is the p-norm with renormalize_p != 1)
+ *   capacity (expert_capacity C > 0, top-1): per sequence, in token order, expert e keeps
+ *         its first C tokens; a later token's slot is empty (id -1, no y, no term)
  *   y_k = expert_{ids[k]}(x), or expert_{ids[k]}(w_k * x) with apply_router_weight_on_input
  *   out = routed_scaling_factor * sum_k w_k y_k      (sum_k y_k with apply_router_weight_on_input)
  *         + g_sh * shared(x)                         g_sh = sigmoid(w_sg . x) if gated, else 1;

@@ -17,7 +17,7 @@ static void run_usage(FILE *f)
     fputs("usage: moe run --checkpoint DIR --layer L --input IN.safetensors\n"
           "               --output OUT.safetensors [--threads N] [--compute f32|bf16]\n"
           "               [--ep N] [--tp N] [--placement FILE] [--strict] [--family NAME]\n"
-          "               [--experts SET]\n"
+          "               [--experts SET] [--sequence-length S]\n"
           "\n"
           "Runs MoE layer L of the Hugging Face checkpoint in DIR (config.json plus\n"
           "model.safetensors or shards) on the tensor `hidden_states` [T, H] (F32 or BF16) of\n"
@@ -69,6 +69,13 @@ static void run_usage(FILE *f)
           "  --experts SET      the expert set of a block with one per token modality\n"
           "                     (ernie4_5_vl_moe: text, the default, or vision): the layer\n"
           "                     computes that set's block for every input token\n"
+          "  --sequence-length S  the T tokens are T/S sequences of S (transformers' [B, S, H]\n"
+          "                     batch flattened): the sequences an expert capacity counts in\n"
+          "                     (switch_transformers' expert_capacity, per sequence); T must\n"
+          "                     be a multiple of S, and under --ep each rank's slice too.\n"
+          "                     Needed when the layer has a capacity and T exceeds it; read\n"
+          "                     by no other layer. Dropped tokens get output 0, topk_ids -1\n"
+          "                     and topk_weights 0; the summary line counts them\n"
           "  -h, --help         this text\n"
           "\n"
           "A one-line summary goes to stderr. With --ep / --tp every rank prints its resident\n"
@@ -123,8 +130,9 @@ static void *alloc64(size_t bytes)
 int cli_cmd_run(int argc, char **argv)
 {
     const char *ckdir = NULL, *in_path = NULL, *out_path = NULL, *placement_path = NULL;
-    int64_t layer = -1, threads = 0, ep = 1, tp = 1;
+    int64_t layer = -1, threads = 0, ep = 1, tp = 1, seq_len = 0;
     int have_layer = 0;
+    int64_t *seq_lens = NULL; /* [this rank's tokens / seq_len] with --sequence-length */
     moe_checkpoint_options ck_opt;
     moe_checkpoint_options_init(&ck_opt);
     moe_compute compute = MOE_COMPUTE_F32;
@@ -150,6 +158,8 @@ int cli_cmd_run(int argc, char **argv)
         {.name = "--family", .kind = CLI_CUSTOM, .dst = &ck_opt.family, .parse = cli_parse_family},
         /* the expert set (ERNIE-4.5-VL's text / vision); the library checks the name */
         {.name = "--experts", .kind = CLI_STR, .dst = &ck_opt.expert_set, .nonempty = 1},
+        /* equal sequence lengths for an expert capacity (moe_exec_args.sequence_lengths) */
+        {.name = "--sequence-length", .kind = CLI_I64, .dst = &seq_len, .lo = 1, .hi = INT64_MAX},
     };
     const int prc = cli_parse_opts(argc, argv, CMD, opts, CLI_NOPTS(opts), run_usage);
     if (prc != CLI_GO_ON)
@@ -318,6 +328,36 @@ int cli_cmd_run(int argc, char **argv)
 
     moe_exec_args ea;
     memset(&ea, 0, sizeof ea);
+    if (seq_len > 0 && desc.expert_capacity == 0 && rank == 0)
+        fprintf(stderr, "moe run: WARNING: --sequence-length %lld has no effect: layer %lld (%s) has no expert "
+                        "capacity\n", (long long)seq_len, (long long)layer, moe_family_name(desc.family));
+    if (seq_len > 0) {
+        /* every EP rank's slice checked on every rank, so all ranks fail together */
+        int64_t cut = -1; /* an EP rank whose slice starts inside a sequence */
+        for (int64_t r = 0; r < ep && cut < 0; r++)
+            if ((r * q + (r < rem ? r : rem)) % seq_len != 0)
+                cut = r;
+        if (T % seq_len != 0 || cut >= 0) {
+            if (T % seq_len != 0)
+                cli_err(CMD, "--sequence-length %lld: T = %lld tokens of %s are not a whole number of sequences",
+                        (long long)seq_len, (long long)T, in_path);
+            else
+                cli_err(CMD, "--sequence-length %lld: EP rank %lld's slice of the T = %lld tokens under --ep %lld "
+                             "starts inside a sequence; give T a multiple of S * ep, or run without --ep",
+                        (long long)seq_len, (long long)cut, (long long)T, (long long)ep);
+            goto done;
+        }
+        const int64_t ns = (te - tb) / seq_len;
+        seq_lens = malloc(sizeof(int64_t) * (size_t)(ns > 0 ? ns : 1));
+        if (!seq_lens) {
+            cli_err(CMD, "out of memory for %lld sequence lengths", (long long)ns);
+            goto done;
+        }
+        for (int64_t i = 0; i < ns; i++)
+            seq_lens[i] = seq_len;
+        ea.sequence_lengths = ns > 0 ? seq_lens : NULL;
+        ea.n_sequences = ns;
+    }
     const size_t xes = moe_dtype_size(ti.dtype);
     ea.hidden_states = te > tb ? (const unsigned char *)x + (size_t)(tb * H) * xes : NULL;
     ea.hidden_dtype = ti.dtype;
@@ -416,9 +456,18 @@ int cli_cmd_run(int argc, char **argv)
         fprintf(stderr, "moe run: tuning file %s, entry %lld (permute %s, topk %s, chunk %lld tokens)\n",
                 moe_plan_tuning_file(plan), (long long)stats.tuned_tokens, stats.permute ? stats.permute : "-",
                 stats.topk, (long long)stats.chunk_tokens);
+    if (desc.expert_capacity > 0) { /* Switch's capacity: how many tokens it dropped */
+        int64_t dropped = 0;
+        for (size_t i = 0; i < nk; i++)
+            dropped += topk_ids[i] == -1;
+        fprintf(stderr, "moe run: expert_capacity %lld dropped %lld of %lld tokens (%s)\n",
+                (long long)desc.expert_capacity, (long long)dropped, (long long)T,
+                seq_len > 0 ? "sequences of --sequence-length" : "one sequence");
+    }
     rc = CLI_OK;
 #undef LIBFAIL
 done:
+    free(seq_lens);
     free(ws);
     free(topk_w);
     free(topk_ids);

@@ -324,13 +324,17 @@ class MoELayer:
     def num_threads(self):
         return A.lib.moe_ctx_num_threads(self._ctx)
 
-    def __call__(self, hidden_states, topk_ids=None, topk_weights=None):
+    def __call__(self, hidden_states, topk_ids=None, topk_weights=None, sequence_lengths=None):
         """hidden_states [T, H]: numpy float32, or a CPU torch tensor float32 / bfloat16,
         C-contiguous. topk_ids [T, K] (int32, or int64 converted) and topk_weights [T, K]
         (float32, other floats converted), both or neither: caller-given routing (moe.h
-        moe_exec_args.in_topk_ids; ids in [0, E + Z) and distinct per token, else
-        InvalidArgumentError naming token and slot). Returns [T, H] of hidden_states' kind
-        and dtype, a new array."""
+        moe_exec_args.in_topk_ids; ids in [0, E + Z) or -1, an empty slot, and distinct per
+        token, else InvalidArgumentError naming token and slot). sequence_lengths: the T tokens
+        as consecutive sequences of these lengths (ints >= 0 summing to T; moe.h
+        moe_exec_args.sequence_lengths), where a layer with an expert capacity
+        (switch_transformers' expert_capacity) counts each expert's tokens; [S] * B for
+        transformers' [B, S, H] batch. Needed by such a layer when T exceeds its capacity;
+        read by no other. Returns [T, H] of hidden_states' kind and dtype, a new array."""
         if self._plan is None:
             raise InvalidArgumentError("MOE_EINVAL", "the layer is closed")
         x = _Buf("hidden_states", hidden_states, ("f32", "bf16"))
@@ -351,6 +355,10 @@ class MoELayer:
         if (topk_ids is None) != (topk_weights is None):
             raise InvalidArgumentError("MOE_EINVAL", "pass topk_ids and topk_weights together")
         keep = []
+        if sequence_lengths is not None:
+            lens = np.ascontiguousarray(np.asarray(sequence_lengths, dtype=np.int64).reshape(-1))
+            a.sequence_lengths, a.n_sequences = lens.ctypes.data, lens.size
+            keep.append(lens)
         if topk_ids is not None:
             ids, wts = self._routing(topk_ids, topk_weights, T)
             a.in_topk_ids, a.in_topk_weights = ids.ptr, wts.ptr

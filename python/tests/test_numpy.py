@@ -123,6 +123,66 @@ def test_nongated_arrays_equal_checkpoint():
         libmoe.MoELayer(w[p + "gate.weight"], np.concatenate([up, up], axis=1), dn, **kw)
 
 
+def switch_numpy(x, router, up, down, capacity, lens):
+    """Switch Transformers' sparse MLP in float64 numpy, written from the paper / the 5.24
+    SwitchTransformersTop1Router description: softmax, argmax, weight = the max probability,
+    per sequence a token is kept while the cumsum of its expert's one-hot <= capacity, a
+    dropped token's output 0; experts relu(x up^T) down^T."""
+    x64 = x.astype(np.float64)
+    logits = x64 @ router.astype(np.float64).T                   # [T, E]
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    ids, w = p.argmax(axis=1), p.max(axis=1)                    # [T], [T]
+    onehot = np.eye(router.shape[0], dtype=np.int64)[ids]       # [T, E]
+    keep = np.zeros(len(ids), dtype=bool)
+    s0 = 0
+    for n in lens:
+        prio = np.cumsum(onehot[s0:s0 + n], axis=0)             # [n, E]
+        keep[s0:s0 + n] = (prio * onehot[s0:s0 + n]).sum(axis=1) <= capacity
+        s0 += n
+    out = np.zeros_like(x64)
+    for t in np.flatnonzero(keep):
+        e = ids[t]
+        h = np.maximum(up[e].astype(np.float64) @ x64[t], 0.0)
+        out[t] = w[t] * (down[e].astype(np.float64) @ h)
+    return out, np.where(keep, ids, -1)
+
+
+def test_expert_capacity_arrays():
+    """A Switch-like layer from arrays (top-1 softmax, relu experts, desc expert_capacity 2):
+    with sequence_lengths it matches the float64 numpy Switch block within the f32 bound, drops
+    tokens, and each sequence alone gives the same bits; without boundaries a call longer than
+    the capacity is refused naming sequence_lengths; the dropped slots given back as topk_ids
+    -1 give the same output."""
+    rng = np.random.default_rng(7)
+    T, H, I, E = 24, 16, 8, 4
+    x = rng.uniform(-1, 1, (T, H)).astype(np.float32)
+    router = rng.uniform(-1, 1, (E, H)).astype(np.float32)
+    router[1] += 0.3  # expert 1 favoured where sum(x) > 0
+    up = rng.uniform(-0.5, 0.5, (E, I, H)).astype(np.float32)
+    down = rng.uniform(-0.5, 0.5, (E, H, I)).astype(np.float32)
+    layer = libmoe.MoELayer(router, up, down, top_k=1,
+                            desc={"activation": 6, "expert_capacity": 2, "renormalize": 0}, num_threads=2)
+    assert "expert_capacity=2;" in layer.plan_text
+    lens = [10, 0, 14]
+    y = layer(x, sequence_lengths=lens)
+    want, kept_ids = switch_numpy(x, router, up, down, 2, lens)
+    assert (kept_ids == -1).sum() >= 3
+    assert np.abs(y - want).max() <= 1e-5 * np.abs(want).max()
+    assert np.all(y[kept_ids == -1] == 0.0)
+    assert np.array_equal(layer(x[10:], sequence_lengths=[14]), y[10:])
+    with pytest.raises(libmoe.InvalidArgumentError, match="give sequence_lengths"):
+        layer(x)
+    with pytest.raises(libmoe.InvalidArgumentError, match="sum to 23 over 2 sequences"):
+        layer(x, sequence_lengths=[10, 13])
+    ids = kept_ids.astype(np.int32).reshape(T, 1)
+    p = np.exp(x.astype(np.float64) @ router.T.astype(np.float64))
+    wts = np.where(kept_ids == -1, 0.0, (p.max(axis=1) / p.sum(axis=1))).astype(np.float32).reshape(T, 1)
+    yg = layer(x, topk_ids=ids, topk_weights=wts)
+    assert np.all(yg[kept_ids == -1] == 0.0)
+    assert np.abs(yg - want).max() <= 1e-5 * np.abs(want).max()
+
+
 def test_given_routing_equals_routed():
     meta, x, exp = load("qwen3_moe_f32")
     layer = libmoe.MoELayer.from_checkpoint(FIXTURES / "qwen3_moe_f32", 0, num_threads=1)

@@ -102,10 +102,6 @@ void moe_ref_expert(const void *gate, const void *up, const void *down, moe_dtyp
  * y [T*K, H] indexed by row id; shared_y [T, H]; shared_scale [T] (1 when ungated). */
 void moe_ref_finalize(const moe_layer_desc *desc, int64_t T, const float *weights, const float *y,
                       const float *shared_y, const float *shared_scale, float *out);
-/* The same, skipping the empty slots: a row whose ids [T, K] entry is -1 adds nothing (its y
- * row is not read). ids NULL: every slot is full (moe_ref_finalize). */
-void moe_ref_finalize_ids(const moe_layer_desc *desc, int64_t T, const int32_t *ids, const float *weights,
-                          const float *y, const float *shared_y, const float *shared_scale, float *out);
 
 /* Expert capacity (moe.h expert_capacity C > 0, top_k 1), as Switch Transformers' router
  * writes it: per sequence, for each expert, the running count of its tokens in token order

@@ -5,19 +5,11 @@
 void moe_ref_finalize(const moe_layer_desc *desc, int64_t T, const float *weights, const float *y,
                       const float *shared_y, const float *shared_scale, float *out)
 {
-    moe_ref_finalize_ids(desc, T, NULL, weights, y, shared_y, shared_scale, out);
-}
-
-void moe_ref_finalize_ids(const moe_layer_desc *desc, int64_t T, const int32_t *ids, const float *weights,
-                          const float *y, const float *shared_y, const float *shared_scale, float *out)
-{
     const int64_t H = desc->hidden_size, K = desc->top_k;
     for (int64_t t = 0; t < T; t++) {
         for (int64_t h = 0; h < H; h++) {
             float acc = 0.0f;
             for (int64_t k = 0; k < K; k++) {
-                if (ids && ids[t * K + k] == -1)
-                    continue; /* an empty slot adds nothing */
                 if (desc->apply_router_weight_on_input)
                     acc += y[(t * K + k) * H + h];
                 else

@@ -44,6 +44,7 @@ moe_status moe_ref_forward_seq(const moe_layer_desc *desc, const moe_weight_sour
     float *logits = malloc(sizeof(float) * (size_t)(T * R));     /* [T, E + Z] */
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(T * K));    /* [T, K] */
     float *weights = malloc(sizeof(float) * (size_t)(T * K));    /* [T, K] */
+    float *fw = malloc(sizeof(float) * (size_t)(T * K));         /* [T, K] the finalize's: 0 at empty slots */
     int64_t *offsets = malloc(sizeof(int64_t) * (size_t)(E + 1));/* [E+1] */
     int32_t *rows = malloc(sizeof(int32_t) * (size_t)(T * K));   /* [T*K] */
     float *y = malloc(sizeof(float) * (size_t)(T * K * H));      /* [T*K, H] by row id */
@@ -57,7 +58,7 @@ moe_status moe_ref_forward_seq(const moe_layer_desc *desc, const moe_weight_sour
     float *shared_y = Is > 0 ? malloc(sizeof(float) * (size_t)(T * H)) : NULL; /* [T, H] */
     float *shared_scale = Is > 0 ? malloc(sizeof(float) * (size_t)T) : NULL;   /* [T] */
     moe_status st = MOE_OK;
-    if (!logits || !ids || !weights || !offsets || !rows || !y || !xs || !h || !xb ||
+    if (!logits || !ids || !weights || !fw || !offsets || !rows || !y || !xs || !h || !xb ||
         (Is > 0 && (!shared_y || !shared_scale))) {
         st = MOE_ENOMEM;
         goto done;
@@ -176,7 +177,18 @@ routed:
     }
 
     /* finalize */
-    moe_ref_finalize_ids(desc, T, ids, weights, y, shared_y, shared_scale, out); /* -1: empty slots */
+    /* empty slots (id -1: a capacity drop or given -1) add nothing: their row of y is +0 with
+     * weight 0, so the term is +0, and acc + (+0) == acc bit for bit (the sum starts at +0 and
+     * a sum of two numbers is never -0 in round-to-nearest, NaN stays the same NaN) */
+    for (int64_t r = 0; r < T * K; r++)
+        if (ids[r] == -1) {
+            fw[r] = 0.0f;
+            for (int64_t k = 0; k < H; k++)
+                y[r * H + k] = 0.0f;
+        } else {
+            fw[r] = weights[r];
+        }
+    moe_ref_finalize(desc, T, fw, y, shared_y, shared_scale, out);
     if (desc->has_output_bias) /* JetMoE: the block's bias [H], last, one f32 add */
         for (int64_t t = 0; t < T; t++)
             for (int64_t k = 0; k < H; k++)
@@ -200,6 +212,7 @@ done:
     free(logits);
     free(ids);
     free(weights);
+    free(fw);
     free(offsets);
     free(rows);
     free(y);

@@ -45,6 +45,8 @@
  *              moves; a rebalance on rank 0 alone times out there, the plan still runs and frees.
  *   eplb_nongated, rebal_nongated   the same on non-gated relu2 experts (Nemotron-H: no gate
  *              arrays given), so placement, redundant copies and moves never read a gate.
+ *   capacity   expert_capacity (Switch's per-sequence top-1 capacity) under EP, each rank its own
+ *              sequences: bit-identical to one process, both formats, two placements.
  *   bench      dispatch / combine seconds and bytes per token (printed, not checked).
  *   kill       rank 1 dies (SIGKILL) before an execute: the job must end, not hang (driven by
  *              tests/mpi/kill_rank.sh).
@@ -1894,6 +1896,93 @@ static void load_of(moe_ctx *ctx, rlayer *L, const float *lg, int64_t T, int64_t
     moe_plan_free(p1);
 }
 
+/* mode capacity: expert_capacity (Switch's top-1 capacity, per sequence) under EP. Each rank has
+ * its own tokens and sequences (one empty); the EP plan (contiguous and round-robin placements,
+ * both formats, chunks of 5 tokens and the batched format's 4-token chunks, so the count
+ * crosses chunk boundaries) gives this rank's outputs, ids (-1 for the drops) and weights bit
+ * for bit as a one-process plan on the same tokens and sequences; tokens are dropped on every
+ * rank. */
+static void mode_capacity(void)
+{
+    const int64_t H = 40, E = 8, C = 2;
+    rlayer L;
+    rlayer_make(&L, H, 24, E, 1, 0, 0, 0, 0, MOE_DTYPE_F32, 131);
+    L.d.renormalize = 0; /* Switch: the top-1 probability as it is */
+    L.d.activation = MOE_ACT_RELU;
+    L.src.gate_proj = NULL;
+    L.d.expert_capacity = C;
+    for (int64_t k = 0; k < H; k++) /* expert 2 favoured (x has mean 0.2), so it overflows */
+        L.router[2 * H + k] += 0.3f;
+    const int64_t T = 20 + 3 * R;
+    const int64_t lens[3] = {7, 0, T - 7};
+    float *x = xmalloc(sizeof(float) * (size_t)(T * H));
+    tu_fill_uniform(x, (size_t)(T * H), 200 + (uint64_t)R, -0.6f, 1.0f);
+    moe_ctx *ctx = make_ctx(5, -1, NULL);
+
+    /* one process, this rank's tokens */
+    float *want = xmalloc(sizeof(float) * (size_t)(T * H)), *got = xmalloc(sizeof(float) * (size_t)(T * H));
+    int32_t *wid = xmalloc(sizeof(int32_t) * (size_t)T), *gid = xmalloc(sizeof(int32_t) * (size_t)T);
+    float *ww = xmalloc(sizeof(float) * (size_t)T), *gw = xmalloc(sizeof(float) * (size_t)T);
+    {
+        moe_plan *p = NULL;
+        moe_weights *w = NULL;
+        OKC(ctx, moe_plan_create(ctx, &L.d, &p));
+        OKC(ctx, moe_weights_create(p, &L.src, &w));
+        size_t wsz = moe_plan_workspace_size(p, T);
+        void *ws = xmalloc(wsz);
+        moe_exec_args a = {.hidden_states = x, .hidden_dtype = MOE_DTYPE_F32, .n_tokens = T, .output = want,
+                           .topk_ids = wid, .topk_weights = ww, .workspace = ws, .workspace_size = wsz,
+                           .sequence_lengths = lens, .n_sequences = 3};
+        OKC(ctx, moe_plan_execute_ex(p, w, &a));
+        free(ws);
+        moe_weights_free(w);
+        moe_plan_free(p);
+    }
+    int dropped = 0;
+    for (int64_t t = 0; t < T; t++)
+        dropped += wid[t] == -1;
+    CHECK(dropped > 0, "no token dropped on rank %d: the test would not test the capacity", R);
+
+    int32_t p2l[16], rn[8];
+    moe_placement rr;
+    OKC(ctx, moe_placement_build(ctx, MOE_PLACEMENT_ROUND_ROBIN, E, N, 0, NULL, p2l, rn, &rr));
+    for (int v = 0; v < 4; v++) {
+        /* v 0, 1: contiguous, standard / batched format; v 2, 3: round robin */
+        pcfg c = {.ep = N, .tp = 1, .ddt = MOE_DTYPE_F32, .low_latency = v % 2, .cap = v % 2 ? 4 : 0,
+                  .pl = v >= 2 ? &rr : NULL};
+        moe_plan *p = par_plan(ctx, &L.d, &c);
+        moe_weights *w = NULL;
+        OKC(ctx, moe_weights_create(p, &L.src, &w));
+        int64_t maxT = T;
+        MPI_Allreduce(MPI_IN_PLACE, &maxT, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+        size_t wsz = moe_plan_workspace_size(p, maxT);
+        void *ws = xmalloc(wsz);
+        moe_exec_args a = {.hidden_states = x, .hidden_dtype = MOE_DTYPE_F32, .n_tokens = T, .output = got,
+                           .topk_ids = gid, .topk_weights = gw, .workspace = ws, .workspace_size = wsz,
+                           .sequence_lengths = lens, .n_sequences = 3};
+        OKC(ctx, moe_plan_execute_ex(p, w, &a));
+        CHECK(memcmp(gid, wid, sizeof(int32_t) * (size_t)T) == 0, "EP variant %d: topk_ids differ", v);
+        CHECK(memcmp(gw, ww, sizeof(float) * (size_t)T) == 0, "EP variant %d: topk_weights differ", v);
+        CHECK(memcmp(got, want, sizeof(float) * (size_t)(T * H)) == 0, "EP variant %d: output differs from one process",
+              v);
+        free(ws);
+        moe_weights_free(w);
+        moe_plan_free(p);
+    }
+    say("  expert_capacity %lld under EP %d (contiguous, round robin; standard, batched): bit-identical to one process, "
+        "%d of %lld tokens dropped on rank %d\n",
+        (long long)C, N, dropped, (long long)T, R);
+    free(x);
+    free(want);
+    free(got);
+    free(wid);
+    free(gid);
+    free(ww);
+    free(gw);
+    rlayer_free(&L);
+    moe_ctx_free(ctx);
+}
+
 /* Bit-identity of EP with every placement (contiguous, round_robin, balanced with replicas, a
  * hand-made one with an empty rank when N > 2), both formats, uniform and skewed routing,
  * several chunks (the replica rule counts tokens over the execute); the validation errors; and
@@ -2625,6 +2714,8 @@ int main(int argc, char **argv)
         g_nongated = g_mode[5] != '\0';
         mode_rebal();
     }
+    else if (!strcmp(g_mode, "capacity"))
+        mode_capacity();
     else if (!strcmp(g_mode, "bench"))
         mode_bench();
     else if (!strcmp(g_mode, "kill"))
@@ -2634,7 +2725,7 @@ int main(int argc, char **argv)
     else if (!strcmp(g_mode, "compare"))
         mode_compare(argc, argv);
     else
-        FAIL("unknown mode '%s' (ep, tp, errors, quant, placement, eplb, eplb_nongated, rebal, rebal_nongated, "
+        FAIL("unknown mode '%s' (ep, tp, errors, quant, placement, eplb, eplb_nongated, rebal, rebal_nongated, capacity, "
              "bench, kill, late)", g_mode);
     MPI_Barrier(MPI_COMM_WORLD);
     say("test_mpi %s on %d ranks: OK (%.1f s)\n", g_mode, N, MPI_Wtime() - t0);

@@ -311,9 +311,9 @@ static void test_given_errors(void **state)
     ids[2 * 4 + 1] = 8; /* token 4, slot 1: = E */
     tu_check_error(r.ctx, exec(&r, x, MOE_DTYPE_F32, ids, wts, out, MOE_DTYPE_F32, NULL, NULL), MOE_EINVAL,
                    (const char *const[]){"in_topk_ids[4][1] = 8", "token 4, slot 1", "[0, 8)", NULL});
-    ids[2 * 4 + 1] = -1;
+    ids[2 * 4 + 1] = -2; /* -1 is an empty slot (test_capacity); other negatives are refused */
     tu_check_error(r.ctx, exec(&r, x, MOE_DTYPE_F32, ids, wts, out, MOE_DTYPE_F32, NULL, NULL), MOE_EINVAL,
-                   (const char *const[]){"in_topk_ids[4][1] = -1", NULL});
+                   (const char *const[]){"in_topk_ids[4][1] = -2", "is not -1 (an empty slot)", NULL});
     ids[2 * 4 + 1] = ids[2 * 4]; /* token 4: slot 1 repeats slot 0 */
     tu_check_error(r.ctx, exec(&r, x, MOE_DTYPE_F32, ids, wts, out, MOE_DTYPE_F32, NULL, NULL), MOE_EINVAL,
                    (const char *const[]){"in_topk_ids[4][1] = 4", "repeats slot 0 of token 4", "distinct", NULL});
