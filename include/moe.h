@@ -626,7 +626,13 @@ typedef enum moe_family {
                                       ernie4_5_vl_moe Ernie4_5_VLMoeMoeBlock): ERNIE-4.5-MoE's router
                                       per modality; the text experts (default) or, with
                                       moe_checkpoint_options.expert_set "vision", the vision ones,
-                                      each with the shared experts */
+                                      each with the shared experts */,
+    MOE_FAMILY_DOTS3_NOTE = 67      /* Dots3NoteForConditionalGeneration / Dots3NoteForCausalLM
+                                      (transformers 5.24 dots3_note Dots3NoteTextMoE, its text
+                                      decoder): DeepSeek-V3's router (sigmoid + correction bias,
+                                      top-2-sum groups, norm_topk_prob, routed_scaling_factor), a
+                                      shared expert shared_experts_intermediate_size *
+                                      n_shared_experts wide */
 } moe_family;
 
 /* Static name of a family: "custom" for MOE_FAMILY_CUSTOM, else its row's name, the config

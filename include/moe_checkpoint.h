@@ -209,7 +209,9 @@ MOE_API int64_t moe_checkpoint_num_layers(const moe_checkpoint *ck);
  * else NemotronHConfig's default list (layer 1 of 4). DBRX (dbrx): every layer (DbrxBlock.ffn).
  * ERNIE-4.5-VL (ernie4_5_vl_moe): text_config.mlp_layer_types[layer] == "sparse", else
  * layer >= 1 (Ernie4_5_VLMoeTextConfig's default; moe_layer_start_index / interval / end_index
- * are not read, as transformers 5.24 does not). No layer is MoE when the expert count is 0. */
+ * are not read, as transformers 5.24 does not). dots.3-note (dots3_note): mlp_layer_types, else
+ * layer >= first_k_dense_replace (1) and moe_layer_freq (1), a number (layer % freq == 0) or a
+ * per-layer list (its entry true or non-zero). No layer is MoE when the expert count is 0. */
 MOE_API int moe_checkpoint_is_moe_layer(const moe_checkpoint *ck, int64_t layer);
 
 /* The layer description of MoE layer `layer`, from config.json and the tensors' dtype (moe.h

@@ -49,7 +49,7 @@ static moe_status config_family(moe_ck_config *c, const json_t *root, const char
         const moe_fam_row *named = arch ? moe_fam_by_arch(arch) : NULL;
         *named_out = named ? named : model_type ? moe_fam_by_model_type(model_type) : NULL;
         if (!(c->row = moe_fam_by_name(family))) {
-            char names[1024]; /* [1024] chars: every row's name (50 rows: about 600) */
+            char names[2048]; /* [2048] chars: every row's name (67 rows: about 1000) */
             const char *close = moe_fam_suggest(family);
             return moe_set_error(c->ctx, MOE_EINVAL,
                                  "%s: unknown family '%s'%s%s%s (moe_checkpoint_options.family, --family); families: %s",
@@ -68,7 +68,7 @@ static moe_status config_family(moe_ck_config *c, const json_t *root, const char
                     c->path, arch, c->row->name, c->row->name);
         return MOE_OK;
     }
-    char names[1024]; /* [1024] chars: every row's name (50 rows: about 600) */
+    char names[2048]; /* [2048] chars: every row's name (67 rows: about 1000) */
     if (!arch && !model_type)
         return moe_set_error(c->ctx, MOE_ENOTFOUND,
                              "%s: neither 'architectures' nor 'model_type' is given; supported families: %s "
@@ -165,9 +165,16 @@ static moe_status config_layer_rule(moe_ck_config *c, const moe_cfg_fields *f)
     if (row->layers.first_field &&
         (st = moe_cfg_int(f, row->layers.first_field, false, row->layers.first_default, 0, &c->layer_first)) != MOE_OK)
         return st;
-    if (row->layers.step_field &&
-        (st = moe_cfg_int(f, row->layers.step_field, false, row->layers.step_default, 1, &c->layer_step)) != MOE_OK)
+    const char *skey = row->layers.step_field;
+    const json_t *sv = skey ? moe_cfg_get(f, &skey) : NULL;
+    if (row->layers.step_list && json_is_array(sv)) {
+        /* Dots3Note's legacy moe_layer_freq as a per-layer list: read below, with the rule */
+        c->layer_step = 1;
+    } else if (row->layers.step_field &&
+               (st = moe_cfg_int(f, row->layers.step_field, false, row->layers.step_default, 1, &c->layer_step)) !=
+                   MOE_OK) {
         return st;
+    }
     if (row->layers.last_field) {
         if ((st = moe_cfg_int(f, row->layers.last_field, false, -1, -1, &c->layer_last)) != MOE_OK)
             return st;
@@ -186,6 +193,30 @@ static moe_status config_layer_rule(moe_ck_config *c, const moe_cfg_fields *f)
         if ((st = moe_cfg_index_list_of(f, row->layers.list_field, "sparse", "dense", c->num_layers, &c->layer_list,
                                         &c->n_layer_list, &c->have_layer_list)) != MOE_OK) /* ascending: no sort needed */
             return st;
+        if (!c->have_layer_list && row->layers.step_list && json_is_array(sv)) {
+            /* no mlp_layer_types: layer >= first and bool(step_field[layer]) (Dots3NoteTextConfig's
+             * __post_init__), as a list of the MoE layers, one entry per layer required */
+            if (json_array_size(sv) < (size_t)c->num_layers)
+                return moe_set_error(c->ctx, MOE_EFORMAT,
+                                     "%s: field '%s%s' has %zu entries for %" PRId64 " layers: the per-layer list "
+                                     "must cover every layer",
+                                     c->path, c->prefix, skey, json_array_size(sv), c->num_layers);
+            if (!(c->layer_list = calloc((size_t)c->num_layers + 1, sizeof *c->layer_list)))
+                return moe_set_error(c->ctx, MOE_ENOMEM, "%s: out of memory", c->path);
+            c->n_layer_list = 0;
+            for (int64_t i = 0; i < c->num_layers; i++) {
+                const json_t *x = json_array_get(sv, (size_t)i);
+                if (!json_is_boolean(x) && !json_is_integer(x))
+                    return moe_set_error(c->ctx, MOE_EFORMAT,
+                                         "%s: field '%s%s'[%" PRId64 "] must be a boolean or an integer, found %s",
+                                         c->path, c->prefix, skey, i, moe_io_json_found(x));
+                if (i >= c->layer_first && (json_is_true(x) || (json_is_integer(x) && json_integer_value(x) != 0)))
+                    c->layer_list[c->n_layer_list++] = i;
+            }
+            c->have_layer_list = true;
+            c->layer_list_from_step = true;
+            return MOE_OK;
+        }
         if (row->layers.list_required && !c->have_layer_list)
             return moe_set_error(c->ctx, MOE_EFORMAT,
                                  "%s: field '%s%s' is absent or null: family %s's decoder layers read it per layer "
@@ -419,6 +450,27 @@ static moe_status config_decoder(moe_ck_config *c, const moe_cfg_fields *f, cons
         d->shared_expert_intermediate_size = n_shared * (c->set ? i_shared : d->moe_intermediate_size);
         break;
     case MOE_FAM_SHARED_SAME_AS_I: d->shared_expert_intermediate_size = d->moe_intermediate_size; break;
+    case MOE_FAM_SHARED_FIELD_TIMES_COUNT: {
+        /* Dots3NoteTextMoE: shared_experts_intermediate_size * n_shared_experts (a null count:
+         * none, the config class's validate_architecture would refuse it anyway) */
+        int64_t size = 0, count = 0;
+        const char *key = row->shared.count_field;
+        if ((st = moe_cfg_int(fm, row->shared.field, false, row->shared.field_default, 1, &size)) != MOE_OK)
+            return st;
+        if (!moe_cfg_get(fm, &key)) {
+            count = row->shared.count_default;
+            moe_cfg_note_default(fm, row->shared.count_field, "%" PRId64, count);
+        } else if ((st = moe_cfg_int(fm, row->shared.count_field, false, 0, 0, &count)) != MOE_OK) {
+            return st;
+        }
+        const int64_t lim = (int64_t)1 << 24; /* moe_layer_desc's bound on a size */
+        if (count > 0 && size > lim / count)
+            return moe_set_error(c->ctx, MOE_EFORMAT, "%s: '%s%s' = %" PRId64 " times '%s%s' = %" PRId64 " exceeds %lld",
+                                 c->path, c->prefix, row->shared.field, size, c->prefix, row->shared.count_field,
+                                 count, (long long)lim);
+        d->shared_expert_intermediate_size = size * count;
+        break;
+    }
     }
     d->shared_expert_gated = row->shared.gated && d->shared_expert_intermediate_size > 0;
     d->shared_expert_scale = 1.0f;
@@ -1042,7 +1094,13 @@ void moe_ck_config_dense_reason(const moe_ck_config *c, int64_t layer, char *why
             snprintf(why, n, "layer %" PRId64 " %% %s%s = %" PRId64 " != %s%s = %" PRId64, layer, pre,
                      row->layers.step_field, layer % c->layer_step, pre, row->layers.first_field, c->layer_first);
     } else if (row->layers.rule == MOE_FAM_LAYERS_TYPES_ELSE_PREFIX) {
-        if (c->have_layer_list)
+        if (c->layer_list_from_step && layer < c->layer_first)
+            snprintf(why, n, "layer %" PRId64 " < %s%s = %" PRId64 " (%s%s absent)", layer, pre,
+                     row->layers.first_field, c->layer_first, pre, row->layers.list_field);
+        else if (c->layer_list_from_step)
+            snprintf(why, n, "%s%s[%" PRId64 "] is false (%s%s absent)", pre, row->layers.step_field, layer, pre,
+                     row->layers.list_field);
+        else if (c->have_layer_list)
             snprintf(why, n, "%s%s[%" PRId64 "] is not \"sparse\"", pre, row->layers.list_field, layer);
         else if (layer >= c->layer_first && row->layers.step_field)
             snprintf(why, n, "layer %" PRId64 " %% %s%s = %" PRId64 " != 0 (%s%s absent)", layer, pre,

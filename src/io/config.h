@@ -44,6 +44,8 @@ typedef struct moe_ck_config {
     int64_t *layer_list;        /* [n_layer_list] row->layers.list_field */
     size_t n_layer_list;
     bool have_layer_list;       /* the list was given (not absent or null) */
+    bool layer_list_from_step;  /* TYPES_ELSE_PREFIX: layer_list was made from the per-layer
+                                   step list (row->layers.step_list), mlp_layer_types absent */
 
     /* per-layer limits (row->activation.rule MOE_FAM_ACT_POSTCLAMP_LAYER_LISTS; 0: no clamp) */
     float *limits, *limits_shared; /* [n_limits], [n_limits_shared] */

@@ -1279,6 +1279,33 @@ static const moe_fam_row fam_rows[] = {
      .intermediate_list = {1536, 512},
      .float_only = "ERNIE-4.5-VL's modality-split experts are read from f32 / bf16 / f16 checkpoints only (the "
                    "quantized readers number experts 0..E-1; the vision experts are saved at E..2E-1)"},
+
+    /* Dots3NoteTextMoE (dots.3-note's text decoder; its vision encoder's pyramid MoE is not the
+     * decoder's block): DeepSeek-V3's router (Dots3NoteTextTopkRouter: sigmoid + correction
+     * bias, top-2-sum groups, norm_topk_prob + 1e-20, routed_scaling_factor) and stacked
+     * experts, and a shared MLP shared_experts_intermediate_size * n_shared_experts wide
+     * (legacy name moe_shared_expert_intermediate_size). Dots3NoteTextConfig's defaults: n_group
+     * 1, norm_topk_prob true, routed_scaling_factor 1, one shared expert of 1536; MoE layers by
+     * mlp_layer_types, else layer >= first_k_dense_replace (1) and moe_layer_freq (1: every
+     * layer; a list: its entry per layer). The published config keeps the text fields at the
+     * top level (Dots3NoteConfig builds text_config from them); per_layer_config overrides
+     * attention fields only (Dots3NoteTextAttention reads it; the MoE reads the text config) */
+    {.family = MOE_FAMILY_DOTS3_NOTE, .name = "dots3_note", .text_config = true,
+     .names = {{"Dots3NoteForConditionalGeneration", "dots3_note"}, {"Dots3NoteForCausalLM", "dots3_note_text"}},
+     .intermediate_field = "moe_intermediate_size",
+     .experts_field = "n_routed_experts", .experts_alias = "num_local_experts", .experts_min = 0,
+     /* the legacy name first: Dots3NoteTextConfig.__post_init__ pops moe_shared_expert_intermediate_size
+      * over shared_experts_intermediate_size when config.json has it */
+     .aliases = {{"moe_shared_expert_intermediate_size", "shared_experts_intermediate_size"}},
+     .shared = {.rule = MOE_FAM_SHARED_FIELD_TIMES_COUNT, .field = "moe_shared_expert_intermediate_size",
+                .count_default = 1, .module = "shared_experts", .field_default = 1536, .count_field = "n_shared_experts"},
+     .scoring = MOE_SCORING_SIGMOID, .renormalize = {MOE_FAM_RENORM_FIELD, "norm_topk_prob", true},
+     .routed_scaling = {"routed_scaling_factor", 1.0}, .groups = {"n_group", "topk_group", 0, 0, MOE_GROUP_SCORE_TOP2_SUM},
+     .router = {"gate.weight"}, .selection_bias = "gate.e_score_correction_bias", .routing_hook = sigmoid_groups_routing,
+     .layers = {MOE_FAM_LAYERS_TYPES_ELSE_PREFIX, "first_k_dense_replace", 1, "moe_layer_freq", 1,
+                .list_field = "mlp_layer_types", .step_list = true},
+     .prefixes = {"model.language_model.layers.%L.mlp." /* ConditionalGeneration */, "model.layers.%L.mlp."},
+     .per_expert = {{"gate_proj", "up_proj", "down_proj"}}, .stacked = {{"experts.gate_up_proj", "experts.down_proj"}}},
 };
 #define FAM_N_ROWS (sizeof fam_rows / sizeof fam_rows[0])
 

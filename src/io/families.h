@@ -94,7 +94,11 @@ typedef enum moe_fam_shared_size {
     MOE_FAM_SHARED_FIELD,    /* I_s = the field (required unless the row's field_optional) */
     MOE_FAM_SHARED_COUNT,    /* I_s = the field (a count of shared experts) * I; absent: the config
                                 class's count, null: none */
-    MOE_FAM_SHARED_SAME_AS_I /* I_s = I (one shared expert as wide as a routed one) */
+    MOE_FAM_SHARED_SAME_AS_I, /* I_s = I (one shared expert as wide as a routed one) */
+    MOE_FAM_SHARED_FIELD_TIMES_COUNT /* I_s = the size field (absent: field_default) times
+                                count_field (absent: count_default; null: no shared expert):
+                                Dots3NoteTextMoE's shared_experts_intermediate_size *
+                                n_shared_experts */
 } moe_fam_shared_size;
 
 /* One architecture class of config.json `architectures`[0] and the `model_type` it writes. */
@@ -274,6 +278,7 @@ struct moe_fam_row {
         } combine;
         const char *up_proj, *down_proj;   /* likewise (DeepSeek-V4 saves shared_experts.w3 / .w2);
                                               NULL: up_proj, down_proj */
+        const char *count_field;           /* FIELD_TIMES_COUNT: the count ("n_shared_experts") */
     } shared;
 
     /* ---- routing and expert math (moe.h "Layer description") ---- */
@@ -411,6 +416,11 @@ struct moe_fam_row {
                                               is refused by name, not read as the prefix rule */
         const char *pattern_field;         /* BLOCK_TYPES: the legacy one-character-per-layer string */
         int64_t n_layers_default;          /* BLOCK_TYPES: the layers of the class's default list */
+        bool step_list;                    /* TYPES_ELSE_PREFIX: step_field may also be a list, one
+                                              entry per layer, a layer at or past first_field being
+                                              MoE where its entry is true / non-zero (Dots3Note's
+                                              legacy moe_layer_freq: bool(moe_layer_freq[i])); the
+                                              list must cover every layer */
     } layers;
 
     /* ---- a modality-isolated block: several expert sets, one read (moe_fam_expert_set) ---- */

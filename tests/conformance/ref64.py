@@ -206,6 +206,8 @@ _FAMILIES = {
     "AriaForConditionalGeneration": "aria", "aria": "aria", "AriaTextForCausalLM": "aria", "aria_text": "aria",
     "Ernie4_5_MoeForCausalLM": "ernie4_5_moe", "ernie4_5_moe": "ernie4_5_moe",
     "Ernie4_5_VLMoeForConditionalGeneration": "ernie4_5_vl_moe", "ernie4_5_vl_moe": "ernie4_5_vl_moe",
+    "Dots3NoteForConditionalGeneration": "dots3_note", "dots3_note": "dots3_note",
+    "Dots3NoteForCausalLM": "dots3_note", "dots3_note_text": "dots3_note",
     "GlmMoeDsaForCausalLM": "glm_moe_dsa", "glm_moe_dsa": "glm_moe_dsa",
     "SolarOpenForCausalLM": "solar_open", "solar_open": "solar_open",
     "Glm4vMoeForConditionalGeneration": "glm4v_moe", "glm4v_moe": "glm4v_moe",
@@ -259,7 +261,7 @@ def text_config(cfg, family):
         return cfg["thinker_config"]["text_config"]  # Qwen3OmniMoeConfig: the thinker's text model
     if family in ("llama4", "qwen3_5_moe", "qwen3_vl_moe", "qwen4_exp", "minimax_m3_vl", "qwen3_omni_moe", "aria",
                   "glm4v_moe", "glm5_next", "inkling2", "inkling2_loop", "hy_v4_vl", "step3p7", "mistral_large4", "deepseek_ocr2",
-                  "unlimited_ocr") and isinstance(
+                  "unlimited_ocr", "dots3_note") and isinstance(
                       cfg.get("text_config"), dict):
         return cfg["text_config"]
     return cfg
@@ -267,7 +269,8 @@ def text_config(cfg, family):
 
 _MLP_TYPES = ("glm4_moe_lite", "deepseek_v32", "exaone_moe", "mimo_v2_flash")
 # DeepSeek-V3's router maths (sigmoid, e_score_correction_bias, top-2-sum groups) under other names
-_V3_LIKE = ("glm4_moe", "dots1") + _MLP_TYPES
+# dots3_note: Dots3NoteTextTopkRouter is the same router (its shared MLP's width differs, below)
+_V3_LIKE = ("glm4_moe", "dots1", "dots3_note") + _MLP_TYPES
 # More of them (their modeling files: GlmMoeDsaTopkRouter, SolarOpenTopkRouter,
 # Glm4vMoeTextTopkRouter, KimiLinearTopkRouter, BailingHybridTopkRouter; MiniMaxM2TopKRouter and
 # HYV3TopKRouter without groups, always dividing by the top-k sum); _TYPES_A: MoE layers by
@@ -281,6 +284,15 @@ _KIMI_NAMES = ("kimi_linear", "bailing_hybrid")
 
 
 def is_moe_layer(cfg, family, layer):
+    if family == "dots3_note":
+        # Dots3NoteTextConfig.__post_init__: mlp_layer_types, else i >= first_k_dense_replace (1)
+        # and moe_layer_freq (1): bool(freq[i]) for a list, i % freq == 0 for a number
+        types = cfg.get("mlp_layer_types")
+        if types is not None:
+            return types[layer] == "sparse"
+        freq = cfg.get("moe_layer_freq", 1)
+        return layer >= int(cfg.get("first_k_dense_replace", 1)) and (
+            bool(freq[layer]) if isinstance(freq, list) else layer % int(freq) == 0)
     if family in ("mixtral", "gpt_oss", "olmoe", "granitemoe", "qwen3_5_moe", "minimax", "flex_olmo",
                   "kolibri1", "lara_mini", "granitemoe_swa", "qwen4_exp", "phimoe", "jetmoe",
                   "openai_privacy_filter", "granitemoeshared", "granitemoehybrid", "hunyuan_v1_moe", "aria"):
@@ -386,6 +398,7 @@ def _prefix(ck, fam, layer):
         "qwen3_omni_moe": [f"thinker.model.layers.{layer}.mlp.", f"thinker.model.language_model.layers.{layer}.mlp.",
                            f"model.layers.{layer}.mlp.", f"model.language_model.layers.{layer}.mlp."],
         "glm4v_moe": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
+        "dots3_note": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
         "glm5_next": [f"model.language_model.layers.{layer}.mlp.", f"model.layers.{layer}.mlp."],
         # transformers' conversion mappings save these under Mixtral's old block name
         "kimi_linear": [f"model.layers.{layer}.block_sparse_moe.", f"model.layers.{layer}.mlp."],
@@ -1043,6 +1056,11 @@ def layer_params_new(ck, layer):
         ns = 0 if fam == "minimax_m2" else cfg.get(key, cfg.get("n_shared_experts", 1) if fam in _KIMI_NAMES else 1)
         p["Is"] = int(ns or 0) * I
         s = moe + ("shared_mlp." if fam == "hy_v3" else "shared_experts.")
+    elif fam == "dots3_note":
+        # Dots3NoteTextMoE: Dots3NoteTextMLP(intermediate_size=shared_experts_intermediate_size *
+        # n_shared_experts); the config class takes the legacy moe_shared_expert_intermediate_size
+        width = cfg.get("moe_shared_expert_intermediate_size", cfg.get("shared_experts_intermediate_size", 1536))
+        p["Is"], s = int(width) * int(cfg.get("n_shared_experts", 1) or 0), moe + "shared_experts."
     elif fam in ("deepseek_v2", "deepseek_v3", "mistral4", "mistral_large4", "deepseek_ocr2", "unlimited_ocr") + _V3_LIKE:
         key = "num_shared_experts" if fam == "exaone_moe" else "n_shared_experts"
         ns = cfg.get(key, {"deepseek_v2": 2, "deepseek_ocr2": 2, "unlimited_ocr": 2, "dots1": 0, "mimo_v2_flash": 0}.get(fam, 1))

@@ -916,7 +916,7 @@ static void test_config_errors(void **state)
     write_text(dir, "config.json", "{\"model_type\": \"switch_transformers\", \"hidden_size\": 16}");
     expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EUNSUPPORTED, cfg, "'switch_transformers'",
                  "deepseek_v3", "gpt_oss", "llama4", "granitemoe", "glm5_next",
-                 "step3p7, deepseek_ocr2, unlimited_ocr, mistral_large4, nemotron_h, dbrx, ernie4_5_vl_moe)");
+                 "step3p7, deepseek_ocr2, unlimited_ocr, mistral_large4, nemotron_h, dbrx, ernie4_5_vl_moe, dots3_note)");
     write_text(dir, "config.json", "{\"architectures\": \"MixtralForCausalLM\"}");
     expect_error(ctx, moe_checkpoint_open(ctx, dir, &ck), MOE_EFORMAT, cfg, "'architectures' must be an array",
                  "found a string (\"MixtralForCausalLM\")");

@@ -1455,6 +1455,79 @@ static void test_types_else_prefix_step(void **state)
     moe_ctx_free(ctx);
 }
 
+/* dots.3-note (Dots3NoteForConditionalGeneration as published: the text fields at the top
+ * level, legacy names): the shared MLP moe_shared_expert_intermediate_size * n_shared_experts
+ * wide, the legacy name winning over shared_experts_intermediate_size as the config class's
+ * __post_init__ pops it; MoE layers by first_k_dense_replace and a per-layer moe_layer_freq
+ * list; the same with mlp_layer_types in a text_config; a short or malformed freq list refused
+ * by name. (The router and experts are checked against transformers on dots3_note_f32.) */
+static void test_dots3_note_config(void **state)
+{
+    (void)state;
+    fspec s = {.tag = "ck-dots3", .family = MOE_FAMILY_DOTS3_NOTE,
+               .config = "{\"architectures\": [\"Dots3NoteForConditionalGeneration\"], \"model_type\": \"dots3_note\","
+                         " \"hidden_size\": 16, \"num_hidden_layers\": 4, \"moe_intermediate_size\": 8,"
+                         " \"n_routed_experts\": 8, \"num_experts_per_tok\": 2, \"n_shared_experts\": 2,"
+                         " \"moe_shared_expert_intermediate_size\": 4, \"shared_experts_intermediate_size\": 6,"
+                         " \"first_k_dense_replace\": 1, \"moe_layer_freq\": [1, 1, 0, true],"
+                         " \"routed_scaling_factor\": 2.0}",
+               .H = 16, .I = 8, .E = 8, .K = 2, .L = 4, .Is = 8, .prefix = "model.language_model.layers.%lld.mlp.",
+               .router = "gate.weight", .layout = L_STACKED, .shared = "shared_experts", .sel_bias = 1,
+               .wdt = MOE_DTYPE_F32, .moe_mask = "0101", .dense_why = "layer 0 < first_k_dense_replace = 1"};
+    s.want = base_desc(MOE_FAMILY_DOTS3_NOTE, 16, 8, 8, 2, MOE_DTYPE_F32);
+    s.want.scoring_func = MOE_SCORING_SIGMOID;
+    s.want.renormalize = 1;
+    s.want.routed_scaling_factor = 2.0f;
+    s.want.shared_expert_intermediate_size = 8;
+    s.want.group_score = MOE_GROUP_SCORE_TOP2_SUM;
+    s.want.has_selection_bias = 1;
+    check_family(&s);
+
+    /* save_pretrained's form: text_config, mlp_layer_types, the canonical shared width, the
+     * CausalLM's prefix */
+    s.tag = "ck-dots3t";
+    s.config = "{\"architectures\": [\"Dots3NoteForCausalLM\"], \"model_type\": \"dots3_note_text\","
+               " \"text_config\": {\"hidden_size\": 16, \"num_hidden_layers\": 4, \"moe_intermediate_size\": 8,"
+               " \"n_routed_experts\": 8, \"num_experts_per_tok\": 2, \"n_shared_experts\": 3,"
+               " \"shared_experts_intermediate_size\": 4, \"mlp_layer_types\": [\"dense\", \"sparse\", \"sparse\", \"dense\"],"
+               " \"n_group\": 2, \"topk_group\": 1, \"norm_topk_prob\": false}}";
+    s.prefix = "model.layers.%lld.mlp.";
+    s.layout = L_PER_EXPERT;
+    s.Is = 12;
+    s.moe_mask = "0110";
+    s.dense_why = "mlp_layer_types[0] is not \"sparse\"";
+    s.want.renormalize = 0;
+    s.want.routed_scaling_factor = 1.0f;
+    s.want.shared_expert_intermediate_size = 12;
+    s.want.n_group = 2;
+    s.want.topk_group = 1;
+    check_family(&s);
+
+    /* layer 2: dense by its freq entry; a short list and a string entry are refused by name */
+    moe_ctx *ctx = tu_ctx();
+    char dir[512];
+    tlist *tl = calloc(1, sizeof *tl);
+    assert_non_null(tl);
+    tu_tmpdir(dir, sizeof dir, "ck-dots3e");
+    float dummy[4] = {0};
+    tl_add(tl, "model.norm.weight", MOE_DTYPE_F32, 1, (int64_t[]){4}, dummy);
+    const char *base = "{\"architectures\": [\"Dots3NoteForConditionalGeneration\"], \"hidden_size\": 16,"
+                       " \"num_hidden_layers\": 4, \"moe_intermediate_size\": 8, \"n_routed_experts\": 8,"
+                       " \"num_experts_per_tok\": 2, \"moe_layer_freq\": %s}";
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, base, "[1, 1, 0, 1]");
+    expect_error(ctx, open_desc(ctx, dir, cfg, tl, 2), MOE_EDENSE, "moe_layer_freq[2] is false", "mlp_layer_types absent");
+    snprintf(cfg, sizeof cfg, base, "[1, 1, 0]");
+    expect_error(ctx, open_desc(ctx, dir, cfg, tl, 1), MOE_EFORMAT, "'moe_layer_freq' has 3 entries for 4 layers", NULL);
+    snprintf(cfg, sizeof cfg, base, "[1, \"yes\", 0, 1]");
+    expect_error(ctx, open_desc(ctx, dir, cfg, tl, 1), MOE_EFORMAT, "'moe_layer_freq'[1] must be a boolean or an integer",
+                 NULL);
+    tl_free(tl);
+    free(tl);
+    tu_rm_tree(dir);
+    moe_ctx_free(ctx);
+}
+
 /* Nemotron-H: the MoE layers are layers_block_type's "moe" entries (the layer count is the
  * list's length: NemotronHConfig writes no num_hidden_layers), else the legacy
  * hybrid_override_pattern's 'E' characters, else the config class's default list (layer 1 of
@@ -1659,7 +1732,7 @@ int main(void)
         cmocka_unit_test(test_ernie_layers),
         cmocka_unit_test(test_row_field_names), cmocka_unit_test(test_types_else_prefix_step),
         cmocka_unit_test(test_nemotron_h_config),
-        cmocka_unit_test(test_dbrx_config),
+        cmocka_unit_test(test_dbrx_config), cmocka_unit_test(test_dots3_note_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -254,6 +254,9 @@ static const struct {
     /* Ernie4_5_VLMoeTextConfig: each modality's router is ERNIE-4.5-MoE's */
     {MOE_FAMILY_ERNIE4_5_VL_MOE, MOE_SCORING_SOFTMAX, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_MAX, 1, 0, 0, 0, 0,
      MOE_ACT_SWIGLU},
+    /* Dots3NoteTextConfig: n_group 1, norm_topk_prob true, routed_scaling_factor 1 */
+    {MOE_FAMILY_DOTS3_NOTE, MOE_SCORING_SIGMOID, 1, 1.0f, 0, 0, MOE_GROUP_SCORE_TOP2_SUM, 1, 0, 0, 0, 0,
+     MOE_ACT_SWIGLU},
 };
 
 /* the renormalization's epsilon of a family's router (moe_layer_desc.renormalize_eps) */

@@ -119,6 +119,7 @@ static const char *const k_required[] = {
     "nemotron_h_f32",
     "dbrx_f32", "dbrx_p2_f32",
     "ernie4_5_vl_moe_f32", "ernie4_5_vl_moe_vision_f32",
+    "dots3_note_f32",
 };
 
 /* ---- small helpers -------------------------------------------------------------------- */
